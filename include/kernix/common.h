@@ -1,0 +1,242 @@
+// kernix/common.h -- the C++ side of kernix.
+//
+// Include this in every source that kernix compiles.  It gives:
+//   BE::DType        the element types XLA can hand a function, with names;
+//   BE::Tensor       a non-owning view of one XLA buffer (data, dtype, shape);
+//   BE::Error        the exception the checks throw (kernix turns it into a
+//                    JAX error; it never aborts the process);
+//   BE_CHECK(cond) << "message";
+//   BE_CUDA_CHECK(expr);  BE_CHECK_KERNEL_LAUNCH();   (CUDA sources)
+//   BE_DISPATCH_*        run a lambda with `scalar_t` bound to a tensor's type.
+//
+// The header needs only the C++17 standard library: it compiles without XLA's
+// FFI headers and, for C++ sources, without CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace BE {
+
+// Element types, numbered as XLA numbers them (XLA_FFI_DataType), so a value
+// read from an XLA buffer converts with a plain cast.
+enum class DType : int32_t {
+  Invalid = 0,
+  Bool = 1,
+  Int8 = 2,
+  Int16 = 3,
+  Int32 = 4,
+  Int64 = 5,
+  UInt8 = 6,
+  UInt16 = 7,
+  UInt32 = 8,
+  UInt64 = 9,
+  Float16 = 10,
+  Float32 = 11,
+  Float64 = 12,
+  Complex64 = 15,
+  BFloat16 = 16,
+  Token = 17,
+  Complex128 = 18,
+  Float8E5M2 = 19,
+  Float8E4M3FN = 20,
+  Int4 = 21,
+  UInt4 = 22,
+  Float8E4M3B11FNUZ = 23,
+  Float8E5M2FNUZ = 24,
+  Float8E4M3FNUZ = 25,
+  Int2 = 26,
+  UInt2 = 27,
+  Float8E4M3 = 28,
+  Float8E3M4 = 29,
+  Int1 = 30,
+  UInt1 = 31,
+  Float4E2M1FN = 32,
+  Float8E8M0FNU = 33,
+};
+
+// The dtype's name as JAX/numpy spell it ("float32", "bfloat16", ...).
+inline const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::Bool: return "bool";
+    case DType::Int8: return "int8";
+    case DType::Int16: return "int16";
+    case DType::Int32: return "int32";
+    case DType::Int64: return "int64";
+    case DType::UInt8: return "uint8";
+    case DType::UInt16: return "uint16";
+    case DType::UInt32: return "uint32";
+    case DType::UInt64: return "uint64";
+    case DType::Float16: return "float16";
+    case DType::Float32: return "float32";
+    case DType::Float64: return "float64";
+    case DType::Complex64: return "complex64";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Token: return "token";
+    case DType::Complex128: return "complex128";
+    case DType::Float8E5M2: return "float8_e5m2";
+    case DType::Float8E4M3FN: return "float8_e4m3fn";
+    case DType::Int4: return "int4";
+    case DType::UInt4: return "uint4";
+    case DType::Float8E4M3B11FNUZ: return "float8_e4m3b11fnuz";
+    case DType::Float8E5M2FNUZ: return "float8_e5m2fnuz";
+    case DType::Float8E4M3FNUZ: return "float8_e4m3fnuz";
+    case DType::Int2: return "int2";
+    case DType::UInt2: return "uint2";
+    case DType::Float8E4M3: return "float8_e4m3";
+    case DType::Float8E3M4: return "float8_e3m4";
+    case DType::Int1: return "int1";
+    case DType::UInt1: return "uint1";
+    case DType::Float4E2M1FN: return "float4_e2m1fn";
+    case DType::Float8E8M0FNU: return "float8_e8m0fnu";
+    case DType::Invalid: break;
+  }
+  return "invalid";
+}
+
+// Size of one element in bits (sub-byte types are packed by XLA).
+inline int dtype_bits(DType t) {
+  switch (t) {
+    case DType::Int1: case DType::UInt1: return 1;
+    case DType::Int2: case DType::UInt2: return 2;
+    case DType::Int4: case DType::UInt4: case DType::Float4E2M1FN: return 4;
+    case DType::Bool: case DType::Int8: case DType::UInt8:
+    case DType::Float8E5M2: case DType::Float8E4M3FN: case DType::Float8E4M3B11FNUZ:
+    case DType::Float8E5M2FNUZ: case DType::Float8E4M3FNUZ: case DType::Float8E4M3:
+    case DType::Float8E3M4: case DType::Float8E8M0FNU: return 8;
+    case DType::Int16: case DType::UInt16: case DType::Float16: case DType::BFloat16: return 16;
+    case DType::Int32: case DType::UInt32: case DType::Float32: return 32;
+    case DType::Int64: case DType::UInt64: case DType::Float64: case DType::Complex64: return 64;
+    case DType::Complex128: return 128;
+    case DType::Token: case DType::Invalid: break;
+  }
+  return 0;
+}
+
+// The exception thrown by a failed check.  kernix catches it at the FFI
+// boundary and reports what() as a JAX error.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+
+// Collects the message of a failed BE_CHECK; see the macro below.
+class CheckMessage {
+ public:
+  CheckMessage(const char* file, int line, const char* condition) {
+    stream_ << file << ":" << line << ": check failed: " << condition;
+  }
+  template <typename T>
+  CheckMessage& operator<<(const T& value) {
+    if (!has_text_) {
+      stream_ << ": ";
+      has_text_ = true;
+    }
+    stream_ << value;
+    return *this;
+  }
+  std::string str() const { return stream_.str(); }
+
+ private:
+  std::ostringstream stream_;
+  bool has_text_ = false;
+};
+
+// `Raise() & message` throws; `&` binds looser than `<<`, so the whole
+// streamed message is built first.
+struct Raise {
+  [[noreturn]] void operator&(const CheckMessage& message) const { throw Error(message.str()); }
+};
+
+}  // namespace detail
+
+// A non-owning view of one XLA buffer: a dense, row-major array.
+//
+// kernix builds one per `BE::Tensor` parameter.  Declare inputs `const`
+// (`const BE::Tensor x`, `const BE::Tensor& x`, `BE::Tensor const& x`) and
+// outputs non-const (`BE::Tensor out`, `BE::Tensor& out`).  The data pointer is
+// a device pointer for CUDA targets and a host pointer for C++ targets.
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(void* data, DType dtype, int64_t ndim, const int64_t* dims)
+      : data_(data), dtype_(dtype), ndim_(ndim), dims_(dims) {}
+
+  // Untyped data pointer.
+  void* data_ptr() const { return data_; }
+  // Typed data pointer: `x.data_ptr<float>()`.  The type is not checked against
+  // dtype(); use BE_CHECK(x.dtype() == BE::DType::Float32) or a dispatch macro.
+  template <typename T>
+  T* data_ptr() const { return static_cast<T*>(data_); }
+  void* data() const { return data_; }
+  template <typename T>
+  T* data() const { return static_cast<T*>(data_); }
+
+  int64_t ndim() const { return ndim_; }
+  int64_t dim() const { return ndim_; }
+  // Extent of dimension i; negative i counts from the end (-1 is the last).
+  int64_t shape(int64_t i) const { return dims_[wrap(i)]; }
+  int64_t size(int64_t i) const { return shape(i); }
+  const int64_t* sizes() const { return dims_; }
+  // Stride of dimension i in elements (row-major: the last dimension is 1).
+  int64_t stride(int64_t i) const {
+    int64_t s = 1;
+    for (int64_t d = ndim_ - 1; d > wrap(i); --d) s *= dims_[d];
+    return s;
+  }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d = 0; d < ndim_; ++d) n *= dims_[d];
+    return n;
+  }
+  // Bytes of one element (0 for sub-byte types; see nbytes()).
+  int64_t element_size() const { return dtype_bits(dtype_) / 8; }
+  int64_t nbytes() const { return (numel() * dtype_bits(dtype_) + 7) / 8; }
+  DType dtype() const { return dtype_; }
+  const char* dtype_name() const { return BE::dtype_name(dtype_); }
+
+ private:
+  int64_t wrap(int64_t i) const {
+    int64_t j = i < 0 ? i + ndim_ : i;
+    if (j < 0 || j >= ndim_) {
+      std::ostringstream m;
+      m << "BE::Tensor: dimension " << i << " is out of range for a tensor of rank " << ndim_;
+      throw Error(m.str());
+    }
+    return j;
+  }
+
+  void* data_ = nullptr;
+  DType dtype_ = DType::Invalid;
+  int64_t ndim_ = 0;
+  const int64_t* dims_ = nullptr;
+};
+
+}  // namespace BE
+
+// BE_CHECK(cond) << "message" << value;
+// Throws BE::Error ("file:line: check failed: cond: message") when cond is
+// false.  kernix reports it as a Python exception from the JAX call.
+#define BE_CHECK(cond) \
+  if (cond) {          \
+  } else               \
+    ::BE::detail::Raise() & ::BE::detail::CheckMessage(__FILE__, __LINE__, #cond)
+
+// BE_CUDA_CHECK(cudaMemsetAsync(...)); -- throws BE::Error naming the CUDA error.
+#define BE_CUDA_CHECK(expr)                                                        \
+  do {                                                                             \
+    cudaError_t be_cuda_err_ = (expr);                                             \
+    BE_CHECK(be_cuda_err_ == cudaSuccess)                                          \
+        << #expr << " returned " << cudaGetErrorName(be_cuda_err_) << " ("         \
+        << cudaGetErrorString(be_cuda_err_) << ")";                                \
+  } while (0)
+
+// Call right after a kernel launch: reports a bad launch configuration etc.
+#define BE_CHECK_KERNEL_LAUNCH() BE_CUDA_CHECK(cudaGetLastError())
+
+#include "kernix/dispatch.h"

@@ -1,0 +1,73 @@
+// kernix/dispatch.h -- run code once per element type (included by common.h).
+//
+//   BE_DISPATCH_FLOATING_TYPES(x.dtype(), "my_op", [&] {
+//     my_kernel<scalar_t><<<grid, block, 0, stream>>>(x.data_ptr<scalar_t>(), ...);
+//   });
+//
+// Inside the lambda `scalar_t` is the C++ type of the tensor's dtype.  A dtype
+// outside the set throws BE::Error naming the operation and the dtype.
+#pragma once
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#define BE_HAS_CUDA_HALF 1
+#endif
+
+#define BE_DISPATCH_CASE(ENUM, TYPE, ...) \
+  case ::BE::DType::ENUM: {               \
+    using scalar_t [[maybe_unused]] = TYPE; \
+    return __VA_ARGS__();                 \
+  }
+
+#define BE_DISPATCH_SWITCH(DTYPE, NAME, CASES)                                     \
+  [&] {                                                                            \
+    const ::BE::DType be_dispatch_dtype_ = (DTYPE);                                \
+    switch (be_dispatch_dtype_) {                                                  \
+      CASES                                                                        \
+      default:                                                                     \
+        throw ::BE::Error(std::string(NAME) + ": unsupported dtype " +            \
+                          ::BE::dtype_name(be_dispatch_dtype_));                   \
+    }                                                                              \
+  }()
+
+#define BE_FLOATING_CASES_(...)                 \
+  BE_DISPATCH_CASE(Float32, float, __VA_ARGS__) \
+  BE_DISPATCH_CASE(Float64, double, __VA_ARGS__)
+
+#define BE_INTEGRAL_CASES_(...)                    \
+  BE_DISPATCH_CASE(Int8, int8_t, __VA_ARGS__)      \
+  BE_DISPATCH_CASE(Int16, int16_t, __VA_ARGS__)    \
+  BE_DISPATCH_CASE(Int32, int32_t, __VA_ARGS__)    \
+  BE_DISPATCH_CASE(Int64, int64_t, __VA_ARGS__)    \
+  BE_DISPATCH_CASE(UInt8, uint8_t, __VA_ARGS__)    \
+  BE_DISPATCH_CASE(UInt16, uint16_t, __VA_ARGS__)  \
+  BE_DISPATCH_CASE(UInt32, uint32_t, __VA_ARGS__)  \
+  BE_DISPATCH_CASE(UInt64, uint64_t, __VA_ARGS__)
+
+#if defined(BE_HAS_CUDA_HALF)
+#define BE_HALF_CASES_(...)                           \
+  BE_DISPATCH_CASE(Float16, __half, __VA_ARGS__)      \
+  BE_DISPATCH_CASE(BFloat16, __nv_bfloat16, __VA_ARGS__)
+#else
+#define BE_HALF_CASES_(...)
+#endif
+
+// float32, float64.
+#define BE_DISPATCH_FLOATING_TYPES(DTYPE, NAME, ...) \
+  BE_DISPATCH_SWITCH(DTYPE, NAME, BE_FLOATING_CASES_(__VA_ARGS__))
+
+// float32, float64, and (in CUDA sources) float16 as __half, bfloat16 as __nv_bfloat16.
+#define BE_DISPATCH_FLOATING_AND_HALF_TYPES(DTYPE, NAME, ...) \
+  BE_DISPATCH_SWITCH(DTYPE, NAME, BE_FLOATING_CASES_(__VA_ARGS__) BE_HALF_CASES_(__VA_ARGS__))
+
+// Signed and unsigned integers of 8 to 64 bits.
+#define BE_DISPATCH_INTEGRAL_TYPES(DTYPE, NAME, ...) \
+  BE_DISPATCH_SWITCH(DTYPE, NAME, BE_INTEGRAL_CASES_(__VA_ARGS__))
+
+// Every integer and floating type above, and bool.
+#define BE_DISPATCH_ALL_TYPES(DTYPE, NAME, ...)                                   \
+  BE_DISPATCH_SWITCH(DTYPE, NAME,                                                 \
+                     BE_FLOATING_CASES_(__VA_ARGS__) BE_HALF_CASES_(__VA_ARGS__)  \
+                         BE_INTEGRAL_CASES_(__VA_ARGS__)                          \
+                             BE_DISPATCH_CASE(Bool, bool, __VA_ARGS__))

@@ -1,0 +1,128 @@
+"""The exceptions kernix raises.
+
+Every error kernix raises on purpose is a :class:`KernixError`, so callers can
+catch the whole family with one ``except`` clause.  Errors about a place in a
+source file carry that place (:attr:`SourceError.file`, ``line``, ``column``)
+and put it at the front of the message in the ``FILE:LINE:COL: message`` form
+that compilers and editors understand.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "KernixError",
+    "ArgSpecError",
+    "SourceError",
+    "InferenceError",
+    "CompilationError",
+    "ToolchainError",
+    "CacheError",
+    "RegistrationError",
+]
+
+
+class KernixError(Exception):
+    """Base class of every error kernix raises on purpose."""
+
+
+class ArgSpecError(KernixError, ValueError):
+    """An arg_spec token list is malformed (unknown token, bad dtype, ...)."""
+
+
+class SourceError(KernixError):
+    """An error tied to a place in a source file.
+
+    Parameters
+    ----------
+    message
+        What is wrong and how to fix it.
+    file, line, column
+        Where it is; ``line`` and ``column`` are 1-based, 0 when unknown.
+    function, parameter
+        The function and parameter concerned, when there is one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str = "",
+        line: int = 0,
+        column: int = 0,
+        function: str | None = None,
+        parameter: str | None = None,
+    ) -> None:
+        self.message = message
+        self.file = file
+        self.line = line
+        self.column = column
+        self.function = function
+        self.parameter = parameter
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        """Return ``FILE:LINE:COL: message`` (the place parts that are known)."""
+        where = self.file or "<source>"
+        if self.line:
+            where += f":{self.line}"
+            if self.column:
+                where += f":{self.column}"
+        return f"{where}: {self.message}"
+
+
+class InferenceError(SourceError):
+    """An annotated signature could not be turned into an arg_spec.
+
+    Holds every problem found in one translation unit in :attr:`errors`, so
+    one run reports them all; the exception's message lists each on its own
+    line.
+    """
+
+    def __init__(self, errors: list[SourceError]) -> None:
+        if not errors:
+            raise ValueError("InferenceError needs at least one error")
+        self.errors = list(errors)
+        first = self.errors[0]
+        super().__init__(
+            first.message,
+            file=first.file,
+            line=first.line,
+            column=first.column,
+            function=first.function,
+            parameter=first.parameter,
+        )
+
+    def format(self) -> str:  # noqa: D102 - see SourceError.format
+        return "\n".join(SourceError.format(e) for e in self.errors)
+
+
+class CompilationError(KernixError):
+    """The compiler or linker failed.
+
+    Attributes
+    ----------
+    output
+        What the compiler printed (its diagnostics name the user's file).
+    command
+        The failing command, as an argument list, when known.
+    """
+
+    def __init__(self, message: str, output: str = "", command: list[str] | None = None) -> None:
+        self.output = output
+        self.command = command
+        text = message
+        if output:
+            text += "\n" + output.rstrip()
+        super().__init__(text)
+
+
+class ToolchainError(KernixError):
+    """A compiler, header set or GPU architecture could not be found."""
+
+
+class CacheError(KernixError):
+    """The build cache cannot be used (permissions, space, damage)."""
+
+
+class RegistrationError(KernixError):
+    """An FFI target could not be registered with JAX."""

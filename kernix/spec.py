@@ -1,0 +1,381 @@
+"""The arg_spec grammar and the :class:`FunctionSpec` value type.
+
+An *arg_spec* describes, parameter by parameter, how an XLA FFI call reaches a
+native function.  Each parameter is one token:
+
+``arg``
+    an input buffer (a ``const BE::Tensor``, ``xla::ffi::AnyBuffer`` or
+    ``xla::ffi::Buffer<T, R>``);
+``ret``
+    an output buffer (a non-const ``BE::Tensor`` or ``xla::ffi::Result<...>``);
+``stream``
+    the platform stream (``cudaStream_t``, or an ``int64_t`` named ``stream``);
+``attr.<name>`` / ``attr.<name>:<dtype>``
+    a scalar attribute passed by keyword, of one of :data:`ATTR_DTYPES`.
+
+Aliases are accepted and normalised: ``args`` -> ``arg``, ``rets`` -> ``ret``,
+``ctx.stream`` -> ``stream``, ``attrs.<name>`` -> ``attr.<name>``.
+
+This module is pure Python and imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Literal, Sequence
+
+from .errors import ArgSpecError, SourceError
+
+__all__ = [
+    "ATTR_DTYPES",
+    "BUFFER_DTYPES",
+    "Role",
+    "Token",
+    "Param",
+    "FunctionSpec",
+    "parse_token",
+    "parse_arg_spec",
+    "check_spec_matches",
+    "is_identifier",
+]
+
+Role = Literal["arg", "ret", "stream", "attr"]
+
+#: Attribute dtypes: name -> (C++ type the FFI handler decodes, numpy dtype).
+#: float16 and bfloat16 travel as their 16-bit payload (XLA FFI has no 16-bit
+#: float attribute) and are converted back to ``__half`` / ``__nv_bfloat16``.
+ATTR_DTYPES: dict[str, tuple[str, str]] = {
+    "bool": ("bool", "bool"),
+    "int8": ("int8_t", "int8"),
+    "int16": ("int16_t", "int16"),
+    "int32": ("int32_t", "int32"),
+    "int64": ("int64_t", "int64"),
+    "uint8": ("uint8_t", "uint8"),
+    "uint16": ("uint16_t", "uint16"),
+    "uint32": ("uint32_t", "uint32"),
+    "uint64": ("uint64_t", "uint64"),
+    "float16": ("uint16_t", "float16"),
+    "bfloat16": ("uint16_t", "bfloat16"),
+    "float32": ("float", "float32"),
+    "float64": ("double", "float64"),
+}
+
+#: Buffer element dtypes a typed buffer may fix: kernix name -> XLA FFI
+#: ``DataType`` enumerator.
+BUFFER_DTYPES: dict[str, str] = {
+    "bool": "PRED",
+    "int8": "S8",
+    "int16": "S16",
+    "int32": "S32",
+    "int64": "S64",
+    "uint8": "U8",
+    "uint16": "U16",
+    "uint32": "U32",
+    "uint64": "U64",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "float32": "F32",
+    "float64": "F64",
+    "complex64": "C64",
+    "complex128": "C128",
+    "float8_e4m3fn": "F8E4M3FN",
+    "float8_e5m2": "F8E5M2",
+}
+
+_ALIASES = {"args": "arg", "rets": "ret", "ctx.stream": "stream"}
+
+_CXX_KEYWORDS = frozenset(
+    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t
+    char16_t char32_t class compl concept const consteval constexpr constinit const_cast
+    continue co_await co_return co_yield decltype default delete do double dynamic_cast
+    else enum explicit export extern false float for friend goto if inline int long
+    mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected
+    public register reinterpret_cast requires return short signed sizeof static
+    static_assert static_cast struct switch template this thread_local throw true try
+    typedef typeid typename union unsigned using virtual void volatile wchar_t while xor
+    xor_eq""".split()
+)
+
+
+def is_identifier(name: str) -> bool:
+    """Return whether ``name`` is a plain ASCII C/C++ identifier (not a keyword)."""
+    return (
+        bool(name)
+        and name.isascii()
+        and name.isidentifier()
+        and name not in _CXX_KEYWORDS
+    )
+
+
+@dataclass(frozen=True)
+class Token:
+    """One parsed arg_spec token.
+
+    Attributes
+    ----------
+    role
+        ``"arg"``, ``"ret"``, ``"stream"`` or ``"attr"``.
+    name
+        The attribute's name (``None`` for the other roles).
+    dtype
+        The attribute's dtype when the token pins it, else ``None``.
+    """
+
+    role: Role
+    name: str | None = None
+    dtype: str | None = None
+
+    def __str__(self) -> str:
+        if self.role != "attr":
+            return self.role
+        return f"attr.{self.name}" + (f":{self.dtype}" if self.dtype else "")
+
+
+def parse_token(token: str) -> Token:
+    """Parse one arg_spec token, normalising aliases.
+
+    Raises
+    ------
+    ArgSpecError
+        For an unknown token, a bad attribute name or an unknown dtype.
+    """
+    if not isinstance(token, str):
+        raise ArgSpecError(f"arg_spec tokens must be strings, got {token!r} ({type(token).__name__})")
+    text = token.strip()
+    text = _ALIASES.get(text, text)
+    if text in ("arg", "ret", "stream"):
+        return Token(text)  # type: ignore[arg-type]
+    for prefix in ("attr.", "attrs."):
+        if text.startswith(prefix):
+            body = text[len(prefix):]
+            break
+    else:
+        raise ArgSpecError(
+            f"unknown arg_spec token {token!r}; expected 'arg', 'ret', 'stream', "
+            "'attr.<name>' or 'attr.<name>:<dtype>' (aliases: 'args', 'rets', "
+            "'ctx.stream', 'attrs.<name>')"
+        )
+    name, sep, dtype = body.partition(":")
+    if not is_identifier(name):
+        raise ArgSpecError(
+            f"bad attribute name {name!r} in arg_spec token {token!r}: it must be a "
+            "C++ identifier (letters, digits, '_', not starting with a digit, not a keyword)"
+        )
+    if sep:
+        if dtype not in ATTR_DTYPES:
+            raise ArgSpecError(
+                f"unknown attribute dtype {dtype!r} in arg_spec token {token!r}; "
+                f"expected one of: {', '.join(ATTR_DTYPES)}"
+            )
+        return Token("attr", name, dtype)
+    return Token("attr", name)
+
+
+def parse_arg_spec(tokens: Sequence[str] | str, *, function: str | None = None) -> tuple[Token, ...]:
+    """Parse and validate a whole arg_spec.
+
+    Parameters
+    ----------
+    tokens
+        A list of tokens, or one whitespace-separated string of them.
+    function
+        The function the spec belongs to, named in error messages.
+
+    Raises
+    ------
+    ArgSpecError
+        For a bad token, a duplicate attribute name, two streams or no ``ret``.
+    """
+    if isinstance(tokens, str):
+        tokens = tokens.split()
+    where = f" of function {function!r}" if function else ""
+    try:
+        parsed = tuple(parse_token(t) for t in tokens)
+    except ArgSpecError as exc:
+        raise ArgSpecError(f"in the arg_spec{where}: {exc}") from None
+    seen: set[str] = set()
+    for tok in parsed:
+        if tok.role == "attr":
+            if tok.name in seen:
+                raise ArgSpecError(f"attribute {tok.name!r} appears twice in the arg_spec{where}")
+            seen.add(tok.name)  # type: ignore[arg-type]
+    if sum(t.role == "stream" for t in parsed) > 1:
+        raise ArgSpecError(f"the arg_spec{where} has more than one 'stream' token; a function takes at most one stream")
+    if not any(t.role == "ret" for t in parsed):
+        raise ArgSpecError(
+            f"the arg_spec{where} has no 'ret' token: a function must write at least one "
+            "output buffer (a non-const BE::Tensor)"
+        )
+    return parsed
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of an annotated function, as inference found it.
+
+    Attributes
+    ----------
+    name
+        The parameter's name in the C++ declaration.
+    role
+        ``"arg"``, ``"ret"``, ``"stream"`` or ``"attr"``.
+    type
+        The type as written in the source (e.g. ``const BE::Tensor &``).
+    canonical_type
+        The fully resolved C++ type, valid after the user's code (e.g.
+        ``float`` for ``using real = float``, ``ns::Mode`` for an enum).
+    kind
+        How the native function takes the value: ``"tensor"`` (``BE::Tensor``),
+        ``"ffi"`` (an XLA FFI buffer or result type), ``"scalar"`` or
+        ``"stream"``.
+    dtype
+        The attribute dtype (for attributes), or the element dtype a typed FFI
+        buffer fixes; ``None`` when not fixed.
+    rank
+        The rank a typed FFI buffer fixes; ``None`` when not fixed.
+    """
+
+    name: str
+    role: Role
+    type: str = ""
+    canonical_type: str = ""
+    kind: Literal["tensor", "ffi", "scalar", "stream"] = "tensor"
+    dtype: str | None = None
+    rank: int | None = None
+
+    @property
+    def token(self) -> str:
+        """The canonical arg_spec token of this parameter."""
+        if self.role == "attr":
+            return f"attr.{self.name}:{self.dtype}"
+        return self.role
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """Everything kernix knows about one exported function.
+
+    Attributes
+    ----------
+    name
+        The exported name: the FFI target is ``"<prefix>.<name>"``.
+    qualified_name
+        The C++ name to call, with namespaces (``ops::scale_by``).
+    params
+        The parameters in declaration order.
+    file, line
+        Where the declaration is (for messages); ``""`` / 0 if unknown.
+    """
+
+    name: str
+    qualified_name: str
+    params: tuple[Param, ...]
+    file: str = ""
+    line: int = 0
+
+    @property
+    def arg_spec(self) -> tuple[str, ...]:
+        """The canonical token list (``attr`` tokens always carry a dtype)."""
+        return tuple(p.token for p in self.params)
+
+    @property
+    def inputs(self) -> tuple[Param, ...]:
+        """The ``arg`` parameters, in call order."""
+        return tuple(p for p in self.params if p.role == "arg")
+
+    @property
+    def outputs(self) -> tuple[Param, ...]:
+        """The ``ret`` parameters, in result order."""
+        return tuple(p for p in self.params if p.role == "ret")
+
+    @property
+    def attrs(self) -> tuple[Param, ...]:
+        """The attribute parameters, in declaration order."""
+        return tuple(p for p in self.params if p.role == "attr")
+
+    @property
+    def has_stream(self) -> bool:
+        """Whether the function takes the platform stream."""
+        return any(p.role == "stream" for p in self.params)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-serialisable dict; stable key order, round-trips via :meth:`from_json`."""
+        return {
+            "name": self.name,
+            "qualified_name": self.qualified_name,
+            "file": self.file,
+            "line": self.line,
+            "arg_spec": list(self.arg_spec),
+            "params": [dataclasses.asdict(p) for p in self.params],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "FunctionSpec":
+        """Rebuild a spec from :meth:`to_json` output."""
+        params = tuple(Param(**p) for p in data["params"])
+        return cls(
+            name=data["name"],
+            qualified_name=data["qualified_name"],
+            params=params,
+            file=data.get("file", ""),
+            line=int(data.get("line", 0)),
+        )
+
+    def dumps(self) -> str:
+        """The JSON form as a compact, deterministic string."""
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+
+
+def check_spec_matches(
+    declared: Sequence[str] | str | Iterable[Token], spec: FunctionSpec, *, source: str = "explicit"
+) -> None:
+    """Check that a declared arg_spec agrees with the real signature.
+
+    Parameters
+    ----------
+    declared
+        The spec the user gave (in a ``// @BE name tok ...`` annotation or a
+        ``functions`` dict).
+    spec
+        The spec inferred from the C++ signature.
+    source
+        Words naming where ``declared`` came from, for the message
+        (``"explicit"`` or ``"annotation"``).
+
+    Raises
+    ------
+    SourceError
+        Naming the file, line, function and first disagreeing parameter.
+    """
+    if isinstance(declared, str) or (declared and isinstance(next(iter(declared), None), str)):
+        tokens = parse_arg_spec(declared, function=spec.name)  # type: ignore[arg-type]
+    else:
+        tokens = tuple(declared)  # type: ignore[arg-type]
+
+    def fail(msg: str, param: str | None = None) -> None:
+        raise SourceError(
+            f"{source} arg_spec of {spec.name!r} disagrees with its C++ signature: {msg}. "
+            f"The signature gives: {' '.join(spec.arg_spec)}. "
+            "Fix the spec (or drop it: kernix infers it from the signature).",
+            file=spec.file,
+            line=spec.line,
+            function=spec.name,
+            parameter=param,
+        )
+
+    if len(tokens) != len(spec.params):
+        fail(f"it has {len(tokens)} tokens but the function has {len(spec.params)} parameters")
+    for i, (tok, param) in enumerate(zip(tokens, spec.params)):
+        if tok.role != param.role:
+            fail(f"parameter {i + 1} ({param.name!r}, type '{param.type}') is {param.role!r}, not {tok.role!r}", param.name)
+        if tok.role == "attr":
+            if tok.name != param.name:
+                fail(f"parameter {i + 1} is named {param.name!r}, not {tok.name!r}", param.name)
+            if tok.dtype is not None and tok.dtype != param.dtype:
+                fail(
+                    f"attribute {param.name!r} has type '{param.type}' (dtype {param.dtype}), "
+                    f"not {tok.dtype}",
+                    param.name,
+                )

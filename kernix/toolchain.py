@@ -1,0 +1,261 @@
+"""Finding the tools a build needs: nvcc, the host C++ compiler, the CUDA
+headers, jaxlib's FFI headers and the GPU architecture.
+
+Every finder raises :class:`~kernix.errors.ToolchainError` with what to
+install or set when it comes up empty.  Compiler identities are remembered per
+(path, size, mtime) so a warm load never runs a compiler.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ToolchainError
+
+__all__ = [
+    "Compiler",
+    "find_nvcc",
+    "find_cuda_home",
+    "find_host_compiler",
+    "cuda_include_dirs",
+    "jax_ffi_include_dir",
+    "jaxlib_version",
+    "normalize_arch",
+    "detect_compute_capability",
+]
+
+NVCC_ENV = "KERNIX_NVCC"
+ARCH_ENV = "KERNIX_CUDA_ARCH"
+
+
+@dataclass(frozen=True)
+class Compiler:
+    """A compiler executable and the identity string that enters cache keys."""
+
+    path: str
+    identity: str
+
+
+def _identity(path: str) -> str:
+    """``path``'s ``--version`` banner, remembered by (path, size, mtime_ns)."""
+    st = os.stat(path)
+    return _identity_cached(path, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _identity_cached(path: str, size: int, mtime_ns: int) -> str:
+    from .paths import cache_root
+
+    stamp = hashlib.sha256(f"{path}\0{size}\0{mtime_ns}".encode()).hexdigest()[:24]
+    memo = cache_root() / "toolchain" / f"{stamp}.json"
+    try:
+        return json.loads(memo.read_text())["identity"]
+    except (OSError, ValueError, KeyError):
+        pass
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ToolchainError(f"could not run {path} --version: {exc}") from exc
+    identity = f"{path}\n{out.strip()}"
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"identity": identity}))
+        os.replace(tmp, memo)
+    except OSError:
+        pass  # remembering is an optimisation only
+    return identity
+
+
+def _pip_nvcc() -> Path | None:
+    """nvcc from the ``nvidia-cuda-nvcc`` wheel, if installed."""
+    for site in sys.path:
+        for sub in ("nvidia/cuda_nvcc/bin/nvcc", "nvidia/cu13/bin/nvcc", "nvidia/cu12/bin/nvcc"):
+            cand = Path(site) / sub
+            if cand.is_file() and os.access(cand, os.X_OK):
+                return cand
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _nvcc_path() -> str:
+    explicit = os.environ.get(NVCC_ENV)
+    if explicit:
+        if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
+            raise ToolchainError(f"${NVCC_ENV}={explicit!r} is not an executable file")
+        return os.path.abspath(explicit)
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home:
+            cand = Path(home) / "bin" / "nvcc"
+            if cand.is_file():
+                return str(cand)
+    on_path = shutil.which("nvcc")
+    if on_path:
+        return os.path.realpath(on_path)
+    pip = _pip_nvcc()
+    if pip is not None:
+        return str(pip)
+    raise ToolchainError(
+        "nvcc was not found. Install the CUDA toolkit (or `pip install nvidia-cuda-nvcc`), "
+        f"or point kernix at it with ${NVCC_ENV}=/path/to/nvcc or $CUDA_HOME."
+    )
+
+
+def find_nvcc() -> Compiler:
+    """Find nvcc: ``$KERNIX_NVCC``, ``$CUDA_HOME``/``$CUDA_PATH``, ``PATH``, then
+    the pip ``nvidia-cuda-nvcc`` package."""
+    path = _nvcc_path()
+    return Compiler(path, _identity(path))
+
+
+def find_cuda_home() -> Path | None:
+    """The CUDA toolkit root (holding ``include/cuda_runtime.h``), or ``None``."""
+    try:
+        nvcc = Path(_nvcc_path())
+    except ToolchainError:
+        nvcc = None
+    candidates = [nvcc.parent.parent] if nvcc else []
+    candidates += [Path(os.environ[v]) for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    candidates.append(Path("/usr/local/cuda"))
+    for home in candidates:
+        if (home / "include" / "cuda_runtime.h").is_file():
+            return home
+    return None
+
+
+def cuda_include_dirs() -> list[str]:
+    """Include directories of the CUDA toolkit (empty when none is found)."""
+    home = find_cuda_home()
+    if home is None:
+        return []
+    dirs = [home / "include"]
+    dirs += sorted((home / "targets").glob("*/include")) if (home / "targets").is_dir() else []
+    return [str(d) for d in dirs if d.is_dir()]
+
+
+@functools.lru_cache(maxsize=None)
+def _cxx_path() -> str:
+    explicit = os.environ.get("CXX")
+    if explicit:
+        found = shutil.which(explicit)
+        if not found:
+            raise ToolchainError(f"$CXX={explicit!r} is not an executable on PATH")
+        return os.path.realpath(found)
+    for name in ("g++", "c++", "clang++"):
+        found = shutil.which(name)
+        if found:
+            return os.path.realpath(found)
+    raise ToolchainError(
+        "no C++ compiler was found (tried $CXX, g++, c++, clang++). Install one, e.g. "
+        "`apt-get install g++`, or set $CXX."
+    )
+
+
+def find_host_compiler() -> Compiler:
+    """Find the host C++ compiler: ``$CXX``, then ``g++``, ``c++``, ``clang++``."""
+    path = _cxx_path()
+    return Compiler(path, _identity(path))
+
+
+def jax_ffi_include_dir() -> str:
+    """jaxlib's own XLA FFI headers (always compile against the running jaxlib)."""
+    import jax.ffi
+
+    return str(jax.ffi.include_dir())
+
+
+def jaxlib_version() -> str:
+    """The running jaxlib's version string."""
+    import jaxlib
+
+    return str(getattr(jaxlib, "__version__", None) or jaxlib.version.__version__)
+
+
+_ARCH_RE = re.compile(r"^(?:sm_|compute_)?(\d+)(?:\.(\d+))?([af]?)$")
+
+
+def normalize_arch(value: str | int) -> str:
+    """Turn ``"sm_90"``, ``"90"``, ``"9.0"``, ``90`` or ``"sm_90a"`` into ``"sm_90"``-style.
+
+    Raises
+    ------
+    ToolchainError
+        If ``value`` is not a compute capability.
+    """
+    text = str(value).strip().lower()
+    m = _ARCH_RE.match(text)
+    if not m:
+        raise ToolchainError(
+            f"bad compute capability {value!r}: expected a form like 'sm_90', '90', '9.0' or 'sm_90a'"
+        )
+    major, minor, suffix = m.groups()
+    digits = major + minor if minor is not None else major
+    return f"sm_{digits}{suffix}"
+
+
+def _arch_from_jax() -> str | None:
+    try:
+        import jax
+
+        for dev in jax.devices("gpu"):
+            cc = getattr(dev, "compute_capability", None)
+            if cc:
+                return normalize_arch(cc)
+    except Exception:  # no GPU backend: not an error here
+        return None
+    return None
+
+
+def _arch_from_nvidia_smi() -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        if line.strip():
+            try:
+                return normalize_arch(line.strip())
+            except ToolchainError:
+                return None
+    return None
+
+
+def detect_compute_capability(explicit: str | None = None) -> str:
+    """The GPU architecture to build for, as ``sm_XY``.
+
+    Looks, in order, at ``explicit``, ``$KERNIX_CUDA_ARCH``, the JAX GPU devices
+    and ``nvidia-smi``.
+
+    Raises
+    ------
+    ToolchainError
+        When none of them gives one, saying how to set it.
+    """
+    if explicit:
+        return normalize_arch(explicit)
+    env = os.environ.get(ARCH_ENV)
+    if env:
+        return normalize_arch(env)
+    arch = _arch_from_jax() or _arch_from_nvidia_smi()
+    if arch:
+        return arch
+    raise ToolchainError(
+        "could not detect the GPU's compute capability (no JAX GPU device, no nvidia-smi). "
+        f"Pass compute_capability='sm_90' (for example) or set ${ARCH_ENV}=sm_90."
+    )
