@@ -24,13 +24,40 @@ from .errors import (
     SourceError,
     ToolchainError,
 )
-from .paths import set_cache_dir
+from .api import (
+    load_cpp_dir,
+    load_cpp_file,
+    load_cpp_inline,
+    load_cuda_dir,
+    load_cuda_file,
+    load_cuda_inline,
+)
+from .cache import cache_info, clear_cache
+from .module import CallError, CompiledModule, KernelFunction
+from .names import InvalidNameError
+from .paths import cache_root, set_cache_dir
+from .registry import list_registered_targets
 from .spec import FunctionSpec, Param, parse_arg_spec
 
 __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
+    "load_cuda_inline",
+    "load_cuda_file",
+    "load_cuda_dir",
+    "load_cpp_inline",
+    "load_cpp_file",
+    "load_cpp_dir",
+    "CompiledModule",
+    "KernelFunction",
+    "register_ffi_target",
+    "list_registered_targets",
+    "cache_info",
+    "clear_cache",
+    "cache_root",
+    "CallError",
+    "InvalidNameError",
     "ArgSpecError",
     "CacheError",
     "CompilationError",
@@ -44,3 +71,12 @@ __all__ = [
     "parse_arg_spec",
     "set_cache_dir",
 ]
+
+
+def register_ffi_target(module: CompiledModule, target_prefix: str | None = None) -> list[str]:
+    """Register every function of a module loaded with ``auto_register=False``.
+
+    Targets are named ``"<target_prefix or module name>.<function>"``;
+    registering the same code again is a no-op.  Returns the target names.
+    """
+    return module.register(target_prefix)

@@ -1,0 +1,287 @@
+"""The compiler driver: write the generated sources and a ninja file, run ninja.
+
+Layout of one build directory (stable per module name, so ninja rebuilds only
+what changed)::
+
+    shim_0.cu ... shim_N.cu     user file i + its shims   (nvcc, or c++ for CPU)
+    handlers.cpp                the XLA FFI handlers      (host c++; specs only)
+    build.ninja
+    module.so                   all of the above, linked
+
+A generated file is rewritten only when its text changes, so editing a kernel
+body recompiles that file's shim unit and relinks, and the handler object is
+reused.  Commands are argument lists joined with :func:`shlex.join` for ninja;
+nothing goes through a user-controlled shell string.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from . import codegen, toolchain
+from .errors import CompilationError, ToolchainError
+from .paths import include_dir
+
+__all__ = ["BuildConfig", "BuildResult", "compile_flags", "build_module", "ninja_path"]
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Everything that decides how a module is compiled.
+
+    Attributes
+    ----------
+    platform
+        ``"cuda"`` (user code by nvcc) or ``"cpu"`` (user code by the host compiler).
+    optimization_level
+        ``-O<n>`` for host and device code.
+    use_fast_math
+        ``--use_fast_math`` for nvcc, ``-ffast-math`` for C++.
+    extra_cflags, extra_ldflags, include_dirs
+        Passed through, in order.
+    arch
+        ``sm_XY`` for CUDA builds.
+    allow_cuda_graph
+        Mark handlers command-buffer compatible.
+    """
+
+    platform: str
+    optimization_level: int = 3
+    use_fast_math: bool = False
+    extra_cflags: tuple[str, ...] = ()
+    extra_ldflags: tuple[str, ...] = ()
+    include_dirs: tuple[str, ...] = ()
+    arch: str | None = None
+    allow_cuda_graph: bool = True
+
+    def __post_init__(self) -> None:
+        if self.platform not in ("cuda", "cpu"):
+            raise ValueError(f"platform must be 'cuda' or 'cpu', not {self.platform!r}")
+        if not isinstance(self.optimization_level, int) or not 0 <= self.optimization_level <= 3:
+            raise ValueError(f"optimization_level must be an int from 0 to 3, not {self.optimization_level!r}")
+        if self.platform == "cuda" and not self.arch:
+            raise ValueError("a CUDA build needs an architecture (arch='sm_90', say)")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What a build produced."""
+
+    so_path: Path
+    dependencies: tuple[str, ...] = field(default=())  # every file the compilers read
+    output: str = ""
+
+
+def ninja_path() -> str:
+    """The ninja executable (from the ``ninja`` package, else ``PATH``)."""
+    try:
+        import ninja  # type: ignore[import-not-found]
+
+        cand = Path(ninja.BIN_DIR) / "ninja"
+        if cand.is_file():
+            return str(cand)
+    except ImportError:
+        pass
+    import shutil
+
+    found = shutil.which("ninja")
+    if not found:
+        raise ToolchainError("ninja was not found: `pip install ninja`")
+    return found
+
+
+def _cuda_lib_dirs() -> list[str]:
+    home = toolchain.find_cuda_home()
+    if home is None:
+        return []
+    cands = [home / "lib64", home / "lib", *sorted((home / "targets").glob("*/lib"))]
+    return [str(d) for d in cands if (d / "libcudart_static.a").is_file()]
+
+
+def _include_flags(config: BuildConfig) -> list[str]:
+    flags = [f"-I{include_dir()}"]
+    flags += [f"-I{os.path.abspath(d)}" for d in config.include_dirs]
+    flags += ["-isystem", toolchain.jax_ffi_include_dir()]
+    return flags
+
+
+def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
+    """The compiler and linker argument lists (without inputs and outputs).
+
+    Returns a dict with ``user`` (the shim units), ``handlers`` and ``link``;
+    each list starts with the executable.
+    """
+    cxx = toolchain.find_host_compiler().path
+    opt = f"-O{config.optimization_level}"
+    handlers = [cxx, "-std=c++17", opt, "-fPIC", "-fvisibility=hidden", *_include_flags(config)]
+    link = [cxx, "-shared", "-Wl,--exclude-libs,ALL"]
+    if config.platform == "cuda":
+        nvcc = toolchain.find_nvcc().path
+        arch = config.arch
+        assert arch is not None
+        virtual = "compute_" + arch[3:]
+        user = [
+            nvcc, "-std=c++17", opt, f"-Xptxas=-O{config.optimization_level}",
+            f"--generate-code=arch={virtual},code=[{virtual},{arch}]",
+            "-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=hidden",
+            "--expt-relaxed-constexpr", "--extended-lambda",
+            *_include_flags(config),
+        ]
+        if config.use_fast_math:
+            user.append("--use_fast_math")
+        link += [f"-L{d}" for d in _cuda_lib_dirs()]
+        link_tail = ["-l:libcudart_static.a", "-ldl", "-lrt", "-lpthread"]
+    else:
+        user = [cxx, "-std=c++17", opt, "-fPIC", "-fvisibility=hidden", *_include_flags(config)]
+        if config.use_fast_math:
+            user.append("-ffast-math")
+        link_tail = []
+    user += list(config.extra_cflags)
+    link_tail += list(config.extra_ldflags)
+    return {"user": user, "handlers": handlers, "link": link + ["@IN@"] + link_tail}
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _ninja_file(units: list[str], flags: dict[str, list[str]], ext: str) -> str:
+    q = shlex.join
+    # nvcc and g++ both write make-style depfiles with -MD -MF.
+    rules = [
+        "ninja_required_version = 1.3",
+        "",
+        "rule user_cc",
+        f"  command = {q(flags['user'])} -MD -MF $out.d -c $in -o $out",
+        "  depfile = $out.d",
+        "  description = compile $in",
+        "",
+        "rule handler_cc",
+        f"  command = {q(flags['handlers'])} -MD -MF $out.d -c $in -o $out",
+        "  depfile = $out.d",
+        "  description = compile $in",
+        "",
+        "rule link",
+        "  command = " + q(flags["link"]).replace("@IN@", "$in") + " -o $out",
+        "  description = link $out",
+        "",
+    ]
+    objs = []
+    for i, _ in enumerate(units):
+        rules.append(f"build shim_{i}.o: user_cc shim_{i}.{ext}")
+        objs.append(f"shim_{i}.o")
+    rules.append("build handlers.o: handler_cc handlers.cpp")
+    objs.append("handlers.o")
+    rules.append(f"build module.so: link {' '.join(objs)}")
+    rules.append("default module.so")
+    return "\n".join(rules) + "\n"
+
+
+def _read_depfile(path: Path) -> list[str]:
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    text = text.replace("\\\n", " ")
+    _, _, deps = text.partition(": ")
+    out: list[str] = []
+    token = ""
+    i = 0
+    while i < len(deps):  # make escapes: "\ " is a space inside a path
+        c = deps[i]
+        if c == "\\" and i + 1 < len(deps) and deps[i + 1] == " ":
+            token += " "
+            i += 2
+            continue
+        if c.isspace():
+            if token:
+                out.append(token)
+            token = ""
+        else:
+            token += c
+        i += 1
+    if token:
+        out.append(token)
+    return out
+
+
+def build_module(
+    build_dir: Path,
+    units: Sequence[tuple[str, Sequence[codegen.ExportedFunction]]],
+    config: BuildConfig,
+    *,
+    workers: int | None = None,
+    verbose: bool = False,
+) -> BuildResult:
+    """Generate, compile and link one module in ``build_dir``.
+
+    Parameters
+    ----------
+    build_dir
+        Working directory of the build (created if needed).
+    units
+        ``(user_source_path, functions)`` per translation unit.
+    config
+        Flags and platform.
+    workers
+        Parallel compile jobs (``ninja -j``); default: all CPUs.
+    verbose
+        Print every command and its output.
+
+    Raises
+    ------
+    CompilationError
+        With the compiler's output, which names the user's files and lines.
+    """
+    build_dir.mkdir(parents=True, exist_ok=True)
+    ext = "cu" if config.platform == "cuda" else "cpp"
+    flags = compile_flags(config)
+    all_functions = [fn for _, fns in units for fn in fns]
+    for i, (source, fns) in enumerate(units):
+        _write_if_changed(build_dir / f"shim_{i}.{ext}", codegen.shim_unit(os.path.abspath(source), fns))
+    _write_if_changed(
+        build_dir / "handlers.cpp",
+        codegen.handler_unit(all_functions, config.platform, config.allow_cuda_graph),
+    )
+    _write_if_changed(build_dir / "build.ninja", _ninja_file([u for u, _ in units], flags, ext))
+
+    jobs = workers if workers and workers > 0 else (os.cpu_count() or 1)
+    cmd = [ninja_path(), "-C", str(build_dir), f"-j{jobs}"]
+    if verbose:
+        cmd.append("-v")
+        print("kernix:", shlex.join(cmd), file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    if verbose and proc.stdout:
+        print(proc.stdout, file=sys.stderr, end="", flush=True)
+    if proc.returncode != 0:
+        raise CompilationError(
+            f"building {build_dir} failed (ninja exit code {proc.returncode})",
+            output=_trim_ninja_output(proc.stdout),
+            command=cmd,
+        )
+    deps: set[str] = {os.path.abspath(s) for s, _ in units}
+    for i in range(len(units)):
+        deps.update(_read_depfile(build_dir / f"shim_{i}.o.d"))
+    deps.update(_read_depfile(build_dir / "handlers.o.d"))
+    generated = {str(build_dir / f"shim_{i}.{ext}") for i in range(len(units))} | {str(build_dir / "handlers.cpp")}
+    resolved = sorted({os.path.abspath(os.path.join(build_dir, d)) for d in deps} - generated)
+    return BuildResult(build_dir / "module.so", tuple(resolved), proc.stdout)
+
+
+def _trim_ninja_output(text: str) -> str:
+    """Drop ninja's own progress lines, keep the compiler's diagnostics."""
+    keep = [ln for ln in text.splitlines() if not ln.startswith(("[", "ninja: build stopped"))]
+    return "\n".join(keep).strip()

@@ -1,0 +1,421 @@
+"""The content-addressed build cache.
+
+Layout under the cache root (see :func:`kernix.paths.cache_root`)::
+
+    modules/<name>/<key>/manifest.json    what was built, and from what
+    modules/<name>/<key>/module-<sha>.so  the library, named by its own hash
+    build/<name>/                         ninja's working directory
+    sources/<name>-<sha>.<ext>            inline sources, written once
+    locks/<name>.lock                     held while <name> builds
+
+The *key* is a SHA-256 over everything known before compiling (kernix version,
+source paths and bytes, requested functions, compiler identities, flags,
+architecture, jaxlib version).  Headers are only known after compiling, so,
+as in ccache's manifests, the manifest records every file the compilers read
+with its size, mtime and SHA-256; an entry is used only if they all still
+match (size and mtime first, the hash when they differ).
+
+Guarantees: files are published by writing a temporary file and renaming it,
+manifest last, so a reader sees a complete entry or none; builds of one
+module name are serialised by an ``flock`` that the kernel drops when its
+holder dies, so a killed builder never blocks anyone; an entry whose library
+does not match its recorded size and hash is rebuilt with a warning, never
+loaded; a library in a directory that other users can write to is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from .errors import CacheError
+from .paths import cache_root
+from .spec import FunctionSpec
+
+__all__ = [
+    "MANIFEST_FORMAT",
+    "Manifest",
+    "compute_key",
+    "file_digest",
+    "lookup",
+    "publish",
+    "build_lock",
+    "write_source",
+    "clear_cache",
+    "cache_info",
+    "check_private",
+]
+
+MANIFEST_FORMAT = 1
+_LOCK_TIMEOUT_S = float(os.environ.get("KERNIX_LOCK_TIMEOUT", "1800"))
+
+
+def file_digest(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file's bytes, as hex."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def compute_key(parts: dict[str, Any]) -> str:
+    """SHA-256 over a JSON-serialisable description of a build."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A published cache entry.
+
+    Attributes
+    ----------
+    directory
+        The entry's directory.
+    key
+        Its key.
+    so_path
+        The library.
+    functions
+        The specs, in export order.
+    handlers
+        Function name -> exported handler symbol.
+    platform
+        ``"cuda"`` or ``"cpu"``.
+    """
+
+    directory: Path
+    key: str
+    so_path: Path
+    functions: tuple[FunctionSpec, ...]
+    handlers: dict[str, str]
+    platform: str
+
+
+def _entry_dir(root: Path, name: str, key: str) -> Path:
+    return root / "modules" / name / key[:32]
+
+
+def check_private(path: Path, root: Path) -> None:
+    """Refuse ``path`` if it, or a directory between it and ``root``, can be
+    written by other users (or is owned by another user).
+
+    A shared library is code: loading one from a directory that others can
+    write to lets them run code in this process.
+
+    Raises
+    ------
+    CacheError
+        Naming the directory and the ``chmod`` that fixes it.
+    """
+    uid = os.getuid()
+    current = path
+    chain = [path]
+    while current != root and root in current.parents:
+        current = current.parent
+        chain.append(current)
+    for p in chain:
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            continue
+        if st.st_uid not in (uid, 0):
+            raise CacheError(
+                f"refusing to load from {p}: it is owned by another user (uid {st.st_uid}). "
+                "Use a cache directory of your own (set KERNIX_CACHE_DIR or call kernix.set_cache_dir())."
+            )
+        if st.st_mode & stat.S_IWOTH and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_uid == uid):
+            raise CacheError(
+                f"refusing to load a compiled library from {p}: other users can write to it, so "
+                f"they could replace the code this process runs. Fix it with `chmod o-w {p}` "
+                "or use a private cache directory (KERNIX_CACHE_DIR)."
+            )
+
+
+def _dependencies_current(deps: Sequence[Sequence[Any]]) -> bool:
+    for path, size, mtime_ns, digest in deps:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if st.st_size == size and st.st_mtime_ns == mtime_ns:
+            continue
+        if st.st_size != size:
+            return False
+        try:
+            if file_digest(path) != digest:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _damaged(entry: Path, why: str) -> None:
+    warnings.warn(f"kernix: the cache entry {entry} is damaged ({why}); rebuilding it", RuntimeWarning, stacklevel=4)
+
+
+def lookup(root: Path, name: str, key: str, *, verify_library: bool = True) -> Manifest | None:
+    """Return the usable entry for ``key``, or ``None`` (absent, stale or damaged).
+
+    A damaged entry (unreadable manifest, missing or altered library) gives a
+    ``RuntimeWarning`` and ``None``, so the caller rebuilds it.
+    """
+    entry = _entry_dir(root, name, key)
+    try:
+        raw = (entry / "manifest.json").read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        _damaged(entry, f"cannot read manifest: {exc}")
+        return None
+    try:
+        data = json.loads(raw)
+        if data.get("format") != MANIFEST_FORMAT or data.get("key") != key:
+            _damaged(entry, "manifest does not belong to this key")
+            return None
+        so_path = entry / data["so"]
+        functions = tuple(FunctionSpec.from_json(f) for f in data["functions"])
+        handlers = {str(k): str(v) for k, v in data["handlers"].items()}
+        deps = data["dependencies"]
+        so_size, so_sha = int(data["so_size"]), str(data["so_sha256"])
+        platform = str(data["platform"])
+    except (ValueError, KeyError, TypeError) as exc:
+        _damaged(entry, f"unreadable manifest: {exc!r}")
+        return None
+    if not _dependencies_current(deps):
+        return None  # a header changed: an ordinary miss
+    check_private(entry, root)
+    if verify_library:
+        try:
+            st = so_path.stat()
+            if st.st_size != so_size:
+                _damaged(entry, f"library is {st.st_size} bytes, expected {so_size}")
+                return None
+            if file_digest(so_path) != so_sha:
+                _damaged(entry, "library content does not match its recorded SHA-256")
+                return None
+        except OSError as exc:
+            _damaged(entry, f"library missing: {exc.strerror or exc}")
+            return None
+    return Manifest(entry, key, so_path, functions, handlers, platform)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _makedirs(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CacheError(_io_message(path, exc)) from exc
+
+
+def _io_message(path: Path, exc: OSError) -> str:
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return (
+            f"the kernix cache at {path} is not writable ({exc.strerror}). Point kernix at a "
+            "writable directory with KERNIX_CACHE_DIR, kernix.set_cache_dir(), or build_directory=."
+        )
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (
+            f"no space left for the kernix cache at {path}. Free space, run `kernix cache clear`, "
+            "or point KERNIX_CACHE_DIR at another disk."
+        )
+    return f"cannot use the kernix cache at {path}: {exc}"
+
+
+def publish(
+    root: Path,
+    name: str,
+    key: str,
+    built_so: Path,
+    functions: Sequence[FunctionSpec],
+    handlers: dict[str, str],
+    dependencies: Sequence[str],
+    platform: str,
+) -> Manifest:
+    """Copy a built library into the cache and write its manifest, atomically.
+
+    The library is stored under a name derived from its own hash and never
+    rewritten in place, so a process that has it loaded is not disturbed.
+    """
+    entry = _entry_dir(root, name, key)
+    try:
+        _makedirs(entry)
+        data = built_so.read_bytes()
+        so_sha = hashlib.sha256(data).hexdigest()
+        so_name = f"module-{so_sha[:16]}.so"
+        if not (entry / so_name).is_file() or file_digest(entry / so_name) != so_sha:
+            _atomic_write(entry / so_name, data)
+        deps = []
+        for d in dependencies:
+            st = os.stat(d)
+            deps.append([d, st.st_size, st.st_mtime_ns, file_digest(d)])
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "key": key,
+            "name": name,
+            "platform": platform,
+            "so": so_name,
+            "so_size": len(data),
+            "so_sha256": so_sha,
+            "functions": [f.to_json() for f in functions],
+            "handlers": handlers,
+            "dependencies": deps,
+            "created": time.time(),
+        }
+        _atomic_write(entry / "manifest.json", json.dumps(manifest, indent=1).encode())
+        for old in entry.glob("module-*.so"):  # superseded libraries of this entry
+            if old.name != so_name:
+                with contextlib.suppress(OSError):
+                    old.unlink()
+    except OSError as exc:
+        raise CacheError(_io_message(entry, exc)) from exc
+    return Manifest(entry, key, entry / so_name, tuple(functions), dict(handlers), platform)
+
+
+@contextlib.contextmanager
+def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None]:
+    """Hold the inter-process build lock of module ``name``.
+
+    An ``flock``: released by the kernel when the holder exits or is killed,
+    so a dead builder never leaves a stale lock behind.
+    """
+    locks = root / "locks"
+    _makedirs(locks)
+    path = locks / f"{name}.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise CacheError(_io_message(path, exc)) from exc
+    try:
+        start = time.monotonic()
+        announced = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waited = time.monotonic() - start
+                if verbose and not announced:
+                    print(f"kernix: waiting for another process building {name!r} ({path})", file=sys.stderr)
+                    announced = True
+                if waited > _LOCK_TIMEOUT_S:
+                    raise CacheError(
+                        f"gave up after {waited:.0f} s waiting for the build lock {path}, held by a live "
+                        "process that is still building this module"
+                    ) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing drops the flock
+
+
+def write_source(root: Path, name: str, text: str, ext: str) -> Path:
+    """Store an inline source under a content-derived name; return its path."""
+    data = text.encode()
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    path = root / "sources" / f"{name}-{digest}.{ext}"
+    try:
+        if path.is_file() and path.read_bytes() == data:
+            return path
+        _makedirs(path.parent)
+        _atomic_write(path, data)
+    except OSError as exc:
+        raise CacheError(_io_message(path, exc)) from exc
+    return path
+
+
+def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None = None) -> int:
+    """Delete cached builds: of module ``name``, or of every module.
+
+    Waits for a build of the module in progress to finish first, so it never
+    pulls files from under a running build.  Libraries already loaded by a
+    process stay usable.
+
+    Returns
+    -------
+    int
+        The number of module entries removed.
+    """
+    base = Path(root) if root is not None else cache_root()
+    modules = base / "modules"
+    if name is not None:
+        from .names import check_module_name
+
+        check_module_name(name)
+        names = [name]
+    else:
+        names = sorted(p.name for p in modules.iterdir()) if modules.is_dir() else []
+        if (base / "build").is_dir():
+            names = sorted(set(names) | {p.name for p in (base / "build").iterdir()})
+    removed = 0
+    for n in names:
+        with build_lock(base, n):
+            mdir = modules / n
+            if mdir.is_dir():
+                removed += sum(1 for p in mdir.iterdir() if p.is_dir())
+            shutil.rmtree(mdir, ignore_errors=True)
+            shutil.rmtree(base / "build" / n, ignore_errors=True)
+            for src in (base / "sources").glob(f"{n}-*"):
+                with contextlib.suppress(OSError):
+                    src.unlink()
+    if name is None:
+        shutil.rmtree(base / "specs", ignore_errors=True)
+    return removed
+
+
+def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Describe the cache: its root, total size, and one record per module entry."""
+    base = Path(root) if root is not None else cache_root()
+    entries = []
+    total = 0
+    for manifest in sorted((base / "modules").glob("*/*/manifest.json")):
+        size = sum(p.stat().st_size for p in manifest.parent.iterdir() if p.is_file())
+        total += size
+        try:
+            data = json.loads(manifest.read_text())
+            entries.append(
+                {
+                    "name": data.get("name"),
+                    "key": data.get("key"),
+                    "platform": data.get("platform"),
+                    "functions": [f["name"] for f in data.get("functions", [])],
+                    "path": str(manifest.parent),
+                    "size_bytes": size,
+                    "created": data.get("created"),
+                }
+            )
+        except (OSError, ValueError):
+            entries.append({"name": manifest.parent.parent.name, "path": str(manifest.parent), "damaged": True, "size_bytes": size})
+    for sub in ("build", "sources", "specs"):
+        d = base / sub
+        if d.is_dir():
+            total += sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
+    return {"root": str(base), "total_bytes": total, "modules": entries}

@@ -1,0 +1,259 @@
+"""`CompiledModule` and the typed Python callable of each exported function."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from . import registry
+from .errors import KernixError, RegistrationError
+from .names import check_target_prefix
+from .spec import ATTR_DTYPES, FunctionSpec, Param
+
+__all__ = ["CompiledModule", "KernelFunction", "CallError"]
+
+
+class CallError(KernixError, TypeError):
+    """A kernel was called with the wrong inputs or attributes."""
+
+
+def _coerce_attr(fn: str, param: Param, value: Any) -> Any:
+    """Turn a Python value into the exact numpy scalar type XLA expects."""
+    dtype = param.dtype
+    assert dtype is not None
+    np_name = ATTR_DTYPES[dtype][1]
+    try:
+        if dtype in ("float16", "bfloat16"):
+            import ml_dtypes  # shipped with jax
+
+            target = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
+            return np.asarray(value, dtype=target).reshape(()).view(np.uint16)[()]
+        if dtype == "bool":
+            if not isinstance(value, (bool, np.bool_)) and value not in (0, 1):
+                raise ValueError("expected a bool")
+            return np.bool_(value)
+        arr = np.asarray(value)
+        if arr.shape != ():
+            raise ValueError(f"expected a scalar, got an array of shape {arr.shape}")
+        if np.issubdtype(np.dtype(np_name), np.integer):
+            if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
+                raise ValueError(f"expected an integer, got {value!r}")
+            info = np.iinfo(np_name)
+            if not info.min <= int(value) <= info.max:
+                raise ValueError(f"{value} does not fit in {dtype}")
+        return np.dtype(np_name).type(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise CallError(
+            f"{fn}(): attribute {param.name!r} is {dtype} (C++ type '{param.type}'); "
+            f"cannot use {value!r}: {exc}"
+        ) from None
+
+
+class KernelFunction:
+    """The callable of one exported function.
+
+    ``f(*inputs, out=..., **attributes)`` runs the FFI target on the inputs
+    (JAX arrays, in the order of the ``arg`` parameters) with the attributes
+    (keywords, converted to their exact dtypes) and returns the output array,
+    or a tuple when the function has several outputs.  ``out`` gives the
+    output shapes and dtypes (a ``jax.ShapeDtypeStruct`` or a sequence of
+    them); when omitted and the function has one output, it is like the first
+    input.  Works under ``jax.jit`` and ``jax.vmap`` (vmap runs the kernel
+    once per batch element unless ``vmap_method`` says otherwise).
+    """
+
+    def __init__(self, module: "CompiledModule", spec: FunctionSpec) -> None:
+        self.module = module
+        self.spec = spec
+        self.__name__ = spec.name
+        self.__doc__ = f"{spec.qualified_name}: {' '.join(spec.arg_spec)}"
+
+    @property
+    def target(self) -> str:
+        """The FFI target name."""
+        return self.module.targets[self.spec.name]
+
+    def __repr__(self) -> str:
+        return f"<kernix function {self.target} ({' '.join(self.spec.arg_spec)})>"
+
+    def _out_specs(self, out: Any, inputs: Sequence[Any]) -> tuple[list[Any], bool]:
+        import jax
+
+        n_out = len(self.spec.outputs)
+        if out is None:
+            if n_out != 1 or not inputs:
+                raise CallError(
+                    f"{self.spec.name}(): pass out= with the shape and dtype of its {n_out} outputs "
+                    "(a jax.ShapeDtypeStruct or a list of them)"
+                )
+            return [jax.ShapeDtypeStruct(np.shape(inputs[0]), inputs[0].dtype)], True
+        single = not isinstance(out, (list, tuple))
+        outs = [out] if single else list(out)
+        if len(outs) != n_out:
+            raise CallError(f"{self.spec.name}(): out= describes {len(outs)} outputs, the function has {n_out}")
+        for o, p in zip(outs, self.spec.outputs):
+            self._check_buffer(p, o, "output")
+        return outs, single
+
+    def _check_buffer(self, param: Param, value: Any, what: str) -> None:
+        if param.dtype is not None and np.dtype(value.dtype) != np.dtype(_np_buffer_dtype(param.dtype)):
+            raise CallError(
+                f"{self.spec.name}(): {what} {param.name!r} must be {param.dtype} "
+                f"(C++ type '{param.type}'), got {np.dtype(value.dtype)}"
+            )
+        if param.rank is not None and len(np.shape(value)) != param.rank:
+            raise CallError(
+                f"{self.spec.name}(): {what} {param.name!r} must have rank {param.rank} "
+                f"(C++ type '{param.type}'), got shape {tuple(np.shape(value))}"
+            )
+
+    def __call__(self, *inputs: Any, out: Any = None, vmap_method: str = "sequential", **attrs: Any) -> Any:
+        import jax
+
+        spec = self.spec
+        if not self.module.registered:
+            raise RegistrationError(
+                f"{spec.name}(): module {self.module.name!r} is not registered; call "
+                "module.register() (it was loaded with auto_register=False)"
+            )
+        expected = spec.inputs
+        if len(inputs) != len(expected):
+            names = ", ".join(p.name for p in expected) or "none"
+            raise CallError(
+                f"{spec.name}() takes {len(expected)} input array(s) ({names}), got {len(inputs)}"
+            )
+        inputs = tuple(jax.numpy.asarray(x) if not hasattr(x, "dtype") else x for x in inputs)
+        for p, x in zip(expected, inputs):
+            self._check_buffer(p, x, "input")
+        declared = {p.name: p for p in spec.attrs}
+        unknown = sorted(set(attrs) - set(declared))
+        if unknown:
+            raise CallError(
+                f"{spec.name}() got unknown attribute(s) {', '.join(map(repr, unknown))}; "
+                f"it takes: {', '.join(declared) or 'no attributes'}"
+            )
+        missing = [n for n in declared if n not in attrs]
+        if missing:
+            raise CallError(
+                f"{spec.name}() is missing attribute(s) "
+                + ", ".join(f"{n!r} ({declared[n].dtype})" for n in missing)
+            )
+        coerced = {n: _coerce_attr(spec.name, declared[n], v) for n, v in attrs.items()}
+        outs, single = self._out_specs(out, inputs)
+        call = jax.ffi.ffi_call(self.target, outs, vmap_method=vmap_method)
+        result = call(*inputs, **coerced)
+        return result[0] if single else tuple(result)
+
+
+def _np_buffer_dtype(name: str) -> Any:
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    if name.startswith("float8"):
+        import ml_dtypes
+
+        return getattr(ml_dtypes, name)
+    return np.dtype(name)
+
+
+class CompiledModule:
+    """A compiled, loaded module.
+
+    Attributes
+    ----------
+    name
+        The module name.
+    path
+        The shared library.
+    platform
+        ``"cuda"`` or ``"cpu"``.
+    functions
+        Exported name -> :class:`~kernix.spec.FunctionSpec`, in export order.
+    targets
+        Exported name -> FFI target name.
+
+    Each exported function is also an attribute (``mod.vector_add``) and an
+    item (``mod["vector_add"]``): a :class:`KernelFunction`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        path: Path,
+        platform: str,
+        functions: Sequence[FunctionSpec],
+        handlers: Mapping[str, str],
+        key: str,
+        target_prefix: str | None = None,
+    ) -> None:
+        self.name = name
+        self.path = Path(path)
+        self.platform = platform
+        self.key = key
+        self.functions: dict[str, FunctionSpec] = {f.name: f for f in functions}
+        self.handlers = dict(handlers)
+        self.target_prefix = target_prefix or name
+        self.registered = False
+        self._callables = {n: KernelFunction(self, s) for n, s in self.functions.items()}
+
+    @property
+    def targets(self) -> dict[str, str]:
+        """Exported name -> FFI target name."""
+        return {n: f"{self.target_prefix}.{n}" for n in self.functions}
+
+    @property
+    def specs(self) -> dict[str, tuple[str, ...]]:
+        """Exported name -> canonical arg_spec."""
+        return {n: f.arg_spec for n, f in self.functions.items()}
+
+    def register(self, target_prefix: str | None = None) -> list[str]:
+        """Register every function as ``"<target_prefix>.<function>"``.
+
+        Registering the same module again is a no-op.  Returns the target names.
+
+        Raises
+        ------
+        RegistrationError
+            If a target name is taken by different code.
+        """
+        if target_prefix is not None:
+            check_target_prefix(target_prefix)
+            if self.registered and target_prefix != self.target_prefix:
+                raise RegistrationError(
+                    f"module {self.name!r} is already registered under prefix {self.target_prefix!r}"
+                )
+            self.target_prefix = target_prefix
+        for fn, target in self.targets.items():
+            registry.register_target(target, self.platform, self.path, self.handlers[fn], f"{self.key}:{fn}")
+        self.registered = True
+        return list(self.targets.values())
+
+    def __getattr__(self, item: str) -> KernelFunction:
+        callables = self.__dict__.get("_callables", {})
+        if item in callables:
+            return callables[item]
+        raise AttributeError(
+            f"module {self.__dict__.get('name')!r} has no function {item!r}; it exports: "
+            + ", ".join(callables)
+        )
+
+    def __getitem__(self, item: str) -> KernelFunction:
+        try:
+            return self._callables[item]
+        except KeyError:
+            raise KeyError(f"module {self.name!r} has no function {item!r}; it exports: {', '.join(self._callables)}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._callables)
+
+    def __len__(self) -> int:
+        return len(self._callables)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self._callables))
+
+    def __repr__(self) -> str:
+        return f"<kernix.CompiledModule {self.name!r} ({self.platform}, {len(self)} functions) at {self.path}>"

@@ -1,0 +1,60 @@
+"""Validation of module names, target prefixes and exported function names.
+
+Names become directory names and FFI target names, so they are checked before
+anything touches the disk or a compiler.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import KernixError
+
+__all__ = ["InvalidNameError", "check_module_name", "check_target_prefix", "check_function_name"]
+
+
+class InvalidNameError(KernixError, ValueError):
+    """A module name, target prefix or function name is not acceptable."""
+
+
+_MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[.-][A-Za-z0-9_]+)*")
+_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MAX_LEN = 128
+
+
+def check_module_name(name: object) -> str:
+    """Return ``name`` if it is a valid module name, else raise.
+
+    A module name is letters, digits and ``_``, optionally in parts joined by
+    ``.`` or ``-`` (``my_kernels``, ``pkg.ops``, ``ops-v2``): no path
+    separators, no ``..``, no NUL, at most 128 characters.
+    """
+    if not isinstance(name, str):
+        raise InvalidNameError(f"the module name must be a string, not {type(name).__name__}")
+    if not name or len(name) > _MAX_LEN or not _MODULE_RE.fullmatch(name):
+        raise InvalidNameError(
+            f"invalid module name {name!r}: use letters, digits and '_' (parts may be joined by "
+            f"'.' or '-'), start with a letter or '_', at most {_MAX_LEN} characters; no path "
+            "separators, '..', spaces or other characters. Example: 'my_kernels'."
+        )
+    return name
+
+
+def check_target_prefix(prefix: object) -> str:
+    """Return ``prefix`` if it is a valid FFI target prefix (dotted identifiers)."""
+    if not isinstance(prefix, str):
+        raise InvalidNameError(f"target_prefix must be a string, not {type(prefix).__name__}")
+    parts = prefix.split(".")
+    if not prefix or len(prefix) > _MAX_LEN or not all(_IDENT_RE.fullmatch(p) for p in parts):
+        raise InvalidNameError(
+            f"invalid target_prefix {prefix!r}: use identifiers joined by '.' "
+            "(e.g. 'my_module.my_kernels')"
+        )
+    return prefix
+
+
+def check_function_name(name: object) -> str:
+    """Return ``name`` if it is a valid exported function name (a C identifier)."""
+    if not isinstance(name, str) or not _IDENT_RE.fullmatch(name) or len(name) > _MAX_LEN:
+        raise InvalidNameError(f"invalid function name {name!r}: it must be a C++ identifier")
+    return name

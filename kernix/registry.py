@@ -1,0 +1,114 @@
+"""Loading compiled libraries and registering their handlers with JAX.
+
+XLA keeps one handler per (target name, platform) for the life of the
+process, and a conflicting registration can break the JAX backend, so every
+registration goes through here: registering the same content again is a
+no-op, and registering different content under a taken name raises
+:class:`~kernix.errors.RegistrationError` before JAX is touched.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import RegistrationError
+
+__all__ = ["Registration", "load_library", "handler_address", "register_target", "list_registered_targets"]
+
+_lock = threading.RLock()
+_libraries: dict[str, ctypes.CDLL] = {}
+_targets: dict[tuple[str, str], "Registration"] = {}
+
+#: kernix platform -> the platform name JAX registers under.
+JAX_PLATFORMS = {"cuda": "CUDA", "cpu": "cpu"}
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One registered FFI target."""
+
+    target: str
+    platform: str
+    identity: str  # the module key and function: equal identity = same code
+    library: str
+    symbol: str
+
+
+def load_library(path: str | Path) -> ctypes.CDLL:
+    """``dlopen`` a library once per path (``RTLD_LOCAL``: symbols stay private)."""
+    key = str(path)
+    with _lock:
+        lib = _libraries.get(key)
+        if lib is None:
+            try:
+                lib = ctypes.CDLL(key, mode=ctypes.RTLD_LOCAL)
+            except OSError as exc:
+                raise RegistrationError(f"cannot load the compiled library {key}: {exc}") from exc
+            _libraries[key] = lib
+        return lib
+
+
+def handler_address(library: ctypes.CDLL, symbol: str) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+    """The handler function ``symbol`` of a loaded library."""
+    try:
+        return getattr(library, symbol)
+    except AttributeError:
+        raise RegistrationError(
+            f"the compiled library {library._name} has no handler symbol {symbol!r}; it is damaged "
+            "or was built by another kernix version: rebuild with force_rebuild=True"
+        ) from None
+
+
+def register_target(target: str, platform: str, library_path: str | Path, symbol: str, identity: str) -> bool:
+    """Register ``symbol`` of the library as FFI target ``target``.
+
+    Parameters
+    ----------
+    target
+        The FFI target name, ``"<prefix>.<function>"``.
+    platform
+        ``"cuda"`` or ``"cpu"``.
+    library_path, symbol
+        Where the handler is.
+    identity
+        A string identifying the code (module key + function): the same
+        identity may be registered again harmlessly.
+
+    Returns
+    -------
+    bool
+        ``True`` if registered now, ``False`` if the same code already was.
+
+    Raises
+    ------
+    RegistrationError
+        If ``target`` is taken by different code.
+    """
+    import jax.ffi
+
+    jax_platform = JAX_PLATFORMS[platform]
+    with _lock:
+        previous = _targets.get((target, jax_platform))
+        if previous is not None:
+            if previous.identity == identity:
+                return False
+            raise RegistrationError(
+                f"FFI target {target!r} ({jax_platform}) is already registered in this process with "
+                f"different code (from {previous.library}). XLA cannot replace a registered handler. "
+                "Load the new code under another module name or target_prefix (for example "
+                f"target_prefix='{target.rsplit('.', 1)[0]}_v2'), or restart Python to replace it."
+            )
+        lib = load_library(library_path)
+        fn = handler_address(lib, symbol)
+        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(fn), platform=jax_platform, api_version=1)
+        _targets[(target, jax_platform)] = Registration(target, jax_platform, identity, str(library_path), symbol)
+        return True
+
+
+def list_registered_targets() -> dict[str, str]:
+    """Targets kernix registered in this process: ``{target: platform}``."""
+    with _lock:
+        return {reg.target: reg.platform for reg in _targets.values()}
