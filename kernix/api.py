@@ -208,8 +208,8 @@ def _load(
         print(f"kernix: {name}: cache hit {manifest.directory}", file=sys.stderr)
 
     module = CompiledModule(
-        name, manifest.so_path, manifest.platform, manifest.functions, manifest.handlers, key,
-        target_prefix=target_prefix,
+        name, manifest.so_path, manifest.platform, manifest.functions, manifest.handlers,
+        manifest.so_sha256, target_prefix=target_prefix,
     )
     if auto_register:
         module.register()

@@ -96,6 +96,8 @@ class Manifest:
         Function name -> exported handler symbol.
     platform
         ``"cuda"`` or ``"cpu"``.
+    so_sha256
+        The library's SHA-256: equal hashes mean the same code.
     """
 
     directory: Path
@@ -104,6 +106,7 @@ class Manifest:
     functions: tuple[FunctionSpec, ...]
     handlers: dict[str, str]
     platform: str
+    so_sha256: str
 
 
 def _entry_dir(root: Path, name: str, key: str) -> Path:
@@ -211,7 +214,7 @@ def lookup(root: Path, name: str, key: str, *, verify_library: bool = True) -> M
         except OSError as exc:
             _damaged(entry, f"library missing: {exc.strerror or exc}")
             return None
-    return Manifest(entry, key, so_path, functions, handlers, platform)
+    return Manifest(entry, key, so_path, functions, handlers, platform, so_sha)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -297,7 +300,7 @@ def publish(
                     old.unlink()
     except OSError as exc:
         raise CacheError(_io_message(entry, exc)) from exc
-    return Manifest(entry, key, entry / so_name, tuple(functions), dict(handlers), platform)
+    return Manifest(entry, key, entry / so_name, tuple(functions), dict(handlers), platform, so_sha)
 
 
 @contextlib.contextmanager

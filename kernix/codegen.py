@@ -152,6 +152,7 @@ def _handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bool) -
     bind: list[str] = []  # the binding chain
     prep: list[str] = []  # locals built before the call
     slots: list[str] = []  # what goes in the void* array
+    aliases: list[str] = []  # type aliases for typed FFI buffers
     for i, param in enumerate(spec.params):
         if param.kind == "tensor":
             ftype = "ffi::AnyBuffer" if param.role == "arg" else "ffi::Result<ffi::AnyBuffer>"
@@ -161,12 +162,14 @@ def _handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bool) -
             slots.append(f"&t{i}")
             bind.append(_ffi_binding(param))
         elif param.kind == "ffi":
+            # An alias keeps template commas out of the handler macro's arguments.
+            alias = f"kernix_type_{fn.index}_{i}"
             binding = _ffi_binding(param)
-            inner = binding[5:-3]  # strip ".Arg<" / ".Ret<" and ">()"
-            ftype = inner if param.role == "arg" else f"ffi::Result<{inner}>"
+            aliases.append(f"using {alias} = {binding[5:-3]};")  # inside ".Arg<" ... ">()"
+            ftype = alias if param.role == "arg" else f"ffi::Result<{alias}>"
             decl.append(f"{ftype} b{i}")
             slots.append(f"&b{i}")
-            bind.append(binding)
+            bind.append(f"{binding[:5]}{alias}>()")
         elif param.kind == "stream":
             if platform == "cuda":
                 decl.append(f"cudaStream_t s{i}")
@@ -185,6 +188,7 @@ def _handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bool) -
     traits = ", {ffi::Traits::kCmdBufferCompatible}" if (platform == "cuda" and allow_cuda_graph) else ""
     chain = "".join(f"\n        {b}" for b in bind)
     return [
+        *aliases,
         f"extern \"C\" const char* {shim_symbol(fn)}(void* const*);",
         f"static ffi::Error {impl}({', '.join(decl)}) {{",
         *prep,

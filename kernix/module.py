@@ -19,6 +19,33 @@ class CallError(KernixError, TypeError):
     """A kernel was called with the wrong inputs or attributes."""
 
 
+class _UInt64Bits(int):
+    """A uint64 attribute value of 2**63 or more.
+
+    JAX lowers a ``numpy.uint64`` attribute through a signed 64-bit conversion,
+    which fails for the upper half of the range; this type is lowered through
+    its two's-complement bits instead (see :func:`_install_uint64_lowering`).
+    """
+
+
+_uint64_lowering_installed = False
+
+
+def _install_uint64_lowering() -> bool:
+    global _uint64_lowering_installed
+    if not _uint64_lowering_installed:
+        try:
+            from jax._src.interpreters import mlir
+            from jax._src.lib.mlir import ir
+        except ImportError:  # a JAX without this hook: values >= 2**63 stay unsupported
+            return False
+        mlir.register_attribute_handler(
+            _UInt64Bits, lambda v: ir.IntegerAttr.get(ir.IntegerType.get_unsigned(64), int(v) - 2**64)
+        )
+        _uint64_lowering_installed = True
+    return True
+
+
 def _coerce_attr(fn: str, param: Param, value: Any) -> Any:
     """Turn a Python value into the exact numpy scalar type XLA expects."""
     dtype = param.dtype
@@ -43,6 +70,8 @@ def _coerce_attr(fn: str, param: Param, value: Any) -> Any:
             info = np.iinfo(np_name)
             if not info.min <= int(value) <= info.max:
                 raise ValueError(f"{value} does not fit in {dtype}")
+            if dtype == "uint64" and int(value) >= 2**63 and _install_uint64_lowering():
+                return _UInt64Bits(int(value))
         return np.dtype(np_name).type(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise CallError(
@@ -174,6 +203,8 @@ class CompiledModule:
         Exported name -> :class:`~kernix.spec.FunctionSpec`, in export order.
     targets
         Exported name -> FFI target name.
+    digest
+        SHA-256 of the library: modules with equal digests hold the same code.
 
     Each exported function is also an attribute (``mod.vector_add``) and an
     item (``mod["vector_add"]``): a :class:`KernelFunction`.
@@ -186,13 +217,13 @@ class CompiledModule:
         platform: str,
         functions: Sequence[FunctionSpec],
         handlers: Mapping[str, str],
-        key: str,
+        digest: str,
         target_prefix: str | None = None,
     ) -> None:
         self.name = name
         self.path = Path(path)
         self.platform = platform
-        self.key = key
+        self.digest = digest
         self.functions: dict[str, FunctionSpec] = {f.name: f for f in functions}
         self.handlers = dict(handlers)
         self.target_prefix = target_prefix or name
@@ -227,7 +258,7 @@ class CompiledModule:
                 )
             self.target_prefix = target_prefix
         for fn, target in self.targets.items():
-            registry.register_target(target, self.platform, self.path, self.handlers[fn], f"{self.key}:{fn}")
+            registry.register_target(target, self.platform, self.path, self.handlers[fn], f"{self.digest}:{fn}")
         self.registered = True
         return list(self.targets.values())
 

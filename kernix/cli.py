@@ -1,0 +1,155 @@
+"""The ``kernix`` command line.
+
+``kernix inspect FILE... [-I DIR] [-D NAME[=VALUE]] [--cuda | --cpp] [--json]``
+prints what kernix infers from each file's ``// @BE`` annotations.
+
+Exit status: 0 when every annotated function was inferred, 1 when any was not
+(each error on stderr as ``FILE:LINE:COL: error: message``), 2 for usage errors.
+Each subcommand is a ``add_<name>_parser(subparsers)`` function that sets
+``func`` on its parser, so more subcommands plug in the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+__all__ = ["main", "build_parser", "add_inspect_parser"]
+
+
+def _error_line(err: Any) -> str:
+    where = err.file or "<source>"
+    if err.line:
+        where += f":{err.line}"
+        if err.column:
+            where += f":{err.column}"
+    return f"{where}: error: {err.message}"
+
+
+def _table(result: Any) -> str:
+    """A readable table of one file's functions."""
+    lines = [f"{result.path} ({result.language})"]
+    if not result.functions:
+        lines.append("  (no functions inferred)")
+        return "\n".join(lines)
+    rows = []
+    for f in result.functions:
+        dtypes = ", ".join(f"{p.name}: {p.dtype} ({p.type})" for p in f.attrs) or "-"
+        name = f.name if f.qualified_name == f.name else f"{f.name} ({f.qualified_name})"
+        rows.append((name, str(f.line), " ".join(f.arg_spec), dtypes))
+    header = ("function", "line", "arg_spec", "attribute dtypes")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+    for r in [header, *rows]:
+        lines.append("  " + "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+    return "\n".join(lines)
+
+
+def _json_file(result: Any) -> dict[str, Any]:
+    return {
+        "path": result.path,
+        "language": result.language,
+        "functions": [
+            {
+                "name": f.name,
+                "qualified_name": f.qualified_name,
+                "line": f.line,
+                "arg_spec": list(f.arg_spec),
+                "params": f.to_json()["params"],
+            }
+            for f in result.functions
+        ],
+        "errors": [
+            {
+                "file": e.file,
+                "line": e.line,
+                "column": e.column,
+                "function": e.function,
+                "parameter": e.parameter,
+                "message": e.message,
+            }
+            for e in result.errors
+        ],
+    }
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    from .errors import KernixError
+    from .infer import infer_file
+
+    language = "cuda" if args.cuda else "cpp" if args.cpp else None
+    files = []
+    failed = False
+    for path in args.files:
+        try:
+            result = infer_file(
+                path,
+                language=language,
+                include_dirs=args.include_dirs,
+                defines=args.defines,
+                use_cache=not args.no_cache,
+            )
+        except KernixError as exc:
+            print(f"kernix inspect: {exc}", file=sys.stderr)
+            return 2
+        files.append(result)
+        for err in result.errors:
+            print(_error_line(err), file=sys.stderr)
+        failed = failed or bool(result.errors)
+    if args.json:
+        json.dump({"files": [_json_file(r) for r in files]}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print("\n\n".join(_table(r) for r in files))
+    return 1 if failed else 0
+
+
+def add_inspect_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``inspect`` subcommand to ``subparsers``."""
+    p = subparsers.add_parser(
+        "inspect",
+        help="show the arg_spec kernix infers for each // @BE function",
+        description="Parse C++/CUDA files and print the arg_spec of every // @BE-annotated function.",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="C++ or CUDA source files")
+    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR",
+                   help="add an include directory (repeatable)")
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="define a macro (repeatable)")
+    lang = p.add_mutually_exclusive_group()
+    lang.add_argument("--cuda", action="store_true", help="parse as CUDA whatever the extension")
+    lang.add_argument("--cpp", action="store_true", help="parse as C++ whatever the extension")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--no-cache", action="store_true", help="parse even when a cached result exists")
+    p.set_defaults(func=_run_inspect)
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand."""
+    parser = argparse.ArgumentParser(prog="kernix", description="Call annotated C++ and CUDA functions from JAX.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    add_inspect_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status.
+
+    Parameters
+    ----------
+    argv
+        The arguments (without the program name); ``None`` reads ``sys.argv``.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 for --help
+        return int(exc.code or 0)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,17 @@
+"""Shared helpers for the test-suite."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+
+_counter = itertools.count()
+
+
+def unique_name(stem: str) -> str:
+    """A module name not used before in this process (FFI targets live per process)."""
+    return f"{stem}_{os.getpid()}_{next(_counter)}"

@@ -1,0 +1,170 @@
+"""End to end on the CPU: real C++ compiled, registered, called from JAX."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import kernix
+
+jax.config.update("jax_enable_x64", True)  # float64/int64 arrays stay 64-bit
+from kernix import toolchain
+
+from tests.helpers import FIXTURES, unique_name
+
+CPU_OPS = FIXTURES / "build" / "cpu_ops.cpp"
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory):
+    """One module with many functions, compiled once for this file."""
+    return kernix.load_cpp_file(
+        CPU_OPS,
+        name=unique_name("cpu_ops"),
+        extra_include_paths=toolchain.cuda_include_dirs(),
+        build_directory=tmp_path_factory.mktemp("cache"),
+    )
+
+
+def test_module_object(ops):
+    assert ops.platform == "cpu"
+    assert ops.path.is_file() and ops.path.suffix == ".so"
+    assert ops.specs["scale_by"] == ("arg", "ret", "attr.scale_factor:float32", "stream")
+    assert ops.targets["vector_add"] == f"{ops.name}.vector_add"
+    assert set(kernix.list_registered_targets()) >= set(ops.targets.values())
+    assert "vector_add" in dir(ops) and ops["split"] is ops.split
+    with pytest.raises(AttributeError, match="exports"):
+        ops.no_such_function  # noqa: B018
+
+
+def test_vector_add_jit_and_vmap(ops):
+    a = np.arange(10, dtype=np.float32)
+    b = np.linspace(0, 1, 10, dtype=np.float32)
+    np.testing.assert_array_equal(jax.jit(ops.vector_add)(a, b), a + b)
+    batch_a, batch_b = np.stack([a, 2 * a, 3 * a]), np.stack([b, b, -b])
+    np.testing.assert_array_equal(jax.vmap(ops.vector_add)(batch_a, batch_b), batch_a + batch_b)
+
+
+def test_seed_style_ffi_call(ops):
+    """The target is usable through jax.ffi.ffi_call directly, as the seeds do."""
+    a = jnp.ones(16, jnp.float32)
+    b = jnp.full(16, 2.0, jnp.float32)
+    out = jax.ffi.ffi_call(ops.targets["vector_add"], jax.ShapeDtypeStruct(a.shape, a.dtype))(a, b)
+    np.testing.assert_array_equal(out, np.full(16, 3.0, np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_scale_by_python_float_attr(ops, dtype):
+    """A Python float reaches a float32 attribute (coerced); stream is 0 on the CPU."""
+    x = np.arange(5, dtype=dtype)
+    out = jax.jit(lambda x: ops.scale_by(x, scale_factor=2.5, out=jax.ShapeDtypeStruct(x.shape, x.dtype)))(x)
+    np.testing.assert_allclose(out, x * 2.5)
+    assert out.dtype == dtype
+
+
+@pytest.mark.skipif(not toolchain.cuda_include_dirs(), reason="needs cuda_fp16.h for __half attributes")
+def test_every_attribute_dtype_round_trips(ops):
+    values = dict(
+        b=True, i8=-128, i16=-32768, i32=-(2**31), i64=-(2**53), u8=255, u16=65535,
+        u32=2**32 - 1, u64=2**53, f16=1.5, bf16=-2.5, f32=0.1, f64=1 / 3,
+    )
+    out = ops.all_attrs(jnp.zeros(1), out=jax.ShapeDtypeStruct((13,), jnp.float64), **values)
+    expected = [float(v) for v in values.values()]
+    expected[11] = float(np.float32(0.1))
+    np.testing.assert_array_equal(np.asarray(out), np.array(expected))
+
+
+def test_64_bit_attributes_are_exact(ops):
+    out = ops.wide_ints(jnp.zeros(1), lo=-(2**63), hi=2**64 - 1, out=jax.ShapeDtypeStruct((2,), jnp.int64))
+    assert int(out[0]) == -(2**63)
+    assert int(np.asarray(out).view(np.uint64)[1]) == 2**64 - 1
+
+
+def test_enum_attribute(ops):
+    x = jnp.arange(3, dtype=jnp.float32)
+    np.testing.assert_array_equal(ops.with_mode(x, mode=1), x + 1)
+    np.testing.assert_array_equal(ops.with_mode(x, mode=2), x * 2)
+
+
+@pytest.mark.parametrize(
+    "shape,dtype",
+    [((2, 3, 4), np.float32), ((7,), np.int16), ((5, 1), np.float64), ((3, 2), ml_dtypes.bfloat16), ((4,), np.bool_)],
+)
+def test_tensor_accessors(ops, shape, dtype):
+    x = jnp.zeros(shape, dtype)
+    out = np.asarray(ops.describe(x, out=jax.ShapeDtypeStruct((17,), jnp.int64)))
+    nd = len(shape)
+    itemsize = np.dtype(dtype).itemsize
+    strides = [int(np.prod(shape[i + 1:])) for i in range(nd)]
+    pad = lambda xs: list(xs) + [-1] * (3 - len(xs))  # noqa: E731
+    xla_codes = {np.float32: 11, np.int16: 3, np.float64: 12, ml_dtypes.bfloat16: 16, np.bool_: 1}
+    name = np.dtype(dtype).name
+    expected = [nd, *pad(shape), *pad(shape), *pad(strides), int(np.prod(shape)),
+                int(np.prod(shape)) * itemsize, itemsize, xla_codes[dtype], shape[-1], 1, len(name)]
+    assert out.tolist() == expected
+
+
+def test_two_outputs_and_prefix_names(ops):
+    x = jnp.arange(6, dtype=jnp.float32)
+    lo, hi = ops.split(x, out=[jax.ShapeDtypeStruct((2,), jnp.float32), jax.ShapeDtypeStruct((4,), jnp.float32)])
+    np.testing.assert_array_equal(lo, [0, 1])
+    np.testing.assert_array_equal(hi, [2, 3, 4, 5])
+    np.testing.assert_array_equal(ops.split_impl(x), -x)
+
+
+def test_typed_ffi_buffer(ops):
+    x = jnp.arange(4, dtype=jnp.float32)
+    np.testing.assert_array_equal(ops.typed_square(x), x * x)
+    with pytest.raises(kernix.CallError, match="'x' must be float32"):
+        ops.typed_square(x.astype(jnp.float64))
+    with pytest.raises(kernix.CallError, match="rank 1"):
+        ops.typed_square(x.reshape(2, 2))
+
+
+def test_failed_check_raises_with_message(ops):
+    with pytest.raises(Exception, match="a has 3 elements, b has 4") as info:
+        ops.vector_add(jnp.zeros(3, jnp.float32), jnp.zeros(4, jnp.float32), out=jax.ShapeDtypeStruct((3,), jnp.float32)).block_until_ready()
+    assert "cpu_ops.cpp" in str(info.value)
+    # The process and the backend keep working.
+    np.testing.assert_array_equal(ops.vector_add(jnp.ones(2, jnp.float32), jnp.ones(2, jnp.float32)), [2.0, 2.0])
+
+
+def test_call_errors_name_function_and_parameter(ops):
+    x = jnp.ones(3, jnp.float32)
+    with pytest.raises(kernix.CallError, match=r"vector_add\(\) takes 2 input array\(s\) \(a, b\), got 1"):
+        ops.vector_add(x)
+    with pytest.raises(kernix.CallError, match="missing attribute.*'scale_factor' \\(float32\\)"):
+        ops.scale_by(x)
+    with pytest.raises(kernix.CallError, match="unknown attribute.*'scale'"):
+        ops.scale_by(x, scale=1.0, scale_factor=1.0)
+    with pytest.raises(kernix.CallError, match="'mode' is int16"):
+        ops.with_mode(x, mode=1.5)
+    with pytest.raises(kernix.CallError, match="does not fit in int16"):
+        ops.with_mode(x, mode=70000)
+
+
+def test_same_content_again_is_a_noop(ops):
+    again = kernix.load_cpp_file(
+        CPU_OPS, name=ops.name, extra_include_paths=toolchain.cuda_include_dirs(),
+        build_directory=ops.path.parents[3],
+    )
+    assert again.path == ops.path
+    np.testing.assert_array_equal(again.vector_add(jnp.ones(2, jnp.float32), jnp.ones(2, jnp.float32)), [2.0, 2.0])
+
+
+def test_different_content_under_registered_name_raises(ops, tmp_path):
+    src = """
+    #include "kernix/common.h"
+    // @BE vector_add
+    void vector_add(const BE::Tensor a, const BE::Tensor b, BE::Tensor out) {}
+    """
+    with pytest.raises(kernix.RegistrationError, match=f"'{ops.name}.vector_add'.*target_prefix"):
+        kernix.load_cpp_inline(ops.name, src, build_directory=tmp_path)
+    # Under another prefix it loads, and the first module still works.
+    other = kernix.load_cpp_inline(ops.name, src, build_directory=tmp_path, target_prefix=unique_name("other"))
+    assert other.targets["vector_add"] != ops.targets["vector_add"]
+    np.testing.assert_array_equal(ops.vector_add(jnp.ones(2, jnp.float32), jnp.ones(2, jnp.float32)), [2.0, 2.0])
