@@ -240,7 +240,8 @@ def _build(
     if verbose:
         print(f"kernix: {name}: building in {build_dir}", file=sys.stderr)
     try:
-        result = build_module(build_dir, exported, config, workers=ninja_workers, verbose=verbose)
+        with cache.build_directory(root, name):  # a dir left by a killed builder is not reused
+            result = build_module(build_dir, exported, config, workers=ninja_workers, verbose=verbose)
     except OSError as exc:
         raise cache.CacheError(cache._io_message(build_dir, exc)) from exc
     all_fns = [e for _, es in exported for e in es]
@@ -267,7 +268,7 @@ def _file(path: str | os.PathLike[str], allowed: tuple[str, ...], what: str) -> 
 
 
 def _default_name(path: Path) -> str:
-    stem = "".join(c if (c.isalnum() or c == "_") else "_" for c in path.stem) or "module"
+    stem = "".join(c if (c.isascii() and (c.isalnum() or c == "_")) else "_" for c in path.stem) or "module"
     return stem if not stem[0].isdigit() else f"m_{stem}"
 
 
@@ -334,6 +335,9 @@ def load_cuda_inline(
     CompiledModule
     """
     module_name = check_module_name(name)
+    if target_prefix is not None:
+        check_target_prefix(target_prefix)
+    _normalize_functions(functions)  # every name is checked before anything is written
     text = _join_sources(cuda_sources, "cuda_sources")
     root = Path(build_directory).expanduser().absolute() if build_directory is not None else cache_root()
     path = cache.write_source(root, module_name, text, "cu")
@@ -406,6 +410,9 @@ def load_cpp_inline(
     ``-ffast-math``.  A ``stream`` parameter receives 0.
     """
     module_name = check_module_name(name)
+    if target_prefix is not None:
+        check_target_prefix(target_prefix)
+    _normalize_functions(functions)  # every name is checked before anything is written
     text = _join_sources(cpp_sources, "cpp_sources")
     root = Path(build_directory).expanduser().absolute() if build_directory is not None else cache_root()
     path = cache.write_source(root, module_name, text, "cpp")

@@ -31,6 +31,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import sys
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from .errors import CacheError
+from .errors import CacheError, KernixError
 from .paths import cache_root
 from .spec import FunctionSpec
 
@@ -57,9 +58,12 @@ __all__ = [
     "clear_cache",
     "cache_info",
     "check_private",
+    "build_directory",
 ]
 
 MANIFEST_FORMAT = 1
+_SO_NAME_RE = re.compile(r"module-[0-9a-f]{16}\.so")
+_BUILDING_MARKER = ".kernix-building"
 _LOCK_TIMEOUT_S = float(os.environ.get("KERNIX_LOCK_TIMEOUT", "1800"))
 
 
@@ -133,9 +137,14 @@ def check_private(path: Path, root: Path) -> None:
         chain.append(current)
     for p in chain:
         try:
-            st = p.stat()
-        except FileNotFoundError:
+            st = p.stat() if p == root else p.lstat()  # the root itself may be a link
+        except (FileNotFoundError, NotADirectoryError):
             continue
+        if stat.S_ISLNK(st.st_mode):
+            raise CacheError(
+                f"refusing to load from {p}: it is a symbolic link inside the kernix cache, which "
+                "kernix never creates. Delete it (or run `kernix cache clear`)."
+            )
         if st.st_uid not in (uid, 0):
             raise CacheError(
                 f"refusing to load from {p}: it is owned by another user (uid {st.st_uid}). "
@@ -190,18 +199,21 @@ def lookup(root: Path, name: str, key: str, *, verify_library: bool = True) -> M
         if data.get("format") != MANIFEST_FORMAT or data.get("key") != key:
             _damaged(entry, "manifest does not belong to this key")
             return None
+        if not isinstance(data.get("so"), str) or not _SO_NAME_RE.fullmatch(data["so"]):
+            raise ValueError(f"bad library name {data.get('so')!r}")
         so_path = entry / data["so"]
         functions = tuple(FunctionSpec.from_json(f) for f in data["functions"])
         handlers = {str(k): str(v) for k, v in data["handlers"].items()}
         deps = data["dependencies"]
         so_size, so_sha = int(data["so_size"]), str(data["so_sha256"])
         platform = str(data["platform"])
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         _damaged(entry, f"unreadable manifest: {exc!r}")
         return None
     if not _dependencies_current(deps):
         return None  # a header changed: an ordinary miss
-    check_private(entry, root)
+    check_private(entry / "manifest.json", root)
+    check_private(so_path, root)
     if verify_library:
         try:
             st = so_path.stat()
@@ -233,8 +245,24 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def _makedirs(path: Path) -> None:
+    """Create ``path`` and its missing parents as ``0o755`` whatever the umask,
+    so a permissive umask never makes the cache writable by others."""
+    missing = []
+    p = path
+    while not p.is_dir():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        for d in reversed(missing):
+            try:
+                os.mkdir(d, 0o755)
+            except FileExistsError:
+                if not d.is_dir():
+                    raise
+                continue
+            os.chmod(d, 0o755)
     except OSError as exc:
         raise CacheError(_io_message(path, exc)) from exc
 
@@ -249,6 +277,11 @@ def _io_message(path: Path, exc: OSError) -> str:
         return (
             f"no space left for the kernix cache at {path}. Free space, run `kernix cache clear`, "
             "or point KERNIX_CACHE_DIR at another disk."
+        )
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        return (
+            f"cannot use the kernix cache at {path}: a part of that path is a file, not a "
+            f"directory ({exc.strerror}). Point KERNIX_CACHE_DIR (or build_directory=) at a directory."
         )
     return f"cannot use the kernix cache at {path}: {exc}"
 
@@ -271,6 +304,10 @@ def publish(
     entry = _entry_dir(root, name, key)
     try:
         _makedirs(entry)
+        check_private(entry, root)
+        for leftover in entry.glob(".*.tmp"):  # from a publisher that died (we hold the build lock)
+            with contextlib.suppress(OSError):
+                leftover.unlink()
         data = built_so.read_bytes()
         so_sha = hashlib.sha256(data).hexdigest()
         so_name = f"module-{so_sha[:16]}.so"
@@ -300,6 +337,7 @@ def publish(
                     old.unlink()
     except OSError as exc:
         raise CacheError(_io_message(entry, exc)) from exc
+    check_private(entry / so_name, root)
     return Manifest(entry, key, entry / so_name, tuple(functions), dict(handlers), platform, so_sha)
 
 
@@ -340,9 +378,58 @@ def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None
         os.close(fd)  # closing drops the flock
 
 
+@contextlib.contextmanager
+def build_directory(root: Path, name: str) -> Iterator[Path]:
+    """The working directory for building module ``name``; hold :func:`build_lock` around it.
+
+    The directory is kept between builds so ninja recompiles only what
+    changed.  While a build runs it holds a marker file; a marker found on
+    entry means the previous builder died mid-build (we hold the lock, so it
+    is not running), and its compilers, which run in process groups of their
+    own, may still be writing there.  That directory is moved aside and
+    deleted, and this build starts from an empty one: nothing a dead builder
+    half-wrote is ever linked or published.
+    """
+    path = root / "build" / name
+    marker = path / _BUILDING_MARKER
+    if marker.exists():
+        aside = path.with_name(f".{name}.stale-{os.getpid()}-{time.monotonic_ns()}")
+        try:
+            os.rename(path, aside)
+        except OSError:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            shutil.rmtree(aside, ignore_errors=True)
+        warnings.warn(
+            f"kernix: a previous build of {name!r} in {path} was interrupted (its process died); "
+            "starting that build afresh", RuntimeWarning, stacklevel=3,
+        )
+    _makedirs(path)
+    try:
+        marker.write_text(f"{os.getpid()}\n")
+    except OSError as exc:
+        raise CacheError(_io_message(path, exc)) from exc
+    try:
+        yield path
+    except Exception:
+        # An ordinary error (a failed compile) leaves a consistent directory;
+        # an interrupt or a kill leaves the marker behind.
+        with contextlib.suppress(OSError):
+            marker.unlink()
+        raise
+    with contextlib.suppress(OSError):
+        marker.unlink()
+
+
 def write_source(root: Path, name: str, text: str, ext: str) -> Path:
     """Store an inline source under a content-derived name; return its path."""
-    data = text.encode()
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise KernixError(
+            f"the inline source of module {name!r} cannot be written as UTF-8: {exc.reason} at "
+            f"character {exc.start} ({text[exc.start:exc.start + 1]!r}). Remove that character."
+        ) from None
     digest = hashlib.sha256(data).hexdigest()[:16]
     path = root / "sources" / f"{name}-{digest}.{ext}"
     try:
@@ -375,9 +462,12 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
         check_module_name(name)
         names = [name]
     else:
+        from .names import is_module_name
+
         names = sorted(p.name for p in modules.iterdir()) if modules.is_dir() else []
         if (base / "build").is_dir():
             names = sorted(set(names) | {p.name for p in (base / "build").iterdir()})
+        names = [n for n in names if is_module_name(n)]
     removed = 0
     for n in names:
         with build_lock(base, n):
@@ -386,9 +476,14 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
                 removed += sum(1 for p in mdir.iterdir() if p.is_dir())
             shutil.rmtree(mdir, ignore_errors=True)
             shutil.rmtree(base / "build" / n, ignore_errors=True)
+            for stale in (base / "build").glob(f".{n}.stale-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+            # Exactly this module's sources: "ops-<hash>.cpp", not "ops-v2-<hash>.cpp".
+            mine = re.compile(re.escape(n) + r"-[0-9a-f]{16}\.[a-z]+")
             for src in (base / "sources").glob(f"{n}-*"):
-                with contextlib.suppress(OSError):
-                    src.unlink()
+                if mine.fullmatch(src.name):
+                    with contextlib.suppress(OSError):
+                        src.unlink()
     if name is None:
         shutil.rmtree(base / "specs", ignore_errors=True)
     return removed

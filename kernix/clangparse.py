@@ -17,8 +17,10 @@ libclang-ng 22, g++ 12 and CUDA 13):
 * Function bodies are skipped (``PARSE_SKIP_FUNCTION_BODIES``): signatures
   are all inference needs; it saves ~30% and keeps ``<<<...>>>`` launches and
   device built-ins out of the picture.
-* ``-fparse-all-comments`` makes ``cursor.raw_comment`` return plain ``//``
-  comments, which is how annotations are bound to declarations.
+* Annotations are bound by position (see ``kernix.infer._bind_annotations``),
+  not with ``-fparse-all-comments``/``raw_comment``: clang attaches the comment
+  nearest the *name*, so a comment between the return type and the name
+  would steal the annotation's place.
 
 ``clang.cindex`` is imported lazily, so importing this module is cheap.
 """
@@ -234,7 +236,7 @@ def parse_flags(options: ParseOptions) -> list[str]:
         args = ["-x", "cuda", "--cuda-host-only", "-nocudainc", "-nocudalib"]
     else:
         args = ["-x", "c++"]
-    args += ["-std=c++17", "-fparse-all-comments", "-Wno-unknown-attributes", "-nostdinc++"]
+    args += ["-std=c++17", "-Wno-unknown-attributes", "-fno-spell-checking", "-nostdinc++"]
     for d in options.defines:
         args.append(f"-D{d}")
     for d in options.include_dirs:

@@ -52,6 +52,8 @@ def _coerce_attr(fn: str, param: Param, value: Any) -> Any:
     assert dtype is not None
     np_name = ATTR_DTYPES[dtype][1]
     try:
+        if isinstance(value, (str, bytes)):
+            raise ValueError(f"expected a number, got a {type(value).__name__}")
         if dtype in ("float16", "bfloat16"):
             import ml_dtypes  # shipped with jax
 
@@ -153,7 +155,11 @@ class KernelFunction:
             raise CallError(
                 f"{spec.name}() takes {len(expected)} input array(s) ({names}), got {len(inputs)}"
             )
-        inputs = tuple(jax.numpy.asarray(x) if not hasattr(x, "dtype") else x for x in inputs)
+        try:
+            inputs = tuple(jax.numpy.asarray(x) if not hasattr(x, "dtype") else x for x in inputs)
+        except (TypeError, ValueError) as exc:
+            bad = next(p.name for p, x in zip(expected, inputs) if not hasattr(x, "dtype") and not _array_like(x))
+            raise CallError(f"{spec.name}(): input {bad!r} must be an array: {exc}") from None
         for p, x in zip(expected, inputs):
             self._check_buffer(p, x, "input")
         declared = {p.name: p for p in spec.attrs}
@@ -174,6 +180,16 @@ class KernelFunction:
         call = jax.ffi.ffi_call(self.target, outs, vmap_method=vmap_method)
         result = call(*inputs, **coerced)
         return result[0] if single else tuple(result)
+
+
+def _array_like(x: Any) -> bool:
+    try:
+        import jax
+
+        jax.numpy.asarray(x)
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 def _np_buffer_dtype(name: str) -> Any:

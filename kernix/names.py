@@ -10,7 +10,13 @@ import re
 
 from .errors import KernixError
 
-__all__ = ["InvalidNameError", "check_module_name", "check_target_prefix", "check_function_name"]
+__all__ = [
+    "InvalidNameError",
+    "check_module_name",
+    "check_target_prefix",
+    "check_function_name",
+    "is_module_name",
+]
 
 
 class InvalidNameError(KernixError, ValueError):
@@ -38,6 +44,15 @@ def check_module_name(name: object) -> str:
             "separators, '..', spaces or other characters. Example: 'my_kernels'."
         )
     return name
+
+
+def is_module_name(name: object) -> bool:
+    """Whether ``name`` is a valid module name (see :func:`check_module_name`)."""
+    try:
+        check_module_name(name)
+    except InvalidNameError:
+        return False
+    return True
 
 
 def check_target_prefix(prefix: object) -> str:

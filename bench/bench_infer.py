@@ -1,0 +1,146 @@
+"""Cold and warm inference time for a realistic CUDA source.
+
+Generates a .cu file with dozens of macro-generated entry points (one per
+operation and dtype, each launching a templated kernel, including
+``cuda_runtime.h`` and ``kernix/common.h``) and measures:
+
+* cold, fresh process: a new Python process with an empty spec cache runs
+  ``infer_file`` once (timed inside the process: libclang load + parse +
+  inference + cache store; the Python start-up itself is not counted);
+* cold, in process: ``infer_file(..., use_cache=False)`` after libclang is
+  loaded (parse + inference only);
+* warm: ``infer_file`` on the unchanged file with a filled cache (a fresh
+  process, timed inside it, and repeated in-process calls).
+
+Medians over several runs.  Usage: ``python bench/bench_infer.py [--runs N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+OPS = ["add", "sub", "mul", "div", "max", "min", "axpy", "scale"]
+DTYPES = [("f32", "float"), ("f64", "double"), ("i32", "int32_t"), ("i64", "int64_t")]
+
+
+def make_source() -> str:
+    out = [
+        "#include <cuda_runtime.h>",
+        "#include <cstdint>",
+        '#include "kernix/common.h"',
+        "",
+        "template <typename T, typename Op>",
+        "__global__ void binary_kernel(const T* a, const T* b, T* out, int64_t n, T alpha, Op op) {",
+        "  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;",
+        "  if (i < n) out[i] = op(a[i], b[i], alpha);",
+        "}",
+        "",
+        "#define DEFINE_BINARY(OP, SUFFIX, T, EXPR)                                          \\",
+        "  struct OP##_##SUFFIX##_op {                                                       \\",
+        "    __device__ T operator()(T x, T y, T alpha) const { return EXPR; }               \\",
+        "  };                                                                                \\",
+        "  void OP##_##SUFFIX(const BE::Tensor& a, const BE::Tensor& b, BE::Tensor& out,     \\",
+        "                     T alpha, int64_t stream) {                                     \\",
+        "    int64_t n = a.numel();                                                          \\",
+        "    binary_kernel<<<(n + 255) / 256, 256, 0, (cudaStream_t)stream>>>(               \\",
+        "        a.data_ptr<T>(), b.data_ptr<T>(), out.data_ptr<T>(), n, alpha,              \\",
+        "        OP##_##SUFFIX##_op{});                                                      \\",
+        "    BE_CHECK_KERNEL_LAUNCH();                                                       \\",
+        "  }",
+        "",
+    ]
+    exprs = {
+        "add": "x + y", "sub": "x - y", "mul": "x * y", "div": "x / y",
+        "max": "x > y ? x : y", "min": "x < y ? x : y", "axpy": "alpha * x + y", "scale": "alpha * x",
+    }
+    for op in OPS:
+        for suffix, ctype in DTYPES:
+            out.append(f"// @BE {op}_{suffix}")
+            out.append(f"DEFINE_BINARY({op}, {suffix}, {ctype}, {exprs[op]})")
+    out.append("")
+    return "\n".join(out)
+
+
+_CHILD = r"""
+import json, sys, time
+sys.path.insert(0, {repo!r})
+t0 = time.perf_counter()
+from kernix.infer import infer_file
+r = infer_file({path!r})
+dt = time.perf_counter() - t0
+assert not r.errors, [str(e) for e in r.errors]
+print(json.dumps({{"seconds": dt, "functions": len(r.functions), "clang": "clang.cindex" in sys.modules}}))
+"""
+
+
+def child(path: Path, cache: Path) -> dict:
+    env = dict(os.environ, KERNIX_CACHE_DIR=str(cache))
+    code = _CHILD.format(repo=str(REPO), path=str(path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmpdir = Path(tmp)
+        src = tmpdir / "ops.cu"
+        src.write_text(make_source())
+        n_lines = src.read_text().count("\n")
+
+        # Warm-up of the host compiler's include-dir memo (once per machine, not per file).
+        shared = tmpdir / "shared-cache"
+        child(src, shared)
+
+        cold_fresh = []
+        for i in range(args.runs):
+            cache = tmpdir / f"cold{i}"
+            # copy only the toolchain memo, not the specs: the spec cache is empty
+            (cache / "toolchain").mkdir(parents=True)
+            for f in (shared / "toolchain").glob("*"):
+                (cache / "toolchain" / f.name).write_bytes(f.read_bytes())
+            info = child(src, cache)
+            cold_fresh.append(info["seconds"])
+        warm_fresh = [child(src, shared) for _ in range(args.runs)]
+        assert not any(w["clang"] for w in warm_fresh), "warm path imported libclang"
+
+        os.environ["KERNIX_CACHE_DIR"] = str(shared)
+        from kernix.infer import infer_file
+
+        r = infer_file(src, use_cache=False)
+        cold_inproc = []
+        for _ in range(args.runs):
+            t = time.perf_counter()
+            infer_file(src, use_cache=False)
+            cold_inproc.append(time.perf_counter() - t)
+        warm_inproc = []
+        for _ in range(args.runs * 5):
+            t = time.perf_counter()
+            infer_file(src)
+            warm_inproc.append(time.perf_counter() - t)
+
+        ms = lambda xs: f"{statistics.median(xs) * 1000:7.1f} ms"  # noqa: E731
+        print(f"file: ops.cu, {n_lines} lines, {len(r.functions)} macro-generated entry points, "
+              f"includes cuda_runtime.h ({len(r.dependencies)} headers read)")
+        print(f"cpu count: {os.cpu_count()}, python {sys.version.split()[0]}")
+        print(f"cold, fresh process (libclang load + parse + store): {ms(cold_fresh)}  (median of {args.runs})")
+        print(f"cold, in process (parse + infer, libclang loaded):   {ms(cold_inproc)}  (median of {args.runs})")
+        print(f"warm, fresh process (cache hit, no libclang import): {ms([w['seconds'] for w in warm_fresh])}  (median of {args.runs})")
+        print(f"warm, in process (cache hit):                        {ms(warm_inproc)}  (median of {args.runs * 5})")
+
+
+if __name__ == "__main__":
+    main()

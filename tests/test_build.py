@@ -1,0 +1,239 @@
+"""The compiler driver, the cache key and the loaders' options (CPU, plus CUDA compile-only)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import kernix
+from kernix import toolchain
+from kernix.build import BuildConfig, compile_flags
+
+from tests.helpers import FIXTURES, ROOT, unique_name
+
+ADD_ONE = """
+#include "kernix/common.h"
+// @BE add_one
+void add_one(const BE::Tensor x, BE::Tensor out) {
+  for (int64_t i = 0; i < x.numel(); ++i) out.data_ptr<float>()[i] = x.data_ptr<float>()[i] + 1.0f;
+}
+"""
+
+
+def _has_nvcc() -> bool:
+    try:
+        toolchain.find_nvcc()
+        return True
+    except kernix.ToolchainError:
+        return False
+
+
+def test_compile_error_names_the_users_line(tmp_path):
+    src = tmp_path / "broken.cpp"
+    src.write_text(
+        '#include "kernix/common.h"\n'
+        "// @BE f\n"
+        "void f(const BE::Tensor x, BE::Tensor out) {\n"
+        "  int y = x.numel()\n"  # line 4: missing semicolon
+        "  out.data_ptr<float>()[0] = y;\n"
+        "}\n"
+    )
+    with pytest.raises(kernix.CompilationError) as info:
+        kernix.load_cpp_file(src, name=unique_name("broken"), build_directory=tmp_path / "cache")
+    message = str(info.value)
+    assert f"{src}:4:" in message or f"{src}:5:" in message, message
+    assert "error" in message
+    assert info.value.output and info.value.command
+
+
+def test_inline_module_options_and_explicit_spec(tmp_path):
+    name = unique_name("inline")
+    mod = kernix.load_cpp_inline(
+        name, [ADD_ONE], functions={"add_one": ["arg", "ret"]}, build_directory=tmp_path,
+        optimization_level=0, extra_cflags=["-DUNUSED_FLAG=1"], ninja_workers=1,
+    )
+    np.testing.assert_array_equal(mod.add_one(jnp.zeros(3, jnp.float32)), [1, 1, 1])
+    shim = (tmp_path / "build" / name / "build.ninja").read_text()
+    assert "-O0" in shim and "-DUNUSED_FLAG=1" in shim
+
+
+def test_explicit_spec_that_disagrees_is_rejected(tmp_path):
+    with pytest.raises(kernix.KernixError, match="disagrees with its C\\+\\+ signature"):
+        kernix.load_cpp_inline(
+            unique_name("bad_spec"), ADD_ONE, functions={"add_one": ["arg", "arg", "ret"]}, build_directory=tmp_path
+        )
+
+
+def test_functions_list_selects_and_unannotated_names_work(tmp_path):
+    src = ADD_ONE + textwrap.dedent(
+        """
+        void plain(const BE::Tensor x, BE::Tensor out, float k) {
+          for (int64_t i = 0; i < x.numel(); ++i) out.data_ptr<float>()[i] = k;
+        }
+        """
+    )
+    mod = kernix.load_cpp_inline(unique_name("subset"), src, functions=["plain"], build_directory=tmp_path)
+    assert list(mod.functions) == ["plain"]
+    np.testing.assert_array_equal(mod.plain(jnp.zeros(2, jnp.float32), k=4.0), [4, 4])
+
+
+def test_auto_register_false(tmp_path):
+    name = unique_name("manual")
+    mod = kernix.load_cpp_inline(name, ADD_ONE, auto_register=False, build_directory=tmp_path)
+    assert f"{name}.add_one" not in kernix.list_registered_targets()
+    with pytest.raises(kernix.RegistrationError, match="register"):
+        mod.add_one(jnp.zeros(1, jnp.float32))
+    prefix = unique_name("chosen")
+    assert kernix.register_ffi_target(mod, target_prefix=prefix) == [f"{prefix}.add_one"]
+    assert kernix.list_registered_targets()[f"{prefix}.add_one"] == "cpu"
+    np.testing.assert_array_equal(mod.add_one(jnp.zeros(1, jnp.float32)), [1])
+    assert mod.register() == [f"{prefix}.add_one"]  # again: a no-op
+
+
+def test_load_cpp_dir_builds_each_file(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(2):
+        (src / f"k{i}.cpp").write_text(ADD_ONE.replace("add_one", f"add_{i}").replace("1.0f", f"{i + 1}.0f"))
+    (src / "notes.txt").write_text("not a source")
+    mod = kernix.load_cpp_dir(src, name=unique_name("dir"), build_directory=tmp_path / "cache")
+    assert list(mod.functions) == ["add_0", "add_1"]
+    x = jnp.zeros(2, jnp.float32)
+    np.testing.assert_array_equal(mod.add_0(x), [1, 1])
+    np.testing.assert_array_equal(mod.add_1(x), [2, 2])
+    assert len(list((tmp_path / "cache" / "build" / mod.name).glob("shim_*.o"))) == 2
+
+
+def test_options_are_validated(tmp_path):
+    with pytest.raises(TypeError, match="unexpected option"):
+        kernix.load_cpp_file(FIXTURES / "build" / "cpu_ops.cpp", extra_cuda_cflags=["-x"])
+    with pytest.raises(ValueError, match="optimization_level"):
+        kernix.load_cpp_inline(unique_name("opt"), ADD_ONE, optimization_level=7, build_directory=tmp_path)
+
+
+def test_flags_follow_the_reference():
+    cuda = compile_flags(BuildConfig("cuda", optimization_level=2, use_fast_math=True, arch="sm_90",
+                                     extra_cflags=("-lineinfo",), extra_ldflags=("-lm",))) if _has_nvcc() else None
+    cpu = compile_flags(BuildConfig("cpu", optimization_level=1, use_fast_math=True))
+    assert "-O1" in cpu["user"] and "-O1" in cpu["handlers"] and "-ffast-math" in cpu["user"]
+    assert cpu["handlers"][cpu["handlers"].index("-isystem") + 1] == toolchain.jax_ffi_include_dir()
+    if cuda is not None:
+        user = cuda["user"]
+        assert "-O2" in user and "-Xptxas=-O2" in user and "--use_fast_math" in user and "-lineinfo" in user
+        assert "--generate-code=arch=compute_90,code=[compute_90,sm_90]" in user
+        assert "-l:libcudart_static.a" in cuda["link"] and cuda["link"][-1] == "-lm"
+
+
+@pytest.mark.skipif(not _has_nvcc(), reason="nvcc not installed")
+def test_cuda_module_compiles_without_a_gpu(tmp_path):
+    """CUDA modules build with an explicit architecture; their handlers are exported."""
+    mod = kernix.load_cuda_file(
+        FIXTURES / "build" / "cuda_ops.cu", name=unique_name("cuda_ops"), compute_capability="sm_80",
+        auto_register=False, build_directory=tmp_path, use_fast_math=True,
+    )
+    assert mod.platform == "cuda"
+    lib = ctypes.CDLL(str(mod.path))
+    for fn, symbol in mod.handlers.items():
+        assert getattr(lib, symbol) is not None, fn
+    assert set(mod.functions) == {"vector_add", "scale_by", "half_scale", "typed_axpy"}
+    assert mod.specs["scale_by"] == ("arg", "ret", "attr.scale_factor:float32", "stream")
+    cuobjdump = Path(toolchain.find_nvcc().path).with_name("cuobjdump")
+    if not cuobjdump.is_file() and toolchain.find_cuda_home():
+        cuobjdump = toolchain.find_cuda_home() / "bin" / "cuobjdump"
+    if cuobjdump.is_file():
+        listing = subprocess.run([str(cuobjdump), "--list-elf", str(mod.path)], capture_output=True, text=True)
+        assert "sm_80" in listing.stdout, listing
+
+
+def _run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+
+WARM_PROBE = textwrap.dedent(
+    """
+    import subprocess, sys, builtins
+    import jax, jax.numpy as jnp
+    sys.modules["clang"] = None          # any import of libclang fails
+    sys.modules["clang.cindex"] = None
+    def no_process(*a, **k):
+        raise AssertionError(f"warm load started a process: {a[0] if a else k}")
+    subprocess.Popen = no_process        # covers run(), check_output(), ninja, compilers
+    import kernix
+    mod = kernix.load_cpp_file(PATH, name="warm_probe")
+    print(float(mod.add_one(jnp.zeros(1, jnp.float32))[0]))
+    """
+)
+
+
+def test_warm_load_in_a_new_process_runs_no_compiler(tmp_path):
+    src = tmp_path / "warm.cpp"
+    src.write_text(ADD_ONE)
+    env = {**os.environ, "KERNIX_CACHE_DIR": str(tmp_path / "cache")}
+    cold = _run(f"import kernix; kernix.load_cpp_file({str(src)!r}, name='warm_probe')", env)
+    assert cold.returncode == 0, cold.stderr
+    warm = _run(WARM_PROBE.replace("PATH", repr(str(src))), env)
+    assert warm.returncode == 0, warm.stderr
+    assert warm.stdout.strip() == "1.0"
+
+
+def test_edited_header_causes_rebuild(tmp_path):
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "value.h").write_text("#define KERNIX_TEST_VALUE 1.0f\n")
+    src = tmp_path / "uses_header.cpp"
+    src.write_text(ADD_ONE.replace('#include "kernix/common.h"', '#include "kernix/common.h"\n#include "value.h"')
+                   .replace("+ 1.0f", "+ KERNIX_TEST_VALUE"))
+    env = {**os.environ, "KERNIX_CACHE_DIR": str(tmp_path / "cache")}
+    code = (
+        "import jax.numpy as jnp, kernix\n"
+        f"m = kernix.load_cpp_file({str(src)!r}, name='hdr', extra_include_paths=[{str(inc)!r}])\n"
+        "print(float(m.add_one(jnp.zeros(1, jnp.float32))[0]), m.path)\n"
+    )
+    first = _run(code, env)
+    assert first.returncode == 0, first.stderr
+    (inc / "value.h").write_text("#define KERNIX_TEST_VALUE 5.0f\n")
+    second = _run(code, env)
+    assert second.returncode == 0, second.stderr
+    v1, so1 = first.stdout.split()
+    v2, so2 = second.stdout.split()
+    assert (v1, v2) == ("1.0", "5.0")
+    assert so1 != so2
+    manifest = json.loads((Path(so2).parent / "manifest.json").read_text())
+    assert str(inc / "value.h") in [d[0] for d in manifest["dependencies"]]
+
+
+def test_editing_a_kernel_body_does_not_recompile_handlers(tmp_path):
+    name = unique_name("edit")
+    cache = tmp_path / "cache"
+    kernix.load_cpp_inline(name, ADD_ONE, build_directory=cache, auto_register=False)
+    handlers_o = cache / "build" / name / "handlers.o"
+    shim_o = cache / "build" / name / "shim_0.o"
+    before = (handlers_o.stat().st_mtime_ns, shim_o.stat().st_mtime_ns)
+    mod = kernix.load_cpp_inline(name, ADD_ONE.replace("1.0f", "2.0f"), build_directory=cache, auto_register=False)
+    after = (handlers_o.stat().st_mtime_ns, shim_o.stat().st_mtime_ns)
+    assert after[0] == before[0], "handlers were recompiled"
+    assert after[1] != before[1], "the edited unit was not recompiled"
+    mod.register(unique_name("edited"))
+    np.testing.assert_array_equal(mod.add_one(jnp.zeros(1, jnp.float32)), [2])
+
+
+def test_force_rebuild_recompiles(tmp_path):
+    name = unique_name("force")
+    first = kernix.load_cpp_inline(name, ADD_ONE, build_directory=tmp_path)
+    shim_o = tmp_path / "build" / name / "shim_0.o"
+    stamp = shim_o.stat().st_mtime_ns
+    again = kernix.load_cpp_inline(name, ADD_ONE, build_directory=tmp_path, force_rebuild=True)
+    assert shim_o.stat().st_mtime_ns != stamp
+    np.testing.assert_array_equal(again.add_one(jnp.zeros(1, jnp.float32)), [1])
+    assert first.digest == again.digest  # deterministic build: re-registration is a no-op

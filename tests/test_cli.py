@@ -1,0 +1,63 @@
+"""``kernix inspect`` (kernix/cli.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernix.cli import main
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def test_inspect_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(FIX / "seed_vector_add.cu")]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert "seed_vector_add.cu (cuda)" in out
+    assert "scale_by" in out and "arg ret attr.scale_factor:float32 stream" in out
+    assert "scale_factor: float32 (float)" in out
+
+
+def test_inspect_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", "--json", str(FIX / "rules.cpp")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (f,) = data["files"]
+    assert f["path"] == str(FIX / "rules.cpp") and f["errors"] == []
+    by_name = {fn["name"]: fn for fn in f["functions"]}
+    assert set(by_name["modes"]) >= {"name", "qualified_name", "line", "arg_spec", "params"}
+    assert by_name["modes"]["qualified_name"] == "ops::inner::modes"
+    assert by_name["add_op"]["arg_spec"] == ["arg", "ret", "attr.alpha:float32"]
+    assert by_name["add_op"]["params"][2]["dtype"] == "float32"
+
+
+def test_inspect_errors_exit_1_and_still_report(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", "--json", str(FIX / "errors.cpp"), str(FIX / "misspelled.cpp")]) == 1
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert [fn["name"] for fn in data["files"][0]["functions"]] == ["dup", "fine"]
+    assert {"line", "column", "message"} <= set(data["files"][0]["errors"][0])
+    assert f"{FIX / 'errors.cpp'}:8:31: error: parameter 'x' of 'raw_pointer'" in err
+    assert f"{FIX / 'misspelled.cpp'}:7:47: error: unknown type name 'flaot'" in err
+
+
+def test_inspect_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "t.h").write_text("using T = SCALAR;\n")
+    src = tmp_path / "k.txt"
+    src.write_text('#include "kernix/common.h"\n#include "t.h"\n// @BE f\nvoid f(BE::Tensor& y, T a, cudaStream_t s) {}\n')
+    assert main(["inspect", "--cuda", "-I", str(inc), "-D", "SCALAR=bool", "--json", str(src)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["files"][0]["functions"][0]["arg_spec"] == ["ret", "attr.a:bool", "stream"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["inspect"], ["inspect", "--cuda", "--cpp", "x.cu"], ["bogus"], ["inspect", "missing.cu"], ["inspect", "a.txt"]],
+)
+def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert capsys.readouterr().err

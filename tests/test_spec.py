@@ -1,0 +1,164 @@
+"""The arg_spec grammar and FunctionSpec (kernix/spec.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kernix.errors import ArgSpecError, SourceError
+from kernix.spec import (
+    ATTR_DTYPES,
+    FunctionSpec,
+    Param,
+    Token,
+    check_spec_matches,
+    is_identifier,
+    parse_arg_spec,
+    parse_token,
+)
+
+
+@pytest.mark.parametrize(
+    "text, token",
+    [
+        ("arg", Token("arg")),
+        ("ret", Token("ret")),
+        ("stream", Token("stream")),
+        ("args", Token("arg")),
+        ("rets", Token("ret")),
+        ("ctx.stream", Token("stream")),
+        ("attr.alpha", Token("attr", "alpha")),
+        ("attrs.alpha", Token("attr", "alpha")),
+        ("attr.alpha:float32", Token("attr", "alpha", "float32")),
+        ("attrs.n:int64", Token("attr", "n", "int64")),
+        ("  ret ", Token("ret")),
+    ],
+)
+def test_parse_token(text: str, token: Token) -> None:
+    assert parse_token(text) == token
+
+
+@pytest.mark.parametrize("dtype", sorted(ATTR_DTYPES))
+def test_every_attr_dtype(dtype: str) -> None:
+    tok = parse_token(f"attr.x:{dtype}")
+    assert tok.dtype == dtype and str(tok) == f"attr.x:{dtype}"
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("input", "unknown arg_spec token"),
+        ("attr.", "bad attribute name"),
+        ("attr.1x", "bad attribute name"),
+        ("attr.for", "bad attribute name"),
+        ("attr.a-b", "bad attribute name"),
+        ("attr.x:float", "unknown attribute dtype"),
+        ("attr.x:complex64", "unknown attribute dtype"),
+        ("attr.x:", "unknown attribute dtype"),
+    ],
+)
+def test_bad_tokens(text: str, words: str) -> None:
+    with pytest.raises(ArgSpecError, match=words):
+        parse_token(text)
+
+
+def test_token_must_be_a_string() -> None:
+    with pytest.raises(ArgSpecError, match="must be strings"):
+        parse_token(3)  # type: ignore[arg-type]
+
+
+def test_parse_arg_spec_list_and_string() -> None:
+    expected = (Token("arg"), Token("ret"), Token("attr", "k", "int32"), Token("stream"))
+    assert parse_arg_spec(["args", "ret", "attrs.k:int32", "ctx.stream"]) == expected
+    assert parse_arg_spec("arg  ret attr.k:int32\tstream") == expected
+
+
+@pytest.mark.parametrize(
+    "tokens, words",
+    [
+        (["arg", "ret", "attr.x", "attr.x:int32"], "appears twice"),
+        (["ret", "stream", "ctx.stream"], "more than one 'stream'"),
+        (["arg", "stream"], "no 'ret' token"),
+        ([], "no 'ret' token"),
+        (["arg", "bogus", "ret"], "unknown arg_spec token"),
+    ],
+)
+def test_bad_specs(tokens: list[str], words: str) -> None:
+    with pytest.raises(ArgSpecError, match=words):
+        parse_arg_spec(tokens, function="f")
+
+
+def test_spec_error_names_function() -> None:
+    with pytest.raises(ArgSpecError, match="function 'scale'"):
+        parse_arg_spec(["arg"], function="scale")
+
+
+def test_is_identifier() -> None:
+    assert is_identifier("x_1") and is_identifier("_a")
+    assert not is_identifier("1x") and not is_identifier("int") and not is_identifier("é")
+    assert not is_identifier("")
+
+
+def _spec() -> FunctionSpec:
+    return FunctionSpec(
+        name="scale",
+        qualified_name="ops::scale",
+        params=(
+            Param("x", "arg", "const BE::Tensor &", "BE::Tensor", "tensor"),
+            Param("y", "ret", "BE::Tensor &", "BE::Tensor", "tensor"),
+            Param("alpha", "attr", "float", "float", "scalar", "float32"),
+            Param("stream", "stream", "cudaStream_t", "CUstream_st *", "stream"),
+        ),
+        file="/src/a.cu",
+        line=7,
+    )
+
+
+def test_function_spec_views() -> None:
+    spec = _spec()
+    assert spec.arg_spec == ("arg", "ret", "attr.alpha:float32", "stream")
+    assert [p.name for p in spec.inputs] == ["x"]
+    assert [p.name for p in spec.outputs] == ["y"]
+    assert [p.name for p in spec.attrs] == ["alpha"]
+    assert spec.has_stream
+    parse_arg_spec(spec.arg_spec)  # the canonical spec is valid
+
+
+def test_function_spec_json_round_trip_and_stable() -> None:
+    spec = _spec()
+    data = spec.to_json()
+    assert list(data) == ["name", "qualified_name", "file", "line", "arg_spec", "params"]
+    assert FunctionSpec.from_json(json.loads(json.dumps(data))) == spec
+    assert spec.dumps() == FunctionSpec.from_json(data).dumps()
+    assert json.loads(spec.dumps())["arg_spec"] == list(spec.arg_spec)
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [
+        ["arg", "ret", "attr.alpha", "stream"],
+        ["args", "rets", "attrs.alpha:float32", "ctx.stream"],
+        "arg ret attr.alpha:float32 stream",
+    ],
+)
+def test_check_spec_matches_accepts(declared: object) -> None:
+    check_spec_matches(declared, _spec())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "declared, words, param",
+    [
+        (["arg", "ret", "stream"], "3 tokens but the function has 4", None),
+        (["ret", "ret", "attr.alpha", "stream"], "is 'arg', not 'ret'", "x"),
+        (["arg", "ret", "attr.beta", "stream"], "named 'alpha', not 'beta'", "alpha"),
+        (["arg", "ret", "attr.alpha:float64", "stream"], "dtype float32", "alpha"),
+    ],
+)
+def test_check_spec_matches_rejects(declared: list[str], words: str, param: str | None) -> None:
+    with pytest.raises(SourceError, match=words) as info:
+        check_spec_matches(declared, _spec(), source="annotation")
+    err = info.value
+    assert err.file == "/src/a.cu" and err.line == 7 and err.function == "scale"
+    assert err.parameter == param
+    assert "annotation arg_spec" in err.message
