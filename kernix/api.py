@@ -364,7 +364,7 @@ def load_cuda_file(
     :func:`load_cuda_inline`.  Compiler diagnostics name this file.
     """
     src = _file(path, CUDA_EXTENSIONS, "CUDA")
-    return _load(check_module_name(name or _default_name(src)), [src], functions, platform="cuda",
+    return _load(check_module_name(name if name is not None else _default_name(src)), [src], functions, platform="cuda",
                  **_cuda_options(options))
 
 
@@ -382,7 +382,7 @@ def load_cuda_dir(
     for :func:`load_cuda_inline`.
     """
     files = _dir_sources(directory, CUDA_EXTENSIONS)
-    return _load(check_module_name(name or _default_name(Path(directory).absolute())), files, functions,
+    return _load(check_module_name(name if name is not None else _default_name(Path(directory).absolute())), files, functions,
                  platform="cuda", **_cuda_options(options))
 
 
@@ -435,7 +435,7 @@ def load_cpp_file(
 ) -> CompiledModule:
     """Compile a C++ file for the CPU and load it (options of :func:`load_cpp_inline`)."""
     src = _file(path, CPP_EXTENSIONS, "C++")
-    return _load(check_module_name(name or _default_name(src)), [src], functions, platform="cpu",
+    return _load(check_module_name(name if name is not None else _default_name(src)), [src], functions, platform="cpu",
                  **_cpp_options(options))
 
 
@@ -448,7 +448,7 @@ def load_cpp_dir(
 ) -> CompiledModule:
     """Compile every ``.cc``/``.cpp``/``.cxx`` file of a directory into one CPU module."""
     files = _dir_sources(directory, CPP_EXTENSIONS)
-    return _load(check_module_name(name or _default_name(Path(directory).absolute())), files, functions,
+    return _load(check_module_name(name if name is not None else _default_name(Path(directory).absolute())), files, functions,
                  platform="cpu", **_cpp_options(options))
 
 

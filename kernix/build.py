@@ -4,7 +4,7 @@ Layout of one build directory (stable per module name, so ninja rebuilds only
 what changed)::
 
     shim_0.cu ... shim_N.cu     user file i + its shims   (nvcc, or c++ for CPU)
-    handlers.cpp                the XLA FFI handlers      (host c++; specs only)
+    handlers_0.cpp ...          the XLA FFI handlers      (host c++; specs only)
     build.ninja
     module.so                   all of the above, linked
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import codegen, toolchain
-from .errors import CompilationError, ToolchainError
+from .errors import CompilationError, KernixError, ToolchainError
 from .paths import include_dir
 
 __all__ = ["BuildConfig", "BuildResult", "compile_flags", "build_module", "ninja_path"]
@@ -158,19 +158,27 @@ def _write_if_changed(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _ninja_file(units: list[str], flags: dict[str, list[str]], ext: str) -> str:
-    q = shlex.join
-    # nvcc and g++ both write make-style depfiles with -MD -MF.
+def _ninja_file(n_units: int, n_handler_units: int, flags: dict[str, list[str]], ext: str) -> str:
+    def q(args: list[str]) -> str:
+        # Quoted for the shell ninja runs commands with, then escaped for ninja
+        # itself ("$" is ninja's escape character): every argument arrives as is.
+        for a in args:
+            if any(c in a for c in "\n\r\0"):
+                raise KernixError(f"a compiler or linker flag contains a line break or NUL: {a!r}")
+        return shlex.join(args).replace("$", "$$")
+
+    # -MMD: make-style depfiles listing the non-system headers (nvcc and g++ alike);
+    # system, CUDA and jaxlib headers are covered by the compiler and jaxlib versions.
     rules = [
         "ninja_required_version = 1.3",
         "",
         "rule user_cc",
-        f"  command = {q(flags['user'])} -MD -MF $out.d -c $in -o $out",
+        f"  command = {q(flags['user'])} -MMD -MF $out.d -c $in -o $out",
         "  depfile = $out.d",
         "  description = compile $in",
         "",
         "rule handler_cc",
-        f"  command = {q(flags['handlers'])} -MD -MF $out.d -c $in -o $out",
+        f"  command = {q(flags['handlers'])} -MMD -MF $out.d -c $in -o $out",
         "  depfile = $out.d",
         "  description = compile $in",
         "",
@@ -180,14 +188,30 @@ def _ninja_file(units: list[str], flags: dict[str, list[str]], ext: str) -> str:
         "",
     ]
     objs = []
-    for i, _ in enumerate(units):
+    for i in range(n_units):
         rules.append(f"build shim_{i}.o: user_cc shim_{i}.{ext}")
         objs.append(f"shim_{i}.o")
-    rules.append("build handlers.o: handler_cc handlers.cpp")
-    objs.append("handlers.o")
+    for k in range(n_handler_units):
+        rules.append(f"build handlers_{k}.o: handler_cc handlers_{k}.cpp")
+        objs.append(f"handlers_{k}.o")
     rules.append(f"build module.so: link {' '.join(objs)}")
     rules.append("default module.so")
     return "\n".join(rules) + "\n"
+
+
+def handler_chunks(functions: Sequence[codegen.ExportedFunction], jobs: int) -> list[list[codegen.ExportedFunction]]:
+    """Split the handlers into units that compile in parallel.
+
+    Each handler instantiates XLA's binding templates (~60 ms of compile time
+    apiece), so a module of many functions spreads them over the cores that
+    the user units leave free, at least 4 handlers a unit (each unit also
+    parses ffi.h once, ~1 s).
+    """
+    if not functions:
+        return [[]]
+    spare = max(1, jobs - 1)
+    per_unit = max(4, -(-len(functions) // spare))
+    return [list(functions[i:i + per_unit]) for i in range(0, len(functions), per_unit)]
 
 
 def _read_depfile(path: Path) -> list[str]:
@@ -249,16 +273,16 @@ def build_module(
     build_dir.mkdir(parents=True, exist_ok=True)
     ext = "cu" if config.platform == "cuda" else "cpp"
     flags = compile_flags(config)
-    all_functions = [fn for _, fns in units for fn in fns]
+    jobs = workers if workers and workers > 0 else (os.cpu_count() or 1)
     for i, (source, fns) in enumerate(units):
         _write_if_changed(build_dir / f"shim_{i}.{ext}", codegen.shim_unit(os.path.abspath(source), fns))
-    _write_if_changed(
-        build_dir / "handlers.cpp",
-        codegen.handler_unit(all_functions, config.platform, config.allow_cuda_graph),
-    )
-    _write_if_changed(build_dir / "build.ninja", _ninja_file([u for u, _ in units], flags, ext))
+    chunks = handler_chunks([fn for _, fns in units for fn in fns], jobs)
+    for k, chunk in enumerate(chunks):
+        _write_if_changed(
+            build_dir / f"handlers_{k}.cpp", codegen.handler_unit(chunk, config.platform, config.allow_cuda_graph)
+        )
+    _write_if_changed(build_dir / "build.ninja", _ninja_file(len(units), len(chunks), flags, ext))
 
-    jobs = workers if workers and workers > 0 else (os.cpu_count() or 1)
     cmd = [ninja_path(), "-C", str(build_dir), f"-j{jobs}"]
     if verbose:
         cmd.append("-v")
@@ -273,10 +297,10 @@ def build_module(
             command=cmd,
         )
     deps: set[str] = {os.path.abspath(s) for s, _ in units}
-    for i in range(len(units)):
-        deps.update(_read_depfile(build_dir / f"shim_{i}.o.d"))
-    deps.update(_read_depfile(build_dir / "handlers.o.d"))
-    generated = {str(build_dir / f"shim_{i}.{ext}") for i in range(len(units))} | {str(build_dir / "handlers.cpp")}
+    objects = [f"shim_{i}.o" for i in range(len(units))] + [f"handlers_{k}.o" for k in range(len(chunks))]
+    for obj in objects:
+        deps.update(_read_depfile(build_dir / f"{obj}.d"))
+    generated = {str(build_dir / name) for name in os.listdir(build_dir)}
     resolved = sorted({os.path.abspath(os.path.join(build_dir, d)) for d in deps} - generated)
     return BuildResult(build_dir / "module.so", tuple(resolved), proc.stdout)
 

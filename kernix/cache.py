@@ -330,7 +330,7 @@ def publish(
             "dependencies": deps,
             "created": time.time(),
         }
-        _atomic_write(entry / "manifest.json", json.dumps(manifest, indent=1).encode())
+        _atomic_write(entry / "manifest.json", json.dumps(manifest, separators=(",", ":")).encode())
         for old in entry.glob("module-*.so"):  # superseded libraries of this entry
             if old.name != so_name:
                 with contextlib.suppress(OSError):
@@ -405,6 +405,7 @@ def build_directory(root: Path, name: str) -> Iterator[Path]:
             "starting that build afresh", RuntimeWarning, stacklevel=3,
         )
     _makedirs(path)
+    check_private(path, root)  # what is compiled here must not be replaceable by others
     try:
         marker.write_text(f"{os.getpid()}\n")
     except OSError as exc:
@@ -433,12 +434,12 @@ def write_source(root: Path, name: str, text: str, ext: str) -> Path:
     digest = hashlib.sha256(data).hexdigest()[:16]
     path = root / "sources" / f"{name}-{digest}.{ext}"
     try:
-        if path.is_file() and path.read_bytes() == data:
-            return path
-        _makedirs(path.parent)
-        _atomic_write(path, data)
+        if not (path.is_file() and path.read_bytes() == data):
+            _makedirs(path.parent)
+            _atomic_write(path, data)
     except OSError as exc:
         raise CacheError(_io_message(path, exc)) from exc
+    check_private(path, root)  # it is about to be compiled
     return path
 
 

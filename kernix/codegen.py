@@ -189,7 +189,7 @@ def _handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bool) -
     chain = "".join(f"\n        {b}" for b in bind)
     return [
         *aliases,
-        f"extern \"C\" const char* {shim_symbol(fn)}(void* const*);",
+        f"extern \"C\" const char* {shim_symbol(fn)}(void* const*) noexcept;",
         f"static ffi::Error {impl}({', '.join(decl)}) {{",
         *prep,
         f"  void* const params[] = {{{array}}};",

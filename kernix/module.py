@@ -52,8 +52,8 @@ def _coerce_attr(fn: str, param: Param, value: Any) -> Any:
     assert dtype is not None
     np_name = ATTR_DTYPES[dtype][1]
     try:
-        if isinstance(value, (str, bytes)):
-            raise ValueError(f"expected a number, got a {type(value).__name__}")
+        if value is None or isinstance(value, (str, bytes)) or np.iscomplexobj(value):
+            raise ValueError(f"expected a real number, got {type(value).__name__}")
         if dtype in ("float16", "bfloat16"):
             import ml_dtypes  # shipped with jax
 
@@ -155,11 +155,15 @@ class KernelFunction:
             raise CallError(
                 f"{spec.name}() takes {len(expected)} input array(s) ({names}), got {len(inputs)}"
             )
-        try:
-            inputs = tuple(jax.numpy.asarray(x) if not hasattr(x, "dtype") else x for x in inputs)
-        except (TypeError, ValueError) as exc:
-            bad = next(p.name for p, x in zip(expected, inputs) if not hasattr(x, "dtype") and not _array_like(x))
-            raise CallError(f"{spec.name}(): input {bad!r} must be an array: {exc}") from None
+        converted = []
+        for p, x in zip(expected, inputs):
+            if not hasattr(x, "dtype"):
+                try:
+                    x = jax.numpy.asarray(x)
+                except (TypeError, ValueError) as exc:
+                    raise CallError(f"{spec.name}(): input {p.name!r} must be an array: {exc}") from None
+            converted.append(x)
+        inputs = tuple(converted)
         for p, x in zip(expected, inputs):
             self._check_buffer(p, x, "input")
         declared = {p.name: p for p in spec.attrs}
@@ -180,16 +184,6 @@ class KernelFunction:
         call = jax.ffi.ffi_call(self.target, outs, vmap_method=vmap_method)
         result = call(*inputs, **coerced)
         return result[0] if single else tuple(result)
-
-
-def _array_like(x: Any) -> bool:
-    try:
-        import jax
-
-        jax.numpy.asarray(x)
-        return True
-    except (TypeError, ValueError):
-        return False
 
 
 def _np_buffer_dtype(name: str) -> Any:

@@ -217,7 +217,7 @@ def test_editing_a_kernel_body_does_not_recompile_handlers(tmp_path):
     name = unique_name("edit")
     cache = tmp_path / "cache"
     kernix.load_cpp_inline(name, ADD_ONE, build_directory=cache, auto_register=False)
-    handlers_o = cache / "build" / name / "handlers.o"
+    handlers_o = cache / "build" / name / "handlers_0.o"
     shim_o = cache / "build" / name / "shim_0.o"
     before = (handlers_o.stat().st_mtime_ns, shim_o.stat().st_mtime_ns)
     mod = kernix.load_cpp_inline(name, ADD_ONE.replace("1.0f", "2.0f"), build_directory=cache, auto_register=False)

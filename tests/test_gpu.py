@@ -1,0 +1,255 @@
+"""On an NVIDIA GPU: the seed workflow, dtypes, attributes, CUDA graphs, errors, several GPUs.
+
+Every test here is skipped on a machine without a CUDA device (CI has none).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from functools import partial
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import kernix
+from kernix import toolchain
+
+from tests.helpers import FIXTURES, ROOT, unique_name
+
+jax.config.update("jax_enable_x64", True)
+
+
+def _gpus() -> list:
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:
+        return []
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")]
+
+# Seed tutorial 002, section 1 and 2, verbatim.
+SEED_VECTOR_ADD = r"""
+#include <cuda_runtime.h>
+#include "brainevent/common.h"
+
+__global__ void add_kernel(const float* a, const float* b, float* out, int n) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < n) out[idx] = a[idx] + b[idx];
+}
+
+// @BE vector_add arg arg ret stream
+void vector_add(const BE::Tensor a, const BE::Tensor b,
+                BE::Tensor out, int64_t stream) {
+    int n = a.numel();
+    add_kernel<<<(n + 255) / 256, 256, 0, (cudaStream_t)stream>>>(
+        static_cast<const float*>(a.data_ptr()),
+        static_cast<const float*>(b.data_ptr()),
+        static_cast<float*>(out.data_ptr()), n);
+}
+"""
+
+SEED_SCALE_BY = r"""
+#include <cuda_runtime.h>
+#include "brainevent/common.h"
+
+__global__ void scale_kernel(const float* x, float* out, int n, float factor) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < n) out[idx] = x[idx] * factor;
+}
+
+// @BE scale_by arg ret attr.scale_factor:float32 stream
+void scale_by(const BE::Tensor x, BE::Tensor out,
+              float scale_factor, int64_t stream) {
+    int n = x.numel();
+    scale_kernel<<<(n + 255) / 256, 256, 0, (cudaStream_t)stream>>>(
+        static_cast<const float*>(x.data_ptr()),
+        static_cast<float*>(out.data_ptr()), n, scale_factor);
+    BE_CHECK_KERNEL_LAUNCH();
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def cuda_ops():
+    return kernix.load_cuda_file(FIXTURES / "build" / "cuda_ops.cu", name=unique_name("cuda_ops"))
+
+
+@pytest.fixture(scope="module")
+def checks():
+    return kernix.load_cuda_file(FIXTURES / "gpu" / "gpu_checks.cu", name=unique_name("gpu_checks"))
+
+
+def test_compute_capability_is_the_real_device(cuda_ops):
+    arch = toolchain.detect_compute_capability()
+    cc = _gpus()[0].compute_capability
+    assert arch == "sm_" + cc.replace(".", "")
+    assert cuda_ops.platform == "cuda"
+
+
+def test_seed_vector_add():
+    name = unique_name("my_kernels")
+    kernix.load_cuda_inline(name=name, cuda_sources=SEED_VECTOR_ADD, functions=None)
+    a = jnp.ones(1024, dtype=jnp.float32)
+    b = jnp.full(1024, 2.0, dtype=jnp.float32)
+    result = jax.ffi.ffi_call(f"{name}.vector_add", jax.ShapeDtypeStruct(a.shape, a.dtype))(a, b)
+    np.testing.assert_array_equal(result[:5], [3.0] * 5)
+
+    @jax.jit
+    def add_jit(a, b):
+        return jax.ffi.ffi_call(f"{name}.vector_add", jax.ShapeDtypeStruct(a.shape, a.dtype))(a, b)
+
+    np.testing.assert_array_equal(add_jit(a, b), np.full(1024, 3.0, np.float32))
+
+
+@pytest.mark.parametrize("fast_math", [False, True])
+def test_seed_scale_by_and_compiler_options(fast_math):
+    name = unique_name("scale_ops")
+    mod = kernix.load_cuda_inline(name=name, cuda_sources=SEED_SCALE_BY, optimization_level=3, use_fast_math=fast_math)
+    a = jnp.ones(1024, dtype=jnp.float32)
+    result = jax.ffi.ffi_call(f"{name}.scale_by", jax.ShapeDtypeStruct(a.shape, a.dtype))(a, scale_factor=np.float32(3.0))
+    np.testing.assert_array_equal(result[:5], [3.0] * 5)
+    np.testing.assert_array_equal(mod.scale_by(a, scale_factor=3.0), np.full(1024, 3.0, np.float32))
+
+
+def test_load_cuda_file_under_jit(cuda_ops):
+    a = jnp.arange(3000, dtype=jnp.float32)
+    b = jnp.ones(3000, dtype=jnp.float32)
+    np.testing.assert_array_equal(jax.jit(cuda_ops.vector_add)(a, b), np.arange(3000) + 1.0)
+    np.testing.assert_allclose(jax.jit(partial(cuda_ops.typed_axpy, a=2.0))(a, b), 2 * np.arange(3000) + 1)
+    for dtype in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64):
+        x = jnp.arange(10).astype(dtype)
+        np.testing.assert_allclose(np.asarray(cuda_ops.scale_by(x, scale_factor=0.5), np.float64), np.arange(10) * 0.5)
+    h = cuda_ops.half_scale(jnp.arange(4, dtype=jnp.float16), k=np.float16(1.5))
+    np.testing.assert_array_equal(np.asarray(h, np.float32), [0, 1.5, 3, 4.5])
+
+
+def test_vmap(cuda_ops):
+    a = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)
+    np.testing.assert_array_equal(jax.vmap(cuda_ops.vector_add)(a, a), 2 * np.asarray(a))
+
+
+ALL_DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+              np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
+XLA_CODES = {np.float16: 10, ml_dtypes.bfloat16: 16, np.float32: 11, np.float64: 12, np.int8: 2, np.int16: 3,
+             np.int32: 4, np.int64: 5, np.uint8: 6, np.uint16: 7, np.uint32: 8, np.uint64: 9, np.bool_: 1}
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_every_tensor_dtype_passes_through(checks, dtype):
+    rng = np.random.default_rng(0)
+    host = (rng.integers(0, 2, 37) if dtype is np.bool_ else rng.integers(0, 100, 37)).astype(dtype)
+    x = jnp.asarray(host)
+    out, code = checks.copy_tensor(
+        x, out=[jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((1,), jnp.int32)]
+    )
+    np.testing.assert_array_equal(np.asarray(out), host)
+    assert int(code[0]) == XLA_CODES[dtype]
+    np.testing.assert_array_equal(np.asarray(checks.copy_any(x)), host)
+
+
+def test_every_attribute_dtype_arrives(checks):
+    values = dict(b=True, i8=-100, i16=-30000, i32=-(2**31), i64=-(2**40), u8=200, u16=60000, u32=2**32 - 1,
+                  u64=2**40, f16=1.5, bf16=-2.5, f32=0.25, f64=1 / 3)
+    out = checks.all_attrs(out=jax.ShapeDtypeStruct((13,), jnp.float64), **values)
+    np.testing.assert_array_equal(np.asarray(out), [float(v) for v in values.values()])
+
+
+def _loop(fn, n):
+    def body(_, x):
+        return fn(x)
+    return jax.jit(lambda x: jax.lax.fori_loop(0, n, body, x))
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_inside_fori_loop_and_scan(graphs):
+    mod = kernix.load_cuda_inline(unique_name("loop_ops"), SEED_SCALE_BY, allow_cuda_graph=graphs)
+    x = jnp.ones(256, jnp.float32)
+    out = _loop(lambda v: mod.scale_by(v, scale_factor=1.5), 8)(x)
+    np.testing.assert_allclose(out, np.full(256, 1.5**8, np.float32), rtol=1e-6)
+
+    def step(carry, _):
+        y = mod.scale_by(carry, scale_factor=2.0)
+        return y, y[0]
+
+    carry, ys = jax.jit(lambda c: jax.lax.scan(step, c, None, length=5))(x)
+    np.testing.assert_allclose(np.asarray(ys), [2.0, 4.0, 8.0, 16.0, 32.0])
+
+
+GRAPH_PROBE = textwrap.dedent(
+    """
+    import glob, os, jax, jax.numpy as jnp, numpy as np, kernix
+    mod = kernix.load_cuda_file(CU, name="graph_probe", allow_cuda_graph=GRAPHS)
+    def body(i, x):
+        for _ in range(6):
+            x = mod.scale_by(x, scale_factor=1.0) + 1.0
+        return x
+    f = jax.jit(lambda x: jax.lax.fori_loop(0, 20, body, x))
+    out = f(jnp.zeros(1024, jnp.float32))
+    assert float(out[0]) == 120.0, out[:4]
+    hlo = "".join(open(p).read() for p in glob.glob(os.path.join(DUMP, "*after_optimizations.txt")))
+    print("COMMAND_BUFFER" if "command_buffer" in hlo else "NO_COMMAND_BUFFER")
+    """
+)
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_command_buffer_capture(tmp_path, graphs):
+    """With allow_cuda_graph=True XLA puts the handler into a command buffer (CUDA graph)."""
+    dump = tmp_path / "dump"
+    env = {
+        **os.environ,
+        "KERNIX_CACHE_DIR": str(tmp_path / "cache"),
+        "XLA_FLAGS": f"--xla_dump_to={dump} --xla_dump_hlo_as_text --xla_gpu_graph_min_graph_size=1 "
+                     "--xla_gpu_enable_command_buffer=+CUSTOM_CALL",
+    }
+    code = (GRAPH_PROBE.replace("CU", repr(str(FIXTURES / "build" / "cuda_ops.cu")))
+            .replace("GRAPHS", str(graphs)).replace("DUMP", repr(str(dump))))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == ("COMMAND_BUFFER" if graphs else "NO_COMMAND_BUFFER")
+
+
+def test_host_check_failure_is_a_python_error(checks):
+    x = jnp.zeros(8, jnp.float32)
+    with pytest.raises(Exception, match="x is 32 bytes, out is 16 bytes"):
+        checks.copy_tensor(x, out=[jax.ShapeDtypeStruct((4,), jnp.float32),
+                                   jax.ShapeDtypeStruct((1,), jnp.int32)])[0].block_until_ready()
+    np.testing.assert_array_equal(checks.fill(x, value=2.0, threads=128), np.full(8, 2.0))
+
+
+def test_kernel_launch_error_is_a_python_error(checks):
+    x = jnp.zeros(8, jnp.float32)
+    with pytest.raises(Exception, match="cudaErrorInvalidConfiguration"):
+        checks.fill(x, value=1.0, threads=4096).block_until_ready()
+    # The GPU stays usable.
+    np.testing.assert_array_equal(checks.fill(x, value=3.0, threads=256), np.full(8, 3.0))
+    np.testing.assert_array_equal(jnp.arange(4) + 1, [1, 2, 3, 4])
+
+
+@pytest.mark.skipif(len(_gpus()) < 2, reason="needs 2 GPUs")
+def test_shard_map_over_two_gpus(cuda_ops):
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    try:
+        from jax import shard_map
+    except ImportError:  # older JAX
+        from jax.experimental.shard_map import shard_map
+
+    devices = np.array(_gpus()[:2])
+    mesh = Mesh(devices, ("x",))
+    x = jax.device_put(jnp.arange(2048, dtype=jnp.float32), NamedSharding(mesh, P("x")))
+    f = jax.jit(shard_map(lambda v: cuda_ops.scale_by(v, scale_factor=2.0), mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+    out = f(x)
+    np.testing.assert_array_equal(np.asarray(out), 2 * np.arange(2048, dtype=np.float32))
+    assert {s.device for s in out.addressable_shards} == set(devices.tolist())
+    for shard in out.addressable_shards:
+        start = shard.index[0].start
+        np.testing.assert_array_equal(np.asarray(shard.data), 2 * np.arange(start, start + 1024, dtype=np.float32))
