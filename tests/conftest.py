@@ -30,6 +30,25 @@ def _isolated_cache(session_cache_dir: Path, monkeypatch: pytest.MonkeyPatch) ->
     return session_cache_dir
 
 
+@pytest.fixture(autouse=True)
+def _cpu_unless_gpu_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """Run tests of C++ (CPU) modules on the CPU, also on a machine with a GPU.
+
+    A target registered for the CPU exists only there, while JAX puts new
+    arrays on the GPU when it has one.  Processes a test starts inherit
+    ``JAX_PLATFORMS=cpu``; this process has started its backends already.
+    """
+    if request.node.get_closest_marker("gpu"):
+        yield
+        return
+    import jax
+
+    cpu = jax.devices("cpu")[0]  # starts every backend before the variable below is set
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    with jax.default_device(cpu):
+        yield
+
+
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     """The repository's ``fixtures/`` directory (C++/CUDA sources)."""

@@ -1,0 +1,329 @@
+"""The documentation cannot drift from the code.
+
+Conventions in ``docs/**/*.rst`` (see ``docs/testing-the-docs.rst``):
+
+* ``.. code-block:: python`` with ``:class: runnable`` is executed.  The
+  runnable blocks of one page run in order, in one namespace, in a fresh
+  process whose working directory is an empty temporary directory and whose
+  ``KERNIX_CACHE_DIR`` is a temporary cache shared by the pages.
+* A runnable block in another language with a ``:caption:`` (``cpp``,
+  ``cuda``, ``text``) is a file: it is written, at that point of the page, to
+  the path the caption names.
+* ``.. code-block:: console`` with ``:class: runnable``: each ``$ command`` is
+  run by the shell and its output (stdout and stderr) must be the lines after
+  it.
+* ``.. code-block:: text`` with ``:class: output`` right after a runnable
+  Python block is what that block prints; a runnable block with no output
+  block must print nothing.  In expected output, ``...`` matches any text
+  within a line (paths, hashes).
+* ``:class: cuda-example`` marks CUDA examples, which need a GPU: each C++
+  source in them (a ``.. code-block:: cuda``, or a string holding ``// @BE``
+  in a Python block) must infer without errors, exporting every annotated
+  function.
+
+All pages run concurrently, so the whole file takes about as long as the
+slowest page.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
+PAGE_TIMEOUT_S = 300
+
+_DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)\.\. code-block::\s*(?P<lang>\S*)\s*$")
+_OPTION = re.compile(r"^[ \t]+:(?P<name>[\w-]+):\s*(?P<value>.*)$")
+
+
+@dataclass
+class Block:
+    """One ``code-block`` of a page."""
+
+    page: str
+    line: int  # 1-based line of the directive
+    lang: str
+    options: dict[str, str]
+    code: str
+
+    @property
+    def classes(self) -> set[str]:
+        return set(self.options.get("class", "").split())
+
+    @property
+    def where(self) -> str:
+        return f"docs/{self.page}:{self.line}"
+
+
+def parse_blocks(path: Path) -> list[Block]:
+    """Every ``.. code-block::`` of an .rst file, with its options and dedented text."""
+    lines = path.read_text().splitlines()
+    page = path.relative_to(DOCS).as_posix()
+    blocks: list[Block] = []
+    i = 0
+    while i < len(lines):
+        m = _DIRECTIVE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        start, indent = i, len(m.group("indent").expandtabs())
+        options: dict[str, str] = {}
+        i += 1
+        while i < len(lines) and (om := _OPTION.match(lines[i])):
+            options[om.group("name")] = om.group("value").strip()
+            i += 1
+        body: list[str] = []
+        while i < len(lines):
+            text = lines[i]
+            if text.strip() and len(text) - len(text.lstrip()) <= indent:
+                break
+            body.append(text)
+            i += 1
+        code = textwrap.dedent("\n".join(body)).strip("\n") + "\n"
+        blocks.append(Block(page, start + 1, m.group("lang"), options, code))
+    return blocks
+
+
+def all_pages() -> dict[str, list[Block]]:
+    return {p.relative_to(DOCS).as_posix(): parse_blocks(p) for p in sorted(DOCS.rglob("*.rst"))}
+
+
+@dataclass
+class Step:
+    """One thing the runner does, and what it must print."""
+
+    block: Block
+    kind: str  # "python", "file", "console"
+    expected: list[tuple[str, str]] = field(default_factory=list)  # (command or "", expected output)
+
+
+def page_steps(blocks: list[Block]) -> list[Step]:
+    steps: list[Step] = []
+    previous: Step | None = None
+    for b in blocks:
+        if "output" in b.classes:
+            assert previous is not None and previous.kind == "python", (
+                f"{b.where}: an output block must follow a runnable Python block"
+            )
+            assert not previous.expected, f"{b.where}: a second output block for {previous.block.where}"
+            previous.expected.append(("", b.code))
+            previous = None
+            continue
+        previous = None
+        if "runnable" not in b.classes:
+            continue
+        if b.lang in ("python", "python3", "py"):
+            previous = Step(b, "python")
+            steps.append(previous)
+        elif b.lang == "console":
+            step = Step(b, "console")
+            for chunk in re.split(r"^\$ ", b.code, flags=re.M)[1:]:
+                command, _, output = chunk.partition("\n")
+                step.expected.append((command, output))
+            assert step.expected, f"{b.where}: a runnable console block needs `$ command` lines"
+            steps.append(step)
+        else:
+            assert "caption" in b.options, f"{b.where}: a runnable {b.lang} block needs a :caption: file name"
+            steps.append(Step(b, "file"))
+    return steps
+
+
+RUNNER = r'''
+import contextlib, io, json, os, subprocess, sys, traceback
+from pathlib import Path
+
+steps = json.loads(Path(sys.argv[1]).read_text())
+namespace = {"__name__": "__main__"}
+results = []
+for step in steps:
+    if step["kind"] == "file":
+        path = Path(step["path"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(step["code"])
+        results.append({"output": ""})
+    elif step["kind"] == "console":
+        outputs = []
+        for command in step["commands"]:
+            proc = subprocess.run(command, shell=True, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+            outputs.append(proc.stdout)
+        results.append({"outputs": outputs})
+    else:
+        buffer = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(buffer):
+                exec(compile(step["code"], step["where"], "exec"), namespace)
+        except BaseException:
+            results.append({"output": buffer.getvalue(), "error": traceback.format_exc()})
+            break
+        results.append({"output": buffer.getvalue()})
+Path(sys.argv[2]).write_text(json.dumps(results))
+'''
+
+
+def _expected_matches(expected: str, actual: str) -> bool:
+    """Line-by-line match; ``...`` in an expected line matches any text."""
+    exp = [ln.rstrip() for ln in expected.strip("\n").splitlines()] if expected.strip() else []
+    act = [ln.rstrip() for ln in actual.strip("\n").splitlines()] if actual.strip() else []
+    if len(exp) != len(act):
+        return False
+    for e, a in zip(exp, act):
+        pattern = ".*".join(re.escape(part) for part in e.split("..."))
+        if not re.fullmatch(pattern, a):
+            return False
+    return True
+
+
+RUNNABLE_PAGES = {page: steps for page, blocks in all_pages().items() if (steps := page_steps(blocks))}
+
+
+@pytest.fixture(scope="module")
+def page_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.Popen, Path, list[Step]]]:
+    """Start every runnable page in its own process, all at once."""
+    base = tmp_path_factory.mktemp("docs-run")
+    cache = base / "cache"
+    env = dict(os.environ)
+    env["KERNIX_CACHE_DIR"] = str(cache)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("JAX_ENABLE_X64", None)
+    runs = {}
+    for page, steps in RUNNABLE_PAGES.items():
+        workdir = base / page.replace("/", "_").removesuffix(".rst")
+        workdir.mkdir()
+        spec = [
+            {
+                "kind": s.kind,
+                "where": s.block.where,
+                "code": s.block.code,
+                "path": s.block.options.get("caption", ""),
+                "commands": [c for c, _ in s.expected] if s.kind == "console" else [],
+            }
+            for s in steps
+        ]
+        (workdir / "steps.json").write_text(json.dumps(spec))
+        proc = subprocess.Popen(
+            [sys.executable, "-c", RUNNER, "steps.json", "results.json"],
+            cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        runs[page] = (proc, workdir, steps)
+    yield runs
+    for proc, _, _ in runs.values():
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.parametrize("page", sorted(RUNNABLE_PAGES))
+def test_runnable_examples(page: str, page_runs) -> None:
+    proc, workdir, steps = page_runs[page]
+    try:
+        log, _ = proc.communicate(timeout=PAGE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"docs/{page}: the examples did not finish in {PAGE_TIMEOUT_S} s")
+    results_file = workdir / "results.json"
+    assert proc.returncode == 0 and results_file.is_file(), f"docs/{page}: the runner failed:\n{log}"
+    results = json.loads(results_file.read_text())
+    for step, result in zip(steps, results):
+        where = step.block.where
+        if "error" in result:
+            pytest.fail(f"{where}: the example raised:\n{result['error']}\nprinted:\n{result['output']}")
+        if step.kind == "console":
+            for (command, expected), actual in zip(step.expected, result["outputs"]):
+                assert _expected_matches(expected, actual), (
+                    f"{where}: `{command}` printed:\n{actual}\nthe page says:\n{expected}"
+                )
+        elif step.kind == "python":
+            expected = step.expected[0][1] if step.expected else ""
+            assert _expected_matches(expected, result["output"]), (
+                f"{where}: the example printed:\n{result['output']}\nthe page says:\n{expected}"
+            )
+    assert len(results) == len(steps), f"docs/{page}: only {len(results)} of {len(steps)} examples ran"
+
+
+def test_every_python_block_parses() -> None:
+    for blocks in all_pages().values():
+        for b in blocks:
+            if b.lang in ("python", "python3", "py"):
+                try:
+                    ast.parse(b.code)
+                except SyntaxError as exc:
+                    pytest.fail(f"{b.where}: not valid Python: {exc}")
+
+
+def _cuda_sources(b: Block) -> list[str]:
+    if b.lang in ("cuda", "cpp", "c++"):
+        return [b.code]
+    sources = []
+    for node in ast.walk(ast.parse(b.code)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "// @BE" in node.value:
+            sources.append(node.value)
+    return sources
+
+
+CUDA_EXAMPLES = [b for blocks in all_pages().values() for b in blocks if "cuda-example" in b.classes]
+
+
+def test_cuda_examples_are_there() -> None:
+    pages = {b.page for b in CUDA_EXAMPLES}
+    assert {"getting-started.rst", "tutorials/cuda.rst"} <= pages
+    assert sum(b.page == "tutorials/cuda.rst" for b in CUDA_EXAMPLES) >= 4
+
+
+@pytest.mark.parametrize("block", CUDA_EXAMPLES, ids=lambda b: b.where)
+def test_cuda_example_sources_infer(block: Block, tmp_path: Path) -> None:
+    from kernix import toolchain
+    from kernix.annotations import find_annotations
+    from kernix.infer import infer_file
+
+    sources = _cuda_sources(block)
+    assert sources, f"{block.where}: a CUDA example without a `// @BE` source"
+    if any("<cuda_runtime.h>" in s for s in sources) and not toolchain.cuda_include_dirs():
+        pytest.skip("the CUDA headers are not installed")
+    for i, text in enumerate(sources):
+        path = tmp_path / f"example_{i}.cu"
+        path.write_text(text)
+        result = infer_file(path, language="cuda", use_cache=False)
+        assert result.errors == (), f"{block.where}: " + "\n".join(str(e) for e in result.errors)
+        annotated = {a.name for a in find_annotations(text)}
+        assert {f.name for f in result.functions} == annotated, block.where
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sphinx") is None, reason="Sphinx is not installed")
+def test_sphinx_build(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(tmp_path / "html")],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_every_public_name_is_documented() -> None:
+    import kernix
+
+    text = (DOCS / "reference" / "python.rst").read_text()
+    documented = set(re.findall(r"^\.\. (?:auto)?(?:function|class|exception|data)::\s*(\S+)", text, re.M))
+    missing = sorted(set(kernix.__all__) - documented)
+    assert not missing, f"docs/reference/python.rst does not document: {missing}"
+
+
+def test_every_environment_variable_is_documented() -> None:
+    code = "\n".join(p.read_text() for p in (REPO / "kernix").glob("*.py"))
+    names = set(re.findall(r"""environ(?:\.get\(|\[)\s*["']([A-Z_][A-Z0-9_]*)["']""", code))
+    names |= set(re.findall(r"""^[A-Z_]+_ENV\s*=\s*["']([A-Z_][A-Z0-9_]*)["']""", code, re.M))
+    names |= {"CUDA_HOME", "CUDA_PATH"}  # read in a loop over both names
+    text = (DOCS / "reference" / "environment.rst").read_text()
+    missing = sorted(n for n in names if f"``{n}``" not in text)
+    assert not missing, f"docs/reference/environment.rst does not document: {missing}"

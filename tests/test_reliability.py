@@ -1,0 +1,534 @@
+"""The build cache under load and faults: concurrent builders, killed builders,
+damaged entries, unwritable or full cache directories, clear_cache() during a
+build, threads.  All on the CPU path.
+
+The compiler is a wrapper script (fixtures/reliability/cxx_wrapper.sh) that
+logs every compile and link, so the tests can count compiler runs, and that
+can hold a compile (``hang``, ``pause``) to stop a builder at a known point.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jax.numpy as jnp
+
+import kernix
+from kernix import cache, toolchain
+from kernix.errors import CacheError
+
+from tests.helpers import FIXTURES, unique_name
+
+REL = FIXTURES / "reliability"
+WORKER = REL / "load_worker.py"
+EXPECTED = [1.0, 2.0, 3.0, 4.0]
+
+
+class Wrapper:
+    """The logging compiler wrapper of one test."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.path = directory / "cxx"
+
+    def calls(self, kind: str) -> int:
+        log = self.dir / "calls.log"
+        return sum(1 for ln in log.read_text().splitlines() if ln.startswith(kind)) if log.exists() else 0
+
+    def started_pids(self) -> list[int]:
+        f = self.dir / "started"
+        return [int(x) for x in f.read_text().split()] if f.exists() else []
+
+    def wait_started(self, n: int = 1, timeout: float = 120.0) -> list[int]:
+        deadline = time.monotonic() + timeout
+        while len(self.started_pids()) < n:
+            if time.monotonic() > deadline:
+                raise AssertionError("the compiler wrapper never started")
+            time.sleep(0.02)
+        return self.started_pids()
+
+
+@pytest.fixture
+def wrapper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    d = tmp_path / "cxx"
+    d.mkdir()
+    w = Wrapper(d)
+    shutil.copy(REL / "cxx_wrapper.sh", w.path)
+    w.path.chmod(0o755)
+    monkeypatch.setenv("CXX", str(w.path))
+    toolchain._cxx_path.cache_clear()
+    yield w
+    toolchain._cxx_path.cache_clear()
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty cache root of this test's own (it does not exist yet)."""
+    r = tmp_path / "cache"
+    monkeypatch.setenv("KERNIX_CACHE_DIR", str(r))
+    return r
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    """The add_one module's source, at a path of this test's own."""
+    p = tmp_path / "src" / "add_one.cpp"
+    p.parent.mkdir()
+    shutil.copy(REL / "add_one.cpp", p)
+    return p
+
+
+def _spawn(args: list[str], **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True, env=dict(os.environ), **kw,
+    )
+
+
+def _result(proc: subprocess.Popen, timeout: float = 180) -> dict:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _check(mod: kernix.CompiledModule) -> None:
+    np.testing.assert_array_equal(mod.add_one(jnp.arange(4, dtype=jnp.float32)), EXPECTED)
+
+
+# --------------------------------------------------------------------- concurrency
+
+
+def test_eight_processes_one_compile(wrapper: Wrapper, root: Path, source: Path, tmp_path: Path) -> None:
+    """8 processes load the same new module at once into an empty cache: all get
+    the right answer, and the compiler runs for one build only."""
+    name = unique_name("stampede")
+    go = tmp_path / "go"
+    procs = [_spawn([str(source), name, str(tmp_path / f"ready{i}"), str(go)]) for i in range(8)]
+    try:
+        deadline = time.monotonic() + 180
+        while not all((tmp_path / f"ready{i}").exists() for i in range(8)):
+            assert all(p.poll() is None for p in procs), [p.communicate()[1][-2000:] for p in procs if p.poll() is not None]
+            assert time.monotonic() < deadline, "workers never became ready"
+            time.sleep(0.02)
+        go.touch()
+        results = [_result(p) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert all(r["values"] == EXPECTED for r in results)
+    assert len({r["so"] for r in results}) == 1
+    assert wrapper.calls("compile") == 2  # the user's unit and the handler unit, once
+    assert wrapper.calls("link") == 1
+    assert len(list((root / "modules" / name).glob("*/manifest.json"))) == 1
+
+
+def test_two_threads_in_one_process(wrapper: Wrapper, root: Path, tmp_path: Path) -> None:
+    """Threads loading the same module and another one concurrently: each module is
+    built once, every thread gets a working module."""
+    text = (REL / "add_one.cpp").read_text()
+    other = text.replace("+ 1.0f", "+ 1.0f + 0.0f")
+    names = [unique_name("thread_a"), unique_name("thread_b")]
+    jobs = [(names[0], text), (names[0], text), (names[1], other), (names[1], other)]
+    results: list = [None] * len(jobs)
+    barrier = threading.Barrier(len(jobs))
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = kernix.load_cpp_inline(jobs[i][0], jobs[i][1])
+        except BaseException as exc:  # reported below
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    for r in results:
+        assert isinstance(r, kernix.CompiledModule), r
+        _check(r)
+    assert results[0].path == results[1].path and results[2].path == results[3].path
+    assert wrapper.calls("compile") == 4 and wrapper.calls("link") == 2
+
+
+# --------------------------------------------------------------------- crashes
+
+
+def _kill_builder(proc: subprocess.Popen, wrapper: Wrapper) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    for pid in wrapper.started_pids():  # ninja runs compilers in process groups of their own
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_builder_killed_mid_compile(wrapper: Wrapper, root: Path, source: Path, monkeypatch) -> None:
+    """SIGKILL a builder while its compiler runs: the next load takes the lock at once
+    (the dead holder's flock is gone), builds afresh and never sees a partial entry."""
+    name = unique_name("killed")
+    (wrapper.dir / "hang").touch()
+    proc = _spawn([str(source), name])
+    try:
+        wrapper.wait_started()
+    finally:
+        _kill_builder(proc, wrapper)
+    assert proc.returncode == -signal.SIGKILL
+    build_dir = root / "build" / name
+    assert (build_dir / ".kernix-building").exists()  # the marker of a build that did not finish
+    assert not list((root / "modules").glob(f"{name}/*/manifest.json"))  # nothing published
+    assert not (build_dir / "module.so").exists()
+
+    (wrapper.dir / "hang").unlink()
+    before = wrapper.calls("compile")
+    monkeypatch.setattr(cache, "_LOCK_TIMEOUT_S", 5.0)  # a stale lock would fail the load
+    start = time.monotonic()
+    with pytest.warns(RuntimeWarning, match="interrupted"):
+        mod = kernix.load_cpp_file(source, name=name)
+    elapsed = time.monotonic() - start
+    _check(mod)
+    assert wrapper.calls("compile") - before == 2  # rebuilt from scratch
+    assert elapsed < 60, elapsed
+    assert not (build_dir / ".kernix-building").exists()
+    assert not list((root / "build").glob(f".{name}.stale-*"))  # the dead build's dir is gone
+    # The lock is free again.
+    with cache.build_lock(root, name):
+        pass
+
+
+def test_lock_of_dead_process_is_released(root: Path, tmp_path: Path) -> None:
+    """A process that dies (SIGKILL) holding the build lock does not block anyone."""
+    code = (
+        "import sys, time, pathlib\n"
+        "from kernix import cache\n"
+        "with cache.build_lock(pathlib.Path(sys.argv[1]), 'held'):\n"
+        "    open(sys.argv[2], 'w').close()\n"
+        "    time.sleep(120)\n"
+    )
+    flag = tmp_path / "locked"
+    proc = subprocess.Popen([sys.executable, "-c", code, str(root), str(flag)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not flag.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        # Held by a live process: we wait.
+        old = cache._LOCK_TIMEOUT_S
+        cache._LOCK_TIMEOUT_S = 0.3
+        try:
+            with pytest.raises(CacheError, match="held by a live process"):
+                with cache.build_lock(root, "held"):
+                    pass
+        finally:
+            cache._LOCK_TIMEOUT_S = old
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    start = time.monotonic()
+    with cache.build_lock(root, "held"):
+        pass
+    assert time.monotonic() - start < 1.0
+
+
+def test_clear_cache_waits_for_a_running_build(wrapper: Wrapper, root: Path, source: Path) -> None:
+    """clear_cache() during another process's build waits for it; the build succeeds."""
+    name = unique_name("cleared")
+    (wrapper.dir / "pause").touch()
+    proc = _spawn([str(source), name])
+    try:
+        wrapper.wait_started()
+        removed: list = []
+        t = threading.Thread(target=lambda: removed.append(kernix.clear_cache()))
+        t.start()
+        t.join(1.0)
+        assert t.is_alive(), "clear_cache() did not wait for the build lock"
+        (wrapper.dir / "pause").unlink()
+        result = _result(proc)
+        t.join(60)
+        assert not t.is_alive()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert result["values"] == EXPECTED
+    assert removed == [1]  # the finished entry, removed after the build
+    assert not (root / "modules" / name).exists()
+
+
+# --------------------------------------------------------------------- damaged entries
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory):
+    """One add_one module in a cache of its own, shared by the damage tests."""
+    r = tmp_path_factory.mktemp("damage-cache")
+    name = unique_name("damaged")
+    text = (REL / "add_one.cpp").read_text()
+    mod = kernix.load_cpp_inline(name, text, build_directory=r)
+    _check(mod)
+    return r, name, text, mod
+
+
+def _replace(path: Path, data: bytes) -> None:
+    # Damage by replacing the file: rewriting a library in place would also
+    # change the copy this process has mapped (as it would for any program).
+    tmp = path.with_name(path.name + ".damage")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _truncate(so: Path, manifest: Path) -> None:
+    data = so.read_bytes()
+    _replace(so, data[: len(data) // 2])
+
+
+def _garbage_same_size(so: Path, manifest: Path) -> None:
+    _replace(so, os.urandom(so.stat().st_size))
+
+
+def _missing_library(so: Path, manifest: Path) -> None:
+    so.unlink()
+
+
+def _manifest_not_json(so: Path, manifest: Path) -> None:
+    manifest.write_bytes(b'{"format": 1, "key": ')
+
+
+def _manifest_missing_field(so: Path, manifest: Path) -> None:
+    data = json.loads(manifest.read_text())
+    del data["so_sha256"]
+    manifest.write_text(json.dumps(data))
+
+
+def _manifest_points_outside(so: Path, manifest: Path) -> None:
+    data = json.loads(manifest.read_text())
+    data["so"] = "../../../../evil.so"
+    manifest.write_text(json.dumps(data))
+
+
+def _manifest_wrong_types(so: Path, manifest: Path) -> None:
+    data = json.loads(manifest.read_text())
+    data["functions"] = "not a list"
+    manifest.write_text(json.dumps(data))
+
+
+def _manifest_binary(so: Path, manifest: Path) -> None:
+    manifest.write_bytes(b"\xff\xfe\x00garbage")
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [_truncate, _garbage_same_size, _missing_library, _manifest_not_json, _manifest_missing_field,
+     _manifest_points_outside, _manifest_wrong_types, _manifest_binary],
+)
+def test_damaged_entry_is_detected_and_rebuilt(built, damage) -> None:
+    r, name, text, mod = built
+    (manifest,) = (r / "modules" / name).glob("*/manifest.json")
+    so = manifest.parent / json.loads(manifest.read_text())["so"]
+    damage(so, manifest)
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        again = kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
+    assert again.path == mod.path and again.digest == mod.digest
+    assert cache.file_digest(again.path) == mod.digest  # the library on disk is whole again
+    again.register()  # same code as the registered module: a no-op
+    _check(again)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and the entry is clean now
+        kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
+
+
+def test_leftovers_of_a_dead_publisher_are_never_loaded(built) -> None:
+    """A library without a manifest (publisher died before the manifest was
+    renamed into place) and temporary files are ignored, then cleaned up."""
+    r, name, text, mod = built
+    (manifest,) = (r / "modules" / name).glob("*/manifest.json")
+    manifest.unlink()
+    tmp = manifest.parent / ".manifest.json.abc.tmp"
+    tmp.write_text("{half")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a missing manifest is an ordinary miss
+        again = kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
+    assert again.digest == mod.digest
+    assert not tmp.exists()
+
+
+# --------------------------------------------------------------------- unwritable / full
+
+
+def _fail_under(monkeypatch: pytest.MonkeyPatch, base: Path, err: int) -> None:
+    """Make creating directories and files under ``base`` fail with ``err``."""
+    real_mkdir, real_mkstemp, real_open = os.mkdir, cache.tempfile.mkstemp, os.open
+
+    def under(p) -> bool:
+        return str(os.fspath(p)).startswith(str(base))
+
+    def mkdir(p, *a, **k):
+        if under(p):
+            raise OSError(err, os.strerror(err), str(p))
+        return real_mkdir(p, *a, **k)
+
+    def mkstemp(*a, dir=None, **k):
+        if dir is not None and under(dir):
+            raise OSError(err, os.strerror(err), str(dir))
+        return real_mkstemp(*a, dir=dir, **k)
+
+    def open_(p, flags, *a, **k):
+        if under(p) and flags & (os.O_CREAT | os.O_WRONLY | os.O_RDWR):
+            raise OSError(err, os.strerror(err), str(p))
+        return real_open(p, flags, *a, **k)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    monkeypatch.setattr(cache.tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(os, "open", open_)
+
+
+@pytest.mark.parametrize("err,match", [(errno.EROFS, "not writable"), (errno.EACCES, "not writable"),
+                                       (errno.ENOSPC, "no space left")])
+def test_unwritable_or_full_empty_cache_is_a_clear_error(root: Path, monkeypatch, err, match) -> None:
+    _fail_under(monkeypatch, root, err)
+    with pytest.raises(CacheError, match=match) as info:
+        kernix.load_cpp_inline(unique_name("ro"), (REL / "add_one.cpp").read_text())
+    assert "KERNIX_CACHE_DIR" in str(info.value) or "kernix cache clear" in str(info.value)
+
+
+def test_cache_root_under_a_file_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(CacheError, match="not a directory|is a file"):
+        kernix.load_cpp_inline(unique_name("enotdir"), (REL / "add_one.cpp").read_text(),
+                               build_directory=blocker / "cache")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permission bits")
+def test_read_only_cache_directory_real_permissions(tmp_path: Path) -> None:
+    r = tmp_path / "ro"
+    r.mkdir()
+    r.chmod(0o555)
+    try:
+        with pytest.raises(CacheError, match="not writable"):
+            kernix.load_cpp_inline(unique_name("chmod"), (REL / "add_one.cpp").read_text(), build_directory=r)
+    finally:
+        r.chmod(0o755)
+
+
+def test_disk_full_while_publishing_then_recovers(built, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSPC while the library is written: a clear error, nothing half-published
+    is loaded later, and the next load (with space again) succeeds."""
+    r, name, text, mod = built
+    shutil.rmtree(r / "modules" / name)  # the entry goes; ninja's build directory stays
+    real = cache._atomic_write
+
+    def full(path: Path, data: bytes) -> None:
+        if path.suffix == ".so":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        real(path, data)
+
+    monkeypatch.setattr(cache, "_atomic_write", full)
+    with pytest.raises(CacheError, match="no space left"):
+        kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
+    assert not list((r / "modules" / name).glob("*/manifest.json"))
+    monkeypatch.setattr(cache, "_atomic_write", real)
+    again = kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
+    assert again.digest == mod.digest
+
+
+def test_read_only_cache_still_serves_hits(built, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A populated cache that has become read-only still loads what it holds."""
+    r, name, text, mod = built
+    kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)  # make sure it is there
+    _fail_under(monkeypatch, r, errno.EROFS)
+    again = kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
+    assert again.path == mod.path
+
+
+# --------------------------------------------------------------------- trust
+
+
+def test_refuses_library_in_a_directory_others_can_write(built) -> None:
+    r, name, text, mod = built
+    kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
+    entry = mod.path.parent
+    mode = entry.stat().st_mode
+    entry.chmod(mode | stat.S_IWOTH)
+    try:
+        with pytest.raises(CacheError, match=r"other users can write to it.*chmod o-w") as info:
+            kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
+        assert str(entry) in str(info.value)
+    finally:
+        entry.chmod(mode)
+
+
+def test_refuses_world_writable_cache_root(tmp_path: Path) -> None:
+    r = tmp_path / "open"
+    r.mkdir()
+    r.chmod(0o777)
+    with pytest.raises(CacheError, match="other users can write"):
+        cache.check_private(r / "modules" / "x", r)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand a file to another user")
+def test_refuses_library_owned_by_another_user(built) -> None:
+    r, name, text, mod = built
+    kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
+    os.chown(mod.path, 65534, 65534)
+    try:
+        with pytest.raises(CacheError, match="owned by another user"):
+            kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
+    finally:
+        os.chown(mod.path, 0, 0)
+
+
+def test_symlink_inside_cache_is_refused(built) -> None:
+    r, name, text, mod = built
+    kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
+    (manifest,) = (r / "modules" / name).glob("*/manifest.json")
+    real = manifest.with_name("manifest.real")
+    manifest.rename(real)
+    manifest.symlink_to(real)
+    try:
+        with pytest.raises(CacheError, match="symbolic link"):
+            kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
+    finally:
+        manifest.unlink()
+        real.rename(manifest)
+
+
+def test_permissive_umask_does_not_make_the_cache_writable_by_others(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        cache._makedirs(tmp_path / "u" / "a" / "b")
+    finally:
+        os.umask(old)
+    for d in (tmp_path / "u", tmp_path / "u" / "a", tmp_path / "u" / "a" / "b"):
+        assert not d.stat().st_mode & (stat.S_IWOTH | stat.S_IWGRP), d
+
+
+def test_clear_cache_of_one_name_leaves_similar_names_alone(tmp_path: Path) -> None:
+    r = tmp_path / "c"
+    a = cache.write_source(r, "ops", "int a;", "cpp")
+    b = cache.write_source(r, "ops-v2", "int b;", "cpp")
+    kernix.clear_cache("ops", root=r)
+    assert not a.exists() and b.exists()
+
+
+def test_refuses_to_build_from_a_source_directory_others_can_write(tmp_path: Path) -> None:
+    r = tmp_path / "c"
+    cache.write_source(r, "ops", "int a;", "cpp")
+    (r / "sources").chmod(0o777)
+    with pytest.raises(CacheError, match="other users can write"):
+        cache.write_source(r, "ops", "int a;", "cpp")
