@@ -7,7 +7,8 @@ C++ and in CUDA, prints side by side:
   building the user unit and the handler unit in parallel + link);
 * the same generated code compiled as ONE translation unit (what a tool that
   puts kernel and FFI handler in one file compiles), timed on the same files;
-* warm load in a new process (cache hit), excluding ``import jax``;
+* warm load in a new process (cache hit), excluding ``import jax``: with
+  ``import kernix``, and the ``load_*`` call alone;
 * rebuild after editing one kernel body;
 * optionally (``--brainevent``) the same CUDA source built and warm-loaded
   with the ``brainevent`` package's ``load_cuda_inline``, if it is installed.
@@ -96,7 +97,8 @@ def cpp_source(n: int, variant: int = 0) -> str:
 
 
 def median_ms(samples: list[float]) -> str:
-    return f"{statistics.median(samples) * 1e3:8.0f} ms"
+    ms = statistics.median(samples) * 1e3
+    return f"{ms:8.1f} ms" if ms < 100 else f"{ms:8.0f} ms"
 
 
 def kernix_cold(lang: str, n: int, arch: str | None, workdir: Path) -> tuple[float, kernix.CompiledModule]:
@@ -136,24 +138,31 @@ import jax, jax.numpy  # excluded from the measurement
 sys.path.insert(0, {root!r})
 t0 = time.perf_counter()
 import kernix
+t1 = time.perf_counter()
 {load}
-print(json.dumps(time.perf_counter() - t0))
+t2 = time.perf_counter()
+print(json.dumps([t2 - t0, t2 - t1]))
 """
 
 
-def warm_new_process(load: str, env: dict[str, str]) -> float:
+def warm_new_process(load: str, env: dict[str, str]) -> tuple[float, float]:
+    """(import kernix + load, load alone) in a fresh process that has imported jax."""
     code = WARM_SNIPPET.format(root=str(HERE.parent), load=load)
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    total, load_only = json.loads(out.stdout.strip().splitlines()[-1])
+    return total, load_only
 
 
-def kernix_warm(lang: str, n: int, mod: kernix.CompiledModule, arch: str | None, repeat: int) -> list[float]:
+def kernix_warm(lang: str, n: int, mod: kernix.CompiledModule, arch: str | None,
+                repeat: int) -> list[tuple[float, float]]:
     root = str(mod.path.parents[3])
     src = cuda_source(n) if lang == "cuda" else cpp_source(n)
     fn = "load_cuda_inline" if lang == "cuda" else "load_cpp_inline"
     extra = f", compute_capability={arch!r}" if lang == "cuda" else ""
     load = f"kernix.{fn}({mod.name!r}, {src!r}, build_directory={root!r}{extra})"
-    return [warm_new_process(load, dict(os.environ)) for _ in range(repeat)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as users run: with .pyc
+    warm_new_process(load, env)  # writes the .pyc files
+    return [warm_new_process(load, env) for _ in range(repeat)]
 
 
 def kernix_edit(lang: str, n: int, mod: kernix.CompiledModule, arch: str | None) -> float:
@@ -185,11 +194,11 @@ def brainevent_times(n: int, arch: str, repeat: int, workdir: Path) -> tuple[lis
         if out.returncode != 0:
             print("  brainevent failed:", out.stderr[-2000:])
             return None
-        cold.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        cold.append(json.loads(out.stdout.strip().splitlines()[-1])[0])
     warm = []
     for _ in range(repeat):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-        warm.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        warm.append(json.loads(out.stdout.strip().splitlines()[-1])[0])
     return cold, warm
 
 
@@ -217,7 +226,8 @@ def main() -> None:
         print(f"nvcc: {toolchain.find_nvcc().identity.splitlines()[-1]}")
     print(f"median of {args.repeat} runs\n")
     workdir = Path(tempfile.mkdtemp(prefix="kernix-bench-"))
-    header = f"{'module':<16}{'kernix cold':>14}{'one TU':>14}{'ratio':>8}{'warm (new proc)':>18}{'edit rebuild':>15}"
+    header = (f"{'module':<16}{'kernix cold':>14}{'one TU':>14}{'ratio':>8}{'warm: import+load':>20}"
+              f"{'load call':>12}{'edit rebuild':>15}")
     print(header)
     for lang in langs:
         for n in sorted({1, args.functions}):
@@ -231,7 +241,8 @@ def main() -> None:
             warms = kernix_warm(lang, n, mod, arch, args.repeat)
             ratio = statistics.median(colds) / statistics.median(ones)
             print(f"{lang + ' x' + str(n):<16}{median_ms(colds):>14}{median_ms(ones):>14}{ratio:>8.2f}"
-                  f"{median_ms(warms):>18}{median_ms(edits):>15}", flush=True)
+                  f"{median_ms([w[0] for w in warms]):>20}{median_ms([w[1] for w in warms]):>12}"
+                  f"{median_ms(edits):>15}", flush=True)
     if args.brainevent and "cuda" in langs:
         print(f"\nbrainevent, same CUDA source, x{args.functions} (explicit functions dict):")
         res = brainevent_times(args.functions, arch, args.repeat, workdir)

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import jax
 import jax.numpy as jnp
 
 import kernix
@@ -106,7 +107,8 @@ def _result(proc: subprocess.Popen, timeout: float = 180) -> dict:
 
 
 def _check(mod: kernix.CompiledModule) -> None:
-    np.testing.assert_array_equal(mod.add_one(jnp.arange(4, dtype=jnp.float32)), EXPECTED)
+    with jax.default_device(jax.devices("cpu")[0]):  # also from module-scoped fixtures
+        np.testing.assert_array_equal(mod.add_one(jnp.arange(4, dtype=jnp.float32)), EXPECTED)
 
 
 # --------------------------------------------------------------------- concurrency
