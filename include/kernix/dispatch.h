@@ -6,13 +6,12 @@
 //
 // Inside the lambda `scalar_t` is the C++ type of the tensor's dtype.  A dtype
 // outside the set throws BE::Error naming the operation and the dtype.
+//
+// BE_DISPATCH_FLOATING_AND_HALF_TYPES also covers float16 (__half) and
+// bfloat16 (__nv_bfloat16): include <cuda_fp16.h> and <cuda_bf16.h> anywhere
+// before using it.  kernix/common.h does not include them itself, since they
+// add about half a second to every CUDA compile.
 #pragma once
-
-#if defined(__CUDACC__)
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#define BE_HAS_CUDA_HALF 1
-#endif
 
 #define BE_DISPATCH_CASE(ENUM, TYPE, ...) \
   case ::BE::DType::ENUM: {               \
@@ -25,9 +24,11 @@
     const ::BE::DType be_dispatch_dtype_ = (DTYPE);                                \
     switch (be_dispatch_dtype_) {                                                  \
       CASES                                                                        \
-      default:                                                                     \
-        throw ::BE::Error(std::string(NAME) + ": unsupported dtype " +            \
-                          ::BE::dtype_name(be_dispatch_dtype_));                   \
+      default: {                                                                   \
+        ::BE::detail::Message be_dispatch_message_;                                \
+        be_dispatch_message_ << NAME << ": unsupported dtype " << be_dispatch_dtype_; \
+        throw ::BE::Error(be_dispatch_message_.c_str());                           \
+      }                                                                            \
     }                                                                              \
   }()
 
@@ -45,19 +46,16 @@
   BE_DISPATCH_CASE(UInt32, uint32_t, __VA_ARGS__)  \
   BE_DISPATCH_CASE(UInt64, uint64_t, __VA_ARGS__)
 
-#if defined(BE_HAS_CUDA_HALF)
-#define BE_HALF_CASES_(...)                           \
-  BE_DISPATCH_CASE(Float16, __half, __VA_ARGS__)      \
+#define BE_HALF_CASES_(...)                          \
+  BE_DISPATCH_CASE(Float16, __half, __VA_ARGS__)     \
   BE_DISPATCH_CASE(BFloat16, __nv_bfloat16, __VA_ARGS__)
-#else
-#define BE_HALF_CASES_(...)
-#endif
 
 // float32, float64.
 #define BE_DISPATCH_FLOATING_TYPES(DTYPE, NAME, ...) \
   BE_DISPATCH_SWITCH(DTYPE, NAME, BE_FLOATING_CASES_(__VA_ARGS__))
 
-// float32, float64, and (in CUDA sources) float16 as __half, bfloat16 as __nv_bfloat16.
+// float32, float64, float16 as __half, bfloat16 as __nv_bfloat16 (needs
+// <cuda_fp16.h> and <cuda_bf16.h>).
 #define BE_DISPATCH_FLOATING_AND_HALF_TYPES(DTYPE, NAME, ...) \
   BE_DISPATCH_SWITCH(DTYPE, NAME, BE_FLOATING_CASES_(__VA_ARGS__) BE_HALF_CASES_(__VA_ARGS__))
 
@@ -65,9 +63,7 @@
 #define BE_DISPATCH_INTEGRAL_TYPES(DTYPE, NAME, ...) \
   BE_DISPATCH_SWITCH(DTYPE, NAME, BE_INTEGRAL_CASES_(__VA_ARGS__))
 
-// Every integer and floating type above, and bool.
-#define BE_DISPATCH_ALL_TYPES(DTYPE, NAME, ...)                                   \
-  BE_DISPATCH_SWITCH(DTYPE, NAME,                                                 \
-                     BE_FLOATING_CASES_(__VA_ARGS__) BE_HALF_CASES_(__VA_ARGS__)  \
-                         BE_INTEGRAL_CASES_(__VA_ARGS__)                          \
-                             BE_DISPATCH_CASE(Bool, bool, __VA_ARGS__))
+// float32, float64, the integers above, and bool.
+#define BE_DISPATCH_ALL_TYPES(DTYPE, NAME, ...) \
+  BE_DISPATCH_SWITCH(DTYPE, NAME,               \
+                     BE_FLOATING_CASES_(__VA_ARGS__) BE_INTEGRAL_CASES_(__VA_ARGS__) BE_DISPATCH_CASE(Bool, bool, __VA_ARGS__))

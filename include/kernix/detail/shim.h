@@ -6,9 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <exception>
-#include <string>
 #include <type_traits>
 
 #include "kernix/common.h"
@@ -20,9 +20,9 @@ namespace detail {
 
 // Keeps the last error message of this thread alive until the handler copies it.
 inline const char* store_error(const char* what) {
-  static thread_local std::string message;
-  message = (what && *what) ? what : "unknown error";
-  return message.c_str();
+  static thread_local char message[4096];
+  std::snprintf(message, sizeof message, "%s", (what && *what) ? what : "unknown error");
+  return message;
 }
 
 inline const char* current_exception_message() {
