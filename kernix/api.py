@@ -260,10 +260,12 @@ def _join_sources(sources: str | Sequence[str], what: str) -> str:
     raise TypeError(f"{what} must be a string or a list of strings")
 
 
-def _file(path: str | os.PathLike[str], allowed: tuple[str, ...], what: str) -> Path:
+def _file(path: str | os.PathLike[str], platform: str) -> Path:
     p = Path(path).expanduser().absolute()
     if not p.is_file():
-        raise FileNotFoundError(f"{what} source file not found: {p}")
+        raise FileNotFoundError(f"{'CUDA' if platform == 'cuda' else 'C++'} source file not found: {p}")
+    if platform == "cpu" and p.suffix in (".cu", ".cuh"):
+        raise KernixError(f"{p} is a CUDA source: load it with load_cuda_file (load_cpp_file builds for the CPU)")
     return p
 
 
@@ -363,7 +365,7 @@ def load_cuda_file(
     ``name`` defaults to the file's stem.  The other options are those of
     :func:`load_cuda_inline`.  Compiler diagnostics name this file.
     """
-    src = _file(path, CUDA_EXTENSIONS, "CUDA")
+    src = _file(path, "cuda")
     return _load(check_module_name(name if name is not None else _default_name(src)), [src], functions, platform="cuda",
                  **_cuda_options(options))
 
@@ -434,7 +436,7 @@ def load_cpp_file(
     **options: Any,
 ) -> CompiledModule:
     """Compile a C++ file for the CPU and load it (options of :func:`load_cpp_inline`)."""
-    src = _file(path, CPP_EXTENSIONS, "C++")
+    src = _file(path, "cpu")
     return _load(check_module_name(name if name is not None else _default_name(src)), [src], functions, platform="cpu",
                  **_cpp_options(options))
 

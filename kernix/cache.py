@@ -64,7 +64,18 @@ __all__ = [
 MANIFEST_FORMAT = 1
 _SO_NAME_RE = re.compile(r"module-[0-9a-f]{16}\.so")
 _BUILDING_MARKER = ".kernix-building"
-_LOCK_TIMEOUT_S = float(os.environ.get("KERNIX_LOCK_TIMEOUT", "1800"))
+
+
+def _lock_timeout() -> float:
+    """Seconds to wait for another process's build: ``$KERNIX_LOCK_TIMEOUT``, default 1800."""
+    raw = os.environ.get("KERNIX_LOCK_TIMEOUT", "1800")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise CacheError(f"KERNIX_LOCK_TIMEOUT={raw!r} is not a positive number of seconds")
+    return value
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
@@ -356,6 +367,7 @@ def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None
     except OSError as exc:
         raise CacheError(_io_message(path, exc)) from exc
     try:
+        timeout = _lock_timeout()
         start = time.monotonic()
         announced = False
         while True:
@@ -367,7 +379,7 @@ def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None
                 if verbose and not announced:
                     print(f"kernix: waiting for another process building {name!r} ({path})", file=sys.stderr)
                     announced = True
-                if waited > _LOCK_TIMEOUT_S:
+                if waited > timeout:
                     raise CacheError(
                         f"gave up after {waited:.0f} s waiting for the build lock {path}, held by a live "
                         "process that is still building this module"

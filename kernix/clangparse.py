@@ -33,7 +33,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,14 +125,15 @@ def _stat_key(path: str) -> str:
     return hashlib.sha256(f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:24]
 
 
-@functools.lru_cache(maxsize=None)
 def _cxx() -> str | None:
-    for name in (os.environ.get("CXX") or "", "g++", "c++"):
-        if name:
-            found = shutil.which(name)
-            if found:
-                return os.path.realpath(found)
-    return None
+    """The host compiler the build uses (see :func:`kernix.toolchain.find_host_compiler`)."""
+    from .errors import ToolchainError
+    from .toolchain import host_compiler_path
+
+    try:
+        return host_compiler_path()
+    except ToolchainError:
+        return None
 
 
 @functools.lru_cache(maxsize=None)

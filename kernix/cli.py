@@ -2,6 +2,8 @@
 
 ``kernix inspect FILE... [-I DIR] [-D NAME[=VALUE]] [--cuda | --cpp] [--json]``
 prints what kernix infers from each file's ``// @BE`` annotations.
+``kernix cache info [--json]`` lists the cached modules; ``kernix cache clear
+[NAME]`` deletes cached builds.
 
 Exit status: 0 when every annotated function was inferred, 1 when any was not
 (each error on stderr as ``FILE:LINE:COL: error: message``), 2 for usage errors.
@@ -16,7 +18,7 @@ import json
 import sys
 from typing import Any, Sequence
 
-__all__ = ["main", "build_parser", "add_inspect_parser"]
+__all__ = ["main", "build_parser", "add_inspect_parser", "add_cache_parser"]
 
 
 def _error_line(err: Any) -> str:
@@ -126,12 +128,66 @@ def add_inspect_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _human_size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def _run_cache(args: argparse.Namespace) -> int:
+    from .cache import cache_info, clear_cache
+    from .errors import KernixError
+
+    try:
+        if args.action == "clear":
+            removed = clear_cache(args.name)
+            what = f"module {args.name!r}" if args.name else "every module"
+            print(f"removed {removed} cache entr{'y' if removed == 1 else 'ies'} ({what})")
+            return 0
+        info = cache_info()
+    except KernixError as exc:
+        print(f"kernix: error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        json.dump(info, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(f"cache: {info['root']} ({_human_size(info['total_bytes'])})")
+    for m in info["modules"]:
+        if m.get("damaged"):
+            print(f"  {m['name']:<24} DAMAGED  {m['path']}")
+            continue
+        fns = ", ".join(m["functions"])
+        print(f"  {m['name']:<24} {m['platform']:<5} {_human_size(m['size_bytes']):>10}  {fns}")
+    return 0
+
+
+def add_cache_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``cache`` subcommand (``info`` / ``clear [NAME]``) to ``subparsers``."""
+    p = subparsers.add_parser(
+        "cache",
+        help="show or clear the build cache",
+        description="Show the build cache (info) or delete cached builds (clear [NAME]).",
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    info = actions.add_parser("info", help="list cached modules and the cache size")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    clear = actions.add_parser("clear", help="delete cached builds (of one module, or all)")
+    clear.add_argument("name", nargs="?", default=None, help="module name (default: every module)")
+    p.set_defaults(func=_run_cache, json=False)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand."""
     parser = argparse.ArgumentParser(prog="kernix", description="Call annotated C++ and CUDA functions from JAX.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     add_inspect_parser(sub)
+    add_cache_parser(sub)
     return parser
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "find_nvcc",
     "find_cuda_home",
     "find_host_compiler",
+    "host_compiler_path",
     "cuda_include_dirs",
     "jax_ffi_include_dir",
     "jaxlib_version",
@@ -144,7 +145,8 @@ def cuda_include_dirs() -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _cxx_path() -> str:
+def host_compiler_path() -> str:
+    """Path of the host C++ compiler: ``$CXX``, then ``g++``, ``c++``, ``clang++``."""
     explicit = os.environ.get("CXX")
     if explicit:
         found = shutil.which(explicit)
@@ -163,7 +165,7 @@ def _cxx_path() -> str:
 
 def find_host_compiler() -> Compiler:
     """Find the host C++ compiler: ``$CXX``, then ``g++``, ``c++``, ``clang++``."""
-    path = _cxx_path()
+    path = host_compiler_path()
     return Compiler(path, _identity(path))
 
 

@@ -237,3 +237,8 @@ def test_force_rebuild_recompiles(tmp_path):
     assert shim_o.stat().st_mtime_ns != stamp
     np.testing.assert_array_equal(again.add_one(jnp.zeros(1, jnp.float32)), [1])
     assert first.digest == again.digest  # deterministic build: re-registration is a no-op
+
+
+def test_cuda_file_given_to_the_cpp_loader_is_a_clear_error():
+    with pytest.raises(kernix.KernixError, match="load_cuda_file"):
+        kernix.load_cpp_file(FIXTURES / "build" / "cuda_ops.cu")

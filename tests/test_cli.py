@@ -61,3 +61,25 @@ def test_inspect_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     assert capsys.readouterr().err
+
+
+def test_cache_info_and_clear(tmp_path, monkeypatch, capsys):
+    """`kernix cache info` lists a built module; `kernix cache clear NAME` removes it."""
+    import kernix
+    from kernix.cli import main
+
+    monkeypatch.setenv("KERNIX_CACHE_DIR", str(tmp_path))
+    src = '#include "kernix/common.h"\n// @BE neg\nvoid neg(const BE::Tensor x, BE::Tensor out) {}\n'
+    kernix.load_cpp_inline("cli_cache_demo", src, auto_register=False)
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert str(tmp_path) in out and "cli_cache_demo" in out and "neg" in out
+    assert main(["cache", "info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in info["modules"]] == ["cli_cache_demo"]
+    assert main(["cache", "clear", "cli_cache_demo"]) == 0
+    assert "removed 1 cache entry" in capsys.readouterr().out
+    assert kernix.cache_info()["modules"] == []
+    assert main(["cache", "clear", "../etc"]) == 1
+    assert "invalid module name" in capsys.readouterr().err
+    assert main(["cache"]) == 2

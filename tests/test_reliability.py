@@ -71,9 +71,9 @@ def wrapper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     shutil.copy(REL / "cxx_wrapper.sh", w.path)
     w.path.chmod(0o755)
     monkeypatch.setenv("CXX", str(w.path))
-    toolchain._cxx_path.cache_clear()
+    toolchain.host_compiler_path.cache_clear()
     yield w
-    toolchain._cxx_path.cache_clear()
+    toolchain.host_compiler_path.cache_clear()
 
 
 @pytest.fixture
@@ -199,7 +199,7 @@ def test_builder_killed_mid_compile(wrapper: Wrapper, root: Path, source: Path, 
 
     (wrapper.dir / "hang").unlink()
     before = wrapper.calls("compile")
-    monkeypatch.setattr(cache, "_LOCK_TIMEOUT_S", 5.0)  # a stale lock would fail the load
+    monkeypatch.setenv("KERNIX_LOCK_TIMEOUT", "5")  # a stale lock would fail the load
     start = time.monotonic()
     with pytest.warns(RuntimeWarning, match="interrupted"):
         mod = kernix.load_cpp_file(source, name=name)
@@ -212,6 +212,13 @@ def test_builder_killed_mid_compile(wrapper: Wrapper, root: Path, source: Path, 
     # The lock is free again.
     with cache.build_lock(root, name):
         pass
+
+
+def test_bad_lock_timeout_is_a_clear_error(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNIX_LOCK_TIMEOUT", "soon")
+    with pytest.raises(CacheError, match="KERNIX_LOCK_TIMEOUT='soon' is not a positive number"):
+        with cache.build_lock(root, "any"):
+            pass
 
 
 def test_lock_of_dead_process_is_released(root: Path, tmp_path: Path) -> None:
@@ -231,14 +238,13 @@ def test_lock_of_dead_process_is_released(root: Path, tmp_path: Path) -> None:
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.02)
         # Held by a live process: we wait.
-        old = cache._LOCK_TIMEOUT_S
-        cache._LOCK_TIMEOUT_S = 0.3
+        os.environ["KERNIX_LOCK_TIMEOUT"] = "0.3"
         try:
             with pytest.raises(CacheError, match="held by a live process"):
                 with cache.build_lock(root, "held"):
                     pass
         finally:
-            cache._LOCK_TIMEOUT_S = old
+            del os.environ["KERNIX_LOCK_TIMEOUT"]
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
