@@ -159,7 +159,7 @@ def _load(
     extra_cflags = [str(f) for f in (extra_cflags or [])]
     extra_ldflags = [str(f) for f in (extra_ldflags or [])]
     include_paths = [os.path.abspath(str(p)) for p in (extra_include_paths or [])]
-    root = Path(build_directory).expanduser().absolute() if build_directory is not None else cache_root()
+    root = _root(build_directory)
 
     config = BuildConfig(
         platform=platform,
@@ -252,6 +252,24 @@ def _build(
     )
 
 
+def _root(build_directory: str | os.PathLike[str] | None) -> Path:
+    """Where a build goes: ``build_directory`` if given, else the cache root."""
+    return Path(build_directory).expanduser().absolute() if build_directory is not None else cache_root()
+
+
+def _inline_source(
+    name: str, sources: str | Sequence[str], what: str, ext: str, functions: Functions,
+    target_prefix: str | None, build_directory: str | os.PathLike[str] | None,
+) -> tuple[str, Path]:
+    """Validate an inline load's names, then store its source; returns (name, source path)."""
+    module_name = check_module_name(name)
+    if target_prefix is not None:
+        check_target_prefix(target_prefix)
+    _normalize_functions(functions)  # every name is checked before anything is written
+    text = _join_sources(sources, what)
+    return module_name, cache.write_source(_root(build_directory), module_name, text, ext)
+
+
 def _join_sources(sources: str | Sequence[str], what: str) -> str:
     if isinstance(sources, str):
         return sources
@@ -336,13 +354,8 @@ def load_cuda_inline(
     -------
     CompiledModule
     """
-    module_name = check_module_name(name)
-    if target_prefix is not None:
-        check_target_prefix(target_prefix)
-    _normalize_functions(functions)  # every name is checked before anything is written
-    text = _join_sources(cuda_sources, "cuda_sources")
-    root = Path(build_directory).expanduser().absolute() if build_directory is not None else cache_root()
-    path = cache.write_source(root, module_name, text, "cu")
+    module_name, path = _inline_source(name, cuda_sources, "cuda_sources", "cu", functions, target_prefix,
+                                       build_directory)
     return _load(
         module_name, [path], functions, platform="cuda", extra_cflags=extra_cuda_cflags,
         extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
@@ -411,13 +424,8 @@ def load_cpp_inline(
     ``extra_cflags`` go to the host compiler and ``use_fast_math`` becomes
     ``-ffast-math``.  A ``stream`` parameter receives 0.
     """
-    module_name = check_module_name(name)
-    if target_prefix is not None:
-        check_target_prefix(target_prefix)
-    _normalize_functions(functions)  # every name is checked before anything is written
-    text = _join_sources(cpp_sources, "cpp_sources")
-    root = Path(build_directory).expanduser().absolute() if build_directory is not None else cache_root()
-    path = cache.write_source(root, module_name, text, "cpp")
+    module_name, path = _inline_source(name, cpp_sources, "cpp_sources", "cpp", functions, target_prefix,
+                                       build_directory)
     return _load(
         module_name, [path], functions, platform="cpu", extra_cflags=extra_cflags,
         extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,

@@ -22,12 +22,7 @@ __all__ = ["main", "build_parser", "add_inspect_parser", "add_cache_parser"]
 
 
 def _error_line(err: Any) -> str:
-    where = err.file or "<source>"
-    if err.line:
-        where += f":{err.line}"
-        if err.column:
-            where += f":{err.column}"
-    return f"{where}: error: {err.message}"
+    return f"{err.location()}: error: {err.message}"
 
 
 def _table(result: Any) -> str:

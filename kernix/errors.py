@@ -60,14 +60,18 @@ class SourceError(KernixError):
         self.parameter = parameter
         super().__init__(self.format())
 
-    def format(self) -> str:
-        """Return ``FILE:LINE:COL: message`` (the place parts that are known)."""
+    def location(self) -> str:
+        """``FILE:LINE:COL`` (the parts that are known)."""
         where = self.file or "<source>"
         if self.line:
             where += f":{self.line}"
             if self.column:
                 where += f":{self.column}"
-        return f"{where}: {self.message}"
+        return where
+
+    def format(self) -> str:
+        """Return ``FILE:LINE:COL: message`` (the place parts that are known)."""
+        return f"{self.location()}: {self.message}"
 
 
 class InferenceError(SourceError):

@@ -35,46 +35,8 @@ def _gpus() -> list:
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")]
 
-# Seed tutorial 002, section 1 and 2, verbatim.
-SEED_VECTOR_ADD = r"""
-#include <cuda_runtime.h>
-#include "brainevent/common.h"
-
-__global__ void add_kernel(const float* a, const float* b, float* out, int n) {
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx < n) out[idx] = a[idx] + b[idx];
-}
-
-// @BE vector_add arg arg ret stream
-void vector_add(const BE::Tensor a, const BE::Tensor b,
-                BE::Tensor out, int64_t stream) {
-    int n = a.numel();
-    add_kernel<<<(n + 255) / 256, 256, 0, (cudaStream_t)stream>>>(
-        static_cast<const float*>(a.data_ptr()),
-        static_cast<const float*>(b.data_ptr()),
-        static_cast<float*>(out.data_ptr()), n);
-}
-"""
-
-SEED_SCALE_BY = r"""
-#include <cuda_runtime.h>
-#include "brainevent/common.h"
-
-__global__ void scale_kernel(const float* x, float* out, int n, float factor) {
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx < n) out[idx] = x[idx] * factor;
-}
-
-// @BE scale_by arg ret attr.scale_factor:float32 stream
-void scale_by(const BE::Tensor x, BE::Tensor out,
-              float scale_factor, int64_t stream) {
-    int n = x.numel();
-    scale_kernel<<<(n + 255) / 256, 256, 0, (cudaStream_t)stream>>>(
-        static_cast<const float*>(x.data_ptr()),
-        static_cast<float*>(out.data_ptr()), n, scale_factor);
-    BE_CHECK_KERNEL_LAUNCH();
-}
-"""
+# Seed tutorial 002's sources, verbatim (sections 1 and 2, plus the FAQ's entry point).
+SEED_SOURCE = (FIXTURES / "seed_vector_add.cu").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -94,9 +56,17 @@ def test_compute_capability_is_the_real_device(cuda_ops):
     assert cuda_ops.platform == "cuda"
 
 
+def test_seed_tutorial_script():
+    """examples/seed_gpu_tutorial.py (the tutorial with `import kernix`) prints what the tutorial says."""
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "seed_gpu_tutorial.py")], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["[3. 3. 3. 3. 3.]"] * 4
+
+
 def test_seed_vector_add():
     name = unique_name("my_kernels")
-    kernix.load_cuda_inline(name=name, cuda_sources=SEED_VECTOR_ADD, functions=None)
+    kernix.load_cuda_inline(name=name, cuda_sources=SEED_SOURCE, functions=["vector_add"])
     a = jnp.ones(1024, dtype=jnp.float32)
     b = jnp.full(1024, 2.0, dtype=jnp.float32)
     result = jax.ffi.ffi_call(f"{name}.vector_add", jax.ShapeDtypeStruct(a.shape, a.dtype))(a, b)
@@ -112,7 +82,8 @@ def test_seed_vector_add():
 @pytest.mark.parametrize("fast_math", [False, True])
 def test_seed_scale_by_and_compiler_options(fast_math):
     name = unique_name("scale_ops")
-    mod = kernix.load_cuda_inline(name=name, cuda_sources=SEED_SCALE_BY, optimization_level=3, use_fast_math=fast_math)
+    mod = kernix.load_cuda_inline(name=name, cuda_sources=SEED_SOURCE, functions=["scale_by"], optimization_level=3,
+                                  use_fast_math=fast_math)
     a = jnp.ones(1024, dtype=jnp.float32)
     result = jax.ffi.ffi_call(f"{name}.scale_by", jax.ShapeDtypeStruct(a.shape, a.dtype))(a, scale_factor=np.float32(3.0))
     np.testing.assert_array_equal(result[:5], [3.0] * 5)
@@ -170,7 +141,7 @@ def _loop(fn, n):
 
 @pytest.mark.parametrize("graphs", [True, False])
 def test_inside_fori_loop_and_scan(graphs):
-    mod = kernix.load_cuda_inline(unique_name("loop_ops"), SEED_SCALE_BY, allow_cuda_graph=graphs)
+    mod = kernix.load_cuda_inline(unique_name("loop_ops"), SEED_SOURCE, ["scale_by"], allow_cuda_graph=graphs)
     x = jnp.ones(256, jnp.float32)
     out = _loop(lambda v: mod.scale_by(v, scale_factor=1.5), 8)(x)
     np.testing.assert_allclose(out, np.full(256, 1.5**8, np.float32), rtol=1e-6)
