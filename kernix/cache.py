@@ -191,6 +191,10 @@ def _damaged(entry: Path, why: str) -> None:
     warnings.warn(f"kernix: the cache entry {entry} is damaged ({why}); rebuilding it", RuntimeWarning, stacklevel=4)
 
 
+def _identity_of(st: os.stat_result) -> list[int]:
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
 def lookup(root: Path, name: str, key: str, *, verify_library: bool = True) -> Manifest | None:
     """Return the usable entry for ``key``, or ``None`` (absent, stale or damaged).
 
@@ -217,6 +221,7 @@ def lookup(root: Path, name: str, key: str, *, verify_library: bool = True) -> M
         handlers = {str(k): str(v) for k, v in data["handlers"].items()}
         deps = data["dependencies"]
         so_size, so_sha = int(data["so_size"]), str(data["so_sha256"])
+        so_identity = [int(v) for v in data.get("so_identity") or []]
         platform = str(data["platform"])
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         _damaged(entry, f"unreadable manifest: {exc!r}")
@@ -231,7 +236,9 @@ def lookup(root: Path, name: str, key: str, *, verify_library: bool = True) -> M
             if st.st_size != so_size:
                 _damaged(entry, f"library is {st.st_size} bytes, expected {so_size}")
                 return None
-            if file_digest(so_path) != so_sha:
+            # Unchanged since it was hashed at publish (same inode, size, mtime and ctime:
+            # any write, replacement or utime() call changes ctime), else hash it again.
+            if _identity_of(st) != so_identity and file_digest(so_path) != so_sha:
                 _damaged(entry, "library content does not match its recorded SHA-256")
                 return None
         except OSError as exc:
@@ -336,6 +343,7 @@ def publish(
             "so": so_name,
             "so_size": len(data),
             "so_sha256": so_sha,
+            "so_identity": _identity_of(os.stat(entry / so_name)),
             "functions": [f.to_json() for f in functions],
             "handlers": handlers,
             "dependencies": deps,
