@@ -217,7 +217,9 @@ class CompiledModule:
         SHA-256 of the library: modules with equal digests hold the same code.
 
     Each exported function is also an attribute (``mod.vector_add``) and an
-    item (``mod["vector_add"]``): a :class:`KernelFunction`.
+    item (``mod["vector_add"]``): a :class:`KernelFunction`.  A function named
+    like one of the module's own attributes (``register``, ``path``, ...) is
+    reached as an item only.
     """
 
     def __init__(

@@ -242,3 +242,9 @@ def test_force_rebuild_recompiles(tmp_path):
 def test_cuda_file_given_to_the_cpp_loader_is_a_clear_error():
     with pytest.raises(kernix.KernixError, match="load_cuda_file"):
         kernix.load_cpp_file(FIXTURES / "build" / "cuda_ops.cu")
+
+
+def test_verbose_prints_every_command(tmp_path, capfd):
+    kernix.load_cpp_inline(unique_name("loud"), ADD_ONE, build_directory=tmp_path, verbose=True, auto_register=False)
+    err = capfd.readouterr().err
+    assert "ninja" in err and "-c shim_0.cpp" in err and "-c handlers_0.cpp" in err and "-shared" in err
