@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import kernix  # noqa: E402
-from kernix import codegen, toolchain  # noqa: E402
+from kernix import toolchain  # noqa: E402
 from kernix.build import BuildConfig, compile_flags  # noqa: E402
 
 

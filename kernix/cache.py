@@ -35,7 +35,6 @@ import re
 import shutil
 import stat
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from .errors import CacheError, KernixError
+from .fileio import atomic_write, file_digest, fingerprints, fingerprints_current
 from .paths import cache_root
 from .spec import FunctionSpec
 
@@ -76,15 +76,6 @@ def _lock_timeout() -> float:
     if not value > 0:
         raise CacheError(f"KERNIX_LOCK_TIMEOUT={raw!r} is not a positive number of seconds")
     return value
-
-
-def file_digest(path: str | os.PathLike[str]) -> str:
-    """SHA-256 of a file's bytes, as hex."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def compute_key(parts: dict[str, Any]) -> str:
@@ -169,24 +160,6 @@ def check_private(path: Path, root: Path) -> None:
             )
 
 
-def _dependencies_current(deps: Sequence[Sequence[Any]]) -> bool:
-    for path, size, mtime_ns, digest in deps:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return False
-        if st.st_size == size and st.st_mtime_ns == mtime_ns:
-            continue
-        if st.st_size != size:
-            return False
-        try:
-            if file_digest(path) != digest:
-                return False
-        except OSError:
-            return False
-    return True
-
-
 def _damaged(entry: Path, why: str) -> None:
     warnings.warn(f"kernix: the cache entry {entry} is damaged ({why}); rebuilding it", RuntimeWarning, stacklevel=4)
 
@@ -226,7 +199,7 @@ def lookup(root: Path, name: str, key: str, *, verify_library: bool = True) -> M
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         _damaged(entry, f"unreadable manifest: {exc!r}")
         return None
-    if not _dependencies_current(deps):
+    if not fingerprints_current(deps):
         return None  # a header changed: an ordinary miss
     check_private(entry / "manifest.json", root)
     check_private(so_path, root)
@@ -248,18 +221,7 @@ def lookup(root: Path, name: str, key: str, *, verify_library: bool = True) -> M
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, data)
 
 
 def _makedirs(path: Path) -> None:
@@ -331,10 +293,7 @@ def publish(
         so_name = f"module-{so_sha[:16]}.so"
         if not (entry / so_name).is_file() or file_digest(entry / so_name) != so_sha:
             _atomic_write(entry / so_name, data)
-        deps = []
-        for d in dependencies:
-            st = os.stat(d)
-            deps.append([d, st.st_size, st.st_mtime_ns, file_digest(d)])
+        deps = fingerprints(dependencies)
         manifest = {
             "format": MANIFEST_FORMAT,
             "key": key,

@@ -28,17 +28,15 @@ libclang-ng 22, g++ 12 and CUDA 13):
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
-import json
 import os
 import re
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import SourceError
+from .fileio import remembered
 
 __all__ = [
     "PRELUDE_PATH",
@@ -120,11 +118,6 @@ class ParseOptions:
     defines: tuple[str, ...] = ()
 
 
-def _stat_key(path: str) -> str:
-    st = os.stat(path)
-    return hashlib.sha256(f"{path}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:24]
-
-
 def _cxx() -> str | None:
     """The host compiler the build uses (see :func:`kernix.toolchain.find_host_compiler`)."""
     from .errors import ToolchainError
@@ -144,42 +137,32 @@ def host_cxx_include_dirs() -> tuple[str, ...]:
     compiler binary and remembers the answer under the cache root, so a warm
     process never runs the compiler.  Empty when there is no host compiler.
     """
-    from .paths import cache_root
-
     cxx = _cxx()
     if cxx is None:
         return ()
-    memo = cache_root() / "toolchain" / f"cxx-includes-{_stat_key(cxx)}.json"
-    try:
-        return tuple(json.loads(memo.read_text())["dirs"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    try:
-        proc = subprocess.run(
-            [cxx, "-E", "-x", "c++", "-std=c++17", "-", "-v"],
-            input="", capture_output=True, text=True, timeout=60,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    dirs: list[str] = []
-    inside = False
-    for line in proc.stderr.splitlines():
-        if line.startswith("#include <...> search starts here"):
-            inside = True
-        elif line.startswith("End of search list"):
-            break
-        elif inside and line.startswith(" "):
-            path = line.strip().removesuffix(" (framework directory)")
-            if os.path.isdir(path):
-                dirs.append(os.path.normpath(path))
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"compiler": cxx, "dirs": dirs}))
-        os.replace(tmp, memo)
-    except OSError:
-        pass
-    return tuple(dirs)
+
+    def ask() -> list[str] | None:
+        try:
+            proc = subprocess.run(
+                [cxx, "-E", "-x", "c++", "-std=c++17", "-", "-v"],
+                input="", capture_output=True, text=True, timeout=60,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        dirs: list[str] = []
+        inside = False
+        for line in proc.stderr.splitlines():
+            if line.startswith("#include <...> search starts here"):
+                inside = True
+            elif line.startswith("End of search list"):
+                break
+            elif inside and line.startswith(" "):
+                path = line.strip().removesuffix(" (framework directory)")
+                if os.path.isdir(path):
+                    dirs.append(os.path.normpath(path))
+        return dirs
+
+    return tuple(remembered("cxx-includes", cxx, ask) or ())
 
 
 @functools.lru_cache(maxsize=None)
@@ -213,7 +196,8 @@ def clang_fingerprint() -> str:
     for base in (spec.submodule_search_locations or []) if spec else []:
         lib = os.path.join(base, "native", "libclang.so")
         if os.path.exists(lib):
-            parts.append(_stat_key(lib))
+            st = os.stat(lib)
+            parts.append(f"{lib}:{st.st_size}:{st.st_mtime_ns}")
     return ",".join(parts)
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from .fileio import atomic_write, fingerprints, fingerprints_current
+
 __all__ = ["make_key", "load", "store", "entry_path"]
 
-_FORMAT = 1
+_FORMAT = 2
 
 
 def make_key(parts: Iterable[Any], source: bytes) -> str:
@@ -41,34 +42,13 @@ def entry_path(key: str) -> Path:
     return cache_root() / "specs" / key[:2] / f"{key}.json"
 
 
-def _file_hash(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def _dep_still_valid(dep: dict[str, Any]) -> bool:
-    try:
-        st = os.stat(dep["path"])
-    except (OSError, KeyError, TypeError):
-        return False
-    if st.st_size != dep["size"]:
-        return False
-    if st.st_mtime_ns == dep["mtime_ns"]:
-        return True
-    try:
-        return _file_hash(dep["path"]) == dep["sha256"]
-    except OSError:
-        return False
-
-
 def load(key: str) -> dict[str, Any] | None:
     """The stored payload for ``key``, or ``None`` (missing, damaged or stale)."""
     try:
         data = json.loads(entry_path(key).read_text())
         if data.get("format") != _FORMAT or data.get("key") != key:
             return None
-        deps = data["dependencies"]
-        if not all(_dep_still_valid(d) for d in deps):
+        if not fingerprints_current(data["dependencies"]):
             return None
         return data["payload"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -80,19 +60,10 @@ def store(key: str, payload: dict[str, Any], dependencies: Iterable[str]) -> Non
 
     Failures to write are ignored: the cache is an optimisation only.
     """
-    deps = []
     try:
-        for path in dependencies:
-            st = os.stat(path)
-            deps.append(
-                {"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": _file_hash(path)}
-            )
         target = entry_path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-        tmp.write_text(
-            json.dumps({"format": _FORMAT, "key": key, "dependencies": deps, "payload": payload})
-        )
-        os.replace(tmp, target)
+        entry = {"format": _FORMAT, "key": key, "dependencies": fingerprints(dependencies), "payload": payload}
+        atomic_write(target, json.dumps(entry).encode(), durable=False)
     except OSError:
         return

@@ -9,8 +9,6 @@ install or set when it comes up empty.  Compiler identities are remembered per
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -20,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ToolchainError
+from .fileio import remembered
 
 __all__ = [
     "Compiler",
@@ -47,34 +46,21 @@ class Compiler:
 
 
 def _identity(path: str) -> str:
-    """``path``'s ``--version`` banner, remembered by (path, size, mtime_ns)."""
+    """``path``'s ``--version`` banner, remembered per (path, size, mtime)."""
     st = os.stat(path)
     return _identity_cached(path, st.st_size, st.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=None)
 def _identity_cached(path: str, size: int, mtime_ns: int) -> str:
-    from .paths import cache_root
+    def ask() -> str:
+        try:
+            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ToolchainError(f"could not run {path} --version: {exc}") from exc
+        return f"{path}\n{out.strip()}"
 
-    stamp = hashlib.sha256(f"{path}\0{size}\0{mtime_ns}".encode()).hexdigest()[:24]
-    memo = cache_root() / "toolchain" / f"{stamp}.json"
-    try:
-        return json.loads(memo.read_text())["identity"]
-    except (OSError, ValueError, KeyError):
-        pass
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise ToolchainError(f"could not run {path} --version: {exc}") from exc
-    identity = f"{path}\n{out.strip()}"
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"identity": identity}))
-        os.replace(tmp, memo)
-    except OSError:
-        pass  # remembering is an optimisation only
-    return identity
+    return str(remembered("identity", path, ask))
 
 
 def _pip_nvcc() -> Path | None:

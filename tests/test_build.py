@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import jax
 import jax.numpy as jnp
 
 import kernix

@@ -16,6 +16,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -380,7 +381,7 @@ def test_leftovers_of_a_dead_publisher_are_never_loaded(built) -> None:
 
 def _fail_under(monkeypatch: pytest.MonkeyPatch, base: Path, err: int) -> None:
     """Make creating directories and files under ``base`` fail with ``err``."""
-    real_mkdir, real_mkstemp, real_open = os.mkdir, cache.tempfile.mkstemp, os.open
+    real_mkdir, real_mkstemp, real_open = os.mkdir, tempfile.mkstemp, os.open
 
     def under(p) -> bool:
         return str(os.fspath(p)).startswith(str(base))
@@ -401,7 +402,7 @@ def _fail_under(monkeypatch: pytest.MonkeyPatch, base: Path, err: int) -> None:
         return real_open(p, flags, *a, **k)
 
     monkeypatch.setattr(os, "mkdir", mkdir)
-    monkeypatch.setattr(cache.tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
     monkeypatch.setattr(os, "open", open_)
 
 

@@ -1,0 +1,100 @@
+"""Small file utilities shared by the caches: hashing, fingerprints, atomic
+writes, and answers remembered per executable.
+
+A *fingerprint* of a file is ``[path, size, mtime_ns, sha256]``.  A file is
+still *current* when its size and mtime match, or, if only the mtime moved,
+when its content still hashes the same (so ``touch`` alone is not a change).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+__all__ = ["file_digest", "fingerprints", "fingerprints_current", "atomic_write", "remembered"]
+
+
+def file_digest(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file's bytes, as hex."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fingerprints(paths: Iterable[str]) -> list[list[Any]]:
+    """``[path, size, mtime_ns, sha256]`` for each path."""
+    out = []
+    for path in paths:
+        st = os.stat(path)
+        out.append([path, st.st_size, st.st_mtime_ns, file_digest(path)])
+    return out
+
+
+def fingerprints_current(prints: Sequence[Sequence[Any]]) -> bool:
+    """Whether every fingerprinted file still has the recorded content."""
+    for path, size, mtime_ns, digest in prints:
+        try:
+            st = os.stat(path)
+            if st.st_size != size:
+                return False
+            if st.st_mtime_ns != mtime_ns and file_digest(path) != digest:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename.
+
+    Readers see the old file or the whole new one, never a part.  With
+    ``durable`` the data is flushed to disk before the rename.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def remembered(kind: str, executable: str, compute: Callable[[], Any]) -> Any:
+    """``compute()``, remembered on disk per (executable, size, mtime).
+
+    Used for what a compiler reports about itself (its version banner, its
+    include directories), so a warm process never runs a compiler.  A
+    ``None`` answer (the question failed) is not remembered; failing to
+    remember is not an error.
+    """
+    from .paths import cache_root
+
+    st = os.stat(executable)
+    stamp = hashlib.sha256(f"{kind}\0{executable}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:24]
+    memo = cache_root() / "toolchain" / f"{kind}-{stamp}.json"
+    try:
+        return json.loads(memo.read_text())["value"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    value = compute()
+    if value is None:
+        return None
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(memo, json.dumps({"executable": executable, "value": value}).encode(), durable=False)
+    except OSError:
+        pass
+    return value
