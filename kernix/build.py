@@ -127,7 +127,8 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
         assert arch is not None
         virtual = "compute_" + arch[3:]
         user = [
-            nvcc, "-std=c++17", opt, f"-Xptxas=-O{config.optimization_level}",
+            nvcc, f"-ccbin={cxx}",  # one host compiler (and C++ ABI) for every object
+            "-std=c++17", opt, f"-Xptxas=-O{config.optimization_level}",
             f"--generate-code=arch={virtual},code=[{virtual},{arch}]",
             "-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=hidden",
             "--expt-relaxed-constexpr", "--extended-lambda",

@@ -131,6 +131,7 @@ def test_flags_follow_the_reference():
         user = cuda["user"]
         assert "-O2" in user and "-Xptxas=-O2" in user and "--use_fast_math" in user and "-lineinfo" in user
         assert "--generate-code=arch=compute_90,code=[compute_90,sm_90]" in user
+        assert f"-ccbin={toolchain.find_host_compiler().path}" in user  # one host compiler for all objects
         assert "-l:libcudart_static.a" in cuda["link"] and cuda["link"][-1] == "-lm"
 
 
