@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import cache, codegen, toolchain
+from . import cache, codegen, registry, toolchain
 from .build import BuildConfig, build_module, compile_flags
-from .errors import ArgSpecError, InferenceError, KernixError, SourceError
+from .errors import ArgSpecError, InferenceError, KernixError, RegistrationError, SourceError
 from .module import CompiledModule
 from .names import check_function_name, check_module_name, check_target_prefix
 from .paths import cache_root
@@ -197,15 +197,25 @@ def _load(
         }
     )
 
-    manifest = None if force_rebuild else cache.lookup(root, name, key)
-    if manifest is None:
-        with cache.build_lock(root, name, verbose=verbose):
-            manifest = None if force_rebuild else cache.lookup(root, name, key)
-            if manifest is None:
-                manifest = _build(root, name, key, sources, requested, config, include_paths,
-                                  extra_cflags, ninja_workers, verbose, force_rebuild)
-    elif verbose:
-        print(f"kernix: {name}: cache hit {manifest.directory}", file=sys.stderr)
+    for attempt in range(2):
+        manifest = None if force_rebuild else cache.lookup(root, name, key)
+        if manifest is None:
+            with cache.build_lock(root, name, verbose=verbose):
+                manifest = None if force_rebuild else cache.lookup(root, name, key)
+                if manifest is None:
+                    manifest = _build(root, name, key, sources, requested, config, include_paths,
+                                      extra_cflags, ninja_workers, verbose, force_rebuild)
+        elif verbose:
+            print(f"kernix: {name}: cache hit {manifest.directory}", file=sys.stderr)
+        # Map the library now: once loaded it stays usable even if another
+        # process clears the cache.  Cleared between look-up and load: once more.
+        try:
+            registry.load_library(manifest.so_path)
+            break
+        except RegistrationError:
+            if attempt or manifest.so_path.exists():
+                raise
+            force_rebuild = False
 
     module = CompiledModule(
         name, manifest.so_path, manifest.platform, manifest.functions, manifest.handlers,

@@ -541,3 +541,31 @@ def test_refuses_to_build_from_a_source_directory_others_can_write(tmp_path: Pat
     (r / "sources").chmod(0o777)
     with pytest.raises(CacheError, match="other users can write"):
         cache.write_source(r, "ops", "int a;", "cpp")
+
+
+def test_cache_cleared_between_lookup_and_load(root: Path, source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process clearing the cache right after the look-up costs a rebuild, not an error."""
+    name = unique_name("vanish")
+    built = subprocess.run(
+        [sys.executable, "-c", f"import kernix; kernix.load_cpp_file({str(source)!r}, name={name!r})"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    real_lookup = cache.lookup
+    calls = []
+
+    lookups = []
+
+    def lookup_then_clear(*a, **k):
+        found = real_lookup(*a, **k)
+        lookups.append(found)
+        if found is not None and not calls:
+            calls.append(found)
+            cache.clear_cache(name)  # as another process would, between look-up and dlopen
+        return found
+
+    monkeypatch.setattr(cache, "lookup", lookup_then_clear)
+    mod = kernix.load_cpp_file(source, name=name)
+    _check(mod)
+    assert calls and mod.path.exists()  # rebuilt and published again
+    assert len(lookups) >= 2 and lookups[0] is calls[0]
