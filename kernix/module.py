@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-import numpy as np
-
 from . import registry
 from .errors import KernixError, RegistrationError
 from .names import check_target_prefix
@@ -48,6 +46,8 @@ def _install_uint64_lowering() -> bool:
 
 def _coerce_attr(fn: str, param: Param, value: Any) -> Any:
     """Turn a Python value into the exact numpy scalar type XLA expects."""
+    import numpy as np  # numpy (like jax) loads at the first call, not with kernix
+
     dtype = param.dtype
     assert dtype is not None
     np_name = ATTR_DTYPES[dtype][1]
@@ -111,6 +111,7 @@ class KernelFunction:
 
     def _out_specs(self, out: Any, inputs: Sequence[Any]) -> tuple[list[Any], bool]:
         import jax
+        import numpy as np
 
         n_out = len(self.spec.outputs)
         if out is None:
@@ -129,6 +130,8 @@ class KernelFunction:
         return outs, single
 
     def _check_buffer(self, param: Param, value: Any, what: str) -> None:
+        import numpy as np
+
         if param.dtype is not None and np.dtype(value.dtype) != np.dtype(_np_buffer_dtype(param.dtype)):
             raise CallError(
                 f"{self.spec.name}(): {what} {param.name!r} must be {param.dtype} "
@@ -187,6 +190,8 @@ class KernelFunction:
 
 
 def _np_buffer_dtype(name: str) -> Any:
+    import numpy as np
+
     if name == "bfloat16":
         import ml_dtypes
 
