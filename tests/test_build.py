@@ -248,3 +248,22 @@ def test_verbose_prints_every_command(tmp_path, capfd):
     kernix.load_cpp_inline(unique_name("loud"), ADD_ONE, build_directory=tmp_path, verbose=True, auto_register=False)
     err = capfd.readouterr().err
     assert "ninja" in err and "-c shim_0.cpp" in err and "-c handlers_0.cpp" in err and "-shared" in err
+
+
+@pytest.mark.skipif(not _has_nvcc(), reason="nvcc not installed")
+def test_load_cuda_dir_compiles_each_file(tmp_path):
+    src = tmp_path / "kernels"
+    src.mkdir()
+    for i in range(2):
+        (src / f"k{i}.cu").write_text(
+            '#include <cuda_runtime.h>\n#include "kernix/common.h"\n'
+            f"__global__ void kernel_{i}(float* o) {{ o[threadIdx.x] = {i}; }}\n"
+            f"// @BE fill_{i}\n"
+            f"void fill_{i}(const BE::Tensor x, BE::Tensor out, cudaStream_t s) {{\n"
+            f"  kernel_{i}<<<1, 32, 0, s>>>(out.data_ptr<float>());\n}}\n"
+        )
+    mod = kernix.load_cuda_dir(src, compute_capability="sm_90", auto_register=False, build_directory=tmp_path / "c")
+    assert mod.name == "kernels" and list(mod.functions) == ["fill_0", "fill_1"]
+    lib = ctypes.CDLL(str(mod.path))
+    assert all(getattr(lib, symbol) for symbol in mod.handlers.values())
+    assert len(list((tmp_path / "c" / "build" / "kernels").glob("shim_*.o"))) == 2
