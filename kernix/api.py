@@ -13,15 +13,22 @@ specs are stored in the cache entry's manifest.
 
 from __future__ import annotations
 
+import itertools
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from . import cache, codegen, registry, toolchain
 from .build import BuildConfig, build_module, compile_flags
-from .errors import ArgSpecError, InferenceError, KernixError, RegistrationError, SourceError
+from .errors import (
+    ArgSpecError,
+    InferenceError,
+    KernixError,
+    RegistrationError,
+    SourceError,
+)
+from .fileio import file_digest
 from .module import CompiledModule
 from .names import check_function_name, check_module_name, check_target_prefix
 from .paths import cache_root
@@ -178,7 +185,7 @@ def _load(
     source_digests = []
     for src in sources:
         try:
-            source_digests.append([str(src), cache.file_digest(src)])
+            source_digests.append([str(src), file_digest(src)])
         except OSError as exc:
             raise KernixError(f"cannot read source file {src}: {exc.strerror or exc}") from exc
     key = cache.compute_key(
@@ -236,24 +243,12 @@ def _build(
         sources, requested, "cuda" if config.platform == "cuda" else "cpp",
         include_paths + flag_includes, defines,
     )
-    exported: list[tuple[str, list[codegen.ExportedFunction]]] = []
-    index = 0
-    for src, fns in units:
-        entries = []
-        for f in fns:
-            entries.append(codegen.ExportedFunction(index, f))
-            index += 1
-        exported.append((str(src), entries))
-    build_dir = root / "build" / name
-    if force_rebuild:
-        shutil.rmtree(build_dir, ignore_errors=True)
-    if verbose:
-        print(f"kernix: {name}: building in {build_dir}", file=sys.stderr)
-    try:
-        with cache.build_directory(root, name):  # a dir left by a killed builder is not reused
-            result = build_module(build_dir, exported, config, workers=ninja_workers, verbose=verbose)
-    except OSError as exc:
-        raise cache.CacheError(cache._io_message(build_dir, exc)) from exc
+    index = itertools.count()  # module-wide: every generated symbol is unique
+    exported = [(str(src), [codegen.ExportedFunction(next(index), f) for f in fns]) for src, fns in units]
+    with cache.build_directory(root, name, fresh=force_rebuild) as build_dir:
+        if verbose:
+            print(f"kernix: {name}: building in {build_dir}", file=sys.stderr)
+        result = build_module(build_dir, exported, config, workers=ninja_workers, verbose=verbose)
     all_fns = [e for _, es in exported for e in es]
     handlers = {e.spec.name: codegen.handler_symbol(e) for e in all_fns}
     return cache.publish(

@@ -50,7 +50,6 @@ __all__ = [
     "MANIFEST_FORMAT",
     "Manifest",
     "compute_key",
-    "file_digest",
     "lookup",
     "publish",
     "build_lock",
@@ -119,9 +118,9 @@ def _entry_dir(root: Path, name: str, key: str) -> Path:
     return root / "modules" / name / key[:32]
 
 
-def check_private(path: Path, root: Path) -> None:
-    """Refuse ``path`` if it, or a directory between it and ``root``, can be
-    written by other users (or is owned by another user).
+def check_private(path: Path, root: Path, *more: Path) -> None:
+    """Refuse ``path`` (and ``more``) if it, or a directory between it and
+    ``root``, can be written by other users (or is owned by another user).
 
     A shared library is code: loading one from a directory that others can
     write to lets them run code in this process.
@@ -132,11 +131,12 @@ def check_private(path: Path, root: Path) -> None:
         Naming the directory and the ``chmod`` that fixes it.
     """
     uid = os.getuid()
-    current = path
-    chain = [path]
-    while current != root and root in current.parents:
-        current = current.parent
-        chain.append(current)
+    chain: dict[Path, None] = {}  # ordered, each directory once
+    for current in (path, *more):
+        chain[current] = None
+        while current != root and root in current.parents:
+            current = current.parent
+            chain[current] = None
     for p in chain:
         try:
             st = p.stat() if p == root else p.lstat()  # the root itself may be a link
@@ -168,7 +168,7 @@ def _identity_of(st: os.stat_result) -> list[int]:
     return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def lookup(root: Path, name: str, key: str, *, verify_library: bool = True) -> Manifest | None:
+def lookup(root: Path, name: str, key: str) -> Manifest | None:
     """Return the usable entry for ``key``, or ``None`` (absent, stale or damaged).
 
     A damaged entry (unreadable manifest, missing or altered library) gives a
@@ -201,27 +201,21 @@ def lookup(root: Path, name: str, key: str, *, verify_library: bool = True) -> M
         return None
     if not fingerprints_current(deps):
         return None  # a header changed: an ordinary miss
-    check_private(entry / "manifest.json", root)
-    check_private(so_path, root)
-    if verify_library:
-        try:
-            st = so_path.stat()
-            if st.st_size != so_size:
-                _damaged(entry, f"library is {st.st_size} bytes, expected {so_size}")
-                return None
-            # Unchanged since it was hashed at publish (same inode, size, mtime and ctime:
-            # any write, replacement or utime() call changes ctime), else hash it again.
-            if _identity_of(st) != so_identity and file_digest(so_path) != so_sha:
-                _damaged(entry, "library content does not match its recorded SHA-256")
-                return None
-        except OSError as exc:
-            _damaged(entry, f"library missing: {exc.strerror or exc}")
+    check_private(entry / "manifest.json", root, so_path)
+    try:
+        st = so_path.stat()
+        if st.st_size != so_size:
+            _damaged(entry, f"library is {st.st_size} bytes, expected {so_size}")
             return None
+        # Unchanged since it was hashed at publish (same inode, size, mtime and ctime:
+        # any write, replacement or utime() call changes ctime), else hash it again.
+        if _identity_of(st) != so_identity and file_digest(so_path) != so_sha:
+            _damaged(entry, "library content does not match its recorded SHA-256")
+            return None
+    except OSError as exc:
+        _damaged(entry, f"library missing: {exc.strerror or exc}")
+        return None
     return Manifest(entry, key, so_path, functions, handlers, platform, so_sha)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    atomic_write(path, data)
 
 
 def _makedirs(path: Path) -> None:
@@ -292,7 +286,7 @@ def publish(
         so_sha = hashlib.sha256(data).hexdigest()
         so_name = f"module-{so_sha[:16]}.so"
         if not (entry / so_name).is_file() or file_digest(entry / so_name) != so_sha:
-            _atomic_write(entry / so_name, data)
+            atomic_write(entry / so_name, data)
         deps = fingerprints(dependencies)
         manifest = {
             "format": MANIFEST_FORMAT,
@@ -308,7 +302,7 @@ def publish(
             "dependencies": deps,
             "created": time.time(),
         }
-        _atomic_write(entry / "manifest.json", json.dumps(manifest, separators=(",", ":")).encode())
+        atomic_write(entry / "manifest.json", json.dumps(manifest, separators=(",", ":")).encode())
         for old in entry.glob("module-*.so"):  # superseded libraries of this entry
             if old.name != so_name:
                 with contextlib.suppress(OSError):
@@ -358,11 +352,12 @@ def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None
 
 
 @contextlib.contextmanager
-def build_directory(root: Path, name: str) -> Iterator[Path]:
+def build_directory(root: Path, name: str, *, fresh: bool = False) -> Iterator[Path]:
     """The working directory for building module ``name``; hold :func:`build_lock` around it.
 
     The directory is kept between builds so ninja recompiles only what
-    changed.  While a build runs it holds a marker file; a marker found on
+    changed (``fresh=True`` empties it first).  An ``OSError`` inside the
+    block (the cache disk is full, say) becomes a :class:`CacheError`.  While a build runs it holds a marker file; a marker found on
     entry means the previous builder died mid-build (we hold the lock, so it
     is not running), and its compilers, which run in process groups of their
     own, may still be writing there.  That directory is moved aside and
@@ -371,7 +366,9 @@ def build_directory(root: Path, name: str) -> Iterator[Path]:
     """
     path = root / "build" / name
     marker = path / _BUILDING_MARKER
-    if marker.exists():
+    if fresh:
+        shutil.rmtree(path, ignore_errors=True)
+    elif marker.exists():
         aside = path.with_name(f".{name}.stale-{os.getpid()}-{time.monotonic_ns()}")
         try:
             os.rename(path, aside)
@@ -391,11 +388,13 @@ def build_directory(root: Path, name: str) -> Iterator[Path]:
         raise CacheError(_io_message(path, exc)) from exc
     try:
         yield path
-    except Exception:
+    except Exception as exc:
         # An ordinary error (a failed compile) leaves a consistent directory;
         # an interrupt or a kill leaves the marker behind.
         with contextlib.suppress(OSError):
             marker.unlink()
+        if isinstance(exc, OSError):
+            raise CacheError(_io_message(path, exc)) from exc
         raise
     with contextlib.suppress(OSError):
         marker.unlink()
@@ -415,7 +414,7 @@ def write_source(root: Path, name: str, text: str, ext: str) -> Path:
     try:
         if not (path.is_file() and path.read_bytes() == data):
             _makedirs(path.parent)
-            _atomic_write(path, data)
+            atomic_write(path, data)
     except OSError as exc:
         raise CacheError(_io_message(path, exc)) from exc
     check_private(path, root)  # it is about to be compiled

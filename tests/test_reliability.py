@@ -440,18 +440,18 @@ def test_disk_full_while_publishing_then_recovers(built, monkeypatch: pytest.Mon
     is loaded later, and the next load (with space again) succeeds."""
     r, name, text, mod = built
     shutil.rmtree(r / "modules" / name)  # the entry goes; ninja's build directory stays
-    real = cache._atomic_write
+    real = cache.atomic_write
 
     def full(path: Path, data: bytes) -> None:
         if path.suffix == ".so":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         real(path, data)
 
-    monkeypatch.setattr(cache, "_atomic_write", full)
+    monkeypatch.setattr(cache, "atomic_write", full)
     with pytest.raises(CacheError, match="no space left"):
         kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
     assert not list((r / "modules" / name).glob("*/manifest.json"))
-    monkeypatch.setattr(cache, "_atomic_write", real)
+    monkeypatch.setattr(cache, "atomic_write", real)
     again = kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
     assert again.digest == mod.digest
 
