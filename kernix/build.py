@@ -20,12 +20,13 @@ import os
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from . import codegen, toolchain
 from .errors import CompilationError, KernixError, ToolchainError
+from .fileio import atomic_write
 from .paths import include_dir
 
 __all__ = ["BuildConfig", "BuildResult", "compile_flags", "build_module", "ninja_path"]
@@ -74,8 +75,7 @@ class BuildResult:
     """What a build produced."""
 
     so_path: Path
-    dependencies: tuple[str, ...] = field(default=())  # every file the compilers read
-    output: str = ""
+    dependencies: tuple[str, ...] = ()  # the sources and the non-system headers the compilers read
 
 
 def ninja_path() -> str:
@@ -149,14 +149,14 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
 
 
 def _write_if_changed(path: Path, text: str) -> None:
+    """Rewrite a generated file only when its text changes, so ninja's timestamps stay meaningful."""
+    data = text.encode()
     try:
-        if path.read_text() == text:
+        if path.read_bytes() == data:
             return
     except OSError:
         pass
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write(path, data, durable=False)
 
 
 def _ninja_file(n_units: int, n_handler_units: int, flags: dict[str, list[str]], ext: str) -> str:
@@ -303,7 +303,7 @@ def build_module(
         deps.update(_read_depfile(build_dir / f"{obj}.d"))
     generated = {str(build_dir / name) for name in os.listdir(build_dir)}
     resolved = sorted({os.path.abspath(os.path.join(build_dir, d)) for d in deps} - generated)
-    return BuildResult(build_dir / "module.so", tuple(resolved), proc.stdout)
+    return BuildResult(build_dir / "module.so", tuple(resolved))
 
 
 def _trim_ninja_output(text: str) -> str:

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from .spec import ATTR_DTYPES, BUFFER_DTYPES, FunctionSpec, Param
+from .spec import ATTR_DTYPES, FunctionSpec, Param
 
 __all__ = ["Platform", "ExportedFunction", "shim_symbol", "handler_symbol", "shim_unit", "handler_unit"]
 
@@ -216,13 +216,3 @@ def handler_unit(functions: Sequence[ExportedFunction], platform: Platform, allo
     for fn in functions:
         lines += _handler(fn, platform, allow_cuda_graph)
     return "\n".join(lines)
-
-
-def buffer_type(dtype: str | None, rank: int | None) -> str:
-    """Spell a typed FFI buffer type (for tests and docs)."""
-    if dtype is None:
-        return "xla::ffi::AnyBuffer"
-    enum = BUFFER_DTYPES[dtype]
-    if rank is None:
-        return f"xla::ffi::Buffer<xla::ffi::DataType::{enum}>"
-    return f"xla::ffi::Buffer<xla::ffi::DataType::{enum}, {rank}>"

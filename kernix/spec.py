@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Literal, Sequence
 
 from .errors import ArgSpecError, SourceError
 
@@ -329,7 +329,7 @@ class FunctionSpec:
 
 
 def check_spec_matches(
-    declared: Sequence[str] | str | Iterable[Token], spec: FunctionSpec, *, source: str = "explicit"
+    declared: Sequence[str] | str, spec: FunctionSpec, *, source: str = "explicit"
 ) -> None:
     """Check that a declared arg_spec agrees with the real signature.
 
@@ -349,10 +349,7 @@ def check_spec_matches(
     SourceError
         Naming the file, line, function and first disagreeing parameter.
     """
-    if isinstance(declared, str) or (declared and isinstance(next(iter(declared), None), str)):
-        tokens = parse_arg_spec(declared, function=spec.name)  # type: ignore[arg-type]
-    else:
-        tokens = tuple(declared)  # type: ignore[arg-type]
+    tokens = parse_arg_spec(declared, function=spec.name)
 
     def fail(msg: str, param: str | None = None) -> None:
         raise SourceError(

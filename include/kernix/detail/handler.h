@@ -32,8 +32,7 @@ inline BE::Tensor to_tensor(const xla::ffi::AnyBuffer& buffer) {
 }
 
 // Calls a shim and turns its error message, if any, into an FFI error.
-inline xla::ffi::Error call_shim(const char* (*shim)(void* const*), void* const* params,
-                                 const char* function) {
+inline xla::ffi::Error call_shim(ShimFn shim, void* const* params, const char* function) {
   if (const char* message = shim(params)) {
     return xla::ffi::Error(xla::ffi::ErrorCode::kInternal,
                            std::string("kernix: ") + function + ": " + message);
