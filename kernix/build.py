@@ -203,10 +203,11 @@ def _ninja_file(n_units: int, n_handler_units: int, flags: dict[str, list[str]],
 def handler_chunks(functions: Sequence[codegen.ExportedFunction], jobs: int) -> list[list[codegen.ExportedFunction]]:
     """Split the handlers into units that compile in parallel.
 
-    Each handler instantiates XLA's binding templates (~60 ms of compile time
-    apiece), so a module of many functions spreads them over the cores that
-    the user units leave free, at least 4 handlers a unit (each unit also
-    parses ffi.h once, ~1 s).
+    Each handler instantiates XLA's binding templates (g++ 12 -O3 here: about
+    2.5 s for a unit of 40 handlers, 0.9 s for ffi.h alone, so ~40 ms a
+    handler), so a module of many functions spreads them over the cores that
+    the user units leave free, at least 4 handlers a unit since each unit
+    parses ffi.h again.  (``python bench/bench_build.py`` shows the effect.)
     """
     if not functions:
         return [[]]

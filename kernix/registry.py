@@ -32,7 +32,7 @@ class Registration:
 
     target: str
     platform: str
-    identity: str  # the module key and function: equal identity = same code
+    identity: str  # library SHA-256 and function: equal identity = same code
     library: str
     symbol: str
 
@@ -74,8 +74,8 @@ def register_target(target: str, platform: str, library_path: str | Path, symbol
     library_path, symbol
         Where the handler is.
     identity
-        A string identifying the code (module key + function): the same
-        identity may be registered again harmlessly.
+        A string identifying the code (the library's SHA-256 and the
+        function): the same identity may be registered again harmlessly.
 
     Returns
     -------
