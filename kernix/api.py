@@ -22,7 +22,6 @@ from typing import Any, Mapping, Sequence
 from . import cache, codegen, registry, toolchain
 from .build import BuildConfig, build_module, compile_flags
 from .errors import (
-    ArgSpecError,
     InferenceError,
     KernixError,
     RegistrationError,
@@ -30,9 +29,9 @@ from .errors import (
 )
 from .fileio import file_digest
 from .module import CompiledModule
-from .names import check_function_name, check_module_name, check_target_prefix
+from .names import check_module_name, check_target_prefix
 from .paths import cache_root
-from .spec import FunctionSpec, check_spec_matches, parse_arg_spec
+from .spec import FunctionSpec, Requested, check_spec_matches, normalize_functions
 
 __all__ = [
     "load_cuda_inline",
@@ -47,28 +46,6 @@ Functions = None | Sequence[str] | Mapping[str, Sequence[str]]
 
 CUDA_EXTENSIONS = (".cu",)
 CPP_EXTENSIONS = (".cc", ".cpp", ".cxx")
-
-
-def _normalize_functions(functions: Functions) -> None | list[str] | dict[str, list[str]]:
-    if functions is None:
-        return None
-    if isinstance(functions, str):
-        raise ArgSpecError(
-            f"functions must be a list of names or a dict of arg_specs, not the string {functions!r} "
-            f"(did you mean functions=[{functions!r}]?)"
-        )
-    if isinstance(functions, Mapping):
-        out: dict[str, list[str]] = {}
-        for fname, tokens in functions.items():
-            check_function_name(fname)
-            out[fname] = [str(t) for t in parse_arg_spec(tokens, function=fname)]
-        return out
-    names = list(functions)
-    for fname in names:
-        check_function_name(fname)
-    if len(set(names)) != len(names):
-        raise ArgSpecError(f"functions lists a name twice: {names}")
-    return names
 
 
 def _defines_and_includes(flags: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -88,7 +65,7 @@ def _defines_and_includes(flags: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def _infer(
-    sources: Sequence[Path], functions: None | list[str] | dict[str, list[str]], language: str,
+    sources: Sequence[Path], functions: Requested | None, language: str,
     include_dirs: Sequence[str], defines: Sequence[str],
 ) -> list[tuple[Path, list[FunctionSpec]]]:
     from .infer import infer_file  # libclang: only when building
@@ -113,8 +90,8 @@ def _infer(
                 f"functions names {missing}, but no file in the directory annotates them with "
                 f"// @BE; annotated: {', '.join(found) or 'none'}"
             )
-        if isinstance(functions, dict):
-            for fname, tokens in functions.items():
+        for fname, tokens in functions.items():
+            if tokens is not None:
                 check_spec_matches(tokens, found[fname], source="explicit")
         units = [(src, [f for f in fns if f.name in functions]) for src, fns in units]
     seen: dict[str, FunctionSpec] = {}
@@ -162,7 +139,7 @@ def _load(
     check_module_name(name)
     if target_prefix is not None:
         check_target_prefix(target_prefix)
-    requested = _normalize_functions(functions)
+    requested = normalize_functions(functions)
     extra_cflags = [str(f) for f in (extra_cflags or [])]
     extra_ldflags = [str(f) for f in (extra_ldflags or [])]
     include_paths = [os.path.abspath(str(p)) for p in (extra_include_paths or [])]
@@ -235,7 +212,7 @@ def _load(
 
 def _build(
     root: Path, name: str, key: str, sources: Sequence[Path],
-    requested: None | list[str] | dict[str, list[str]], config: BuildConfig, include_paths: list[str],
+    requested: Requested | None, config: BuildConfig, include_paths: list[str],
     extra_cflags: list[str], ninja_workers: int | None, verbose: bool, force_rebuild: bool,
 ) -> cache.Manifest:
     defines, flag_includes = _defines_and_includes(extra_cflags)
@@ -270,7 +247,7 @@ def _inline_source(
     module_name = check_module_name(name)
     if target_prefix is not None:
         check_target_prefix(target_prefix)
-    _normalize_functions(functions)  # every name is checked before anything is written
+    normalize_functions(functions)  # every name is checked before anything is written
     text = _join_sources(sources, what)
     return module_name, cache.write_source(_root(build_directory), module_name, text, ext)
 

@@ -39,7 +39,15 @@ from .clangparse import (
     skipped_ranges,
 )
 from .errors import ArgSpecError, InferenceError, KernixError, SourceError
-from .spec import BUFFER_DTYPES, FunctionSpec, Param, check_spec_matches, is_identifier, parse_arg_spec
+from .spec import (
+    BUFFER_DTYPES,
+    FunctionSpec,
+    Param,
+    check_spec_matches,
+    is_identifier,
+    normalize_functions,
+    parse_arg_spec,
+)
 
 __all__ = ["InferResult", "infer_file", "language_of", "LANGUAGES_BY_EXTENSION"]
 
@@ -139,22 +147,6 @@ def language_of(path: str) -> str:
         ) from None
 
 
-def _normalise_functions(
-    functions: None | Sequence[str] | Mapping[str, Sequence[str]],
-) -> None | dict[str, tuple[str, ...] | None]:
-    if functions is None:
-        return None
-    if isinstance(functions, str):
-        raise KernixError(f"functions must be a list of names or a dict name -> arg_spec, not the string {functions!r}")
-    if isinstance(functions, Mapping):
-        out: dict[str, tuple[str, ...] | None] = {}
-        for name, spec in functions.items():
-            toks = tuple(spec.split()) if isinstance(spec, str) else tuple(spec)
-            out[str(name)] = toks
-        return out
-    return {str(name): None for name in functions}
-
-
 def infer_file(
     path: str | os.PathLike[str],
     *,
@@ -200,7 +192,7 @@ def infer_file(
         language = language_of(path)
     elif language not in ("cuda", "cpp"):
         raise KernixError(f"language must be 'cuda' or 'cpp', not {language!r}")
-    wanted = _normalise_functions(functions)
+    wanted = normalize_functions(functions, parse=False)  # bad specs are reported per function
     try:
         with open(path, "rb") as f:
             source = f.read()

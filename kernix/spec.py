@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from .errors import ArgSpecError, SourceError
 
@@ -38,6 +38,8 @@ __all__ = [
     "parse_token",
     "parse_arg_spec",
     "check_spec_matches",
+    "Requested",
+    "normalize_functions",
     "is_identifier",
 ]
 
@@ -376,3 +378,49 @@ def check_spec_matches(
                     f"not {tok.dtype}",
                     param.name,
                 )
+
+
+#: A normalised ``functions=`` argument: exported name -> explicit arg_spec
+#: (canonical token strings), or ``None`` where only the name was given.
+Requested = dict[str, tuple[str, ...] | None]
+
+
+def normalize_functions(functions: Any, *, parse: bool = True) -> Requested | None:
+    """Validate and normalise a ``functions=`` argument.
+
+    ``None`` stays ``None`` (every annotated function); a sequence of names
+    becomes ``{name: None}``; a mapping ``{name: arg_spec}`` becomes
+    ``{name: parsed tokens}`` (a spec may be a token list or one string;
+    ``None`` means "infer it", so normalising twice changes nothing).  With
+    ``parse=False`` the specs are only split into tokens, for a caller that
+    reports a malformed spec at the function's own source line.
+
+    Raises
+    ------
+    ArgSpecError
+        For a bare string, a repeated name or a malformed arg_spec.
+    kernix.names.InvalidNameError
+        For a name that is not a C++ identifier.
+    """
+    from .names import check_function_name
+
+    if functions is None:
+        return None
+    if isinstance(functions, str):
+        raise ArgSpecError(
+            f"functions must be a list of names or a dict of arg_specs, not the string {functions!r} "
+            f"(did you mean functions=[{functions!r}]?)"
+        )
+    if isinstance(functions, Mapping):
+        def tokens_of(name: str, tokens: Any) -> tuple[str, ...] | None:
+            if tokens is None:
+                return None
+            if not parse:
+                return tuple(tokens.split() if isinstance(tokens, str) else map(str, tokens))
+            return tuple(str(t) for t in parse_arg_spec(tokens, function=name))
+
+        return {check_function_name(name): tokens_of(name, tokens) for name, tokens in functions.items()}
+    names = [check_function_name(name) for name in functions]
+    if len(set(names)) != len(names):
+        raise ArgSpecError(f"functions lists a name twice: {names}")
+    return dict.fromkeys(names)
