@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from .errors import KernixError
+from .spec import is_identifier
 
 __all__ = [
     "InvalidNameError",
@@ -69,7 +70,7 @@ def check_target_prefix(prefix: object) -> str:
 
 
 def check_function_name(name: object) -> str:
-    """Return ``name`` if it is a valid exported function name (a C identifier)."""
-    if not isinstance(name, str) or not _IDENT_RE.fullmatch(name) or len(name) > _MAX_LEN:
+    """Return ``name`` if it is a valid exported function name (a C++ identifier, not a keyword)."""
+    if not isinstance(name, str) or not is_identifier(name) or len(name) > _MAX_LEN:
         raise InvalidNameError(f"invalid function name {name!r}: it must be a C++ identifier")
     return name
