@@ -17,6 +17,7 @@ nothing goes through a user-controlled shell string.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -217,31 +218,13 @@ def handler_chunks(functions: Sequence[codegen.ExportedFunction], jobs: int) -> 
 
 
 def _read_depfile(path: Path) -> list[str]:
+    """The prerequisites listed in a make-style depfile (``\\ `` is a space in a path)."""
     try:
         text = path.read_text()
     except OSError:
         return []
-    text = text.replace("\\\n", " ")
-    _, _, deps = text.partition(": ")
-    out: list[str] = []
-    token = ""
-    i = 0
-    while i < len(deps):  # make escapes: "\ " is a space inside a path
-        c = deps[i]
-        if c == "\\" and i + 1 < len(deps) and deps[i + 1] == " ":
-            token += " "
-            i += 2
-            continue
-        if c.isspace():
-            if token:
-                out.append(token)
-            token = ""
-        else:
-            token += c
-        i += 1
-    if token:
-        out.append(token)
-    return out
+    _, _, deps = text.replace("\\\n", " ").partition(": ")
+    return [t.replace("\\ ", " ") for t in re.split(r"(?<!\\)\s+", deps.strip()) if t]
 
 
 def build_module(
