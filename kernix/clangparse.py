@@ -167,12 +167,7 @@ def host_cxx_include_dirs() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=None)
 def ffi_include_dir() -> str | None:
-    """jaxlib's XLA FFI header directory, found without importing jax."""
-    spec = importlib.util.find_spec("jaxlib")
-    for base in (spec.submodule_search_locations or []) if spec else []:
-        cand = os.path.join(base, "include")
-        if os.path.isfile(os.path.join(cand, "xla", "ffi", "api", "ffi.h")):
-            return cand
+    """jaxlib's XLA FFI header directory (see :func:`kernix.toolchain.jax_ffi_include_dir`)."""
     try:
         from .toolchain import jax_ffi_include_dir
 

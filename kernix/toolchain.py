@@ -155,8 +155,20 @@ def find_host_compiler() -> Compiler:
     return Compiler(path, _identity(path))
 
 
+@functools.lru_cache(maxsize=None)
 def jax_ffi_include_dir() -> str:
-    """jaxlib's own XLA FFI headers (always compile against the running jaxlib)."""
+    """jaxlib's own XLA FFI headers (always compile against the running jaxlib).
+
+    Found next to the installed ``jaxlib`` without importing it (inference
+    runs without jax), else asked from ``jax.ffi.include_dir()``.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("jaxlib")
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        candidate = os.path.join(base, "include")
+        if os.path.isfile(os.path.join(candidate, "xla", "ffi", "api", "ffi.h")):
+            return candidate
     import jax.ffi
 
     return str(jax.ffi.include_dir())
