@@ -129,21 +129,21 @@ def shim_unit(user_source: str, functions: Sequence[ExportedFunction]) -> str:
     return "\n".join(lines)
 
 
-def _ffi_binding(param: Param) -> str:
-    """The ``.Arg<>()``/``.Ret<>()``/``.Attr<>()`` binding of one parameter."""
+def _bound_type(param: Param) -> str:
+    """The type a buffer parameter is bound as (``Result<T>`` binds as ``.Ret<T>``)."""
     if param.kind == "tensor":
-        return ".Arg<ffi::AnyBuffer>()" if param.role == "arg" else ".Ret<ffi::AnyBuffer>()"
-    if param.kind == "ffi":
-        inner = param.canonical_type
-        if param.role == "ret":
-            m = re.fullmatch(r"\s*(?:::)?xla::ffi::Result<(.*)>\s*", inner)
-            inner = m.group(1) if m else inner
-            return f".Ret<{inner}>()"
-        return f".Arg<{inner}>()"
+        return "ffi::AnyBuffer"
+    m = re.fullmatch(r"\s*(?:::)?xla::ffi::Result<(.*)>\s*", param.canonical_type)
+    return m.group(1) if (m and param.role == "ret") else param.canonical_type
+
+
+def _binding(param: Param, bound_type: str = "") -> str:
+    """The ``.Arg<>()`` / ``.Ret<>()`` / ``.Attr<>()`` binding of one parameter."""
     if param.role == "attr":
         assert param.dtype is not None
         return f".Attr<{ATTR_DTYPES[param.dtype][0]}>({_cxx_string(param.name)})"
-    raise AssertionError(f"unexpected parameter {param}")
+    method = "Arg" if param.role == "arg" else "Ret"
+    return f".{method}<{bound_type or _bound_type(param)}>()"
 
 
 def _handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bool) -> list[str]:
@@ -160,16 +160,15 @@ def _handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bool) -
             src = f"b{i}" if param.role == "arg" else f"*b{i}"
             prep.append(f"  ::BE::Tensor t{i} = ::kernix::detail::to_tensor({src});")
             slots.append(f"&t{i}")
-            bind.append(_ffi_binding(param))
+            bind.append(_binding(param))
         elif param.kind == "ffi":
             # An alias keeps template commas out of the handler macro's arguments.
             alias = f"kernix_type_{fn.index}_{i}"
-            binding = _ffi_binding(param)
-            aliases.append(f"using {alias} = {binding[5:-3]};")  # inside ".Arg<" ... ">()"
+            aliases.append(f"using {alias} = {_bound_type(param)};")
             ftype = alias if param.role == "arg" else f"ffi::Result<{alias}>"
             decl.append(f"{ftype} b{i}")
             slots.append(f"&b{i}")
-            bind.append(f"{binding[:5]}{alias}>()")
+            bind.append(_binding(param, alias))
         elif param.kind == "stream":
             if platform == "cuda":
                 decl.append(f"cudaStream_t s{i}")
@@ -182,7 +181,7 @@ def _handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bool) -
             assert param.dtype is not None
             decl.append(f"{ATTR_DTYPES[param.dtype][0]} a{i}")
             slots.append(f"&a{i}")
-            bind.append(_ffi_binding(param))
+            bind.append(_binding(param))
     impl = f"kernix_impl_{fn.index}"
     array = ", ".join(f"static_cast<void*>({s})" for s in slots) or "nullptr"
     traits = ", {ffi::Traits::kCmdBufferCompatible}" if (platform == "cuda" and allow_cuda_graph) else ""
