@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import kernix  # noqa: E402
 from kernix import toolchain  # noqa: E402
-from kernix.build import BuildConfig, compile_flags  # noqa: E402
+from kernix.backend.ninja import BuildConfig, compile_flags  # noqa: E402
 
 
 def cuda_source(n: int, variant: int = 0) -> str:

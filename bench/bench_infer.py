@@ -76,7 +76,7 @@ _CHILD = r"""
 import json, sys, time
 sys.path.insert(0, {repo!r})
 t0 = time.perf_counter()
-from kernix.infer import infer_file
+from kernix import infer_file
 r = infer_file({path!r})
 dt = time.perf_counter() - t0
 assert not r.errors, [str(e) for e in r.errors]
@@ -118,7 +118,7 @@ def main() -> None:
         assert not any(w["clang"] for w in warm_fresh), "warm path imported libclang"
 
         os.environ["KERNIX_CACHE_DIR"] = str(shared)
-        from kernix.infer import infer_file
+        from kernix import infer_file
 
         r = infer_file(src, use_cache=False)
         cold_inproc = []

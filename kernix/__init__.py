@@ -10,21 +10,33 @@ handler, compiles and caches it, and registers ``"ops.scale_by"`` with JAX.
 
 Importing kernix is light: libclang, jax and the compilers are touched only
 when a function that needs them runs.
+
+The package is laid out as the pipeline: :mod:`kernix.frontend` (libclang
+inference), :mod:`kernix.backend` (code generation and the build),
+:mod:`kernix.store` (the on-disk cache) and :mod:`kernix.runtime`
+(registration and callables), driven by :mod:`kernix.loaders` through
+:mod:`kernix.pipeline`.
 """
 
 from __future__ import annotations
 
+from ._version import __version__
 from .errors import (
     ArgSpecError,
     CacheError,
+    CallError,
     CompilationError,
     InferenceError,
+    InvalidNameError,
     KernixError,
+    OptionError,
     RegistrationError,
     SourceError,
+    SourceNotFoundError,
     ToolchainError,
 )
-from .api import (
+from .languages import language_of
+from .loaders import (
     load_cpp_dir,
     load_cpp_file,
     load_cpp_inline,
@@ -32,14 +44,12 @@ from .api import (
     load_cuda_file,
     load_cuda_inline,
 )
-from .cache import cache_info, clear_cache
-from .module import CallError, CompiledModule, KernelFunction
-from .names import InvalidNameError
 from .paths import cache_root, set_cache_dir
-from .registry import list_registered_targets
+from .runtime.function import KernelFunction
+from .runtime.module import CompiledModule
+from .runtime.registry import list_registered_targets
 from .spec import FunctionSpec, Param, parse_arg_spec
-
-__version__ = "0.1.0"
+from .store.admin import cache_info, clear_cache
 
 __all__ = [
     "__version__",
@@ -49,6 +59,9 @@ __all__ = [
     "load_cpp_inline",
     "load_cpp_file",
     "load_cpp_dir",
+    "infer_file",
+    "InferResult",
+    "language_of",
     "CompiledModule",
     "KernelFunction",
     "register_ffi_target",
@@ -56,6 +69,7 @@ __all__ = [
     "cache_info",
     "clear_cache",
     "cache_root",
+    "set_cache_dir",
     "CallError",
     "InvalidNameError",
     "ArgSpecError",
@@ -63,13 +77,14 @@ __all__ = [
     "CompilationError",
     "InferenceError",
     "KernixError",
+    "OptionError",
     "RegistrationError",
     "SourceError",
+    "SourceNotFoundError",
     "ToolchainError",
     "FunctionSpec",
     "Param",
     "parse_arg_spec",
-    "set_cache_dir",
 ]
 
 
@@ -80,3 +95,11 @@ def register_ffi_target(module: CompiledModule, target_prefix: str | None = None
     registering the same code again is a no-op.  Returns the target names.
     """
     return module.register(target_prefix)
+
+
+def __getattr__(name: str):  # inference is imported on first use only (it loads libclang lazily too)
+    if name in ("infer_file", "InferResult"):
+        from .frontend import infer
+
+        return getattr(infer, name)
+    raise AttributeError(f"module 'kernix' has no attribute {name!r}")

@@ -73,7 +73,7 @@ def _json_file(result: Any) -> dict[str, Any]:
 
 def _run_inspect(args: argparse.Namespace) -> int:
     from .errors import KernixError
-    from .infer import infer_file
+    from .frontend.infer import infer_file
 
     language = "cuda" if args.cuda else "cpp" if args.cpp else None
     files = []
@@ -132,7 +132,7 @@ def _human_size(n: int) -> str:
 
 
 def _run_cache(args: argparse.Namespace) -> int:
-    from .cache import cache_info, clear_cache
+    from .store.admin import cache_info, clear_cache
     from .errors import KernixError
 
     try:

@@ -12,6 +12,10 @@ from __future__ import annotations
 __all__ = [
     "KernixError",
     "ArgSpecError",
+    "OptionError",
+    "InvalidNameError",
+    "SourceNotFoundError",
+    "CallError",
     "SourceError",
     "InferenceError",
     "CompilationError",
@@ -27,6 +31,22 @@ class KernixError(Exception):
 
 class ArgSpecError(KernixError, ValueError):
     """An arg_spec token list is malformed (unknown token, bad dtype, ...)."""
+
+
+class OptionError(KernixError, TypeError, ValueError):
+    """A loader was given an option it does not take, or a value it cannot use."""
+
+
+class InvalidNameError(KernixError, ValueError):
+    """A module name, target prefix or function name is not acceptable."""
+
+
+class SourceNotFoundError(KernixError, FileNotFoundError):
+    """A source file or directory to load does not exist (or is not a file / directory)."""
+
+
+class CallError(KernixError, TypeError):
+    """A kernel was called with the wrong inputs or attributes."""
 
 
 class SourceError(KernixError):
@@ -84,7 +104,7 @@ class InferenceError(SourceError):
 
     def __init__(self, errors: list[SourceError]) -> None:
         if not errors:
-            raise ValueError("InferenceError needs at least one error")
+            raise KernixError("InferenceError needs at least one error")
         self.errors = list(errors)
         first = self.errors[0]
         super().__init__(

@@ -8,20 +8,38 @@ from __future__ import annotations
 
 import re
 
-from .errors import KernixError
-from .spec import is_identifier
+from .errors import InvalidNameError
 
 __all__ = [
     "InvalidNameError",
+    "is_identifier",
     "check_module_name",
     "check_target_prefix",
     "check_function_name",
     "is_module_name",
 ]
 
+_CXX_KEYWORDS = frozenset(
+    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t
+    char16_t char32_t class compl concept const consteval constexpr constinit const_cast
+    continue co_await co_return co_yield decltype default delete do double dynamic_cast
+    else enum explicit export extern false float for friend goto if inline int long
+    mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected
+    public register reinterpret_cast requires return short signed sizeof static
+    static_assert static_cast struct switch template this thread_local throw true try
+    typedef typeid typename union unsigned using virtual void volatile wchar_t while xor
+    xor_eq""".split()
+)
 
-class InvalidNameError(KernixError, ValueError):
-    """A module name, target prefix or function name is not acceptable."""
+
+def is_identifier(name: str) -> bool:
+    """Return whether ``name`` is a plain ASCII C/C++ identifier (not a keyword)."""
+    return (
+        bool(name)
+        and name.isascii()
+        and name.isidentifier()
+        and name not in _CXX_KEYWORDS
+    )
 
 
 _MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[.-][A-Za-z0-9_]+)*")

@@ -34,11 +34,23 @@ def cache_root() -> Path:
 
 
 def include_dir() -> Path:
-    """The directory holding ``kernix/common.h`` (and ``brainevent/common.h``)."""
+    """The directory holding kernix's C++ headers (``kernix/common.h``,
+    ``brainevent/common.h``...): ``include/`` inside the installed package.
+
+    Raises
+    ------
+    kernix.ToolchainError
+        When the headers are missing (a broken install), saying how to repair it.
+    """
+    from .errors import ToolchainError
+
     here = Path(__file__).resolve().parent
-    for candidate in (here / "include", here.parent / "include"):
-        if (candidate / "kernix" / "common.h").is_file():
-            return candidate
-    raise FileNotFoundError(
-        f"kernix's C++ headers (kernix/common.h) are missing next to {here}; reinstall kernix"
+    candidate = here / "include"
+    if (candidate / "kernix" / "common.h").is_file():
+        return candidate
+    raise ToolchainError(
+        f"kernix's C++ headers are missing: {candidate / 'kernix' / 'common.h'} does not exist, so this "
+        "installation of kernix is incomplete (a wheel or checkout without its include/ directory). "
+        "Reinstall it from a complete distribution: `pip install --force-reinstall --no-cache-dir kernix` "
+        "(or, from a source checkout, `pip install .`)."
     )

@@ -22,11 +22,13 @@ This module is pure Python and imports nothing heavy.
 from __future__ import annotations
 
 import dataclasses
-import json
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
+from .dtypes import ATTR_DTYPES, BUFFER_DTYPES
 from .errors import ArgSpecError, SourceError
+from .names import check_function_name, is_identifier
 
 __all__ = [
     "ATTR_DTYPES",
@@ -40,75 +42,11 @@ __all__ = [
     "check_spec_matches",
     "Requested",
     "normalize_functions",
-    "is_identifier",
 ]
 
 Role = Literal["arg", "ret", "stream", "attr"]
 
-#: Attribute dtypes: name -> (C++ type the FFI handler decodes, numpy dtype).
-#: float16 and bfloat16 travel as their 16-bit payload (XLA FFI has no 16-bit
-#: float attribute) and are converted back to ``__half`` / ``__nv_bfloat16``.
-ATTR_DTYPES: dict[str, tuple[str, str]] = {
-    "bool": ("bool", "bool"),
-    "int8": ("int8_t", "int8"),
-    "int16": ("int16_t", "int16"),
-    "int32": ("int32_t", "int32"),
-    "int64": ("int64_t", "int64"),
-    "uint8": ("uint8_t", "uint8"),
-    "uint16": ("uint16_t", "uint16"),
-    "uint32": ("uint32_t", "uint32"),
-    "uint64": ("uint64_t", "uint64"),
-    "float16": ("uint16_t", "float16"),
-    "bfloat16": ("uint16_t", "bfloat16"),
-    "float32": ("float", "float32"),
-    "float64": ("double", "float64"),
-}
-
-#: Buffer element dtypes a typed buffer may fix: kernix name -> XLA FFI
-#: ``DataType`` enumerator.
-BUFFER_DTYPES: dict[str, str] = {
-    "bool": "PRED",
-    "int8": "S8",
-    "int16": "S16",
-    "int32": "S32",
-    "int64": "S64",
-    "uint8": "U8",
-    "uint16": "U16",
-    "uint32": "U32",
-    "uint64": "U64",
-    "float16": "F16",
-    "bfloat16": "BF16",
-    "float32": "F32",
-    "float64": "F64",
-    "complex64": "C64",
-    "complex128": "C128",
-    "float8_e4m3fn": "F8E4M3FN",
-    "float8_e5m2": "F8E5M2",
-}
-
 _ALIASES = {"args": "arg", "rets": "ret", "ctx.stream": "stream"}
-
-_CXX_KEYWORDS = frozenset(
-    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t
-    char16_t char32_t class compl concept const consteval constexpr constinit const_cast
-    continue co_await co_return co_yield decltype default delete do double dynamic_cast
-    else enum explicit export extern false float for friend goto if inline int long
-    mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected
-    public register reinterpret_cast requires return short signed sizeof static
-    static_assert static_cast struct switch template this thread_local throw true try
-    typedef typeid typename union unsigned using virtual void volatile wchar_t while xor
-    xor_eq""".split()
-)
-
-
-def is_identifier(name: str) -> bool:
-    """Return whether ``name`` is a plain ASCII C/C++ identifier (not a keyword)."""
-    return (
-        bool(name)
-        and name.isascii()
-        and name.isidentifier()
-        and name not in _CXX_KEYWORDS
-    )
 
 
 @dataclass(frozen=True)
@@ -315,19 +253,54 @@ class FunctionSpec:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "FunctionSpec":
-        """Rebuild a spec from :meth:`to_json` output."""
-        params = tuple(Param(**p) for p in data["params"])
+        """Rebuild a spec from :meth:`to_json` output, validating every field.
+
+        A spec read back from disk is written into generated C++, so names
+        must be identifiers, types must be C++ type spellings (no ``;``, braces,
+        quotes, ``#`` or comments), roles, kinds and dtypes must be known.
+
+        Raises
+        ------
+        ValueError
+            Naming the field that is not acceptable.
+        """
+        params = tuple(_checked_param(Param(**p)) for p in data["params"])
+        name, qualified = data["name"], data["qualified_name"]
+        if not (isinstance(name, str) and is_identifier(name)):
+            raise ValueError(f"bad function name {name!r}")
+        if not (isinstance(qualified, str) and _QUALIFIED_RE.fullmatch(qualified)):
+            raise ValueError(f"bad qualified name {qualified!r}")
         return cls(
-            name=data["name"],
-            qualified_name=data["qualified_name"],
+            name=name,
+            qualified_name=qualified,
             params=params,
-            file=data.get("file", ""),
+            file=str(data.get("file", "")),
             line=int(data.get("line", 0)),
         )
 
-    def dumps(self) -> str:
-        """The JSON form as a compact, deterministic string."""
-        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+
+_QUALIFIED_RE = re.compile(r"(?:::)?[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*")
+# What a canonical C++ type spelling may contain: identifiers, ::, template
+# brackets and commas, numbers, pointers, references, spaces.  Nothing that
+# could end a statement or open a block, string or comment.
+_CTYPE_RE = re.compile(r"[A-Za-z0-9_:<>,*& -]*")
+_KINDS = ("tensor", "ffi", "scalar", "stream")
+
+
+def _checked_param(p: Param) -> Param:
+    ok = (
+        isinstance(p.name, str) and is_identifier(p.name)
+        and p.role in ("arg", "ret", "stream", "attr")
+        and p.kind in _KINDS
+        and isinstance(p.canonical_type, str) and _CTYPE_RE.fullmatch(p.canonical_type) is not None
+        and "//" not in p.canonical_type
+        and (p.dtype is None or p.dtype in BUFFER_DTYPES)
+        and (p.role != "attr" or p.dtype in ATTR_DTYPES)
+        and (p.rank is None or (isinstance(p.rank, int) and p.rank >= 0))
+    )
+    if not ok:
+        raise ValueError(f"bad parameter {p!r}")
+    return p
 
 
 def check_spec_matches(
@@ -402,8 +375,6 @@ def normalize_functions(functions: Any, *, parse: bool = True) -> Requested | No
     kernix.names.InvalidNameError
         For a name that is not a C++ identifier.
     """
-    from .names import check_function_name
-
     if functions is None:
         return None
     if isinstance(functions, str):

@@ -6,16 +6,9 @@ directory, so the suite never reads or writes the user's real cache.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-FIXTURES = REPO / "fixtures"
 
 
 @pytest.fixture(scope="session")
@@ -47,9 +40,3 @@ def _cpu_unless_gpu_test(request: pytest.FixtureRequest, monkeypatch: pytest.Mon
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     with jax.default_device(cpu):
         yield
-
-
-@pytest.fixture(scope="session")
-def fixtures_dir() -> Path:
-    """The repository's ``fixtures/`` directory (C++/CUDA sources)."""
-    return FIXTURES

@@ -6,7 +6,10 @@ import itertools
 import os
 from pathlib import Path
 
+#: The project root the tests run from (a checkout, or a copy of its tests/,
+#: fixtures/, docs/ and examples/ next to an installed kernix).
 ROOT = Path(__file__).resolve().parent.parent
+#: The C++/CUDA sources the tests use: the one fixtures path.
 FIXTURES = ROOT / "fixtures"
 
 _counter = itertools.count()

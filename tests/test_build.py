@@ -16,10 +16,10 @@ import pytest
 import jax.numpy as jnp
 
 import kernix
-from kernix import toolchain
-from kernix.build import BuildConfig, compile_flags
+from kernix.backend import toolchain
+from kernix.backend.ninja import BuildConfig, compile_flags
 
-from tests.helpers import FIXTURES, ROOT, unique_name
+from helpers import FIXTURES, ROOT, unique_name
 
 ADD_ONE = """
 #include "kernix/common.h"

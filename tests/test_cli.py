@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from kernix.cli import main
+from helpers import FIXTURES
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def test_inspect_table(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["inspect", str(FIX / "seed_vector_add.cu")]) == 0
+    assert main(["inspect", str(FIXTURES / "seed_vector_add.cu")]) == 0
     out, err = capsys.readouterr()
     assert err == ""
     assert "seed_vector_add.cu (cuda)" in out
@@ -22,10 +22,10 @@ def test_inspect_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_inspect_json(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["inspect", "--json", str(FIX / "rules.cpp")]) == 0
+    assert main(["inspect", "--json", str(FIXTURES / "rules.cpp")]) == 0
     data = json.loads(capsys.readouterr().out)
     (f,) = data["files"]
-    assert f["path"] == str(FIX / "rules.cpp") and f["errors"] == []
+    assert f["path"] == str(FIXTURES / "rules.cpp") and f["errors"] == []
     by_name = {fn["name"]: fn for fn in f["functions"]}
     assert set(by_name["modes"]) >= {"name", "qualified_name", "line", "arg_spec", "params"}
     assert by_name["modes"]["qualified_name"] == "ops::inner::modes"
@@ -34,13 +34,13 @@ def test_inspect_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_inspect_errors_exit_1_and_still_report(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["inspect", "--json", str(FIX / "errors.cpp"), str(FIX / "misspelled.cpp")]) == 1
+    assert main(["inspect", "--json", str(FIXTURES / "errors.cpp"), str(FIXTURES / "misspelled.cpp")]) == 1
     out, err = capsys.readouterr()
     data = json.loads(out)
     assert [fn["name"] for fn in data["files"][0]["functions"]] == ["dup", "fine"]
     assert {"line", "column", "message"} <= set(data["files"][0]["errors"][0])
-    assert f"{FIX / 'errors.cpp'}:8:31: error: parameter 'x' of 'raw_pointer'" in err
-    assert f"{FIX / 'misspelled.cpp'}:7:47: error: unknown type name 'flaot'" in err
+    assert f"{FIXTURES / 'errors.cpp'}:8:31: error: parameter 'x' of 'raw_pointer'" in err
+    assert f"{FIXTURES / 'misspelled.cpp'}:7:47: error: unknown type name 'flaot'" in err
 
 
 def test_inspect_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

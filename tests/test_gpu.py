@@ -19,9 +19,9 @@ import jax
 import jax.numpy as jnp
 
 import kernix
-from kernix import toolchain
+from kernix.backend import toolchain
 
-from tests.helpers import FIXTURES, ROOT, unique_name
+from helpers import FIXTURES, ROOT, unique_name
 
 jax.config.update("jax_enable_x64", True)
 

@@ -21,12 +21,13 @@ import jax
 import jax.numpy as jnp
 
 import kernix
-from kernix import api
+from kernix.loaders import default_module_name
 from kernix.errors import ArgSpecError, KernixError
-from kernix.infer import InferResult, infer_file
-from kernix.names import InvalidNameError, check_module_name
+from kernix import InferResult, infer_file
+from kernix import InvalidNameError
+from kernix.names import check_module_name
 
-from tests.helpers import FIXTURES, unique_name
+from helpers import FIXTURES, unique_name
 
 ADD_ONE = (FIXTURES / "reliability" / "add_one.cpp").read_text()
 
@@ -120,7 +121,7 @@ def test_colliding_function_names_are_rejected(untouched) -> None:
 
 @pytest.mark.parametrize("stem", ["my ops", "caf\u00e9", "-", "1st", "a..b", "..", "x" * 300, "\u4e2d\u6587"])
 def test_default_names_from_hostile_file_names_are_valid(stem) -> None:
-    name = api._default_name(Path(f"/d/{stem}.cpp"))
+    name = default_module_name(Path(f"/d/{stem}.cpp"))
     if len(name) <= 128:
         assert check_module_name(name) == name
     else:
@@ -301,7 +302,7 @@ def test_interpreter_survives_hostile_sources(tmp_path: Path) -> None:
     (tmp_path / "random.cpp").write_bytes(np.random.default_rng(0).integers(0, 256, 65536, dtype=np.uint8).tobytes())
     code = (
         "import sys, pathlib\n"
-        "from kernix.infer import infer_file\n"
+        "from kernix import infer_file\n"
         "from kernix.errors import KernixError\n"
         "for p in sorted(pathlib.Path(sys.argv[1]).glob('*.cpp')):\n"
         "    try:\n"

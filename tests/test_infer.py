@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from kernix.errors import InferenceError, KernixError
-from kernix.infer import InferResult, infer_file, language_of
+from kernix import InferResult, infer_file, language_of
+from helpers import FIXTURES
 
-FIX = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def _infer(name: str, **kw: object) -> InferResult:
-    return infer_file(FIX / name, use_cache=False, **kw)  # type: ignore[arg-type]
+    return infer_file(FIXTURES / name, use_cache=False, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_source_order_and_nothing_extra(rules: dict) -> None:
     ]
     lines = [f.line for f in r.functions]
     assert lines == sorted(lines)
-    assert r.language == "cpp" and r.path == str(FIX / "rules.cpp")
+    assert r.language == "cpp" and r.path == str(FIXTURES / "rules.cpp")
     assert all(os.path.isabs(d) for d in r.dependencies)
     assert any(d.endswith("kernix/common.h") for d in r.dependencies)
 
@@ -108,7 +108,7 @@ def test_token_pasting_macro(rules: dict) -> None:
     add, mul = rules["add_op"], rules["mul_op"]
     assert add.arg_spec == ("arg", "ret", "attr.alpha:float32") and add.line == 56
     assert mul.arg_spec == ("arg", "ret", "attr.alpha:float64") and mul.line == 58
-    assert add.file == str(FIX / "rules.cpp")
+    assert add.file == str(FIXTURES / "rules.cpp")
 
 
 def test_odd_whitespace_comments_and_inline_spec(rules: dict) -> None:
@@ -156,9 +156,9 @@ def test_cuda_half_bfloat16_and_ffi_types() -> None:
 
 
 def test_cuda_without_cuda_headers_uses_stub_prelude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernix import clangparse
+    from kernix.frontend import clangparse
 
-    monkeypatch.setattr(clangparse, "_cuda_dirs", lambda: ())
+    monkeypatch.setattr(clangparse, "cuda_dirs", lambda: ())
     src = tmp_path / "k.cu"
     src.write_text(
         '#include "kernix/common.h"\n'
@@ -172,7 +172,7 @@ def test_cuda_without_cuda_headers_uses_stub_prelude(tmp_path: Path, monkeypatch
 
 
 def test_crlf_source(tmp_path: Path) -> None:
-    text = (FIX / "rules.cpp").read_text()
+    text = (FIXTURES / "rules.cpp").read_text()
     src = tmp_path / "crlf.cpp"
     src.write_bytes(text.replace("\n", "\r\n").encode())
     r = infer_file(src, use_cache=False)
@@ -218,7 +218,7 @@ def test_errors_name_place_function_and_parameter(
     assert words in err.message
     assert err.parameter == parameter
     assert err.line == line
-    assert err.file == str(FIX / "errors.cpp")
+    assert err.file == str(FIXTURES / "errors.cpp")
     assert function not in {f.name for f in errors.functions}
 
 
@@ -317,7 +317,7 @@ def test_language_from_extension_and_override(tmp_path: Path) -> None:
 
 
 def test_cache_hit_skips_parse_and_header_edit_invalidates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernix import infer as infer_mod
+    from kernix.frontend import infer as infer_mod
 
     inc = tmp_path / "inc"
     inc.mkdir()
@@ -327,20 +327,20 @@ def test_cache_hit_skips_parse_and_header_edit_invalidates(tmp_path: Path, monke
     src.write_text('#include "kernix/common.h"\n#include "t.h"\n// @BE f\nvoid f(BE::Tensor& y, T a) {}\n')
     first = infer_file(src, include_dirs=[str(inc)])
     calls = []
-    real = infer_mod._infer
-    monkeypatch.setattr(infer_mod, "_infer", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = infer_mod.infer_source
+    monkeypatch.setattr(infer_mod, "infer_source", lambda *a, **k: calls.append(1) or real(*a, **k))
     again = infer_file(src, include_dirs=[str(inc)])
     assert calls == [] and again == first
     hdr.write_text("using T = double;  // edited\n")
     edited = infer_file(src, include_dirs=[str(inc)])
     assert calls == [1] and edited.functions[0].arg_spec == ("ret", "attr.a:float64")
     # a damaged entry is just a miss
-    from kernix import speccache
+    from kernix.frontend import speccache
 
     for entry in (Path(os.environ["KERNIX_CACHE_DIR"]) / "specs").rglob("*.json"):
         entry.write_text("{not json")
     assert infer_file(src, include_dirs=[str(inc)]) == edited and calls == [1, 1]
-    assert speccache.load("0" * 64) is None
+    assert speccache.load(Path(os.environ["KERNIX_CACHE_DIR"]), "0" * 64) is None
 
 
 def test_warm_lookup_does_not_import_clang(tmp_path: Path) -> None:
@@ -349,11 +349,11 @@ def test_warm_lookup_does_not_import_clang(tmp_path: Path) -> None:
     src = tmp_path / "w.cpp"
     src.write_text('#include "kernix/common.h"\n// @BE f\nvoid f(BE::Tensor& y, int a) {}\n')
     code = (
-        "import sys; from kernix.infer import infer_file; "
+        "import sys; from kernix import infer_file; "
         f"r = infer_file({str(src)!r}); assert r.functions, r; "
         "print('clang.cindex' in sys.modules, 'jax' in sys.modules)"
     )
-    env = dict(os.environ, PYTHONPATH=str(FIX.parent))
+    env = dict(os.environ, PYTHONPATH=str(FIXTURES.parent))
     subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True)
     out = subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True, text=True)
     assert out.stdout.split() == ["False", "False"]
@@ -362,7 +362,7 @@ def test_warm_lookup_does_not_import_clang(tmp_path: Path) -> None:
 def test_import_is_cheap() -> None:
     import subprocess
 
-    code = "import sys, kernix.infer, kernix.cli; print('clang.cindex' in sys.modules)"
-    env = dict(os.environ, PYTHONPATH=str(FIX.parent))
+    code = "import sys, kernix.frontend.infer, kernix.cli, kernix.pipeline; print('clang.cindex' in sys.modules)"
+    env = dict(os.environ, PYTHONPATH=str(FIXTURES.parent))
     out = subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "False"

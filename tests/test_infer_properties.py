@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernix.infer import infer_file
+from kernix import infer_file
 
 PRELUDE = """\
 #include <cstddef>

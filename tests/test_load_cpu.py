@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import kernix
 
 jax.config.update("jax_enable_x64", True)  # float64/int64 arrays stay 64-bit
-from kernix import toolchain
+from kernix.backend import toolchain
 
-from tests.helpers import FIXTURES, unique_name
+from helpers import FIXTURES, unique_name
 
 CPU_OPS = FIXTURES / "build" / "cpu_ops.cpp"
 

@@ -30,10 +30,12 @@ import jax
 import jax.numpy as jnp
 
 import kernix
-from kernix import cache, toolchain
+from kernix.backend import toolchain
+from kernix.store import entries, lock, sources, trust
+from kernix.store.files import file_digest
 from kernix.errors import CacheError
 
-from tests.helpers import FIXTURES, unique_name
+from helpers import FIXTURES, unique_name
 
 REL = FIXTURES / "reliability"
 WORKER = REL / "load_worker.py"
@@ -211,14 +213,14 @@ def test_builder_killed_mid_compile(wrapper: Wrapper, root: Path, source: Path, 
     assert not (build_dir / ".kernix-building").exists()
     assert not list((root / "build").glob(f".{name}.stale-*"))  # the dead build's dir is gone
     # The lock is free again.
-    with cache.build_lock(root, name):
+    with lock.build_lock(root, name):
         pass
 
 
 def test_bad_lock_timeout_is_a_clear_error(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KERNIX_LOCK_TIMEOUT", "soon")
     with pytest.raises(CacheError, match="KERNIX_LOCK_TIMEOUT='soon' is not a positive number"):
-        with cache.build_lock(root, "any"):
+        with lock.build_lock(root, "any"):
             pass
 
 
@@ -226,8 +228,8 @@ def test_lock_of_dead_process_is_released(root: Path, tmp_path: Path) -> None:
     """A process that dies (SIGKILL) holding the build lock does not block anyone."""
     code = (
         "import sys, time, pathlib\n"
-        "from kernix import cache\n"
-        "with cache.build_lock(pathlib.Path(sys.argv[1]), 'held'):\n"
+        "from kernix.store import lock\n"
+        "with lock.build_lock(pathlib.Path(sys.argv[1]), 'held'):\n"
         "    open(sys.argv[2], 'w').close()\n"
         "    time.sleep(120)\n"
     )
@@ -242,7 +244,7 @@ def test_lock_of_dead_process_is_released(root: Path, tmp_path: Path) -> None:
         os.environ["KERNIX_LOCK_TIMEOUT"] = "0.3"
         try:
             with pytest.raises(CacheError, match="held by a live process"):
-                with cache.build_lock(root, "held"):
+                with lock.build_lock(root, "held"):
                     pass
         finally:
             del os.environ["KERNIX_LOCK_TIMEOUT"]
@@ -250,7 +252,7 @@ def test_lock_of_dead_process_is_released(root: Path, tmp_path: Path) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
     start = time.monotonic()
-    with cache.build_lock(root, "held"):
+    with lock.build_lock(root, "held"):
         pass
     assert time.monotonic() - start < 1.0
 
@@ -353,7 +355,7 @@ def test_damaged_entry_is_detected_and_rebuilt(built, damage) -> None:
     with pytest.warns(RuntimeWarning, match="damaged"):
         again = kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
     assert again.path == mod.path and again.digest == mod.digest
-    assert cache.file_digest(again.path) == mod.digest  # the library on disk is whole again
+    assert file_digest(again.path) == mod.digest  # the library on disk is whole again
     again.register()  # same code as the registered module: a no-op
     _check(again)
     with warnings.catch_warnings():
@@ -440,18 +442,18 @@ def test_disk_full_while_publishing_then_recovers(built, monkeypatch: pytest.Mon
     is loaded later, and the next load (with space again) succeeds."""
     r, name, text, mod = built
     shutil.rmtree(r / "modules" / name)  # the entry goes; ninja's build directory stays
-    real = cache.atomic_write
+    real = entries.atomic_write
 
     def full(path: Path, data: bytes) -> None:
         if path.suffix == ".so":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         real(path, data)
 
-    monkeypatch.setattr(cache, "atomic_write", full)
+    monkeypatch.setattr(entries, "atomic_write", full)
     with pytest.raises(CacheError, match="no space left"):
         kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
     assert not list((r / "modules" / name).glob("*/manifest.json"))
-    monkeypatch.setattr(cache, "atomic_write", real)
+    monkeypatch.setattr(entries, "atomic_write", real)
     again = kernix.load_cpp_inline(name, text, build_directory=r, auto_register=False)
     assert again.digest == mod.digest
 
@@ -487,7 +489,7 @@ def test_refuses_world_writable_cache_root(tmp_path: Path) -> None:
     r.mkdir()
     r.chmod(0o777)
     with pytest.raises(CacheError, match="other users can write"):
-        cache.check_private(r / "modules" / "x", r)
+        trust.check_private(r / "modules" / "x", r)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand a file to another user")
@@ -520,7 +522,7 @@ def test_symlink_inside_cache_is_refused(built) -> None:
 def test_permissive_umask_does_not_make_the_cache_writable_by_others(tmp_path: Path) -> None:
     old = os.umask(0)
     try:
-        cache._makedirs(tmp_path / "u" / "a" / "b")
+        trust.makedirs(tmp_path / "u" / "a" / "b")
     finally:
         os.umask(old)
     for d in (tmp_path / "u", tmp_path / "u" / "a", tmp_path / "u" / "a" / "b"):
@@ -529,18 +531,18 @@ def test_permissive_umask_does_not_make_the_cache_writable_by_others(tmp_path: P
 
 def test_clear_cache_of_one_name_leaves_similar_names_alone(tmp_path: Path) -> None:
     r = tmp_path / "c"
-    a = cache.write_source(r, "ops", "int a;", "cpp")
-    b = cache.write_source(r, "ops-v2", "int b;", "cpp")
+    a = sources.write_source(r, "ops", "int a;", "cpp")
+    b = sources.write_source(r, "ops-v2", "int b;", "cpp")
     kernix.clear_cache("ops", root=r)
     assert not a.exists() and b.exists()
 
 
 def test_refuses_to_build_from_a_source_directory_others_can_write(tmp_path: Path) -> None:
     r = tmp_path / "c"
-    cache.write_source(r, "ops", "int a;", "cpp")
+    sources.write_source(r, "ops", "int a;", "cpp")
     (r / "sources").chmod(0o777)
     with pytest.raises(CacheError, match="other users can write"):
-        cache.write_source(r, "ops", "int a;", "cpp")
+        sources.write_source(r, "ops", "int a;", "cpp")
 
 
 def test_cache_cleared_between_lookup_and_load(root: Path, source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -551,7 +553,7 @@ def test_cache_cleared_between_lookup_and_load(root: Path, source: Path, monkeyp
         capture_output=True, text=True, timeout=300,
     )
     assert built.returncode == 0, built.stderr
-    real_lookup = cache.lookup
+    real_lookup = entries.lookup
     calls = []
 
     lookups = []
@@ -559,12 +561,12 @@ def test_cache_cleared_between_lookup_and_load(root: Path, source: Path, monkeyp
     def lookup_then_clear(*a, **k):
         found = real_lookup(*a, **k)
         lookups.append(found)
-        if found is not None and not calls:
+        if found.hit and not calls:
             calls.append(found)
-            cache.clear_cache(name)  # as another process would, between look-up and dlopen
+            kernix.clear_cache(name)  # as another process would, between look-up and dlopen
         return found
 
-    monkeypatch.setattr(cache, "lookup", lookup_then_clear)
+    monkeypatch.setattr(entries, "lookup", lookup_then_clear)
     mod = kernix.load_cpp_file(source, name=name)
     _check(mod)
     assert calls and mod.path.exists()  # rebuilt and published again

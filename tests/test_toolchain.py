@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernix import toolchain
+from kernix.backend import toolchain
 from kernix.errors import ToolchainError
 
 

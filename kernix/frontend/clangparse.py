@@ -17,7 +17,7 @@ libclang-ng 22, g++ 12 and CUDA 13):
 * Function bodies are skipped (``PARSE_SKIP_FUNCTION_BODIES``): signatures
   are all inference needs; it saves ~30% and keeps ``<<<...>>>`` launches and
   device built-ins out of the picture.
-* Annotations are bound by position (see ``kernix.infer._bind_annotations``),
+* Annotations are bound by position (see ``kernix.frontend.binding.bind_annotations``),
   not with ``-fparse-all-comments``/``raw_comment``: clang attaches the comment
   nearest the *name*, so a comment between the return type and the name
   would steal the annotation's place.
@@ -30,13 +30,12 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-import re
 import subprocess
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .errors import SourceError
-from .fileio import remembered
+from ..errors import SourceError
+from ..store.files import remembered
 
 __all__ = [
     "PRELUDE_PATH",
@@ -47,7 +46,6 @@ __all__ = [
     "ffi_include_dir",
     "clang_fingerprint",
     "error_diagnostics",
-    "comment_range",
     "skipped_ranges",
 ]
 
@@ -111,17 +109,21 @@ class ParseOptions:
         The user's include directories, absolute, in order.
     defines
         ``NAME`` or ``NAME=VALUE`` strings.
+    flags
+        The build's preprocessor flags (``-I``, ``-isystem``, ``-D``, ``-U``,
+        ``-include``, ``-std=``...), paths absolute, after the above.
     """
 
     language: str
     include_dirs: tuple[str, ...] = ()
     defines: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
 
 
 def _cxx() -> str | None:
-    """The host compiler the build uses (see :func:`kernix.toolchain.find_host_compiler`)."""
-    from .errors import ToolchainError
-    from .toolchain import host_compiler_path
+    """The host compiler the build uses (see :func:`kernix.backend.toolchain.find_host_compiler`)."""
+    from ..backend.toolchain import host_compiler_path
+    from ..errors import ToolchainError
 
     try:
         return host_compiler_path()
@@ -167,9 +169,9 @@ def host_cxx_include_dirs() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=None)
 def ffi_include_dir() -> str | None:
-    """jaxlib's XLA FFI header directory (see :func:`kernix.toolchain.jax_ffi_include_dir`)."""
+    """jaxlib's XLA FFI header directory (see :func:`kernix.backend.toolchain.jax_ffi_include_dir`)."""
     try:
-        from .toolchain import jax_ffi_include_dir
+        from ..backend.toolchain import jax_ffi_include_dir
 
         return jax_ffi_include_dir()
     except Exception:  # no jaxlib: sources that include ffi.h then fail to parse, loudly
@@ -177,8 +179,8 @@ def ffi_include_dir() -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _cuda_dirs() -> tuple[str, ...]:
-    from .toolchain import cuda_include_dirs
+def cuda_dirs() -> tuple[str, ...]:
+    from ..backend.toolchain import cuda_include_dirs
 
     return tuple(cuda_include_dirs())
 
@@ -200,7 +202,7 @@ def system_dirs(options: ParseOptions) -> tuple[str, ...]:
     """Directories whose headers are not the user's (toolchain, CUDA, jaxlib)."""
     dirs = list(host_cxx_include_dirs())
     if options.language == "cuda":
-        dirs += _cuda_dirs()
+        dirs += cuda_dirs()
     ffi = ffi_include_dir()
     if ffi:
         dirs.append(ffi)
@@ -209,7 +211,7 @@ def system_dirs(options: ParseOptions) -> tuple[str, ...]:
 
 def parse_flags(options: ParseOptions) -> list[str]:
     """The libclang command line for ``options`` (without the file name)."""
-    from .paths import include_dir
+    from ..paths import include_dir
 
     if options.language == "cuda":
         args = ["-x", "cuda", "--cuda-host-only", "-nocudainc", "-nocudalib"]
@@ -220,6 +222,7 @@ def parse_flags(options: ParseOptions) -> list[str]:
         args.append(f"-D{d}")
     for d in options.include_dirs:
         args.append(f"-I{d}")
+    args += options.flags
     args.append(f"-I{include_dir()}")
     for d in system_dirs(options):
         args += ["-isystem", d]
@@ -232,7 +235,7 @@ def prelude_text(options: ParseOptions) -> str | None:
     """The CUDA prelude's text (``None`` for C++ sources)."""
     if options.language != "cuda":
         return None
-    if any(os.path.isfile(os.path.join(d, "cuda_runtime.h")) for d in _cuda_dirs()):
+    if any(os.path.isfile(os.path.join(d, "cuda_runtime.h")) for d in cuda_dirs()):
         return _CUDA_PRELUDE_REAL
     return _CUDA_PRELUDE_STUB
 
@@ -315,22 +318,11 @@ def _lib() -> Any:
     lib.clang_getAllSkippedRanges.argtypes = [ci.TranslationUnit]
     lib.clang_disposeSourceRangeList.restype = None
     lib.clang_disposeSourceRangeList.argtypes = [ctypes.POINTER(CXSourceRangeList)]
-    lib.clang_Cursor_getCommentRange.restype = ci.SourceRange
-    lib.clang_Cursor_getCommentRange.argtypes = [ci.Cursor]
     lib.clang_Location_isFromMainFile.restype = ctypes.c_int
     lib.clang_Location_isFromMainFile.argtypes = [ci.SourceLocation]
     lib.clang_Location_isInSystemHeader.restype = ctypes.c_int
     lib.clang_Location_isInSystemHeader.argtypes = [ci.SourceLocation]
     return lib
-
-
-def comment_range(cursor: Any) -> tuple[str, int, int] | None:
-    """(file, first line, last line) of the comment libclang attached to ``cursor``."""
-    rng = _lib().clang_Cursor_getCommentRange(cursor)
-    start, end = rng.start, rng.end
-    if start.file is None:
-        return None
-    return os.path.abspath(start.file.name), start.line, end.line
 
 
 def in_file(cursor: Any, path: str) -> bool:
@@ -380,11 +372,3 @@ def dependencies(tu: Any, path: str) -> list[str]:
         if name != path:
             seen.setdefault(name, None)
     return list(seen)
-
-
-_WS = re.compile(r"\s+")
-
-
-def normalise_spelling(text: str) -> str:
-    """Collapse whitespace in a type spelling."""
-    return _WS.sub(" ", text).strip()

@@ -17,8 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ToolchainError
-from .fileio import remembered
+from ..errors import ToolchainError
+from ..store.files import remembered
 
 __all__ = [
     "Compiler",

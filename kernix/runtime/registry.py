@@ -14,17 +14,14 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import RegistrationError
+from ..errors import RegistrationError
+from ..languages import JAX_PLATFORMS
 
 __all__ = ["Registration", "load_library", "handler_address", "register_target", "list_registered_targets"]
 
 _lock = threading.RLock()
 _libraries: dict[str, ctypes.CDLL] = {}
 _targets: dict[tuple[str, str], "Registration"] = {}
-
-#: kernix platform -> the platform name JAX registers under.
-JAX_PLATFORMS = {"cuda": "CUDA", "cpu": "cpu"}
-
 
 @dataclass(frozen=True)
 class Registration:

@@ -11,7 +11,7 @@ This module lexes just enough C++ to tell comments from string literals
 comments, so that ``"// @BE x"`` inside a string, ``/* // @BE x */`` and
 ``// see @BE x`` are not annotations.  Which annotations sit in inactive
 ``#if`` regions, and which declaration each one belongs to, is decided by
-:mod:`kernix.infer` with libclang's help.
+:mod:`kernix.frontend.binding` with libclang's help.
 
 Pure Python, no dependencies: the warm path never needs it.
 """

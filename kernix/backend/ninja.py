@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ..errors import CompilationError, KernixError, ToolchainError
+from ..paths import include_dir
+from ..store.files import atomic_write
 from . import codegen, toolchain
-from .errors import CompilationError, KernixError, ToolchainError
-from .fileio import atomic_write
-from .paths import include_dir
 
 __all__ = ["BuildConfig", "BuildResult", "compile_flags", "build_module", "ninja_path"]
 
@@ -64,11 +64,11 @@ class BuildConfig:
 
     def __post_init__(self) -> None:
         if self.platform not in ("cuda", "cpu"):
-            raise ValueError(f"platform must be 'cuda' or 'cpu', not {self.platform!r}")
+            raise KernixError(f"platform must be 'cuda' or 'cpu', not {self.platform!r}")
         if not isinstance(self.optimization_level, int) or not 0 <= self.optimization_level <= 3:
-            raise ValueError(f"optimization_level must be an int from 0 to 3, not {self.optimization_level!r}")
+            raise KernixError(f"optimization_level must be an int from 0 to 3, not {self.optimization_level!r}")
         if self.platform == "cuda" and not self.arch:
-            raise ValueError("a CUDA build needs an architecture (arch='sm_90', say)")
+            raise KernixError("a CUDA build needs an architecture (arch='sm_90', say)")
 
 
 @dataclass(frozen=True)
@@ -105,11 +105,16 @@ def _cuda_lib_dirs() -> list[str]:
     return [str(d) for d in cands if (d / "libcudart_static.a").is_file()]
 
 
-def _include_flags(config: BuildConfig) -> list[str]:
-    flags = [f"-I{include_dir()}"]
-    flags += [f"-I{os.path.abspath(d)}" for d in config.include_dirs]
-    flags += ["-isystem", toolchain.jax_ffi_include_dir()]
-    return flags
+def _kernix_include_flags() -> list[str]:
+    """kernix's own headers, then jaxlib's FFI headers: always after the user's."""
+    return [f"-I{include_dir()}", "-isystem", toolchain.jax_ffi_include_dir()]
+
+
+def _user_flags(config: BuildConfig) -> list[str]:
+    """The user's include directories and flags, in order, before kernix's
+    own include directory: one search order for build and inference alike
+    (see :attr:`kernix.request.LoadRequest.parse_flags`)."""
+    return [*(f"-I{os.path.abspath(d)}" for d in config.include_dirs), *config.extra_cflags]
 
 
 def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
@@ -120,7 +125,8 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
     """
     cxx = toolchain.find_host_compiler().path
     opt = f"-O{config.optimization_level}"
-    handlers = [cxx, "-std=c++17", opt, "-fPIC", "-fvisibility=hidden", *_include_flags(config)]
+    # Handlers depend on the specs alone: they never see the user's include paths.
+    handlers = [cxx, "-std=c++17", opt, "-fPIC", "-fvisibility=hidden", *_kernix_include_flags()]
     link = [cxx, "-shared", "-Wl,--exclude-libs,ALL"]
     if config.platform == "cuda":
         nvcc = toolchain.find_nvcc().path
@@ -133,18 +139,17 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
             f"--generate-code=arch={virtual},code=[{virtual},{arch}]",
             "-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=hidden",
             "--expt-relaxed-constexpr", "--extended-lambda",
-            *_include_flags(config),
         ]
         if config.use_fast_math:
             user.append("--use_fast_math")
         link += [f"-L{d}" for d in _cuda_lib_dirs()]
         link_tail = ["-l:libcudart_static.a", "-ldl", "-lrt", "-lpthread"]
     else:
-        user = [cxx, "-std=c++17", opt, "-fPIC", "-fvisibility=hidden", *_include_flags(config)]
+        user = [cxx, "-std=c++17", opt, "-fPIC", "-fvisibility=hidden"]
         if config.use_fast_math:
             user.append("-ffast-math")
         link_tail = []
-    user += list(config.extra_cflags)
+    user += [*_user_flags(config), *_kernix_include_flags()]
     link_tail += list(config.extra_ldflags)
     return {"user": user, "handlers": handlers, "link": link + ["@IN@"] + link_tail}
 

@@ -1,5 +1,5 @@
-"""Small file utilities shared by the caches: hashing, fingerprints, atomic
-writes, and answers remembered per executable.
+"""Small file utilities shared by the caches: the content key, hashing,
+fingerprints, atomic writes, and answers remembered per executable.
 
 A *fingerprint* of a file is ``[path, size, mtime_ns, sha256]``.  A file is
 still *current* when its size and mtime match, or, if only the mtime moved,
@@ -16,7 +16,20 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-__all__ = ["file_digest", "fingerprints", "fingerprints_current", "atomic_write", "remembered"]
+__all__ = ["content_key", "file_digest", "fingerprints", "fingerprints_current", "atomic_write", "remembered"]
+
+
+def content_key(parts: Any, *blobs: bytes) -> str:
+    """The one content key of every kernix cache: SHA-256 over the canonical
+    JSON form of ``parts`` followed by each of ``blobs``.
+
+    ``parts`` must be JSON-serialisable (other values are written with ``str``).
+    """
+    h = hashlib.sha256(json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str).encode())
+    for blob in blobs:
+        h.update(b"\0")
+        h.update(blob)
+    return h.hexdigest()
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
@@ -73,28 +86,32 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
 
 
 def remembered(kind: str, executable: str, compute: Callable[[], Any]) -> Any:
-    """``compute()``, remembered on disk per (executable, size, mtime).
+    """``compute()``, remembered on disk per (executable, size, mtime, ctime).
 
     Used for what a compiler reports about itself (its version banner, its
     include directories), so a warm process never runs a compiler.  A
     ``None`` answer (the question failed) is not remembered; failing to
     remember is not an error.
     """
-    from .paths import cache_root
+    from ..errors import CacheError
+    from ..paths import cache_root
+    from .trust import is_private, makedirs
 
     st = os.stat(executable)
-    stamp = hashlib.sha256(f"{kind}\0{executable}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:24]
-    memo = cache_root() / "toolchain" / f"{kind}-{stamp}.json"
-    try:
-        return json.loads(memo.read_text())["value"]
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    stamp = content_key([kind, executable, st.st_size, st.st_mtime_ns, st.st_ctime_ns])[:24]
+    root = cache_root()
+    memo = root / "toolchain" / f"{kind}-{stamp}.json"
+    if is_private(memo, root):  # an answer others could have written is not trusted
+        try:
+            return json.loads(memo.read_text())["value"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
     value = compute()
     if value is None:
         return None
     try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
+        makedirs(memo.parent)
         atomic_write(memo, json.dumps({"executable": executable, "value": value}).encode(), durable=False)
-    except OSError:
+    except (OSError, CacheError):
         pass
     return value

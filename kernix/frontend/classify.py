@@ -1,0 +1,233 @@
+"""Turning a function declaration into a :class:`~kernix.spec.FunctionSpec`.
+
+Every parameter is classified from its *canonical* type (never its
+spelling): const ``BE::Tensor`` -> ``arg``, non-const -> ``ret``;
+``cudaStream_t`` -> ``stream``; XLA FFI buffer types -> ``arg``/``ret``;
+named scalars -> ``attr.<name>:<dtype>``.  Anything else is an error that
+names the parameter and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..dtypes import dtype_by_xla_name
+from ..errors import SourceError
+from ..spec import FunctionSpec, Param
+
+__all__ = ["function_spec", "qualified_name"]
+
+_FIX_TENSOR = "take a `const BE::Tensor&` for an input buffer or `BE::Tensor&` for an output"
+
+
+def qualified_name(cursor: Any) -> str:
+    import clang.cindex as ci
+
+    parts = [cursor.spelling]
+    parent = cursor.semantic_parent
+    while parent is not None and parent.kind != ci.CursorKind.TRANSLATION_UNIT:
+        if parent.kind == ci.CursorKind.NAMESPACE:
+            if parent.spelling and "anonymous" not in parent.spelling:
+                parts.append(parent.spelling)
+        elif parent.kind != ci.CursorKind.LINKAGE_SPEC:
+            parts.append(parent.spelling)
+        parent = parent.semantic_parent
+    return "::".join(reversed(parts))
+
+
+_CV = re.compile(r"^(?:(?:const|volatile)\s+)+|\s+(?:const|volatile)$")
+_ANON = re.compile(r"\(anonymous namespace\)::")
+_BUFFER = re.compile(r"^xla::ffi::Buffer<xla::ffi::DataType::(\w+)(?:,\s*(-?\d+))?>$")
+
+# Builtin canonical spelling -> dtype (LP64: long is 64-bit; checked by size below).
+_INT_DTYPES = {
+    ("signed", 1): "int8", ("signed", 2): "int16", ("signed", 4): "int32", ("signed", 8): "int64",
+    ("unsigned", 1): "uint8", ("unsigned", 2): "uint16", ("unsigned", 4): "uint32", ("unsigned", 8): "uint64",
+}
+_SIGNED_KINDS = {"CHAR_S", "SCHAR", "SHORT", "INT", "LONG", "LONGLONG"}
+_UNSIGNED_KINDS = {"CHAR_U", "UCHAR", "USHORT", "UINT", "ULONG", "ULONGLONG"}
+_ARRAY_KINDS = {"CONSTANTARRAY", "INCOMPLETEARRAY", "VARIABLEARRAY", "DEPENDENTSIZEDARRAY"}
+_UNSUPPORTED_SCALARS = {
+    "LONGDOUBLE": "`long double` has no XLA attribute type; use `double`",
+    "FLOAT128": "`__float128` has no XLA attribute type; use `double`",
+    "INT128": "128-bit integers have no XLA attribute type; use `int64_t`",
+    "UINT128": "128-bit integers have no XLA attribute type; use `uint64_t`",
+    "HALF": "`_Float16`/`__fp16` attributes are not supported; use `__half` (from cuda_fp16.h) or `float`",
+    "FLOAT16": "`_Float16` attributes are not supported; use `__half` (from cuda_fp16.h) or `float`",
+    "WCHAR": "wide characters have no XLA attribute type; use an integer type",
+    "CHAR16": "`char16_t` has no XLA attribute type; use `uint16_t`",
+    "CHAR32": "`char32_t` has no XLA attribute type; use `uint32_t`",
+    "CHAR8": "`char8_t` has no XLA attribute type; use `uint8_t`",
+}
+
+
+def _bare(spelling: str) -> str:
+    return _ANON.sub("", _CV.sub("", spelling.strip()))
+
+
+def _integer_dtype(t: Any) -> str | None:
+    kind = t.kind.name
+    size = t.get_size()
+    if kind == "BOOL":
+        return "bool"
+    if kind in _SIGNED_KINDS:
+        return _INT_DTYPES.get(("signed", size))
+    if kind in _UNSIGNED_KINDS:
+        return _INT_DTYPES.get(("unsigned", size))
+    return None
+
+
+class _Reject(Exception):
+    """A parameter kernix cannot pass; the message says why and how to fix it."""
+
+
+def _classify(p: Any, index: int, fname: str) -> Param:
+    """Turn one parameter cursor into a :class:`Param` (or raise :class:`_Reject`)."""
+    t = p.type
+    written = " ".join(t.spelling.split())
+    pname = p.spelling
+    label = f"parameter {pname!r}" if pname else f"parameter {index + 1} (unnamed)"
+    where = f"{label} of {fname!r} is `{written}`"
+    if t.kind.name in _ARRAY_KINDS or "[" in written:
+        raise _Reject(f"{where}: arrays cannot cross the FFI boundary; {_FIX_TENSOR}")
+    c = t.get_canonical()
+    ref = None
+    if c.kind.name in ("LVALUEREFERENCE", "RVALUEREFERENCE"):
+        ref = "&" if c.kind.name == "LVALUEREFERENCE" else "&&"
+        c = c.get_pointee().get_canonical()
+    is_const = c.is_const_qualified()
+    bare = _bare(c.spelling)
+    synth = pname or f"_p{index}"
+
+    if c.kind.name == "POINTER":
+        pointee = _bare(c.get_pointee().get_canonical().spelling)
+        if pointee in ("CUstream_st", "struct CUstream_st") and ref is None:
+            return Param(synth, "stream", written, "CUstream_st *", "stream")
+        if pointee == "BE::Tensor":
+            raise _Reject(f"{where}: a tensor cannot be passed by pointer; {_FIX_TENSOR}")
+        raise _Reject(f"{where}: pointers cannot cross the FFI boundary; {_FIX_TENSOR}")
+    if c.kind.name in _ARRAY_KINDS:
+        raise _Reject(f"{where}: arrays cannot cross the FFI boundary; {_FIX_TENSOR}")
+    if c.is_volatile_qualified():
+        raise _Reject(f"{where}: volatile parameters are not supported; drop `volatile`")
+
+    if bare == "BE::Tensor":
+        if ref == "&&":
+            raise _Reject(f"{where}: rvalue references are not supported; {_FIX_TENSOR}")
+        return Param(synth, "arg" if is_const else "ret", written, "BE::Tensor", "tensor")
+
+    if bare.startswith("xla::ffi::"):
+        if ref == "&&":
+            raise _Reject(f"{where}: rvalue references are not supported; take the FFI type by value")
+        return _ffi_param(synth, written, bare, where)
+
+    if ref == "&&":
+        raise _Reject(f"{where}: rvalue references are not supported; take the scalar by value")
+    if ref == "&" and not is_const:
+        raise _Reject(
+            f"{where}: a non-const reference would be an output, and outputs must be tensors; "
+            "take the scalar by value (or `const&`), or write results to a `BE::Tensor&`"
+        )
+
+    kind = c.kind.name
+    if kind in ("LONG", "LONGLONG") and c.get_size() == 8 and pname == "stream":
+        return Param("stream", "stream", written, bare, "stream")
+
+    dtype: str | None
+    if kind == "ENUM":
+        decl = c.get_declaration()
+        if not decl.spelling or "unnamed" in bare or "anonymous" in bare:
+            raise _Reject(f"{where}: an unnamed enum cannot be named in generated code; give the enum a name")
+        dtype = _integer_dtype(decl.enum_type.get_canonical())
+        if dtype is None or dtype == "bool":
+            raise _Reject(f"{where}: the enum's underlying type has no XLA attribute type")
+    elif kind in ("FLOAT", "DOUBLE"):
+        dtype = "float32" if kind == "FLOAT" else "float64"
+    elif kind in _UNSUPPORTED_SCALARS:
+        raise _Reject(f"{where}: {_UNSUPPORTED_SCALARS[kind]}")
+    elif bare in ("__half", "__nv_bfloat16"):
+        dtype = "float16" if bare == "__half" else "bfloat16"
+    else:
+        dtype = _integer_dtype(c)
+        if dtype is None:
+            what = "a struct or class" if kind == "RECORD" else f"type `{bare}`"
+            raise _Reject(
+                f"{where}: {what} cannot cross the FFI boundary. Inputs and outputs are "
+                f"`BE::Tensor`s; attributes are scalars (integers, bool, float, double, enums, "
+                f"__half, __nv_bfloat16)"
+            )
+    if not pname:
+        raise _Reject(
+            f"{where}: a scalar attribute needs a name; give the parameter a name: it becomes attr.<name>"
+        )
+    return Param(pname, "attr", written, bare, "scalar", dtype)
+
+
+def _ffi_buffer(bare: str) -> tuple[str, str | None, int | None] | None:
+    if bare == "xla::ffi::AnyBuffer":
+        return bare, None, None
+    m = _BUFFER.match(bare)
+    if m is None:
+        return None
+    code, rank_text = m.groups()
+    rank = int(rank_text) if rank_text is not None else None
+    if rank is not None and rank < 0:
+        rank = None
+    norm = f"xla::ffi::Buffer<xla::ffi::DataType::{code}" + (f", {rank}>" if rank is not None else ">")
+    return norm, dtype_by_xla_name(code), rank
+
+
+def _ffi_param(name: str, written: str, bare: str, where: str) -> Param:
+    buf = _ffi_buffer(bare)
+    if buf is not None:
+        norm, dtype, rank = buf
+        return Param(name, "arg", written, norm, "ffi", dtype, rank)
+    if bare.startswith("xla::ffi::Result<") and bare.endswith(">"):
+        inner = _ffi_buffer(_bare(bare[len("xla::ffi::Result<"):-1]))
+        if inner is not None:
+            norm, dtype, rank = inner
+            return Param(name, "ret", written, f"xla::ffi::Result<{norm}>", "ffi", dtype, rank)
+    raise _Reject(
+        f"{where}: this XLA FFI type is not supported; use `xla::ffi::AnyBuffer` or "
+        "`xla::ffi::Buffer<T, R>` for inputs and `xla::ffi::Result<...>` / `ResultBuffer<T, R>` for outputs"
+    )
+
+
+def function_spec(cursor: Any, path: str) -> tuple[FunctionSpec | None, list[SourceError]]:
+    """The spec of one function cursor, or ``None`` and the errors that prevent it."""
+    name = cursor.spelling
+    loc = cursor.location
+    fline = loc.line
+    errors: list[SourceError] = []
+    if cursor.type.kind.name == "FUNCTIONPROTO" and cursor.type.is_function_variadic():
+        errors.append(SourceError(
+            f"function {name!r} is variadic (`...`): a variadic function cannot be called through "
+            "the FFI; list every parameter explicitly", file=path, line=fline, column=loc.column, function=name))
+    params: list[Param] = []
+    for i, p in enumerate(cursor.get_arguments()):
+        try:
+            params.append(_classify(p, i, name))
+        except _Reject as exc:
+            ploc = p.location
+            line = ploc.line if ploc.file is not None else fline
+            col = ploc.column if ploc.file is not None else loc.column
+            errors.append(SourceError(str(exc), file=path, line=line, column=col, function=name,
+                                      parameter=p.spelling or f"#{i + 1}"))
+    if errors:
+        return None, errors
+    streams = [p for p in params if p.role == "stream"]
+    if len(streams) > 1:
+        errors.append(SourceError(
+            f"function {name!r} takes more than one stream ({', '.join(repr(p.name) for p in streams)}); "
+            "take a single `cudaStream_t` (or `int64_t stream`)",
+            file=path, line=fline, column=loc.column, function=name, parameter=streams[1].name))
+    if not any(p.role == "ret" for p in params):
+        errors.append(SourceError(
+            f"function {name!r} has no output tensor: every exported function must write at least one "
+            "output. Add a non-const `BE::Tensor& out` parameter (inputs are `const BE::Tensor&`)",
+            file=path, line=fline, column=loc.column, function=name))
+    if errors:
+        return None, errors
+    spec = FunctionSpec(name=name, qualified_name=qualified_name(cursor), params=tuple(params), file=path, line=fline)
+    return spec, errors

@@ -1,0 +1,274 @@
+"""Exact signature inference: C++/CUDA source -> :class:`~kernix.spec.FunctionSpec`.
+
+:func:`infer_file` parses a file with libclang (see :mod:`kernix.frontend.clangparse`
+for how), finds the ``// @BE`` annotations (:mod:`kernix.frontend.annotations`), binds
+each to the declaration that follows it, and turns every parameter's
+*canonical* type into an arg_spec token:
+
+* const ``BE::Tensor`` (by value or ``const&``) -> ``arg``; non-const
+  ``BE::Tensor`` (by value or ``&``) -> ``ret``;
+* ``cudaStream_t`` (any name), or a 64-bit signed integer named ``stream``
+  -> ``stream``;
+* XLA FFI ``AnyBuffer`` / ``Buffer<T, R>`` -> ``arg``, ``Result<...>`` -> ``ret``;
+* a named scalar (integers, ``bool``, ``float``, ``double``, enums,
+  ``__half``, ``__nv_bfloat16``) -> ``attr.<name>:<dtype>``.
+
+Everything else is an error that names the file, line, function and
+parameter and says how to fix it; all errors of a file are collected.
+Results are cached on disk (:mod:`kernix.frontend.speccache`), so re-inspecting an
+unchanged file neither parses it nor imports libclang.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .._version import __version__
+from ..errors import ArgSpecError, InferenceError, KernixError, SourceError
+from ..paths import cache_root
+from ..languages import LANGUAGES_BY_EXTENSION, language_of
+from ..spec import FunctionSpec, check_spec_matches, normalize_functions
+from . import speccache
+from .annotations import find_annotations
+from .binding import Target, annotated_targets, bind_annotations, function_cursors, requested_targets
+from .classify import function_spec
+from .clangparse import (
+    ParseOptions,
+    clang_fingerprint,
+    dependencies,
+    error_diagnostics,
+    parse,
+    parse_flags,
+    prelude_text,
+    skipped_ranges,
+)
+
+__all__ = ["InferResult", "infer_file", "language_of", "LANGUAGES_BY_EXTENSION"]
+
+
+@dataclass(frozen=True)
+class InferResult:
+    """What inference found in one file.
+
+    Attributes
+    ----------
+    path
+        The file parsed (absolute).
+    language
+        ``"cuda"`` or ``"cpp"``.
+    functions
+        The inferred functions, in source order.
+    errors
+        Every problem found, each with file/line/column/function/parameter set
+        where known.
+    dependencies
+        Absolute paths of every other file the parse read (headers).
+    """
+
+    path: str
+    language: str
+    functions: tuple[FunctionSpec, ...]
+    errors: tuple[SourceError, ...]
+    dependencies: tuple[str, ...]
+
+    def raise_for_errors(self) -> None:
+        """Raise :class:`~kernix.errors.InferenceError` holding every error, if any."""
+        if self.errors:
+            raise InferenceError(list(self.errors))
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable form (round-trips through :meth:`from_json`)."""
+        return {
+            "path": self.path,
+            "language": self.language,
+            "functions": [f.to_json() for f in self.functions],
+            "errors": [_error_to_json(e) for e in self.errors],
+            "dependencies": list(self.dependencies),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "InferResult":
+        """Rebuild a result from :meth:`to_json` output."""
+        return cls(
+            path=data["path"],
+            language=data["language"],
+            functions=tuple(FunctionSpec.from_json(f) for f in data["functions"]),
+            errors=tuple(SourceError(e["message"], **{k: e[k] for k in e if k != "message"}) for e in data["errors"]),
+            dependencies=tuple(data["dependencies"]),
+        )
+
+
+def _error_to_json(e: SourceError) -> dict[str, Any]:
+    return {
+        "message": e.message,
+        "file": e.file,
+        "line": e.line,
+        "column": e.column,
+        "function": e.function,
+        "parameter": e.parameter,
+    }
+
+
+def infer_file(
+    path: str | os.PathLike[str],
+    *,
+    language: str | None = None,
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    flags: Sequence[str] = (),
+    functions: None | Sequence[str] | Mapping[str, Sequence[str]] = None,
+    use_cache: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> InferResult:
+    """Infer the specs of the functions a C++/CUDA file exports.
+
+    Parameters
+    ----------
+    path
+        The source file.
+    language
+        ``"cuda"`` or ``"cpp"``; ``None`` picks it from the extension.
+    include_dirs
+        Extra include directories (searched before kernix's ``include/``).
+    defines
+        Macro definitions, ``"NAME"`` or ``"NAME=VALUE"``.
+    flags
+        The build's preprocessor flags, paths absolute (see
+        :attr:`kernix.request.LoadRequest.parse_flags`), after the above.
+    functions
+        ``None``: every ``// @BE``-annotated function.  A list of names: just
+        those (no annotation needed).  A dict name -> arg_spec: those, each
+        explicit spec checked against the real signature.
+    use_cache
+        Look up and store the result in the on-disk spec cache.
+    cache_dir
+        The cache root holding that spec cache (default: :func:`kernix.cache_root`).
+
+    Returns
+    -------
+    InferResult
+        The functions inferred and every error found (call
+        :meth:`InferResult.raise_for_errors` to turn errors into an exception).
+
+    Raises
+    ------
+    KernixError
+        When the file cannot be read or the arguments are malformed (problems
+        *in* the file are reported in the result instead).
+    """
+    path = os.path.abspath(os.fspath(path))
+    if language is None:
+        language = language_of(path)
+    elif language not in ("cuda", "cpp"):
+        raise KernixError(f"language must be 'cuda' or 'cpp', not {language!r}")
+    wanted = normalize_functions(functions, parse=False)  # bad specs are reported per function
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError as exc:
+        raise KernixError(f"cannot read {path}: {exc.strerror or exc}") from None
+    options = ParseOptions(
+        language=language,
+        include_dirs=tuple(os.path.abspath(d) for d in include_dirs),
+        defines=tuple(str(d) for d in defines),
+        flags=tuple(str(f) for f in flags),
+    )
+    key = None
+    if use_cache:
+        key = speccache.make_key(
+            [__version__, clang_fingerprint(), path, language, parse_flags(options),
+             prelude_text(options),
+             None if wanted is None else [[k, None if v is None else list(v)] for k, v in sorted(wanted.items())]],
+            source,
+        )
+        root = Path(cache_dir).expanduser().absolute() if cache_dir is not None else cache_root()
+        hit = speccache.load(root, key)
+        if hit is not None:
+            return InferResult.from_json(hit)
+    result, clean = infer_source(path, source, options, wanted)
+    if key is not None and clean:
+        speccache.store(root, key, result.to_json(), result.dependencies)
+    return result
+
+
+def infer_source(
+    path: str, raw: bytes, options: ParseOptions, wanted: dict[str, tuple[str, ...] | None] | None
+) -> tuple[InferResult, bool]:
+    """Parse ``raw`` (the bytes of ``path``) and infer, without the spec cache.
+
+    Returns the result and whether clang reported no error (only a clean
+    result is cached).
+    """
+    text = raw.decode("utf-8", errors="replace")
+    tu = parse(path, options)
+    errors: list[SourceError] = error_diagnostics(tu, options)
+    clean = not errors
+    # Lines of the user's file with a clang error: a function whose declaration
+    # covers one is not inferred (clang may have typed a broken parameter as int).
+    bad_lines = [e.line for e in errors if e.file == path and e.line]
+
+    cursors = function_cursors(tu, path)
+    annotations = find_annotations(text)
+
+    bound = bind_annotations(raw, annotations, cursors) if annotations else {}
+
+    unbound = [a for a in annotations if a.line not in bound]
+    if unbound:
+        detailed = parse(path, options, detailed=True)
+        skipped = skipped_ranges(detailed, path)
+        unbound = [a for a in unbound if not any(lo <= a.line <= hi for lo, hi in skipped)]
+        active = {a.line for a in unbound} | set(bound)
+        annotations = [a for a in annotations if a.line in active]
+
+    targets: list[Target]
+    if wanted is None:
+        targets, errs = annotated_targets(path, annotations, bound, cursors)
+        errors += errs
+    else:
+        targets, errs = requested_targets(path, wanted, annotations, bound, cursors)
+        errors += errs
+
+    specs: list[FunctionSpec] = []
+    for target in targets:
+        name, cursor, ann, explicit = target.name, target.cursor, target.annotation, target.explicit
+        start, end = cursor.extent.start.line, cursor.extent.end.line
+        if any(start <= ln <= end for ln in bad_lines):
+            for e in errors:  # already reported by clang: name the function
+                if e.file == path and start <= e.line <= end and e.function is None:
+                    e.function = name
+            continue
+        spec, errs = function_spec(cursor, path)
+        errors += errs
+        if spec is None:
+            continue
+        ok = True
+        for tokens, source in ((ann.tokens if ann else (), "annotation"), (explicit or (), "explicit")):
+            if not tokens:
+                continue
+            try:
+                check_spec_matches(list(tokens), spec, source=source)
+            except SourceError as exc:
+                errors.append(exc)
+                ok = False
+            except ArgSpecError as exc:
+                where_line = ann.line if (source == "annotation" and ann) else spec.line
+                errors.append(SourceError(str(exc), file=path, line=where_line, function=name))
+                ok = False
+        if ok:
+            specs.append(spec)
+
+    specs.sort(key=lambda s: s.line)
+    errors.sort(key=lambda e: (e.file != path, e.line, e.column))
+    result = InferResult(
+        path=path,
+        language=options.language,
+        functions=tuple(specs),
+        errors=tuple(errors),
+        dependencies=tuple(dependencies(tu, path)),
+    )
+    return result, clean
+
+

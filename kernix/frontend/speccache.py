@@ -1,0 +1,71 @@
+"""The on-disk cache of inferred specs.
+
+An entry lives at ``<cache root>/specs/<key[:2]>/<key>.json`` where ``key`` is
+the store's content key (:func:`kernix.store.files.content_key`) over
+everything the parse depends on except the headers: kernix's version, the
+libclang build, the language, the exact flags and the source bytes.  The
+headers the parse read are stored in the entry with their size, ``mtime_ns``
+and sha256; a look-up re-checks them (size and mtime first, the hash only when
+those changed) so an edited header is a miss, without parsing.
+
+A cached spec ends up in generated C++, so an entry is read only when no other
+user could have written it (:mod:`kernix.store.trust`), and its specs are
+validated again on the way in (:meth:`kernix.spec.FunctionSpec.from_json`).
+Entries are written atomically; a damaged, untrusted or unreadable entry is a
+miss, never an error.  Pure Python: a warm look-up neither imports libclang
+nor runs a compiler.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import CacheError
+from ..store.files import atomic_write, content_key, fingerprints, fingerprints_current
+from ..store.trust import is_private, makedirs
+
+__all__ = ["make_key", "load", "store", "entry_path"]
+
+_FORMAT = 3
+
+
+def make_key(parts: Iterable[Any], source: bytes) -> str:
+    """The content key over ``parts`` and the source bytes."""
+    return content_key([_FORMAT, *parts], source)
+
+
+def entry_path(root: Path, key: str) -> Path:
+    """Where the entry for ``key`` lives under cache root ``root``."""
+    return root / "specs" / key[:2] / f"{key}.json"
+
+
+def load(root: Path, key: str) -> dict[str, Any] | None:
+    """The stored payload for ``key``, or ``None`` (missing, damaged, stale or untrusted)."""
+    path = entry_path(root, key)
+    if not is_private(path, root):
+        return None
+    try:
+        data = json.loads(path.read_text())
+        if data.get("format") != _FORMAT or data.get("key") != key:
+            return None
+        if not fingerprints_current(data["dependencies"]):
+            return None
+        return data["payload"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def store(root: Path, key: str, payload: dict[str, Any], dependencies: Iterable[str]) -> None:
+    """Store ``payload`` under ``key``, recording ``dependencies``' fingerprints.
+
+    Failures to write are ignored: the cache is an optimisation only.
+    """
+    try:
+        target = entry_path(root, key)
+        makedirs(target.parent)
+        entry = {"format": _FORMAT, "key": key, "dependencies": fingerprints(dependencies), "payload": payload}
+        atomic_write(target, json.dumps(entry).encode(), durable=False)
+    except (OSError, CacheError):
+        return

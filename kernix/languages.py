@@ -1,0 +1,53 @@
+"""Platforms and source languages: one type for each, one extension map."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from .errors import KernixError
+
+__all__ = ["Platform", "Language", "LANGUAGES_BY_EXTENSION", "language_of", "platform_of", "JAX_PLATFORMS"]
+
+#: Where a module's handlers run: ``"cuda"`` (user code built by nvcc) or ``"cpu"``.
+Platform = Literal["cuda", "cpu"]
+#: How a source file is parsed and compiled.
+Language = Literal["cuda", "cpp"]
+
+#: File extension -> language.
+LANGUAGES_BY_EXTENSION: dict[str, Language] = {
+    ".cu": "cuda",
+    ".cuh": "cuda",
+    ".c": "cpp",
+    ".cc": "cpp",
+    ".cpp": "cpp",
+    ".cxx": "cpp",
+    ".h": "cpp",
+    ".hpp": "cpp",
+}
+
+#: kernix platform -> the platform name JAX registers handlers under.
+JAX_PLATFORMS: dict[str, str] = {"cuda": "CUDA", "cpu": "cpu"}
+
+
+def language_of(path: str) -> Language:
+    """The language of ``path`` from its extension.
+
+    Raises
+    ------
+    KernixError
+        For an extension that is neither CUDA nor C++.
+    """
+    ext = os.path.splitext(path)[1].lower()
+    try:
+        return LANGUAGES_BY_EXTENSION[ext]
+    except KeyError:
+        raise KernixError(
+            f"cannot tell the language of {path!r} from its extension {ext!r}: expected one of "
+            f"{', '.join(LANGUAGES_BY_EXTENSION)}; pass language='cuda' or language='cpp'"
+        ) from None
+
+
+def platform_of(language: Language) -> Platform:
+    """The platform a module of ``language`` sources is built for."""
+    return "cuda" if language == "cuda" else "cpu"

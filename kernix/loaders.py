@@ -1,0 +1,253 @@
+"""The public loaders: ``load_cuda_inline``, ``load_cuda_file``, ``load_cuda_dir``,
+``load_cpp_inline``, ``load_cpp_file`` and ``load_cpp_dir``.
+
+Their parameters and defaults are exactly the reference's, declared once: in
+the signatures of :func:`load_cuda_inline` and :func:`load_cpp_inline`.  The
+file and directory loaders take the same options by keyword and check them
+against those signatures' own defaults (``__kwdefaults__``).  Each loader
+turns its arguments into one :class:`~kernix.request.LoadRequest` and hands
+it to :func:`kernix.pipeline.load`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import KernixError, OptionError, SourceNotFoundError
+from .languages import LANGUAGES_BY_EXTENSION, Language
+from .names import check_module_name
+from .request import make_request
+from .runtime.module import CompiledModule
+
+__all__ = [
+    "load_cuda_inline",
+    "load_cuda_file",
+    "load_cuda_dir",
+    "load_cpp_inline",
+    "load_cpp_file",
+    "load_cpp_dir",
+]
+
+#: Extensions a directory loader picks up, per language.
+_DIR_EXTENSIONS: dict[str, tuple[str, ...]] = {
+    "cuda": (".cu",),
+    "cpp": tuple(e for e, lang in LANGUAGES_BY_EXTENSION.items() if lang == "cpp" and e not in (".c", ".h", ".hpp")),
+}
+
+
+def load_cuda_inline(
+    name: str,
+    cuda_sources: str | list[str],
+    functions: dict[str, list[str]] | list[str] | None = None,
+    *,
+    extra_cuda_cflags: list[str] | None = None,
+    extra_ldflags: list[str] | None = None,
+    extra_include_paths: list[str] | None = None,
+    build_directory: str | None = None,
+    verbose: bool = False,
+    compute_capability: str | None = None,
+    force_rebuild: bool = False,
+    auto_register: bool = True,
+    target_prefix: str | None = None,
+    ninja_workers: int | None = None,
+    optimization_level: int = 3,
+    use_fast_math: bool = False,
+    allow_cuda_graph: bool = True,
+) -> CompiledModule:
+    """Compile inline CUDA source and load the resulting module.
+
+    Parameters
+    ----------
+    name : str
+        Module name (used for caching and FFI target naming).
+    cuda_sources : str or list of str
+        CUDA C++ source code. Multiple strings are concatenated.
+    functions : dict or list or None
+        ``None``: every function annotated ``// @BE name`` (arg_spec inferred
+        from the C++ signature).  A list of names: only those.  A dict
+        ``{name: arg_spec}``: those functions, each spec checked against the
+        real signature (names need no annotation).
+    extra_cuda_cflags, extra_ldflags : list of str, optional
+        Extra nvcc / linker flags.
+    extra_include_paths : list of str, optional
+        Extra include directories.
+    build_directory : str, optional
+        Use this directory instead of the cache root.
+    verbose : bool
+        Print every compiler command and its output.
+    compute_capability : str, optional
+        GPU architecture (e.g. ``"sm_90"``); detected when ``None``.
+    force_rebuild : bool
+        Skip the cache and recompile.
+    auto_register : bool
+        Register each function as ``"<target_prefix or name>.<function>"``.
+    target_prefix : str, optional
+        Prefix of the FFI target names.
+    ninja_workers : int, optional
+        Parallel compile jobs (default: all CPUs).
+    optimization_level : int
+        ``-O<n>`` for host and device code (0-3). Default 3.
+    use_fast_math : bool
+        Pass ``--use_fast_math`` to nvcc.
+    allow_cuda_graph : bool
+        Mark the handlers command-buffer compatible so XLA may capture them
+        in CUDA graphs.
+
+    Returns
+    -------
+    CompiledModule
+    """
+    options = {k: v for k, v in locals().items() if k in _CUDA_OPTIONS}
+    return _load_inline(name, cuda_sources, "cuda_sources", "cuda", functions, options)
+
+
+def load_cuda_file(
+    path: str | os.PathLike[str],
+    functions: dict[str, list[str]] | list[str] | None = None,
+    *,
+    name: str | None = None,
+    **options: Any,
+) -> CompiledModule:
+    """Compile a ``.cu`` file and load it.
+
+    ``name`` defaults to the file's stem.  The other options are those of
+    :func:`load_cuda_inline`.  Compiler diagnostics name this file.
+    """
+    src = _file(path, "cuda")
+    return _load([src], name if name is not None else default_module_name(src), "cuda", functions, options)
+
+
+def load_cuda_dir(
+    directory: str | os.PathLike[str],
+    functions: dict[str, list[str]] | list[str] | None = None,
+    *,
+    name: str | None = None,
+    **options: Any,
+) -> CompiledModule:
+    """Compile every ``.cu`` file of a directory into one module.
+
+    Each file is its own translation unit; they compile in parallel and link
+    into one library.  ``name`` defaults to the directory's name.  Options as
+    for :func:`load_cuda_inline`.
+    """
+    files = _dir_sources(directory, "cuda")
+    return _load(files, name if name is not None else default_module_name(Path(directory).absolute()), "cuda",
+                 functions, options)
+
+
+def load_cpp_inline(
+    name: str,
+    cpp_sources: str | list[str],
+    functions: dict[str, list[str]] | list[str] | None = None,
+    *,
+    extra_cflags: list[str] | None = None,
+    extra_ldflags: list[str] | None = None,
+    extra_include_paths: list[str] | None = None,
+    build_directory: str | None = None,
+    verbose: bool = False,
+    force_rebuild: bool = False,
+    auto_register: bool = True,
+    target_prefix: str | None = None,
+    ninja_workers: int | None = None,
+    optimization_level: int = 3,
+    use_fast_math: bool = False,
+) -> CompiledModule:
+    """Compile inline C++ source for the CPU and load the resulting module.
+
+    The parameters mean what they mean for :func:`load_cuda_inline`;
+    ``extra_cflags`` go to the host compiler and ``use_fast_math`` becomes
+    ``-ffast-math``.  A ``stream`` parameter receives 0.
+    """
+    options = {k: v for k, v in locals().items() if k in _CPP_OPTIONS}
+    return _load_inline(name, cpp_sources, "cpp_sources", "cpp", functions, options)
+
+
+def load_cpp_file(
+    path: str | os.PathLike[str],
+    functions: dict[str, list[str]] | list[str] | None = None,
+    *,
+    name: str | None = None,
+    **options: Any,
+) -> CompiledModule:
+    """Compile a C++ file for the CPU and load it (options of :func:`load_cpp_inline`)."""
+    src = _file(path, "cpp")
+    return _load([src], name if name is not None else default_module_name(src), "cpp", functions, options)
+
+
+def load_cpp_dir(
+    directory: str | os.PathLike[str],
+    functions: dict[str, list[str]] | list[str] | None = None,
+    *,
+    name: str | None = None,
+    **options: Any,
+) -> CompiledModule:
+    """Compile every ``.cc``/``.cpp``/``.cxx`` file of a directory into one CPU module."""
+    files = _dir_sources(directory, "cpp")
+    return _load(files, name if name is not None else default_module_name(Path(directory).absolute()), "cpp",
+                 functions, options)
+
+
+def _load(sources: list[Path], name: str, language: Language, functions: Any, options: Mapping[str, Any]) -> CompiledModule:
+    from .pipeline import load
+
+    defaults = _CUDA_OPTIONS if language == "cuda" else _CPP_OPTIONS
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise OptionError(f"unexpected option(s): {', '.join(unknown)}; accepted: {', '.join(sorted(defaults))}")
+    return load(make_request(name, sources, language, functions, {**defaults, **options}))
+
+
+def _load_inline(
+    name: str, sources: Any, what: str, language: Language, functions: Any, options: Mapping[str, Any]
+) -> CompiledModule:
+    """Validate an inline load's names, store its source, then load it."""
+    from .store.sources import write_source
+
+    module_name = check_module_name(name)
+    request = make_request(module_name, [], language, functions, options)  # every name checked before writing
+    text = _join_sources(sources, what)
+    path = write_source(request.root, module_name, text, "cu" if language == "cuda" else "cpp")
+    return _load([path], module_name, language, functions, options)
+
+
+def _join_sources(sources: Any, what: str) -> str:
+    if isinstance(sources, str):
+        return sources
+    if isinstance(sources, (list, tuple)) and all(isinstance(s, str) for s in sources):
+        return "\n".join(sources)
+    raise OptionError(f"{what} must be a string or a list of strings, not {type(sources).__name__}")
+
+
+def _file(path: str | os.PathLike[str], language: Language) -> Path:
+    p = Path(path).expanduser().absolute()
+    if not p.is_file():
+        raise SourceNotFoundError(f"{'CUDA' if language == 'cuda' else 'C++'} source file not found: {p}")
+    if language == "cpp" and p.suffix in (".cu", ".cuh"):
+        raise KernixError(f"{p} is a CUDA source: load it with load_cuda_file (load_cpp_file builds for the CPU)")
+    return p
+
+
+def default_module_name(path: Path) -> str:
+    """The module name a file or directory loader uses when ``name`` is not given:
+    the file stem (directory name) with every character that a module name
+    cannot hold replaced by ``_``."""
+    stem = "".join(c if (c.isascii() and (c.isalnum() or c == "_")) else "_" for c in path.stem) or "module"
+    return stem if not stem[0].isdigit() else f"m_{stem}"
+
+
+def _dir_sources(directory: str | os.PathLike[str], language: Language) -> list[Path]:
+    d = Path(directory).expanduser().absolute()
+    if not d.is_dir():
+        raise SourceNotFoundError(f"not a directory: {d}")
+    exts = _DIR_EXTENSIONS[language]
+    files = sorted(p for p in d.iterdir() if p.suffix in exts and p.is_file())
+    if not files:
+        raise KernixError(f"no {'/'.join(exts)} files in {d}")
+    return files
+
+
+#: The options of each family, with their defaults: those of the inline loaders' signatures.
+_CUDA_OPTIONS: dict[str, Any] = dict(load_cuda_inline.__kwdefaults__ or {})
+_CPP_OPTIONS: dict[str, Any] = dict(load_cpp_inline.__kwdefaults__ or {})

@@ -1,0 +1,30 @@
+"""What kernix says while it works: one function, one switch.
+
+Every cache decision (hit, or miss and why), every build and every wait for
+another process goes through :func:`note`.  It is printed to stderr as
+``kernix: ...`` when the call asked for ``verbose=True`` or ``$KERNIX_VERBOSE``
+is set to anything but ``""``/``0``, and is always sent to the ``"kernix"``
+:mod:`logging` logger (level DEBUG), so an application can collect it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+__all__ = ["note", "verbose_from_env", "logger"]
+
+logger = logging.getLogger("kernix")
+
+
+def verbose_from_env() -> bool:
+    """Whether ``$KERNIX_VERBOSE`` asks for the log on stderr."""
+    return os.environ.get("KERNIX_VERBOSE", "") not in ("", "0")
+
+
+def note(message: str, *, verbose: bool = False) -> None:
+    """Report ``message`` (see the module docstring for where it goes)."""
+    logger.debug(message)
+    if verbose or verbose_from_env():
+        print(f"kernix: {message}", file=sys.stderr, flush=True)

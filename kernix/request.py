@@ -1,0 +1,191 @@
+"""One value for one load: :class:`LoadRequest`.
+
+The public loaders turn their arguments into a ``LoadRequest`` exactly once:
+names validated, ``functions`` normalised and parsed, the language and cache
+root decided, flags split and their paths made absolute (against the current
+directory, for inference and compiler alike).  Every later stage reads this
+value and nothing else, so no option is carried, re-split or re-validated
+twice.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .errors import OptionError
+from .languages import Language, Platform, platform_of
+from .names import check_module_name, check_target_prefix
+from .paths import cache_root
+from .spec import Requested, normalize_functions
+
+__all__ = ["LoadRequest", "make_request", "preprocessor_flags"]
+
+# Flags whose value is a path (``-I DIR`` or ``-IDIR``): made absolute once.
+_PATH_FLAGS = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-L")
+# Flags inference must see too, because they change what the preprocessor does.
+_PREPROCESSOR_FLAGS = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-D", "-U")
+
+
+def _split(flags: Sequence[str]) -> list[tuple[str, str | None]]:
+    """``[(flag, value)]``: joined (``-IDIR``) and separate (``-I DIR``) forms alike."""
+    out: list[tuple[str, str | None]] = []
+    it = iter(flags)
+    for flag in it:
+        for opt in sorted(_PREPROCESSOR_FLAGS + ("-L",), key=len, reverse=True):
+            if flag == opt:
+                out.append((opt, next(it, "")))
+                break
+            if flag.startswith(opt):
+                out.append((opt, flag[len(opt):]))
+                break
+        else:
+            out.append((flag, None))
+    return out
+
+
+def _absolute_flags(flags: Sequence[str]) -> tuple[str, ...]:
+    """``flags`` with every path argument of an include/library flag made absolute."""
+    out: list[str] = []
+    for opt, value in _split(flags):
+        if value is None:
+            out.append(opt)
+        elif opt in _PATH_FLAGS:
+            path = os.path.abspath(os.path.expanduser(value)) if value else value
+            out += [opt, path] if opt in ("-isystem", "-iquote", "-idirafter", "-include") else [opt + path]
+        else:
+            out.append(opt + value)
+    return tuple(out)
+
+
+def preprocessor_flags(flags: Sequence[str]) -> tuple[str, ...]:
+    """The flags of ``flags`` that change preprocessing (``-I``, ``-isystem``,
+    ``-iquote``, ``-idirafter``, ``-include``, ``-D``, ``-U``, ``-std=``), in order."""
+    out: list[str] = []
+    for opt, value in _split(flags):
+        if value is not None and opt in _PREPROCESSOR_FLAGS:
+            out += [opt, value] if opt in ("-isystem", "-iquote", "-idirafter", "-include") else [opt + value]
+        elif value is None and opt.startswith(("-std=", "--std=")):
+            out.append("-std=" + opt.split("=", 1)[1])
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """Everything one load needs, resolved once.
+
+    Attributes
+    ----------
+    name
+        The module name.
+    sources
+        The source files, absolute.
+    language
+        ``"cuda"`` or ``"cpp"``.
+    functions
+        The normalised ``functions=`` argument (``None``: every annotated function).
+    root
+        The cache root (``build_directory=``, else :func:`kernix.cache_root`).
+    extra_cflags, extra_ldflags
+        The user's flags, with path arguments made absolute.
+    include_dirs
+        ``extra_include_paths``, absolute, in order.
+    compute_capability
+        The requested GPU architecture (``None``: detect it); CUDA only.
+    optimization_level, use_fast_math, allow_cuda_graph, ninja_workers
+        As the loaders document them.
+    verbose, force_rebuild, auto_register, target_prefix
+        As the loaders document them.
+    """
+
+    name: str
+    sources: tuple[Path, ...]
+    language: Language
+    functions: Requested | None
+    root: Path
+    extra_cflags: tuple[str, ...] = ()
+    extra_ldflags: tuple[str, ...] = ()
+    include_dirs: tuple[str, ...] = ()
+    compute_capability: str | None = None
+    optimization_level: int = 3
+    use_fast_math: bool = False
+    allow_cuda_graph: bool = False
+    ninja_workers: int | None = None
+    verbose: bool = False
+    force_rebuild: bool = False
+    auto_register: bool = True
+    target_prefix: str | None = None
+
+    @property
+    def platform(self) -> Platform:
+        """Where the handlers run."""
+        return platform_of(self.language)
+
+    @property
+    def parse_flags(self) -> tuple[str, ...]:
+        """What inference must see of the build's flags: include directories
+        (user paths first, as for the compiler), defines, undefines, forced
+        includes and the language standard."""
+        return tuple(f"-I{d}" for d in self.include_dirs) + preprocessor_flags(self.extra_cflags)
+
+
+def _strings(value: Any, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise OptionError(f"{what} must be a list of strings, not {type(value).__name__}")
+    return tuple(os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in value)
+
+
+def make_request(
+    name: str,
+    sources: Sequence[Path],
+    language: Language,
+    functions: Any,
+    options: Mapping[str, Any],
+) -> LoadRequest:
+    """Validate the loader options and resolve them into a :class:`LoadRequest`.
+
+    ``options`` are the loader keywords (``extra_cuda_cflags`` or
+    ``extra_cflags`` for the compiler flags; the rest as named).
+
+    Raises
+    ------
+    kernix.InvalidNameError, kernix.ArgSpecError, kernix.OptionError
+        For a bad name, ``functions`` argument or option value.
+    """
+    check_module_name(name)
+    prefix = options.get("target_prefix")
+    if prefix is not None:
+        check_target_prefix(prefix)
+    level = options.get("optimization_level", 3)
+    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 3:
+        raise OptionError(f"optimization_level must be an int from 0 to 3, not {level!r}")
+    workers = options.get("ninja_workers")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise OptionError(f"ninja_workers must be a positive int or None, not {workers!r}")
+    build_directory = options.get("build_directory")
+    root = Path(build_directory).expanduser().absolute() if build_directory is not None else cache_root()
+    cflags = options.get("extra_cuda_cflags") if language == "cuda" else options.get("extra_cflags")
+    return LoadRequest(
+        name=name,
+        sources=tuple(Path(s) for s in sources),
+        language=language,
+        functions=normalize_functions(functions),
+        root=root,
+        extra_cflags=_absolute_flags(_strings(cflags, "extra_cuda_cflags" if language == "cuda" else "extra_cflags")),
+        extra_ldflags=_absolute_flags(_strings(options.get("extra_ldflags"), "extra_ldflags")),
+        include_dirs=tuple(os.path.abspath(os.path.expanduser(p))
+                           for p in _strings(options.get("extra_include_paths"), "extra_include_paths")),
+        compute_capability=options.get("compute_capability") if language == "cuda" else None,
+        optimization_level=level,
+        use_fast_math=bool(options.get("use_fast_math", False)),
+        allow_cuda_graph=bool(options.get("allow_cuda_graph", False)) and language == "cuda",
+        ninja_workers=workers,
+        verbose=bool(options.get("verbose", False)),
+        force_rebuild=bool(options.get("force_rebuild", False)),
+        auto_register=bool(options.get("auto_register", True)),
+        target_prefix=prefix,
+    )

@@ -1,0 +1,118 @@
+"""`CompiledModule`: a loaded module, its registration and its callables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+from ..names import check_target_prefix
+from ..spec import FunctionSpec
+from ..errors import RegistrationError
+from . import registry
+from .function import KernelFunction
+
+__all__ = ["CompiledModule"]
+
+
+class CompiledModule:
+    """A compiled, loaded module.
+
+    Attributes
+    ----------
+    name
+        The module name.
+    path
+        The shared library.
+    platform
+        ``"cuda"`` or ``"cpu"``.
+    functions
+        Exported name -> :class:`~kernix.spec.FunctionSpec`, in export order.
+    targets
+        Exported name -> FFI target name.
+    digest
+        SHA-256 of the library: modules with equal digests hold the same code.
+
+    Each exported function is also an attribute (``mod.vector_add``) and an
+    item (``mod["vector_add"]``): a :class:`KernelFunction`.  A function named
+    like one of the module's own attributes (``register``, ``path``, ...) is
+    reached as an item only.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        path: Path,
+        platform: str,
+        functions: Sequence[FunctionSpec],
+        handlers: Mapping[str, str],
+        digest: str,
+        target_prefix: str | None = None,
+    ) -> None:
+        self.name = name
+        self.path = Path(path)
+        self.platform = platform
+        self.digest = digest
+        self.functions: dict[str, FunctionSpec] = {f.name: f for f in functions}
+        self.handlers = dict(handlers)
+        self.target_prefix = target_prefix or name
+        self.registered = False
+        self._callables = {n: KernelFunction(self, s) for n, s in self.functions.items()}
+
+    @property
+    def targets(self) -> dict[str, str]:
+        """Exported name -> FFI target name."""
+        return {n: f"{self.target_prefix}.{n}" for n in self.functions}
+
+    @property
+    def specs(self) -> dict[str, tuple[str, ...]]:
+        """Exported name -> canonical arg_spec."""
+        return {n: f.arg_spec for n, f in self.functions.items()}
+
+    def register(self, target_prefix: str | None = None) -> list[str]:
+        """Register every function as ``"<target_prefix>.<function>"``.
+
+        Registering the same module again is a no-op.  Returns the target names.
+
+        Raises
+        ------
+        RegistrationError
+            If a target name is taken by different code.
+        """
+        if target_prefix is not None:
+            check_target_prefix(target_prefix)
+            if self.registered and target_prefix != self.target_prefix:
+                raise RegistrationError(
+                    f"module {self.name!r} is already registered under prefix {self.target_prefix!r}"
+                )
+            self.target_prefix = target_prefix
+        for fn, target in self.targets.items():
+            registry.register_target(target, self.platform, self.path, self.handlers[fn], f"{self.digest}:{fn}")
+        self.registered = True
+        return list(self.targets.values())
+
+    def __getattr__(self, item: str) -> KernelFunction:
+        callables = self.__dict__.get("_callables", {})
+        if item in callables:
+            return callables[item]
+        raise AttributeError(
+            f"module {self.__dict__.get('name')!r} has no function {item!r}; it exports: "
+            + ", ".join(callables)
+        )
+
+    def __getitem__(self, item: str) -> KernelFunction:
+        try:
+            return self._callables[item]
+        except KeyError:
+            raise KeyError(f"module {self.name!r} has no function {item!r}; it exports: {', '.join(self._callables)}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._callables)
+
+    def __len__(self) -> int:
+        return len(self._callables)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self._callables))
+
+    def __repr__(self) -> str:
+        return f"<kernix.CompiledModule {self.name!r} ({self.platform}, {len(self)} functions) at {self.path}>"

@@ -1,0 +1,16 @@
+"""The store: everything kernix keeps on disk, and the rules that keep it safe.
+
+Layout under the cache root (see :func:`kernix.paths.cache_root`)::
+
+    modules/<name>/<key[:32]>/manifest.json   what was built, and from what (manifest.py)
+    modules/<name>/<key[:32]>/module-<sha>.so the library, named by its own hash
+    build/<name>/                              ninja's working directory (workdir.py)
+    sources/<name>-<sha>.<ext>                 inline sources, written once (sources.py)
+    locks/<name>.lock                          held while <name> builds (lock.py)
+    specs/<key[:2]>/<key>.json                 inferred specs (kernix.frontend.speccache)
+    toolchain/<kind>-<stamp>.json              what compilers said about themselves (files.py)
+
+Every directory is created private to the user (``0o755``, never writable by
+others) and every file read back that can reach a compiler or the loader is
+trust-checked first (:mod:`kernix.store.trust`).
+"""

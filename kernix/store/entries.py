@@ -1,0 +1,159 @@
+"""Looking up and publishing cache entries.
+
+An entry is used only when its manifest reads back valid, every file the
+build read still has its recorded content, and the library still has its
+recorded size and hash.  Every look-up ends in a :class:`Lookup` that says
+why (a hit, or the reason for a miss), which ``verbose=True`` /
+``KERNIX_VERBOSE=1`` prints, like ccache's debug log.
+
+Publishing copies the library under a name derived from its own hash (never
+rewritten in place, so a process that has it loaded is not disturbed) and
+writes the manifest last with an atomic rename, so a reader sees a complete
+entry or none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import CacheError
+from ..spec import FunctionSpec
+from .files import atomic_write, file_digest, fingerprints, fingerprints_current
+from .manifest import Manifest, ManifestError, entry_dir
+from .trust import check_private, io_message, makedirs
+
+__all__ = ["Lookup", "lookup", "publish", "discard"]
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """The outcome of one look-up.
+
+    Attributes
+    ----------
+    manifest
+        The usable entry, or ``None`` on a miss.
+    reason
+        ``"hit"``, or why the entry was not used: ``"no entry"``, ``"a file the
+        build read changed"``, ``"damaged: ..."``.
+    """
+
+    manifest: Manifest | None
+    reason: str
+
+    @property
+    def hit(self) -> bool:
+        """Whether the entry can be used."""
+        return self.manifest is not None
+
+
+def _identity_of(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _damaged(entry: Path, why: str) -> Lookup:
+    warnings.warn(f"kernix: the cache entry {entry} is damaged ({why}); rebuilding it", RuntimeWarning, stacklevel=4)
+    return Lookup(None, f"damaged: {why}")
+
+
+def lookup(root: Path, name: str, key: str) -> Lookup:
+    """Look up the entry for ``key``.
+
+    A damaged entry (unreadable manifest, missing or altered library) gives a
+    ``RuntimeWarning`` and a miss, so the caller rebuilds it.
+
+    Raises
+    ------
+    CacheError
+        When the entry exists but another user could have written it.
+    """
+    entry = entry_dir(root, name, key)
+    try:
+        check_private(entry / "manifest.json", root)
+        manifest = Manifest.read(entry)
+    except FileNotFoundError:
+        return Lookup(None, "no entry")
+    except OSError as exc:
+        return _damaged(entry, f"cannot read manifest: {exc}")
+    except ManifestError as exc:
+        return _damaged(entry, str(exc))
+    if manifest.key != key:
+        return _damaged(entry, "manifest does not belong to this key")
+    if not fingerprints_current(manifest.dependencies):
+        return Lookup(None, "a file the build read changed since it was cached")
+    so_path = manifest.so_path
+    check_private(so_path, root)
+    try:
+        st = so_path.stat()
+        if st.st_size != manifest.so_size:
+            return _damaged(entry, f"library is {st.st_size} bytes, expected {manifest.so_size}")
+        # Unchanged since it was hashed at publish (same inode, size, mtime and ctime:
+        # any write, replacement or utime() call changes ctime), else hash it again.
+        if _identity_of(st) != manifest.so_identity and file_digest(so_path) != manifest.so_sha256:
+            return _damaged(entry, "library content does not match its recorded SHA-256")
+    except OSError as exc:
+        return _damaged(entry, f"library missing: {exc.strerror or exc}")
+    return Lookup(manifest, "hit")
+
+
+def publish(
+    root: Path,
+    name: str,
+    key: str,
+    built_so: Path,
+    functions: Sequence[FunctionSpec],
+    handlers: dict[str, str],
+    dependencies: Sequence[str],
+    platform: str,
+) -> Manifest:
+    """Copy a built library into the cache and write its manifest, atomically.
+
+    Hold the module's build lock around this.
+    """
+    entry = entry_dir(root, name, key)
+    try:
+        makedirs(entry)
+        check_private(entry, root)
+        for leftover in entry.glob(".*.tmp"):  # from a publisher that died (we hold the build lock)
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+        data = built_so.read_bytes()
+        so_sha = hashlib.sha256(data).hexdigest()
+        so_name = f"module-{so_sha[:16]}.so"
+        if not (entry / so_name).is_file() or file_digest(entry / so_name) != so_sha:
+            atomic_write(entry / so_name, data)
+        manifest = Manifest(
+            directory=entry,
+            key=key,
+            name=name,
+            platform=platform,
+            so=so_name,
+            so_size=len(data),
+            so_sha256=so_sha,
+            so_identity=_identity_of(os.stat(entry / so_name)),
+            functions=tuple(functions),
+            handlers=dict(handlers),
+            dependencies=tuple(tuple(d) for d in fingerprints(dependencies)),
+        )
+        manifest.write()
+        for old in entry.glob("module-*.so"):  # superseded libraries of this entry
+            if old.name != so_name:
+                with contextlib.suppress(OSError):
+                    old.unlink()
+    except OSError as exc:
+        raise CacheError(io_message(entry, exc)) from exc
+    check_private(entry / so_name, root)
+    return manifest
+
+
+def discard(manifest: Manifest) -> None:
+    """Remove an entry whose library turned out unusable (it failed to load),
+    so it is never a hit again.  Hold the module's build lock around this."""
+    with contextlib.suppress(OSError):
+        (manifest.directory / "manifest.json").unlink()

@@ -1,0 +1,146 @@
+"""The inter-process build lock of a module.
+
+An ``flock`` on ``locks/<name>.lock``: the kernel drops it when its holder
+exits or is killed, so a dead builder never blocks anyone.  The lock file is
+opened with ``O_NOFOLLOW`` inside a trust-checked directory and kept ``0600``,
+so no other user can take it (``flock`` needs only an open descriptor, and a
+readable file would let anyone stall this user's builds).  The holder writes
+its pid and start time into the file; a waiter names it after a few seconds
+and, when it gives up, says whether that process is alive, stopped or gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import CacheError
+from ..report import note
+from .trust import check_private, io_message, makedirs
+
+__all__ = ["build_lock", "lock_timeout", "ANNOUNCE_AFTER_S"]
+
+#: Seconds a waiter waits before saying whom it waits for.
+ANNOUNCE_AFTER_S = 3.0
+
+
+def lock_timeout() -> float:
+    """Seconds to wait for another process's build: ``$KERNIX_LOCK_TIMEOUT``, default 1800."""
+    raw = os.environ.get("KERNIX_LOCK_TIMEOUT", "1800")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise CacheError(f"KERNIX_LOCK_TIMEOUT={raw!r} is not a positive number of seconds")
+    return value
+
+
+def _open_lock(path: Path) -> int:
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        raise CacheError(io_message(path, exc)) from exc
+    st = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(st.st_mode):
+        problem = "it is not a regular file"
+    elif st.st_uid != os.getuid():
+        problem = f"it is owned by another user (uid {st.st_uid})"
+    if problem is not None:
+        os.close(fd)
+        raise CacheError(f"refusing to use the lock file {path}: {problem}. Delete it (or run `kernix cache clear`).")
+    if st.st_mode & 0o077:
+        os.fchmod(fd, 0o600)  # an older kernix made it 0644: nobody else may flock it
+    return fd
+
+
+def _holder(fd: int) -> tuple[int, float] | None:
+    """(pid, start time) the holder wrote, if readable."""
+    try:
+        text = os.pread(fd, 256, 0).decode("ascii", "replace").split()
+        return int(text[0]), float(text[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _process_state(pid: int) -> str:
+    """``"running"``, ``"stopped"`` (SIGSTOP, a debugger) or ``"gone"``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return "stopped" if state in (b"T", b"t") else "running"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return "gone"
+        except PermissionError:
+            pass
+        return "running"
+
+
+def _describe(fd: int, name: str) -> str:
+    held = _holder(fd)
+    if held is None:
+        return f"another process building {name!r}"
+    pid, since = held
+    when = time.strftime("%H:%M:%S", time.localtime(since))
+    return f"process {pid} ({_process_state(pid)}), building {name!r} since {when}"
+
+
+@contextlib.contextmanager
+def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None]:
+    """Hold the build lock of module ``name`` under cache root ``root``.
+
+    Raises
+    ------
+    CacheError
+        When the lock cannot be opened safely, or after ``$KERNIX_LOCK_TIMEOUT``
+        seconds of waiting (naming the holder and what to do).
+    """
+    locks = root / "locks"
+    makedirs(locks)
+    check_private(locks, root)
+    path = locks / f"{name}.lock"
+    fd = _open_lock(path)
+    try:
+        timeout = lock_timeout()
+        start = time.monotonic()
+        announced = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waited = time.monotonic() - start
+                if not announced and (verbose or waited >= ANNOUNCE_AFTER_S):
+                    note(f"waiting for {_describe(fd, name)} (lock {path})", verbose=True)
+                    announced = True
+                if waited > timeout:
+                    holder = _describe(fd, name)
+                    advice = (
+                        "It is stopped: resume it (`kill -CONT <pid>`) or end it, then try again."
+                        if "(stopped)" in holder else
+                        "If that build is stuck, end that process; if it is slow, raise "
+                        "KERNIX_LOCK_TIMEOUT (seconds)."
+                    )
+                    raise CacheError(
+                        f"gave up after {waited:.0f} s waiting for the build lock {path}, held by a live "
+                        f"process that is still building: {holder}. {advice}"
+                    ) from None
+                time.sleep(0.05)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} {time.time():.3f}\n".encode(), 0)
+        except OSError:
+            pass  # the record only helps waiters name us
+        yield
+    finally:
+        os.close(fd)  # closing drops the flock

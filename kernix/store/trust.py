@@ -1,0 +1,126 @@
+"""Trust checks: nothing another user can write is ever compiled or loaded.
+
+A shared library is code, and so is anything written into generated C++ or
+handed to a compiler: a file in the cache that another user can replace
+would let them run code in this process.  :func:`check_private` refuses such
+paths; :func:`makedirs` creates directories that only their owner can write,
+whatever the umask; :func:`io_message` turns an ``OSError`` into advice.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from ..errors import CacheError
+
+__all__ = ["check_private", "makedirs", "io_message", "is_private"]
+
+
+def _problem(p: Path, st: os.stat_result, uid: int, *, allow_link: bool) -> str | None:
+    if stat.S_ISLNK(st.st_mode) and not allow_link:
+        return (
+            "it is a symbolic link inside the kernix cache, which kernix never creates. "
+            "Delete it (or run `kernix cache clear`)."
+        )
+    if st.st_uid not in (uid, 0):
+        return (
+            f"it is owned by another user (uid {st.st_uid}). Use a cache directory of your own "
+            "(set KERNIX_CACHE_DIR or call kernix.set_cache_dir())."
+        )
+    sticky_own_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_uid == uid
+    if st.st_mode & stat.S_IWOTH and not sticky_own_dir:
+        return (
+            "other users can write to it, so they could replace what kernix compiles or loads. "
+            f"Fix it with `chmod o-w {p}` or use a private cache directory (KERNIX_CACHE_DIR)."
+        )
+    return None
+
+
+def check_private(path: Path, root: Path, *more: Path) -> None:
+    """Refuse ``path`` (and ``more``) if it, or a directory between it and
+    ``root``, is a symbolic link, is owned by another user, or can be written
+    by other users.
+
+    The root itself may be a symbolic link (a cache on another disk); what it
+    points to is checked.  Paths that do not exist yet are skipped.
+
+    Raises
+    ------
+    CacheError
+        Naming the path and the ``chmod`` (or the setting) that fixes it.
+    """
+    uid = os.getuid()
+    chain: dict[Path, None] = {}  # ordered, each directory once
+    for current in (path, *more):
+        chain[current] = None
+        while current != root and root in current.parents:
+            current = current.parent
+            chain[current] = None
+    for p in chain:
+        try:
+            st = p.stat() if p == root else p.lstat()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        why = _problem(p, st, uid, allow_link=False)
+        if why is not None:
+            raise CacheError(f"refusing to use {p}: {why}")
+
+
+def is_private(path: Path, root: Path) -> bool:
+    """Whether :func:`check_private` accepts ``path`` (for caches whose entries are optional)."""
+    try:
+        check_private(path, root)
+    except CacheError:
+        return False
+    return True
+
+
+def makedirs(path: Path) -> None:
+    """Create ``path`` and its missing parents as ``0o755`` whatever the umask,
+    so a permissive umask never makes the cache writable by others."""
+    missing = []
+    p = path
+    while not p.is_dir():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    try:
+        for d in reversed(missing):
+            try:
+                os.mkdir(d, 0o755)
+            except FileExistsError:
+                if not d.is_dir():
+                    raise
+                continue
+            os.chmod(d, 0o755)
+    except OSError as exc:
+        raise CacheError(io_message(path, exc)) from exc
+
+
+def io_message(path: Path, exc: OSError) -> str:
+    """What an ``OSError`` on the cache means, and what to do about it."""
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return (
+            f"the kernix cache at {path} is not writable ({exc.strerror}). Point kernix at a "
+            "writable directory with KERNIX_CACHE_DIR, kernix.set_cache_dir(), or build_directory=."
+        )
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (
+            f"no space left for the kernix cache at {path}. Free space, run `kernix cache clear`, "
+            "or point KERNIX_CACHE_DIR at another disk."
+        )
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        return (
+            f"cannot use the kernix cache at {path}: a part of that path is a file, not a "
+            f"directory ({exc.strerror}). Point KERNIX_CACHE_DIR (or build_directory=) at a directory."
+        )
+    if exc.errno == errno.ELOOP:
+        return (
+            f"refusing to use {path}: it is a symbolic link inside the kernix cache, which kernix "
+            "never creates. Delete it (or run `kernix cache clear`)."
+        )
+    return f"cannot use the kernix cache at {path}: {exc}"
