@@ -59,8 +59,10 @@ nitpick_ignore_regex = [
 
 # Objects defined in a submodule and documented under the name users import
 # (``kernix.spec.FunctionSpec`` is documented as ``kernix.FunctionSpec``).
-_PUBLIC_ALIASES = {"kernix.errors.", "kernix.spec.", "kernix.paths.", "kernix.module.",
-                   "kernix.api.", "kernix.cache.", "kernix.registry.", "kernix.names."}
+_PUBLIC_ALIASES = {"kernix.errors.", "kernix.spec.", "kernix.paths.", "kernix.runtime.module.",
+                   "kernix.runtime.function.", "kernix.loaders.", "kernix.store.admin.",
+                   "kernix.runtime.registry.", "kernix.names.", "kernix.frontend.infer.",
+                   "kernix.languages."}
 
 
 def _resolve_alias(app, env, node, contnode):
