@@ -1,0 +1,146 @@
+"""The promises of the package layout: one-way imports, small modules, one
+error family, and a cache that says why it missed."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kernix
+from helpers import FIXTURES, unique_name
+
+PACKAGE = Path(kernix.__file__).resolve().parent
+
+# Lower layers never import higher ones (loaders -> frontend/backend -> store/runtime -> spec -> errors).
+LAYERS = {
+    "kernix.errors": 0,
+    "kernix._version": 0,
+    "kernix.names": 1,
+    "kernix.dtypes": 1,
+    "kernix.languages": 1,
+    "kernix.paths": 1,
+    "kernix.report": 1,
+    "kernix.spec": 2,
+    "kernix.store": 3,
+    "kernix.runtime": 3,
+    "kernix.frontend": 4,
+    "kernix.backend": 4,
+    "kernix.request": 5,
+    "kernix.pipeline": 6,
+    "kernix.loaders": 7,
+    "kernix.cli": 8,
+    "kernix": 9,
+}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _layer(module: str) -> int:
+    while module not in LAYERS:
+        module = module.rpartition(".")[0]
+    return LAYERS[module]
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(imported module, names) for every import in the file, relative ones resolved."""
+    me = _module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                if not node.module:  # `from . import report`: submodules
+                    out += [(".".join(base + [a.name]), []) for a in node.names]
+                    continue
+                mod = ".".join(base + [node.module])
+            else:
+                mod = node.module or ""
+            out.append((mod, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names]
+    return out
+
+
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_flow_one_way_and_use_public_names(path: Path) -> None:
+    me = _module_name(path)
+    for mod, names in _imports(path):
+        if not (mod == "kernix" or mod.startswith("kernix.")):
+            continue
+        assert mod != "kernix" or me == "kernix", f"{me} imports the package root"
+        if me != "kernix":
+            assert _layer(mod) <= _layer(me), f"{me} (layer {_layer(me)}) imports {mod} (layer {_layer(mod)})"
+        private = [n for n in names if n.startswith("_") and n != "__version__"]
+        assert not private, f"{me} imports private names {private} from {mod}"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_stay_small(path: Path) -> None:
+    assert len(path.read_text().splitlines()) <= 500
+
+
+def test_every_public_exception_is_a_kernix_error() -> None:
+    errors = [getattr(kernix, n) for n in kernix.__all__ if isinstance(getattr(kernix, n), type)
+              and issubclass(getattr(kernix, n), BaseException)]
+    assert len(errors) >= 10
+    assert all(issubclass(e, kernix.KernixError) for e in errors)
+    assert issubclass(kernix.SourceNotFoundError, FileNotFoundError)
+    assert issubclass(kernix.OptionError, TypeError)
+    assert issubclass(kernix.CallError, TypeError)
+
+
+def test_bad_loader_arguments_are_kernix_errors(tmp_path: Path) -> None:
+    with pytest.raises(kernix.SourceNotFoundError):
+        kernix.load_cpp_file(tmp_path / "missing.cpp")
+    with pytest.raises(kernix.SourceNotFoundError):
+        kernix.load_cpp_dir(tmp_path / "missing")
+    with pytest.raises(kernix.OptionError, match="unexpected option"):
+        kernix.load_cpp_file(FIXTURES / "reliability" / "add_one.cpp", extra_cuda_cflags=["-x"])
+    with pytest.raises(kernix.OptionError, match="optimization_level"):
+        kernix.load_cpp_inline("opt", "int x;", optimization_level=7)
+    with pytest.raises(kernix.OptionError, match="cpp_sources"):
+        kernix.load_cpp_inline("srcs", 42)
+
+
+def test_import_does_not_load_the_pipeline() -> None:
+    code = "import sys, kernix; print(sorted(m for m in ('kernix.pipeline', 'kernix.frontend.infer', 'jax', 'numpy') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_verbose_load_says_why_the_cache_missed(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "scale.h").write_text("constexpr float kScale = 2.0f;\n")
+    src = tmp_path / "logged.cpp"
+    src.write_text(
+        '#include "kernix/common.h"\n#include "scale.h"\n'
+        "// @BE twice\n"
+        "void twice(const BE::Tensor& x, BE::Tensor& y) {\n"
+        "  for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = kScale * x.data_ptr<float>()[i];\n"
+        "}\n"
+    )
+    name = unique_name("logged")
+    options = dict(name=name, extra_include_paths=[str(inc)], verbose=True, auto_register=False)
+    kernix.load_cpp_file(src, **options)
+    assert f"{name}: cache no entry" in capfd.readouterr().err
+    kernix.load_cpp_file(src, **options)
+    assert f"{name}: cache hit" in capfd.readouterr().err
+    (inc / "scale.h").write_text("constexpr float kScale = 3.0f;  // edited\n")
+    kernix.load_cpp_file(src, **options)
+    assert f"{name}: cache a file the build read changed" in capfd.readouterr().err
