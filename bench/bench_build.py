@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import kernix  # noqa: E402
-from kernix import toolchain  # noqa: E402
+from kernix.backend import toolchain  # noqa: E402
 from kernix.backend.ninja import BuildConfig, compile_flags  # noqa: E402
 
 

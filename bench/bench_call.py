@@ -96,7 +96,7 @@ ITERS = 1000
 
 def build_hand(platform_: str, workdir: Path) -> Path:
     """Compile the hand-written handler the way one would by hand: one TU, -O3."""
-    from kernix import toolchain
+    from kernix.backend import toolchain
 
     src = workdir / ("hand.cu" if platform_ == "cuda" else "hand.cpp")
     src.write_text(HAND_CUDA if platform_ == "cuda" else HAND_CPU)

@@ -1,0 +1,94 @@
+"""Warm start: what ``import kernix`` plus loading a cached module costs in a
+fresh process, over ``import jax`` alone.
+
+Builds a C++ module of ``--functions`` macro-generated entry points once (per
+checkout), then alternates, ``--repeat`` times, three fresh processes:
+
+* ``import jax, jax.numpy``                                   (the reference)
+* ``import jax, jax.numpy; import kernix; kernix.load_cpp_inline(...)``
+* the same with the checkout given by ``--compare`` (e.g. an older kernix),
+  when given
+
+and prints the medians of the whole process' wall time and of the part
+after ``import jax`` (import kernix + the load call), side by side.
+
+Usage::
+
+    python bench/bench_warm.py [--functions 40] [--repeat 21] [--compare /path/to/other/checkout]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_build import cpp_source  # noqa: E402
+
+CHILD = """
+import sys, time, json
+t0 = time.perf_counter()
+import jax, jax.numpy
+t1 = time.perf_counter()
+if {root!r}:
+    sys.path.insert(0, {root!r})
+    import kernix
+    kernix.load_cpp_inline({name!r}, {src!r}, build_directory={cache!r}, auto_register=False)
+t2 = time.perf_counter()
+print(json.dumps([t2 - t0, t2 - t1]))
+"""
+
+
+def run(root: str, name: str, src: str, cache: str) -> tuple[float, float]:
+    """(wall time after interpreter start, time after ``import jax``) of one fresh process."""
+    code = CHILD.format(root=root, name=name, src=src, cache=cache)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    total, after_jax = json.loads(out.stdout.strip().splitlines()[-1])
+    return total, after_jax
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--functions", type=int, default=40)
+    ap.add_argument("--repeat", type=int, default=21)
+    ap.add_argument("--compare", default=None, help="another kernix checkout to time the same way")
+    args = ap.parse_args()
+    src = cpp_source(args.functions)
+    roots = {"kernix": str(HERE.parent)}
+    if args.compare:
+        roots["compare"] = str(Path(args.compare).resolve())
+    work = Path(tempfile.mkdtemp(prefix="kernix-warm-"))
+    caches = {}
+    for label, root in roots.items():
+        caches[label] = str(work / label)
+        t0 = time.perf_counter()
+        run(root, f"warm_{args.functions}", src, caches[label])  # builds, and writes .pyc files
+        print(f"built {label} ({root}) in {time.perf_counter() - t0:.1f} s")
+        run(root, f"warm_{args.functions}", src, caches[label])
+    samples: dict[str, list[tuple[float, float]]] = {"import jax": [], **{k: [] for k in roots}}
+    for _ in range(args.repeat):
+        samples["import jax"].append(run("", "", "", ""))
+        for label, root in roots.items():
+            samples[label].append(run(root, f"warm_{args.functions}", src, caches[label]))
+    print(f"\n{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"{args.functions} functions, median of {args.repeat} fresh processes")
+    base = statistics.median(t for t, _ in samples["import jax"])
+    print(f"{'':28}{'whole process':>16}{'after import jax':>20}{'over import jax':>18}")
+    for label, rows in samples.items():
+        total = statistics.median(t for t, _ in rows)
+        after = statistics.median(a for _, a in rows)
+        print(f"{label:28}{total * 1e3:13.1f} ms{after * 1e3:17.2f} ms{(total - base) * 1e3:15.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
