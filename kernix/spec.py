@@ -207,6 +207,13 @@ class FunctionSpec:
         The parameters in declaration order.
     file, line
         Where the declaration is (for messages); ``""`` / 0 if unknown.
+    signature
+        The shape signature in canonical form (``"(...,d),(d)->(...,d)"``,
+        see :mod:`kernix.signature`), or ``None``.
+    vjp_of
+        For a backward kernel (``vjp=NAME``), the forward function's name.
+    doc
+        The comment directly above the declaration (``""`` if none).
     """
 
     name: str
@@ -214,6 +221,9 @@ class FunctionSpec:
     params: tuple[Param, ...]
     file: str = ""
     line: int = 0
+    signature: str | None = None
+    vjp_of: str | None = None
+    doc: str = ""
 
     @property
     def arg_spec(self) -> tuple[str, ...]:
@@ -249,6 +259,9 @@ class FunctionSpec:
             "line": self.line,
             "arg_spec": list(self.arg_spec),
             "params": [dataclasses.asdict(p) for p in self.params],
+            "signature": self.signature,
+            "vjp_of": self.vjp_of,
+            "doc": self.doc,
         }
 
     @classmethod
@@ -270,13 +283,35 @@ class FunctionSpec:
             raise ValueError(f"bad function name {name!r}")
         if not (isinstance(qualified, str) and _QUALIFIED_RE.fullmatch(qualified)):
             raise ValueError(f"bad qualified name {qualified!r}")
-        return cls(
+        spec = cls(
             name=name,
             qualified_name=qualified,
             params=params,
             file=str(data.get("file", "")),
             line=int(data.get("line", 0)),
         )
+        return _with_operation_fields(spec, data)
+
+
+def _with_operation_fields(spec: FunctionSpec, data: dict[str, Any]) -> FunctionSpec:
+    """``spec`` with the ``signature``/``vjp_of``/``doc`` fields of ``data``, validated."""
+    from .signature import SignatureError, check_against_spec, parse_signature
+
+    signature, vjp_of, doc = data.get("signature"), data.get("vjp_of"), data.get("doc", "")
+    if signature is not None:
+        try:
+            parsed = parse_signature(signature)
+        except SignatureError as exc:
+            raise ValueError(f"bad signature of {spec.name!r}: {exc}") from None
+        problems = check_against_spec(parsed, spec)
+        if problems:
+            raise ValueError(f"bad signature of {spec.name!r}: {problems[0]}")
+        signature = str(parsed)
+    if vjp_of is not None and not (isinstance(vjp_of, str) and is_identifier(vjp_of)):
+        raise ValueError(f"bad vjp_of {vjp_of!r}")
+    if not isinstance(doc, str):
+        raise ValueError(f"bad doc {doc!r}")
+    return dataclasses.replace(spec, signature=signature, vjp_of=vjp_of, doc=doc)
 
 
 _QUALIFIED_RE = re.compile(r"(?:::)?[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*")
