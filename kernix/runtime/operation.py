@@ -148,7 +148,7 @@ class Operation:
             else:
                 axes = [0 if b else None for b in in_batched]
                 outs = jax.vmap(ffi, in_axes=axes, axis_size=axis_size)(*xs)
-            return tuple(outs), [True] * len(outs)
+            return tuple(outs), (True,) * len(outs)
 
         return op
 
