@@ -251,18 +251,23 @@ class FunctionSpec:
         return any(p.role == "stream" for p in self.params)
 
     def to_json(self) -> dict[str, Any]:
-        """Return a JSON-serialisable dict; stable key order, round-trips via :meth:`from_json`."""
-        return {
+        """Return a JSON-serialisable dict; stable key order, round-trips via :meth:`from_json`.
+
+        ``signature``, ``vjp_of`` and ``doc`` appear only when set, so a spec
+        without them has the same JSON form as before they existed.
+        """
+        data: dict[str, Any] = {
             "name": self.name,
             "qualified_name": self.qualified_name,
             "file": self.file,
             "line": self.line,
             "arg_spec": list(self.arg_spec),
             "params": [dataclasses.asdict(p) for p in self.params],
-            "signature": self.signature,
-            "vjp_of": self.vjp_of,
-            "doc": self.doc,
         }
+        for key in ("signature", "vjp_of", "doc"):
+            if getattr(self, key):
+                data[key] = getattr(self, key)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "FunctionSpec":
