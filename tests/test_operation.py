@@ -268,3 +268,50 @@ def test_sharded_batch_runs_per_shard(tmp_path):
         env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+
+# -- on the GPU ------------------------------------------------------------------------------
+
+def _gpus() -> list:
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:
+        return []
+
+
+@pytest.fixture(scope="module")
+def cuda_ops():
+    return kernix.load_cuda_file(FIXTURES / "ops" / "ops_cuda.cu", name=unique_name("ops_cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")
+def test_cuda_operation_checks_vmap_and_grad(cuda_ops):
+    gpu = _gpus()[0]
+    x = jax.device_put(np.random.rand(4, 3, 8), gpu)
+    s = jax.device_put(np.random.rand(8) + 0.5, gpu)
+    np.testing.assert_allclose(cuda_ops.scale_cols(x, s), np.asarray(x) * np.asarray(s))
+    with pytest.raises(kernix.CallError, match="n=5"):
+        cuda_ops.scale_cols(x, s[:5])
+    f = jax.vmap(cuda_ops.scale_cols, in_axes=(0, None))
+    assert kernel_calls(f, x, s, target=cuda_ops.targets["scale_cols"]) == (1, False)
+    check_grads(cuda_ops.scale_cols, (x, s), order=1, modes=["rev"])
+    g = jax.vmap(jax.grad(lambda s, x: jnp.sum(cuda_ops.scale_cols(x, s) ** 2)), in_axes=(None, 0))(s, x)
+    np.testing.assert_allclose(g, 2 * np.sum(np.asarray(x) ** 2, axis=1) * np.asarray(s), rtol=1e-10)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(len(_gpus()) < 2, reason="needs 2 GPUs")
+def test_cuda_sharded_batch_runs_per_shard(cuda_ops):
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(_gpus()[:2]), ("b",))
+    x, s = np.random.rand(8, 16), np.random.rand(16)
+    xs = jax.device_put(x, NamedSharding(mesh, P("b", None)))
+    ss = jax.device_put(s, NamedSharding(mesh, P()))
+    f = jax.jit(cuda_ops.scale_cols)
+    hlo = f.lower(xs, ss).compile().as_text()
+    assert "all-gather" not in hlo and "f64[4,16]" in hlo, hlo
+    out = f(xs, ss)
+    np.testing.assert_allclose(out, x * s)
+    assert out.sharding.spec[0] == "b"
