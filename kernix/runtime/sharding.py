@@ -73,9 +73,7 @@ def _make(op: "Operation", ffi: Callable[..., tuple[Any, ...]], ranks: tuple[int
 
     sig = op.signature
     ins, outs, core = sharding_rule(op, ranks)
-    n_batch = len(ins[0]) - len(sig.inputs[0].dims) if sig.inputs[0].batch else None
-    if n_batch is None:
-        n_batch = next(len(f) - len(g.dims) for f, g in zip(ins, sig.inputs) if g.batch)
+    n_batch = next(len(f) - len(g.dims) for f, g in zip(ins, sig.inputs) if g.batch)
     rule = SdyShardingRule(
         tuple(ArrayMapping(*f) for f in ins),
         tuple(ArrayMapping(*f) for f in outs),
