@@ -2,6 +2,8 @@
 
 ``kernix inspect FILE... [-I DIR] [-D NAME[=VALUE]] [--cuda | --cpp] [--json]``
 prints what kernix infers from each file's ``// @BE`` annotations.
+``kernix stubs FILE... [-o OUT.pyi]`` writes a ``.pyi`` stub of the functions
+the files export (to stdout without ``-o``).
 ``kernix cache info [--json]`` lists the cached modules; ``kernix cache clear
 [NAME]`` deletes cached builds.
 
@@ -18,7 +20,7 @@ import json
 import sys
 from typing import Any, Sequence
 
-__all__ = ["main", "build_parser", "add_inspect_parser", "add_cache_parser"]
+__all__ = ["main", "build_parser", "add_inspect_parser", "add_stubs_parser", "add_cache_parser"]
 
 
 def _error_line(err: Any) -> str:
@@ -35,11 +37,12 @@ def _table(result: Any) -> str:
     for f in result.functions:
         dtypes = ", ".join(f"{p.name}: {p.dtype} ({p.type})" for p in f.attrs) or "-"
         name = f.name if f.qualified_name == f.name else f"{f.name} ({f.qualified_name})"
-        rows.append((name, str(f.line), " ".join(f.arg_spec), dtypes))
-    header = ("function", "line", "arg_spec", "attribute dtypes")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+        shape = (f.signature or "-") + (f" vjp={f.vjp_of}" if f.vjp_of else "")
+        rows.append((name, str(f.line), " ".join(f.arg_spec), shape, dtypes))
+    header = ("function", "line", "arg_spec", "shape signature", "attribute dtypes")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     for r in [header, *rows]:
-        lines.append("  " + "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+        lines.append("  " + "  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4])
     return "\n".join(lines)
 
 
@@ -53,6 +56,8 @@ def _json_file(result: Any) -> dict[str, Any]:
                 "qualified_name": f.qualified_name,
                 "line": f.line,
                 "arg_spec": list(f.arg_spec),
+                "signature": f.signature,
+                "vjp_of": f.vjp_of,
                 "params": f.to_json()["params"],
             }
             for f in result.functions
@@ -123,6 +128,60 @@ def add_inspect_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _run_stubs(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .errors import KernixError
+    from .frontend.infer import infer_file
+    from .runtime.stubs import stub_text
+    from .signature import check_vjp_pairs
+
+    language = "cuda" if args.cuda else "cpp" if args.cpp else None
+    specs = []
+    failed = False
+    for path in args.files:
+        try:
+            result = infer_file(path, language=language, include_dirs=args.include_dirs, defines=args.defines)
+        except KernixError as exc:
+            print(f"kernix stubs: {exc}", file=sys.stderr)
+            return 2
+        for err in result.errors:
+            print(_error_line(err), file=sys.stderr)
+        failed = failed or bool(result.errors)
+        specs.extend(result.functions)
+    for err in check_vjp_pairs(specs):
+        print(_error_line(err), file=sys.stderr)
+        failed = True
+    if failed:
+        return 1
+    text = stub_text(specs, source=", ".join(Path(p).name for p in args.files))
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def add_stubs_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``stubs`` subcommand to ``subparsers``."""
+    p = subparsers.add_parser(
+        "stubs",
+        help="write a .pyi type stub of the functions the files export",
+        description="Infer the // @BE functions of the files and write a .pyi stub declaring their callables.",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="C++ or CUDA source files (one module)")
+    p.add_argument("-o", dest="output", metavar="OUT.pyi", help="write here instead of stdout")
+    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR",
+                   help="add an include directory (repeatable)")
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="define a macro (repeatable)")
+    lang = p.add_mutually_exclusive_group()
+    lang.add_argument("--cuda", action="store_true", help="parse as CUDA whatever the extension")
+    lang.add_argument("--cpp", action="store_true", help="parse as C++ whatever the extension")
+    p.set_defaults(func=_run_stubs)
+    return p
+
+
 def _human_size(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -182,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     add_inspect_parser(sub)
+    add_stubs_parser(sub)
     add_cache_parser(sub)
     return parser
 

@@ -23,6 +23,7 @@ from .errors import InferenceError, KernixError, RegistrationError, SourceError
 from .request import LoadRequest
 from .runtime import registry
 from .runtime.module import CompiledModule
+from .signature import raise_for_vjp_pairs
 from .spec import FunctionSpec, check_spec_matches
 from .store import entries
 from .store.files import content_key, file_digest
@@ -168,6 +169,7 @@ def _infer(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:
                     file=f.file, line=f.line, function=f.name,
                 )
             seen[f.name] = f
+    raise_for_vjp_pairs(seen.values())
     if not seen:
         where = sources[0] if single else f"{len(sources)} files"
         raise KernixError(

@@ -207,6 +207,13 @@ class FunctionSpec:
         The parameters in declaration order.
     file, line
         Where the declaration is (for messages); ``""`` / 0 if unknown.
+    signature
+        The shape signature in canonical form (``"(...,d),(d)->(...,d)"``,
+        see :mod:`kernix.signature`), or ``None``.
+    vjp_of
+        For a backward kernel (``vjp=NAME``), the forward function's name.
+    doc
+        The comment directly above the declaration (``""`` if none).
     """
 
     name: str
@@ -214,6 +221,9 @@ class FunctionSpec:
     params: tuple[Param, ...]
     file: str = ""
     line: int = 0
+    signature: str | None = None
+    vjp_of: str | None = None
+    doc: str = ""
 
     @property
     def arg_spec(self) -> tuple[str, ...]:
@@ -241,8 +251,12 @@ class FunctionSpec:
         return any(p.role == "stream" for p in self.params)
 
     def to_json(self) -> dict[str, Any]:
-        """Return a JSON-serialisable dict; stable key order, round-trips via :meth:`from_json`."""
-        return {
+        """Return a JSON-serialisable dict; stable key order, round-trips via :meth:`from_json`.
+
+        ``signature``, ``vjp_of`` and ``doc`` appear only when set, so a spec
+        without them has the same JSON form as before they existed.
+        """
+        data: dict[str, Any] = {
             "name": self.name,
             "qualified_name": self.qualified_name,
             "file": self.file,
@@ -250,6 +264,10 @@ class FunctionSpec:
             "arg_spec": list(self.arg_spec),
             "params": [dataclasses.asdict(p) for p in self.params],
         }
+        for key in ("signature", "vjp_of", "doc"):
+            if getattr(self, key):
+                data[key] = getattr(self, key)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "FunctionSpec":
@@ -270,13 +288,35 @@ class FunctionSpec:
             raise ValueError(f"bad function name {name!r}")
         if not (isinstance(qualified, str) and _QUALIFIED_RE.fullmatch(qualified)):
             raise ValueError(f"bad qualified name {qualified!r}")
-        return cls(
+        spec = cls(
             name=name,
             qualified_name=qualified,
             params=params,
             file=str(data.get("file", "")),
             line=int(data.get("line", 0)),
         )
+        return _with_operation_fields(spec, data)
+
+
+def _with_operation_fields(spec: FunctionSpec, data: dict[str, Any]) -> FunctionSpec:
+    """``spec`` with the ``signature``/``vjp_of``/``doc`` fields of ``data``, validated."""
+    from .signature import SignatureError, check_against_spec, parse_signature
+
+    signature, vjp_of, doc = data.get("signature"), data.get("vjp_of"), data.get("doc", "")
+    if signature is not None:
+        try:
+            parsed = parse_signature(signature)
+        except SignatureError as exc:
+            raise ValueError(f"bad signature of {spec.name!r}: {exc}") from None
+        problems = check_against_spec(parsed, spec)
+        if problems:
+            raise ValueError(f"bad signature of {spec.name!r}: {problems[0]}")
+        signature = str(parsed)
+    if vjp_of is not None and not (isinstance(vjp_of, str) and is_identifier(vjp_of)):
+        raise ValueError(f"bad vjp_of {vjp_of!r}")
+    if not isinstance(doc, str):
+        raise ValueError(f"bad doc {doc!r}")
+    return dataclasses.replace(spec, signature=signature, vjp_of=vjp_of, doc=doc)
 
 
 _QUALIFIED_RE = re.compile(r"(?:::)?[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*")

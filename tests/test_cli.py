@@ -83,3 +83,34 @@ def test_cache_info_and_clear(tmp_path, monkeypatch, capsys):
     assert main(["cache", "clear", "../etc"]) == 1
     assert "invalid module name" in capsys.readouterr().err
     assert main(["cache"]) == 2
+
+
+def test_inspect_shows_shape_signature(capsys: pytest.CaptureFixture[str]) -> None:
+    ops = FIXTURES / "ops" / "ops_cpu.cpp"
+    assert main(["inspect", str(ops)]) == 0
+    out = capsys.readouterr().out
+    assert "shape signature" in out
+    assert "(...,d),(d)->(...,d)" in out and "vjp=rms_norm" in out
+    assert main(["inspect", "--json", str(ops)]) == 0
+    fns = {f["name"]: f for f in json.loads(capsys.readouterr().out)["files"][0]["functions"]}
+    assert fns["matmul"]["signature"] == "(m,k):float64,(k,n):float64->(m,n)"
+    assert fns["rms_norm_bwd"]["vjp_of"] == "rms_norm"
+    assert fns["plain_copy"]["signature"] is None
+
+
+def test_stubs_writes_pyi(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ops.pyi"
+    assert main(["stubs", str(FIXTURES / "ops" / "ops_cpu.cpp"), "-o", str(out)]) == 0
+    text = out.read_text()
+    compile(text, str(out), "exec")
+    assert "def head(x: jax.Array, /, *, k: int, out: _Out = None, vmap_method: str = 'sequential') -> jax.Array:" in text
+    assert "Shape signature: ``(n)->(k)``" in text
+    assert main(["stubs", str(FIXTURES / "ops" / "ops_cpu.cpp")]) == 0
+    assert capsys.readouterr().out == text
+
+
+def test_stubs_reports_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "bad.cpp"
+    src.write_text('#include "kernix/common.h"\n// @BE g vjp=nothing\nvoid g(const BE::Tensor& x, BE::Tensor& y) {}\n')
+    assert main(["stubs", str(src)]) == 1
+    assert "the module exports no function 'nothing'" in capsys.readouterr().err

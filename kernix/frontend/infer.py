@@ -30,6 +30,7 @@ from .._version import __version__
 from ..errors import ArgSpecError, InferenceError, KernixError, SourceError
 from ..paths import cache_root
 from ..languages import LANGUAGES_BY_EXTENSION, language_of
+from ..signature import annotate_spec
 from ..spec import FunctionSpec, check_spec_matches, normalize_functions
 from . import speccache
 from .annotations import find_annotations
@@ -244,8 +245,10 @@ def infer_source(
         errors += errs
         if spec is None:
             continue
-        ok = True
-        for tokens, source in ((ann.tokens if ann else (), "annotation"), (explicit or (), "explicit")):
+        ann_tokens, spec, errs = annotate_spec(spec, ann, text)  # shape signature, vjp=, doc comment
+        errors += errs
+        ok = not errs
+        for tokens, source in ((ann_tokens, "annotation"), (explicit or (), "explicit")):
             if not tokens:
                 continue
             try:

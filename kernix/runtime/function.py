@@ -85,18 +85,46 @@ class KernelFunction:
     ``f(*inputs, out=..., **attributes)`` runs the FFI target on the inputs
     (JAX arrays, in the order of the ``arg`` parameters) with the attributes
     (keywords, converted to their exact dtypes) and returns the output array,
-    or a tuple when the function has several outputs.  ``out`` gives the
-    output shapes and dtypes (a ``jax.ShapeDtypeStruct`` or a sequence of
-    them); when omitted and the function has one output, it is like the first
-    input.  Works under ``jax.jit`` and ``jax.vmap`` (vmap runs the kernel
-    once per batch element unless ``vmap_method`` says otherwise).
+    or a tuple when the function has several outputs.
+
+    Without a shape signature, ``out`` gives the output shapes and dtypes (a
+    ``jax.ShapeDtypeStruct`` or a sequence of them); when omitted and the
+    function has one output, it is like the first input.  Works under
+    ``jax.jit`` and ``jax.vmap`` (vmap runs the kernel once per batch element
+    unless ``vmap_method`` says otherwise).
+
+    With a shape signature (``// @BE f (m,k),(k,n)->(m,n)``) the outputs come
+    from the signature (an ``out=`` must agree with it), the inputs are checked
+    against it before launch (:class:`~kernix.errors.CallError`), ``jax.vmap``
+    over ``...`` dimensions is one kernel call, a ``vjp=`` backward kernel makes
+    ``jax.grad`` work, and inputs sharded along ``...`` dimensions are
+    processed per shard.  See :mod:`kernix.runtime.operation`.
     """
 
     def __init__(self, module: "CompiledModule", spec: FunctionSpec) -> None:
+        from .stubs import docstring
+
         self.module = module
         self.spec = spec
-        self.__name__ = spec.name
-        self.__doc__ = f"{spec.qualified_name}: {' '.join(spec.arg_spec)}"
+        self.__name__ = self.__qualname__ = spec.name
+        self.__doc__ = docstring(spec, backward=module.backward_name(spec.name))
+        self._operation: Any = None
+
+    @property
+    def __signature__(self) -> Any:
+        """The call's ``inspect.Signature``: inputs, keyword-only attributes, ``out``, ``vmap_method``."""
+        from .stubs import call_signature
+
+        return call_signature(self.spec)
+
+    @property
+    def operation(self) -> Any:
+        """The :class:`~kernix.runtime.operation.Operation` of a function with a shape signature, else ``None``."""
+        if self._operation is None and self.spec.signature is not None:
+            from .operation import Operation
+
+            self._operation = Operation(self)
+        return self._operation
 
     @property
     def target(self) -> str:
@@ -180,6 +208,8 @@ class KernelFunction:
                 + ", ".join(f"{n!r} ({declared[n].dtype})" for n in missing)
             )
         coerced = {n: _coerce_attr(spec.name, declared[n], v) for n, v in attrs.items()}
+        if spec.signature is not None:  # checked shapes, batching, gradients, sharding
+            return self.operation(inputs, coerced, attrs, out, vmap_method)
         outs, single = self._out_specs(out, inputs)
         call = jax.ffi.ffi_call(self.target, outs, vmap_method=vmap_method)
         result = call(*inputs, **coerced)

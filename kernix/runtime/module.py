@@ -56,7 +56,17 @@ class CompiledModule:
         self.handlers = dict(handlers)
         self.target_prefix = target_prefix or name
         self.registered = False
+        self._backward = {f.vjp_of: n for n, f in self.functions.items() if f.vjp_of is not None}
         self._callables = {n: KernelFunction(self, s) for n, s in self.functions.items()}
+
+    def backward_name(self, function: str) -> str | None:
+        """The name of the backward kernel that declares ``vjp=function``, if any."""
+        return self._backward.get(function)
+
+    def backward_of(self, function: str) -> KernelFunction | None:
+        """The backward kernel's callable for ``function``, if one declares ``vjp=function``."""
+        name = self._backward.get(function)
+        return None if name is None else self._callables[name]
 
     @property
     def targets(self) -> dict[str, str]:

@@ -1,0 +1,67 @@
+"""Gradients of a kernel through the backward kernel that declares ``vjp=`` it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+if TYPE_CHECKING:
+    from .function import KernelFunction
+    from .operation import Operation
+
+__all__ = ["with_vjp"]
+
+
+def with_vjp(
+    op: "Operation", forward: Callable[..., tuple[Any, ...]], backward: "KernelFunction",
+    attrs: Mapping[str, Any],
+) -> Callable[..., tuple[Any, ...]]:
+    """``forward`` as a ``jax.custom_vjp`` whose backward pass runs ``backward``.
+
+    Parameters
+    ----------
+    op
+        The forward :class:`~kernix.runtime.operation.Operation`.
+    forward
+        The composed forward call (inputs -> tuple of outputs).
+    backward
+        The backward kernel: inputs are the forward's inputs then the output
+        cotangents; outputs the input cotangents.
+    attrs
+        The forward call's attribute values (as the caller gave them); the
+        backward receives those it declares.
+
+    Returns
+    -------
+    callable
+        Differentiable in reverse mode; integer inputs get ``float0`` cotangents.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    bwd_attrs = {p.name: attrs[p.name] for p in backward.spec.attrs}
+
+    @jax.custom_vjp
+    def f(*xs: Any) -> tuple[Any, ...]:
+        return forward(*xs)
+
+    def f_fwd(*xs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        return forward(*xs), xs
+
+    def f_bwd(xs: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        outs = op.out_structs(xs, op_attrs)
+        cts = tuple(
+            jnp.zeros(o.shape, o.dtype) if ct.dtype == jax.dtypes.float0 else ct for ct, o in zip(cts, outs)
+        )
+        shapes = [jax.ShapeDtypeStruct(jnp.shape(x), x.dtype) for x in xs]
+        grads = backward(*xs, *cts, out=shapes, **bwd_attrs)
+        if len(xs) == 1:
+            grads = (grads,)
+        return tuple(
+            g if jnp.issubdtype(x.dtype, jnp.inexact) else np.zeros(jnp.shape(x), jax.dtypes.float0)
+            for g, x in zip(grads, xs)
+        )
+
+    op_attrs = {k: v for k, v in attrs.items()}
+    f.defvjp(f_fwd, f_bwd)
+    return f

@@ -1,0 +1,514 @@
+"""Shape signatures: NumPy generalized-ufunc notation for kernix functions.
+
+An annotation may end with a shape signature after its arg_spec tokens::
+
+    // @BE matmul (m,k),(k,n)->(m,n)
+    // @BE rms_norm (...,d),(d)->(...,d)
+    // @BE top (n):float32->(k)            (with an ``int64_t k`` attribute)
+    // @BE rms_norm_bwd vjp=rms_norm       (a backward kernel, see below)
+
+There is one group per input (``arg``) and then one per output (``ret``).  A
+dimension is a name, bound from the inputs, an integer, or the name of an
+integer attribute.  A leading ``...`` in a group means the kernel accepts any
+leading batch dimensions there; every ``...`` input of one call must have the
+same batch shape, which the ``...`` outputs then get.  ``:dtype`` after a group
+pins that buffer's dtype; an output's dtype defaults to the first input's.
+
+``vjp=NAME`` declares the function as the backward kernel of ``NAME``: its
+inputs are NAME's inputs followed by the cotangents of NAME's outputs, its
+outputs are the cotangents of NAME's inputs, its attributes a subset of NAME's.
+
+Everything here is pure Python (no jax or numpy): parsing, the checks made at
+inference (:func:`check_against_spec`, :func:`check_vjp_pairs`) and the
+binding made when a call is traced (:func:`bind`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Mapping, Sequence
+
+from .dtypes import BUFFER_DTYPES
+from .errors import ArgSpecError, CallError, InferenceError, SourceError
+from .names import is_identifier
+
+__all__ = [
+    "SignatureError",
+    "Group",
+    "Signature",
+    "Binding",
+    "parse_signature",
+    "split_annotation",
+    "check_against_spec",
+    "annotate_spec",
+    "check_vjp_pairs",
+    "raise_for_vjp_pairs",
+    "bind",
+    "leading_comment",
+]
+
+_INT_ATTR_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+class SignatureError(ArgSpecError):
+    """A shape signature is malformed."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """The shape of one buffer in a signature.
+
+    Attributes
+    ----------
+    dims
+        The core dimensions: names (``str``) or sizes (``int``).
+    batch
+        Whether the group starts with ``...`` (any leading batch dimensions).
+    dtype
+        The pinned dtype, or ``None``.
+    """
+
+    dims: tuple[Any, ...]
+    batch: bool = False
+    dtype: str | None = None
+
+    def __str__(self) -> str:
+        parts = (["..."] if self.batch else []) + [str(d) for d in self.dims]
+        return "(" + ",".join(parts) + ")" + (f":{self.dtype}" if self.dtype else "")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A parsed shape signature: one :class:`Group` per input, then per output."""
+
+    inputs: tuple[Group, ...]
+    outputs: tuple[Group, ...]
+
+    def __str__(self) -> str:
+        return ",".join(map(str, self.inputs)) + "->" + ",".join(map(str, self.outputs))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every dimension name, in order of first appearance."""
+        seen: dict[str, None] = {}
+        for g in (*self.inputs, *self.outputs):
+            for d in g.dims:
+                if isinstance(d, str):
+                    seen.setdefault(d)
+        return tuple(seen)
+
+    @property
+    def batched(self) -> bool:
+        """Whether any group takes ``...`` batch dimensions."""
+        return any(g.batch for g in (*self.inputs, *self.outputs))
+
+
+_GROUP_RE = re.compile(r"\(([^()]*)\)(?::([A-Za-z0-9_]+))?")
+
+
+def _parse_groups(text: str, where: str, full: str) -> tuple[Group, ...]:
+    text = text.strip()
+    if not text:
+        return ()
+    groups: list[Group] = []
+    pos = 0
+    while True:
+        m = _GROUP_RE.match(text, pos)
+        if m is None:
+            raise SignatureError(
+                f"bad shape signature {full!r}: expected a group like '(m,n)' in the {where} "
+                f"at {text[pos:] or 'the end'!r}"
+            )
+        groups.append(_parse_group(m.group(1), m.group(2), full))
+        pos = m.end()
+        while pos < len(text) and text[pos] == " ":
+            pos += 1
+        if pos == len(text):
+            return tuple(groups)
+        if text[pos] != ",":
+            raise SignatureError(f"bad shape signature {full!r}: expected ',' between groups at {text[pos:]!r}")
+        pos += 1
+        while pos < len(text) and text[pos] == " ":
+            pos += 1
+
+
+def _parse_group(body: str, dtype: str | None, full: str) -> Group:
+    items = [s.strip() for s in body.split(",")] if body.strip() else []
+    batch = bool(items) and items[0] == "..."
+    if batch:
+        items = items[1:]
+    dims: list[Any] = []
+    for item in items:
+        if item == "...":
+            raise SignatureError(f"bad shape signature {full!r}: '...' may only come first in a group")
+        if item.isdigit():
+            dims.append(int(item))
+        elif is_identifier(item):
+            dims.append(item)
+        else:
+            raise SignatureError(
+                f"bad shape signature {full!r}: dimension {item!r} is neither a name nor a non-negative integer"
+            )
+    if dtype is not None and dtype not in BUFFER_DTYPES:
+        raise SignatureError(
+            f"bad shape signature {full!r}: unknown dtype {dtype!r}; expected one of: {', '.join(BUFFER_DTYPES)}"
+        )
+    return Group(tuple(dims), batch, dtype)
+
+
+def parse_signature(text: str) -> Signature:
+    """Parse a shape signature such as ``"(...,d),(d)->(...,d)"``.
+
+    Raises
+    ------
+    SignatureError
+        Naming what is malformed.
+    """
+    if not isinstance(text, str):
+        raise SignatureError(f"a shape signature must be a string, not {type(text).__name__}")
+    full = " ".join(text.split())
+    if full.count("->") != 1:
+        raise SignatureError(f"bad shape signature {full!r}: it needs exactly one '->' between inputs and outputs")
+    left, right = full.split("->")
+    sig = Signature(_parse_groups(left, "inputs", full), _parse_groups(right, "outputs", full))
+    if not sig.outputs:
+        raise SignatureError(f"bad shape signature {full!r}: it has no output group")
+    return sig
+
+
+def split_annotation(tokens: Sequence[str]) -> tuple[tuple[str, ...], str | None, str | None]:
+    """Split a ``// @BE name ...`` annotation's tokens.
+
+    Returns
+    -------
+    tuple
+        ``(arg_spec tokens, shape signature text or None, vjp forward name or None)``.
+        The signature starts at the first token beginning with ``(`` and runs
+        to the end (``vjp=NAME`` tokens may come anywhere).
+    """
+    spec: list[str] = []
+    sig: list[str] = []
+    vjp = None
+    for tok in tokens:
+        if tok.startswith("vjp="):
+            vjp = tok[4:]
+        elif sig or tok.startswith("("):
+            sig.append(tok)
+        else:
+            spec.append(tok)
+    return tuple(spec), (" ".join(sig) if sig else None), vjp
+
+
+def _int_attrs(spec: Any) -> dict[str, Any]:
+    return {p.name: p for p in spec.attrs if p.dtype in _INT_ATTR_DTYPES}
+
+
+def check_against_spec(sig: Signature, spec: Any) -> list[str]:
+    """Check a signature against the function it annotates.
+
+    Returns a list of messages (empty when they agree): group counts, names of
+    attributes used as dimensions, output dimensions that nothing binds,
+    ``...`` outputs with no ``...`` input, and the ranks and dtypes that typed
+    XLA FFI buffers fix.
+    """
+    problems: list[str] = []
+    n_in, n_out = len(spec.inputs), len(spec.outputs)
+    if len(sig.inputs) != n_in or len(sig.outputs) != n_out:
+        problems.append(
+            f"the shape signature {str(sig)!r} has {len(sig.inputs)} input and {len(sig.outputs)} output "
+            f"group(s), but {spec.name!r} has {n_in} input(s) and {n_out} output(s)"
+        )
+        return problems
+    attrs = {p.name: p for p in spec.attrs}
+    ints = _int_attrs(spec)
+    bound = {d for g in sig.inputs for d in g.dims if isinstance(d, str)}
+    for g, p in zip(sig.outputs, spec.outputs):
+        for d in g.dims:
+            if isinstance(d, str) and d not in bound and d not in ints:
+                if d in attrs:
+                    problems.append(
+                        f"dimension {d!r} of output {p.name!r} names attribute {d!r}, which is "
+                        f"{attrs[d].dtype} ('{attrs[d].type}'), not an integer"
+                    )
+                else:
+                    problems.append(
+                        f"dimension {d!r} of output {p.name!r} is bound by no input and is no integer "
+                        f"attribute (attributes: {', '.join(attrs) or 'none'})"
+                    )
+        if g.batch and not any(i.batch for i in sig.inputs):
+            problems.append(f"output {p.name!r} has '...' batch dimensions but no input has")
+    for g, p in zip(sig.inputs, spec.inputs):
+        for d in g.dims:
+            if isinstance(d, str) and d in attrs and d not in ints:
+                problems.append(
+                    f"dimension {d!r} of input {p.name!r} names attribute {d!r}, which is "
+                    f"{attrs[d].dtype}, not an integer"
+                )
+    for g, p in zip((*sig.inputs, *sig.outputs), (*spec.inputs, *spec.outputs)):
+        if p.rank is not None and not g.batch and len(g.dims) != p.rank:
+            problems.append(f"{p.name!r} has rank {p.rank} ('{p.type}') but its group {g} has {len(g.dims)}")
+        if p.dtype is not None and g.dtype is not None and g.dtype != p.dtype:
+            problems.append(f"{p.name!r} is {p.dtype} ('{p.type}') but its group pins {g.dtype}")
+    return problems
+
+
+def leading_comment(text: str, first_line: int, decl_line: int = 0) -> str:
+    """The ``//`` or ``/* */`` comment directly above line ``first_line`` (1-based).
+
+    Other ``// @BE`` lines are skipped; comment lines between ``first_line``
+    and ``decl_line`` (the declaration) are added after.  Markers (``///``,
+    ``//!``, ``/**``, leading ``*``) are stripped.
+    """
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+    def clean(line: str) -> str | None:
+        s = line.strip()
+        if s.startswith("//"):
+            body = s.lstrip("/").lstrip("!")
+            return None if body.lstrip().startswith("@BE") else body.strip()
+        return None
+
+    above: list[str] = []
+    i = first_line - 2
+    if 0 <= i < len(lines) and lines[i].strip().endswith("*/"):
+        block: list[str] = []
+        while i >= 0:
+            block.insert(0, lines[i])
+            if "/*" in lines[i]:
+                break
+            i -= 1
+        body = "\n".join(block)
+        body = body[body.find("/*") + 2: body.rfind("*/")]
+        above = [ln.strip().lstrip("*!").strip() for ln in body.split("\n")]
+    else:
+        while i >= 0 and lines[i].strip().startswith("//"):
+            c = clean(lines[i])
+            if c is not None:
+                above.insert(0, c)
+            i -= 1
+    below = []
+    for j in range(first_line, max(first_line, decl_line - 1)):
+        if j < len(lines):
+            c = clean(lines[j])
+            if c is not None:
+                below.append(c)
+    return "\n".join(ln for ln in (*above, *below)).strip()
+
+
+def annotate_spec(spec: Any, annotation: Any, source_text: str) -> tuple[tuple[str, ...], Any, list[SourceError]]:
+    """Attach an annotation's shape signature, ``vjp=`` and doc comment to ``spec``.
+
+    Parameters
+    ----------
+    spec
+        The :class:`~kernix.spec.FunctionSpec` inferred from the declaration.
+    annotation
+        Its :class:`~kernix.frontend.annotations.Annotation`, or ``None``.
+    source_text
+        The file's text (for the comment above the declaration).
+
+    Returns
+    -------
+    tuple
+        The annotation's arg_spec tokens (to check against the signature as
+        before), the completed spec, and the errors found (at the
+        annotation's line).
+    """
+    line = annotation.line if annotation is not None else spec.line
+    doc = leading_comment(source_text, line, spec.line)
+    if annotation is None:
+        return (), replace(spec, doc=doc), []
+    tokens, sig_text, vjp = split_annotation(annotation.tokens)
+    errors: list[SourceError] = []
+
+    def error(msg: str) -> None:
+        errors.append(SourceError(msg, file=spec.file, line=annotation.line, column=annotation.column,
+                                  function=spec.name))
+
+    signature = None
+    if sig_text is not None:
+        try:
+            sig = parse_signature(sig_text)
+        except SignatureError as exc:
+            error(str(exc))
+        else:
+            for msg in check_against_spec(sig, spec):
+                error(f"shape signature of {spec.name!r} disagrees with its C++ signature: {msg}")
+            signature = str(sig)
+    if vjp is not None and not is_identifier(vjp):
+        error(f"vjp={vjp!r}: the forward function's name must be an identifier")
+    return tokens, replace(spec, signature=signature, vjp_of=vjp, doc=doc), errors
+
+
+def check_vjp_pairs(specs: Iterable[Any]) -> list[SourceError]:
+    """Check every ``vjp=`` declaration among one module's specs.
+
+    A backward kernel's inputs must be its forward's inputs followed by one
+    cotangent per forward output, its outputs one cotangent per forward input,
+    its attributes a subset (by name and dtype) of the forward's; the forward
+    must have a shape signature (which shapes the cotangents), and at most one
+    backward per forward.
+    """
+    by_name = {s.name: s for s in specs}
+    errors: list[SourceError] = []
+    claimed: dict[str, str] = {}
+    for bwd in by_name.values():
+        if bwd.vjp_of is None:
+            continue
+
+        def error(msg: str) -> None:
+            errors.append(SourceError(f"{bwd.name!r} (vjp={bwd.vjp_of}): {msg}", file=bwd.file,  # noqa: B023
+                                      line=bwd.line, function=bwd.name))  # noqa: B023
+
+        fwd = by_name.get(bwd.vjp_of)
+        if fwd is None:
+            error(f"the module exports no function {bwd.vjp_of!r}; it exports: {', '.join(by_name)}")
+            continue
+        if fwd.vjp_of is not None or fwd.name == bwd.name:
+            error(f"{fwd.name!r} is itself a backward kernel")
+            continue
+        if bwd.vjp_of in claimed:
+            error(f"{fwd.name!r} already has a backward kernel, {claimed[bwd.vjp_of]!r}")
+            continue
+        claimed[bwd.vjp_of] = bwd.name
+        n_in, n_out = len(fwd.inputs), len(fwd.outputs)
+        if len(bwd.inputs) != n_in + n_out:
+            error(
+                f"a backward kernel takes the forward's {n_in} input(s) then the cotangents of its "
+                f"{n_out} output(s): {n_in + n_out} inputs, but it takes {len(bwd.inputs)}"
+            )
+        if len(bwd.outputs) != n_in:
+            error(
+                f"a backward kernel returns one cotangent per forward input ({n_in}), "
+                f"but it has {len(bwd.outputs)} output(s)"
+            )
+        fattrs = {p.name: p for p in fwd.attrs}
+        for p in bwd.attrs:
+            if p.name not in fattrs:
+                error(f"attribute {p.name!r} is not an attribute of {fwd.name!r} "
+                      f"(it has: {', '.join(fattrs) or 'none'})")
+            elif fattrs[p.name].dtype != p.dtype:
+                error(f"attribute {p.name!r} is {p.dtype} here but {fattrs[p.name].dtype} in {fwd.name!r}")
+        if fwd.signature is None:
+            error(f"{fwd.name!r} has no shape signature; declare one (e.g. '// @BE {fwd.name} (...,n)->(...,n)') "
+                  "so that the shapes of its outputs, and so of their cotangents, are known")
+    return errors
+
+
+def raise_for_vjp_pairs(specs: Iterable[Any]) -> None:
+    """Raise :class:`~kernix.errors.InferenceError` if :func:`check_vjp_pairs` finds anything."""
+    errors = check_vjp_pairs(specs)
+    if errors:
+        raise InferenceError(errors)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What a call's input shapes bind.
+
+    Attributes
+    ----------
+    dims
+        Dimension name -> size.
+    batch_shape
+        The common batch shape of the ``...`` inputs (``()`` if none).
+    out_shapes, out_dtypes
+        The shape and dtype name of each output.
+    """
+
+    dims: Mapping[str, int]
+    batch_shape: tuple[int, ...]
+    out_shapes: tuple[tuple[int, ...], ...]
+    out_dtypes: tuple[str, ...]
+
+
+def bind(
+    sig: Signature,
+    spec: Any,
+    shapes: Sequence[Sequence[int]],
+    dtypes: Sequence[str],
+    attrs: Mapping[str, Any],
+) -> Binding:
+    """Bind a call's input shapes and dtypes to ``sig``; compute the outputs.
+
+    Parameters
+    ----------
+    sig
+        The function's signature.
+    spec
+        Its :class:`~kernix.spec.FunctionSpec`.
+    shapes, dtypes
+        Each input's shape and dtype name (``"float32"``).
+    attrs
+        Attribute values by name (integer attributes may be dimensions).
+
+    Raises
+    ------
+    CallError
+        Naming the function, the input, the dimension and both values.
+    """
+    fn = spec.name
+    names = [p.name for p in spec.inputs]
+    ints = _int_attrs(spec)
+    dims: dict[str, int] = {}
+    origin: dict[str, str] = {}
+    for n in ints:
+        if n in attrs:
+            dims[n] = int(attrs[n])
+            origin[n] = f"attribute {n!r}"
+    batch: tuple[int, ...] | None = None
+    batch_from = ""
+    for g, name, shape, dtype in zip(sig.inputs, names, shapes, dtypes):
+        shape = tuple(int(s) for s in shape)
+        core = len(g.dims)
+        if (len(shape) < core) if g.batch else (len(shape) != core):
+            want = f"at least {core}" if g.batch else str(core)
+            raise CallError(
+                f"{fn}(): input {name!r} must have rank {want} (signature group {g}), got shape {shape}"
+            )
+        if g.dtype is not None and dtype != g.dtype:
+            raise CallError(f"{fn}(): input {name!r} must be {g.dtype} (signature group {g}), got {dtype}")
+        lead = shape[: len(shape) - core]
+        if g.batch:
+            if batch is None:
+                batch, batch_from = lead, name
+            elif lead != batch:
+                raise CallError(
+                    f"{fn}(): input {name!r} has batch dimensions '...'={lead} (shape {shape}), "
+                    f"but input {batch_from!r} has '...'={batch}; every '...' input needs the same ones"
+                )
+        for axis, d in enumerate(g.dims):
+            size = shape[len(lead) + axis]
+            if isinstance(d, int):
+                if size != d:
+                    raise CallError(
+                        f"{fn}(): input {name!r} must have size {d} in dimension {len(lead) + axis} "
+                        f"(signature group {g}), got {size} (shape {shape})"
+                    )
+            elif d in dims:
+                if dims[d] != size:
+                    raise CallError(
+                        f"{fn}(): input {name!r} has dimension {d}={size} (shape {shape}), "
+                        f"but {origin[d]} set {d}={dims[d]}"
+                    )
+            else:
+                dims[d] = size
+                origin[d] = f"input {name!r}"
+    batch = batch or ()
+    out_shapes = []
+    out_dtypes = []
+    first = dtypes[0] if dtypes else None
+    for g, p in zip(sig.outputs, spec.outputs):
+        try:
+            core = tuple(d if isinstance(d, int) else dims[d] for d in g.dims)
+        except KeyError as exc:
+            raise CallError(f"{fn}(): dimension {exc.args[0]} of output {p.name!r} is not bound") from None
+        if any(s < 0 for s in core):
+            raise CallError(f"{fn}(): output {p.name!r} would have a negative dimension: {core}")
+        out_shapes.append((*batch, *core) if g.batch else core)
+        dtype = g.dtype or p.dtype or first
+        if dtype is None:
+            raise CallError(f"{fn}(): output {p.name!r} has no dtype: pin it in the signature, e.g. (n):float32")
+        out_dtypes.append(dtype)
+    return Binding(dims, batch, tuple(out_shapes), tuple(out_dtypes))
