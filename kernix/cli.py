@@ -134,7 +134,7 @@ def _run_stubs(args: argparse.Namespace) -> int:
     from .errors import KernixError
     from .frontend.infer import infer_file
     from .runtime.stubs import stub_text
-    from .signature import check_vjp_pairs
+    from .frontend.signatures import check_vjp_pairs
 
     language = "cuda" if args.cuda else "cpp" if args.cpp else None
     specs = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "KernixError",
     "ArgSpecError",
+    "SignatureError",
     "OptionError",
     "InvalidNameError",
     "SourceNotFoundError",
@@ -47,6 +48,10 @@ class SourceNotFoundError(KernixError, FileNotFoundError):
 
 class CallError(KernixError, TypeError):
     """A kernel was called with the wrong inputs or attributes."""
+
+
+class SignatureError(ArgSpecError):
+    """A shape signature (``(m,k),(k,n)->(m,n)``) is malformed."""
 
 
 class SourceError(KernixError):

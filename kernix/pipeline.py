@@ -23,7 +23,7 @@ from .errors import InferenceError, KernixError, RegistrationError, SourceError
 from .request import LoadRequest
 from .runtime import registry
 from .runtime.module import CompiledModule
-from .signature import raise_for_vjp_pairs
+from .frontend.signatures import raise_for_vjp_pairs
 from .spec import FunctionSpec, check_spec_matches
 from .store import entries
 from .store.files import content_key, file_digest

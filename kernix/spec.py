@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
 from .dtypes import ATTR_DTYPES, BUFFER_DTYPES
-from .errors import ArgSpecError, SourceError
+from .errors import ArgSpecError, SignatureError, SourceError
 from .names import check_function_name, is_identifier
 
 __all__ = [
@@ -300,7 +300,7 @@ class FunctionSpec:
 
 def _with_operation_fields(spec: FunctionSpec, data: dict[str, Any]) -> FunctionSpec:
     """``spec`` with the ``signature``/``vjp_of``/``doc`` fields of ``data``, validated."""
-    from .signature import SignatureError, check_against_spec, parse_signature
+    from .signature import check_against_spec, parse_signature
 
     signature, vjp_of, doc = data.get("signature"), data.get("vjp_of"), data.get("doc", "")
     if signature is not None:

@@ -25,6 +25,7 @@ LAYERS = {
     "kernix.paths": 1,
     "kernix.report": 1,
     "kernix.spec": 2,
+    "kernix.signature": 2,
     "kernix.store": 3,
     "kernix.runtime": 3,
     "kernix.frontend": 4,

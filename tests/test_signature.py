@@ -8,16 +8,9 @@ from pathlib import Path
 import pytest
 
 import kernix
-from kernix.errors import CallError, InferenceError
-from kernix.signature import (
-    Group,
-    SignatureError,
-    bind,
-    check_vjp_pairs,
-    leading_comment,
-    parse_signature,
-    split_annotation,
-)
+from kernix.errors import CallError, InferenceError, SignatureError
+from kernix.frontend.signatures import check_vjp_pairs, leading_comment
+from kernix.signature import Group, bind, parse_signature, split_annotation
 from kernix.spec import FunctionSpec, Param
 
 from helpers import unique_name

@@ -30,7 +30,7 @@ from .._version import __version__
 from ..errors import ArgSpecError, InferenceError, KernixError, SourceError
 from ..paths import cache_root
 from ..languages import LANGUAGES_BY_EXTENSION, language_of
-from ..signature import annotate_spec
+from .signatures import annotate_spec
 from ..spec import FunctionSpec, check_spec_matches, normalize_functions
 from . import speccache
 from .annotations import find_annotations

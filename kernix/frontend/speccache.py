@@ -28,7 +28,7 @@ from ..store.trust import is_private, makedirs
 
 __all__ = ["make_key", "load", "store", "entry_path"]
 
-_FORMAT = 3
+_FORMAT = 4
 
 
 def make_key(parts: Iterable[Any], source: bytes) -> str:

@@ -1,0 +1,166 @@
+"""Shape signatures at inference: reading them from annotations, checking
+them against the C++ signature, and checking ``vjp=`` pairs across a module.
+
+The grammar itself (and binding at call time) is :mod:`kernix.signature`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Iterable
+
+from ..errors import InferenceError, SignatureError, SourceError
+from ..names import is_identifier
+from ..signature import check_against_spec, parse_signature, split_annotation
+
+__all__ = ["leading_comment", "annotate_spec", "check_vjp_pairs", "raise_for_vjp_pairs"]
+
+
+def leading_comment(text: str, first_line: int, decl_line: int = 0) -> str:
+    """The ``//`` or ``/* */`` comment directly above line ``first_line`` (1-based).
+
+    Other ``// @BE`` lines are skipped; comment lines between ``first_line``
+    and ``decl_line`` (the declaration) are added after.  Markers (``///``,
+    ``//!``, ``/**``, leading ``*``) are stripped.
+    """
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+    def clean(line: str) -> str | None:
+        s = line.strip()
+        if s.startswith("//"):
+            body = s.lstrip("/").lstrip("!")
+            return None if body.lstrip().startswith("@BE") else body.strip()
+        return None
+
+    above: list[str] = []
+    i = first_line - 2
+    if 0 <= i < len(lines) and lines[i].strip().endswith("*/"):
+        block: list[str] = []
+        while i >= 0:
+            block.insert(0, lines[i])
+            if "/*" in lines[i]:
+                break
+            i -= 1
+        body = "\n".join(block)
+        body = body[body.find("/*") + 2: body.rfind("*/")]
+        above = [ln.strip().lstrip("*!").strip() for ln in body.split("\n")]
+    else:
+        while i >= 0 and lines[i].strip().startswith("//"):
+            c = clean(lines[i])
+            if c is not None:
+                above.insert(0, c)
+            i -= 1
+    below = []
+    for j in range(first_line, max(first_line, decl_line - 1)):
+        if j < len(lines):
+            c = clean(lines[j])
+            if c is not None:
+                below.append(c)
+    return "\n".join(ln for ln in (*above, *below)).strip()
+
+
+def annotate_spec(spec: Any, annotation: Any, source_text: str) -> tuple[tuple[str, ...], Any, list[SourceError]]:
+    """Attach an annotation's shape signature, ``vjp=`` and doc comment to ``spec``.
+
+    Parameters
+    ----------
+    spec
+        The :class:`~kernix.spec.FunctionSpec` inferred from the declaration.
+    annotation
+        Its :class:`~kernix.frontend.annotations.Annotation`, or ``None``.
+    source_text
+        The file's text (for the comment above the declaration).
+
+    Returns
+    -------
+    tuple
+        The annotation's arg_spec tokens (to check against the signature as
+        before), the completed spec, and the errors found (at the
+        annotation's line).
+    """
+    line = annotation.line if annotation is not None else spec.line
+    doc = leading_comment(source_text, line, spec.line)
+    if annotation is None:
+        return (), replace(spec, doc=doc), []
+    tokens, sig_text, vjp = split_annotation(annotation.tokens)
+    errors: list[SourceError] = []
+
+    def error(msg: str) -> None:
+        errors.append(SourceError(msg, file=spec.file, line=annotation.line, column=annotation.column,
+                                  function=spec.name))
+
+    signature = None
+    if sig_text is not None:
+        try:
+            sig = parse_signature(sig_text)
+        except SignatureError as exc:
+            error(str(exc))
+        else:
+            for msg in check_against_spec(sig, spec):
+                error(f"shape signature of {spec.name!r} disagrees with its C++ signature: {msg}")
+            signature = str(sig)
+    if vjp is not None and not is_identifier(vjp):
+        error(f"vjp={vjp!r}: the forward function's name must be an identifier")
+    return tokens, replace(spec, signature=signature, vjp_of=vjp, doc=doc), errors
+
+
+def check_vjp_pairs(specs: Iterable[Any]) -> list[SourceError]:
+    """Check every ``vjp=`` declaration among one module's specs.
+
+    A backward kernel's inputs must be its forward's inputs followed by one
+    cotangent per forward output, its outputs one cotangent per forward input,
+    its attributes a subset (by name and dtype) of the forward's; the forward
+    must have a shape signature (which shapes the cotangents), and at most one
+    backward per forward.
+    """
+    by_name = {s.name: s for s in specs}
+    errors: list[SourceError] = []
+    claimed: dict[str, str] = {}
+    for bwd in by_name.values():
+        if bwd.vjp_of is None:
+            continue
+
+        def error(msg: str) -> None:
+            errors.append(SourceError(f"{bwd.name!r} (vjp={bwd.vjp_of}): {msg}", file=bwd.file,  # noqa: B023
+                                      line=bwd.line, function=bwd.name))  # noqa: B023
+
+        fwd = by_name.get(bwd.vjp_of)
+        if fwd is None:
+            error(f"the module exports no function {bwd.vjp_of!r}; it exports: {', '.join(by_name)}")
+            continue
+        if fwd.vjp_of is not None or fwd.name == bwd.name:
+            error(f"{fwd.name!r} is itself a backward kernel")
+            continue
+        if bwd.vjp_of in claimed:
+            error(f"{fwd.name!r} already has a backward kernel, {claimed[bwd.vjp_of]!r}")
+            continue
+        claimed[bwd.vjp_of] = bwd.name
+        n_in, n_out = len(fwd.inputs), len(fwd.outputs)
+        if len(bwd.inputs) != n_in + n_out:
+            error(
+                f"a backward kernel takes the forward's {n_in} input(s) then the cotangents of its "
+                f"{n_out} output(s): {n_in + n_out} inputs, but it takes {len(bwd.inputs)}"
+            )
+        if len(bwd.outputs) != n_in:
+            error(
+                f"a backward kernel returns one cotangent per forward input ({n_in}), "
+                f"but it has {len(bwd.outputs)} output(s)"
+            )
+        fattrs = {p.name: p for p in fwd.attrs}
+        for p in bwd.attrs:
+            if p.name not in fattrs:
+                error(f"attribute {p.name!r} is not an attribute of {fwd.name!r} "
+                      f"(it has: {', '.join(fattrs) or 'none'})")
+            elif fattrs[p.name].dtype != p.dtype:
+                error(f"attribute {p.name!r} is {p.dtype} here but {fattrs[p.name].dtype} in {fwd.name!r}")
+        if fwd.signature is None:
+            error(f"{fwd.name!r} has no shape signature; declare one (e.g. '// @BE {fwd.name} (...,n)->(...,n)') "
+                  "so that the shapes of its outputs, and so of their cotangents, are known")
+    return errors
+
+
+def raise_for_vjp_pairs(specs: Iterable[Any]) -> None:
+    """Raise :class:`~kernix.errors.InferenceError` if :func:`check_vjp_pairs` finds anything."""
+    errors = check_vjp_pairs(specs)
+    if errors:
+        raise InferenceError(errors)
