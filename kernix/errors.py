@@ -23,6 +23,11 @@ __all__ = [
     "ToolchainError",
     "CacheError",
     "RegistrationError",
+    *(
+        "BrainEventError KernelError KernelCompilationError KernelToolchainError NvccNotFoundError "
+        "HostCompilerNotFoundError HeaderNotFoundError GpuArchDetectionError UnsupportedArchError "
+        "KernelLoadError KernelRegistrationError"
+    ).split(),
 ]
 
 
@@ -155,3 +160,21 @@ class CacheError(KernixError):
 
 class RegistrationError(KernixError):
     """An FFI target could not be registered with JAX."""
+
+
+# brainevent's names for the same errors, so code written against it catches
+# kernix's.  Each is an alias (the same class), not a subclass: several of
+# brainevent's toolchain errors are one kernix class, so ``except
+# NvccNotFoundError`` catches every ToolchainError.  ``CompilationError`` has
+# the same name in both.
+BrainEventError = KernixError
+KernelError = KernixError
+KernelCompilationError = CompilationError
+KernelToolchainError = ToolchainError
+NvccNotFoundError = ToolchainError
+HostCompilerNotFoundError = ToolchainError
+HeaderNotFoundError = ToolchainError
+GpuArchDetectionError = ToolchainError
+UnsupportedArchError = ToolchainError
+KernelLoadError = RegistrationError
+KernelRegistrationError = RegistrationError

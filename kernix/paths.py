@@ -49,8 +49,11 @@ def include_dir() -> Path:
     if (candidate / "kernix" / "common.h").is_file():
         return candidate
     raise ToolchainError(
-        f"kernix's C++ headers are missing: {candidate / 'kernix' / 'common.h'} does not exist, so this "
-        "installation of kernix is incomplete (a wheel or checkout without its include/ directory). "
-        "Reinstall it from a complete distribution: `pip install --force-reinstall --no-cache-dir kernix` "
-        "(or, from a source checkout, `pip install .`)."
+        f"kernix's C++ headers are missing: {candidate / 'kernix' / 'common.h'} does not exist, so the "
+        f"kernix imported from {here} is incomplete. If it is a source checkout, update it (the headers "
+        "live in kernix/include/) and install it with `pip install -e .`. If it is an installed package, "
+        "the distribution it came from lacked its headers: reinstalling the same file will not help; "
+        "install a complete one (`pip install --force-reinstall --no-cache-dir kernix` fetches a fresh "
+        "copy; check it with `python -m zipfile -l kernix-*.whl | grep include/kernix`) or build from "
+        "the sources (`pip install --no-binary kernix kernix`, or `pip install .` in a checkout)."
     )

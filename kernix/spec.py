@@ -343,10 +343,30 @@ def _checked_param(p: Param) -> Param:
     return p
 
 
+#: Half-precision attribute dtypes that may name a ``uint16_t`` parameter:
+#: the function then receives the raw 16 bits (brainevent's convention).
+_HALF_BITS_DTYPES = ("float16", "bfloat16")
+
+
+class InputDeclaredOnNonConstTensor(UserWarning):
+    """An explicit ``"arg"`` names a non-const ``BE::Tensor&``: the function
+    could write to a buffer XLA considers an input."""
+
+
 def check_spec_matches(
     declared: Sequence[str] | str, spec: FunctionSpec, *, source: str = "explicit"
-) -> None:
+) -> FunctionSpec:
     """Check that a declared arg_spec agrees with the real signature.
+
+    Two declarations that differ from what kernix infers are accepted, as the
+    reference's contract accepts them, and the returned spec follows them:
+
+    * ``"arg"`` for a non-const ``BE::Tensor`` parameter: an input, by the
+      caller's explicit word (for a non-const *reference* a
+      :class:`InputDeclaredOnNonConstTensor` warning says that the function
+      could write to an input buffer);
+    * ``attr.x:float16`` / ``attr.x:bfloat16`` for a ``uint16_t`` parameter:
+      the caller passes a float, the function receives its 16 raw bits.
 
     Parameters
     ----------
@@ -359,11 +379,19 @@ def check_spec_matches(
         Words naming where ``declared`` came from, for the message
         (``"explicit"`` or ``"annotation"``).
 
+    Returns
+    -------
+    FunctionSpec
+        ``spec`` with the roles and attribute dtypes the declaration chose;
+        the caller should export this one.
+
     Raises
     ------
     SourceError
         Naming the file, line, function and first disagreeing parameter.
     """
+    import warnings
+
     tokens = parse_arg_spec(declared, function=spec.name)
 
     def fail(msg: str, param: str | None = None) -> None:
@@ -379,18 +407,39 @@ def check_spec_matches(
 
     if len(tokens) != len(spec.params):
         fail(f"it has {len(tokens)} tokens but the function has {len(spec.params)} parameters")
+    params: list[Param] = []
     for i, (tok, param) in enumerate(zip(tokens, spec.params)):
         if tok.role != param.role:
-            fail(f"parameter {i + 1} ({param.name!r}, type '{param.type}') is {param.role!r}, not {tok.role!r}", param.name)
+            if tok.role == "arg" and param.role == "ret" and param.kind == "tensor":
+                if "&" in param.type:
+                    warnings.warn(
+                        f"{spec.file or '<source>'}:{spec.line}: {source} arg_spec of {spec.name!r} calls "
+                        f"parameter {param.name!r} (type '{param.type}') an input; it is a non-const "
+                        "reference, so the function could write to an input buffer: declare it "
+                        "`const BE::Tensor&`",
+                        InputDeclaredOnNonConstTensor,
+                        stacklevel=2,
+                    )
+                param = dataclasses.replace(param, role="arg")
+            else:
+                fail(f"parameter {i + 1} ({param.name!r}, type '{param.type}') is {param.role!r}, not {tok.role!r}",
+                     param.name)
         if tok.role == "attr":
             if tok.name != param.name:
                 fail(f"parameter {i + 1} is named {param.name!r}, not {tok.name!r}", param.name)
             if tok.dtype is not None and tok.dtype != param.dtype:
-                fail(
-                    f"attribute {param.name!r} has type '{param.type}' (dtype {param.dtype}), "
-                    f"not {tok.dtype}",
-                    param.name,
-                )
+                if tok.dtype in _HALF_BITS_DTYPES and param.dtype == "uint16" and param.kind == "scalar":
+                    param = dataclasses.replace(param, dtype=tok.dtype)
+                else:
+                    fail(
+                        f"attribute {param.name!r} has type '{param.type}' (dtype {param.dtype}), "
+                        f"not {tok.dtype}"
+                        + (" (a float16/bfloat16 attribute may be a uint16_t parameter: it gets the raw bits)"
+                           if tok.dtype in _HALF_BITS_DTYPES else ""),
+                        param.name,
+                    )
+        params.append(param)
+    return dataclasses.replace(spec, params=tuple(params))
 
 
 #: A normalised ``functions=`` argument: exported name -> explicit arg_spec

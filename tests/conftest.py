@@ -6,9 +6,26 @@ directory, so the suite never reads or writes the user's real cache.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With ``KERNIX_TEST_INSTALLED=1`` (set by ``.ci/run``), the suite tests an
+    installed kernix: fail at once if ``import kernix`` finds a source checkout."""
+    if os.environ.get("KERNIX_TEST_INSTALLED") != "1":
+        return
+    import kernix
+
+    package = Path(kernix.__file__).resolve().parent
+    if (package.parent / "pyproject.toml").is_file() or (package.parent / ".git").exists():
+        raise pytest.UsageError(
+            f"KERNIX_TEST_INSTALLED=1 but kernix was imported from a source checkout ({package}); "
+            "run the tests from a directory outside the checkout, with PYTHONPATH unset and kernix "
+            "installed non-editable (pip install dist/kernix-*.whl)"
+        )
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -162,3 +163,71 @@ def test_check_spec_matches_rejects(declared: list[str], words: str, param: str 
     assert err.file == "/src/a.cu" and err.line == 7 and err.function == "scale"
     assert err.parameter == param
     assert "annotation arg_spec" in err.message
+
+
+def _by_value_spec() -> FunctionSpec:
+    return FunctionSpec(
+        name="k",
+        qualified_name="k",
+        params=(
+            Param("x", "ret", "BE::Tensor", "BE::Tensor", "tensor"),
+            Param("y", "ret", "BE::Tensor &", "BE::Tensor", "tensor"),
+            Param("bits", "attr", "uint16_t", "unsigned short", "scalar", "uint16"),
+            Param("n", "attr", "int64_t", "long", "scalar", "int64"),
+        ),
+        file="/src/k.cu",
+        line=3,
+    )
+
+
+def test_check_spec_matches_returns_the_inferred_spec_when_equal() -> None:
+    assert check_spec_matches(["arg", "ret", "attr.alpha", "stream"], _spec()) == _spec()
+
+
+def test_explicit_arg_for_a_non_const_by_value_tensor_is_an_input() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # by value: the reference's documented form, no warning
+        out = check_spec_matches(["arg", "ret", "attr.bits", "attr.n"], _by_value_spec())
+    assert out.arg_spec == ("arg", "ret", "attr.bits:uint16", "attr.n:int64")
+    assert [p.name for p in out.inputs] == ["x"] and [p.name for p in out.outputs] == ["y"]
+
+
+def test_explicit_arg_for_a_non_const_reference_warns() -> None:
+    from kernix.spec import InputDeclaredOnNonConstTensor
+
+    base = _by_value_spec()
+    spec = dataclasses.replace(base, params=(*base.params, Param("z", "ret", "BE::Tensor", "BE::Tensor", "tensor")))
+    with pytest.warns(InputDeclaredOnNonConstTensor, match="'y'.*non-const reference"):
+        out = check_spec_matches(["arg", "arg", "attr.bits", "attr.n", "ret"], spec)
+    assert out.arg_spec == ("arg", "arg", "attr.bits:uint16", "attr.n:int64", "ret")
+
+
+def test_explicit_ret_for_a_const_tensor_is_still_refused() -> None:
+    with pytest.raises(SourceError, match="is 'arg', not 'ret'"):
+        check_spec_matches(["ret", "ret", "attr.alpha", "stream"], _spec())
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_half_attribute_on_a_uint16_parameter_passes_the_bits(half: str) -> None:
+    out = check_spec_matches(["ret", "ret", f"attr.bits:{half}", "attrs.n:int64"], _by_value_spec())
+    assert out.arg_spec == ("ret", "ret", f"attr.bits:{half}", "attr.n:int64")
+    assert out.attrs[0].canonical_type == "unsigned short"
+
+
+def test_half_attribute_on_another_integer_is_refused() -> None:
+    with pytest.raises(SourceError, match="dtype int64\\), not float16.*raw bits"):
+        check_spec_matches(["ret", "ret", "attr.bits", "attr.n:float16"], _by_value_spec())
+
+
+@pytest.mark.parametrize(
+    "declared, expected",
+    [
+        ("args rets attrs.bits attrs.n", ("arg", "ret", "attr.bits:uint16", "attr.n:int64")),
+        (["rets", "ret", "attr.bits:uint16", "attr.n:int64"], ("ret", "ret", "attr.bits:uint16", "attr.n:int64")),
+        (" ret  ret attr.bits:float16 attrs.n:int64 ", ("ret", "ret", "attr.bits:float16", "attr.n:int64")),
+    ],
+)
+def test_the_reference_spellings_are_accepted(declared: object, expected: tuple[str, ...]) -> None:
+    assert check_spec_matches(declared, _by_value_spec()).arg_spec == expected  # type: ignore[arg-type]

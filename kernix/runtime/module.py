@@ -74,6 +74,28 @@ class CompiledModule:
         return {n: f"{self.target_prefix}.{n}" for n in self.functions}
 
     @property
+    def function_names(self) -> list[str]:
+        """The exported function names, in export order (as brainevent's modules name them)."""
+        return list(self.functions)
+
+    @property
+    def content_hash(self) -> str:
+        """``"sha256:"`` and the first 16 hex digits of the library's digest (brainevent's form)."""
+        return "sha256:" + self.digest[:16]
+
+    def get_handler(self, name: str):
+        """The ctypes function of ``name``'s XLA FFI handler (as brainevent's modules give it).
+
+        Raises
+        ------
+        KeyError
+            Naming the functions the module exports.
+        """
+        if name not in self.handlers:
+            raise KeyError(f"module {self.name!r} has no function {name!r}; it exports: {', '.join(self.functions)}")
+        return registry.handler_address(registry.load_library(self.path), self.handlers[name])
+
+    @property
     def specs(self) -> dict[str, tuple[str, ...]]:
         """Exported name -> canonical arg_spec."""
         return {n: f.arg_spec for n, f in self.functions.items()}

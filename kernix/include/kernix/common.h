@@ -22,7 +22,20 @@
 #include <type_traits>
 #include <utility>
 
+// Relative to this file: the view kernix's generated code passes.
+#include "detail/tensor_view.h"
+
+// Host and device on CUDA compiles, plain functions otherwise.
+#if defined(__CUDACC__) || defined(__CUDA__)
+#define KERNIX_HD __host__ __device__
+#else
+#define KERNIX_HD
+#endif
+
 namespace BE {
+
+// The rank up to which a Tensor keeps its shape inside the object.
+static constexpr int kMaxDim = 8;
 
 // Element types, numbered as XLA numbers them (XLA_FFI_DataType), so a value
 // read from an XLA buffer converts with a plain cast.
@@ -62,7 +75,7 @@ enum class DType : int32_t {
 };
 
 // The dtype's name as JAX/numpy spell it ("float32", "bfloat16", ...).
-inline const char* dtype_name(DType t) {
+KERNIX_HD inline const char* dtype_name(DType t) {
   switch (t) {
     case DType::Bool: return "bool";
     case DType::Int8: return "int8";
@@ -101,7 +114,7 @@ inline const char* dtype_name(DType t) {
 }
 
 // Size of one element in bits (sub-byte types are packed by XLA).
-inline int dtype_bits(DType t) {
+KERNIX_HD inline int dtype_bits(DType t) {
   switch (t) {
     case DType::Int1: case DType::UInt1: return 1;
     case DType::Int2: case DType::UInt2: return 2;
@@ -118,6 +131,9 @@ inline int dtype_bits(DType t) {
   }
   return 0;
 }
+
+// Bytes of one element (0 for sub-byte types and invalid).
+KERNIX_HD inline size_t dtype_size(DType t) { return static_cast<size_t>(dtype_bits(t) / 8); }
 
 namespace detail {
 
@@ -199,6 +215,18 @@ class Error : public std::exception {
   char text_[2048];
 };
 
+// What BE_CHECK throws (brainevent's name for a failed check).
+class CheckError : public Error {
+ public:
+  using Error::Error;
+};
+
+// What BE_CUDA_CHECK throws (brainevent's name for a failed CUDA call).
+class CudaError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 
 // Collects the message of a failed BE_CHECK; see the macro below.
@@ -226,7 +254,7 @@ class CheckMessage {
 // `Raise() & message` throws; `&` binds looser than `<<`, so the whole
 // streamed message is built first.
 struct Raise {
-  [[noreturn]] void operator&(const CheckMessage& message) const { throw Error(message.c_str()); }
+  [[noreturn]] void operator&(const CheckMessage& message) const { throw CheckError(message.c_str()); }
 };
 
 }  // namespace detail
@@ -237,60 +265,110 @@ struct Raise {
 // (`const BE::Tensor x`, `const BE::Tensor& x`, `BE::Tensor const& x`) and
 // outputs non-const (`BE::Tensor out`, `BE::Tensor& out`).  The data pointer is
 // a device pointer for CUDA targets and a host pointer for C++ targets.
+//
+// The API is source-compatible with brainevent's BE::Tensor: the shape of the
+// first kMaxDim dimensions is stored in the object, so a Tensor passed by value
+// to a CUDA kernel answers shape(i), stride(i), numel() on the device too.
+// On the host any rank works.
 class Tensor {
  public:
   Tensor() = default;
+  // kernix's generated code builds tensors with this constructor.
+  explicit Tensor(const ::kernix::TensorView& view)
+      : Tensor(view.data, static_cast<DType>(view.xla_dtype), view.ndim, view.dims) {}
   Tensor(void* data, DType dtype, int64_t ndim, const int64_t* dims)
-      : data_(data), dtype_(dtype), ndim_(ndim), dims_(dims) {}
+      : data_(data), dtype_(dtype), ndim_(ndim), dims_(dims) {
+    if (ndim < 0) throw Error("BE::Tensor: negative rank");
+    for (int64_t d = 0; d < ndim && d < kMaxDim; ++d) inline_dims_[d] = dims[d];
+  }
+  // brainevent's constructor: data, shape, rank, dtype (row-major strides).
+  Tensor(void* data, const int64_t* shape, int ndim, DType dtype) : Tensor(data, dtype, ndim, shape) {}
 
   // Untyped data pointer.
-  void* data_ptr() const { return data_; }
+  KERNIX_HD void* data_ptr() const { return data_; }
   // Typed data pointer: `x.data_ptr<float>()`.  The type is not checked against
   // dtype(); use BE_CHECK(x.dtype() == BE::DType::Float32) or a dispatch macro.
   template <typename T>
-  T* data_ptr() const { return static_cast<T*>(data_); }
-  void* data() const { return data_; }
+  KERNIX_HD T* data_ptr() const { return static_cast<T*>(data_); }
+  KERNIX_HD void* data() const { return data_; }
   template <typename T>
-  T* data() const { return static_cast<T*>(data_); }
+  KERNIX_HD T* data() const { return static_cast<T*>(data_); }
 
-  int64_t ndim() const { return ndim_; }
-  int64_t dim() const { return ndim_; }
+  KERNIX_HD int64_t ndim() const { return ndim_; }
+  KERNIX_HD int64_t dim() const { return ndim_; }
   // Extent of dimension i; negative i counts from the end (-1 is the last).
-  int64_t shape(int64_t i) const { return dims_[wrap(i)]; }
-  int64_t size(int64_t i) const { return shape(i); }
-  const int64_t* sizes() const { return dims_; }
+  // Out of range: BE::Error on the host (on the device, the caller's duty).
+  KERNIX_HD int64_t shape(int64_t i) const {
+    int64_t j = wrap(i);
+#ifdef __CUDA_ARCH__
+    return inline_dims_[j];
+#else
+    return j < kMaxDim ? inline_dims_[j] : dims_[j];
+#endif
+  }
+  KERNIX_HD int64_t size(int64_t i) const { return shape(i); }
+  // The extents of the first kMaxDim dimensions (all of them on the host
+  // through sizes() when the rank is larger).
+  KERNIX_HD const int64_t* shape_ptr() const { return inline_dims_; }
+  const int64_t* sizes() const { return ndim_ <= kMaxDim ? inline_dims_ : dims_; }
   // Stride of dimension i in elements (row-major: the last dimension is 1).
-  int64_t stride(int64_t i) const {
+  KERNIX_HD int64_t stride(int64_t i) const {
     int64_t s = 1;
-    for (int64_t d = ndim_ - 1; d > wrap(i); --d) s *= dims_[d];
+    for (int64_t d = ndim_ - 1; d > wrap(i); --d) s *= shape(d);
     return s;
   }
-  int64_t numel() const {
+  // Row-major strides of the first kMaxDim dimensions.
+  KERNIX_HD const int64_t* strides_ptr() const {
+    int64_t s = 1;
+    int64_t n = ndim_ < kMaxDim ? ndim_ : kMaxDim;
+    for (int64_t d = ndim_ - 1; d >= 0; --d) {
+      if (d < n) strides_[d] = s;
+      s *= shape(d);
+    }
+    return strides_;
+  }
+  KERNIX_HD int64_t numel() const {
     int64_t n = 1;
-    for (int64_t d = 0; d < ndim_; ++d) n *= dims_[d];
+    for (int64_t d = 0; d < ndim_; ++d) n *= shape(d);
     return n;
   }
+  // numel() as an int; BE::Error when it does not fit (CUDA launch extents).
+  int numel_checked_int() const {
+    int64_t n = numel();
+    if (n > static_cast<int64_t>(INT32_MAX)) {
+      detail::Message m;
+      m << "BE::Tensor::numel_checked_int: " << n << " elements do not fit in an int";
+      throw Error(m.c_str());
+    }
+    return static_cast<int>(n);
+  }
+  // kernix tensors are always dense and row-major.
+  KERNIX_HD bool is_contiguous() const { return true; }
   // Bytes of one element (0 for sub-byte types; see nbytes()).
-  int64_t element_size() const { return dtype_bits(dtype_) / 8; }
-  int64_t nbytes() const { return (numel() * dtype_bits(dtype_) + 7) / 8; }
-  DType dtype() const { return dtype_; }
+  KERNIX_HD int64_t element_size() const { return dtype_bits(dtype_) / 8; }
+  KERNIX_HD int64_t nbytes() const { return (numel() * dtype_bits(dtype_) + 7) / 8; }
+  KERNIX_HD DType dtype() const { return dtype_; }
   const char* dtype_name() const { return BE::dtype_name(dtype_); }
 
  private:
-  int64_t wrap(int64_t i) const {
+  KERNIX_HD int64_t wrap(int64_t i) const {
     int64_t j = i < 0 ? i + ndim_ : i;
+#ifndef __CUDA_ARCH__
     if (j < 0 || j >= ndim_) {
       detail::Message m;
       m << "BE::Tensor: dimension " << i << " is out of range for a tensor of rank " << ndim_;
       throw Error(m.c_str());
     }
+#endif
     return j;
   }
 
   void* data_ = nullptr;
   DType dtype_ = DType::Invalid;
   int64_t ndim_ = 0;
-  const int64_t* dims_ = nullptr;
+  const int64_t* dims_ = nullptr;  // host memory, valid during the call
+  int64_t inline_dims_[kMaxDim] = {};
+  mutable int64_t strides_[kMaxDim] = {};
 };
 
 }  // namespace BE
@@ -303,16 +381,27 @@ class Tensor {
   } else               \
     ::BE::detail::Raise() & ::BE::detail::CheckMessage(__FILE__, __LINE__, #cond)
 
-// BE_CUDA_CHECK(cudaMemsetAsync(...)); -- throws BE::Error naming the CUDA error.
-#define BE_CUDA_CHECK(expr)                                                        \
-  do {                                                                             \
-    cudaError_t be_cuda_err_ = (expr);                                             \
-    BE_CHECK(be_cuda_err_ == cudaSuccess)                                          \
-        << #expr << " returned " << cudaGetErrorName(be_cuda_err_) << " ("         \
-        << cudaGetErrorString(be_cuda_err_) << ")";                                \
+// BE_CUDA_CHECK(cudaMemsetAsync(...)); -- throws BE::CudaError naming the CUDA error.
+#define BE_CUDA_CHECK(expr)                                                          \
+  do {                                                                               \
+    cudaError_t be_cuda_err_ = (expr);                                               \
+    if (be_cuda_err_ != cudaSuccess) {                                               \
+      ::BE::detail::CheckMessage be_cuda_msg_(__FILE__, __LINE__, #expr);            \
+      be_cuda_msg_ << "returned " << cudaGetErrorName(be_cuda_err_) << " ("         \
+                   << cudaGetErrorString(be_cuda_err_) << ")";                      \
+      throw ::BE::CudaError(be_cuda_msg_.c_str());                                   \
+    }                                                                                \
   } while (0)
 
 // Call right after a kernel launch: reports a bad launch configuration etc.
 #define BE_CHECK_KERNEL_LAUNCH() BE_CUDA_CHECK(cudaGetLastError())
 
-#include "kernix/dispatch.h"
+// Like BE_CHECK_KERNEL_LAUNCH, then waits for the device so that a fault in
+// the kernel is reported here (for debugging: it synchronizes).
+#define BE_CHECK_KERNEL_LAUNCH_SYNC()          \
+  do {                                         \
+    BE_CUDA_CHECK(cudaGetLastError());         \
+    BE_CUDA_CHECK(cudaDeviceSynchronize());    \
+  } while (0)
+
+#include "dispatch.h"

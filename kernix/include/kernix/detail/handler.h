@@ -2,13 +2,16 @@
 //
 // Not part of the public API.  Handlers are compiled by the host compiler in
 // their own translation unit (the only one that includes XLA's ffi.h); they
-// decode the call frame, build BE::Tensor views and call the shims.
+// decode the call frame, describe each buffer as a kernix::TensorView and
+// call the shims.  Nothing here names BE::, so the handler never depends on
+// which BE::Tensor the user's code uses.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "kernix/common.h"
+// Relative to this file: a user's header named kernix/... cannot shadow it.
+#include "tensor_view.h"
 #include "xla/ffi/api/ffi.h"
 
 // Handlers are the library's only exported symbols (everything else is compiled
@@ -25,10 +28,10 @@ namespace detail {
 
 using ShimFn = const char* (*)(void* const*);
 
-inline BE::Tensor to_tensor(const xla::ffi::AnyBuffer& buffer) {
+inline TensorView to_view(const xla::ffi::AnyBuffer& buffer) {
   auto dims = buffer.dimensions();
-  return BE::Tensor(buffer.untyped_data(), static_cast<BE::DType>(buffer.element_type()),
-                    static_cast<int64_t>(dims.size()), dims.begin());
+  return TensorView{buffer.untyped_data(), static_cast<int32_t>(buffer.element_type()),
+                    static_cast<int64_t>(dims.size()), dims.begin()};
 }
 
 // Calls a shim and turns its error message, if any, into an FFI error.

@@ -3,6 +3,12 @@
 // Not part of the public API.  A shim is compiled in the user's translation
 // unit, right after the user's code, so it calls each function with its exact
 // C++ types; it turns any exception into a message for the FFI handler.
+//
+// The shim is the only generated code that names the user's tensor type.  It
+// builds that `BE::Tensor` from a kernix::TensorView through the public API a
+// BE::Tensor offers (a constructor taking data pointer, shape, rank and dtype),
+// so a BE::Tensor from kernix's own headers and one from a project's own
+// `brainevent/tensor.h` work alike.  This header defines nothing in BE.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +16,10 @@
 #include <cstring>
 #include <exception>
 #include <type_traits>
+#include <utility>
 
-#include "kernix/common.h"
+// Relative to this file: a user's header named kernix/... cannot shadow it.
+#include "tensor_view.h"
 
 #define KERNIX_SHIM_EXPORT extern "C" __attribute__((visibility("hidden")))
 
@@ -43,6 +51,95 @@ inline T from_bits(uint16_t bits) {
   T value;
   std::memcpy(static_cast<void*>(&value), &bits, sizeof(bits));
   return value;
+}
+
+// The exception a shim raises when a buffer cannot become the user's tensor.
+class ShimError : public std::exception {
+ public:
+  explicit ShimError(const char* text) { std::snprintf(text_, sizeof text_, "%s", text); }
+  const char* what() const noexcept override { return text_; }
+
+ private:
+  char text_[512];
+};
+
+// ---- XLA dtype code -> the user's DType enumerator, matched by name --------
+//
+// Each row: XLA_FFI_DataType code, the enumerator name BE::DType uses, and the
+// dtype's NumPy name.  An enumerator the user's DType lacks is simply absent
+// from its mapping (a buffer of that dtype is then refused with a message).
+#define KERNIX_DTYPE_ROWS(X)                                             \
+  X(1, Bool, "bool") X(2, Int8, "int8") X(3, Int16, "int16")             \
+  X(4, Int32, "int32") X(5, Int64, "int64") X(6, UInt8, "uint8")         \
+  X(7, UInt16, "uint16") X(8, UInt32, "uint32") X(9, UInt64, "uint64")   \
+  X(10, Float16, "float16") X(11, Float32, "float32")                    \
+  X(12, Float64, "float64") X(15, Complex64, "complex64")                \
+  X(16, BFloat16, "bfloat16") X(18, Complex128, "complex128")            \
+  X(19, Float8E5M2, "float8_e5m2") X(20, Float8E4M3FN, "float8_e4m3fn")
+
+#define KERNIX_HAS_ENUMERATOR_(CODE, NAME, TEXT)                              \
+  template <typename E, typename = void>                                      \
+  struct has_##NAME : std::false_type {};                                     \
+  template <typename E>                                                       \
+  struct has_##NAME<E, std::void_t<decltype(E::NAME)>> : std::true_type {};
+KERNIX_DTYPE_ROWS(KERNIX_HAS_ENUMERATOR_)
+#undef KERNIX_HAS_ENUMERATOR_
+
+inline const char* xla_dtype_name(int32_t code) {
+#define KERNIX_NAME_CASE_(CODE, NAME, TEXT) \
+  case CODE:                                \
+    return TEXT;
+  switch (code) { KERNIX_DTYPE_ROWS(KERNIX_NAME_CASE_) default: break; }
+#undef KERNIX_NAME_CASE_
+  return "an XLA type kernix does not name";
+}
+
+// Sets *out to the enumerator of E named like XLA dtype `code`; false when E has none.
+template <typename E>
+inline bool user_dtype(int32_t code, E* out) {
+#define KERNIX_DTYPE_CASE_(CODE, NAME, TEXT)     \
+  case CODE:                                     \
+    if constexpr (has_##NAME<E>::value) {        \
+      *out = E::NAME;                            \
+      return true;                               \
+    } else {                                     \
+      return false;                              \
+    }
+  switch (code) { KERNIX_DTYPE_ROWS(KERNIX_DTYPE_CASE_) default: break; }
+#undef KERNIX_DTYPE_CASE_
+  return false;
+}
+
+// ---- kernix::TensorView -> the user's tensor type ---------------------------
+
+template <typename T>
+using dtype_of = std::decay_t<decltype(std::declval<const T&>().dtype())>;
+
+// Builds a T (the BE::Tensor the user's code sees) describing `view`.
+// Tried in order: T(const kernix::TensorView&) (kernix's own BE::Tensor);
+// T(void* data, const int64_t* shape, int ndim, DType dtype) (the
+// constructor brainevent's BE::Tensor documents).
+template <typename T>
+inline T make_tensor(const TensorView& view) {
+  if constexpr (std::is_constructible<T, const TensorView&>::value) {
+    return T(view);
+  } else {
+    using D = dtype_of<T>;
+    static_assert(std::is_constructible<T, void*, const int64_t*, int, D>::value,
+                  "kernix: this BE::Tensor has no constructor BE::Tensor(void* data, const int64_t* shape, "
+                  "int ndim, BE::DType dtype); kernix cannot build it from an XLA buffer. Include "
+                  "\"kernix/common.h\" (or \"brainevent/common.h\") for a BE::Tensor kernix knows.");
+    D dtype{};
+    if (!user_dtype<D>(view.xla_dtype, &dtype)) {
+      char text[256];
+      std::snprintf(text, sizeof text,
+                    "a buffer of dtype %s (XLA code %d) has no BE::DType value in the BE::Tensor "
+                    "this source uses; pass a supported dtype",
+                    xla_dtype_name(view.xla_dtype), static_cast<int>(view.xla_dtype));
+      throw ShimError(text);
+    }
+    return T(view.data, view.dims, static_cast<int>(view.ndim), dtype);
+  }
 }
 
 }  // namespace detail

@@ -1,0 +1,23 @@
+// kernix/detail/tensor_view.h -- the buffer view the generated code passes around.
+//
+// Not part of the public API.  The handler unit (host compiler, XLA's ffi.h)
+// fills one kernix::TensorView per tensor parameter; the shim unit (compiled
+// with the user's code) turns it into whatever `BE::Tensor` the user's headers
+// define.  It lives in namespace kernix, never in BE, so it cannot collide with
+// a BE::Tensor or BE::DType of the user's own.
+#pragma once
+
+#include <cstdint>
+
+namespace kernix {
+
+// One XLA buffer: data pointer, element type as XLA numbers it
+// (XLA_FFI_DataType: 1 = PRED, 11 = F32, ...), rank and row-major dims.
+struct TensorView {
+  void* data;
+  int32_t xla_dtype;
+  int64_t ndim;
+  const int64_t* dims;
+};
+
+}  // namespace kernix
