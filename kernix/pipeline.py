@@ -156,8 +156,8 @@ def _infer(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:
             )
         for fname, tokens in functions.items():
             if tokens is not None:
-                check_spec_matches(tokens, found[fname], source="explicit")
-        units = [(src, [f for f in fns if f.name in functions]) for src, fns in units]
+                found[fname] = check_spec_matches(tokens, found[fname], source="explicit")
+        units = [(src, [found[f.name] for f in fns if f.name in functions]) for src, fns in units]
     seen: dict[str, FunctionSpec] = {}
     for _, fns in units:
         for f in fns:

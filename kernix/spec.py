@@ -209,7 +209,7 @@ class FunctionSpec:
         Where the declaration is (for messages); ``""`` / 0 if unknown.
     signature
         The shape signature in canonical form (``"(...,d),(d)->(...,d)"``,
-        see :mod:`kernix.signature`), or ``None``.
+        see ``kernix.signature``), or ``None``.
     vjp_of
         For a backward kernel (``vjp=NAME``), the forward function's name.
     doc

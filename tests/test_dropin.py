@@ -80,7 +80,6 @@ def test_block_dispatch_and_checks_fail_as_python_errors(reference_api_module) -
                               out=jax_struct((2,), jnp.float32)))
 
 
-@pytest.mark.xfail(strict=True, reason="the loaders export the inferred spec, not check_spec_matches' reconciled one")
 def test_half_attribute_on_uint16_reaches_the_function_as_bits() -> None:
     import jax.numpy as jnp
 

@@ -252,7 +252,7 @@ def infer_source(
             if not tokens:
                 continue
             try:
-                check_spec_matches(list(tokens), spec, source=source)
+                spec = check_spec_matches(list(tokens), spec, source=source)  # the caller's word may refine it
             except SourceError as exc:
                 errors.append(exc)
                 ok = False

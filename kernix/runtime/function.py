@@ -98,7 +98,7 @@ class KernelFunction:
     against it before launch (:class:`~kernix.errors.CallError`), ``jax.vmap``
     over ``...`` dimensions is one kernel call, a ``vjp=`` backward kernel makes
     ``jax.grad`` work, and inputs sharded along ``...`` dimensions are
-    processed per shard.  See :mod:`kernix.runtime.operation`.
+    processed per shard.  See ``kernix.runtime.operation``.
     """
 
     def __init__(self, module: "CompiledModule", spec: FunctionSpec) -> None:
