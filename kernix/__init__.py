@@ -45,8 +45,10 @@ from .loaders import (
     load_cuda_inline,
 )
 from .paths import cache_root, set_cache_dir
+from .prebuilt import PrebuiltError, build_module, load_prebuilt
 from .runtime.function import KernelFunction
 from .runtime.module import CompiledModule
+from .runtime.export import ExportedKernels, deserialize, export
 from .runtime.registry import list_registered_targets
 from .spec import FunctionSpec, Param, parse_arg_spec
 from .store.admin import cache_info, clear_cache
@@ -59,6 +61,12 @@ __all__ = [
     "load_cpp_inline",
     "load_cpp_file",
     "load_cpp_dir",
+    "load_prebuilt",
+    "build_module",
+    "PrebuiltError",
+    "export",
+    "deserialize",
+    "ExportedKernels",
     "infer_file",
     "InferResult",
     "language_of",
