@@ -8,6 +8,7 @@ Importing this package imports neither libclang nor the build backend;
 from __future__ import annotations
 
 from .format import MANIFEST_NAME, PREBUILT_FORMAT, PrebuiltError, PrebuiltManifest
+from .fallback import last_load_reason, load_or_build
 from .load import load_prebuilt
 
 
@@ -19,4 +20,4 @@ def build_module(*args, **kwargs):  # noqa: D103 - documented in kernix.prebuilt
 
 build_module.__doc__ = "Compile sources into a prebuilt module directory; see :func:`kernix.prebuilt.build.build_module`."
 
-__all__ = ["build_module", "load_prebuilt", "PrebuiltError", "PrebuiltManifest", "MANIFEST_NAME", "PREBUILT_FORMAT"]
+__all__ = ["build_module", "load_prebuilt", "load_or_build", "last_load_reason", "PrebuiltError", "PrebuiltManifest", "MANIFEST_NAME", "PREBUILT_FORMAT"]
