@@ -30,6 +30,7 @@ from .errors import (
     InvalidNameError,
     KernixError,
     OptionError,
+    PrebuiltError,
     RegistrationError,
     SourceError,
     SourceNotFoundError,
@@ -45,8 +46,10 @@ from .loaders import (
     load_cuda_inline,
 )
 from .paths import cache_root, set_cache_dir
+from .prebuilt import load_prebuilt
 from .runtime.function import KernelFunction
 from .runtime.module import CompiledModule
+from .runtime.export import ExportedKernels, deserialize, export
 from .runtime.registry import list_registered_targets
 from .spec import FunctionSpec, Param, parse_arg_spec
 from .store.admin import cache_info, clear_cache
@@ -59,6 +62,12 @@ __all__ = [
     "load_cpp_inline",
     "load_cpp_file",
     "load_cpp_dir",
+    "load_prebuilt",
+    "build_module",
+    "PrebuiltError",
+    "export",
+    "deserialize",
+    "ExportedKernels",
     "infer_file",
     "InferResult",
     "language_of",
@@ -102,4 +111,8 @@ def __getattr__(name: str):  # inference is imported on first use only (it loads
         from .frontend import infer
 
         return getattr(infer, name)
+    if name == "build_module":
+        from .prebuilt.build import build_module
+
+        return build_module
     raise AttributeError(f"module 'kernix' has no attribute {name!r}")

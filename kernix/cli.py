@@ -5,7 +5,10 @@ prints what kernix infers from each file's ``// @BE`` annotations.
 ``kernix stubs FILE... [-o OUT.pyi]`` writes a ``.pyi`` stub of the functions
 the files export (to stdout without ``-o``).
 ``kernix cache info [--json]`` lists the cached modules; ``kernix cache clear
-[NAME]`` deletes cached builds.
+[NAME]`` deletes cached builds.  ``kernix build SOURCE... -o DIR [--name NAME]
+[--cuda | --cpp] [--arch sm_80,sm_90] [-I DIR] [-D NAME[=VALUE]] [-O N]
+[--fast-math]`` writes a prebuilt module that :func:`kernix.load_prebuilt` loads
+without a compiler.
 
 Exit status: 0 when every annotated function was inferred, 1 when any was not
 (each error on stderr as ``FILE:LINE:COL: error: message``), 2 for usage errors.
@@ -20,7 +23,7 @@ import json
 import sys
 from typing import Any, Sequence
 
-__all__ = ["main", "build_parser", "add_inspect_parser", "add_stubs_parser", "add_cache_parser"]
+__all__ = ["main", "build_parser", "add_inspect_parser", "add_stubs_parser", "add_cache_parser", "add_build_parser"]
 
 
 def _error_line(err: Any) -> str:
@@ -235,6 +238,61 @@ def add_cache_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _run_build(args: argparse.Namespace) -> int:
+    from .errors import InferenceError, KernixError
+    from .prebuilt.build import build_module
+
+    language = "cuda" if args.cuda else "cpp" if args.cpp else None
+    try:
+        manifest = build_module(
+            args.sources, args.output, name=args.name, language=language, arch=args.arch,
+            include_dirs=args.include_dirs, defines=args.defines, optimization_level=args.opt,
+            use_fast_math=args.fast_math, verbose=args.verbose,
+        )
+    except InferenceError as exc:
+        for err in exc.errors:
+            print(_error_line(err), file=sys.stderr)
+        return 1
+    except KernixError as exc:
+        print(f"kernix build: error: {exc}", file=sys.stderr)
+        return 1
+    archs = ", ".join([*manifest.sass, *manifest.ptx])
+    print(f"built {manifest.name} ({manifest.platform}{': ' + archs if archs else ''}) into {manifest.directory}")
+    print(f"  {manifest.library}  {_human_size(manifest.library_size)}  sha256 {manifest.library_sha256[:16]}...")
+    print(f"  functions: {', '.join(f.name for f in manifest.functions)}")
+    return 0
+
+
+def add_build_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``build`` subcommand (a prebuilt module for :func:`kernix.load_prebuilt`) to ``subparsers``."""
+    p = subparsers.add_parser(
+        "build",
+        help="compile sources into a prebuilt module (loaded later without a compiler)",
+        description="Compile C++/CUDA sources into a self-contained module directory: the library "
+                    "and kernix-prebuilt.json. kernix.load_prebuilt(DIR) loads it with no compiler.",
+    )
+    p.add_argument("sources", nargs="+", metavar="SOURCE", help="C++ or CUDA source files")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the module directory to write")
+    p.add_argument("--name", default=None, help="module name and default FFI target prefix "
+                                                "(default: the file's stem)")
+    lang = p.add_mutually_exclusive_group()
+    lang.add_argument("--cuda", action="store_true", help="build as CUDA whatever the extension")
+    lang.add_argument("--cpp", action="store_true", help="build as C++ (CPU) whatever the extension")
+    p.add_argument("--arch", default=None, metavar="LIST",
+                   help="CUDA architectures, e.g. sm_80,sm_90: machine code for each, PTX of the newest "
+                        "(default: $KERNIX_CUDA_ARCH_LIST, $KERNIX_CUDA_ARCH, else this machine's GPU)")
+    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR",
+                   help="add an include directory (repeatable)")
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="define a macro (repeatable)")
+    p.add_argument("-O", dest="opt", type=int, default=3, choices=range(4), metavar="N",
+                   help="optimisation level 0-3 (default 3)")
+    p.add_argument("--fast-math", action="store_true", help="--use_fast_math (nvcc) / -ffast-math (C++)")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every compiler command")
+    p.set_defaults(func=_run_build)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand."""
     parser = argparse.ArgumentParser(prog="kernix", description="Call annotated C++ and CUDA functions from JAX.")
@@ -243,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_inspect_parser(sub)
     add_stubs_parser(sub)
     add_cache_parser(sub)
+    add_build_parser(sub)
     return parser
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "ToolchainError",
     "CacheError",
     "RegistrationError",
+    "PrebuiltError",
     *(
         "BrainEventError KernelError KernelCompilationError KernelToolchainError NvccNotFoundError "
         "HostCompilerNotFoundError HeaderNotFoundError GpuArchDetectionError UnsupportedArchError "
@@ -156,6 +157,21 @@ class ToolchainError(KernixError):
 
 class CacheError(KernixError):
     """The build cache cannot be used (permissions, space, damage)."""
+
+
+class PrebuiltError(KernixError):
+    """A prebuilt module that cannot be used here.
+
+    Attributes
+    ----------
+    reason
+        A short machine-readable cause: ``"missing"``, ``"format"``,
+        ``"hash"``, ``"ffi_api"``, ``"platform"`` or ``"arch"``.
+    """
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class RegistrationError(KernixError):

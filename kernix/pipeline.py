@@ -31,7 +31,7 @@ from .store.lock import build_lock
 from .store.manifest import Manifest
 from .store.workdir import build_directory
 
-__all__ = ["load", "build_config", "cache_key"]
+__all__ = ["load", "build_config", "cache_key", "infer_units"]
 
 
 def build_config(request: LoadRequest) -> BuildConfig:
@@ -116,7 +116,7 @@ def load(request: LoadRequest) -> CompiledModule:
 
 
 def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) -> Manifest:
-    units = _infer(request)
+    units = infer_units(request)
     index = itertools.count()  # module-wide: every generated symbol is unique
     exported = [(str(src), [codegen.ExportedFunction(next(index), f) for f in fns]) for src, fns in units]
     with build_directory(request.root, request.name, fresh=fresh) as build_dir:
@@ -130,7 +130,16 @@ def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
     )
 
 
-def _infer(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:
+def infer_units(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:
+    """Infer every source of ``request``: ``(source, specs)`` per file, the
+    specs an explicit ``functions=`` gave reconciled, names unique, ``vjp=``
+    pairs checked.
+
+    Raises
+    ------
+    InferenceError
+        With every problem of every file.
+    """
     from .frontend.infer import infer_file  # libclang: only when building
 
     sources, functions = request.sources, request.functions

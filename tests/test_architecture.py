@@ -29,6 +29,7 @@ LAYERS = {
     "kernix.store": 3,
     "kernix.runtime": 3,
     "kernix.frontend": 4,
+    "kernix.prebuilt": 8,
     "kernix.backend": 4,
     "kernix.request": 5,
     "kernix.pipeline": 6,

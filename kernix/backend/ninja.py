@@ -48,7 +48,8 @@ class BuildConfig:
     extra_cflags, extra_ldflags, include_dirs
         Passed through, in order.
     arch
-        ``sm_XY`` for CUDA builds.
+        ``sm_XY`` for CUDA builds, or a comma-separated list ``sm_80,sm_90``
+        for a fat binary (see :attr:`archs`).
     allow_cuda_graph
         Mark handlers command-buffer compatible.
     """
@@ -69,6 +70,17 @@ class BuildConfig:
             raise KernixError(f"optimization_level must be an int from 0 to 3, not {self.optimization_level!r}")
         if self.platform == "cuda" and not self.arch:
             raise KernixError("a CUDA build needs an architecture (arch='sm_90', say)")
+
+    @property
+    def archs(self) -> tuple[str, ...]:
+        """The architectures machine code is built for, oldest first (empty for CPU builds)."""
+        return toolchain.normalize_arch_list(self.arch) if self.arch else ()
+
+    @property
+    def ptx_arch(self) -> str | None:
+        """The virtual architecture whose PTX is embedded: the newest one, so
+        newer GPUs can still compile the module at load time."""
+        return "compute_" + self.archs[-1][3:] if self.arch else None
 
 
 @dataclass(frozen=True)
@@ -130,13 +142,16 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
     link = [cxx, "-shared", "-Wl,--exclude-libs,ALL"]
     if config.platform == "cuda":
         nvcc = toolchain.find_nvcc().path
-        arch = config.arch
-        assert arch is not None
-        virtual = "compute_" + arch[3:]
+        # Machine code for every architecture, PTX of the newest only; one
+        # architecture gives the single flag `code=[compute_XY,sm_XY]`.
+        archs = config.archs
+        gencode = [f"--generate-code=arch=compute_{a[3:]},code=sm_{a[3:]}" for a in archs[:-1]]
+        newest = archs[-1][3:]
+        gencode.append(f"--generate-code=arch=compute_{newest},code=[compute_{newest},sm_{newest}]")
         user = [
             nvcc, f"-ccbin={cxx}",  # one host compiler (and C++ ABI) for every object
             "-std=c++17", opt, f"-Xptxas=-O{config.optimization_level}",
-            f"--generate-code=arch={virtual},code=[{virtual},{arch}]",
+            *gencode,
             "-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=hidden",
             "--expt-relaxed-constexpr", "--extended-lambda",
         ]

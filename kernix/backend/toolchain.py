@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from ..errors import ToolchainError
 from ..store.files import remembered
@@ -30,11 +31,14 @@ __all__ = [
     "jax_ffi_include_dir",
     "jaxlib_version",
     "normalize_arch",
+    "normalize_arch_list",
+    "arch_key",
     "detect_compute_capability",
 ]
 
 NVCC_ENV = "KERNIX_NVCC"
 ARCH_ENV = "KERNIX_CUDA_ARCH"
+ARCH_LIST_ENV = "KERNIX_CUDA_ARCH_LIST"
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,36 @@ def normalize_arch(value: str | int) -> str:
     return f"sm_{digits}{suffix}"
 
 
+def arch_key(arch: str) -> tuple[int, int, str]:
+    """``(major, minor, suffix)`` of an ``sm_XY[a|f]`` name: ``sm_86`` -> ``(8, 6, "")``,
+    ``sm_100a`` -> ``(10, 0, "a")``.  Sorting by it orders architectures oldest first."""
+    m = re.fullmatch(r"sm_(\d+)(\d)([af]?)", arch)
+    if not m:
+        raise ToolchainError(f"not a normalised architecture name: {arch!r} (expected 'sm_XY')")
+    return int(m.group(1)), int(m.group(2)), m.group(3)
+
+
+def normalize_arch_list(value: str | int | Sequence[str | int]) -> tuple[str, ...]:
+    """Turn an architecture list into sorted, distinct ``sm_XY`` names.
+
+    Accepts ``"sm_80,sm_90"``, ``"80;90"``, ``"8.0 9.0"``, ``["80", "sm_90"]``
+    or a single architecture in any form :func:`normalize_arch` takes.
+
+    Raises
+    ------
+    ToolchainError
+        If an item is not a compute capability, or the list is empty.
+    """
+    items: list[str | int]
+    if isinstance(value, (str, int)):
+        items = [t for t in re.split(r"[,;\s]+", str(value)) if t]
+    else:
+        items = [t for v in value for t in (re.split(r"[,;\s]+", v) if isinstance(v, str) else [v]) if t != ""]
+    if not items:
+        raise ToolchainError(f"empty architecture list {value!r}: give at least one, e.g. 'sm_80,sm_90'")
+    return tuple(sorted({normalize_arch(v) for v in items}, key=arch_key))
+
+
 def _arch_from_jax() -> str | None:
     try:
         import jax
@@ -236,11 +270,13 @@ def _arch_from_nvidia_smi() -> str | None:
     return None
 
 
-def detect_compute_capability(explicit: str | None = None) -> str:
-    """The GPU architecture to build for, as ``sm_XY``.
+def detect_compute_capability(explicit: str | Sequence[str] | None = None) -> str:
+    """The GPU architecture(s) to build for: ``sm_XY``, or ``sm_XY,sm_ZW,...``
+    (sorted, oldest first) for a multi-architecture build.
 
-    Looks, in order, at ``explicit``, ``$KERNIX_CUDA_ARCH``, the JAX GPU devices
-    and ``nvidia-smi``.
+    Looks, in order, at ``explicit`` (one architecture or a list, see
+    :func:`normalize_arch_list`), ``$KERNIX_CUDA_ARCH_LIST``,
+    ``$KERNIX_CUDA_ARCH``, the JAX GPU devices and ``nvidia-smi``.
 
     Raises
     ------
@@ -248,7 +284,10 @@ def detect_compute_capability(explicit: str | None = None) -> str:
         When none of them gives one, saying how to set it.
     """
     if explicit:
-        return normalize_arch(explicit)
+        return ",".join(normalize_arch_list(explicit))
+    env_list = os.environ.get(ARCH_LIST_ENV)
+    if env_list and env_list.strip():
+        return ",".join(normalize_arch_list(env_list))
     env = os.environ.get(ARCH_ENV)
     if env:
         return normalize_arch(env)
@@ -257,5 +296,6 @@ def detect_compute_capability(explicit: str | None = None) -> str:
         return arch
     raise ToolchainError(
         "could not detect the GPU's compute capability (no JAX GPU device, no nvidia-smi). "
-        f"Pass compute_capability='sm_90' (for example) or set ${ARCH_ENV}=sm_90."
+        f"Pass compute_capability='sm_90' (or a list, ['sm_80', 'sm_90']), or set ${ARCH_ENV}=sm_90 "
+        f"(or ${ARCH_LIST_ENV}=sm_80,sm_90)."
     )

@@ -10,6 +10,7 @@ no-op, and registering different content under a taken name raises
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +18,20 @@ from pathlib import Path
 from ..errors import RegistrationError
 from ..languages import JAX_PLATFORMS
 
-__all__ = ["Registration", "load_library", "handler_address", "register_target", "list_registered_targets"]
+__all__ = [
+    "Registration",
+    "load_library",
+    "handler_address",
+    "register_target",
+    "list_registered_targets",
+    "versioned_name",
+    "versioned_target",
+]
 
 _lock = threading.RLock()
 _libraries: dict[str, ctypes.CDLL] = {}
 _targets: dict[tuple[str, str], "Registration"] = {}
+_versioned: dict[str, str] = {}  # target -> its content-versioned name
 
 @dataclass(frozen=True)
 class Registration:
@@ -74,6 +84,10 @@ def register_target(target: str, platform: str, library_path: str | Path, symbol
         A string identifying the code (the library's SHA-256 and the
         function): the same identity may be registered again harmlessly.
 
+    The handler is registered a second time as :func:`versioned_name`
+    (``"<target>@<12 hex of the library's SHA-256>"``), the name that
+    :func:`kernix.export` writes into exported artifacts.
+
     Returns
     -------
     bool
@@ -102,7 +116,32 @@ def register_target(target: str, platform: str, library_path: str | Path, symbol
         fn = handler_address(lib, symbol)
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(fn), platform=jax_platform, api_version=1)
         _targets[(target, jax_platform)] = Registration(target, jax_platform, identity, str(library_path), symbol)
+        versioned = versioned_name(target, identity)
+        if (versioned, jax_platform) not in _targets:
+            jax.ffi.register_ffi_target(versioned, jax.ffi.pycapsule(fn), platform=jax_platform, api_version=1)
+            _targets[(versioned, jax_platform)] = Registration(
+                versioned, jax_platform, identity, str(library_path), symbol
+            )
+        _versioned[target] = versioned
         return True
+
+
+def versioned_name(target: str, identity: str) -> str:
+    """``"<target>@<version>"``: the target name that also names the code.
+
+    ``version`` is the first 12 hex digits of the library's SHA-256 (the start
+    of ``identity``), or of the SHA-256 of ``identity`` when it starts otherwise.
+    """
+    head = identity.split(":", 1)[0]
+    if len(head) < 12 or any(c not in "0123456789abcdef" for c in head[:12]):
+        head = hashlib.sha256(identity.encode()).hexdigest()
+    return f"{target}@{head[:12]}"
+
+
+def versioned_target(target: str) -> str | None:
+    """The content-versioned name of a target kernix registered, or ``None``."""
+    with _lock:
+        return _versioned.get(target)
 
 
 def list_registered_targets() -> dict[str, str]:

@@ -1,0 +1,238 @@
+"""``build_module``: compile sources into a self-contained prebuilt module directory.
+
+The steps are the JIT pipeline's (libclang inference, code generation, the
+ninja build), run in a temporary work directory; only the library and its
+manifest (:mod:`kernix.prebuilt.format`) are written to the output directory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from .._version import __version__
+from ..errors import KernixError, PrebuiltError, SourceNotFoundError
+from ..languages import Language, language_of
+from .format import MANIFEST_NAME, PrebuiltManifest, ffi_api_of
+
+__all__ = ["build_module"]
+
+
+def _language(sources: Sequence[Path], language: str | None) -> Language:
+    if language is not None:
+        if language not in ("cuda", "cpp"):
+            raise KernixError(f"language must be 'cuda' or 'cpp', not {language!r}")
+        return language  # type: ignore[return-value]
+    found = {language_of(str(s)) for s in sources}
+    if len(found) != 1:
+        raise KernixError(
+            f"the sources mix CUDA and C++ files ({', '.join(map(str, sources))}): build them as one "
+            "language with language='cuda' (--cuda) or language='cpp' (--cpp)"
+        )
+    return found.pop()
+
+
+def _fatbin_archs(library: Path) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """``(sass, ptx)`` architectures that ``cuobjdump`` finds in ``library``, or
+    ``None`` when cuobjdump is not available or fails."""
+    from ..backend import toolchain
+
+    try:
+        tool = Path(toolchain.find_nvcc().path).with_name("cuobjdump")
+    except KernixError:
+        return None
+    if not tool.is_file():
+        return None
+    try:
+        out = subprocess.run([str(tool), "--list-elf", "--list-ptx", str(library)],
+                             capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    sass = sorted(set(re.findall(r"\.(sm_\d+[af]?)\.cubin", out.stdout)), key=toolchain.arch_key)
+    ptx = sorted({"compute_" + a[3:] for a in re.findall(r"\.(sm_\d+[af]?)\.ptx", out.stdout)},
+                 key=lambda a: toolchain.arch_key("sm_" + a[8:]))
+    return tuple(sass), tuple(ptx)
+
+
+def _publish_library(built: Path, output: Path, name: str, digest: str) -> str:
+    """Copy the library into ``output`` under a content-named file; returns its name."""
+    library = f"{name}-{digest[:12]}.so"
+    tmp = output / f".{library}.{os.getpid()}.tmp"
+    shutil.copyfile(built, tmp)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, output / library)
+    return library
+
+
+def _remove_previous(output: Path, keep: str) -> None:
+    """Remove the library of a module previously built into ``output``."""
+    try:
+        old = PrebuiltManifest.read(output)
+    except PrebuiltError:
+        return
+    if old.library != keep:
+        try:
+            old.library_path.unlink()
+        except OSError:
+            pass
+
+
+def build_module(
+    sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    output_dir: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    language: str | None = None,
+    functions: Any = None,
+    arch: str | Sequence[str] | None = None,
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    optimization_level: int = 3,
+    use_fast_math: bool = False,
+    extra_cflags: Sequence[str] = (),
+    extra_ldflags: Sequence[str] = (),
+    allow_cuda_graph: bool = True,
+    workers: int | None = None,
+    verbose: bool = False,
+) -> PrebuiltManifest:
+    """Compile ``sources`` into a prebuilt module in ``output_dir``.
+
+    The directory then holds the library and ``kernix-prebuilt.json``, and
+    :func:`kernix.load_prebuilt` loads it on a machine with no compiler.
+
+    Parameters
+    ----------
+    sources : path or list of paths
+        The C++ or CUDA files (each its own translation unit).
+    output_dir : path
+        Where the module is written (created if needed; a module built there
+        before is replaced).
+    name : str, optional
+        The module name and default FFI target prefix (default: the file's
+        stem, or the output directory's name for several files).
+    language : {"cuda", "cpp"}, optional
+        Default: from the files' extensions.
+    functions : list or dict, optional
+        As for the loaders: which functions to export (default: every ``// @BE`` one).
+    arch : str or list of str, optional
+        CUDA architectures, e.g. ``"sm_80,sm_90"`` or ``["80", "90"]``:
+        machine code for each plus PTX of the newest.  Default:
+        ``$KERNIX_CUDA_ARCH_LIST``, ``$KERNIX_CUDA_ARCH``, else this machine's GPU.
+    include_dirs : list of str
+        Include directories (``-I``).
+    defines : list of str
+        Macros, ``NAME`` or ``NAME=VALUE`` (``-D``).
+    optimization_level : int
+        ``-O<n>`` (0-3).
+    use_fast_math : bool
+        ``--use_fast_math`` / ``-ffast-math``.
+    extra_cflags, extra_ldflags : list of str
+        More compiler / linker flags.
+    allow_cuda_graph : bool
+        Mark the CUDA handlers command-buffer compatible.
+    workers : int, optional
+        Parallel compile jobs.
+    verbose : bool
+        Print every compiler command.
+
+    Returns
+    -------
+    PrebuiltManifest
+        What was written.
+
+    Raises
+    ------
+    kernix.InferenceError, kernix.CompilationError, kernix.ToolchainError
+        As a JIT load would.
+    """
+    from .. import pipeline
+    from ..backend import codegen, toolchain
+    from ..backend.ninja import build_module as ninja_build
+    from ..loaders import default_module_name
+    from ..request import make_request
+    from ..store.files import file_digest
+
+    paths = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
+    srcs = [Path(s).expanduser().absolute() for s in paths]
+    if not srcs:
+        raise KernixError("build_module needs at least one source file")
+    for s in srcs:
+        if not s.is_file():
+            raise SourceNotFoundError(f"source file not found: {s}")
+    lang = _language(srcs, language)
+    output = Path(output_dir).expanduser().absolute()
+    if name is None:
+        name = default_module_name(srcs[0] if len(srcs) == 1 else output)
+    cflags = [*(f"-D{d}" for d in defines), *extra_cflags]
+    options: dict[str, Any] = {
+        "extra_cuda_cflags" if lang == "cuda" else "extra_cflags": cflags,
+        "extra_ldflags": list(extra_ldflags),
+        "extra_include_paths": list(include_dirs),
+        "optimization_level": optimization_level,
+        "use_fast_math": use_fast_math,
+        "ninja_workers": workers,
+        "verbose": verbose,
+    }
+    if lang == "cuda":
+        options["compute_capability"] = arch
+        options["allow_cuda_graph"] = allow_cuda_graph
+    elif arch:
+        raise KernixError("arch is for CUDA builds; a C++ (CPU) module has no GPU architecture")
+    request = make_request(name, srcs, lang, functions, options)
+    config = pipeline.build_config(request)
+
+    units = pipeline.infer_units(request)
+    index = itertools.count()
+    exported = [(str(src), [codegen.ExportedFunction(next(index), f) for f in fns]) for src, fns in units]
+    all_fns = [e for _, es in exported for e in es]
+    output.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"kernix-build-{name}-") as work:
+        result = ninja_build(Path(work), exported, config, workers=workers, verbose=verbose)
+        digest = file_digest(result.so_path)
+        sass, ptx = config.archs, ((config.ptx_arch,) if config.ptx_arch else ())
+        if config.platform == "cuda":
+            sass, ptx = _fatbin_archs(result.so_path) or (sass, ptx)
+        library = _publish_library(result.so_path, output, name, digest)
+    compilers = [toolchain.find_host_compiler().identity]
+    if config.platform == "cuda":
+        compilers.append(toolchain.find_nvcc().identity)
+    manifest = PrebuiltManifest(
+        directory=output,
+        name=name,
+        platform=config.platform,
+        library=library,
+        library_sha256=digest,
+        library_size=(output / library).stat().st_size,
+        functions=tuple(e.spec for e in all_fns),
+        handlers={e.spec.name: codegen.handler_symbol(e) for e in all_fns},
+        kernix=__version__,
+        jaxlib=toolchain.jaxlib_version(),
+        ffi_api=ffi_api_of(toolchain.jax_ffi_include_dir()),
+        compilers=tuple(compilers),
+        sass=tuple(sass),
+        ptx=tuple(ptx),
+        sources=tuple((s.name, file_digest(s)) for s in srcs),
+        options={
+            "language": lang,
+            "optimization_level": optimization_level,
+            "use_fast_math": use_fast_math,
+            "defines": list(defines),
+            "include_dirs": [str(Path(d).name) for d in include_dirs],
+            "allow_cuda_graph": config.allow_cuda_graph,
+        },
+    )
+    _remove_previous(output, library)
+    manifest.write()
+    return manifest
+
+
+# The manifest's file name, for callers that list a module's files.
+MANIFEST = MANIFEST_NAME

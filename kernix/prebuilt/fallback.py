@@ -1,0 +1,93 @@
+"""``load_or_build``: the prebuilt module when it can serve this machine, else a JIT build.
+
+Meant for a package that ships prebuilt kernels *and* their sources::
+
+    from kernix.prebuilt import load_or_build
+
+    ops = load_or_build(HERE / "_prebuilt" / "ops", [HERE / "kernels" / "ops.cu"],
+                        target_prefix="mypkg.ops")
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import PrebuiltError
+from ..runtime.module import CompiledModule
+from .load import load_prebuilt
+
+__all__ = ["load_or_build", "last_load_reason"]
+
+_reasons: dict[str, str] = {}
+
+
+def last_load_reason(prebuilt_dir: str | os.PathLike[str]) -> str:
+    """How the last :func:`load_or_build` of ``prebuilt_dir`` was served:
+    ``"prebuilt"``, or ``"jit: <why the prebuilt module could not be used>"``."""
+    return _reasons.get(str(Path(prebuilt_dir).absolute()), "not loaded")
+
+
+def load_or_build(
+    prebuilt_dir: str | os.PathLike[str],
+    sources: Sequence[str | os.PathLike[str]],
+    *,
+    target_prefix: str | None = None,
+    name: str | None = None,
+    quiet: bool = False,
+    **options: Any,
+) -> CompiledModule:
+    """Load ``prebuilt_dir`` with :func:`load_prebuilt`; when it cannot serve this
+    machine (missing, damaged, another FFI API, no matching GPU architecture),
+    say why on stderr and build ``sources`` with the JIT loaders instead.
+
+    Parameters
+    ----------
+    prebuilt_dir : path
+        The prebuilt module (made at wheel-build time).
+    sources : list of paths
+        The shipped sources: one file (``load_cuda_file`` / ``load_cpp_file``
+        by extension) or several (``load_*_dir`` of their common directory).
+    target_prefix : str, optional
+        FFI target prefix, for both paths (keep it equal so exported artifacts
+        and other code see one name).
+    name : str, optional
+        Module name of the JIT build (default: the prebuilt module's name).
+    quiet : bool
+        Do not print why the JIT build was needed.
+    **options
+        Loader options for the JIT build (``extra_cuda_cflags``, ``compute_capability``...).
+
+    Returns
+    -------
+    CompiledModule
+    """
+    key = str(Path(prebuilt_dir).absolute())
+    try:
+        module = load_prebuilt(prebuilt_dir, target_prefix=target_prefix)
+        _reasons[key] = "prebuilt"
+        return module
+    except PrebuiltError as exc:
+        why = f"{exc.reason}: {exc}"
+    _reasons[key] = f"jit: {why}"
+    if not quiet:
+        print(f"kernix: the prebuilt module {prebuilt_dir} cannot be used here ({why}); "
+              "building it from its sources instead", file=sys.stderr)
+    from .. import loaders
+
+    paths = [Path(s) for s in sources]
+    if name is None:
+        try:
+            from .format import PrebuiltManifest
+
+            name = PrebuiltManifest.read(prebuilt_dir).name
+        except PrebuiltError:
+            name = None
+    cuda = paths[0].suffix in (".cu", ".cuh")
+    if len(paths) == 1:
+        load = loaders.load_cuda_file if cuda else loaders.load_cpp_file
+        return load(paths[0], name=name, target_prefix=target_prefix, **options)
+    load_dir = loaders.load_cuda_dir if cuda else loaders.load_cpp_dir
+    return load_dir(paths[0].parent, functions=None, name=name, target_prefix=target_prefix, **options)

@@ -1,0 +1,311 @@
+"""The on-disk format of a prebuilt module, and the compatibility rules it is checked by.
+
+A prebuilt module is a directory holding two files::
+
+    kernix-prebuilt.json      the manifest (below)
+    <name>-<sha12>.so         the library: generated handlers + user code
+
+Format 1 of ``kernix-prebuilt.json`` (one JSON object; readers refuse another
+``format``)::
+
+    format          1
+    kind            "kernix-prebuilt"
+    name            the module name (default FFI target prefix)
+    platform        "cuda" or "cpu"
+    library         the library's file name, in the same directory
+    library_sha256  SHA-256 of the library (checked before it is loaded)
+    library_size    its size in bytes
+    functions       the specs, in export order (FunctionSpec.to_json)
+    handlers        function name -> exported handler symbol
+    kernix          the kernix version that built it
+    jaxlib          the jaxlib version whose FFI headers it was compiled against
+    ffi_api         [major, minor]: XLA_FFI_API_MAJOR/MINOR of those headers
+    compilers       the compilers' identities (path and --version banner)
+    sass            CUDA architectures with machine code, e.g. ["sm_80", "sm_90"]
+    ptx             virtual architectures with PTX, e.g. ["compute_90"]
+    sources         [[file name, sha256], ...] of the sources it was built from
+    options         the build options (optimization level, fast math, defines...)
+    created         seconds since the epoch
+
+This module imports nothing from :mod:`kernix.frontend` or
+:mod:`kernix.backend`: it is read on machines without a compiler.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import KernixError, PrebuiltError
+from ..names import is_identifier
+from ..spec import FunctionSpec
+
+__all__ = [
+    "PREBUILT_FORMAT",
+    "MANIFEST_NAME",
+    "PrebuiltError",
+    "PrebuiltManifest",
+    "running_ffi_api",
+    "ffi_api_problem",
+    "arch_problem",
+]
+
+PREBUILT_FORMAT = 1
+MANIFEST_NAME = "kernix-prebuilt.json"
+_KIND = "kernix-prebuilt"
+_LIBRARY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.so")
+_SYMBOL_RE = re.compile(r"kernix_handler_[0-9]+_[A-Za-z0-9_]+")
+_SASS_RE = re.compile(r"sm_(\d+)(\d)([af]?)")
+_PTX_RE = re.compile(r"compute_(\d+)(\d)([af]?)")
+
+
+@dataclass(frozen=True)
+class PrebuiltManifest:
+    """The manifest of a prebuilt module (see the module docstring).
+
+    Attributes
+    ----------
+    directory
+        Where it was read from (not stored).
+    """
+
+    directory: Path
+    name: str
+    platform: str
+    library: str
+    library_sha256: str
+    library_size: int
+    functions: tuple[FunctionSpec, ...]
+    handlers: dict[str, str]
+    kernix: str
+    jaxlib: str
+    ffi_api: tuple[int, int]
+    compilers: tuple[str, ...] = ()
+    sass: tuple[str, ...] = ()
+    ptx: tuple[str, ...] = ()
+    sources: tuple[tuple[str, str], ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    created: float = field(default_factory=time.time)
+
+    @property
+    def library_path(self) -> Path:
+        """The library."""
+        return self.directory / self.library
+
+    def to_json(self) -> dict[str, Any]:
+        """The on-disk form."""
+        return {
+            "format": PREBUILT_FORMAT,
+            "kind": _KIND,
+            "name": self.name,
+            "platform": self.platform,
+            "library": self.library,
+            "library_sha256": self.library_sha256,
+            "library_size": self.library_size,
+            "functions": [f.to_json() for f in self.functions],
+            "handlers": dict(self.handlers),
+            "kernix": self.kernix,
+            "jaxlib": self.jaxlib,
+            "ffi_api": list(self.ffi_api),
+            "compilers": list(self.compilers),
+            "sass": list(self.sass),
+            "ptx": list(self.ptx),
+            "sources": [list(s) for s in self.sources],
+            "options": dict(self.options),
+            "created": self.created,
+        }
+
+    @classmethod
+    def from_json(cls, directory: Path, data: Any) -> "PrebuiltManifest":
+        """Validate and read the on-disk form.
+
+        Everything that reaches ``dlopen`` or a symbol look-up is checked: the
+        library's file name, the handler symbols, the specs.
+
+        Raises
+        ------
+        PrebuiltError
+            With ``reason="format"``, saying what is wrong.
+        """
+        where = directory / MANIFEST_NAME
+        try:
+            if not isinstance(data, dict) or data.get("kind") != _KIND:
+                raise PrebuiltError(f"{where} is not a kernix prebuilt manifest", "format")
+            if data.get("format") != PREBUILT_FORMAT:
+                raise PrebuiltError(
+                    f"{where} has format {data.get('format')!r}; this kernix reads format {PREBUILT_FORMAT}. "
+                    "Rebuild it with this kernix (`kernix build ...`) or install the kernix that built it "
+                    f"({data.get('kernix', 'unknown version')}).",
+                    "format",
+                )
+            library = data["library"]
+            if not isinstance(library, str) or not _LIBRARY_RE.fullmatch(library):
+                raise PrebuiltError(f"{where}: bad library file name {library!r}", "format")
+            functions = tuple(FunctionSpec.from_json(f) for f in data["functions"])
+            handlers = {str(k): str(v) for k, v in data["handlers"].items()}
+            for fn in functions:
+                if not is_identifier(fn.name) or not _SYMBOL_RE.fullmatch(handlers.get(fn.name, "")):
+                    raise PrebuiltError(f"{where}: bad function or handler name for {fn.name!r}", "format")
+            platform = str(data["platform"])
+            if platform not in ("cuda", "cpu"):
+                raise PrebuiltError(f"{where}: unknown platform {platform!r}", "format")
+            sass = tuple(str(a) for a in data.get("sass") or ())
+            ptx = tuple(str(a) for a in data.get("ptx") or ())
+            if not all(_SASS_RE.fullmatch(a) for a in sass) or not all(_PTX_RE.fullmatch(a) for a in ptx):
+                raise PrebuiltError(f"{where}: bad architecture list {sass!r} / {ptx!r}", "format")
+            major, minor = (int(v) for v in data["ffi_api"])
+            return cls(
+                directory=directory,
+                name=str(data["name"]),
+                platform=platform,
+                library=library,
+                library_sha256=str(data["library_sha256"]),
+                library_size=int(data["library_size"]),
+                functions=functions,
+                handlers=handlers,
+                kernix=str(data["kernix"]),
+                jaxlib=str(data["jaxlib"]),
+                ffi_api=(major, minor),
+                compilers=tuple(str(c) for c in data.get("compilers") or ()),
+                sass=sass,
+                ptx=ptx,
+                sources=tuple((str(n), str(h)) for n, h in data.get("sources") or ()),
+                options=dict(data.get("options") or {}),
+                created=float(data.get("created", 0.0)),
+            )
+        except PrebuiltError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise PrebuiltError(f"{where} is not a valid kernix prebuilt manifest: {exc!r}", "format") from None
+
+    @classmethod
+    def read(cls, directory: str | os.PathLike[str]) -> "PrebuiltManifest":
+        """Read ``directory/kernix-prebuilt.json``.
+
+        Raises
+        ------
+        PrebuiltError
+            ``reason="missing"`` when there is no manifest, ``"format"`` when it is not valid.
+        """
+        d = Path(directory).expanduser().absolute()
+        try:
+            raw = (d / MANIFEST_NAME).read_bytes()
+        except OSError as exc:
+            raise PrebuiltError(
+                f"{d} is not a prebuilt kernix module ({MANIFEST_NAME}: {exc.strerror or exc}); "
+                "make one with `kernix build SOURCE... -o DIR`",
+                "missing",
+            ) from None
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise PrebuiltError(f"{d / MANIFEST_NAME} is not JSON: {exc}", "format") from None
+        return cls.from_json(d, data)
+
+    def write(self) -> None:
+        """Write the manifest into :attr:`directory` (indented: it is meant to be read)."""
+        path = self.directory / MANIFEST_NAME
+        tmp = path.with_name(f".{MANIFEST_NAME}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        os.replace(tmp, path)
+
+
+def _header_ffi_api(include_dir: str) -> tuple[int, int] | None:
+    try:
+        text = Path(include_dir, "xla", "ffi", "api", "c_api.h").read_text(errors="replace")
+    except OSError:
+        return None
+    major = re.search(r"#define\s+XLA_FFI_API_MAJOR\s+(\d+)", text)
+    minor = re.search(r"#define\s+XLA_FFI_API_MINOR\s+(\d+)", text)
+    return (int(major.group(1)), int(minor.group(1))) if major and minor else None
+
+
+def ffi_api_of(include_dir: str) -> tuple[int, int]:
+    """``(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR)`` of the FFI headers under ``include_dir``.
+
+    Raises
+    ------
+    KernixError
+        When the headers hold no version.
+    """
+    found = _header_ffi_api(include_dir)
+    if found is None:
+        raise KernixError(f"no XLA_FFI_API_MAJOR/MINOR in {include_dir}/xla/ffi/api/c_api.h")
+    return found
+
+
+def running_ffi_api() -> tuple[int, int] | None:
+    """The XLA FFI API version of the installed jaxlib, read from its headers
+    (without importing jax); ``None`` when the headers are not installed."""
+    spec = importlib.util.find_spec("jaxlib")
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        found = _header_ffi_api(os.path.join(base, "include"))
+        if found is not None:
+            return found
+    return None
+
+
+def ffi_api_problem(built: tuple[int, int], running: tuple[int, int] | None) -> str | None:
+    """Why handlers built against FFI API ``built`` cannot run in a jaxlib of API
+    ``running``, or ``None`` when they can.
+
+    A major version change breaks the ABI; a handler built against a newer
+    minor version than the running jaxlib's may use what that jaxlib lacks
+    (it fails to register), while an older minor version is served.
+    """
+    if running is None:
+        return None  # headers not shipped: XLA itself checks the version at registration
+    if built[0] != running[0] or built[1] > running[1]:
+        return (
+            f"it was compiled against XLA FFI API {built[0]}.{built[1]}, and the running jaxlib "
+            f"implements API {running[0]}.{running[1]}"
+        )
+    return None
+
+
+def _arch_parts(arch: str) -> tuple[int, int, str]:
+    m = _SASS_RE.fullmatch(arch) or _PTX_RE.fullmatch(arch)
+    if not m:
+        raise ValueError(arch)
+    return int(m.group(1)), int(m.group(2)), m.group(3)
+
+
+def arch_runs_on(device: str, sass: tuple[str, ...], ptx: tuple[str, ...]) -> str | None:
+    """What in a fat binary serves a GPU of architecture ``device`` (``sm_XY``), or ``None``.
+
+    Machine code for ``sm_XY`` runs on ``sm_XZ`` with ``Z >= Y`` (same major);
+    ``sm_XYa`` only on ``sm_XY``; ``sm_XYf`` on the same family.  PTX for
+    ``compute_XY`` is compiled by the driver for any GPU of ``XY`` or newer
+    (``compute_XYa`` only for ``sm_XY``).
+    """
+    dmaj, dmin, _ = _arch_parts(device)
+    for arch in sass:
+        major, minor, suffix = _arch_parts(arch)
+        if major == dmaj and (minor == dmin if suffix == "a" else minor <= dmin):
+            return arch
+    for arch in ptx:
+        major, minor, suffix = _arch_parts(arch)
+        if suffix == "a":
+            if (major, minor) == (dmaj, dmin):
+                return arch
+        elif (major, minor) <= (dmaj, dmin):
+            return arch
+    return None
+
+
+def arch_problem(device: str, device_name: str, sass: tuple[str, ...], ptx: tuple[str, ...]) -> str | None:
+    """Why a module with ``sass``/``ptx`` cannot run on a GPU ``device`` (``sm_XY``), or ``None``."""
+    if arch_runs_on(device, sass, ptx) is not None:
+        return None
+    present = ", ".join([*sass, *ptx]) or "none"
+    wanted = ",".join(sorted({*sass, device}, key=_arch_parts))
+    return (
+        f"the GPU {device_name} is {device}, and the module has machine code or PTX only for: {present} "
+        f"(none runs on {device}). Rebuild it with `kernix build ... --arch {wanted}`"
+    )

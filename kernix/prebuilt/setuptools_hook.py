@@ -1,0 +1,100 @@
+"""A setuptools ``build_py`` that precompiles a package's kernels into its wheel.
+
+A downstream package lists its modules in ``pyproject.toml``::
+
+    [[tool.kernix.modules]]
+    name = "ops"                                   # module name = FFI target prefix
+    sources = ["src/mypkg/kernels/ops.cu"]          # relative to the project root
+    output = "mypkg/_prebuilt/ops"                  # inside the built package
+    arch = ["sm_80", "sm_90"]                       # CUDA only; optional
+    defines = ["USE_FAST_PATH=1"]                   # optional; also include_dirs,
+                                                    # optimization_level, use_fast_math, language
+
+and hands kernix's command to setuptools in ``setup.py``::
+
+    from setuptools import setup
+    from kernix.prebuilt.setuptools_hook import kernix_setup_kwargs
+
+    setup(**kernix_setup_kwargs())
+
+``pip wheel .`` then runs :func:`kernix.build_module` for each module into
+the wheel, and marks the wheel platform-specific.  ``$KERNIX_CUDA_ARCH_LIST``
+overrides every CUDA module's ``arch``; ``KERNIX_SKIP_PREBUILT=1`` builds
+the package without prebuilt modules (they then build on first import).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from setuptools import Distribution
+from setuptools.command.build_py import build_py as _build_py
+
+__all__ = ["build_py", "BinaryDistribution", "kernix_setup_kwargs", "read_modules"]
+
+_KEYS = {"name", "sources", "output", "arch", "defines", "include_dirs", "optimization_level",
+         "use_fast_math", "language"}
+
+
+def read_modules(project_root: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The ``[[tool.kernix.modules]]`` entries of ``project_root/pyproject.toml``.
+
+    Raises
+    ------
+    ValueError
+        For an entry without ``name``, ``sources`` or ``output``, or with an unknown key.
+    """
+    path = Path(project_root) / "pyproject.toml"
+    with open(path, "rb") as f:
+        table = tomllib.load(f).get("tool", {}).get("kernix", {})
+    modules = table.get("modules", [])
+    for i, mod in enumerate(modules):
+        missing = {"name", "sources", "output"} - set(mod)
+        unknown = set(mod) - _KEYS
+        if missing or unknown:
+            raise ValueError(
+                f"{path}: [[tool.kernix.modules]] entry {i + 1}: "
+                + (f"missing {', '.join(sorted(missing))}" if missing else f"unknown key(s) {', '.join(sorted(unknown))}")
+                + f"; accepted keys: {', '.join(sorted(_KEYS))}"
+            )
+    return modules
+
+
+class build_py(_build_py):
+    """``build_py``, then :func:`kernix.build_module` for every ``[[tool.kernix.modules]]`` entry."""
+
+    def run(self) -> None:
+        super().run()
+        if os.environ.get("KERNIX_SKIP_PREBUILT") == "1" or getattr(self, "editable_mode", False):
+            return
+        from .build import build_module
+
+        root = Path.cwd()
+        for mod in read_modules(root):
+            output = Path(self.build_lib) / mod["output"]
+            self.announce(f"kernix: building prebuilt module {mod['name']} into {output}", level=2)
+            arch = os.environ.get("KERNIX_CUDA_ARCH_LIST") or mod.get("arch")
+            language = mod.get("language")
+            is_cuda = language == "cuda" or (language is None and str(mod["sources"][0]).endswith((".cu", ".cuh")))
+            build_module(
+                [root / s for s in mod["sources"]], output, name=mod["name"], language=language,
+                arch=arch if is_cuda else None,
+                include_dirs=[str(root / d) for d in mod.get("include_dirs", [])],
+                defines=mod.get("defines", []), optimization_level=mod.get("optimization_level", 3),
+                use_fast_math=mod.get("use_fast_math", False),
+            )
+
+
+class BinaryDistribution(Distribution):
+    """A distribution whose wheel is platform-specific (it holds compiled libraries)."""
+
+    def has_ext_modules(self) -> bool:
+        return True
+
+
+def kernix_setup_kwargs() -> dict[str, Any]:
+    """``setup()`` keywords that install :class:`build_py` and :class:`BinaryDistribution`."""
+    return {"cmdclass": {"build_py": build_py}, "distclass": BinaryDistribution}

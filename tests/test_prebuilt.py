@@ -1,0 +1,310 @@
+"""Prebuilt modules: ``kernix build`` / ``build_module`` and ``load_prebuilt`` with no compiler."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import kernix
+from kernix.backend import toolchain
+from kernix.backend.ninja import BuildConfig, compile_flags
+from kernix.cli import main
+from kernix.prebuilt.format import MANIFEST_NAME, PrebuiltManifest, arch_problem, arch_runs_on, ffi_api_problem
+
+from helpers import ROOT, unique_name
+
+SCALE = textwrap.dedent(
+    """\
+    #include "kernix/common.h"
+    // @BE scale
+    void scale(const BE::Tensor& x, BE::Tensor& out, float factor) {
+      const float* a = x.data_ptr<float>();
+      float* o = out.data_ptr<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) o[i] = a[i] * factor + OFFSET;
+    }
+    """
+)
+
+CUDA_SCALE = textwrap.dedent(
+    """\
+    #include "kernix/common.h"
+    __global__ void scale_kernel(const float* x, float* o, float f, int64_t n) {
+      int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+      if (i < n) o[i] = x[i] * f;
+    }
+    // @BE scale
+    void scale(const BE::Tensor& x, BE::Tensor& out, float factor, cudaStream_t stream) {
+      int64_t n = x.numel();
+      scale_kernel<<<(n + 255) / 256, 256, 0, stream>>>(x.data_ptr<float>(), out.data_ptr<float>(), factor, n);
+    }
+    """
+)
+
+
+def write_source(directory: Path, text: str = SCALE, name: str = "ops.cpp") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def prebuilt(tmp_path_factory) -> Path:
+    """A CPU module built once for this file (OFFSET=1)."""
+    base = tmp_path_factory.mktemp("prebuilt")
+    src = write_source(base / "src")
+    out = base / "ops_module"
+    assert main(["build", str(src), "-o", str(out), "--name", "pbops", "-D", "OFFSET=1", "-O", "2"]) == 0
+    return out
+
+
+def no_compiler_env(tmp_path: Path) -> dict[str, str]:
+    """An environment with no compiler on PATH, where importing ``clang``,
+    ``kernix.frontend`` or ``kernix.backend`` fails, and whose kernix cache
+    directory does not exist."""
+    block = tmp_path / "block"
+    (block / "clang").mkdir(parents=True, exist_ok=True)
+    (block / "clang" / "__init__.py").write_text("raise ImportError('libclang is not installed here')\n")
+    (block / "sitecustomize.py").write_text(textwrap.dedent(
+        """\
+        import sys
+        class _Refuse:
+            def find_spec(self, name, path=None, target=None):
+                if name.startswith(("kernix.frontend", "kernix.backend")):
+                    raise ImportError(f"{name} must not be imported without a compiler")
+                return None
+        sys.meta_path.insert(0, _Refuse())
+        """
+    ))
+    bin_dir = tmp_path / "bin"  # PATH: nothing but an empty directory
+    bin_dir.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CUDA_HOME", "CUDA_PATH", "KERNIX_NVCC", "CXX", "CC", "PYTHONPATH")}
+    env.update(PATH=str(bin_dir), PYTHONPATH=os.pathsep.join([str(block), str(ROOT)]),
+               KERNIX_CACHE_DIR=str(tmp_path / "never-created"), JAX_PLATFORMS="cpu")
+    return env
+
+
+def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_manifest_records_the_build(prebuilt):
+    m = PrebuiltManifest.read(prebuilt)
+    assert m.name == "pbops" and m.platform == "cpu"
+    assert [f.name for f in m.functions] == ["scale"]
+    assert m.functions[0].arg_spec == ("arg", "ret", "attr.factor:float32")
+    lib = prebuilt / m.library
+    assert lib.is_file() and m.library_size == lib.stat().st_size
+    from kernix.store.files import file_digest
+
+    assert m.library_sha256 == file_digest(lib)
+    assert m.library.startswith("pbops-") and m.library_sha256[:12] in m.library
+    assert m.kernix == kernix.__version__ and m.jaxlib == toolchain.jaxlib_version()
+    header = Path(toolchain.jax_ffi_include_dir(), "xla/ffi/api/c_api.h").read_text()
+    assert f"XLA_FFI_API_MINOR {m.ffi_api[1]}" in header
+    assert m.sources[0][0] == "ops.cpp" and len(m.sources[0][1]) == 64
+    assert m.options["defines"] == ["OFFSET=1"] and m.options["optimization_level"] == 2
+    assert m.compilers and ("g++" in m.compilers[0] or "c++" in m.compilers[0])
+    assert sorted(os.listdir(prebuilt)) == sorted([MANIFEST_NAME, m.library])
+
+
+def test_load_prebuilt_in_process(prebuilt):
+    prefix = unique_name("pb")
+    mod = kernix.load_prebuilt(prebuilt, target_prefix=prefix)
+    assert isinstance(mod, kernix.CompiledModule)
+    assert mod.targets["scale"] == f"{prefix}.scale"
+    x = jnp.arange(4, dtype=jnp.float32)
+    np.testing.assert_allclose(jax.jit(lambda v: mod.scale(v, factor=2.0))(x), 2 * np.arange(4) + 1)
+    with pytest.raises(kernix.CallError, match="missing attribute"):
+        mod.scale(x)
+
+
+def test_load_prebuilt_without_compiler_or_libclang(prebuilt, tmp_path):
+    env = no_compiler_env(tmp_path)
+    proc = run_python(
+        f"""
+        import sys, time
+        t0 = time.perf_counter()
+        import jax.numpy as jnp, kernix
+        mod = kernix.load_prebuilt({str(prebuilt)!r})
+        y = mod.scale(jnp.arange(3, dtype=jnp.float32), factor=3.0)
+        print(list(map(float, y)))
+        try:
+            import clang
+        except ImportError:
+            print("no clang")
+        print(sorted(m for m in sys.modules if m.startswith(("kernix.frontend", "kernix.backend", "clang"))))
+        """,
+        env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines == ["[1.0, 4.0, 7.0]", "no clang", "[]"]
+    assert not (tmp_path / "never-created").exists()  # no cache writes
+
+
+def test_the_no_compiler_environment_really_has_none(prebuilt, tmp_path):
+    """The environment above does prevent a JIT build, so the test proves something."""
+    env = no_compiler_env(tmp_path)
+    src = write_source(tmp_path / "src")
+    proc = run_python(f"import kernix; kernix.load_cpp_file({str(src)!r}, extra_cflags=['-DOFFSET=0'])", env)
+    assert proc.returncode != 0 and "ImportError" in proc.stderr
+
+
+def _copy(prebuilt: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "copy"
+    shutil.copytree(prebuilt, dst)
+    return dst
+
+
+def test_damaged_library_is_refused_before_loading(prebuilt, tmp_path):
+    d = _copy(prebuilt, tmp_path)
+    lib = d / PrebuiltManifest.read(d).library
+    data = bytearray(lib.read_bytes())
+    data[-1] ^= 0xFF
+    lib.write_bytes(bytes(data))
+    with pytest.raises(kernix.PrebuiltError, match="does not match its manifest") as info:
+        kernix.load_prebuilt(d, target_prefix=unique_name("bad"))
+    assert info.value.reason == "hash"
+    from kernix.runtime import registry
+
+    assert str(lib) not in registry._libraries  # never dlopened
+
+
+@pytest.mark.parametrize("api", [[0, 99], [1, 0]])
+def test_other_ffi_api_is_refused(prebuilt, tmp_path, api):
+    d = _copy(prebuilt, tmp_path)
+    data = json.loads((d / MANIFEST_NAME).read_text())
+    data["ffi_api"] = api
+    (d / MANIFEST_NAME).write_text(json.dumps(data))
+    with pytest.raises(kernix.PrebuiltError, match=f"XLA FFI API {api[0]}.{api[1]}") as info:
+        kernix.load_prebuilt(d)
+    assert info.value.reason == "ffi_api"
+    assert "Rebuild" in str(info.value)
+
+
+def test_missing_and_foreign_directories(tmp_path):
+    with pytest.raises(kernix.PrebuiltError, match="kernix build") as info:
+        kernix.load_prebuilt(tmp_path)
+    assert info.value.reason == "missing"
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps({"kind": "kernix-prebuilt", "format": 99}))
+    with pytest.raises(kernix.PrebuiltError, match="format 99") as info:
+        kernix.load_prebuilt(tmp_path)
+    assert info.value.reason == "format"
+
+
+def test_bad_library_name_in_manifest_is_refused(prebuilt, tmp_path):
+    d = _copy(prebuilt, tmp_path)
+    data = json.loads((d / MANIFEST_NAME).read_text())
+    data["library"] = "../../etc/evil.so"
+    (d / MANIFEST_NAME).write_text(json.dumps(data))
+    with pytest.raises(kernix.PrebuiltError, match="bad library file name"):
+        kernix.load_prebuilt(d)
+
+
+def test_rebuild_into_the_same_directory_replaces_the_library(tmp_path):
+    src = write_source(tmp_path / "src")
+    out = tmp_path / "m"
+    first = kernix.build_module(src, out, name="again", defines=["OFFSET=0"])
+    second = kernix.build_module(src, out, name="again", defines=["OFFSET=2"])
+    assert first.library != second.library
+    assert sorted(os.listdir(out)) == sorted([MANIFEST_NAME, second.library])
+
+
+def test_ffi_api_rule():
+    assert ffi_api_problem((0, 3), (0, 3)) is None
+    assert ffi_api_problem((0, 1), (0, 3)) is None
+    assert ffi_api_problem((0, 5), (0, 3))
+    assert ffi_api_problem((1, 0), (0, 3))
+
+
+def test_architecture_rules():
+    sass, ptx = ("sm_80", "sm_90"), ("compute_90",)
+    assert arch_runs_on("sm_80", sass, ptx) == "sm_80"
+    assert arch_runs_on("sm_86", sass, ptx) == "sm_80"  # same major, newer minor
+    assert arch_runs_on("sm_90", sass, ptx) == "sm_90"
+    assert arch_runs_on("sm_100", sass, ptx) == "compute_90"  # PTX compiled by the driver
+    assert arch_runs_on("sm_75", sass, ptx) is None
+    assert arch_runs_on("sm_90", ("sm_90a",), ()) == "sm_90a"
+    assert arch_runs_on("sm_100", ("sm_90a",), ("compute_90a",)) is None
+    msg = arch_problem("sm_75", "Tesla T4", sass, ptx)
+    assert "Tesla T4" in msg and "sm_80, sm_90, compute_90" in msg and "--arch sm_75,sm_80,sm_90" in msg
+
+
+def test_arch_lists():
+    assert toolchain.normalize_arch_list("sm_90,sm_80") == ("sm_80", "sm_90")
+    assert toolchain.normalize_arch_list(["90", "8.6", "sm_80"]) == ("sm_80", "sm_86", "sm_90")
+    assert toolchain.normalize_arch_list("sm_100 sm_90a") == ("sm_90a", "sm_100")
+    with pytest.raises(kernix.ToolchainError, match="compute capability"):
+        toolchain.normalize_arch_list("sm_80,banana")
+    with pytest.raises(kernix.ToolchainError, match="empty"):
+        toolchain.normalize_arch_list([])
+
+
+def test_arch_list_from_environment(monkeypatch):
+    monkeypatch.setenv("KERNIX_CUDA_ARCH_LIST", "90;80")
+    monkeypatch.setenv("KERNIX_CUDA_ARCH", "sm_70")
+    assert toolchain.detect_compute_capability() == "sm_80,sm_90"
+    assert toolchain.detect_compute_capability(["sm_75"]) == "sm_75"
+    monkeypatch.delenv("KERNIX_CUDA_ARCH_LIST")
+    assert toolchain.detect_compute_capability() == "sm_70"
+
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not os.environ.get("CUDA_HOME"),
+                                reason="needs nvcc")
+
+
+@needs_nvcc
+def test_multi_arch_flags():
+    flags = compile_flags(BuildConfig("cuda", arch="sm_90,sm_80"))["user"]
+    gencode = [f for f in flags if f.startswith("--generate-code")]
+    assert gencode == [
+        "--generate-code=arch=compute_80,code=sm_80",
+        "--generate-code=arch=compute_90,code=[compute_90,sm_90]",
+    ]
+    single = [f for f in compile_flags(BuildConfig("cuda", arch="sm_90"))["user"] if f.startswith("--generate")]
+    assert single == ["--generate-code=arch=compute_90,code=[compute_90,sm_90]"]  # as before
+
+
+@needs_nvcc
+def test_cuda_multi_arch_build_and_refusals(tmp_path, monkeypatch):
+    src = write_source(tmp_path / "src", CUDA_SCALE, "scale.cu")
+    out = tmp_path / "cu"
+    assert main(["build", str(src), "-o", str(out), "--arch", "sm_80,sm_90"]) == 0
+    m = PrebuiltManifest.read(out)
+    assert m.platform == "cuda" and m.sass == ("sm_80", "sm_90") and m.ptx == ("compute_90",)
+    assert any("nvcc" in c.lower() or "cuda" in c.lower() for c in m.compilers)
+    if not jax.devices()[0].platform == "gpu":
+        with pytest.raises(kernix.PrebuiltError, match="JAX sees none") as info:
+            kernix.load_prebuilt(out)
+        assert info.value.reason == "platform"
+    import kernix.prebuilt.load as load
+
+    monkeypatch.setattr(load, "_gpus", lambda: [("sm_75", "Tesla T4")])
+    with pytest.raises(kernix.PrebuiltError, match=r"Tesla T4 is sm_75.*--arch sm_75,sm_80,sm_90") as info:
+        kernix.load_prebuilt(out)
+    assert info.value.reason == "arch"
+
+
+def test_cli_build_reports_errors(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("KERNIX_CUDA_ARCH", raising=False)
+    monkeypatch.delenv("KERNIX_CUDA_ARCH_LIST", raising=False)
+    src = write_source(tmp_path, "// @BE f\nvoid f(const BE::Tensor& x, BE::Tensor& o);\n", "bad.cpp")
+    assert main(["build", str(src), "-o", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert "bad.cpp:" in err and "error:" in err
+    assert main(["build", str(src), "-o", str(tmp_path / "o"), "--cpp", "--arch", "sm_90"]) == 1
+    assert "arch is for CUDA builds" in capsys.readouterr().err
