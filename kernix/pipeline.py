@@ -7,6 +7,10 @@
 A warm load (a hit) runs no compiler and does not import libclang: the specs
 are stored in the entry's manifest.  Every look-up says hit or miss-and-why
 through :func:`kernix.report.note`.
+
+A library that fails to load is never left as a cache hit: its entry is
+discarded and the module is rebuilt once from an empty work directory; if
+that library fails to load as well, the error says what to do.
 """
 
 from __future__ import annotations
@@ -18,20 +22,20 @@ from pathlib import Path
 from . import report
 from ._version import __version__
 from .backend import codegen, toolchain
-from .backend.ninja import BuildConfig, build_module, compile_flags
+from .backend.ninja import BuildConfig, BuildResult, OutputError, build_module, compile_flags
 from .errors import InferenceError, KernixError, RegistrationError, SourceError
 from .request import LoadRequest
 from .runtime import registry
-from .runtime.module import CompiledModule
 from .frontend.signatures import raise_for_vjp_pairs
+from .runtime.module import CompiledModule, check_function_names
 from .spec import FunctionSpec, check_spec_matches
 from .store import entries
 from .store.files import content_key, file_digest
 from .store.lock import build_lock
 from .store.manifest import Manifest
-from .store.workdir import build_directory
+from .store.workdir import build_directory, record_inputs
 
-__all__ = ["load", "build_config", "cache_key", "infer_units"]
+__all__ = ["load", "build_config", "cache_key", "toolchain_stamp", "infer_units"]
 
 
 def build_config(request: LoadRequest) -> BuildConfig:
@@ -49,11 +53,31 @@ def build_config(request: LoadRequest) -> BuildConfig:
     )
 
 
-def cache_key(request: LoadRequest, config: BuildConfig) -> str:
-    """The key over everything known before compiling; headers are checked by the manifest."""
+def _toolchain_parts(config: BuildConfig) -> dict[str, object]:
+    """What decides how any input is compiled: tools, flags, versions."""
     compilers = [toolchain.find_host_compiler().identity]
     if config.platform == "cuda":
         compilers.append(toolchain.find_nvcc().identity)
+    return {
+        "kernix": __version__,
+        "platform": config.platform,
+        "flags": compile_flags(config),
+        "compilers": compilers,
+        "arch": config.arch,
+        "allow_cuda_graph": config.allow_cuda_graph,
+        "jaxlib": toolchain.jaxlib_version(),
+        "python": sys.implementation.cache_tag,
+    }
+
+
+def toolchain_stamp(config: BuildConfig) -> str:
+    """The identity of the tools and flags alone: a work directory whose objects
+    were built with another stamp is never reused (see :mod:`kernix.store.workdir`)."""
+    return content_key(_toolchain_parts(config))
+
+
+def cache_key(request: LoadRequest, config: BuildConfig) -> str:
+    """The key over everything known before compiling; headers are checked by the manifest."""
     digests = []
     for src in request.sources:
         try:
@@ -61,19 +85,38 @@ def cache_key(request: LoadRequest, config: BuildConfig) -> str:
         except OSError as exc:
             raise KernixError(f"cannot read source file {src}: {exc.strerror or exc}") from exc
     return content_key(
-        {
-            "kernix": __version__,
-            "name": request.name,
-            "platform": config.platform,
-            "sources": digests,
-            "functions": request.functions,
-            "flags": compile_flags(config),
-            "compilers": compilers,
-            "arch": config.arch,
-            "allow_cuda_graph": config.allow_cuda_graph,
-            "jaxlib": toolchain.jaxlib_version(),
-            "python": sys.implementation.cache_tag,
-        }
+        {**_toolchain_parts(config), "name": request.name, "sources": digests, "functions": request.functions}
+    )
+
+
+def _entry(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) -> Manifest:
+    """The cache entry for ``key``: looked up, else built under the lock
+    (``fresh``: skip the look-up and build from an empty work directory)."""
+    name, root, verbose = request.name, request.root, request.verbose
+    if not fresh:
+        found = entries.lookup(root, name, key)
+        report.note(f"{name}: cache {found.reason} ({key[:16]})", verbose=verbose)
+        if found.manifest is not None:
+            return found.manifest
+    with build_lock(root, name, verbose=verbose):
+        if not fresh:
+            found = entries.lookup(root, name, key)  # built by another process meanwhile?
+            if found.manifest is not None:
+                return found.manifest
+        return _build(request, config, key, fresh=fresh)
+
+
+def _discard(request: LoadRequest, manifest: Manifest) -> None:
+    with build_lock(request.root, request.name, verbose=request.verbose):
+        entries.discard(manifest)
+
+
+def _load_failed(request: LoadRequest, manifest: Manifest, exc: RegistrationError) -> RegistrationError:
+    return RegistrationError(
+        f"{exc}. A clean rebuild of module {request.name!r} did not load either, so it is not kept in "
+        "the cache. If the library needs a shared library that is not found, add its directory to "
+        "LD_LIBRARY_PATH or link it with extra_ldflags=['-Wl,-rpath,<dir>']; then load again with "
+        f"force_rebuild=True (or run `kernix cache clear {request.name}` first)."
     )
 
 
@@ -81,34 +124,26 @@ def load(request: LoadRequest) -> CompiledModule:
     """Run the pipeline for ``request`` and return the loaded (and, if asked, registered) module."""
     config = build_config(request)
     key = cache_key(request, config)
-    name, root, verbose = request.name, request.root, request.verbose
-    force = request.force_rebuild
-    for attempt in range(2):
-        manifest = None
-        if not force:
-            found = entries.lookup(root, name, key)
-            report.note(f"{name}: cache {found.reason} ({key[:16]})", verbose=verbose)
-            manifest = found.manifest
-        if manifest is None:
-            with build_lock(root, name, verbose=verbose):
-                if not force:
-                    found = entries.lookup(root, name, key)  # built by another process meanwhile?
-                    manifest = found.manifest
-                if manifest is None:
-                    manifest = _build(request, config, key, fresh=force)
-        # Map the library now: once loaded it stays usable even if another
-        # process clears the cache.  Cleared between look-up and load: once more.
+    manifest = _entry(request, config, key, fresh=request.force_rebuild)
+    # Map the library now: once loaded it stays usable even if another
+    # process clears the cache.
+    try:
+        registry.load_library(manifest.so_path)
+    except RegistrationError as exc:
+        damaged = manifest.so_path.exists()  # else: cleared between look-up and load
+        if damaged:
+            _discard(request, manifest)
+            report.note(f"{request.name}: the library failed to load ({exc}); rebuilding it", verbose=True)
+        manifest = _entry(request, config, key, fresh=damaged)
         try:
             registry.load_library(manifest.so_path)
-            break
-        except RegistrationError:
-            if attempt or manifest.so_path.exists():
-                raise
-            force = False
+        except RegistrationError as again:
+            _discard(request, manifest)
+            raise _load_failed(request, manifest, again) from again
 
     module = CompiledModule(
-        name, manifest.so_path, manifest.platform, manifest.functions, manifest.handlers,
-        manifest.so_sha256, target_prefix=request.target_prefix,
+        name=request.name, path=manifest.so_path, platform=manifest.platform, functions=manifest.functions,
+        handlers=manifest.handlers, digest=manifest.so_sha256, target_prefix=request.target_prefix,
     )
     if request.auto_register:
         module.register()
@@ -117,17 +152,39 @@ def load(request: LoadRequest) -> CompiledModule:
 
 def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) -> Manifest:
     units = infer_units(request)
+    check_function_names([f for _, fns in units for f in fns])
     index = itertools.count()  # module-wide: every generated symbol is unique
     exported = [(str(src), [codegen.ExportedFunction(next(index), f) for f in fns]) for src, fns in units]
-    with build_directory(request.root, request.name, fresh=fresh) as build_dir:
-        report.note(f"{request.name}: building in {build_dir}", verbose=request.verbose)
-        result = build_module(build_dir, exported, config, workers=request.ninja_workers, verbose=request.verbose)
+    stamp = toolchain_stamp(config)
+    try:
+        result = _build_in_work_dir(request, config, exported, stamp, fresh=fresh)
+    except OutputError as exc:
+        if fresh:
+            raise
+        report.note(f"{request.name}: {exc}; building again from an empty directory", verbose=True)
+        result = _build_in_work_dir(request, config, exported, stamp, fresh=True)
     all_fns = [e for _, es in exported for e in es]
     handlers = {e.spec.name: codegen.handler_symbol(e) for e in all_fns}
     return entries.publish(
         request.root, request.name, key, result.so_path, [e.spec for e in all_fns], handlers,
         result.dependencies, config.platform,
     )
+
+
+def _build_in_work_dir(
+    request: LoadRequest,
+    config: BuildConfig,
+    exported: list[tuple[str, list[codegen.ExportedFunction]]],
+    stamp: str,
+    *,
+    fresh: bool,
+) -> BuildResult:
+    """Build in the module's work directory; record its inputs when it succeeds."""
+    with build_directory(request.root, request.name, fresh=fresh, stamp=stamp, verbose=request.verbose) as build_dir:
+        report.note(f"{request.name}: building in {build_dir}", verbose=request.verbose)
+        result = build_module(build_dir, exported, config, workers=request.ninja_workers, verbose=request.verbose)
+        record_inputs(build_dir, stamp, result.dependencies)
+    return result
 
 
 def infer_units(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:

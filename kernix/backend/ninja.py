@@ -27,10 +27,13 @@ from typing import Sequence
 
 from ..errors import CompilationError, KernixError, ToolchainError
 from ..paths import include_dir
-from ..store.files import atomic_write
+from ..store import elf
+from ..store.files import atomic_write, remembered
 from . import codegen, toolchain
 
-__all__ = ["BuildConfig", "BuildResult", "compile_flags", "build_module", "ninja_path"]
+__all__ = [
+    "BuildConfig", "BuildResult", "OutputError", "compile_flags", "build_module", "ninja_path", "read_depfile",
+]
 
 
 @dataclass(frozen=True)
@@ -83,12 +86,17 @@ class BuildConfig:
         return "compute_" + self.archs[-1][3:] if self.arch else None
 
 
+class OutputError(KernixError):
+    """A build that ran to the end but left an unusable library (cut short,
+    not ELF, or missing an exported handler)."""
+
+
 @dataclass(frozen=True)
 class BuildResult:
     """What a build produced."""
 
     so_path: Path
-    dependencies: tuple[str, ...] = ()  # the sources and the non-system headers the compilers read
+    dependencies: tuple[str, ...] = ()  # every file the compilers read, but the toolchain's own headers
 
 
 def ninja_path() -> str:
@@ -163,6 +171,8 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
         user = [cxx, "-std=c++17", opt, "-fPIC", "-fvisibility=hidden"]
         if config.use_fast_math:
             user.append("-ffast-math")
+        # An undefined symbol is a link error here, not a dlopen failure later.
+        link.append("-Wl,--no-undefined")
         link_tail = []
     user += [*_user_flags(config), *_kernix_include_flags()]
     link_tail += list(config.extra_ldflags)
@@ -189,18 +199,19 @@ def _ninja_file(n_units: int, n_handler_units: int, flags: dict[str, list[str]],
                 raise KernixError(f"a compiler or linker flag contains a line break or NUL: {a!r}")
         return shlex.join(args).replace("$", "$$")
 
-    # -MMD: make-style depfiles listing the non-system headers (nvcc and g++ alike);
-    # system, CUDA and jaxlib headers are covered by the compiler and jaxlib versions.
+    # -MD: make-style depfiles listing every header read, system directories
+    # included (a user's -isystem DIR is one); the toolchain's own headers are
+    # dropped when recording (see _tracked), the compiler and jaxlib versions cover them.
     rules = [
         "ninja_required_version = 1.3",
         "",
         "rule user_cc",
-        f"  command = {q(flags['user'])} -MMD -MF $out.d -c $in -o $out",
+        f"  command = {q(flags['user'])} -MD -MF $out.d -c $in -o $out",
         "  depfile = $out.d",
         "  description = compile $in",
         "",
         "rule handler_cc",
-        f"  command = {q(flags['handlers'])} -MMD -MF $out.d -c $in -o $out",
+        f"  command = {q(flags['handlers'])} -MD -MF $out.d -c $in -o $out",
         "  depfile = $out.d",
         "  description = compile $in",
         "",
@@ -237,14 +248,114 @@ def handler_chunks(functions: Sequence[codegen.ExportedFunction], jobs: int) -> 
     return [list(functions[i:i + per_unit]) for i in range(0, len(functions), per_unit)]
 
 
-def _read_depfile(path: Path) -> list[str]:
-    """The prerequisites listed in a make-style depfile (``\\ `` is a space in a path)."""
+def read_depfile(path: Path) -> list[str]:
+    """The prerequisites listed in a make-style depfile, unescaped as GCC escapes them.
+
+    GCC (and nvcc, which runs it) writes a space in a path as ``\\ ``, ``#`` as
+    ``\\#`` and ``$`` as ``$$``; a backslash before a line break continues the
+    line.  Other backslashes are part of the path.
+    """
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
     except OSError:
         return []
-    _, _, deps = text.replace("\\\n", " ").partition(": ")
-    return [t.replace("\\ ", " ") for t in re.split(r"(?<!\\)\s+", deps.strip()) if t]
+    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
+    colon = re.search(r":(?:\s|$)", text)
+    deps = text[colon.end():] if colon else ""
+    out: list[str] = []
+    for token in re.findall(r"(?:\\.|\$\$|[^\s\\])+|\\", deps):
+        out.append(re.sub(r"\\([ #])|\$\$", lambda m: m.group(1) or "$", token))
+    return out
+
+
+def _compiler_include_dirs(compiler: str) -> list[str]:
+    """The directories ``compiler`` searches by itself for ``#include <...>``
+    (asked once per compiler file, then remembered)."""
+
+    def ask() -> list[str] | None:
+        try:
+            proc = subprocess.run(
+                [compiler, "-x", "c++", "-E", "-v", "-"], input="", capture_output=True, text=True, timeout=60,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        lines = proc.stderr.splitlines()
+        try:
+            start = lines.index("#include <...> search starts here:") + 1
+            end = lines.index("End of search list.", start)
+        except ValueError:
+            return None
+        return [os.path.normpath(ln.strip().split(" (")[0]) for ln in lines[start:end]]
+
+    return list(remembered("include-dirs", compiler, ask) or [])
+
+
+def _toolchain_dirs(config: BuildConfig) -> tuple[str, ...]:
+    """Directories whose headers are covered by the compiler and jaxlib versions."""
+    dirs = [*_compiler_include_dirs(toolchain.find_host_compiler().path), toolchain.jax_ffi_include_dir()]
+    if config.platform == "cuda":
+        dirs += toolchain.cuda_include_dirs()
+    return tuple(os.path.join(os.path.normpath(d), "") for d in dirs)
+
+
+def _user_dirs(config: BuildConfig) -> tuple[str, ...]:
+    """The include directories the user named, in any form (``-I``, ``-isystem`` ...)."""
+    dirs = list(config.include_dirs)
+    flags = list(config.extra_cflags)
+    for i, flag in enumerate(flags):
+        for opt in ("-isystem", "-idirafter", "-iquote", "-I"):
+            if flag == opt and i + 1 < len(flags):
+                dirs.append(flags[i + 1])
+            elif flag.startswith(opt) and flag != opt:
+                dirs.append(flag[len(opt):])
+    return tuple(os.path.join(os.path.normpath(os.path.abspath(d)), "") for d in dirs if d)
+
+
+def _tracked(paths: set[str], config: BuildConfig) -> list[str]:
+    """``paths`` without the toolchain's own headers, unless the user named their directory."""
+    toolchain_dirs, user_dirs = _toolchain_dirs(config), _user_dirs(config)
+    return sorted(p for p in paths if p.startswith(user_dirs) or not p.startswith(toolchain_dirs))
+
+
+def _drop_damaged_outputs(build_dir: Path) -> None:
+    """Delete objects and libraries of an earlier build that are not whole ELF
+    files, so ninja builds them again instead of linking or publishing them."""
+    for out in [*build_dir.glob("*.o"), build_dir / "module.so"]:
+        if out.exists():
+            try:
+                elf.check_elf(out)
+            except elf.ElfError:
+                out.unlink()
+
+
+_UNDEFINED_RE = re.compile(r"undefined reference to [`']([^\n]*)'")
+_IN_FUNCTION_RE = re.compile(r"in function [`']([^\n]*)':")
+
+
+def _undefined_symbols(output: str) -> dict[str, set[str]]:
+    """``{symbol: {functions that use it}}`` from the linker's output (already demangled)."""
+    found: dict[str, set[str]] = {}
+    user = ""
+    for line in output.splitlines():
+        m = _IN_FUNCTION_RE.search(line)
+        if m:
+            user = m.group(1)
+        m = _UNDEFINED_RE.search(line)
+        if m:
+            found.setdefault(m.group(1), set()).update({user} if user else set())
+    return found
+
+
+def _link_error_message(build_dir: Path, output: str) -> str | None:
+    missing = _undefined_symbols(output)
+    if not missing:
+        return None
+    parts = [f"{sym} (used by {', '.join(sorted(users))})" if users else sym for sym, users in sorted(missing.items())]
+    return (
+        f"linking {build_dir / 'module.so'} failed: undefined symbol(s) {'; '.join(parts)}. "
+        "Each is declared but defined nowhere in the module: define it in the source, or link the "
+        "library that defines it with extra_ldflags=['-L<dir>', '-l<name>']"
+    )
 
 
 def build_module(
@@ -287,6 +398,7 @@ def build_module(
             build_dir / f"handlers_{k}.cpp", codegen.handler_unit(chunk, config.platform, config.allow_cuda_graph)
         )
     _write_if_changed(build_dir / "build.ninja", _ninja_file(len(units), len(chunks), flags, ext))
+    _drop_damaged_outputs(build_dir)
 
     cmd = [ninja_path(), "-C", str(build_dir), f"-j{jobs}"]
     if verbose:
@@ -296,18 +408,25 @@ def build_module(
     if verbose and proc.stdout:
         print(proc.stdout, file=sys.stderr, end="", flush=True)
     if proc.returncode != 0:
+        output = _trim_ninja_output(proc.stdout)
         raise CompilationError(
-            f"building {build_dir} failed (ninja exit code {proc.returncode})",
-            output=_trim_ninja_output(proc.stdout),
+            _link_error_message(build_dir, output)
+            or f"building {build_dir} failed (ninja exit code {proc.returncode})",
+            output=output,
             command=cmd,
         )
+    so_path = build_dir / "module.so"
+    try:
+        elf.check_library(so_path, [codegen.handler_symbol(fn) for _, fns in units for fn in fns])
+    except elf.ElfError as exc:
+        raise OutputError(f"the build left an unusable library: {exc}") from None
     deps: set[str] = {os.path.abspath(s) for s, _ in units}
     objects = [f"shim_{i}.o" for i in range(len(units))] + [f"handlers_{k}.o" for k in range(len(chunks))]
     for obj in objects:
-        deps.update(_read_depfile(build_dir / f"{obj}.d"))
+        deps.update(read_depfile(build_dir / f"{obj}.d"))
     generated = {str(build_dir / name) for name in os.listdir(build_dir)}
-    resolved = sorted({os.path.abspath(os.path.join(build_dir, d)) for d in deps} - generated)
-    return BuildResult(build_dir / "module.so", tuple(resolved))
+    resolved = {os.path.abspath(os.path.join(build_dir, d)) for d in deps} - generated
+    return BuildResult(so_path, tuple(_tracked(resolved, config)))
 
 
 def _trim_ninja_output(text: str) -> str:

@@ -2,8 +2,9 @@
 headers, jaxlib's FFI headers and the GPU architecture.
 
 Every finder raises :class:`~kernix.errors.ToolchainError` with what to
-install or set when it comes up empty.  Compiler identities are remembered per
-(path, size, mtime) so a warm load never runs a compiler.
+install or set when it comes up empty.  A compiler's identity (path, version
+banner, content SHA-256) is remembered per (path, size, mtime, ctime) so a
+warm load neither runs nor reads a compiler.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import ToolchainError
-from ..store.files import remembered
+from ..store.files import file_digest, remembered
 
 __all__ = [
     "Compiler",
@@ -50,21 +51,28 @@ class Compiler:
 
 
 def _identity(path: str) -> str:
-    """``path``'s ``--version`` banner, remembered per (path, size, mtime)."""
+    """``path``, its ``--version`` banner and the SHA-256 of its content,
+    remembered per (path, size, mtime, ctime)."""
     st = os.stat(path)
-    return _identity_cached(path, st.st_size, st.st_mtime_ns)
+    return _identity_cached(path, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 @functools.lru_cache(maxsize=None)
-def _identity_cached(path: str, size: int, mtime_ns: int) -> str:
+def _identity_cached(path: str, size: int, mtime_ns: int, ctime_ns: int) -> str:
+    # The content hash tells apart two executables with one banner: a compiler
+    # wrapper edited in place, a rebuilt compiler of the same version.
     def ask() -> str:
         try:
             out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
         except (OSError, subprocess.SubprocessError) as exc:
             raise ToolchainError(f"could not run {path} --version: {exc}") from exc
-        return f"{path}\n{out.strip()}"
+        try:
+            digest = file_digest(path)
+        except OSError as exc:
+            raise ToolchainError(f"could not read the compiler {path}: {exc.strerror or exc}") from exc
+        return f"{path}\nsha256:{digest}\n{out.strip()}"
 
-    return str(remembered("identity", path, ask))
+    return str(remembered("identity-v2", path, ask))
 
 
 def _pip_nvcc() -> Path | None:

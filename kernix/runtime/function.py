@@ -168,6 +168,27 @@ class KernelFunction:
                 f"(C++ type '{param.type}'), got shape {tuple(np.shape(value))}"
             )
 
+    def _check_platform(self, inputs: Sequence[Any]) -> None:
+        """Refuse concrete arrays on a device of another platform than the module's
+        (XLA would fail with "No FFI handler registered"); tracers are not checked."""
+        import jax
+
+        want, label = ("cpu", "the CPU") if self.module.platform == "cpu" else ("gpu", "CUDA GPUs")
+        tracer = getattr(jax.core, "Tracer", ())
+        for p, x in zip(self.spec.inputs, inputs):
+            if not isinstance(x, jax.Array) or isinstance(x, tracer):
+                continue
+            devices = x.devices()
+            if all(d.platform == want for d in devices):
+                continue
+            where = ", ".join(sorted(str(d) for d in devices))
+            raise CallError(
+                f"{self.spec.name}(): module {self.module.name!r} was built for {label}, but input "
+                f"{p.name!r} is on {where}. Put the inputs there: jax.device_put(x, "
+                f"jax.devices({want!r})[0]), or create them inside `with jax.default_device("
+                f"jax.devices({want!r})[0]):`."
+            )
+
     def __call__(self, *inputs: Any, out: Any = None, vmap_method: str = "sequential", **attrs: Any) -> Any:
         import jax
 
@@ -194,6 +215,7 @@ class KernelFunction:
         inputs = tuple(converted)
         for p, x in zip(expected, inputs):
             self._check_buffer(p, x, "input")
+        self._check_platform(inputs)
         declared = {p.name: p for p in spec.attrs}
         unknown = sorted(set(attrs) - set(declared))
         if unknown:

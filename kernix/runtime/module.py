@@ -7,11 +7,11 @@ from typing import Iterator, Mapping, Sequence
 
 from ..names import check_target_prefix
 from ..spec import FunctionSpec
-from ..errors import RegistrationError
+from ..errors import RegistrationError, SourceError
 from . import registry
 from .function import KernelFunction
 
-__all__ = ["CompiledModule"]
+__all__ = ["CompiledModule", "check_function_names", "RESERVED_NAMES"]
 
 
 class CompiledModule:
@@ -33,9 +33,11 @@ class CompiledModule:
         SHA-256 of the library: modules with equal digests hold the same code.
 
     Each exported function is also an attribute (``mod.vector_add``) and an
-    item (``mod["vector_add"]``): a :class:`KernelFunction`.  A function named
-    like one of the module's own attributes (``register``, ``path``, ...) is
-    reached as an item only.
+    item (``mod["vector_add"]``): a :class:`KernelFunction`.  An exported name
+    that is one of the module's own attributes (``path``, ``register``,
+    ``__init__``: :data:`RESERVED_NAMES`) is rejected when the module is
+    loaded (see :func:`check_function_names`), so every function is reachable
+    by attribute.
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class CompiledModule:
         self.handlers = dict(handlers)
         self.target_prefix = target_prefix or name
         self.registered = False
+        check_function_names(functions)
         self._backward = {f.vjp_of: n for n, f in self.functions.items() if f.vjp_of is not None}
         self._callables = {n: KernelFunction(self, s) for n, s in self.functions.items()}
 
@@ -123,6 +126,7 @@ class CompiledModule:
         return list(self.targets.values())
 
     def __getattr__(self, item: str) -> KernelFunction:
+        # Called only for names the module itself lacks: RESERVED_NAMES never get here.
         callables = self.__dict__.get("_callables", {})
         if item in callables:
             return callables[item]
@@ -148,3 +152,27 @@ class CompiledModule:
 
     def __repr__(self) -> str:
         return f"<kernix.CompiledModule {self.name!r} ({self.platform}, {len(self)} functions) at {self.path}>"
+
+
+#: The module's own attributes and instance fields: no exported function may use them.
+RESERVED_NAMES: frozenset[str] = frozenset(dir(CompiledModule)) | frozenset(
+    ("name", "path", "platform", "digest", "functions", "handlers", "target_prefix", "registered", "_callables", "_backward")
+)
+
+
+def check_function_names(functions: Sequence[FunctionSpec]) -> None:
+    """Reject exported names that would hide, or be hidden by, a module attribute.
+
+    Raises
+    ------
+    SourceError
+        Naming the function, where it is annotated, and how to rename it.
+    """
+    for fn in functions:
+        if fn.name in RESERVED_NAMES:
+            raise SourceError(
+                f"function name {fn.name!r} is taken by CompiledModule.{fn.name}, so module.{fn.name} could "
+                f"not reach it. Export a wrapper under another name instead, e.g. `// @BE {fn.name}_op` "
+                f"before `void {fn.name}_op(...)` that calls {fn.name}(...), or rename the function.",
+                file=fn.file, line=fn.line, function=fn.name,
+            )

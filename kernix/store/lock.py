@@ -95,6 +95,21 @@ def _describe(fd: int, name: str) -> str:
     return f"process {pid} ({_process_state(pid)}), building {name!r} since {when}"
 
 
+def _timeout_message(fd: int, name: str, path: Path, waited: float) -> str:
+    """Why the lock was not had, whom it is held by, and what to do."""
+    holder = _describe(fd, name)
+    if "(stopped)" in holder:
+        state = "held by a stopped process"
+        advice = "Resume it (`kill -CONT <pid>`) or end it, then try again."
+    elif "(gone)" in holder:
+        state = "held by a process that has passed the lock on"
+        advice = "Another process holds it now; try again, or raise KERNIX_LOCK_TIMEOUT (seconds)."
+    else:
+        state = "held by a live process that is still building"
+        advice = "If that build is stuck, end that process; if it is slow, raise KERNIX_LOCK_TIMEOUT (seconds)."
+    return f"gave up after {waited:.0f} s waiting for the build lock {path}, {state}: {holder}. {advice}"
+
+
 @contextlib.contextmanager
 def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None]:
     """Hold the build lock of module ``name`` under cache root ``root``.
@@ -124,17 +139,7 @@ def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None
                     note(f"waiting for {_describe(fd, name)} (lock {path})", verbose=True)
                     announced = True
                 if waited > timeout:
-                    holder = _describe(fd, name)
-                    advice = (
-                        "It is stopped: resume it (`kill -CONT <pid>`) or end it, then try again."
-                        if "(stopped)" in holder else
-                        "If that build is stuck, end that process; if it is slow, raise "
-                        "KERNIX_LOCK_TIMEOUT (seconds)."
-                    )
-                    raise CacheError(
-                        f"gave up after {waited:.0f} s waiting for the build lock {path}, held by a live "
-                        f"process that is still building: {holder}. {advice}"
-                    ) from None
+                    raise CacheError(_timeout_message(fd, name, path, waited)) from None
                 time.sleep(0.05)
         try:
             os.ftruncate(fd, 0)

@@ -2,34 +2,117 @@
 
 Kept between builds so ninja recompiles only what changed; trusted only
 after the checks below.  Hold the module's build lock around its use.
+
+ninja decides what to recompile by modification times alone: a source
+replaced by a different file with an *older* mtime (``mv``, ``cp -p``,
+``tar x``, ``rsync -a``, a branch switch, a header turned into a symlink to
+an older file) looks up to date to it, and so does every object built by
+another compiler behind the same path.  So after each successful build the
+directory records (``.kernix-inputs.json``) its *stamp* (the compilers' and
+flags' identity) and the fingerprint of every input the compilers read
+(path, size, mtime_ns, ctime_ns, SHA-256).  The next build keeps the
+directory only when the stamp is the same and every input is either
+unchanged or newer than that build (so ninja sees it); otherwise it starts
+from an empty directory.  Editing a kernel body keeps the build incremental.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import time
 import warnings
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterable, Iterator
 
 from ..errors import CacheError
+from ..report import note
+from .files import atomic_write, file_digest
 from .trust import check_private, io_message, makedirs
 
-__all__ = ["build_directory", "BUILDING_MARKER"]
+__all__ = ["build_directory", "record_inputs", "stale_reason", "BUILDING_MARKER", "INPUTS_RECORD"]
 
 #: A file present while a build runs: found on entry, the last builder died.
 BUILDING_MARKER = ".kernix-building"
+#: What the last successful build in the directory read, and with which tools.
+INPUTS_RECORD = ".kernix-inputs.json"
+_RECORD_FORMAT = 1
+
+
+def record_inputs(path: Path, stamp: str, inputs: Iterable[str]) -> None:
+    """Record, after a successful build in ``path``, the ``stamp`` it was built
+    with and the fingerprint of every input it read (see the module docstring)."""
+    built_ns = time.time_ns()
+    prints = []
+    for inp in inputs:
+        st = os.stat(inp)
+        prints.append([inp, st.st_size, st.st_mtime_ns, st.st_ctime_ns, file_digest(inp)])
+    record = {"format": _RECORD_FORMAT, "stamp": stamp, "built_ns": built_ns, "inputs": prints}
+    atomic_write(path / INPUTS_RECORD, json.dumps(record).encode(), durable=False)
+
+
+def _input_problem(fingerprint: list[Any], built_ns: int) -> str | None:
+    inp, size, mtime_ns, ctime_ns, digest = fingerprint
+    try:
+        st = os.stat(inp)
+        if (st.st_size, st.st_mtime_ns, st.st_ctime_ns) == (size, mtime_ns, ctime_ns):
+            return None  # untouched
+        if st.st_mtime_ns > built_ns:
+            return None  # newer than every output: ninja rebuilds what reads it
+        if st.st_size == size and file_digest(inp) == digest:
+            return None  # touched or copied back, same content
+    except OSError:
+        return f"{inp} is gone"
+    return f"{inp} was replaced by different content with an older modification time"
+
+
+def stale_reason(path: Path, stamp: str) -> str | None:
+    """Why the objects in ``path`` cannot be trusted for a build with ``stamp``
+    (``None``: ninja's view of what changed is right)."""
+    try:
+        record = json.loads((path / INPUTS_RECORD).read_bytes())
+        if record.get("format") != _RECORD_FORMAT:
+            return "its record of inputs has another format"
+        if record["stamp"] != stamp:
+            return "the compilers, flags or jaxlib changed since its last build"
+        built_ns = int(record["built_ns"])
+        for fingerprint in record["inputs"]:
+            problem = _input_problem(list(fingerprint), built_ns)
+            if problem is not None:
+                return problem
+    except FileNotFoundError:
+        return "it has no record of its last build's inputs"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"its record of inputs is unreadable ({exc!r})"
+    return None
+
+
+def _empty(path: Path, name: str) -> None:
+    """Move ``path`` aside and delete it (a compiler of a dead build may still write there)."""
+    aside = path.with_name(f".{name}.stale-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        os.rename(path, aside)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 @contextlib.contextmanager
-def build_directory(root: Path, name: str, *, fresh: bool = False) -> Iterator[Path]:
+def build_directory(
+    root: Path, name: str, *, fresh: bool = False, stamp: str | None = None, verbose: bool = False
+) -> Iterator[Path]:
     """The working directory for building module ``name``; hold :func:`build_lock` around it.
 
     The directory is kept between builds so ninja recompiles only what
-    changed (``fresh=True`` empties it first).  An ``OSError`` inside the
-    block (the cache disk is full, say) becomes a :class:`CacheError`.  While a build runs it holds a marker file; a marker found on
+    changed (``fresh=True`` empties it first).  With a ``stamp``, it is also
+    emptied when :func:`stale_reason` finds its objects untrustworthy; call
+    :func:`record_inputs` with the same stamp after a successful build.
+
+    An ``OSError`` inside the block (the cache disk is full, say) becomes a
+    :class:`CacheError`.  While a build runs it holds a marker file; a marker found on
     entry means the previous builder died mid-build (we hold the lock, so it
     is not running), and its compilers, which run in process groups of their
     own, may still be writing there.  That directory is moved aside and
@@ -41,17 +124,17 @@ def build_directory(root: Path, name: str, *, fresh: bool = False) -> Iterator[P
     if fresh:
         shutil.rmtree(path, ignore_errors=True)
     elif marker.exists():
-        aside = path.with_name(f".{name}.stale-{os.getpid()}-{time.monotonic_ns()}")
-        try:
-            os.rename(path, aside)
-        except OSError:
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            shutil.rmtree(aside, ignore_errors=True)
+        _empty(path, name)
         warnings.warn(
             f"kernix: a previous build of {name!r} in {path} was interrupted (its process died); "
             "starting that build afresh", RuntimeWarning, stacklevel=3,
         )
+    elif stamp is not None and path.exists():
+        check_private(path, root)
+        why = stale_reason(path, stamp)
+        if why is not None:
+            note(f"{name}: starting the build in {path} afresh: {why}", verbose=verbose)
+            _empty(path, name)
     makedirs(path)
     check_private(path, root)  # what is compiled here must not be replaceable by others
     try:

@@ -1,0 +1,93 @@
+"""Structural checks of ELF files (objects and shared libraries) in pure Python.
+
+A build output is checked before it is linked or published: a file cut short
+(a full disk, a killed linker, a copy interrupted), overwritten with other
+bytes, or lacking the symbols kernix exports must never be linked, cached or
+loaded.  Only 64-bit little-endian ELF (x86-64, aarch64 Linux) is read.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Iterable
+
+__all__ = ["ElfError", "check_elf", "dynamic_symbols", "check_library"]
+
+_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
+_SECTION = struct.Struct("<IIQQQQIIQQ")
+_SYMBOL = struct.Struct("<IBBHQQ")
+_SHT_DYNSYM = 11
+
+
+class ElfError(ValueError):
+    """A file that is not a whole ELF file, or lacks an expected symbol."""
+
+
+def _header(data: bytes, path: Path) -> tuple[int, int, int, int, int, int]:
+    if len(data) < _HEADER.size or data[:4] != b"\x7fELF":
+        raise ElfError(f"{path} is not an ELF file (invalid ELF header, {len(data)} bytes)")
+    if data[4] != 2 or data[5] != 1:
+        raise ElfError(f"{path} is not a 64-bit little-endian ELF file")
+    (_, _, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _) = _HEADER.unpack_from(data)
+    return phoff, phentsize, phnum, shoff, shentsize, shnum
+
+
+def _sections(data: bytes, path: Path) -> list[tuple[int, ...]]:
+    phoff, phentsize, phnum, shoff, shentsize, shnum = _header(data, path)
+    if phoff + phentsize * phnum > len(data) or shoff + shentsize * shnum > len(data):
+        raise ElfError(f"{path} is cut short ({len(data)} bytes; its tables reach past the end)")
+    sections = [_SECTION.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
+    for sec in sections:
+        sh_type, sh_offset, sh_size = sec[1], sec[4], sec[5]
+        if sh_type != 8 and sh_offset + sh_size > len(data):  # 8: SHT_NOBITS (.bss) has no bytes
+            raise ElfError(f"{path} is cut short ({len(data)} bytes; a section reaches past the end)")
+    return sections
+
+
+def check_elf(path: Path) -> None:
+    """Raise :class:`ElfError` unless ``path`` is a whole ELF file.
+
+    Every table and section the header names must lie inside the file.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ElfError(f"cannot read {path}: {exc.strerror or exc}") from None
+    _sections(data, path)
+
+
+def dynamic_symbols(path: Path) -> set[str]:
+    """The names of the symbols ``path`` defines in its dynamic symbol table.
+
+    Raises
+    ------
+    ElfError
+        If ``path`` is not a whole ELF file.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ElfError(f"cannot read {path}: {exc.strerror or exc}") from None
+    sections = _sections(data, path)
+    names: set[str] = set()
+    for sec in sections:
+        if sec[1] != _SHT_DYNSYM or sec[6] >= len(sections):
+            continue
+        strtab = sections[sec[6]]
+        strings = data[strtab[4]:strtab[4] + strtab[5]]
+        for off in range(sec[4], sec[4] + sec[5] - _SYMBOL.size + 1, _SYMBOL.size):
+            st_name, _, _, st_shndx, _, _ = _SYMBOL.unpack_from(data, off)
+            if st_shndx == 0:  # undefined here
+                continue
+            end = strings.find(b"\0", st_name)
+            names.add(strings[st_name:end if end >= 0 else None].decode("ascii", "replace"))
+    return names
+
+
+def check_library(path: Path, symbols: Iterable[str]) -> None:
+    """Raise :class:`ElfError` unless ``path`` is a whole shared library
+    that exports every name in ``symbols``."""
+    missing = sorted(set(symbols) - dynamic_symbols(path))
+    if missing:
+        raise ElfError(f"{path} does not export {', '.join(missing)}")
