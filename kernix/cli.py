@@ -36,16 +36,20 @@ def _table(result: Any) -> str:
     if not result.functions:
         lines.append("  (no functions inferred)")
         return "\n".join(lines)
+    with_shapes = any(f.signature or f.vjp_of for f in result.functions)  # the column only when used
     rows = []
     for f in result.functions:
         dtypes = ", ".join(f"{p.name}: {p.dtype} ({p.type})" for p in f.attrs) or "-"
         name = f.name if f.qualified_name == f.name else f"{f.name} ({f.qualified_name})"
-        shape = (f.signature or "-") + (f" vjp={f.vjp_of}" if f.vjp_of else "")
-        rows.append((name, str(f.line), " ".join(f.arg_spec), shape, dtypes))
-    header = ("function", "line", "arg_spec", "shape signature", "attribute dtypes")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+        row = [name, str(f.line), " ".join(f.arg_spec)]
+        if with_shapes:
+            row.append((f.signature or "-") + (f" vjp={f.vjp_of}" if f.vjp_of else ""))
+        rows.append((*row, dtypes))
+    header = ("function", "line", "arg_spec", *(("shape signature",) if with_shapes else ()), "attribute dtypes")
+    n = len(header) - 1
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(n)]
     for r in [header, *rows]:
-        lines.append("  " + "  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4])
+        lines.append("  " + "  ".join(r[i].ljust(widths[i]) for i in range(n)) + "  " + r[n])
     return "\n".join(lines)
 
 

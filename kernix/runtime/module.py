@@ -17,6 +17,12 @@ __all__ = ["CompiledModule", "check_function_names", "RESERVED_NAMES"]
 class CompiledModule:
     """A compiled, loaded module.
 
+    Each exported function is also an attribute (``mod.vector_add``) and an
+    item (``mod["vector_add"]``): a :class:`KernelFunction`.  An exported name
+    that is one of the module's own attributes (``path``, ``targets``,
+    ``__init__``...) is rejected when the module is loaded, so every function
+    is reachable by attribute.
+
     Attributes
     ----------
     name
@@ -31,13 +37,6 @@ class CompiledModule:
         Exported name -> FFI target name.
     digest
         SHA-256 of the library: modules with equal digests hold the same code.
-
-    Each exported function is also an attribute (``mod.vector_add``) and an
-    item (``mod["vector_add"]``): a :class:`KernelFunction`.  An exported name
-    that is one of the module's own attributes (``path``, ``register``,
-    ``__init__``: :data:`RESERVED_NAMES`) is rejected when the module is
-    loaded (see :func:`check_function_names`), so every function is reachable
-    by attribute.
     """
 
     def __init__(
