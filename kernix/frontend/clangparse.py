@@ -32,10 +32,12 @@ import importlib.util
 import os
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import SourceError
 from ..store.files import remembered
+from . import compiler_view
 
 __all__ = [
     "PRELUDE_PATH",
@@ -203,38 +205,93 @@ def system_dirs(options: ParseOptions) -> tuple[str, ...]:
     dirs = list(host_cxx_include_dirs())
     if options.language == "cuda":
         dirs += cuda_dirs()
+        v = _view(options)
+        if v is not None:
+            dirs += [*v.include_dirs, *v.system_dirs]
     ffi = ffi_include_dir()
     if ffi:
         dirs.append(ffi)
     return tuple(dirs)
 
 
+def _view(options: ParseOptions) -> compiler_view.CompilerView | None:
+    """The build compiler's view for ``options`` (``None``: fall back to clang's own).
+
+    A CUDA source without CUDA headers on the machine gets no view: its
+    parse uses the stub prelude instead.
+    """
+    if options.language == "cuda" and not cuda_dirs():
+        return None
+    return compiler_view.view(options.language, options.flags)
+
+
 def parse_flags(options: ParseOptions) -> list[str]:
-    """The libclang command line for ``options`` (without the file name)."""
+    """The libclang command line for ``options`` (without the file name).
+
+    With the build compiler's view (:mod:`kernix.frontend.compiler_view`),
+    CUDA and C++ sources alike are parsed as C++ with ``-undef`` and the
+    compiler's own predefined macros (nvcc's host pass: ``__CUDACC__``, no
+    ``__CUDA_ARCH__``; g++: ``__GNUC__``, no ``__clang__``), in the build's
+    include order: user ``-I`` dirs, user flags, kernix's include dir, the
+    compiler's own dirs (nvcc: the toolkit's ``include``, then ``cccl``),
+    jaxlib's FFI headers, the host C++ library.  clang's CUDA mode is not
+    used: it enforces clang's host/device overloading rules, which nvcc's
+    front end does not, and would reject the toolkit's own headers.
+    """
     from ..paths import include_dir
 
-    if options.language == "cuda":
+    view = _view(options)
+    if view is None and options.language == "cuda":
         args = ["-x", "cuda", "--cuda-host-only", "-nocudainc", "-nocudalib"]
     else:
         args = ["-x", "c++"]
-    args += ["-std=c++17", "-Wno-unknown-attributes", "-fno-spell-checking", "-nostdinc++"]
+    args += ["-std=c++17", "-Wno-unknown-attributes", "-fno-spell-checking", "-nostdinc++", "-ferror-limit=0"]
+    if view is not None:
+        args += compiler_view.macro_flags(view)
     for d in options.defines:
         args.append(f"-D{d}")
     for d in options.include_dirs:
         args.append(f"-I{d}")
     args += options.flags
     args.append(f"-I{include_dir()}")
+    if view is not None:
+        for d in view.include_dirs:
+            args.append(f"-I{d}")
+        for d in view.system_dirs:
+            args += ["-isystem", d]
     for d in system_dirs(options):
-        args += ["-isystem", d]
+        if view is None or d not in (*view.include_dirs, *view.system_dirs):
+            args += ["-isystem", d]
     if options.language == "cuda":
         args += ["-include", PRELUDE_PATH]
     return args
+
+
+# After nvcc's forced includes: the execution-space keywords also leave an
+# ``annotate`` attribute that inference reads (``__global__`` kernels and
+# ``__device__``-only functions cannot be exported); they keep their meaning.
+_SPACE_MARKERS = """\
+#undef __global__
+#define __global__ __attribute__((global, annotate("kernix.cuda.global")))
+#undef __device__
+#define __device__ __attribute__((device, annotate("kernix.cuda.device")))
+#undef __host__
+#define __host__ __attribute__((host, annotate("kernix.cuda.host")))
+"""
+
+#: The ``annotate`` texts :data:`_SPACE_MARKERS` attaches.
+SPACE_ANNOTATIONS = {"kernix.cuda.global": "global", "kernix.cuda.device": "device", "kernix.cuda.host": "host"}
 
 
 def prelude_text(options: ParseOptions) -> str | None:
     """The CUDA prelude's text (``None`` for C++ sources)."""
     if options.language != "cuda":
         return None
+    view = _view(options)
+    if view is not None:
+        lines = ["// kernix inference prelude: what nvcc's host pass puts in front of every .cu file."]
+        lines += [f"#include <{h}>" for h in view.forced_includes]
+        return "\n".join(lines) + "\n" + _SPACE_MARKERS
     if any(os.path.isfile(os.path.join(d, "cuda_runtime.h")) for d in cuda_dirs()):
         return _CUDA_PRELUDE_REAL
     return _CUDA_PRELUDE_STUB
@@ -247,8 +304,81 @@ def _index() -> Any:
     return ci.Index.create()
 
 
+_PCH_FLAGS = ["-Xclang", "-fallow-pch-with-compiler-errors"]
+
+
+def _pch_path(flags: list[str], prelude: str) -> Path:
+    from ..paths import cache_root
+    from ..store.files import content_key
+
+    key = content_key(["prelude-pch", 1, clang_fingerprint(), flags], prelude.encode())
+    return cache_root() / "toolchain" / f"prelude-{key[:24]}.pch"
+
+
+def _build_pch(flags: list[str], prelude: str, target: Path) -> bool:
+    """Precompile the prelude into ``target``; ``False`` when it cannot be used.
+
+    The toolkit's headers carry a few declarations clang rejects and nvcc's
+    front end accepts (constexpr redeclarations of math functions); those are
+    kept in the header (``-fallow-pch-with-compiler-errors``).  A fatal error
+    (a missing header) is not: the plain parse then reports it.
+    """
+    import clang.cindex as ci
+
+    from ..store.files import atomic_write
+    from ..store.trust import makedirs
+
+    header_flags = ["-x", "c++-header", *flags[2:]]
+    tu = _index().parse(PRELUDE_PATH, args=header_flags, unsaved_files=[(PRELUDE_PATH, prelude)],
+                        options=ci.TranslationUnit.PARSE_SKIP_FUNCTION_BODIES | ci.TranslationUnit.PARSE_INCOMPLETE)
+    if any(d.severity >= 4 for d in tu.diagnostics):
+        return False
+    try:
+        makedirs(target.parent)
+        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        tu.save(str(tmp))
+        atomic_write(target, tmp.read_bytes(), durable=False)
+        tmp.unlink()
+    except Exception:  # the PCH is an optimisation only
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def _prelude_pch(flags: tuple[str, ...], prelude: str, rebuild: bool = False) -> str | None:
+    """A precompiled prelude for ``flags`` (built once, kept beside the toolchain memo)."""
+    from ..paths import cache_root
+    from ..store.trust import is_private
+
+    base = [f for f in flags if f not in ("-include", PRELUDE_PATH)]
+    target = _pch_path(base, prelude)
+    if not rebuild and target.is_file() and is_private(target, cache_root()):
+        return str(target)
+    return str(target) if _build_pch(base, prelude, target) else None
+
+
+def _with_pch(flags: list[str], pch: str) -> list[str]:
+    out = []
+    it = iter(flags)
+    for f in it:
+        if f == "-include" and next(it, None) == PRELUDE_PATH:
+            out += ["-include-pch", pch, *_PCH_FLAGS]
+        else:
+            out.append(f)
+    return out
+
+
+def _pch_failed(tu: Any) -> bool:
+    return any(d.severity >= 4 and ("precompiled" in d.spelling or "PCH" in d.spelling) for d in tu.diagnostics)
+
+
 def parse(path: str, options: ParseOptions, *, detailed: bool = False) -> Any:
     """Parse ``path`` and return the ``clang.cindex.TranslationUnit``.
+
+    For CUDA sources with nvcc's view, the prelude (``cuda_runtime.h`` with
+    nvcc's macros: ~0.5-1 s of parsing) is precompiled once per toolchain and
+    flag set and stored under the cache root; a file then parses in tens of
+    milliseconds.  A stale or unreadable PCH is rebuilt once.
 
     Parameters
     ----------
@@ -263,14 +393,20 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False) -> Any:
     import clang.cindex as ci
 
     flags = parse_flags(options)
-    unsaved = []
     prelude = prelude_text(options)
-    if prelude is not None:
-        unsaved.append((PRELUDE_PATH, prelude))
     opts = ci.TranslationUnit.PARSE_SKIP_FUNCTION_BODIES
     if detailed:
         opts |= ci.TranslationUnit.PARSE_DETAILED_PROCESSING_RECORD
     try:
+        if prelude is not None and _view(options) is not None:
+            for rebuild in (False, True):
+                pch = _prelude_pch(tuple(flags), prelude, rebuild)
+                if pch is None:
+                    break
+                tu = _index().parse(path, args=_with_pch(flags, pch), options=opts)
+                if not _pch_failed(tu):
+                    return tu
+        unsaved = [(PRELUDE_PATH, prelude)] if prelude is not None else []
         return _index().parse(path, args=flags, unsaved_files=unsaved, options=opts)
     except ci.TranslationUnitLoadError as exc:
         raise SourceError(f"libclang could not parse this file ({exc})", file=path) from None
@@ -294,7 +430,13 @@ def error_diagnostics(tu: Any, options: ParseOptions) -> list[SourceError]:
         loc = diag.location
         fname = os.path.abspath(loc.file.name) if loc.file else ""
         message = diag.spelling
-        if fname == PRELUDE_PATH or (fname and _is_under(fname, sysdirs)):
+        in_toolchain = fname == PRELUDE_PATH or (fname and _is_under(fname, sysdirs))
+        if in_toolchain and diag.severity < 4 and _view(options) is not None:
+            # clang and nvcc's (or g++'s) front end disagree on a few declarations inside the
+            # toolkit's own headers; the build compiler accepts them, so they are not the user's
+            # problem.  A fatal error (a header the machine lacks) is still reported.
+            continue
+        if in_toolchain:
             message += (
                 " [in a toolchain header while kernix parsed the file: check the CUDA/C++ "
                 "installation, or report this to kernix]"
