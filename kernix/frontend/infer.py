@@ -251,6 +251,8 @@ def infer_source(
             try:
                 check_spec_matches(list(tokens), spec, source=source)
             except SourceError as exc:
+                if source == "annotation" and ann is not None:
+                    exc.line, exc.column = ann.line, ann.column  # the annotation is what disagrees
                 errors.append(exc)
                 ok = False
             except ArgSpecError as exc:
