@@ -251,8 +251,9 @@ def infer_source(
             try:
                 check_spec_matches(list(tokens), spec, source=source)
             except SourceError as exc:
-                if source == "annotation" and ann is not None:
-                    exc.line, exc.column = ann.line, ann.column  # the annotation is what disagrees
+                if source == "annotation" and ann is not None:  # the annotation is what disagrees
+                    exc = SourceError(exc.message, file=exc.file or path, line=ann.line, column=ann.column,
+                                      function=exc.function or name, parameter=exc.parameter)
                 errors.append(exc)
                 ok = False
             except ArgSpecError as exc:
