@@ -7,6 +7,7 @@ specifiers in between.  Each result is a :class:`Target`.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -34,12 +35,16 @@ class Target:
         The ``// @BE`` annotation that named it, if any.
     explicit
         The arg_spec tokens a ``functions={name: spec}`` argument gave, if any.
+    second
+        The annotation's tokens came from a second annotation of the same
+        function (prototype, then definition): a disagreement is reported there.
     """
 
     name: str
     cursor: Any
     annotation: Annotation | None
     explicit: tuple[str, ...] | None
+    second: bool = False
 
 
 def _by_name(cursors: list[Any]) -> dict[str, list[Any]]:
@@ -120,9 +125,24 @@ def execution_spaces(cursor: Any) -> set[str]:
 
 
 def _is_deleted(cursor: Any) -> bool:
-    """Whether ``cursor`` is defined as deleted (``= delete``)."""
-    tokens = [t.spelling for t in cursor.get_tokens()]
-    return tokens[-2:] == ["=", "delete"] or tokens[-3:-1] == ["=", "delete"]
+    """Whether ``cursor`` is defined as deleted (``= delete``).
+
+    libclang answers this for member functions only, and a declaration's
+    extent stops before ``= delete``: the tokens right after it are read.
+    """
+    import clang.cindex as ci
+
+    end = cursor.extent.end
+    if end.file is None:
+        return False
+    tu = cursor.translation_unit
+    try:
+        size = os.path.getsize(end.file.name)
+    except OSError:
+        return False
+    stop = ci.SourceLocation.from_offset(tu, end.file, min(end.offset + 64, size))
+    tokens = [t.spelling for t in tu.get_tokens(extent=ci.SourceRange.from_locations(end, stop))][:3]
+    return tokens[:2] == ["=", "delete"] or tokens[1:3] == ["=", "delete"]
 
 
 def _undeducible_specialization(cursor: Any) -> list[str]:
@@ -309,7 +329,7 @@ def annotated_targets(
                         function=a.name, **where))
                     targets = [t for t in targets if t.name != a.name]
                 elif a.tokens and not prev_ann.tokens:
-                    targets = [t if t.name != a.name else Target(a.name, t.cursor, a, None) for t in targets]
+                    targets = [t if t.name != a.name else Target(a.name, t.cursor, a, None, True) for t in targets]
                     seen[a.name] = (a, prev_cursor)
                 continue  # prototype and definition both annotated: one function
             errors.append(SourceError(

@@ -307,12 +307,11 @@ def _index() -> Any:
 _PCH_FLAGS = ["-Xclang", "-fallow-pch-with-compiler-errors"]
 
 
-def _pch_path(flags: list[str], prelude: str) -> Path:
-    from ..paths import cache_root
+def _pch_path(root: Path, flags: list[str], prelude: str) -> Path:
     from ..store.files import content_key
 
     key = content_key(["prelude-pch", 1, clang_fingerprint(), flags], prelude.encode())
-    return cache_root() / "toolchain" / f"prelude-{key[:24]}.pch"
+    return root / "toolchain" / f"prelude-{key[:24]}.pch"
 
 
 def _build_pch(flags: list[str], prelude: str, target: Path) -> bool:
@@ -344,15 +343,20 @@ def _build_pch(flags: list[str], prelude: str, target: Path) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=None)
 def _prelude_pch(flags: tuple[str, ...], prelude: str, rebuild: bool = False) -> str | None:
     """A precompiled prelude for ``flags`` (built once, kept beside the toolchain memo)."""
     from ..paths import cache_root
+
+    return _prelude_pch_in(str(cache_root()), flags, prelude, rebuild)
+
+
+@functools.lru_cache(maxsize=None)
+def _prelude_pch_in(root: str, flags: tuple[str, ...], prelude: str, rebuild: bool) -> str | None:
     from ..store.trust import is_private
 
     base = [f for f in flags if f not in ("-include", PRELUDE_PATH)]
-    target = _pch_path(base, prelude)
-    if not rebuild and target.is_file() and is_private(target, cache_root()):
+    target = _pch_path(Path(root), base, prelude)
+    if not rebuild and target.is_file() and is_private(target, Path(root)):
         return str(target)
     return str(target) if _build_pch(base, prelude, target) else None
 
@@ -403,6 +407,8 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False) -> Any:
                 pch = _prelude_pch(tuple(flags), prelude, rebuild)
                 if pch is None:
                     break
+                if not os.path.isfile(pch):  # removed since: build it again
+                    continue
                 tu = _index().parse(path, args=_with_pch(flags, pch), options=opts)
                 if not _pch_failed(tu):
                     return tu

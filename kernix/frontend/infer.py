@@ -251,7 +251,7 @@ def infer_source(
             try:
                 check_spec_matches(list(tokens), spec, source=source)
             except SourceError as exc:
-                if source == "annotation" and ann is not None:  # the annotation is what disagrees
+                if source == "annotation" and ann is not None and target.second:  # report it where it was written
                     exc = SourceError(exc.message, file=exc.file or path, line=ann.line, column=ann.column,
                                       function=exc.function or name, parameter=exc.parameter)
                 errors.append(exc)
