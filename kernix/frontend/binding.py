@@ -263,11 +263,15 @@ def bind_annotations(raw: bytes, annotations: list[Annotation], cursors: list[An
     return bound
 
 
+def _start(cursor: Any) -> tuple[int, int]:
+    st = cursor.extent.start
+    return st.line, st.column
+
+
 def generated_together(cursor: Any, cursors: list[Any]) -> list[Any]:
     """The functions whose declaration starts where ``cursor``'s does (one macro invocation)."""
-    st = cursor.extent.start
-    return [c for c in cursors
-            if c.extent.start.line == st.line and c.extent.start.column == st.column]
+    key = _start(cursor)
+    return [c for c in cursors if _start(c) == key]
 
 
 def annotated_targets(
@@ -299,8 +303,8 @@ def annotated_targets(
                 "Put it on the line right before the function it exports, with only comments in between",
                 function=a.name, **where))
             continue
-        together = generated_together(cursor, cursors)
-        if cursor.spelling != a.name and len(together) > 1:
+        together = generated_together(cursor, cursors) if cursor.spelling != a.name else [cursor]
+        if len(together) > 1:
             found = ", ".join(repr(c.spelling) for c in together)
             errors.append(SourceError(
                 f"annotation `{a.text}` precedes a macro invocation (line {cursor.location.line}) that "
