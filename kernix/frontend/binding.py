@@ -57,7 +57,7 @@ def _by_name(cursors: list[Any]) -> dict[str, list[Any]]:
 def _template_error(path: str, name: str, cursor: Any) -> SourceError:
     return SourceError(
         f"function {name!r} is a template: function templates are not supported yet. "
-        "Export a plain (non-template) function that calls the instantiation you want",
+        "Annotate a plain (non-template) function that calls the instantiation you want",
         file=path, line=cursor.location.line, column=cursor.location.column, function=name)
 
 
@@ -195,7 +195,7 @@ def refusal(path: str, name: str, cursor: Any) -> SourceError | None:
         return SourceError(
             f"{name!r} is an explicit specialization whose template argument(s) "
             f"{', '.join(missing)} cannot be deduced at the call: no parameter mentions them. "
-            "Export a plain function that calls this specialization", **where)
+            "Annotate a plain function that calls this specialization", **where)
     return None
 
 
