@@ -275,3 +275,32 @@ def test_cpp_sees_gcc_not_clang(tmp_path: Path) -> None:
     r = _infer(src)
     assert r.errors == (), [str(e) for e in r.errors]
     assert [f.name for f in r.functions] == ["only_gcc"]
+
+
+def test_leading_system_includes() -> None:
+    from kernix.frontend.clangparse import leading_system_includes
+
+    text = b'// c\n/* d */\n#pragma once\n#include <cub/cub.cuh>  // x\r\n#include <a.h>\n#include "k.h"\n#include <b.h>\n'
+    assert leading_system_includes(text) == ["#include <cub/cub.cuh>", "#include <a.h>"]
+    assert leading_system_includes(b"#define X 1\n#include <a.h>\n") == []
+
+
+def test_precompiled_headers_stay_dependencies() -> None:
+    r = _infer(REAL / "cub_thrust.cu")
+    deps = set(r.dependencies)
+    assert any(d.endswith("cub/cub.cuh") for d in deps)
+    assert any(d.endswith("cuda_runtime.h") for d in deps)
+    assert any(d.endswith("kernix/common.h") for d in deps)
+
+
+def test_error_in_a_user_header_is_not_hidden_by_the_precompiled_prelude(tmp_path: Path) -> None:
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "broken_user.h").write_text("struct Broken { int x }; // missing ';'\n")
+    src = _write(tmp_path, "u.cu", (
+        "#include <broken_user.h>\n"
+        '#include "kernix/common.h"\n'
+        "// @BE f\n"
+        "void f(const BE::Tensor& x, BE::Tensor& y) {}\n"))
+    r = _infer(src, include_dirs=[str(inc)])
+    assert [(Path(e.file).name, e.line) for e in r.errors] == [("broken_user.h", 1)], [str(e) for e in r.errors]

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,14 +255,18 @@ def parse_flags(options: ParseOptions) -> list[str]:
         args.append(f"-I{d}")
     args += options.flags
     args.append(f"-I{include_dir()}")
+    added: list[str] = []
     if view is not None:
         for d in view.include_dirs:
             args.append(f"-I{d}")
-        for d in view.system_dirs:
+            added.append(d)
+    # As on the build's command line: jaxlib's FFI headers, then the compiler's
+    # own system dirs (nvcc: cccl), then the host C++ library and the rest.
+    ffi = ffi_include_dir()
+    for d in [*([ffi] if ffi else []), *(view.system_dirs if view is not None else ()), *system_dirs(options)]:
+        if d not in added:
             args += ["-isystem", d]
-    for d in system_dirs(options):
-        if view is None or d not in (*view.include_dirs, *view.system_dirs):
-            args += ["-isystem", d]
+            added.append(d)
     if options.language == "cuda":
         args += ["-include", PRELUDE_PATH]
     return args
@@ -306,22 +311,55 @@ def _index() -> Any:
 
 _PCH_FLAGS = ["-Xclang", "-fallow-pch-with-compiler-errors"]
 
+# The opening of a file: blank lines, comments, `#pragma once` and `#include <...>` lines.
+_LEADING = re.compile(
+    rb"""\A(?:[ \t\r\n]+|//[^\r\n]*|/\*.*?\*/|\#[ \t]*pragma[ \t]+once\b[^\r\n]*
+         |(?P<inc>\#[ \t]*include[ \t]*<[^>\r\n]+>)[^\r\n]*)""",
+    re.DOTALL | re.VERBOSE,
+)
+
+
+def leading_system_includes(raw: bytes) -> list[str]:
+    """The ``#include <...>`` lines a file opens with, before any other code.
+
+    They are precompiled together with the CUDA prelude: headers such as
+    ``<cub/cub.cuh>`` cost seconds to parse, and nothing in the file can
+    change how they read (no macro is defined before them).
+    """
+    out: list[str] = []
+    pos = 0
+    while True:
+        m = _LEADING.match(raw[pos:])
+        if m is None or not m.group():
+            return out
+        if m.group("inc"):
+            out.append(m.group("inc").decode("utf-8", errors="replace"))
+        pos += m.end()
+
 
 def _pch_path(root: Path, flags: list[str], prelude: str) -> Path:
     from ..store.files import content_key
 
-    key = content_key(["prelude-pch", 1, clang_fingerprint(), flags], prelude.encode())
+    key = content_key(["prelude-pch", 2, clang_fingerprint(), flags], prelude.encode())
     return root / "toolchain" / f"prelude-{key[:24]}.pch"
 
 
-def _build_pch(flags: list[str], prelude: str, target: Path) -> bool:
+def _deps_path(pch: Path) -> Path:
+    return pch.with_name(pch.name[: -len(".pch")] + ".deps.json")
+
+
+def _build_pch(flags: list[str], prelude: str, target: Path, toolchain_dirs: tuple[str, ...]) -> bool:
     """Precompile the prelude into ``target``; ``False`` when it cannot be used.
 
     The toolkit's headers carry a few declarations clang rejects and nvcc's
     front end accepts (constexpr redeclarations of math functions); those are
     kept in the header (``-fallow-pch-with-compiler-errors``).  A fatal error
-    (a missing header) is not: the plain parse then reports it.
+    (a missing header) is not, nor is any error outside ``toolchain_dirs``
+    (a user's header): the plain parse then reports it.  The headers it read
+    are written beside it, so the spec cache still watches them.
     """
+    import json
+
     import clang.cindex as ci
 
     from ..store.files import atomic_write
@@ -330,12 +368,16 @@ def _build_pch(flags: list[str], prelude: str, target: Path) -> bool:
     header_flags = ["-x", "c++-header", *flags[2:]]
     tu = _index().parse(PRELUDE_PATH, args=header_flags, unsaved_files=[(PRELUDE_PATH, prelude)],
                         options=ci.TranslationUnit.PARSE_SKIP_FUNCTION_BODIES | ci.TranslationUnit.PARSE_INCOMPLETE)
-    if any(d.severity >= 4 for d in tu.diagnostics):
-        return False
+    for d in tu.diagnostics:
+        name = os.path.abspath(d.location.file.name) if d.location.file else ""
+        if d.severity >= 4 or (d.severity >= 3 and not (name == PRELUDE_PATH or _is_under(name, toolchain_dirs))):
+            return False
     try:
         makedirs(target.parent)
         tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
         tu.save(str(tmp))
+        deps = sorted({os.path.abspath(i.include.name) for i in tu.get_includes()} - {PRELUDE_PATH})
+        atomic_write(_deps_path(target), json.dumps(deps).encode(), durable=False)
         atomic_write(target, tmp.read_bytes(), durable=False)
         tmp.unlink()
     except Exception:  # the PCH is an optimisation only
@@ -343,22 +385,33 @@ def _build_pch(flags: list[str], prelude: str, target: Path) -> bool:
     return True
 
 
-def _prelude_pch(flags: tuple[str, ...], prelude: str, rebuild: bool = False) -> str | None:
-    """A precompiled prelude for ``flags`` (built once, kept beside the toolchain memo)."""
+def _prelude_pch(flags: tuple[str, ...], prelude: str, toolchain_dirs: tuple[str, ...],
+                 rebuild: bool = False) -> tuple[str, tuple[str, ...]] | None:
+    """A precompiled prelude for ``flags`` and the headers it holds (built once,
+    kept beside the toolchain memo under the cache root), or ``None``."""
     from ..paths import cache_root
 
-    return _prelude_pch_in(str(cache_root()), flags, prelude, rebuild)
+    return _prelude_pch_in(str(cache_root()), flags, prelude, toolchain_dirs, rebuild)
 
 
-@functools.lru_cache(maxsize=None)
-def _prelude_pch_in(root: str, flags: tuple[str, ...], prelude: str, rebuild: bool) -> str | None:
+@functools.lru_cache(maxsize=64)
+def _prelude_pch_in(root: str, flags: tuple[str, ...], prelude: str, toolchain_dirs: tuple[str, ...],
+                    rebuild: bool) -> tuple[str, tuple[str, ...]] | None:
+    import json
+
     from ..store.trust import is_private
 
     base = [f for f in flags if f not in ("-include", PRELUDE_PATH)]
     target = _pch_path(Path(root), base, prelude)
-    if not rebuild and target.is_file() and is_private(target, Path(root)):
-        return str(target)
-    return str(target) if _build_pch(base, prelude, target) else None
+    fresh = rebuild or not (target.is_file() and is_private(target, Path(root))
+                            and is_private(_deps_path(target), Path(root)))
+    if fresh and not _build_pch(base, prelude, target, toolchain_dirs):
+        return None
+    try:
+        deps = tuple(str(d) for d in json.loads(_deps_path(target).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return str(target), deps
 
 
 def _with_pch(flags: list[str], pch: str) -> list[str]:
@@ -376,13 +429,15 @@ def _pch_failed(tu: Any) -> bool:
     return any(d.severity >= 4 and ("precompiled" in d.spelling or "PCH" in d.spelling) for d in tu.diagnostics)
 
 
-def parse(path: str, options: ParseOptions, *, detailed: bool = False) -> Any:
+def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: bytes | None = None) -> Any:
     """Parse ``path`` and return the ``clang.cindex.TranslationUnit``.
 
     For CUDA sources with nvcc's view, the prelude (``cuda_runtime.h`` with
-    nvcc's macros: ~0.5-1 s of parsing) is precompiled once per toolchain and
-    flag set and stored under the cache root; a file then parses in tens of
-    milliseconds.  A stale or unreadable PCH is rebuilt once.
+    nvcc's macros, then the ``#include <...>`` lines the file opens with:
+    ~0.5 s to several seconds of parsing) is precompiled once per toolchain,
+    flag set and include list, and stored under the cache root; a file then
+    parses in tens of milliseconds.  A stale or unreadable PCH is rebuilt once.
+    The headers held by the PCH are listed in ``tu.kernix_pch_dependencies``.
 
     Parameters
     ----------
@@ -393,6 +448,8 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False) -> Any:
     detailed
         Also keep the detailed preprocessing record (needed for
         :func:`skipped_ranges`; slower).
+    raw
+        The file's bytes, if already read (for its leading includes).
     """
     import clang.cindex as ci
 
@@ -403,14 +460,21 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False) -> Any:
         opts |= ci.TranslationUnit.PARSE_DETAILED_PROCESSING_RECORD
     try:
         if prelude is not None and _view(options) is not None:
+            if raw is None:
+                with open(path, "rb") as f:
+                    raw = f.read()
+            leading = leading_system_includes(raw)
+            full = prelude + "".join(line + "\n" for line in leading)
             for rebuild in (False, True):
-                pch = _prelude_pch(tuple(flags), prelude, rebuild)
-                if pch is None:
+                found = _prelude_pch(tuple(flags), full, system_dirs(options), rebuild)
+                if found is None:
                     break
+                pch, deps = found
                 if not os.path.isfile(pch):  # removed since: build it again
                     continue
                 tu = _index().parse(path, args=_with_pch(flags, pch), options=opts)
                 if not _pch_failed(tu):
+                    tu.kernix_pch_dependencies = deps
                     return tu
         unsaved = [(PRELUDE_PATH, prelude)] if prelude is not None else []
         return _index().parse(path, args=flags, unsaved_files=unsaved, options=opts)
@@ -510,8 +574,9 @@ def skipped_ranges(tu: Any, path: str) -> list[tuple[int, int]]:
 
 
 def dependencies(tu: Any, path: str) -> list[str]:
-    """Absolute paths of every file ``tu`` read besides ``path`` and the prelude."""
-    seen: dict[str, None] = {}
+    """Absolute paths of every file ``tu`` read besides ``path`` and the prelude
+    (those held by its precompiled prelude included)."""
+    seen: dict[str, None] = dict.fromkeys(getattr(tu, "kernix_pch_dependencies", ()))
     for inc in tu.get_includes():
         name = inc.include.name
         if name == PRELUDE_PATH:

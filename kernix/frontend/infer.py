@@ -203,7 +203,7 @@ def infer_source(
     result is cached).
     """
     text = raw.decode("utf-8", errors="replace")
-    tu = parse(path, options)
+    tu = parse(path, options, raw=raw)
     errors: list[SourceError] = error_diagnostics(tu, options)
     clean = not errors
     # Lines of the user's file with a clang error: a function whose declaration
@@ -217,7 +217,7 @@ def infer_source(
 
     unbound = [a for a in annotations if a.line not in bound]
     if unbound:
-        detailed = parse(path, options, detailed=True)
+        detailed = parse(path, options, detailed=True, raw=raw)
         skipped = skipped_ranges(detailed, path)
         unbound = [a for a in unbound if not any(lo <= a.line <= hi for lo, hi in skipped)]
         active = {a.line for a in unbound} | set(bound)
