@@ -6,14 +6,23 @@ libclang-ng 22, g++ 12 and CUDA 13):
 * C++17, with the host's libstdc++ selected explicitly (``-nostdinc++`` plus
   the directories ``g++ -v`` reports, remembered on disk): libclang-ng's
   bundled libc++ clashes with glibc.
-* CUDA sources are parsed as ``-x cuda --cuda-host-only -nocudainc``, with a
-  small in-memory prelude that includes the real ``cuda_runtime.h`` (nvcc
-  includes it implicitly too).  clang's own CUDA wrapper headers
-  (``__clang_cuda_runtime_wrapper.h``) want headers a minimal CUDA install
-  lacks (curand) and cost ~400 ms a parse; the prelude costs ~40 ms and gives
-  the real ``cudaStream_t``, ``__half`` (via the user's ``cuda_fp16.h``), etc.
-  Without CUDA headers a stub prelude declares the few CUDA names a signature
-  can use, so CUDA sources still infer.
+* The build compiler's own view (:mod:`kernix.frontend.compiler_view`):
+  ``-undef`` plus the macros nvcc's host pass (for ``.cu``) or the host
+  compiler (for C++) predefine, asked from the tools and remembered, and the
+  build's include order.  CUDA sources are parsed as C++ with those macros
+  (``__CUDACC__`` set, ``__CUDA_ARCH__`` not) and nvcc's forced
+  ``cuda_runtime.h``: clang's CUDA mode would apply clang's host/device
+  overloading rules, which reject the toolkit's own headers.  The execution
+  space keywords additionally leave ``annotate`` markers, so kernels and
+  ``__device__``-only functions are recognised.  Errors clang reports inside
+  toolchain headers (where clang and nvcc/g++ disagree) are dropped; fatal
+  ones (a missing header) and every error in the user's files are reported.
+* The CUDA prelude (with the ``#include <...>`` lines the file opens with) is
+  precompiled once per toolchain and flag set under the cache root: with
+  ``__CUDACC__`` defined, ``cuda_runtime.h`` costs ~0.5 s to parse and
+  ``<cub/cub.cuh>`` several seconds; through the PCH a file parses in tens
+  of milliseconds.  Without nvcc or CUDA headers, clang's CUDA mode and a
+  stub prelude declare the few CUDA names a signature can use.
 * Function bodies are skipped (``PARSE_SKIP_FUNCTION_BODIES``): signatures
   are all inference needs; it saves ~30% and keeps ``<<<...>>>`` launches and
   device built-ins out of the picture.
