@@ -305,3 +305,27 @@ def test_error_in_a_user_header_is_not_hidden_by_the_precompiled_prelude(tmp_pat
         "void f(const BE::Tensor& x, BE::Tensor& y) {}\n"))
     r = _infer(src, include_dirs=[str(inc)])
     assert [(Path(e.file).name, e.line) for e in r.errors] == [("broken_user.h", 1)], [str(e) for e in r.errors]
+
+
+def test_edited_header_in_the_precompiled_prelude_is_seen(tmp_path: Path) -> None:
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    header = inc / "attr_type.h"
+    header.write_text("using attr_t = float;\n")
+    src = _write(tmp_path, "e.cu", (
+        "#include <attr_type.h>\n"
+        '#include "kernix/common.h"\n'
+        "// @BE f\n"
+        "void f(const BE::Tensor& x, BE::Tensor& y, attr_t a) {}\n"))
+    assert _infer(src, include_dirs=[str(inc)]).functions[0].arg_spec == ("arg", "ret", "attr.a:float32")
+    header.write_text("using attr_t = double; // edited\n")
+    os.utime(header, ns=(header.stat().st_atime_ns, header.stat().st_mtime_ns + 2_000_000_000))
+    r = _infer(src, include_dirs=[str(inc)])
+    assert r.errors == (), [str(e) for e in r.errors]
+    assert r.functions[0].arg_spec == ("arg", "ret", "attr.a:float64")
+    # the spec cache watches a header held by the PCH too
+    assert infer_file(src, include_dirs=[str(inc)]).functions[0].arg_spec == ("arg", "ret", "attr.a:float64")
+    header.write_text("using attr_t = int; // edited again\n")
+    os.utime(header, ns=(header.stat().st_atime_ns, header.stat().st_mtime_ns + 4_000_000_000))
+    assert infer_file(src, include_dirs=[str(inc)]).functions[0].arg_spec == ("arg", "ret", "attr.a:int32")
+    assert _infer(src, include_dirs=[str(inc)]).functions[0].arg_spec == ("arg", "ret", "attr.a:int32")

@@ -400,6 +400,8 @@ def _prelude_pch(flags: tuple[str, ...], prelude: str, toolchain_dirs: tuple[str
     kept beside the toolchain memo under the cache root), or ``None``."""
     from ..paths import cache_root
 
+    if rebuild:  # what this process remembered is stale
+        _prelude_pch_in.cache_clear()
     return _prelude_pch_in(str(cache_root()), flags, prelude, toolchain_dirs, rebuild)
 
 
@@ -481,7 +483,10 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
                 pch, deps = found
                 if not os.path.isfile(pch):  # removed since: build it again
                     continue
-                tu = _index().parse(path, args=_with_pch(flags, pch), options=opts)
+                try:
+                    tu = _index().parse(path, args=_with_pch(flags, pch), options=opts)
+                except ci.TranslationUnitLoadError:  # a stale PCH (a header changed since): rebuild
+                    continue
                 if not _pch_failed(tu):
                     tu.kernix_pch_dependencies = deps
                     return tu
