@@ -107,6 +107,7 @@ def test_real_cuda_is_accepted(accepted: InferResult) -> None:
         "scale_half": ("arg", "ret", "attr.a:float16", "stream"),
         "scale_bf16": ("arg", "ret", "attr.a:bfloat16", "attr.w:float64", "stream"),
         "mix_halves": ("arg", "ret", "attr.h:float16", "attr.b:bfloat16", "stream"),
+        "scaled": ("arg", "ret", "attr.factor:float32"),  # a specialization a call deduces
         "axpy_f32": ("arg", "ret", "attr.a:float32", "stream"),
         "fill_f32": ("ret", "attr.value:float32", "stream"),
         "fill_f64": ("ret", "attr.value:float64", "stream"),
