@@ -330,3 +330,12 @@ def test_edited_header_in_the_precompiled_prelude_is_seen(tmp_path: Path) -> Non
     os.utime(header, ns=(header.stat().st_atime_ns, header.stat().st_mtime_ns + 4_000_000_000))
     assert infer_file(src, include_dirs=[str(inc)]).functions[0].arg_spec == ("arg", "ret", "attr.a:int32")
     assert _infer(src, include_dirs=[str(inc)]).functions[0].arg_spec == ("arg", "ret", "attr.a:int32")
+
+
+def test_load_cuda_file_builds_what_inference_accepts(tmp_path: Path) -> None:
+    """The whole file goes through nvcc: every inferred signature is callable as inferred."""
+    import kernix
+
+    m = kernix.load_cuda_file(REAL / "accepted.cu", compute_capability="sm_80", auto_register=False,
+                              build_directory=tmp_path / "build")
+    assert {"scale_half", "scale_bf16", "mix_halves", "scaled", "axpy_f32", "fill_f64"} <= set(m.specs)
