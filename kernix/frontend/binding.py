@@ -277,8 +277,7 @@ def generated_together(cursor: Any, cursors: list[Any]) -> list[Any]:
 def annotated_targets(
     path: str, annotations: list[Annotation], bound: dict[int, Any], cursors: list[Any]
 ) -> tuple[list[Target], list[SourceError]]:
-    import clang.cindex as ci
-
+    """The functions the annotations export, and an error for each one that cannot be."""
     errors: list[SourceError] = []
     targets: list[Target] = []
     seen: dict[str, tuple[Annotation, Any]] = {}
@@ -353,8 +352,7 @@ def requested_targets(
     bound: dict[int, Any],
     cursors: list[Any],
 ) -> tuple[list[Target], list[SourceError]]:
-    import clang.cindex as ci
-
+    """The functions a ``functions=`` argument names, and an error for each one that cannot be."""
     errors: list[SourceError] = []
     targets: list[Target] = []
     annotated = {a.name: (a, bound[a.line]) for a in annotations if a.line in bound and bound[a.line].spelling == a.name}
