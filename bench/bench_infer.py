@@ -12,6 +12,12 @@ operation and dtype, each launching a templated kernel, including
 * warm: ``infer_file`` on the unchanged file with a filled cache (a fresh
   process, timed inside it, and repeated in-process calls).
 
+The same is measured for a second file that also includes ``<cub/cub.cuh>``
+(CUB, Thrust and libcu++ live in CUDA 13's ``include/cccl``).  The toolchain
+memo copied into each cold cache holds the compiler's answers and the
+precompiled CUDA prelude (built once per toolchain and flag set; its one-off
+cost is printed as "first ever").
+
 Medians over several runs.  Usage: ``python bench/bench_infer.py [--runs N]``.
 """
 
@@ -34,8 +40,9 @@ OPS = ["add", "sub", "mul", "div", "max", "min", "axpy", "scale"]
 DTYPES = [("f32", "float"), ("f64", "double"), ("i32", "int32_t"), ("i64", "int64_t")]
 
 
-def make_source() -> str:
+def make_source(cub: bool = False) -> str:
     out = [
+        *(["#include <cub/cub.cuh>"] if cub else []),
         "#include <cuda_runtime.h>",
         "#include <cstdint>",
         '#include "kernix/common.h"',
@@ -91,55 +98,62 @@ def child(path: Path, cache: Path) -> dict:
     return json.loads(out.stdout)
 
 
+def measure(src: Path, tmpdir: Path, runs: int, label: str) -> None:
+    """Time cold and warm inference of ``src`` and print the medians."""
+    n_lines = src.read_text().count("\n")
+    # The toolchain memo (compiler answers, precompiled prelude): once per machine, not per file.
+    shared = tmpdir / f"shared-{label}"
+    first = child(src, shared)
+
+    cold_fresh = []
+    for i in range(runs):
+        cache = tmpdir / f"cold-{label}{i}"
+        # copy only the toolchain memo, not the specs: the spec cache is empty
+        (cache / "toolchain").mkdir(parents=True)
+        for f in (shared / "toolchain").glob("*"):
+            if f.is_file():
+                (cache / "toolchain" / f.name).write_bytes(f.read_bytes())
+        info = child(src, cache)
+        cold_fresh.append(info["seconds"])
+    warm_fresh = [child(src, shared) for _ in range(runs)]
+    assert not any(w["clang"] for w in warm_fresh), "warm path imported libclang"
+
+    os.environ["KERNIX_CACHE_DIR"] = str(shared)
+    from kernix import infer_file
+
+    r = infer_file(src, use_cache=False)
+    cold_inproc = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        infer_file(src, use_cache=False)
+        cold_inproc.append(time.perf_counter() - t)
+    warm_inproc = []
+    for _ in range(runs * 5):
+        t = time.perf_counter()
+        infer_file(src)
+        warm_inproc.append(time.perf_counter() - t)
+
+    ms = lambda xs: f"{statistics.median(xs) * 1000:7.1f} ms"  # noqa: E731
+    print(f"file: {src.name}, {n_lines} lines, {len(r.functions)} macro-generated entry points, "
+          f"includes {label} ({len(r.dependencies)} headers read)")
+    print(f"first ever (empty cache, toolchain memo built):      {ms([first['seconds']])}")
+    print(f"cold, fresh process (libclang load + parse + store): {ms(cold_fresh)}  (median of {runs})")
+    print(f"cold, in process (parse + infer, libclang loaded):   {ms(cold_inproc)}  (median of {runs})")
+    print(f"warm, fresh process (cache hit, no libclang import): {ms([w['seconds'] for w in warm_fresh])}  (median of {runs})")
+    print(f"warm, in process (cache hit):                        {ms(warm_inproc)}  (median of {runs * 5})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
+    print(f"cpu count: {os.cpu_count()}, python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
-        src = tmpdir / "ops.cu"
-        src.write_text(make_source())
-        n_lines = src.read_text().count("\n")
-
-        # Warm-up of the host compiler's include-dir memo (once per machine, not per file).
-        shared = tmpdir / "shared-cache"
-        child(src, shared)
-
-        cold_fresh = []
-        for i in range(args.runs):
-            cache = tmpdir / f"cold{i}"
-            # copy only the toolchain memo, not the specs: the spec cache is empty
-            (cache / "toolchain").mkdir(parents=True)
-            for f in (shared / "toolchain").glob("*"):
-                (cache / "toolchain" / f.name).write_bytes(f.read_bytes())
-            info = child(src, cache)
-            cold_fresh.append(info["seconds"])
-        warm_fresh = [child(src, shared) for _ in range(args.runs)]
-        assert not any(w["clang"] for w in warm_fresh), "warm path imported libclang"
-
-        os.environ["KERNIX_CACHE_DIR"] = str(shared)
-        from kernix import infer_file
-
-        r = infer_file(src, use_cache=False)
-        cold_inproc = []
-        for _ in range(args.runs):
-            t = time.perf_counter()
-            infer_file(src, use_cache=False)
-            cold_inproc.append(time.perf_counter() - t)
-        warm_inproc = []
-        for _ in range(args.runs * 5):
-            t = time.perf_counter()
-            infer_file(src)
-            warm_inproc.append(time.perf_counter() - t)
-
-        ms = lambda xs: f"{statistics.median(xs) * 1000:7.1f} ms"  # noqa: E731
-        print(f"file: ops.cu, {n_lines} lines, {len(r.functions)} macro-generated entry points, "
-              f"includes cuda_runtime.h ({len(r.dependencies)} headers read)")
-        print(f"cpu count: {os.cpu_count()}, python {sys.version.split()[0]}")
-        print(f"cold, fresh process (libclang load + parse + store): {ms(cold_fresh)}  (median of {args.runs})")
-        print(f"cold, in process (parse + infer, libclang loaded):   {ms(cold_inproc)}  (median of {args.runs})")
-        print(f"warm, fresh process (cache hit, no libclang import): {ms([w['seconds'] for w in warm_fresh])}  (median of {args.runs})")
-        print(f"warm, in process (cache hit):                        {ms(warm_inproc)}  (median of {args.runs * 5})")
+        for cub, label, name in ((False, "cuda_runtime.h", "ops.cu"), (True, "cub/cub.cuh", "ops_cub.cu")):
+            src = tmpdir / name
+            src.write_text(make_source(cub))
+            measure(src, tmpdir, args.runs, label)
 
 
 if __name__ == "__main__":

@@ -231,3 +231,85 @@ def test_unnamed_scalar_is_named_by_position(scalar: str, tmp_path: Path) -> Non
     src.write_text(PRELUDE + f"// @BE f\nvoid f(BE::Tensor& y, {scalar}) {{}}\n")
     (err,) = infer_file(src, use_cache=False).errors
     assert err.parameter == "#2" and "give the parameter a name" in err.message
+
+
+# ---------------------------------------------------------------- CUDA: what nvcc's host pass compiles
+
+CUDA_PRELUDE = """\
+#include <cstdint>
+#include <cuda_runtime.h>
+#include "kernix/common.h"
+#define LB(n) __launch_bounds__(n)
+#define PASTE_LB(a, b) __launch_bounds__(a##b)
+"""
+
+# (opening line, closing line, active in nvcc's host pass given CUDA major version)
+CUDA_GUARDS = [
+    ("", "", lambda major: True),
+    ("#ifdef __CUDACC__", "#endif", lambda major: True),
+    ("#ifndef __CUDACC__", "#endif", lambda major: False),
+    ("#if defined(__NVCC__) && !defined(__CUDA_ARCH__)", "#endif", lambda major: True),
+    ("#ifdef __CUDA_ARCH__", "#endif", lambda major: False),
+    ("#if __CUDACC_VER_MAJOR__ >= 12", "#endif", lambda major: major >= 12),
+    ("#if __CUDACC_VER_MAJOR__ < 12", "#endif", lambda major: major < 12),
+    ("#ifdef __clang__", "#endif", lambda major: False),
+    ("#if defined(__GNUC__)", "#endif", lambda major: True),
+]
+CUDA_ATTRIBUTES = ["", "[[nodiscard]]\n", '[[deprecated("old; use {new}")]]\n', "[[maybe_unused]]\n",
+                   "[[nodiscard]] [[deprecated]]\n"]
+LAUNCH_BOUNDS = ["", "__launch_bounds__(256) ", "LB(128) ", "PASTE_LB(2, 56) ", "__launch_bounds__(1024, 1) "]
+CUDA_ATTRS = [("float", "float32"), ("__half", "float16"), ("double", "float64"), ("int", "int32"),
+              ("__nv_bfloat16", "bfloat16")]
+
+
+def _cuda_major() -> int:
+    from kernix.frontend.compiler_view import view
+
+    v = view("cuda")
+    return int(v.defined("__CUDACC_VER_MAJOR__")) if v is not None else 0
+
+
+@st.composite
+def cuda_unit(draw: st.DrawFn) -> tuple[str, dict[str, tuple[str, ...]]]:
+    """A .cu file of guarded kernels, launchers and macro stacks, and what nvcc would export."""
+    major = _cuda_major()
+    lines = [CUDA_PRELUDE, "#include <cuda_fp16.h>", "#include <cuda_bf16.h>"]
+    expected: dict[str, tuple[str, ...]] = {}
+    for i in range(draw(st.integers(1, 4))):
+        open_, close, active = draw(st.sampled_from(CUDA_GUARDS))
+        ctype, dtype = draw(st.sampled_from(CUDA_ATTRS))
+        bounds = draw(st.sampled_from(LAUNCH_BOUNDS))
+        spec = ("arg", "ret", f"attr.a:{dtype}", "stream")
+        lines += [open_, f"__global__ void {bounds}k{i}(const float* __restrict__ x, float* y) {{}}"]
+        if draw(st.booleans()):  # one macro invocation defines two functions, annotations stacked
+            names = [f"fa{i}", f"fb{i}"]
+            lines.append(f"#define DEF{i}(S, T) \\\n"
+                         f"  void fa{i}##S(const BE::Tensor& x, BE::Tensor& y, T a, cudaStream_t s) {{}} \\\n"
+                         f"  void fb{i}##S(const BE::Tensor& x, BE::Tensor& y, T a, int64_t stream) {{}}")
+            for name in draw(st.permutations(names)):
+                lines.append(f"// @BE {name}_x")
+            lines.append(f"DEF{i}(_x, {ctype})")
+            if active(major):
+                expected.update({f"{n}_x": spec for n in names})
+        else:
+            attribute = draw(st.sampled_from(CUDA_ATTRIBUTES))
+            ret = "int" if "nodiscard" in attribute else "void"
+            body = "{ return 0; }" if ret == "int" else "{}"
+            lines += [f"// @BE f{i}", attribute.rstrip("\n"),
+                      f"{ret} f{i}(const BE::Tensor& x, BE::Tensor& y, {ctype} a, cudaStream_t stream) {body}"]
+            if active(major):
+                expected[f"f{i}"] = spec
+        lines.append(close)
+    return "\n".join(lines) + "\n", expected
+
+
+@pytest.mark.skipif(_cuda_major() == 0, reason="needs nvcc and the CUDA headers")
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(unit=cuda_unit())
+def test_cuda_infers_what_nvcc_compiles(unit: tuple[str, dict[str, tuple[str, ...]]], tmp_path: Path) -> None:
+    text, expected = unit
+    src = tmp_path / f"k{next(_COUNTER)}.cu"
+    src.write_text(text)
+    r = infer_file(src, use_cache=False)
+    assert r.errors == (), "\n".join(map(str, r.errors)) + "\n" + text
+    assert {f.name: f.arg_spec for f in r.functions} == expected, text

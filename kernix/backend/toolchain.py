@@ -29,6 +29,8 @@ __all__ = [
     "find_host_compiler",
     "host_compiler_path",
     "cuda_include_dirs",
+    "cuda_cccl_include_dir",
+    "nvcc_path_or_none",
     "jax_ffi_include_dir",
     "jaxlib_version",
     "normalize_arch",
@@ -110,6 +112,14 @@ def _nvcc_path() -> str:
     )
 
 
+def nvcc_path_or_none() -> str | None:
+    """nvcc's path as :func:`find_nvcc` finds it, or ``None`` when there is none."""
+    try:
+        return _nvcc_path()
+    except ToolchainError:
+        return None
+
+
 def find_nvcc() -> Compiler:
     """Find nvcc: ``$KERNIX_NVCC``, ``$CUDA_HOME``/``$CUDA_PATH``, ``PATH``, then
     the pip ``nvidia-cuda-nvcc`` package."""
@@ -140,6 +150,15 @@ def cuda_include_dirs() -> list[str]:
     dirs = [home / "include"]
     dirs += sorted((home / "targets").glob("*/include")) if (home / "targets").is_dir() else []
     return [str(d) for d in dirs if d.is_dir()]
+
+
+def cuda_cccl_include_dir() -> str | None:
+    """CUDA 13's ``include/cccl`` (CUB, Thrust, libcu++), which nvcc adds by itself; ``None`` before CUDA 13."""
+    for d in cuda_include_dirs():
+        cccl = os.path.join(d, "cccl")
+        if os.path.isdir(os.path.join(cccl, "cub")):
+            return cccl
+    return None
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,7 +1,8 @@
 """The frontend: reading the user's source the way its compiler does.
 
-``annotations`` finds ``// @BE`` comments; ``clangparse`` runs libclang with the
-compiler's own view (macros, include paths); ``binding`` ties annotations to
+``annotations`` finds ``// @BE`` comments; ``compiler_view`` asks nvcc and the host
+compiler what they predefine; ``clangparse`` runs libclang with that view
+(macros, include paths); ``binding`` ties annotations to
 declarations; ``classify`` turns a declaration into a
 :class:`~kernix.spec.FunctionSpec`; ``infer`` runs the whole and ``speccache``
 remembers its answers.  libclang is imported only when a parse really runs.

@@ -7,6 +7,7 @@ specifiers in between.  Each result is a :class:`Target`.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -34,12 +35,16 @@ class Target:
         The ``// @BE`` annotation that named it, if any.
     explicit
         The arg_spec tokens a ``functions={name: spec}`` argument gave, if any.
+    second
+        The annotation's tokens came from a second annotation of the same
+        function (prototype, then definition): a disagreement is reported there.
     """
 
     name: str
     cursor: Any
     annotation: Annotation | None
     explicit: tuple[str, ...] | None
+    second: bool = False
 
 
 def _by_name(cursors: list[Any]) -> dict[str, list[Any]]:
@@ -52,17 +57,24 @@ def _by_name(cursors: list[Any]) -> dict[str, list[Any]]:
 def _template_error(path: str, name: str, cursor: Any) -> SourceError:
     return SourceError(
         f"function {name!r} is a template: function templates are not supported yet. "
-        "Export a plain (non-template) function that calls the instantiation you want",
+        "Annotate a plain (non-template) function that calls the instantiation you want",
         file=path, line=cursor.location.line, column=cursor.location.column, function=name)
 
 
 def function_cursors(tu: Any, path: str) -> list[Any]:
-    """FUNCTION_DECL / FUNCTION_TEMPLATE cursors located in the main file."""
+    """Function declarations located in the main file, in walk order.
+
+    Free functions and function templates, and also member functions (of
+    classes, structs and class templates, and out-of-class definitions), so
+    that an annotation before a member is bound to it and refused with a
+    reason (see :func:`refusal`) instead of being bound to nothing.
+    """
     import clang.cindex as ci
 
     K = ci.CursorKind
-    containers = {K.NAMESPACE, K.LINKAGE_SPEC, K.UNEXPOSED_DECL}
-    wanted = {K.FUNCTION_DECL, K.FUNCTION_TEMPLATE}
+    containers = {K.NAMESPACE, K.LINKAGE_SPEC, K.UNEXPOSED_DECL, K.STRUCT_DECL, K.CLASS_DECL,
+                  K.CLASS_TEMPLATE, K.CLASS_TEMPLATE_PARTIAL_SPECIALIZATION, K.UNION_DECL}
+    wanted = {K.FUNCTION_DECL, K.FUNCTION_TEMPLATE, *(getattr(K, n) for n in _MEMBER_KINDS_NAMES)}
     out: list[Any] = []
 
     def visit(parent: Any) -> None:
@@ -80,7 +92,130 @@ def function_cursors(tu: Any, path: str) -> list[Any]:
     return out
 
 
-_BETWEEN_COMMENTS = re.compile(rb"//[^\n]*|/\*.*?\*/", re.DOTALL)
+_MEMBER_KINDS_NAMES = ("CXX_METHOD", "CONSTRUCTOR", "DESTRUCTOR", "CONVERSION_FUNCTION")
+_CLASS_KINDS_NAMES = ("STRUCT_DECL", "CLASS_DECL", "CLASS_TEMPLATE", "CLASS_TEMPLATE_PARTIAL_SPECIALIZATION",
+                      "UNION_DECL")
+
+
+def is_member(cursor: Any) -> bool:
+    """Whether ``cursor`` declares a member function (or member function template)."""
+    if cursor.kind.name in _MEMBER_KINDS_NAMES:
+        return True
+    parent = cursor.semantic_parent
+    return parent is not None and parent.kind.name in _CLASS_KINDS_NAMES
+
+
+def execution_spaces(cursor: Any) -> set[str]:
+    """The CUDA execution spaces written on ``cursor`` (``global``, ``device``, ``host``).
+
+    Read from the ``annotate`` attributes the CUDA prelude's keyword markers
+    leave (:data:`kernix.frontend.clangparse.SPACE_ANNOTATIONS`), or from
+    clang's own CUDA attributes when the parse runs in clang's CUDA mode.
+    """
+    from .clangparse import SPACE_ANNOTATIONS
+
+    spaces: set[str] = set()
+    for child in cursor.get_children():
+        kind = child.kind.name
+        if kind == "ANNOTATE_ATTR" and child.spelling in SPACE_ANNOTATIONS:
+            spaces.add(SPACE_ANNOTATIONS[child.spelling])
+        elif kind in ("CUDAGLOBAL_ATTR", "CUDADEVICE_ATTR", "CUDAHOST_ATTR"):
+            spaces.add(kind[4:-5].lower())
+    return spaces
+
+
+def _is_deleted(cursor: Any) -> bool:
+    """Whether ``cursor`` is defined as deleted (``= delete``).
+
+    libclang answers this for member functions only, and a declaration's
+    extent stops before ``= delete``: the tokens right after it are read.
+    """
+    import clang.cindex as ci
+
+    end = cursor.extent.end
+    if end.file is None:
+        return False
+    tu = cursor.translation_unit
+    try:
+        size = os.path.getsize(end.file.name)
+    except OSError:
+        return False
+    stop = ci.SourceLocation.from_offset(tu, end.file, min(end.offset + 64, size))
+    tokens = [t.spelling for t in tu.get_tokens(extent=ci.SourceRange.from_locations(end, stop))][:3]
+    return tokens[:2] == ["=", "delete"] or tokens[1:3] == ["=", "delete"]
+
+
+def _undeducible_specialization(cursor: Any) -> list[str]:
+    """For an explicit specialization, the primary template's parameters that no
+    function parameter mentions (so a call cannot deduce them); else ``[]``."""
+    import clang.cindex as ci
+
+    primary = cursor.specialized_template
+    if primary is None or primary.kind != ci.CursorKind.FUNCTION_TEMPLATE:
+        return []
+    names = [c.spelling for c in primary.get_children()
+             if c.kind.name in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER",
+                                "TEMPLATE_TEMPLATE_PARAMETER")]
+    used: set[str] = set()
+    for p in primary.get_children():
+        if p.kind == ci.CursorKind.PARM_DECL:
+            used.update(t.spelling for t in p.get_tokens())
+    return [n for n in names if n and n not in used]
+
+
+def refusal(path: str, name: str, cursor: Any) -> SourceError | None:
+    """Why ``cursor`` cannot be exported as ``name`` (an error naming the fix), or ``None``."""
+    import clang.cindex as ci
+
+    where = dict(file=path, line=cursor.location.line, column=cursor.location.column, function=name)
+    if is_member(cursor):
+        owner = cursor.semantic_parent.spelling if cursor.semantic_parent is not None else "a class"
+        return SourceError(
+            f"{name!r} is a member function of {owner!r}: member functions cannot be exported: "
+            "annotate a free function that calls it", **where)
+    if cursor.kind == ci.CursorKind.FUNCTION_TEMPLATE:
+        return _template_error(path, name, cursor)
+    spaces = execution_spaces(cursor)
+    if "global" in spaces:
+        return SourceError(
+            f"{name!r} is a `__global__` kernel: a kernel cannot be called from the host. Annotate its "
+            f"launcher instead: a host function that runs `{name}<<<grid, block, 0, stream>>>(...)` "
+            "and takes the tensors", **where)
+    if "device" in spaces and "host" not in spaces:
+        return SourceError(
+            f"{name!r} is a `__device__` function: nvcc compiles it for the GPU only, so the host cannot "
+            f"call it. Annotate a host function that launches a kernel calling it, or declare it "
+            "`__host__ __device__`", **where)
+    if _is_deleted(cursor):
+        return SourceError(
+            f"{name!r} is a deleted function (`= delete`): it cannot be called. Annotate a function "
+            "that has a definition", **where)
+    missing = _undeducible_specialization(cursor)
+    if missing:
+        return SourceError(
+            f"{name!r} is an explicit specialization whose template argument(s) "
+            f"{', '.join(missing)} cannot be deduced at the call: no parameter mentions them. "
+            "Annotate a plain function that calls this specialization", **where)
+    return None
+
+
+# What may separate an annotation from its function besides specifiers: comments,
+# and C++11 attribute-specifiers (whose string arguments may hold ';' or braces).
+_BETWEEN_SKIP = re.compile(
+    rb"""//[^\r\n]*|/\*.*?\*/|"(?:\\.|[^"\\\r\n])*"|'(?:\\.|[^'\\\r\n])*'""", re.DOTALL)
+_ATTRIBUTE_SPECIFIER = re.compile(rb"\[\[.*?\]\]", re.DOTALL)
+
+
+def line_starts(raw: bytes) -> list[int]:
+    """Byte offsets where each line of ``raw`` starts, with clang's line breaks (LF, CRLF, CR)."""
+    return [0] + [m.end() for m in re.finditer(rb"\r\n|\r|\n", raw)]
+
+
+def _between_is_specifiers(text: bytes) -> bool:
+    """Whether ``text`` (between annotation and declaration) holds only comments,
+    attributes, whitespace and specifiers: no ``;``, braces or preprocessor lines."""
+    text = _ATTRIBUTE_SPECIFIER.sub(b" ", _BETWEEN_SKIP.sub(lambda m: b'""' if m.group()[:1] in b"\"'" else b" ", text))
+    return not any(ch in text for ch in b";{}#")
 
 
 def bind_annotations(raw: bytes, annotations: list[Annotation], cursors: list[Any]) -> dict[int, Any]:
@@ -96,13 +231,10 @@ def bind_annotations(raw: bytes, annotations: list[Annotation], cursors: list[An
     """
     import bisect
 
-    line_starts = [0]
-    for i, b in enumerate(raw):
-        if b == 10:
-            line_starts.append(i + 1)
+    starts_of = line_starts(raw)
 
     def offset(line: int, col: int) -> int:
-        return line_starts[min(line, len(line_starts)) - 1] + col - 1
+        return starts_of[min(line, len(starts_of)) - 1] + col - 1
 
     starts = []
     for c in cursors:
@@ -113,22 +245,39 @@ def bind_annotations(raw: bytes, annotations: list[Annotation], cursors: list[An
     bound: dict[int, Any] = {}
     for a in annotations:
         end_line = a.end_line
-        after = line_starts[end_line] if end_line < len(line_starts) else len(raw)
+        after = starts_of[end_line] if end_line < len(starts_of) else len(raw)
         i = bisect.bisect_left(keys, after)
         if i == len(starts):
             continue
-        between = _BETWEEN_COMMENTS.sub(b" ", raw[after:starts[i][0]])
-        if any(ch in between for ch in b";{}#"):
+        if not _between_is_specifiers(raw[after:starts[i][0]]):
             continue
+        # One macro invocation may generate several functions (all starting at
+        # the invocation): a stack of annotations before it binds each to its own name.
+        j = i
+        while j < len(starts) and starts[j][0] == starts[i][0]:
+            if starts[j][2].spelling == a.name:
+                i = j
+                break
+            j += 1
         bound[a.line] = starts[i][2]
     return bound
+
+
+def _start(cursor: Any) -> tuple[int, int]:
+    st = cursor.extent.start
+    return st.line, st.column
+
+
+def generated_together(cursor: Any, cursors: list[Any]) -> list[Any]:
+    """The functions whose declaration starts where ``cursor``'s does (one macro invocation)."""
+    key = _start(cursor)
+    return [c for c in cursors if _start(c) == key]
 
 
 def annotated_targets(
     path: str, annotations: list[Annotation], bound: dict[int, Any], cursors: list[Any]
 ) -> tuple[list[Target], list[SourceError]]:
-    import clang.cindex as ci
-
+    """The functions the annotations export, and an error for each one that cannot be."""
     errors: list[SourceError] = []
     targets: list[Target] = []
     seen: dict[str, tuple[Annotation, Any]] = {}
@@ -153,6 +302,15 @@ def annotated_targets(
                 "Put it on the line right before the function it exports, with only comments in between",
                 function=a.name, **where))
             continue
+        together = generated_together(cursor, cursors) if cursor.spelling != a.name else [cursor]
+        if len(together) > 1:
+            found = ", ".join(repr(c.spelling) for c in together)
+            errors.append(SourceError(
+                f"annotation `{a.text}` precedes a macro invocation (line {cursor.location.line}) that "
+                f"generates {found}, none named {a.name!r}. Rename the annotation to one of these, "
+                "or move it right before the function it exports",
+                function=a.name, **where))
+            continue
         if cursor.spelling != a.name:
             errors.append(SourceError(
                 f"annotation `{a.text}` is bound to function {cursor.spelling!r} (line {cursor.location.line}), "
@@ -160,12 +318,22 @@ def annotated_targets(
                 f"right before {a.name!r}",
                 function=a.name, **where))
             continue
-        if cursor.kind == ci.CursorKind.FUNCTION_TEMPLATE:
-            errors.append(_template_error(path, a.name, cursor))
+        refused = refusal(path, a.name, cursor)
+        if refused is not None:
+            errors.append(refused)
             continue
         if a.name in seen:
             prev_ann, prev_cursor = seen[a.name]
             if prev_cursor.canonical == cursor.canonical:
+                if a.tokens and prev_ann.tokens and a.tokens != prev_ann.tokens:
+                    errors.append(SourceError(
+                        f"`{a.text}` disagrees with `{prev_ann.text}` (line {prev_ann.line}) on the same "
+                        f"function {a.name!r}: give the arg_spec once, or make both the same",
+                        function=a.name, **where))
+                    targets = [t for t in targets if t.name != a.name]
+                elif a.tokens and not prev_ann.tokens:
+                    targets = [t if t.name != a.name else Target(a.name, t.cursor, a, None, True) for t in targets]
+                    seen[a.name] = (a, prev_cursor)
                 continue  # prototype and definition both annotated: one function
             errors.append(SourceError(
                 f"one name annotated twice: `// @BE {a.name}` here and at line {prev_ann.line}. "
@@ -184,12 +352,11 @@ def requested_targets(
     bound: dict[int, Any],
     cursors: list[Any],
 ) -> tuple[list[Target], list[SourceError]]:
-    import clang.cindex as ci
-
+    """The functions a ``functions=`` argument names, and an error for each one that cannot be."""
     errors: list[SourceError] = []
     targets: list[Target] = []
     annotated = {a.name: (a, bound[a.line]) for a in annotations if a.line in bound and bound[a.line].spelling == a.name}
-    by_name = _by_name(cursors)
+    by_name = _by_name([c for c in cursors if not is_member(c)])
     for name, explicit in wanted.items():
         if name in annotated:
             a, cursor = annotated[name]
@@ -214,8 +381,9 @@ def requested_targets(
                 continue
             defs = [c for c in cands if c.is_definition()]
             cursor = defs[0] if defs else cands[-1]  # bodies are skipped: the last is the definition
-        if cursor.kind == ci.CursorKind.FUNCTION_TEMPLATE:
-            errors.append(_template_error(path, name, cursor))
+        refused = refusal(path, name, cursor)
+        if refused is not None:
+            errors.append(refused)
             continue
         if explicit is not None:
             try:

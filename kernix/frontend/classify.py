@@ -14,9 +14,14 @@ from typing import Any
 
 from ..dtypes import dtype_by_xla_name
 from ..errors import SourceError
+from ..names import is_identifier
 from ..spec import FunctionSpec, Param
 
-__all__ = ["function_spec", "qualified_name"]
+__all__ = ["function_spec", "qualified_name", "RESERVED_ATTR_NAMES"]
+
+#: Keyword names the Python callable takes itself (``fn(*inputs, out=..., vmap_method=...)``,
+#: see :meth:`kernix.runtime.function.KernelFunction.__call__`): an attribute cannot use them.
+RESERVED_ATTR_NAMES = frozenset({"self", "out", "vmap_method"})
 
 _FIX_TENSOR = "take a `const BE::Tensor&` for an input buffer or `BE::Tensor&` for an output"
 
@@ -89,9 +94,9 @@ def _classify(p: Any, index: int, fname: str) -> Param:
     pname = p.spelling
     label = f"parameter {pname!r}" if pname else f"parameter {index + 1} (unnamed)"
     where = f"{label} of {fname!r} is `{written}`"
-    if t.kind.name in _ARRAY_KINDS or "[" in written:
-        raise _Reject(f"{where}: arrays cannot cross the FFI boundary; {_FIX_TENSOR}")
     c = t.get_canonical()
+    if c.kind.name in _ARRAY_KINDS:
+        raise _Reject(f"{where}: arrays cannot cross the FFI boundary; {_FIX_TENSOR}")
     ref = None
     if c.kind.name in ("LVALUEREFERENCE", "RVALUEREFERENCE"):
         ref = "&" if c.kind.name == "LVALUEREFERENCE" else "&&"
@@ -102,8 +107,10 @@ def _classify(p: Any, index: int, fname: str) -> Param:
 
     if c.kind.name == "POINTER":
         pointee = _bare(c.get_pointee().get_canonical().spelling)
-        if pointee in ("CUstream_st", "struct CUstream_st") and ref is None:
+        if pointee in ("CUstream_st", "struct CUstream_st") and (ref is None or (ref == "&" and is_const)):
             return Param(synth, "stream", written, "CUstream_st *", "stream")
+        if pointee in ("CUstream_st", "struct CUstream_st"):
+            raise _Reject(f"{where}: a stream is passed by value or `const&`; take a `cudaStream_t`")
         if pointee == "BE::Tensor":
             raise _Reject(f"{where}: a tensor cannot be passed by pointer; {_FIX_TENSOR}")
         raise _Reject(f"{where}: pointers cannot cross the FFI boundary; {_FIX_TENSOR}")
@@ -131,8 +138,13 @@ def _classify(p: Any, index: int, fname: str) -> Param:
         )
 
     kind = c.kind.name
-    if kind in ("LONG", "LONGLONG") and c.get_size() == 8 and pname == "stream":
-        return Param("stream", "stream", written, bare, "stream")
+    if pname == "stream":
+        if kind in ("LONG", "LONGLONG") and c.get_size() == 8:
+            return Param("stream", "stream", written, bare, "stream")
+        raise _Reject(
+            f"{where}: a parameter named `stream` is the CUDA stream, which arrives as a `cudaStream_t` "
+            "or a 64-bit signed integer (`int64_t stream`); take one of those, or rename the parameter "
+            "if it is an integer attribute")
 
     dtype: str | None
     if kind == "ENUM":
@@ -140,7 +152,7 @@ def _classify(p: Any, index: int, fname: str) -> Param:
         if not decl.spelling or "unnamed" in bare or "anonymous" in bare:
             raise _Reject(f"{where}: an unnamed enum cannot be named in generated code; give the enum a name")
         dtype = _integer_dtype(decl.enum_type.get_canonical())
-        if dtype is None or dtype == "bool":
+        if dtype is None:
             raise _Reject(f"{where}: the enum's underlying type has no XLA attribute type")
     elif kind in ("FLOAT", "DOUBLE"):
         dtype = "float32" if kind == "FLOAT" else "float64"
@@ -161,6 +173,14 @@ def _classify(p: Any, index: int, fname: str) -> Param:
         raise _Reject(
             f"{where}: a scalar attribute needs a name; give the parameter a name: it becomes attr.<name>"
         )
+    if not is_identifier(pname):
+        raise _Reject(
+            f"{where}: attribute names must be ASCII C++ identifiers (the arg_spec `attr.<name>` and the "
+            "Python keyword argument use it); rename the parameter")
+    if pname in RESERVED_ATTR_NAMES:
+        raise _Reject(
+            f"{where}: {pname!r} is reserved by the Python callable (its keyword arguments are "
+            f"{', '.join(sorted(RESERVED_ATTR_NAMES))}), so it cannot name an attribute; rename the parameter")
     return Param(pname, "attr", written, bare, "scalar", dtype)
 
 

@@ -204,7 +204,7 @@ def infer_source(
     result is cached).
     """
     text = raw.decode("utf-8", errors="replace")
-    tu = parse(path, options)
+    tu = parse(path, options, raw=raw)
     errors: list[SourceError] = error_diagnostics(tu, options)
     clean = not errors
     # Lines of the user's file with a clang error: a function whose declaration
@@ -218,7 +218,7 @@ def infer_source(
 
     unbound = [a for a in annotations if a.line not in bound]
     if unbound:
-        detailed = parse(path, options, detailed=True)
+        detailed = parse(path, options, detailed=True, raw=raw)
         skipped = skipped_ranges(detailed, path)
         unbound = [a for a in unbound if not any(lo <= a.line <= hi for lo, hi in skipped)]
         active = {a.line for a in unbound} | set(bound)
@@ -254,6 +254,9 @@ def infer_source(
             try:
                 spec = check_spec_matches(list(tokens), spec, source=source)  # the caller's word may refine it
             except SourceError as exc:
+                if source == "annotation" and ann is not None and target.second:  # report it where it was written
+                    exc = SourceError(exc.message, file=exc.file or path, line=ann.line, column=ann.column,
+                                      function=exc.function or name, parameter=exc.parameter)
                 errors.append(exc)
                 ok = False
             except ArgSpecError as exc:

@@ -1,0 +1,243 @@
+"""What the real compiler sees before the first line of a source file.
+
+The inference parse must see the file exactly as the build does: nvcc's host
+pass for ``.cu`` files, the host C++ compiler for C++ files.  Instead of a
+hand-written list of macros that drifts with every CUDA and GCC release, this
+module asks the tools themselves, once per compiler identity (path, size,
+mtime, ctime; see :func:`kernix.store.files.remembered`):
+
+* ``nvcc --dryrun`` prints the host preprocessing command of its host pass;
+  its ``-D``/``-U`` flags (``__CUDACC__``, ``__NVCC__``,
+  ``__CUDACC_VER_MAJOR__``...), include directories (the toolkit's
+  ``include`` and, since CUDA 13, ``include/cccl`` for CUB, Thrust and
+  libcu++) and forced includes (``cuda_runtime.h``) are taken from it.
+  ``__CUDA_ARCH__`` is absent there, as in nvcc's host pass.
+* The host compiler's own predefined macros come from
+  ``CXX -dM -E -x c++ -std=... [nvcc's -D flags] /dev/null``, so a parse of a
+  g++-built file sees ``__GNUC__`` and not ``__clang__``.
+
+:func:`view` combines both into a :class:`CompilerView`; the parse hands it
+to clang as ``-undef`` plus one ``-D`` per macro.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass
+
+from ..store.files import remembered
+
+__all__ = ["CompilerView", "NVCC_BUILD_FLAGS", "host_macros", "nvcc_host_pass", "view", "macro_flags"]
+
+#: The nvcc flags of the build that change the host pass's macros (see
+#: :func:`kernix.backend.ninja.compile_flags`): ``--expt-relaxed-constexpr``
+#: defines ``__CUDACC_RELAXED_CONSTEXPR__``, ``--extended-lambda``
+#: ``__CUDACC_EXTENDED_LAMBDA__``.
+NVCC_BUILD_FLAGS = ("--expt-relaxed-constexpr", "--extended-lambda")
+
+
+@dataclass(frozen=True)
+class CompilerView:
+    """The predefined state of one compiler for one language standard.
+
+    Attributes
+    ----------
+    macros
+        ``(name, value)`` pairs in the compiler's order; ``name`` may carry a
+        parameter list (``F(x)``).
+    include_dirs
+        Directories the compiler adds with ``-I`` (nvcc: the toolkit's ``include``).
+    system_dirs
+        Directories it adds with ``-isystem`` (nvcc: ``include/cccl``).
+    forced_includes
+        Headers it includes before the file (nvcc: ``cuda_runtime.h``).
+    """
+
+    macros: tuple[tuple[str, str], ...]
+    include_dirs: tuple[str, ...] = ()
+    system_dirs: tuple[str, ...] = ()
+    forced_includes: tuple[str, ...] = ()
+
+    def defined(self, name: str) -> str | None:
+        """The value of macro ``name``, or ``None`` when it is not predefined."""
+        for key, value in self.macros:
+            if key == name or key.startswith(name + "("):
+                return value
+        return None
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str] | None:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _kind(prefix: str, parts: tuple[str, ...]) -> str:
+    """A file-name-safe memo kind that also identifies ``parts``."""
+    return f"{prefix}-{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:16]}"
+
+
+def _parse_dm(text: str) -> list[tuple[str, str]]:
+    """``#define NAME VALUE`` lines (``-dM`` output) as ``(NAME, VALUE)`` pairs."""
+    out: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        if not line.startswith("#define "):
+            continue
+        rest = line[len("#define "):]
+        depth = 0
+        for i, ch in enumerate(rest):  # a function-like name ends after its ')'
+            if ch == "(":
+                depth += 1
+            elif ch == ")":
+                depth -= 1
+            elif ch == " " and depth == 0:
+                out.append((rest[:i], rest[i + 1:]))
+                break
+        else:
+            out.append((rest, ""))
+    return out
+
+
+def host_macros(cxx: str, flags: tuple[str, ...] = ()) -> tuple[tuple[str, str], ...] | None:
+    """The macros ``cxx`` predefines for C++ with ``flags`` (``-std=``, ``-D``, ``-m64``...).
+
+    Parameters
+    ----------
+    cxx
+        The host compiler executable (absolute).
+    flags
+        Flags that change the predefined set, passed before ``/dev/null``.
+
+    Returns
+    -------
+    tuple of (str, str) or None
+        ``None`` when the compiler could not be run.
+    """
+
+    def ask() -> list[list[str]] | None:
+        proc = _run([cxx, "-dM", "-E", "-x", "c++", *flags, os.devnull])
+        if proc is None or proc.returncode != 0:
+            return None
+        return [list(p) for p in _parse_dm(proc.stdout)]
+
+    found = remembered(_kind("cxx-macros", flags), cxx, ask)
+    return None if found is None else tuple((str(k), str(v)) for k, v in found)
+
+
+def _host_pass_line(stderr: str) -> list[str] | None:
+    """The host preprocessing command in ``nvcc --dryrun`` output, split."""
+    for line in stderr.splitlines():
+        if not line.startswith("#$ "):
+            continue
+        argv = shlex.split(line[3:])
+        if "-E" in argv and "-D__CUDACC__" in argv and not any(a.startswith("-D__CUDA_ARCH__=") for a in argv):
+            return argv
+    return None
+
+
+def nvcc_host_pass(nvcc: str, cxx: str, std: str = "c++17") -> dict[str, list[str]] | None:
+    """What nvcc's host pass adds to the host compiler's command line.
+
+    Runs ``nvcc -ccbin=<cxx> -std=<std> <build flags> --dryrun -c x.cu`` and
+    reads the host preprocessing command it prints.
+
+    Returns
+    -------
+    dict or None
+        ``{"macro_flags": [...], "include_dirs": [...], "system_dirs": [...],
+        "forced_includes": [...]}``; ``None`` when nvcc could not be run.
+    """
+
+    def ask() -> dict[str, list[str]] | None:
+        proc = _run([nvcc, f"-ccbin={cxx}", f"-std={std}", *NVCC_BUILD_FLAGS, "--dryrun",
+                     "-c", "kernix_probe.cu", "-o", "kernix_probe.o"])
+        if proc is None or proc.returncode != 0:
+            return None
+        argv = _host_pass_line(proc.stderr)
+        if argv is None:
+            return None
+        return _split_host_pass(argv)
+
+    return remembered(_kind("nvcc-host-pass", (cxx, std)), nvcc, ask)
+
+
+def _split_host_pass(argv: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {"macro_flags": [], "include_dirs": [], "system_dirs": [], "forced_includes": []}
+    it = iter(argv[1:])
+    for arg in it:
+        if arg in ("-I", "-isystem", "-include"):
+            value = next(it, "")
+            key = {"-I": "include_dirs", "-isystem": "system_dirs", "-include": "forced_includes"}[arg]
+            out[key].append(os.path.normpath(value) if arg != "-include" else value)
+        elif arg.startswith("-I"):
+            out["include_dirs"].append(os.path.normpath(arg[2:]))
+        elif arg.startswith(("-D", "-U")) or arg in ("-m64", "-m32"):
+            out["macro_flags"].append(arg)
+    return out
+
+
+def _std_of(flags: tuple[str, ...]) -> str:
+    """The language standard the build uses: the last ``-std=`` of ``flags``, else C++17."""
+    std = "c++17"
+    for f in flags:
+        if f.startswith("-std="):
+            std = f[len("-std="):]
+    return std
+
+
+@functools.lru_cache(maxsize=None)
+def _view(language: str, std: str) -> CompilerView | None:
+    from ..backend.toolchain import host_compiler_path, nvcc_path_or_none
+    from ..errors import ToolchainError
+
+    try:
+        cxx = host_compiler_path()
+    except ToolchainError:
+        return None
+    if language != "cuda":
+        macros = host_macros(cxx, (f"-std={std}",))
+        return None if macros is None else CompilerView(macros)
+    nvcc = nvcc_path_or_none()
+    if nvcc is None:
+        return None
+    host = nvcc_host_pass(nvcc, cxx, std)
+    if host is None:
+        return None
+    macros = host_macros(cxx, (f"-std={std}", *host["macro_flags"]))
+    if macros is None:
+        return None
+    return CompilerView(
+        macros,
+        include_dirs=tuple(host["include_dirs"]),
+        system_dirs=tuple(host["system_dirs"]),
+        forced_includes=tuple(host["forced_includes"]),
+    )
+
+
+def view(language: str, flags: tuple[str, ...] = ()) -> CompilerView | None:
+    """The predefined state of the compiler that builds ``language`` sources.
+
+    Parameters
+    ----------
+    language
+        ``"cuda"`` (nvcc's host pass with the host compiler) or ``"cpp"``.
+    flags
+        The build's preprocessor flags; only ``-std=`` matters here.
+
+    Returns
+    -------
+    CompilerView or None
+        ``None`` when the compiler is missing or could not be asked (the
+        parse then falls back to clang's own view).
+    """
+    return _view(language, _std_of(flags))
+
+
+def macro_flags(v: CompilerView) -> list[str]:
+    """clang flags that replace its predefined macros with ``v``'s: ``-undef`` and one ``-D`` each."""
+    return ["-undef", *(f"-D{name}={value}" for name, value in v.macros)]
