@@ -217,12 +217,8 @@ def test_injected_code_in_a_cached_spec_never_reaches_the_compiler(project: Path
     _load(project, cache, name)
     _tamper_spec_cache(cache, edit)
     shutil.rmtree(cache / "modules")
-    try:
-        mod = _load(project, cache, name, force_rebuild=True)
-    except (ValueError, kernix.KernixError):
-        pass  # refused: fine, as long as nothing was compiled from it
-    else:
-        assert _values(mod) == [1.0] * 3
+    mod = _load(project, cache, name, force_rebuild=True)  # the tampered entry is a miss: parsed again
+    assert _values(mod) == [1.0] * 3
     for shim in (cache / "build" / name).glob("shim_*.cpp"):
         assert "evil" not in shim.read_text()
 

@@ -16,7 +16,7 @@ from ..errors import ArgSpecError, SourceError
 from ..names import is_identifier
 from ..spec import parse_arg_spec
 from .annotations import Annotation
-from .clangparse import in_file
+from .tu import in_file
 
 __all__ = ["Target", "function_cursors", "bind_annotations", "annotated_targets", "requested_targets"]
 
@@ -109,10 +109,10 @@ def execution_spaces(cursor: Any) -> set[str]:
     """The CUDA execution spaces written on ``cursor`` (``global``, ``device``, ``host``).
 
     Read from the ``annotate`` attributes the CUDA prelude's keyword markers
-    leave (:data:`kernix.frontend.clangparse.SPACE_ANNOTATIONS`), or from
+    leave (:data:`kernix.frontend.prelude.SPACE_ANNOTATIONS`), or from
     clang's own CUDA attributes when the parse runs in clang's CUDA mode.
     """
-    from .clangparse import SPACE_ANNOTATIONS
+    from .prelude import SPACE_ANNOTATIONS
 
     spaces: set[str] = set()
     for child in cursor.get_children():

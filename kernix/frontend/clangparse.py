@@ -48,6 +48,7 @@ from typing import Any, Sequence
 from ..errors import SourceError
 from ..store.files import remembered
 from . import compiler_view
+from .prelude import CUDA_PRELUDE_REAL, CUDA_PRELUDE_STUB, SPACE_MARKERS
 
 __all__ = [
     "PRELUDE_PATH",
@@ -57,57 +58,14 @@ __all__ = [
     "host_cxx_include_dirs",
     "ffi_include_dir",
     "clang_fingerprint",
-    "error_diagnostics",
-    "skipped_ranges",
+    "compiler_view_of",
+    "is_under",
+    "system_dirs",
+    "leading_system_includes",
 ]
 
 #: The virtual file name of the CUDA prelude (never written to disk).
 PRELUDE_PATH = "/__kernix__/cuda_prelude.h"
-
-_CUDA_PRELUDE_REAL = """\
-// kernix inference prelude: what nvcc puts in front of every .cu file.
-#include <cuda_runtime.h>
-"""
-
-# Used when no CUDA headers are installed: enough for signatures to parse.
-_CUDA_PRELUDE_STUB = """\
-// kernix inference prelude (no CUDA headers found): stand-ins for signatures.
-#define __host__ __attribute__((host))
-#define __device__ __attribute__((device))
-#define __global__ __attribute__((global))
-#define __shared__ __attribute__((shared))
-#define __constant__ __attribute__((constant))
-#define __managed__ __attribute__((managed))
-#define __forceinline__ __inline__ __attribute__((always_inline))
-#define __noinline__ __attribute__((noinline))
-#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
-#define __restrict__ __restrict
-#define __align__(n) __attribute__((aligned(n)))
-#define __device_builtin__
-#define __cudart_builtin__
-#define CUDART_CB
-typedef struct CUstream_st *cudaStream_t;
-typedef struct CUevent_st *cudaEvent_t;
-typedef enum cudaError { cudaSuccess = 0 } cudaError_t;
-struct __half { unsigned short __x; };
-struct __half2 { __half x, y; };
-typedef __half half;
-struct __nv_bfloat16 { unsigned short __x; };
-struct __nv_bfloat162 { __nv_bfloat16 x, y; };
-typedef __nv_bfloat16 nv_bfloat16;
-struct uint3 { unsigned int x, y, z; };
-struct dim3 {
-  unsigned int x, y, z;
-  constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1) : x(vx), y(vy), z(vz) {}
-};
-extern const uint3 threadIdx, blockIdx;
-extern const dim3 blockDim, gridDim;
-extern const int warpSize;
-cudaError_t cudaGetLastError();
-const char* cudaGetErrorName(cudaError_t);
-const char* cudaGetErrorString(cudaError_t);
-"""
-
 
 @dataclass(frozen=True)
 class ParseOptions:
@@ -215,7 +173,7 @@ def system_dirs(options: ParseOptions) -> tuple[str, ...]:
     dirs = list(host_cxx_include_dirs())
     if options.language == "cuda":
         dirs += cuda_dirs()
-        v = _view(options)
+        v = compiler_view_of(options)
         if v is not None:
             dirs += [*v.include_dirs, *v.system_dirs]
     ffi = ffi_include_dir()
@@ -224,7 +182,7 @@ def system_dirs(options: ParseOptions) -> tuple[str, ...]:
     return tuple(dirs)
 
 
-def _view(options: ParseOptions) -> compiler_view.CompilerView | None:
+def compiler_view_of(options: ParseOptions) -> compiler_view.CompilerView | None:
     """The build compiler's view for ``options`` (``None``: fall back to clang's own).
 
     A CUDA source without CUDA headers on the machine gets no view: its
@@ -250,7 +208,7 @@ def parse_flags(options: ParseOptions) -> list[str]:
     """
     from ..paths import include_dir
 
-    view = _view(options)
+    view = compiler_view_of(options)
     if view is None and options.language == "cuda":
         args = ["-x", "cuda", "--cuda-host-only", "-nocudainc", "-nocudalib"]
     else:
@@ -281,34 +239,18 @@ def parse_flags(options: ParseOptions) -> list[str]:
     return args
 
 
-# After nvcc's forced includes: the execution-space keywords also leave an
-# ``annotate`` attribute that inference reads (``__global__`` kernels and
-# ``__device__``-only functions cannot be exported); they keep their meaning.
-_SPACE_MARKERS = """\
-#undef __global__
-#define __global__ __attribute__((global, annotate("kernix.cuda.global")))
-#undef __device__
-#define __device__ __attribute__((device, annotate("kernix.cuda.device")))
-#undef __host__
-#define __host__ __attribute__((host, annotate("kernix.cuda.host")))
-"""
-
-#: The ``annotate`` texts :data:`_SPACE_MARKERS` attaches.
-SPACE_ANNOTATIONS = {"kernix.cuda.global": "global", "kernix.cuda.device": "device", "kernix.cuda.host": "host"}
-
-
 def prelude_text(options: ParseOptions) -> str | None:
     """The CUDA prelude's text (``None`` for C++ sources)."""
     if options.language != "cuda":
         return None
-    view = _view(options)
+    view = compiler_view_of(options)
     if view is not None:
         lines = ["// kernix inference prelude: what nvcc's host pass puts in front of every .cu file."]
         lines += [f"#include <{h}>" for h in view.forced_includes]
-        return "\n".join(lines) + "\n" + _SPACE_MARKERS
+        return "\n".join(lines) + "\n" + SPACE_MARKERS
     if any(os.path.isfile(os.path.join(d, "cuda_runtime.h")) for d in cuda_dirs()):
-        return _CUDA_PRELUDE_REAL
-    return _CUDA_PRELUDE_STUB
+        return CUDA_PRELUDE_REAL
+    return CUDA_PRELUDE_STUB
 
 
 @functools.lru_cache(maxsize=1)
@@ -379,7 +321,7 @@ def _build_pch(flags: list[str], prelude: str, target: Path, toolchain_dirs: tup
                         options=ci.TranslationUnit.PARSE_SKIP_FUNCTION_BODIES | ci.TranslationUnit.PARSE_INCOMPLETE)
     for d in tu.diagnostics:
         name = os.path.abspath(d.location.file.name) if d.location.file else ""
-        if d.severity >= 4 or (d.severity >= 3 and not (name == PRELUDE_PATH or _is_under(name, toolchain_dirs))):
+        if d.severity >= 4 or (d.severity >= 3 and not (name == PRELUDE_PATH or is_under(name, toolchain_dirs))):
             return False
     try:
         makedirs(target.parent)
@@ -470,7 +412,7 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
     if detailed:
         opts |= ci.TranslationUnit.PARSE_DETAILED_PROCESSING_RECORD
     try:
-        if prelude is not None and _view(options) is not None:
+        if prelude is not None and compiler_view_of(options) is not None:
             if raw is None:
                 with open(path, "rb") as f:
                     raw = f.read()
@@ -496,106 +438,6 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
         raise SourceError(f"libclang could not parse this file ({exc})", file=path) from None
 
 
-def _is_under(path: str, dirs: Sequence[str]) -> bool:
+def is_under(path: str, dirs: Sequence[str]) -> bool:
+    """Whether ``path`` is one of ``dirs`` or inside one."""
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
-
-
-def error_diagnostics(tu: Any, options: ParseOptions) -> list[SourceError]:
-    """Every error or fatal diagnostic of ``tu`` as a :class:`SourceError`.
-
-    Diagnostics in system headers or the prelude are kept too (they would make
-    inference unreliable) and say that the setup, not the user's code, is at fault.
-    """
-    sysdirs = system_dirs(options)
-    out: list[SourceError] = []
-    for diag in tu.diagnostics:
-        if diag.severity < 3:  # Error = 3, Fatal = 4
-            continue
-        loc = diag.location
-        fname = os.path.abspath(loc.file.name) if loc.file else ""
-        message = diag.spelling
-        in_toolchain = fname == PRELUDE_PATH or (fname and _is_under(fname, sysdirs))
-        if in_toolchain and diag.severity < 4 and _view(options) is not None:
-            # clang and nvcc's (or g++'s) front end disagree on a few declarations inside the
-            # toolkit's own headers; the build compiler accepts them, so they are not the user's
-            # problem.  A fatal error (a header the machine lacks) is still reported.
-            continue
-        if in_toolchain:
-            message += (
-                " [in a toolchain header while kernix parsed the file: check the CUDA/C++ "
-                "installation, or report this to kernix]"
-            )
-        out.append(SourceError(message, file=fname, line=loc.line, column=loc.column))
-    return out
-
-
-@functools.lru_cache(maxsize=None)
-def _lib() -> Any:
-    import ctypes
-
-    import clang.cindex as ci
-
-    lib = ci.conf.lib
-
-    class CXSourceRangeList(ctypes.Structure):
-        _fields_ = [("count", ctypes.c_uint), ("ranges", ctypes.POINTER(ci.SourceRange))]
-
-    lib.clang_getAllSkippedRanges.restype = ctypes.POINTER(CXSourceRangeList)
-    lib.clang_getAllSkippedRanges.argtypes = [ci.TranslationUnit]
-    lib.clang_disposeSourceRangeList.restype = None
-    lib.clang_disposeSourceRangeList.argtypes = [ctypes.POINTER(CXSourceRangeList)]
-    lib.clang_Location_isFromMainFile.restype = ctypes.c_int
-    lib.clang_Location_isFromMainFile.argtypes = [ci.SourceLocation]
-    lib.clang_Location_isInSystemHeader.restype = ctypes.c_int
-    lib.clang_Location_isInSystemHeader.argtypes = [ci.SourceLocation]
-    return lib
-
-
-def in_file(cursor: Any, path: str) -> bool:
-    """Whether ``cursor``'s (expansion) location is in ``path``.
-
-    ``clang_Location_isFromMainFile`` is false for declarations a macro
-    expands to, so those are compared by file name (after ruling out system
-    headers, which hold almost all cursors, with one cheap call).
-    """
-    lib = _lib()
-    loc = cursor.location
-    if lib.clang_Location_isFromMainFile(loc):
-        return True
-    if lib.clang_Location_isInSystemHeader(loc):
-        return False
-    f = loc.file
-    return f is not None and os.path.abspath(f.name) == path
-
-
-def skipped_ranges(tu: Any, path: str) -> list[tuple[int, int]]:
-    """Line ranges of ``path`` the preprocessor skipped (inactive ``#if`` regions).
-
-    ``tu`` must have been parsed with ``detailed=True``.
-    """
-    lib = _lib()
-    lst = lib.clang_getAllSkippedRanges(tu)
-    out: list[tuple[int, int]] = []
-    try:
-        for i in range(lst.contents.count):
-            rng = lst.contents.ranges[i]
-            f = rng.start.file
-            if f is not None and os.path.abspath(f.name) == path:
-                out.append((rng.start.line, rng.end.line))
-    finally:
-        lib.clang_disposeSourceRangeList(lst)
-    return out
-
-
-def dependencies(tu: Any, path: str) -> list[str]:
-    """Absolute paths of every file ``tu`` read besides ``path`` and the prelude
-    (those held by its precompiled prelude included)."""
-    seen: dict[str, None] = dict.fromkeys(getattr(tu, "kernix_pch_dependencies", ()))
-    for inc in tu.get_includes():
-        name = inc.include.name
-        if name == PRELUDE_PATH:
-            continue
-        name = os.path.abspath(name)
-        if name != path:
-            seen.setdefault(name, None)
-    return list(seen)

@@ -39,13 +39,11 @@ from .classify import function_spec
 from .clangparse import (
     ParseOptions,
     clang_fingerprint,
-    dependencies,
-    error_diagnostics,
     parse,
     parse_flags,
     prelude_text,
-    skipped_ranges,
 )
+from .tu import dependencies, error_diagnostics, skipped_ranges
 
 __all__ = ["InferResult", "infer_file", "language_of", "LANGUAGES_BY_EXTENSION"]
 
@@ -188,7 +186,10 @@ def infer_file(
         root = Path(cache_dir).expanduser().absolute() if cache_dir is not None else cache_root()
         hit = speccache.load(root, key)
         if hit is not None:
-            return InferResult.from_json(hit)
+            try:
+                return InferResult.from_json(hit)
+            except (ValueError, KeyError, TypeError):  # not a valid result (damaged or tampered): a miss
+                pass
     result, clean = infer_source(path, source, options, wanted)
     if key is not None and clean:
         speccache.store(root, key, result.to_json(), result.dependencies)
