@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ import kernix
 
 jax.config.update("jax_enable_x64", True)
 
-from helpers import FIXTURES, ROOT, unique_name
+from helpers import FIXTURES, unique_name
 
 OPS = FIXTURES / "ops" / "ops_cpu.cpp"
 
@@ -224,7 +225,7 @@ def test_stub_text_is_valid_python(ops):
 
 
 def test_package_is_typed():
-    assert (ROOT / "kernix" / "py.typed").is_file()
+    assert (Path(kernix.__file__).parent / "py.typed").is_file()
 
 
 # -- sharding ------------------------------------------------------------------------------
@@ -260,7 +261,6 @@ SHARDED = textwrap.dedent(
 
 def test_sharded_batch_runs_per_shard(tmp_path):
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     script = tmp_path / "sharded.py"
     script.write_text(SHARDED)
     proc = subprocess.run(

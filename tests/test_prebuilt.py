@@ -22,7 +22,7 @@ from kernix.backend.ninja import BuildConfig, compile_flags
 from kernix.cli import main
 from kernix.prebuilt.format import MANIFEST_NAME, PrebuiltManifest, arch_problem, arch_runs_on, ffi_api_problem
 
-from helpers import ROOT, unique_name
+from helpers import unique_name
 
 SCALE = textwrap.dedent(
     """\
@@ -91,7 +91,7 @@ def no_compiler_env(tmp_path: Path) -> dict[str, str]:
     bin_dir.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items()
            if k not in ("CUDA_HOME", "CUDA_PATH", "KERNIX_NVCC", "CXX", "CC", "PYTHONPATH")}
-    env.update(PATH=str(bin_dir), PYTHONPATH=os.pathsep.join([str(block), str(ROOT)]),
+    env.update(PATH=str(bin_dir), PYTHONPATH=os.pathsep.join([str(block), os.environ.get("PYTHONPATH", "")]),
                KERNIX_CACHE_DIR=str(tmp_path / "never-created"), JAX_PLATFORMS="cpu")
     return env
 

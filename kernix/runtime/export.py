@@ -31,7 +31,8 @@ def _rewrite(value: Any, names: dict[str, str], used: set[str]) -> Any:
     ffi_call to a name in ``names`` renamed; other values unchanged."""
     from jax.extend import core
 
-    if isinstance(value, core.ClosedJaxpr):
+    if core.ClosedJaxpr is not core.Jaxpr and isinstance(value, core.ClosedJaxpr):
+        # (jax >= 0.11 merged the two classes: a Jaxpr carries its consts.)
         return core.ClosedJaxpr(_rewrite(value.jaxpr, names, used), value.consts)
     if isinstance(value, core.Jaxpr):
         eqns = []

@@ -386,8 +386,9 @@ class Tensor {
   do {                                                                               \
     cudaError_t be_cuda_err_ = (expr);                                               \
     if (be_cuda_err_ != cudaSuccess) {                                               \
-      ::BE::detail::CheckMessage be_cuda_msg_(__FILE__, __LINE__, #expr);            \
-      be_cuda_msg_ << "returned " << cudaGetErrorName(be_cuda_err_) << " ("         \
+      ::BE::detail::Message be_cuda_msg_;                                            \
+      be_cuda_msg_ << __FILE__ << ":" << __LINE__ << ": " << #expr << " returned "   \
+                   << cudaGetErrorName(be_cuda_err_) << " ("                         \
                    << cudaGetErrorString(be_cuda_err_) << ")";                      \
       throw ::BE::CudaError(be_cuda_msg_.c_str());                                   \
     }                                                                                \
