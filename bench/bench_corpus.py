@@ -22,12 +22,13 @@ says so and exits 0.
 
 Usage::
 
-    python bench/bench_corpus.py [--package DIR | --wheel FILE] [--limit N] [--infer-only] [--load]
+    python bench/bench_corpus.py [--package DIR | --wheel FILE] [--limit N] [--infer-only] [--load] [--jobs N]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import importlib.util
 import os
 import subprocess
@@ -36,6 +37,7 @@ import tempfile
 import time
 import types
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 VERSION = "0.3.0"
@@ -131,6 +133,8 @@ def main() -> int:
     ap.add_argument("--infer-only", action="store_true", help="skip the builds")
     ap.add_argument("--load", action="store_true", help="also register the targets (needs a GPU)")
     ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1) // 4),
+                    help="files built at a time (each with its share of the cores)")
     args = ap.parse_args()
 
     package = find_package(args)
@@ -147,8 +151,11 @@ def main() -> int:
 
     counts = {"files": len(files), "inferred": 0, "functions": 0, "agreeing": 0, "compared": 0, "built": 0}
     infer_time = build_time = 0.0
+    infer_times: list[float] = []
     failures: dict[str, list[str]] = {}
     disagreements: list[str] = []
+    to_build: list[tuple[int, Path, str]] = []
+    build_wall = 0.0
     with tempfile.TemporaryDirectory(prefix="kernix-corpus-") as tmp:
         for i, path in enumerate(files):
             rel = str(path.relative_to(package))
@@ -156,6 +163,7 @@ def main() -> int:
             result = kernix.infer_file(path, language="cuda", flags=[f"-I{include}"], use_cache=False)
             dt = time.perf_counter() - t0
             infer_time += dt
+            infer_times.append(dt)
             status = f"[{i + 1}/{len(files)}] {rel}: infer {dt:.2f}s"
             if result.errors:
                 text = "\n".join(e.format() for e in result.errors)
@@ -178,32 +186,44 @@ def main() -> int:
                         else:
                             disagreements.append(f"{rel}: {spec.name}: kernix {' '.join(spec.arg_spec)} | "
                                                  f"reference {' '.join(theirs[spec.name])}")
-            if args.infer_only:
-                print(status, flush=True)
-                continue
-            t0 = time.perf_counter()
-            try:
-                kernix.load_cuda_file(
-                    path, name=f"corpus_{i}", compute_capability=args.arch, auto_register=args.load,
-                    extra_include_paths=[str(include)], build_directory=Path(tmp) / f"m{i}",
-                )
-            except kernix.KernixError as exc:
-                dt = time.perf_counter() - t0
-                build_time += dt
-                failures.setdefault("build, " + classify_failure(str(exc)), []).append(rel)
-                print(status + f", build FAILED {dt:.1f}s: {classify_failure(str(exc))}", flush=True)
-                continue
-            dt = time.perf_counter() - t0
-            build_time += dt
-            counts["built"] += 1
-            print(status + f", built {dt:.1f}s", flush=True)
+            print(status, flush=True)
+            to_build.append((i, path, rel))
+        if not args.infer_only:
+            jobs = max(1, args.jobs)
+            workers = max(1, (os.cpu_count() or 1) // jobs)
+
+            def build(item: tuple[int, Path, str]) -> tuple[str, float, str | None]:
+                i, path, rel = item
+                t0 = time.perf_counter()
+                try:
+                    kernix.load_cuda_file(
+                        path, name=f"corpus_{i}", compute_capability=args.arch, auto_register=args.load,
+                        extra_include_paths=[str(include)], build_directory=Path(tmp) / f"m{i}",
+                        ninja_workers=workers,
+                    )
+                except kernix.KernixError as exc:
+                    return rel, time.perf_counter() - t0, classify_failure(str(exc))
+                return rel, time.perf_counter() - t0, None
+
+            t_all = time.perf_counter()
+            with ThreadPoolExecutor(jobs) as pool:
+                for rel, dt, failure in pool.map(build, to_build):
+                    build_time += dt
+                    if failure is None:
+                        counts["built"] += 1
+                        print(f"{rel}: built {dt:.1f}s", flush=True)
+                    else:
+                        failures.setdefault("build, " + failure, []).append(rel)
+                        print(f"{rel}: build FAILED {dt:.1f}s: {failure}", flush=True)
+            build_wall = time.perf_counter() - t_all
 
     print()
     print(f"files {counts['files']}: inferred without error {counts['inferred']}, "
           f"built {counts['built']}{' (and loaded)' if args.load else ''}")
     print(f"functions {counts['functions']}: compared with the reference {counts['compared']}, "
           f"agreeing {counts['agreeing']}")
-    print(f"time: inference {infer_time:.1f}s, builds {build_time:.1f}s")
+    print(f"time: inference {infer_time:.1f}s (median {statistics.median(infer_times) * 1e3:.0f} ms a file), "
+          f"builds {build_time:.1f}s ({build_wall:.1f}s wall, {args.jobs} at a time)")
     for cause, names in sorted(failures.items()):
         print(f"{len(names):3d}  {cause}: {', '.join(names)}")
     for line in disagreements[:40]:
