@@ -69,7 +69,9 @@ def export(
     *args
         Example arguments: arrays or ``jax.ShapeDtypeStruct`` (pytrees allowed).
     platforms : sequence of str, optional
-        Lowering platforms (``["cpu"]``, ``["cuda"]``); default: the default backend's.
+        Lowering platforms (``["cpu"]``, ``["cuda"]``); default: those of the
+        kernix modules ``fn`` calls (a C++ module's kernels run on the CPU
+        even where a GPU is the default backend), else the default backend's.
     disabled_checks : sequence, optional
         Further :class:`jax.export.DisabledSafetyCheck` values.
 
@@ -92,6 +94,9 @@ def export(
         return jax.tree_util.tree_unflatten(out_tree, run(*jax.tree_util.tree_leaves(a)))
 
     versioned.__name__ = getattr(fn, "__name__", "kernix_exported")
+    if platforms is None and used:
+        registered = registry.list_registered_targets()
+        platforms = sorted({registered[t].lower() for t in used if t in registered}) or None
     checks = [jax.export.DisabledSafetyCheck.custom_call(t) for t in sorted(used)] + list(disabled_checks)
     return jax.export.export(jax.jit(versioned), platforms=platforms, disabled_checks=checks)(*args)
 
