@@ -111,8 +111,10 @@ def _agrees(ours: tuple[str, ...], theirs: list[str]) -> bool:
 
 def classify_failure(text: str) -> str:
     """A short cause for a failed build or inference."""
-    if "cublas" in text.lower():
+    if "cublas" in text.lower() and ("file not found" in text or "No such file" in text):
         return "machine: cuBLAS headers are not installed"
+    if "cublas" in text.lower():
+        return "machine: cuBLAS library not found (the package links nvidia's libcublas.so.13)"
     if "file not found" in text or "No such file or directory" in text:
         for line in text.splitlines():
             if "file not found" in line or "No such file" in line:
@@ -123,6 +125,17 @@ def classify_failure(text: str) -> str:
         return "several // @BE lines stacked before one macro that defines several functions"
     first = next((ln for ln in text.splitlines() if "error" in ln.lower()), text.splitlines()[0] if text else "")
     return "other: " + first.strip()[:200]
+
+
+def cublas_ldflags() -> list[str] | None:
+    """The link flags the package itself passes for its cuBLAS file: nvidia's
+    ``libcublas.so.*`` from the installed ``nvidia-cublas`` wheel and an rpath
+    (``None`` when it is not installed)."""
+    for base in sys.path:
+        for lib in sorted(Path(base).glob("nvidia/cu*/lib/libcublas.so.*")) + sorted(
+                Path(base).glob("nvidia/cublas/lib/libcublas.so.*")):
+            return [str(lib), f"-rpath={lib.parent}"]
+    return None
 
 
 def main() -> int:
@@ -195,11 +208,12 @@ def main() -> int:
             def build(item: tuple[int, Path, str]) -> tuple[str, float, str | None]:
                 i, path, rel = item
                 t0 = time.perf_counter()
+                ldflags = cublas_ldflags() if "cublas" in path.read_text(errors="replace") else None
                 try:
                     kernix.load_cuda_file(
                         path, name=f"corpus_{i}", compute_capability=args.arch, auto_register=args.load,
                         extra_include_paths=[str(include)], build_directory=Path(tmp) / f"m{i}",
-                        ninja_workers=workers,
+                        ninja_workers=workers, extra_ldflags=ldflags,
                     )
                 except kernix.KernixError as exc:
                     return rel, time.perf_counter() - t0, classify_failure(str(exc))

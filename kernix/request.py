@@ -60,6 +60,22 @@ def _absolute_flags(flags: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _linker_flags(flags: Sequence[str]) -> tuple[str, ...]:
+    """``flags`` with the linker's own options that the compiler driver does not
+    take (``-rpath=DIR``, ``-rpath DIR``, as the reference's users write them)
+    passed through as ``-Wl,-rpath,DIR``; paths made absolute."""
+    out: list[str] = []
+    it = iter(flags)
+    for flag in it:
+        if flag == "-rpath":
+            out.append("-Wl,-rpath," + os.path.abspath(next(it, "")))
+        elif flag.startswith("-rpath="):
+            out.append("-Wl,-rpath," + os.path.abspath(flag[len("-rpath="):]))
+        else:
+            out.append(flag)
+    return _absolute_flags(out)
+
+
 def preprocessor_flags(flags: Sequence[str]) -> tuple[str, ...]:
     """The flags of ``flags`` that change preprocessing (``-I``, ``-isystem``,
     ``-iquote``, ``-idirafter``, ``-include``, ``-D``, ``-U``, ``-std=``), in order."""
@@ -176,7 +192,7 @@ def make_request(
         functions=normalize_functions(functions),
         root=root,
         extra_cflags=_absolute_flags(_strings(cflags, "extra_cuda_cflags" if language == "cuda" else "extra_cflags")),
-        extra_ldflags=_absolute_flags(_strings(options.get("extra_ldflags"), "extra_ldflags")),
+        extra_ldflags=_linker_flags(_strings(options.get("extra_ldflags"), "extra_ldflags")),
         include_dirs=tuple(os.path.abspath(os.path.expanduser(p))
                            for p in _strings(options.get("extra_include_paths"), "extra_include_paths")),
         compute_capability=options.get("compute_capability") if language == "cuda" else None,

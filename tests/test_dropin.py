@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -131,3 +135,22 @@ def jax_struct(shape, dtype):
     import jax
 
     return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def test_linker_options_as_the_reference_writes_them_reach_the_linker(tmp_path: Path) -> None:
+    """`extra_ldflags=[lib, "-rpath=DIR"]` (how the reference's users link a vendor library)."""
+    lib_dir = tmp_path / "vendor"
+    lib_dir.mkdir()
+    lib_src = lib_dir / "vendor.cpp"
+    lib_src.write_text('extern "C" float vendor_scale() { return 3.0f; }\n')
+    lib = lib_dir / "libvendor.so"
+    subprocess.run(["g++", "-shared", "-fPIC", str(lib_src), "-o", str(lib)], check=True)
+    src = (
+        '#include "kernix/common.h"\nextern "C" float vendor_scale();\n// @BE vendor_fill\n'
+        "void vendor_fill(const BE::Tensor x, BE::Tensor out) {\n"
+        "  for (int64_t i = 0; i < out.numel(); ++i) out.data_ptr<float>()[i] = vendor_scale() * x.data_ptr<float>()[i];\n"
+        "}\n"
+    )
+    mod = kernix.load_cpp_inline(unique_name("vendor"), src, extra_ldflags=[str(lib), f"-rpath={lib_dir}"],
+                                 build_directory=tmp_path / "cache")
+    assert np.asarray(mod.vendor_fill(jnp.ones(3, jnp.float32))).tolist() == [3.0, 3.0, 3.0]

@@ -457,3 +457,17 @@ def test_arrays_on_the_wrong_platform_are_a_call_error() -> None:
     x = jax.device_put(jnp.zeros(2, jnp.float32), jax.devices("cpu")[0])
     with pytest.raises(CallError, match=r"built for CUDA GPUs, but input 'x' is on .*cpu.*jax.device_put"):
         mod.k(x)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None and not os.environ.get("CUDA_HOME"), reason="needs nvcc")
+def test_undefined_symbol_in_a_cuda_module_is_a_link_error_too(tmp_path: Path) -> None:
+    """A CUDA module used to link and fail only at dlopen (a cuBLAS call without -lcublas, say)."""
+    src = (
+        '#include "kernix/common.h"\nextern "C" int vendor_handle_create(void**);\n// @BE uses_vendor\n'
+        "void uses_vendor(const BE::Tensor x, BE::Tensor out, cudaStream_t stream) { void* h; vendor_handle_create(&h); }\n"
+    )
+    cache, name = tmp_path / "cache", unique_name("cuundef")
+    with pytest.raises(CompilationError, match=r"undefined symbol\(s\) vendor_handle_create") as info:
+        kernix.load_cuda_inline(name, src, build_directory=cache, compute_capability="sm_80", auto_register=False)
+    assert "uses_vendor" in str(info.value)
+    assert not list((cache / "modules").glob(f"{name}/*/manifest.json"))

@@ -147,7 +147,8 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
     opt = f"-O{config.optimization_level}"
     # Handlers depend on the specs alone: they never see the user's include paths.
     handlers = [cxx, "-std=c++17", opt, "-fPIC", "-fvisibility=hidden", *_kernix_include_flags()]
-    link = [cxx, "-shared", "-Wl,--exclude-libs,ALL"]
+    # An undefined symbol is a link error naming it, not a dlopen failure later.
+    link = [cxx, "-shared", "-Wl,--exclude-libs,ALL", "-Wl,--no-undefined"]
     if config.platform == "cuda":
         nvcc = toolchain.find_nvcc().path
         # Machine code for every architecture, PTX of the newest only; one
@@ -171,8 +172,6 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
         user = [cxx, "-std=c++17", opt, "-fPIC", "-fvisibility=hidden"]
         if config.use_fast_math:
             user.append("-ffast-math")
-        # An undefined symbol is a link error here, not a dlopen failure later.
-        link.append("-Wl,--no-undefined")
         link_tail = []
     user += [*_user_flags(config), *_kernix_include_flags()]
     link_tail += list(config.extra_ldflags)
