@@ -46,13 +46,10 @@ from .loaders import (
     load_cuda_inline,
 )
 from .paths import cache_root, set_cache_dir
-from .prebuilt import load_prebuilt
 from .runtime.function import KernelFunction
 from .runtime.module import CompiledModule
-from .runtime.export import ExportedKernels, deserialize, export
 from .runtime.registry import list_registered_targets
 from .spec import FunctionSpec, Param, parse_arg_spec
-from .store.admin import cache_info, clear_cache
 
 __all__ = [
     "__version__",
@@ -106,13 +103,31 @@ def register_ffi_target(module: CompiledModule, target_prefix: str | None = None
     return module.register(target_prefix)
 
 
-def __getattr__(name: str):  # inference is imported on first use only (it loads libclang lazily too)
-    if name in ("infer_file", "InferResult"):
-        from .frontend import infer
+# Public names whose modules load on first use, so that `import kernix` plus a
+# warm load imports only what a warm load runs.
+_LAZY = {
+    "infer_file": "kernix.frontend.infer",
+    "InferResult": "kernix.frontend.infer",
+    "build_module": "kernix.prebuilt.build",
+    "load_prebuilt": "kernix.prebuilt.load",
+    "export": "kernix.runtime.export",
+    "deserialize": "kernix.runtime.export",
+    "ExportedKernels": "kernix.runtime.export",
+    "cache_info": "kernix.store.admin",
+    "clear_cache": "kernix.store.admin",
+}
 
-        return getattr(infer, name)
-    if name == "build_module":
-        from .prebuilt.build import build_module
 
-        return build_module
-    raise AttributeError(f"module 'kernix' has no attribute {name!r}")
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernix' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

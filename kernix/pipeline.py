@@ -21,19 +21,22 @@ from pathlib import Path
 
 from . import report
 from ._version import __version__
-from .backend import codegen, toolchain
-from .backend.ninja import BuildConfig, BuildResult, OutputError, build_module, compile_flags
+from typing import TYPE_CHECKING
+
+from .backend import toolchain
+from .backend.ninja import BuildConfig, compile_flags
 from .errors import InferenceError, KernixError, RegistrationError, SourceError
 from .request import LoadRequest
 from .runtime import registry
-from .frontend.signatures import raise_for_vjp_pairs
 from .runtime.module import CompiledModule, check_function_names
 from .spec import FunctionSpec, check_spec_matches
 from .store import entries
 from .store.files import content_key, file_digest
-from .store.lock import build_lock
 from .store.manifest import Manifest
-from .store.workdir import build_directory, record_inputs
+
+if TYPE_CHECKING:  # the miss path's modules load only on a miss
+    from .backend import codegen
+    from .backend.ninja import BuildResult
 
 __all__ = ["load", "build_config", "cache_key", "toolchain_stamp", "infer_units"]
 
@@ -98,6 +101,8 @@ def _entry(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
         report.note(f"{name}: cache {found.reason} ({key[:16]})", verbose=verbose)
         if found.manifest is not None:
             return found.manifest
+    from .store.lock import build_lock
+
     with build_lock(root, name, verbose=verbose):
         if not fresh:
             found = entries.lookup(root, name, key)  # built by another process meanwhile?
@@ -107,6 +112,8 @@ def _entry(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
 
 
 def _discard(request: LoadRequest, manifest: Manifest) -> None:
+    from .store.lock import build_lock
+
     with build_lock(request.root, request.name, verbose=request.verbose):
         entries.discard(manifest)
 
@@ -151,6 +158,9 @@ def load(request: LoadRequest) -> CompiledModule:
 
 
 def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) -> Manifest:
+    from .backend import codegen
+    from .backend.ninja import OutputError
+
     units = infer_units(request)
     check_function_names([f for _, fns in units for f in fns])
     index = itertools.count()  # module-wide: every generated symbol is unique
@@ -180,6 +190,9 @@ def _build_in_work_dir(
     fresh: bool,
 ) -> BuildResult:
     """Build in the module's work directory; record its inputs when it succeeds."""
+    from .backend.ninja import build_module
+    from .store.workdir import build_directory, record_inputs
+
     with build_directory(request.root, request.name, fresh=fresh, stamp=stamp, verbose=request.verbose) as build_dir:
         report.note(f"{request.name}: building in {build_dir}", verbose=request.verbose)
         result = build_module(build_dir, exported, config, workers=request.ninja_workers, verbose=request.verbose)
@@ -198,6 +211,7 @@ def infer_units(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:
         With every problem of every file.
     """
     from .frontend.infer import infer_file  # libclang: only when building
+    from .frontend.signatures import raise_for_vjp_pairs
 
     sources, functions = request.sources, request.functions
     units: list[tuple[Path, list[FunctionSpec]]] = []

@@ -79,6 +79,22 @@ def _coerce_attr(fn: str, param: Param, value: Any) -> Any:
         ) from None
 
 
+class _Docstring:
+    """``__doc__`` of a :class:`KernelFunction`: the class's own text on the
+    class, the function's (spec, shape signature, C++ declaration) on an
+    instance, built when first asked for (``help()``, an IDE), not at load."""
+
+    def __init__(self, class_doc: str) -> None:
+        self.class_doc = class_doc
+
+    def __get__(self, obj: Any, owner: Any = None) -> str:
+        if obj is None:
+            return self.class_doc
+        from .stubs import docstring
+
+        return docstring(obj.spec, backward=obj.module.backward_name(obj.spec.name))
+
+
 class KernelFunction:
     """The callable of one exported function.
 
@@ -102,13 +118,11 @@ class KernelFunction:
     """
 
     def __init__(self, module: "CompiledModule", spec: FunctionSpec) -> None:
-        from .stubs import docstring
-
         self.module = module
         self.spec = spec
         self.__name__ = self.__qualname__ = spec.name
-        self.__doc__ = docstring(spec, backward=module.backward_name(spec.name))
         self._operation: Any = None
+
 
     @property
     def __signature__(self) -> Any:
@@ -236,3 +250,6 @@ class KernelFunction:
         call = jax.ffi.ffi_call(self.target, outs, vmap_method=vmap_method)
         result = call(*inputs, **coerced)
         return result[0] if single else tuple(result)
+
+
+KernelFunction.__doc__ = _Docstring(KernelFunction.__doc__ or "")  # type: ignore[assignment]
