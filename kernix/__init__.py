@@ -20,6 +20,8 @@ inference), :mod:`kernix.backend` (code generation and the build),
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._version import __version__
 from .errors import (
     ArgSpecError,
@@ -36,20 +38,6 @@ from .errors import (
     SourceNotFoundError,
     ToolchainError,
 )
-from .languages import language_of
-from .loaders import (
-    load_cpp_dir,
-    load_cpp_file,
-    load_cpp_inline,
-    load_cuda_dir,
-    load_cuda_file,
-    load_cuda_inline,
-)
-from .paths import cache_root, set_cache_dir
-from .runtime.function import KernelFunction
-from .runtime.module import CompiledModule
-from .runtime.registry import list_registered_targets
-from .spec import FunctionSpec, Param, parse_arg_spec
 
 __all__ = [
     "__version__",
@@ -94,7 +82,7 @@ __all__ = [
 ]
 
 
-def register_ffi_target(module: CompiledModule, target_prefix: str | None = None) -> list[str]:
+def register_ffi_target(module: "CompiledModule", target_prefix: str | None = None) -> list[str]:
     """Register every function of a module loaded with ``auto_register=False``.
 
     Targets are named ``"<target_prefix or module name>.<function>"``;
@@ -103,9 +91,25 @@ def register_ffi_target(module: CompiledModule, target_prefix: str | None = None
     return module.register(target_prefix)
 
 
+if TYPE_CHECKING:
+    from .runtime.module import CompiledModule
+
 # Public names whose modules load on first use, so that `import kernix` plus a
 # warm load imports only what a warm load runs.
 _LAZY = {
+    **dict.fromkeys(
+        ("load_cuda_inline", "load_cuda_file", "load_cuda_dir", "load_cpp_inline", "load_cpp_file", "load_cpp_dir"),
+        "kernix.loaders",
+    ),
+    "language_of": "kernix.languages",
+    "cache_root": "kernix.paths",
+    "set_cache_dir": "kernix.paths",
+    "KernelFunction": "kernix.runtime.function",
+    "CompiledModule": "kernix.runtime.module",
+    "list_registered_targets": "kernix.runtime.registry",
+    "FunctionSpec": "kernix.spec",
+    "Param": "kernix.spec",
+    "parse_arg_spec": "kernix.spec",
     "infer_file": "kernix.frontend.infer",
     "InferResult": "kernix.frontend.infer",
     "build_module": "kernix.prebuilt.build",

@@ -1,7 +1,9 @@
 """The ``kernix`` command line.
 
-``kernix inspect FILE... [-I DIR] [-D NAME[=VALUE]] [--cuda | --cpp] [--json]``
-prints what kernix infers from each file's ``// @BE`` annotations.
+``kernix inspect PATH... [-I DIR] [-D NAME[=VALUE]] [--cuda | --cpp] [--json] [-j N]``
+prints what kernix infers from each file's ``// @BE`` annotations (a directory
+stands for its source files; files missing from the spec cache are parsed in
+parallel, and a run over several files ends with the totals).
 ``kernix stubs FILE... [-o OUT.pyi]`` writes a ``.pyi`` stub of the functions
 the files export (to stdout without ``-o``).
 ``kernix cache info [--json]`` lists the cached modules; ``kernix cache clear
@@ -83,34 +85,102 @@ def _json_file(result: Any) -> dict[str, Any]:
     }
 
 
-def _run_inspect(args: argparse.Namespace) -> int:
-    from .errors import KernixError
+def _source_files(paths: Sequence[str]) -> list[str]:
+    """``paths`` with each directory replaced by the translation units under it
+    (``.cu``, ``.cc``, ``.cpp``, ``.cxx``, sorted; headers are not parsed alone)."""
+    import os
+
+    from .languages import LANGUAGES_BY_EXTENSION
+
+    units = {e for e in LANGUAGES_BY_EXTENSION if e not in (".h", ".hpp", ".cuh", ".c")}
+    out: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            found = [os.path.join(d, f) for d, _, names in os.walk(path) for f in names
+                     if os.path.splitext(f)[1].lower() in units]
+            out += sorted(found)
+        else:
+            out.append(path)
+    return out
+
+
+def _infer_one(path: str, options: dict[str, Any]) -> Any:
+    """One file's inference (in a worker process for parallel runs)."""
     from .frontend.infer import infer_file
 
-    language = "cuda" if args.cuda else "cpp" if args.cpp else None
-    files = []
+    return infer_file(path, **options)
+
+
+def _infer_all(files: Sequence[str], options: dict[str, Any], jobs: int) -> list[Any]:
+    """Each file's result, in order: spec-cache hits in this process, the rest
+    parsed by up to ``jobs`` processes (libclang parses one file per thread of
+    work, so more cores mean more files at once)."""
+    from .frontend.infer import cached_inference
+
+    results: list[Any] = [None] * len(files)
+    misses = []
+    for i, path in enumerate(files):
+        found = cached_inference(path, **options) if options.get("use_cache", True) else None
+        if found is None:
+            misses.append(i)
+        results[i] = found
+    if len(misses) > 1 and jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("spawn")  # libclang may be loaded here already
+        with ProcessPoolExecutor(min(jobs, len(misses)), mp_context=context) as pool:
+            for i, result in zip(misses, pool.map(_infer_one, [files[i] for i in misses], [options] * len(misses))):
+                results[i] = result
+    else:
+        for i in misses:
+            results[i] = _infer_one(files[i], options)
+    return results
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    import os
+    import time
+
+    from .errors import KernixError
+
+    start = time.perf_counter()
+    options = {
+        "language": "cuda" if args.cuda else "cpp" if args.cpp else None,
+        "include_dirs": args.include_dirs,
+        "defines": args.defines,
+        "use_cache": not args.no_cache,
+    }
+    files = _source_files(args.files)
+    if not files:
+        print("kernix inspect: no C++ or CUDA source files found", file=sys.stderr)
+        return 2
+    jobs = args.jobs or os.cpu_count() or 1
+    try:
+        results = _infer_all(files, options, jobs)
+    except KernixError as exc:
+        print(f"kernix inspect: {exc}", file=sys.stderr)
+        return 2
     failed = False
-    for path in args.files:
-        try:
-            result = infer_file(
-                path,
-                language=language,
-                include_dirs=args.include_dirs,
-                defines=args.defines,
-                use_cache=not args.no_cache,
-            )
-        except KernixError as exc:
-            print(f"kernix inspect: {exc}", file=sys.stderr)
-            return 2
-        files.append(result)
+    for result in results:
         for err in result.errors:
             print(_error_line(err), file=sys.stderr)
         failed = failed or bool(result.errors)
+    elapsed = time.perf_counter() - start
+    total = {
+        "files": len(results),
+        "functions": sum(len(r.functions) for r in results),
+        "files_with_errors": sum(bool(r.errors) for r in results),
+        "seconds": round(elapsed, 3),
+    }
     if args.json:
-        json.dump({"files": [_json_file(r) for r in files]}, sys.stdout, indent=2)
+        json.dump({"files": [_json_file(r) for r in results], "total": total}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print("\n\n".join(_table(r) for r in files))
+        print("\n\n".join(_table(r) for r in results))
+        if len(results) > 1:
+            print(f"\n{total['files']} files, {total['functions']} functions, "
+                  f"{total['files_with_errors']} with errors, {elapsed:.2f} s")
     return 1 if failed else 0
 
 
@@ -121,7 +191,8 @@ def add_inspect_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="show the arg_spec kernix infers for each // @BE function",
         description="Parse C++/CUDA files and print the arg_spec of every // @BE-annotated function.",
     )
-    p.add_argument("files", nargs="+", metavar="FILE", help="C++ or CUDA source files")
+    p.add_argument("files", nargs="+", metavar="PATH",
+                   help="C++ or CUDA source files, or directories (their .cu/.cc/.cpp/.cxx files)")
     p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR",
                    help="add an include directory (repeatable)")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
@@ -131,6 +202,8 @@ def add_inspect_parser(subparsers: Any) -> argparse.ArgumentParser:
     lang.add_argument("--cpp", action="store_true", help="parse as C++ whatever the extension")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--no-cache", action="store_true", help="parse even when a cached result exists")
+    p.add_argument("-j", "--jobs", type=int, default=0, metavar="N",
+                   help="parse up to N files at once (default: one per CPU)")
     p.set_defaults(func=_run_inspect)
     return p
 

@@ -114,3 +114,28 @@ def test_stubs_reports_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     src.write_text('#include "kernix/common.h"\n// @BE g vjp=nothing\nvoid g(const BE::Tensor& x, BE::Tensor& y) {}\n')
     assert main(["stubs", str(src)]) == 1
     assert "the module exports no function 'nothing'" in capsys.readouterr().err
+
+
+def test_inspect_a_directory_in_parallel_reports_totals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A directory stands for its sources; misses parse in worker processes; the totals close the run."""
+    for i in range(3):
+        (tmp_path / f"k{i}.cpp").write_text(
+            f'#include "kernix/common.h"\n// @BE f{i}\nvoid f{i}(const BE::Tensor& x, BE::Tensor& y, int n{i}) {{}}\n'
+        )
+    (tmp_path / "skip.h").write_text("// a header is not a translation unit\n")
+    assert main(["inspect", "--json", "--no-cache", "-j", "2", str(tmp_path)]) == 0
+    parallel = json.loads(capsys.readouterr().out)
+    assert [Path(f["path"]).name for f in parallel["files"]] == ["k0.cpp", "k1.cpp", "k2.cpp"]
+    assert [f["functions"][0]["arg_spec"] for f in parallel["files"]] == [
+        ["arg", "ret", f"attr.n{i}:int32"] for i in range(3)
+    ]
+    assert parallel["total"]["files"] == 3 and parallel["total"]["functions"] == 3
+    assert main(["inspect", "--json", "--no-cache", "-j", "1", str(tmp_path)]) == 0
+    assert json.loads(capsys.readouterr().out)["files"] == parallel["files"]
+    assert main(["inspect", str(tmp_path)]) == 0
+    assert "3 files, 3 functions, 0 with errors" in capsys.readouterr().out
+
+
+def test_inspect_a_directory_without_sources_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    assert main(["inspect", str(tmp_path)]) == 2
+    assert "no C++ or CUDA source files" in capsys.readouterr().err

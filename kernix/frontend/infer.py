@@ -24,28 +24,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .._version import __version__
 from ..errors import ArgSpecError, InferenceError, KernixError, SourceError
 from ..paths import cache_root
 from ..languages import LANGUAGES_BY_EXTENSION, language_of
-from .signatures import annotate_spec
 from ..spec import FunctionSpec, check_spec_matches, normalize_functions
 from . import speccache
-from .annotations import find_annotations
-from .binding import Target, annotated_targets, bind_annotations, function_cursors, requested_targets
-from .classify import function_spec
-from .clangparse import (
-    ParseOptions,
-    clang_fingerprint,
-    parse,
-    parse_flags,
-    prelude_text,
-)
-from .tu import dependencies, error_diagnostics, skipped_ranges
+from .clangparse import ParseOptions, clang_fingerprint, parse_flags, prelude_text
 
-__all__ = ["InferResult", "infer_file", "language_of", "LANGUAGES_BY_EXTENSION"]
+if TYPE_CHECKING:
+    from .binding import Target
+
+__all__ = ["InferResult", "infer_file", "cached_inference", "language_of", "LANGUAGES_BY_EXTENSION"]
 
 
 @dataclass(frozen=True)
@@ -124,6 +116,9 @@ def infer_file(
 ) -> InferResult:
     """Infer the specs of the functions a C++/CUDA file exports.
 
+    :func:`cached_inference` takes the same arguments and only looks in the
+    spec cache.
+
     Parameters
     ----------
     path
@@ -158,6 +153,30 @@ def infer_file(
         When the file cannot be read or the arguments are malformed (problems
         *in* the file are reported in the result instead).
     """
+    found, parse = _lookup(path, language, include_dirs, defines, flags, functions, use_cache, cache_dir)
+    return found if found is not None else parse()
+
+
+def cached_inference(path: str | os.PathLike[str], **options: Any) -> InferResult | None:
+    """What :func:`infer_file` would return from the spec cache, or ``None``
+    on a miss (nothing is parsed, libclang is not imported)."""
+    options.pop("use_cache", None)
+    found, _ = _lookup(path, **{"language": None, "include_dirs": (), "defines": (), "flags": (),
+                                "functions": None, "use_cache": True, "cache_dir": None, **options})
+    return found
+
+
+def _lookup(
+    path: str | os.PathLike[str],
+    language: str | None,
+    include_dirs: Sequence[str],
+    defines: Sequence[str],
+    flags: Sequence[str],
+    functions: Any,
+    use_cache: bool,
+    cache_dir: str | os.PathLike[str] | None,
+) -> tuple[InferResult | None, Callable[[], InferResult]]:
+    """The cached result (or ``None``) and a function that parses and caches."""
     path = os.path.abspath(os.fspath(path))
     if language is None:
         language = language_of(path)
@@ -175,6 +194,7 @@ def infer_file(
         defines=tuple(str(d) for d in defines),
         flags=tuple(str(f) for f in flags),
     )
+    root = Path(cache_dir).expanduser().absolute() if cache_dir is not None else cache_root()
     key = None
     if use_cache:
         key = speccache.make_key(
@@ -183,17 +203,20 @@ def infer_file(
              None if wanted is None else [[k, None if v is None else list(v)] for k, v in sorted(wanted.items())]],
             source,
         )
-        root = Path(cache_dir).expanduser().absolute() if cache_dir is not None else cache_root()
-        hit = speccache.load(root, key)
-        if hit is not None:
-            try:
-                return InferResult.from_json(hit)
-            except (ValueError, KeyError, TypeError):  # not a valid result (damaged or tampered): a miss
-                pass
-    result, clean = infer_source(path, source, options, wanted)
-    if key is not None and clean:
-        speccache.store(root, key, result.to_json(), result.dependencies)
-    return result
+
+    def parse_now() -> InferResult:
+        result, clean = infer_source(path, source, options, wanted)
+        if key is not None and clean:
+            speccache.store(root, key, result.to_json(), result.dependencies)
+        return result
+
+    hit = speccache.load(root, key) if key is not None else None
+    if hit is not None:
+        try:
+            return InferResult.from_json(hit), parse_now
+        except (ValueError, KeyError, TypeError):  # not a valid result (damaged or tampered): a miss
+            pass
+    return None, parse_now
 
 
 def infer_source(
@@ -205,6 +228,14 @@ def infer_source(
     result is cached).
     """
     text = raw.decode("utf-8", errors="replace")
+    # The parsing side loads here: a spec-cache hit needs none of it.
+    from .annotations import find_annotations
+    from .binding import annotated_targets, bind_annotations, function_cursors, requested_targets
+    from .classify import function_spec
+    from .clangparse import parse
+    from .signatures import annotate_spec
+    from .tu import dependencies, error_diagnostics, skipped_ranges
+
     tu = parse(path, options, raw=raw)
     errors: list[SourceError] = error_diagnostics(tu, options)
     clean = not errors
