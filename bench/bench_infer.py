@@ -18,7 +18,10 @@ memo copied into each cold cache holds the compiler's answers and the
 precompiled CUDA prelude (built once per toolchain and flag set; its one-off
 cost is printed as "first ever").
 
-Medians over several runs.  Usage: ``python bench/bench_infer.py [--runs N]``.
+Medians over several runs.  Usage: ``python bench/bench_infer.py [--runs N]``;
+``--corpus DIR [-I INCLUDE]`` measures a directory of real CUDA files instead
+(per file, cold and warm, ``kernix inspect DIR`` as a whole, and the CLI's
+start-up against a bare ``python -c pass``).
 """
 
 from __future__ import annotations
@@ -143,11 +146,75 @@ def measure(src: Path, tmpdir: Path, runs: int, label: str) -> None:
     print(f"warm, in process (cache hit):                        {ms(warm_inproc)}  (median of {runs * 5})")
 
 
+def corpus(directory: Path, include_dirs: list[str], runs: int) -> None:
+    """Per-file inference over a directory of real CUDA files (e.g. the
+    brainevent package's 61 kernels, fetched by bench/bench_corpus.py), in
+    this process: cold (parse + infer; the toolchain memo and precompiled
+    preludes exist, as after any first use) and warm (spec-cache hit), then
+    ``kernix inspect DIR`` as a whole (parallel parses), cold and warm."""
+    from kernix import infer_file
+
+    files = sorted(p for p in directory.rglob("*.cu") if "// @BE" in p.read_text(errors="replace"))
+    opts = {"language": "cuda", "include_dirs": include_dirs}
+    with tempfile.TemporaryDirectory() as cache:
+        for f in files:  # the one-off work: libclang load, compiler answers, precompiled preludes
+            infer_file(f, use_cache=False, **opts)
+        cold: list[float] = []
+        warm: list[float] = []
+        for f in files:
+            samples = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                infer_file(f, use_cache=False, **opts)
+                samples.append(time.perf_counter() - t0)
+            cold.append(statistics.median(samples))
+            infer_file(f, cache_dir=cache, **opts)
+            samples = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                infer_file(f, cache_dir=cache, **opts)
+                samples.append(time.perf_counter() - t0)
+            warm.append(statistics.median(samples))
+    print(f"\n== corpus: {len(files)} files under {directory}")
+    print(f"cold, in process: median {statistics.median(cold) * 1e3:.1f} ms a file "
+          f"(max {max(cold) * 1e3:.0f} ms, total {sum(cold):.2f} s)")
+    print(f"warm, in process: median {statistics.median(warm) * 1e3:.2f} ms a file (max {max(warm) * 1e3:.1f} ms)")
+    inc = [a for d in include_dirs for a in ("-I", d)]
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, KERNIX_CACHE_DIR=cache)
+        for label in ("cold (empty spec cache)", "warm"):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "kernix", "inspect", *inc, str(directory)], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            print(f"kernix inspect DIR, {label}: {time.perf_counter() - t0:.2f} s for {len(files)} files "
+                  f"({os.cpu_count()} CPUs)")
+    t0 = time.perf_counter()
+    for _ in range(5):
+        subprocess.run([sys.executable, "-c", "pass"])
+    bare = (time.perf_counter() - t0) / 5
+    f = files[0]
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, KERNIX_CACHE_DIR=cache)
+        cmd = [sys.executable, "-m", "kernix", "inspect", *inc, str(f)]
+        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL)
+        t0 = time.perf_counter()
+        for _ in range(5):
+            subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL)
+        one = (time.perf_counter() - t0) / 5
+    print(f"CLI start-up: warm `kernix inspect FILE` {one * 1e3:.0f} ms against `python -c pass` "
+          f"{bare * 1e3:.0f} ms (+{(one - bare) * 1e3:.0f} ms)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--corpus", type=Path, help="also a directory of real annotated .cu files")
+    parser.add_argument("-I", dest="include_dirs", action="append", default=[], help="for --corpus")
     args = parser.parse_args()
     print(f"cpu count: {os.cpu_count()}, python {sys.version.split()[0]}")
+    if args.corpus:
+        corpus(args.corpus, args.include_dirs, args.runs)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
         for cub, label, name in ((False, "cuda_runtime.h", "ops.cu"), (True, "cub/cub.cuh", "ops_cub.cu")):

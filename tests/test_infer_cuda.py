@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kernix import InferResult, infer_file
+from kernix.paths import include_dir as kernix_include_dir
 from helpers import FIXTURES
 
 from kernix.backend import toolchain
@@ -330,6 +331,29 @@ def test_edited_header_in_the_precompiled_prelude_is_seen(tmp_path: Path) -> Non
     os.utime(header, ns=(header.stat().st_atime_ns, header.stat().st_mtime_ns + 4_000_000_000))
     assert infer_file(src, include_dirs=[str(inc)]).functions[0].arg_spec == ("arg", "ret", "attr.a:int32")
     assert _infer(src, include_dirs=[str(inc)]).functions[0].arg_spec == ("arg", "ret", "attr.a:int32")
+
+
+def test_quoted_leading_includes_are_precompiled_and_still_watched(tmp_path: Path) -> None:
+    """A project's own common header ("...", next to the file or on -I) goes into the
+    precompiled prelude by its absolute path; an edit to it is still seen."""
+    from kernix.frontend.clangparse import leading_includes
+
+    header = tmp_path / "local_types.h"
+    header.write_text("#pragma once\nusing attr_t = float;\n")
+    src = _write(tmp_path, "q.cu", (
+        '#include "local_types.h"\n'
+        '#include "kernix/common.h"\n'
+        '#include "not_there.h"\n'
+        "// @BE f\n"
+        "void f(const BE::Tensor& x, BE::Tensor& y, attr_t a) {}\n"))
+    lines = leading_includes(src.read_bytes(), [str(tmp_path), str(kernix_include_dir())])
+    assert lines == [f'#include "{header}"', f'#include "{kernix_include_dir() / "kernix" / "common.h"}"']
+    (tmp_path / "not_there.h").write_text("// now it is\n")
+    assert _infer(src).functions[0].arg_spec == ("arg", "ret", "attr.a:float32")
+    header.write_text("#pragma once\nusing attr_t = double; // edited\n")
+    os.utime(header, ns=(header.stat().st_atime_ns, header.stat().st_mtime_ns + 2_000_000_000))
+    assert _infer(src).functions[0].arg_spec == ("arg", "ret", "attr.a:float64")
+    assert infer_file(src).functions[0].arg_spec == ("arg", "ret", "attr.a:float64")
 
 
 def test_load_cuda_file_builds_what_inference_accepts(tmp_path: Path) -> None:

@@ -62,6 +62,7 @@ __all__ = [
     "is_under",
     "system_dirs",
     "leading_system_includes",
+    "leading_includes",
 ]
 
 #: The virtual file name of the CUDA prelude (never written to disk).
@@ -262,20 +263,31 @@ def _index() -> Any:
 
 _PCH_FLAGS = ["-Xclang", "-fallow-pch-with-compiler-errors"]
 
-# The opening of a file: blank lines, comments, `#pragma once` and `#include <...>` lines.
+# The opening of a file: blank lines, comments, `#pragma once` and `#include <...>` / `"..."` lines.
 _LEADING = re.compile(
     rb"""\A(?:[ \t\r\n]+|//[^\r\n]*|/\*.*?\*/|\#[ \t]*pragma[ \t]+once\b[^\r\n]*
-         |(?P<inc>\#[ \t]*include[ \t]*<[^>\r\n]+>)[^\r\n]*)""",
+         |(?P<inc>\#[ \t]*include[ \t]*(?:<(?P<sys>[^>\r\n]+)>|"(?P<quoted>[^"\r\n]+)"))[^\r\n]*)""",
     re.DOTALL | re.VERBOSE,
 )
 
 
 def leading_system_includes(raw: bytes) -> list[str]:
-    """The ``#include <...>`` lines a file opens with, before any other code.
+    """The ``#include <...>`` lines a file opens with, before any other code
+    (stopping at the first other include or code)."""
+    return leading_includes(raw, quote_dirs=None)
+
+
+def leading_includes(raw: bytes, quote_dirs: Sequence[str] | None) -> list[str]:
+    """The ``#include`` lines a file opens with, before any other code.
 
     They are precompiled together with the CUDA prelude: headers such as
-    ``<cub/cub.cuh>`` cost seconds to parse, and nothing in the file can
-    change how they read (no macro is defined before them).
+    ``<cub/cub.cuh>`` or a project's common header that pulls in
+    ``cuda_fp16.h`` cost hundreds of milliseconds to seconds to parse, and
+    nothing in the file can change how they read (no macro is defined before
+    them).  A ``"..."`` include is looked up as the compiler looks it up (the
+    file's directory first, then ``quote_dirs``) and written with its absolute
+    path; one that is not found there ends the list (``quote_dirs=None``: the
+    first ``"..."`` include does).
     """
     out: list[str] = []
     pos = 0
@@ -283,9 +295,32 @@ def leading_system_includes(raw: bytes) -> list[str]:
         m = _LEADING.match(raw[pos:])
         if m is None or not m.group():
             return out
-        if m.group("inc"):
+        if m.group("sys"):
             out.append(m.group("inc").decode("utf-8", errors="replace"))
+        elif m.group("quoted"):
+            name = m.group("quoted").decode("utf-8", errors="replace")
+            found = None if quote_dirs is None else next(
+                (os.path.join(d, name) for d in quote_dirs if os.path.isfile(os.path.join(d, name))), None)
+            if found is None:
+                return out
+            out.append(f'#include "{os.path.abspath(found)}"')
         pos += m.end()
+
+
+def _quote_dirs(path: str, options: ParseOptions) -> list[str]:
+    """Where a ``"..."`` include of ``path`` is looked for, in the compiler's order."""
+    from ..paths import include_dir
+
+    dirs = [os.path.dirname(path), *options.include_dirs]
+    it = iter(options.flags)
+    for flag in it:
+        for opt in ("-iquote", "-I"):
+            if flag == opt:
+                dirs.append(next(it, ""))
+            elif flag.startswith(opt) and len(flag) > len(opt):
+                dirs.append(flag[len(opt):])
+    dirs.append(str(include_dir()))
+    return [d for d in dirs if d]
 
 
 def _pch_path(root: Path, flags: list[str], prelude: str) -> Path:
@@ -416,7 +451,7 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
             if raw is None:
                 with open(path, "rb") as f:
                     raw = f.read()
-            leading = leading_system_includes(raw)
+            leading = leading_includes(raw, _quote_dirs(path, options))
             full = prelude + "".join(line + "\n" for line in leading)
             for rebuild in (False, True):
                 found = _prelude_pch(tuple(flags), full, system_dirs(options), rebuild)
