@@ -224,7 +224,7 @@ def _file(path: str | os.PathLike[str], language: Language) -> Path:
     p = Path(path).expanduser().absolute()
     if not p.is_file():
         raise SourceNotFoundError(f"{'CUDA' if language == 'cuda' else 'C++'} source file not found: {p}")
-    if language == "cpp" and p.suffix in (".cu", ".cuh"):
+    if language == "cpp" and LANGUAGES_BY_EXTENSION.get(p.suffix.lower()) == "cuda":
         raise KernixError(f"{p} is a CUDA source: load it with load_cuda_file (load_cpp_file builds for the CPU)")
     return p
 

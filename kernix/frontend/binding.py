@@ -141,7 +141,14 @@ def _is_deleted(cursor: Any) -> bool:
     except OSError:
         return False
     stop = ci.SourceLocation.from_offset(tu, end.file, min(end.offset + 64, size))
-    tokens = [t.spelling for t in tu.get_tokens(extent=ci.SourceRange.from_locations(end, stop))][:3]
+    tokens: list[str] = []
+    try:
+        for t in tu.get_tokens(extent=ci.SourceRange.from_locations(end, stop)):
+            tokens.append(t.spelling)
+            if len(tokens) == 3:
+                break
+    except UnicodeDecodeError:  # bytes that are not UTF-8 after the declaration: not `= delete`
+        pass
     return tokens[:2] == ["=", "delete"] or tokens[1:3] == ["=", "delete"]
 
 

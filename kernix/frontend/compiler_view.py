@@ -23,13 +23,12 @@ to clang as ``-undef`` plus one ``-D`` per macro.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import shlex
 import subprocess
 from dataclasses import dataclass
 
-from ..store.files import remembered
+from ..store.files import content_key, remembered
 
 __all__ = ["CompilerView", "NVCC_BUILD_FLAGS", "host_macros", "nvcc_host_pass", "view", "macro_flags"]
 
@@ -79,7 +78,7 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str] | None:
 
 def _kind(prefix: str, parts: tuple[str, ...]) -> str:
     """A file-name-safe memo kind that also identifies ``parts``."""
-    return f"{prefix}-{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:16]}"
+    return f"{prefix}-{content_key(list(parts))[:16]}"
 
 
 def _parse_dm(text: str) -> list[tuple[str, str]]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import PrebuiltError
+from ..languages import language_of
 from ..runtime.module import CompiledModule
 from .load import load_prebuilt
 
@@ -85,7 +86,7 @@ def load_or_build(
             name = PrebuiltManifest.read(prebuilt_dir).name
         except PrebuiltError:
             name = None
-    cuda = paths[0].suffix in (".cu", ".cuh")
+    cuda = language_of(str(paths[0])) == "cuda"
     if len(paths) == 1:
         load = loaders.load_cuda_file if cuda else loaders.load_cpp_file
         return load(paths[0], name=name, target_prefix=target_prefix, **options)

@@ -8,24 +8,16 @@ are all a load does.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 from ..runtime import registry
 from ..errors import PrebuiltError
+from ..store.files import file_digest
 from ..runtime.module import CompiledModule
 from .format import PrebuiltManifest, arch_problem, ffi_api_problem, running_ffi_api
 
 __all__ = ["load_prebuilt", "check_prebuilt", "PrebuiltError"]
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _gpus() -> list[tuple[str, str]]:
@@ -119,7 +111,7 @@ def load_prebuilt(
     check_prebuilt(manifest)
     lib = manifest.library_path
     try:
-        digest = _sha256(lib)
+        digest = file_digest(lib)
     except OSError as exc:
         raise PrebuiltError(f"cannot read the library of the prebuilt module: {lib}: {exc.strerror or exc}",
                             "missing") from None

@@ -33,6 +33,8 @@ from typing import Any
 from setuptools import Distribution
 from setuptools.command.build_py import build_py as _build_py
 
+from ..languages import language_of
+
 __all__ = ["build_py", "BinaryDistribution", "kernix_setup_kwargs", "read_modules"]
 
 _KEYS = {"name", "sources", "output", "arch", "defines", "include_dirs", "optimization_level",
@@ -78,7 +80,7 @@ class build_py(_build_py):
             self.announce(f"kernix: building prebuilt module {mod['name']} into {output}", level=2)
             arch = os.environ.get("KERNIX_CUDA_ARCH_LIST") or mod.get("arch")
             language = mod.get("language")
-            is_cuda = language == "cuda" or (language is None and str(mod["sources"][0]).endswith((".cu", ".cuh")))
+            is_cuda = (language or language_of(str(mod["sources"][0]))) == "cuda"
             build_module(
                 [root / s for s in mod["sources"]], output, name=mod["name"], language=language,
                 arch=arch if is_cuda else None,
