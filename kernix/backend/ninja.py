@@ -231,20 +231,46 @@ def _ninja_file(n_units: int, n_handler_units: int, flags: dict[str, list[str]],
     return "\n".join(rules) + "\n"
 
 
+#: Fast handlers (frame.h) a unit holds at least / at most.  One costs the
+#: compiler about a millisecond and a few tens of KB (g++ 12 -O3: a unit of 40
+#: compiles in ~0.1 s over the header's ~0.05 s, one of 5,000 in ~8 s at
+#: ~270 MB), so small modules get one unit and large ones are cut so that no
+#: compiler process grows past ~120 MB.  (``python bench/bench_scale.py``.)
+FAST_UNIT_MIN = 500
+FAST_UNIT_MAX = 2000
+
+#: ffi.h handlers a unit holds at least: each unit parses ffi.h again (~0.9 s).
+FFI_UNIT_MIN = 4
+
+
 def handler_chunks(functions: Sequence[codegen.ExportedFunction], jobs: int) -> list[list[codegen.ExportedFunction]]:
     """Split the handlers into units that compile in parallel.
 
-    Each handler instantiates XLA's binding templates (g++ 12 -O3 here: about
-    2.5 s for a unit of 40 handlers, 0.9 s for ffi.h alone, so ~40 ms a
-    handler), so a module of many functions spreads them over the cores that
-    the user units leave free, at least 4 handlers a unit since each unit
-    parses ffi.h again.  (``python bench/bench_build.py`` shows the effect.)
+    Fast handlers (:func:`kernix.backend.codegen.has_fast_handler`) and ffi.h
+    handlers go to separate units, so a fast unit never includes ffi.h.  Fast
+    handlers are cheap: they share one unit up to :data:`FAST_UNIT_MIN`, and
+    beyond it spread over the cores that the user units leave free, at most
+    :data:`FAST_UNIT_MAX` a unit to bound the compiler's memory.  An ffi.h
+    handler instantiates XLA's binding templates (g++ 12 -O3 here: about 2.5 s
+    for a unit of 40 handlers, 0.9 s for ffi.h alone, so ~40 ms a handler), so
+    those spread over the spare cores, at least :data:`FFI_UNIT_MIN` a unit
+    since each unit parses ffi.h again.  (``python bench/bench_build.py``
+    shows the effect.)
     """
     if not functions:
         return [[]]
     spare = max(1, jobs - 1)
-    per_unit = max(4, -(-len(functions) // spare))
-    return [list(functions[i:i + per_unit]) for i in range(0, len(functions), per_unit)]
+    fast = [fn for fn in functions if codegen.has_fast_handler(fn)]
+    typed = [fn for fn in functions if not codegen.has_fast_handler(fn)]
+    chunks: list[list[codegen.ExportedFunction]] = []
+    for group, low, high in ((fast, FAST_UNIT_MIN, FAST_UNIT_MAX), (typed, FFI_UNIT_MIN, None)):
+        if not group:
+            continue
+        per_unit = max(low, -(-len(group) // spare))
+        if high is not None:
+            per_unit = min(per_unit, high)
+        chunks += [list(group[i:i + per_unit]) for i in range(0, len(group), per_unit)]
+    return chunks
 
 
 def read_depfile(path: Path) -> list[str]:
