@@ -232,10 +232,11 @@ def _ninja_file(n_units: int, n_handler_units: int, flags: dict[str, list[str]],
 
 
 #: Fast handlers (frame.h) a unit holds at least / at most.  One costs the
-#: compiler about a millisecond and a few tens of KB (g++ 12 -O3: a unit of 40
-#: compiles in ~0.1 s over the header's ~0.05 s, one of 5,000 in ~8 s at
-#: ~270 MB), so small modules get one unit and large ones are cut so that no
-#: compiler process grows past ~120 MB.  (``python bench/bench_scale.py``.)
+#: compiler a few milliseconds and ~50 KB (g++ 12 -O3 on a loaded 2-core
+#: machine: a unit of 1 in ~0.3-0.4 s and 35 MB, of 40 in ~0.4-0.5 s, of 500
+#: in ~1.5-2.3 s and 60 MB, of 5,000 in ~16 s and 270 MB), so small modules
+#: get one unit and large ones are cut so that no compiler process grows past
+#: ~150 MB.  (``python bench/bench_scale.py``.)
 FAST_UNIT_MIN = 500
 FAST_UNIT_MAX = 2000
 
