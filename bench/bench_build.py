@@ -5,8 +5,10 @@ C++ and in CUDA, prints side by side:
 
 * cold build with kernix (empty cache: inference + code generation + ninja
   building the user unit and the handler unit in parallel + link);
-* the same generated code compiled as ONE translation unit (what a tool that
-  puts kernel and FFI handler in one file compiles), timed on the same files;
+* the same kernel compiled as ONE translation unit with an ffi.h handler per
+  function (what a tool that puts kernel and FFI handler in one file
+  compiles): kernix's shim unit followed by ffi.h-bound handlers, timed on the
+  same files;
 * warm load in a new process (cache hit), excluding ``import jax``: with
   ``import kernix``, and the ``load_*`` call alone;
 * rebuild after editing one kernel body;
@@ -40,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import kernix  # noqa: E402
-from kernix.backend import toolchain  # noqa: E402
+from kernix.backend import codegen, toolchain  # noqa: E402
 from kernix.backend.ninja import BuildConfig, compile_flags  # noqa: E402
 
 
@@ -118,9 +120,12 @@ def one_tu(lang: str, mod: kernix.CompiledModule, arch: str | None, workdir: Pat
     build = mod.path.parents[3] / "build" / mod.name
     ext = "cu" if lang == "cuda" else "cpp"
     combined = Path(tempfile.mkdtemp(dir=workdir)) / f"one.{ext}"
-    # The shim unit includes the user's file; the handler unit includes ffi.h.
-    handlers = [p.read_text() for p in sorted(build.glob("handlers_*.cpp"))]
-    combined.write_text("\n".join([(build / f"shim_0.{ext}").read_text(), *handlers]))
+    # The shim unit includes the user's file; then one ffi.h handler per
+    # function, as a hand-written FFI binding would have: the fixed reference
+    # that kernix's own (C-API) handlers are measured against.
+    fns = [codegen.ExportedFunction(i, spec) for i, spec in enumerate(mod.functions.values())]
+    handlers = codegen.ffi_handler_unit(fns, mod.platform, True)
+    combined.write_text("\n".join([(build / f"shim_0.{ext}").read_text(), handlers]))
     flags = compile_flags(BuildConfig("cuda" if lang == "cuda" else "cpu", arch=arch))
     obj = combined.with_suffix(".o")
     compile_cmd = [*flags["user"], "-c", str(combined), "-o", str(obj)]

@@ -231,20 +231,47 @@ def _ninja_file(n_units: int, n_handler_units: int, flags: dict[str, list[str]],
     return "\n".join(rules) + "\n"
 
 
+#: Fast handlers (frame.h) a unit holds at least / at most.  One costs the
+#: compiler a few milliseconds and ~50 KB (g++ 12 -O3 on a loaded 2-core
+#: machine: a unit of 1 in ~0.3-0.4 s and 35 MB, of 40 in ~0.4-0.5 s, of 500
+#: in ~1.5-2.3 s and 60 MB, of 5,000 in ~16 s and 270 MB), so small modules
+#: get one unit and large ones are cut so that no compiler process grows past
+#: ~150 MB.  (``python bench/bench_scale.py``.)
+FAST_UNIT_MIN = 500
+FAST_UNIT_MAX = 2000
+
+#: ffi.h handlers a unit holds at least: each unit parses ffi.h again (~0.9 s).
+FFI_UNIT_MIN = 4
+
+
 def handler_chunks(functions: Sequence[codegen.ExportedFunction], jobs: int) -> list[list[codegen.ExportedFunction]]:
     """Split the handlers into units that compile in parallel.
 
-    Each handler instantiates XLA's binding templates (g++ 12 -O3 here: about
-    2.5 s for a unit of 40 handlers, 0.9 s for ffi.h alone, so ~40 ms a
-    handler), so a module of many functions spreads them over the cores that
-    the user units leave free, at least 4 handlers a unit since each unit
-    parses ffi.h again.  (``python bench/bench_build.py`` shows the effect.)
+    Fast handlers (:func:`kernix.backend.codegen.has_fast_handler`) and ffi.h
+    handlers go to separate units, so a fast unit never includes ffi.h.  Fast
+    handlers are cheap: they share one unit up to :data:`FAST_UNIT_MIN`, and
+    beyond it spread over the cores that the user units leave free, at most
+    :data:`FAST_UNIT_MAX` a unit to bound the compiler's memory.  An ffi.h
+    handler instantiates XLA's binding templates (g++ 12 -O3 here: about 2.5 s
+    for a unit of 40 handlers, 0.9 s for ffi.h alone, so ~40 ms a handler), so
+    those spread over the spare cores, at least :data:`FFI_UNIT_MIN` a unit
+    since each unit parses ffi.h again.  (``python bench/bench_build.py``
+    shows the effect.)
     """
     if not functions:
         return [[]]
     spare = max(1, jobs - 1)
-    per_unit = max(4, -(-len(functions) // spare))
-    return [list(functions[i:i + per_unit]) for i in range(0, len(functions), per_unit)]
+    fast = [fn for fn in functions if codegen.has_fast_handler(fn)]
+    typed = [fn for fn in functions if not codegen.has_fast_handler(fn)]
+    chunks: list[list[codegen.ExportedFunction]] = []
+    for group, low, high in ((fast, FAST_UNIT_MIN, FAST_UNIT_MAX), (typed, FFI_UNIT_MIN, None)):
+        if not group:
+            continue
+        per_unit = max(low, -(-len(group) // spare))
+        if high is not None:
+            per_unit = min(per_unit, high)
+        chunks += [list(group[i:i + per_unit]) for i in range(0, len(group), per_unit)]
+    return chunks
 
 
 def read_depfile(path: Path) -> list[str]:

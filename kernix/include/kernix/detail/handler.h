@@ -1,10 +1,13 @@
 // kernix/detail/handler.h -- support code for the generated XLA FFI handlers.
 //
-// Not part of the public API.  Handlers are compiled by the host compiler in
-// their own translation unit (the only one that includes XLA's ffi.h); they
-// decode the call frame, describe each buffer as a kernix::TensorView and
-// call the shims.  Nothing here names BE::, so the handler never depends on
-// which BE::Tensor the user's code uses.
+// Not part of the public API.  Used by the handlers of functions with typed
+// XLA FFI parameters (xla::ffi::Buffer<T, R>, AnyBuffer, Result<...>), which
+// only ffi.h's bindings can decode; every other handler uses the C-API decoder
+// of frame.h and never includes ffi.h.  These handlers are compiled by the
+// host compiler in their own translation units (the only ones that include
+// XLA's ffi.h); they decode the call frame, describe each buffer as a
+// kernix::TensorView and call the shims.  Nothing here names BE::, so the
+// handler never depends on which BE::Tensor the user's code uses.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +19,9 @@
 
 // Handlers are the library's only exported symbols (everything else is compiled
 // with -fvisibility=hidden).
+#ifndef KERNIX_HANDLER_EXPORT
 #define KERNIX_HANDLER_EXPORT extern "C" __attribute__((visibility("default")))
+#endif
 
 // The CUDA stream type, declared exactly as the CUDA runtime declares it, so
 // that handlers need no CUDA headers.

@@ -1,0 +1,249 @@
+"""The generated XLA FFI handlers: C-API (frame.h) handlers and ffi.h handlers.
+
+Functions taking only ``BE::Tensor``, scalar attributes and the stream get a
+handler decoding the call frame through XLA's C API; functions with typed XLA
+FFI parameters keep ffi.h handlers, in units of their own.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import kernix
+from kernix.backend import codegen, ninja
+from kernix.backend.ninja import read_depfile
+from kernix.spec import FunctionSpec, Param
+
+from helpers import unique_name
+
+TENSOR_ONLY = textwrap.dedent(
+    """
+    #include <cstdint>
+    #include "kernix/common.h"
+
+    // @BE affine
+    void affine(const BE::Tensor x, BE::Tensor out, float factor, int32_t offset, bool negate) {
+      const float* in = x.data_ptr<float>();
+      float* o = out.data_ptr<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        float v = in[i] * factor + static_cast<float>(offset);
+        o[i] = negate ? -v : v;
+      }
+    }
+
+    // @BE fill_bits
+    void fill_bits(BE::Tensor out, uint16_t half_bits, double d, int64_t big, uint8_t small) {
+      int32_t* o = out.data_ptr<int32_t>();
+      o[0] = half_bits;
+      o[1] = static_cast<int32_t>(d * 4);
+      o[2] = static_cast<int32_t>(big);
+      o[3] = small;
+    }
+
+    // @BE two_out
+    void two_out(const BE::Tensor a, const BE::Tensor b, BE::Tensor sum, BE::Tensor diff) {
+      for (int64_t i = 0; i < a.numel(); ++i) {
+        sum.data_ptr<float>()[i] = a.data_ptr<float>()[i] + b.data_ptr<float>()[i];
+        diff.data_ptr<float>()[i] = a.data_ptr<float>()[i] - b.data_ptr<float>()[i];
+      }
+    }
+
+    // @BE fails
+    void fails(const BE::Tensor x, BE::Tensor out) {
+      throw std::runtime_error("the kernel said no");
+    }
+    """
+)
+
+TYPED = textwrap.dedent(
+    """
+    #include "xla/ffi/api/ffi.h"
+
+    // @BE typed_double
+    void typed_double(xla::ffi::Buffer<xla::ffi::DataType::F32, 1> x,
+                      xla::ffi::ResultBuffer<xla::ffi::DataType::F32, 1> out) {
+      for (size_t i = 0; i < x.element_count(); ++i) out->typed_data()[i] = 2 * x.typed_data()[i];
+    }
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def fast(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("fast-cache")
+    mod = kernix.load_cpp_inline(unique_name("fast"), "#include <stdexcept>\n" + TENSOR_ONLY,
+                                 build_directory=cache)
+    return mod, cache / "build" / mod.name
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("mixed-cache")
+    mod = kernix.load_cpp_inline(unique_name("mixed"), "#include <stdexcept>\n" + TENSOR_ONLY + TYPED,
+                                 build_directory=cache)
+    return mod, cache / "build" / mod.name
+
+
+def _handler_units(build: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(build.glob("handlers_*.cpp"))}
+
+
+def _includes_ffi_h(deps: list[str]) -> bool:
+    return any(re.search(r"xla/ffi/api/(ffi|api)\.h$", d) for d in deps)
+
+
+def test_fast_module_handler_unit_never_includes_ffi_h(fast):
+    mod, build = fast
+    units = _handler_units(build)
+    assert list(units) == ["handlers_0.cpp"]  # one unit for a small module
+    text = units["handlers_0.cpp"]
+    assert "kernix/detail/frame.h" in text and "ffi.h" not in text and "handler.h" not in text
+    assert "XLA_FFI_DEFINE_HANDLER_SYMBOL" not in text
+    deps = read_depfile(build / "handlers_0.o.d")
+    assert any(d.endswith("xla/ffi/api/c_api.h") for d in deps)
+    assert not _includes_ffi_h(deps), deps
+    # One exported handler per function, names unchanged.
+    for name, symbol in mod.handlers.items():
+        assert symbol == f"kernix_handler_{list(mod.functions).index(name)}_{name}"
+        assert f"XLA_FFI_Error* {symbol}(XLA_FFI_CallFrame* f)" in text
+
+
+def test_fast_handlers_pass_every_parameter_kind(fast):
+    mod, _ = fast
+    x = jnp.arange(5, dtype=jnp.float32)
+    np.testing.assert_allclose(mod.affine(x, factor=2.0, offset=3, negate=True), -(2 * np.arange(5) + 3))
+    np.testing.assert_allclose(mod.affine(x, factor=0.5, offset=-1, negate=False), 0.5 * np.arange(5) - 1)
+    a, b = jnp.arange(3, dtype=jnp.float32), jnp.full(3, 10.0, jnp.float32)
+    s, d = mod.two_out(a, b, out=[jax.ShapeDtypeStruct((3,), jnp.float32)] * 2)
+    np.testing.assert_array_equal(s, np.arange(3) + 10)
+    np.testing.assert_array_equal(d, np.arange(3) - 10)
+
+
+def test_shim_errors_keep_their_text(fast):
+    mod, _ = fast
+    with pytest.raises(Exception, match=r"kernix: fails: .*the kernel said no"):
+        jax.block_until_ready(mod.fails(jnp.zeros(2, jnp.float32)))
+
+
+def _call(mod, name, out, *args, **attrs):
+    """Straight through jax.ffi.ffi_call: none of kernix's checks or coercions."""
+    return jax.block_until_ready(jax.ffi.ffi_call(mod.targets[name], out)(*args, **attrs))
+
+
+def test_attribute_values_of_every_width_reach_the_kernel(fast):
+    mod, _ = fast
+    out = jax.ShapeDtypeStruct((4,), jnp.int32)
+    res = _call(mod, "fill_bits", out, half_bits=np.uint16(0xBEEF), d=np.float64(2.5), big=np.int64(-7),
+                small=np.uint8(200))
+    assert np.asarray(res).tolist() == [0xBEEF, 10, -7, 200]
+    res = mod.fill_bits(out=out, half_bits=7, d=0.25, big=3, small=4)
+    assert np.asarray(res).tolist() == [7, 1, 3, 4]
+
+
+def test_wrong_attribute_dtype_names_function_and_attribute(fast):
+    mod, _ = fast
+    x = jnp.arange(3, dtype=jnp.float32)
+    out = jax.ShapeDtypeStruct((3,), jnp.float32)
+    # Distinct values per call: jax caches lowerings by attribute value, and
+    # np.float32(2) == np.float64(2).
+    with pytest.raises(Exception, match=r"kernix: affine: attribute 'factor' has type F64, expected F32"):
+        _call(mod, "affine", out, x, factor=np.float64(2.0), offset=np.int32(1), negate=True)
+    with pytest.raises(Exception, match=r"kernix: affine: attribute 'offset' has type S64, expected S32"):
+        _call(mod, "affine", out, x, factor=np.float32(3.0), offset=np.int64(2), negate=True)
+    with pytest.raises(Exception, match=r"kernix: affine: attribute 'negate' has type S32, expected PRED"):
+        _call(mod, "affine", out, x, factor=np.float32(4.0), offset=np.int32(3), negate=np.int32(1))
+    # (XLA has no 16-bit float attribute: float16 travels as U16 bits.)
+    with pytest.raises(Exception, match=r"kernix: fill_bits: attribute 'half_bits' has type F32, expected U16"):
+        _call(mod, "fill_bits", jax.ShapeDtypeStruct((4,), jnp.int32), half_bits=np.float32(1.0),
+              d=np.float64(5.5), big=np.int64(-9), small=np.uint8(201))
+    # Still callable correctly afterwards.
+    np.testing.assert_allclose(
+        _call(mod, "affine", out, x, factor=np.float32(5.0), offset=np.int32(4), negate=False), 5 * np.arange(3) + 4
+    )
+
+
+def test_missing_or_misnamed_attribute(fast):
+    mod, _ = fast
+    x = jnp.arange(3, dtype=jnp.float32)
+    out = jax.ShapeDtypeStruct((3,), jnp.float32)
+    with pytest.raises(Exception, match=r"kernix: affine: wrong number of attributes: expected 3 but got 2"):
+        _call(mod, "affine", out, x, factor=np.float32(2.0), offset=np.int32(1))
+    with pytest.raises(Exception, match=r"kernix: affine: attribute 'negate' is missing"):
+        _call(mod, "affine", out, x, factor=np.float32(2.0), offset=np.int32(1), negatee=True)
+
+
+def test_wrong_number_of_operands_or_results(fast):
+    mod, _ = fast
+    x = jnp.arange(3, dtype=jnp.float32)
+    out = jax.ShapeDtypeStruct((3,), jnp.float32)
+    attrs = dict(factor=np.float32(2.0), offset=np.int32(1), negate=False)
+    with pytest.raises(Exception, match=r"kernix: affine: wrong number of operands: expected 1 but got 2"):
+        _call(mod, "affine", out, x, x, **attrs)
+    with pytest.raises(Exception, match=r"kernix: affine: wrong number of results: expected 1 but got 2"):
+        _call(mod, "affine", (out, out), x, **attrs)
+    with pytest.raises(Exception, match=r"kernix: two_out: wrong number of operands: expected 2 but got 1"):
+        _call(mod, "two_out", (out, out), x)
+
+
+def test_mixed_module_keeps_ffi_h_handlers_in_their_own_unit(mixed):
+    mod, build = mixed
+    units = _handler_units(build)
+    assert len(units) == 2
+    fast_units = {n for n, t in units.items() if "kernix/detail/frame.h" in t}
+    ffi_units = {n for n, t in units.items() if "kernix/detail/handler.h" in t}
+    assert len(fast_units) == 1 and len(ffi_units) == 1 and not fast_units & ffi_units
+    (fast_unit,), (ffi_unit,) = fast_units, ffi_units
+    assert "typed_double" in units[ffi_unit] and "typed_double" not in units[fast_unit]
+    assert "affine" in units[fast_unit] and "affine" not in units[ffi_unit]
+    assert not _includes_ffi_h(read_depfile(build / fast_unit.replace(".cpp", ".o.d")))
+    assert _includes_ffi_h(read_depfile(build / ffi_unit.replace(".cpp", ".o.d")))
+    x = jnp.arange(4, dtype=jnp.float32)
+    np.testing.assert_array_equal(mod.typed_double(x), 2 * np.arange(4))
+    np.testing.assert_allclose(mod.affine(x, factor=3.0, offset=0, negate=False), 3 * np.arange(4))
+    s, d = mod.two_out(x, x, out=[jax.ShapeDtypeStruct((4,), jnp.float32)] * 2)
+    np.testing.assert_array_equal(s, 2 * np.arange(4))
+    np.testing.assert_array_equal(d, np.zeros(4))
+
+
+def _fn(i: int, typed: bool = False) -> codegen.ExportedFunction:
+    x = Param("x", "arg", "xla::ffi::AnyBuffer", "xla::ffi::AnyBuffer", "ffi") if typed else Param("x", "arg")
+    return codegen.ExportedFunction(i, FunctionSpec(f"f{i}", f"f{i}", (
+        x, Param("out", "ret"), Param("zeta", "attr", "float", "float", "scalar", "float32"),
+        Param("alpha", "attr", "__half", "__half", "scalar", "float16"), Param("s", "stream", kind="stream"),
+    )))
+
+
+def test_fast_handler_table_follows_xla_attribute_order_and_dtypes():
+    cpu = codegen.handler_unit([_fn(0)], "cpu", True)
+    # XLA sorts attributes by name: alpha (index 0) before zeta (index 1).
+    assert '{::kernix::detail::Role::kAttr, -1, XLA_FFI_DataType_F32, "zeta", 4, 1}' in cpu
+    assert '{::kernix::detail::Role::kAttr, -1, XLA_FFI_DataType_U16, "alpha", 5, 0}' in cpu  # float16 as bits
+    # C++ functions get no stream and no command-buffer trait; CUDA ones both.
+    assert '{"f0", kernix_params_0, 5, 1, 1, 2, false, false}' in cpu
+    cuda = codegen.handler_unit([_fn(0)], "cuda", True)
+    assert '{"f0", kernix_params_0, 5, 1, 1, 2, true, true}' in cuda
+    assert '{"f0", kernix_params_0, 5, 1, 1, 2, true, false}' in codegen.handler_unit([_fn(0)], "cuda", False)
+    typed = codegen.handler_unit([_fn(1, typed=True)], "cuda", True)
+    assert "XLA_FFI_DEFINE_HANDLER_SYMBOL" in typed and "frame.h" not in typed
+
+
+def test_handler_chunks_separate_kinds_and_bound_unit_size():
+    fast = [_fn(i) for i in range(40)]
+    typed = [_fn(40 + i, typed=True) for i in range(3)]
+    assert ninja.handler_chunks(fast, jobs=16) == [fast]  # one unit for a small module
+    chunks = ninja.handler_chunks(fast[:20] + typed + fast[20:], jobs=2)
+    assert chunks == [fast, typed]
+    many = [_fn(i) for i in range(5000)]
+    for jobs in (1, 2, 16, 64):
+        chunks = ninja.handler_chunks(many, jobs)
+        assert [fn for c in chunks for fn in c] == many
+        assert all(len(c) <= ninja.FAST_UNIT_MAX for c in chunks)
+    assert len(ninja.handler_chunks(many, jobs=2)) == 3
+    assert ninja.handler_chunks([], jobs=2) == [[]]
