@@ -24,7 +24,7 @@ from ._version import __version__
 from typing import TYPE_CHECKING
 
 from .backend import toolchain
-from .backend.ninja import BuildConfig, compile_flags
+from .backend.flags import BuildConfig, compile_flags
 from .errors import InferenceError, KernixError, RegistrationError, SourceError
 from .request import LoadRequest
 from .runtime import registry

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 import kernix
 from kernix.backend import toolchain
-from kernix.backend.ninja import BuildConfig, compile_flags
+from kernix.backend.flags import BuildConfig, compile_flags
 
 from helpers import FIXTURES, ROOT, unique_name
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 import kernix
 from kernix.backend import toolchain
-from kernix.backend.ninja import BuildConfig, compile_flags
+from kernix.backend.flags import BuildConfig, compile_flags
 from kernix.cli import main
 from kernix.prebuilt.format import MANIFEST_NAME, PrebuiltManifest, arch_problem, arch_runs_on, ffi_api_problem
 

@@ -33,7 +33,7 @@ from ..store.files import content_key, remembered
 __all__ = ["CompilerView", "NVCC_BUILD_FLAGS", "host_macros", "nvcc_host_pass", "view", "macro_flags"]
 
 #: The nvcc flags of the build that change the host pass's macros (see
-#: :func:`kernix.backend.ninja.compile_flags`): ``--expt-relaxed-constexpr``
+#: :func:`kernix.backend.flags.compile_flags`): ``--expt-relaxed-constexpr``
 #: defines ``__CUDACC_RELAXED_CONSTEXPR__``, ``--extended-lambda``
 #: ``__CUDACC_EXTENDED_LAMBDA__``.
 NVCC_BUILD_FLAGS = ("--expt-relaxed-constexpr", "--extended-lambda")
