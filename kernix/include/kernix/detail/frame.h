@@ -237,25 +237,6 @@ KERNIX_COLD inline XLA_FFI_Error* stage_error(const XLA_FFI_Api* api, const Func
   return make_error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT, m);
 }
 
-KERNIX_COLD inline XLA_FFI_Error* stream_error(const XLA_FFI_Api* api, const FunctionDesc& fn,
-                                               XLA_FFI_Error* cause) noexcept {
-  // XLA's own message about the stream, when this API can tell it.
-  XLA_FFI_Error_GetMessage_Args get;
-  get.struct_size = XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE;
-  get.extension_start = nullptr;
-  get.error = cause;
-  get.message = nullptr;
-  api->XLA_FFI_Error_GetMessage(&get);
-  Message m;
-  start(m, fn).add("failed to get the platform stream: ").add(get.message ? get.message : "unknown error");
-  XLA_FFI_Error_Destroy_Args destroy;
-  destroy.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
-  destroy.extension_start = nullptr;
-  destroy.error = cause;
-  api->XLA_FFI_Error_Destroy(&destroy);
-  return make_error(api, XLA_FFI_Error_Code_INTERNAL, m);
-}
-
 // The metadata query XLA sends when the handler is registered: the FFI
 // version the handler was compiled against and its traits (as ffi.h's
 // Handler::PopulateMetadata answers it).
@@ -386,7 +367,8 @@ __attribute__((noinline)) inline XLA_FFI_Error* dispatch(XLA_FFI_CallFrame* fram
     args.extension_start = nullptr;
     args.ctx = frame->ctx;
     args.stream = nullptr;
-    if (XLA_FFI_Error* err = api->XLA_FFI_Stream_Get(&args)) return stream_error(api, fn, err);
+    // XLA's own error (the C API of every jaxlib version can pass it on, not read it).
+    if (XLA_FFI_Error* err = api->XLA_FFI_Stream_Get(&args)) return err;
     stream = args.stream;
   }
   if (const char* message = shim(slots)) return shim_error(api, fn, message);
