@@ -295,15 +295,17 @@ class FunctionSpec:
             file=str(data.get("file", "")),
             line=int(data.get("line", 0)),
         )
+        if data.get("signature") is None and data.get("vjp_of") is None and not data.get("doc"):
+            return spec  # the common case: no operation fields to check
         return _with_operation_fields(spec, data)
 
 
 def _with_operation_fields(spec: FunctionSpec, data: dict[str, Any]) -> FunctionSpec:
     """``spec`` with the ``signature``/``vjp_of``/``doc`` fields of ``data``, validated."""
-    from .signature import check_against_spec, parse_signature
-
     signature, vjp_of, doc = data.get("signature"), data.get("vjp_of"), data.get("doc", "")
     if signature is not None:
+        from .signature import check_against_spec, parse_signature
+
         try:
             parsed = parse_signature(signature)
         except SignatureError as exc:
