@@ -28,6 +28,17 @@ from typing import Any, Sequence
 __all__ = ["main", "build_parser", "add_inspect_parser", "add_stubs_parser", "add_cache_parser", "add_build_parser"]
 
 
+def _add_source_options(p: argparse.ArgumentParser, verb: str) -> None:
+    """``-I``, ``-D`` and ``--cuda`` / ``--cpp``, as every source-reading subcommand takes them."""
+    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR",
+                   help="add an include directory (repeatable)")
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="define a macro (repeatable)")
+    lang = p.add_mutually_exclusive_group()
+    lang.add_argument("--cuda", action="store_true", help=f"{verb} as CUDA whatever the extension")
+    lang.add_argument("--cpp", action="store_true", help=f"{verb} as C++ whatever the extension")
+
+
 def _error_line(err: Any) -> str:
     return f"{err.location()}: error: {err.message}"
 
@@ -193,13 +204,7 @@ def add_inspect_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("files", nargs="+", metavar="PATH",
                    help="C++ or CUDA source files, or directories (their .cu/.cc/.cpp/.cxx files)")
-    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR",
-                   help="add an include directory (repeatable)")
-    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
-                   help="define a macro (repeatable)")
-    lang = p.add_mutually_exclusive_group()
-    lang.add_argument("--cuda", action="store_true", help="parse as CUDA whatever the extension")
-    lang.add_argument("--cpp", action="store_true", help="parse as C++ whatever the extension")
+    _add_source_options(p, "parse")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--no-cache", action="store_true", help="parse even when a cached result exists")
     p.add_argument("-j", "--jobs", type=int, default=0, metavar="N",
@@ -251,13 +256,7 @@ def add_stubs_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="C++ or CUDA source files (one module)")
     p.add_argument("-o", dest="output", metavar="OUT.pyi", help="write here instead of stdout")
-    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR",
-                   help="add an include directory (repeatable)")
-    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
-                   help="define a macro (repeatable)")
-    lang = p.add_mutually_exclusive_group()
-    lang.add_argument("--cuda", action="store_true", help="parse as CUDA whatever the extension")
-    lang.add_argument("--cpp", action="store_true", help="parse as C++ whatever the extension")
+    _add_source_options(p, "parse")
     p.set_defaults(func=_run_stubs)
     return p
 
@@ -352,16 +351,10 @@ def add_build_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the module directory to write")
     p.add_argument("--name", default=None, help="module name and default FFI target prefix "
                                                 "(default: the file's stem)")
-    lang = p.add_mutually_exclusive_group()
-    lang.add_argument("--cuda", action="store_true", help="build as CUDA whatever the extension")
-    lang.add_argument("--cpp", action="store_true", help="build as C++ (CPU) whatever the extension")
+    _add_source_options(p, "build")
     p.add_argument("--arch", default=None, metavar="LIST",
                    help="CUDA architectures, e.g. sm_80,sm_90: machine code for each, PTX of the newest "
                         "(default: $KERNIX_CUDA_ARCH_LIST, $KERNIX_CUDA_ARCH, else this machine's GPU)")
-    p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR",
-                   help="add an include directory (repeatable)")
-    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
-                   help="define a macro (repeatable)")
     p.add_argument("-O", dest="opt", type=int, default=3, choices=range(4), metavar="N",
                    help="optimisation level 0-3 (default 3)")
     p.add_argument("--fast-math", action="store_true", help="--use_fast_math (nvcc) / -ffast-math (C++)")
