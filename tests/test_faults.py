@@ -86,9 +86,9 @@ def wrapper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copy(REL / "cxx_wrapper.sh", d / "cxx")
     (d / "cxx").chmod(0o755)
     monkeypatch.setenv("CXX", str(d / "cxx"))
-    toolchain.host_compiler_path.cache_clear()
+    toolchain.forget()
     yield d
-    toolchain.host_compiler_path.cache_clear()
+    toolchain.forget()
 
 
 def _calls(wrapper: Path, kind: str) -> int:

@@ -72,9 +72,9 @@ def test_cpp_view_is_host_compiler() -> None:
 def test_views_are_remembered_per_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
     from kernix.frontend import compiler_view
 
-    compiler_view._view.cache_clear()
+    compiler_view.forget()
     assert compiler_view.view("cuda") is not None  # memo filled (maybe earlier)
-    compiler_view._view.cache_clear()
+    compiler_view.forget()
 
     def refuse(*a: object, **k: object) -> None:
         raise AssertionError("a compiler was run although its answer is remembered")
@@ -83,13 +83,13 @@ def test_views_are_remembered_per_compiler(monkeypatch: pytest.MonkeyPatch) -> N
     try:
         assert compiler_view.view("cuda").defined("__CUDACC__") is not None
     finally:
-        compiler_view._view.cache_clear()
+        compiler_view.forget()
 
 
 def test_dm_output_with_function_like_macros() -> None:
-    from kernix.frontend.compiler_view import _parse_dm
+    from kernix.frontend.compiler_view import parse_dm
 
-    assert _parse_dm("#define A 1\n#define F(x, y) ((x) + (y))\n#define E\n") == [
+    assert parse_dm("#define A 1\n#define F(x, y) ((x) + (y))\n#define E\n") == [
         ("A", "1"), ("F(x, y)", "((x) + (y))"), ("E", "")]
 
 

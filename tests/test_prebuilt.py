@@ -181,7 +181,7 @@ def test_damaged_library_is_refused_before_loading(prebuilt, tmp_path):
     assert info.value.reason == "hash"
     from kernix.runtime import registry
 
-    assert str(lib) not in registry._libraries  # never dlopened
+    assert str(lib) not in registry.loaded_libraries()  # never dlopened
 
 
 @pytest.mark.parametrize("api", [[0, 99], [1, 0]])

@@ -74,9 +74,9 @@ def wrapper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     shutil.copy(REL / "cxx_wrapper.sh", w.path)
     w.path.chmod(0o755)
     monkeypatch.setenv("CXX", str(w.path))
-    toolchain.host_compiler_path.cache_clear()
+    toolchain.forget()
     yield w
-    toolchain.host_compiler_path.cache_clear()
+    toolchain.forget()
 
 
 @pytest.fixture

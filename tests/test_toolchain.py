@@ -15,11 +15,9 @@ from kernix.errors import ToolchainError
 @pytest.fixture(autouse=True)
 def _fresh_lookups():
     """The finders remember their answer per process; forget it around each test."""
-    toolchain._nvcc_path.cache_clear()
-    toolchain.host_compiler_path.cache_clear()
+    toolchain.forget()
     yield
-    toolchain._nvcc_path.cache_clear()
-    toolchain.host_compiler_path.cache_clear()
+    toolchain.forget()
 
 
 def _fake_compiler(path: Path, banner: str) -> Path:
@@ -38,10 +36,10 @@ def test_nvcc_search_order(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNIX_NVCC", str(explicit))
     assert toolchain.find_nvcc().path == str(explicit)
     assert "explicit nvcc 1.0" in toolchain.find_nvcc().identity
-    toolchain._nvcc_path.cache_clear()
+    toolchain.forget()
     monkeypatch.delenv("KERNIX_NVCC")
     assert toolchain.find_nvcc().path == str(home)
-    toolchain._nvcc_path.cache_clear()
+    toolchain.forget()
     monkeypatch.delenv("CUDA_HOME")
     monkeypatch.delenv("CUDA_PATH", raising=False)
     assert toolchain.find_nvcc().path == str(on_path)
@@ -67,7 +65,7 @@ def test_host_compiler_from_cxx_then_missing(tmp_path, monkeypatch):
     monkeypatch.setenv("CXX", str(cxx))
     found = toolchain.find_host_compiler()
     assert found.path == str(cxx) and "my c++ 9" in found.identity
-    toolchain.host_compiler_path.cache_clear()
+    toolchain.forget()
     monkeypatch.delenv("CXX")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(ToolchainError, match="no C\\+\\+ compiler was found.*apt-get install g\\+\\+"):
@@ -83,7 +81,7 @@ def test_compiler_identity_is_remembered(tmp_path, monkeypatch):
     cxx.chmod(0o755)
     monkeypatch.setenv("CXX", str(cxx))
     first = toolchain.find_host_compiler().identity
-    toolchain._identity_cached.cache_clear()
+    toolchain.forget()
     assert toolchain.find_host_compiler().identity == first
     assert log.read_text().count("run") == 1
 

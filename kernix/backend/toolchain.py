@@ -23,6 +23,7 @@ from ..errors import ToolchainError
 from ..store.files import file_digest, remembered
 
 __all__ = [
+    "forget",
     "Compiler",
     "find_nvcc",
     "find_cuda_home",
@@ -326,3 +327,11 @@ def detect_compute_capability(explicit: str | Sequence[str] | None = None) -> st
         f"Pass compute_capability='sm_90' (or a list, ['sm_80', 'sm_90']), or set ${ARCH_ENV}=sm_90 "
         f"(or ${ARCH_LIST_ENV}=sm_80,sm_90)."
     )
+
+
+def forget() -> None:
+    """Forget what this process remembered about the toolchain (which nvcc and
+    host compiler, their identities), so the next finder call looks again:
+    after installing a compiler, or changing ``$CXX``/``$KERNIX_NVCC``."""
+    for cached in (_nvcc_path, host_compiler_path, _identity_cached):
+        cached.cache_clear()

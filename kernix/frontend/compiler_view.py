@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from ..store.files import content_key, remembered
 
-__all__ = ["CompilerView", "NVCC_BUILD_FLAGS", "host_macros", "nvcc_host_pass", "view", "macro_flags"]
+__all__ = ["CompilerView", "NVCC_BUILD_FLAGS", "host_macros", "nvcc_host_pass", "view", "macro_flags", "parse_dm", "forget"]
 
 #: The nvcc flags of the build that change the host pass's macros (see
 #: :func:`kernix.backend.flags.compile_flags`): ``--expt-relaxed-constexpr``
@@ -81,7 +81,7 @@ def _kind(prefix: str, parts: tuple[str, ...]) -> str:
     return f"{prefix}-{content_key(list(parts))[:16]}"
 
 
-def _parse_dm(text: str) -> list[tuple[str, str]]:
+def parse_dm(text: str) -> list[tuple[str, str]]:
     """``#define NAME VALUE`` lines (``-dM`` output) as ``(NAME, VALUE)`` pairs."""
     out: list[tuple[str, str]] = []
     for line in text.splitlines():
@@ -122,7 +122,7 @@ def host_macros(cxx: str, flags: tuple[str, ...] = ()) -> tuple[tuple[str, str],
         proc = _run([cxx, "-dM", "-E", "-x", "c++", *flags, os.devnull])
         if proc is None or proc.returncode != 0:
             return None
-        return [list(p) for p in _parse_dm(proc.stdout)]
+        return [list(p) for p in parse_dm(proc.stdout)]
 
     found = remembered(_kind("cxx-macros", flags), cxx, ask)
     return None if found is None else tuple((str(k), str(v)) for k, v in found)
@@ -240,3 +240,8 @@ def view(language: str, flags: tuple[str, ...] = ()) -> CompilerView | None:
 def macro_flags(v: CompilerView) -> list[str]:
     """clang flags that replace its predefined macros with ``v``'s: ``-undef`` and one ``-D`` each."""
     return ["-undef", *(f"-D{name}={value}" for name, value in v.macros)]
+
+
+def forget() -> None:
+    """Forget the views this process computed (the on-disk memo stays)."""
+    _view.cache_clear()

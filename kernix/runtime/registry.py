@@ -19,6 +19,7 @@ from ..errors import RegistrationError
 from ..languages import JAX_PLATFORMS
 
 __all__ = [
+    "loaded_libraries",
     "Registration",
     "load_library",
     "handler_address",
@@ -148,3 +149,9 @@ def list_registered_targets() -> dict[str, str]:
     """Targets kernix registered in this process: ``{target: platform}``."""
     with _lock:
         return {reg.target: reg.platform for reg in _targets.values()}
+
+
+def loaded_libraries() -> list[str]:
+    """Paths of the libraries this process has mapped through kernix."""
+    with _lock:
+        return list(_libraries)
