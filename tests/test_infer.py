@@ -1,4 +1,4 @@
-"""Signature inference over the sources in fixtures/ (kernix/infer.py)."""
+"""Signature inference over the sources in fixtures/ (kernix/frontend/infer.py)."""
 
 from __future__ import annotations
 
