@@ -11,9 +11,8 @@ twice.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from .errors import OptionError
 from .languages import Language, Platform, platform_of
@@ -88,8 +87,7 @@ def preprocessor_flags(flags: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class LoadRequest:
+class LoadRequest(NamedTuple):
     """Everything one load needs, resolved once.
 
     Attributes

@@ -15,9 +15,8 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from ..errors import ToolchainError
 from ..store.files import file_digest, remembered
@@ -45,8 +44,7 @@ ARCH_ENV = "KERNIX_CUDA_ARCH"
 ARCH_LIST_ENV = "KERNIX_CUDA_ARCH_LIST"
 
 
-@dataclass(frozen=True)
-class Compiler:
+class Compiler(NamedTuple):
     """A compiler executable and the identity string that enters cache keys."""
 
     path: str

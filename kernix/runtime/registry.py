@@ -12,8 +12,8 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import threading
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import RegistrationError
 from ..languages import JAX_PLATFORMS
@@ -34,8 +34,7 @@ _libraries: dict[str, ctypes.CDLL] = {}
 _targets: dict[tuple[str, str], "Registration"] = {}
 _versioned: dict[str, str] = {}  # target -> its content-versioned name
 
-@dataclass(frozen=True)
-class Registration:
+class Registration(NamedTuple):
     """One registered FFI target."""
 
     target: str

@@ -17,10 +17,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from ..errors import CacheError
 from ..spec import FunctionSpec
@@ -31,8 +31,7 @@ from .trust import check_private, io_message, makedirs
 __all__ = ["Lookup", "lookup", "publish", "discard"]
 
 
-@dataclass(frozen=True)
-class Lookup:
+class Lookup(NamedTuple):
     """The outcome of one look-up.
 
     Attributes
@@ -140,6 +139,7 @@ def publish(
             functions=tuple(functions),
             handlers=dict(handlers),
             dependencies=tuple(tuple(d) for d in fingerprints(dependencies)),
+            created=time.time(),
         )
         manifest.write()
         for old in entry.glob("module-*.so"):  # superseded libraries of this entry

@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import json
 import re
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..names import is_identifier
 from ..spec import FunctionSpec
@@ -49,8 +47,7 @@ def entry_dir(root: Path, name: str, key: str) -> Path:
     return root / "modules" / name / key[:32]
 
 
-@dataclass(frozen=True)
-class Manifest:
+class Manifest(NamedTuple):
     """A published cache entry (see the module docstring for the format).
 
     Attributes
@@ -70,7 +67,7 @@ class Manifest:
     functions: tuple[FunctionSpec, ...]
     handlers: dict[str, str]
     dependencies: tuple[tuple[Any, ...], ...]
-    created: float = field(default_factory=time.time)
+    created: float = 0.0
 
     @property
     def so_path(self) -> Path:
