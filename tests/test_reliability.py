@@ -571,3 +571,14 @@ def test_cache_cleared_between_lookup_and_load(root: Path, source: Path, monkeyp
     _check(mod)
     assert calls and mod.path.exists()  # rebuilt and published again
     assert len(lookups) >= 2 and lookups[0] is calls[0]
+
+
+def test_clearing_the_whole_cache_also_drops_toolchain_memos_and_preludes(tmp_path: Path) -> None:
+    """`kernix cache clear` empties what `kernix cache info` counts, precompiled preludes included."""
+    r = tmp_path / "c"
+    (r / "toolchain").mkdir(parents=True)
+    (r / "toolchain" / "prelude-0123.pch").write_bytes(b"x" * 4096)
+    assert kernix.cache_info(root=r)["total_bytes"] >= 4096
+    kernix.clear_cache(root=r)
+    assert not (r / "toolchain").exists()
+    assert kernix.cache_info(root=r)["total_bytes"] == 0

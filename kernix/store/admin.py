@@ -56,6 +56,7 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
                         src.unlink()
     if name is None:
         shutil.rmtree(base / "specs", ignore_errors=True)
+        shutil.rmtree(base / "toolchain", ignore_errors=True)  # compiler answers, precompiled preludes
     return removed
 
 
@@ -84,7 +85,7 @@ def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
                 "created": m.created,
             }
         )
-    for sub in ("build", "sources", "specs"):
+    for sub in ("build", "sources", "specs", "toolchain"):
         d = base / sub
         if d.is_dir():
             total += sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
