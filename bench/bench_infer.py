@@ -146,6 +146,16 @@ def measure(src: Path, tmpdir: Path, runs: int, label: str) -> None:
     print(f"warm, in process (cache hit):                        {ms(warm_inproc)}  (median of {runs * 5})")
 
 
+def _median_time(call, runs: int) -> float:
+    """Median seconds of ``runs`` calls."""
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
 def corpus(directory: Path, include_dirs: list[str], runs: int) -> None:
     """Per-file inference over a directory of real CUDA files (e.g. the
     brainevent package's 61 kernels, fetched by bench/bench_corpus.py), in
@@ -162,19 +172,9 @@ def corpus(directory: Path, include_dirs: list[str], runs: int) -> None:
         cold: list[float] = []
         warm: list[float] = []
         for f in files:
-            samples = []
-            for _ in range(runs):
-                t0 = time.perf_counter()
-                infer_file(f, use_cache=False, **opts)
-                samples.append(time.perf_counter() - t0)
-            cold.append(statistics.median(samples))
+            cold.append(_median_time(lambda: infer_file(f, use_cache=False, **opts), runs))
             infer_file(f, cache_dir=cache, **opts)
-            samples = []
-            for _ in range(runs):
-                t0 = time.perf_counter()
-                infer_file(f, cache_dir=cache, **opts)
-                samples.append(time.perf_counter() - t0)
-            warm.append(statistics.median(samples))
+            warm.append(_median_time(lambda: infer_file(f, cache_dir=cache, **opts), runs))
     print(f"\n== corpus: {len(files)} files under {directory}")
     print(f"cold, in process: median {statistics.median(cold) * 1e3:.1f} ms a file "
           f"(max {max(cold) * 1e3:.0f} ms, total {sum(cold):.2f} s)")

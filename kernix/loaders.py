@@ -205,11 +205,13 @@ def _load_inline(
     """Validate an inline load's names, store its source, then load it."""
     from .store.sources import write_source
 
+    from .pipeline import load
+
     module_name = check_module_name(name)
     request = make_request(module_name, [], language, functions, options)  # every name checked before writing
     text = _join_sources(sources, what)
     path = write_source(request.root, module_name, text, "cu" if language == "cuda" else "cpp")
-    return _load([path], module_name, language, functions, options)
+    return load(request._replace(sources=(path,)))
 
 
 def _join_sources(sources: Any, what: str) -> str:

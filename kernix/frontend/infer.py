@@ -161,20 +161,19 @@ def cached_inference(path: str | os.PathLike[str], **options: Any) -> InferResul
     """What :func:`infer_file` would return from the spec cache, or ``None``
     on a miss (nothing is parsed, libclang is not imported)."""
     options.pop("use_cache", None)
-    found, _ = _lookup(path, **{"language": None, "include_dirs": (), "defines": (), "flags": (),
-                                "functions": None, "use_cache": True, "cache_dir": None, **options})
+    found, _ = _lookup(path, **options)
     return found
 
 
 def _lookup(
     path: str | os.PathLike[str],
-    language: str | None,
-    include_dirs: Sequence[str],
-    defines: Sequence[str],
-    flags: Sequence[str],
-    functions: Any,
-    use_cache: bool,
-    cache_dir: str | os.PathLike[str] | None,
+    language: str | None = None,
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    flags: Sequence[str] = (),
+    functions: Any = None,
+    use_cache: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[InferResult | None, Callable[[], InferResult]]:
     """The cached result (or ``None``) and a function that parses and caches."""
     path = os.path.abspath(os.fspath(path))
