@@ -12,6 +12,11 @@ checkout), then alternates, ``--repeat`` times, three fresh processes:
 and prints the medians of the whole process' wall time and of the part
 after ``import jax`` (import kernix + the load call), side by side.
 
+The children run with bytecode caching on (``PYTHONDONTWRITEBYTECODE`` is
+removed from their environment), as for an installed package, whose ``.pyc``
+files pip writes at install time: without it every start compiles each
+module from source, which times the interpreter's compiler, not kernix.
+
 Usage::
 
     python bench/bench_warm.py [--functions 40] [--repeat 21] [--compare /path/to/other/checkout]
@@ -49,10 +54,14 @@ print(json.dumps([t2 - t0, t2 - t1]))
 """
 
 
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def run(root: str, name: str, src: str, cache: str) -> tuple[float, float]:
     """(wall time after interpreter start, time after ``import jax``) of one fresh process."""
     code = CHILD.format(root=root, name=name, src=src, cache=cache)
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         env=CHILD_ENV)
     total, after_jax = json.loads(out.stdout.strip().splitlines()[-1])
     return total, after_jax
 

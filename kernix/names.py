@@ -6,8 +6,6 @@ anything touches the disk or a compiler.
 
 from __future__ import annotations
 
-import re
-
 from .errors import InvalidNameError
 
 __all__ = [
@@ -17,6 +15,8 @@ __all__ = [
     "check_target_prefix",
     "check_function_name",
     "is_module_name",
+    "is_word",
+    "is_handler_symbol",
 ]
 
 _CXX_KEYWORDS = frozenset(
@@ -42,8 +42,21 @@ def is_identifier(name: str) -> bool:
     )
 
 
-_MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:[.-][A-Za-z0-9_]+)*")
-_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+def is_word(text: str) -> bool:
+    """Whether ``text`` is one or more ASCII letters, digits and ``_``."""
+    return text.isascii() and text.replace("_", "a").isalnum()
+
+
+def _is_ascii_identifier(text: str) -> bool:
+    return is_word(text) and not text[0].isdigit()
+
+
+def is_handler_symbol(symbol: str) -> bool:
+    """Whether ``symbol`` has the form of a generated handler: ``kernix_handler_<index>_<name>``."""
+    index, _, name = symbol.removeprefix("kernix_handler_").partition("_")
+    return symbol.startswith("kernix_handler_") and index.isascii() and index.isdigit() and is_word(name)
+
+
 _MAX_LEN = 128
 
 
@@ -56,7 +69,8 @@ def check_module_name(name: object) -> str:
     """
     if not isinstance(name, str):
         raise InvalidNameError(f"the module name must be a string, not {type(name).__name__}")
-    if not name or len(name) > _MAX_LEN or not _MODULE_RE.fullmatch(name):
+    parts = name.replace("-", ".").split(".")
+    if len(name) > _MAX_LEN or not _is_ascii_identifier(parts[0]) or not all(map(is_word, parts)):
         raise InvalidNameError(
             f"invalid module name {name!r}: use letters, digits and '_' (parts may be joined by "
             f"'.' or '-'), start with a letter or '_', at most {_MAX_LEN} characters; no path "
@@ -79,7 +93,7 @@ def check_target_prefix(prefix: object) -> str:
     if not isinstance(prefix, str):
         raise InvalidNameError(f"target_prefix must be a string, not {type(prefix).__name__}")
     parts = prefix.split(".")
-    if not prefix or len(prefix) > _MAX_LEN or not all(_IDENT_RE.fullmatch(p) for p in parts):
+    if len(prefix) > _MAX_LEN or not all(map(_is_ascii_identifier, parts)):
         raise InvalidNameError(
             f"invalid target_prefix {prefix!r}: use identifiers joined by '.' "
             "(e.g. 'my_module.my_kernels')"

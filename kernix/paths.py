@@ -1,11 +1,11 @@
-"""Where kernix keeps and finds things: the cache root and its own C++ headers."""
+"""Where kernix keeps and finds things: the cache root, its own C++ headers, jaxlib."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-__all__ = ["cache_root", "set_cache_dir", "include_dir"]
+__all__ = ["cache_root", "set_cache_dir", "include_dir", "jaxlib_install"]
 
 _override: Path | None = None
 
@@ -57,3 +57,11 @@ def include_dir() -> Path:
         "copy; check it with `python -m zipfile -l kernix-*.whl | grep include/kernix`) or build from "
         "the sources (`pip install --no-binary kernix kernix`, or `pip install .` in a checkout)."
     )
+
+
+def jaxlib_install() -> tuple[str, str]:
+    """The running jaxlib's version and the directory it is installed in."""
+    import jaxlib
+
+    version = getattr(jaxlib, "__version__", None) or jaxlib.version.__version__
+    return str(version), os.path.dirname(os.path.abspath(jaxlib.__file__ or ""))

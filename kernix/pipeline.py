@@ -1,12 +1,14 @@
 """The load pipeline, from a :class:`~kernix.request.LoadRequest` to a loaded module::
 
-    request -> cache key -> look-up  hit  -> load the library, register
-                                     miss -> lock, infer (libclang), generate,
-                                             build (ninja), publish, load, register
+    request -> fingerprint -> direct index -> look-up  hit  -> load the library, register
+                   (miss: cache key, from the toolchain) miss -> lock, infer (libclang), generate,
+                                                                 build (ninja), publish, load, register
 
-A warm load (a hit) runs no compiler and does not import libclang: the specs
-are stored in the entry's manifest.  Every look-up says hit or miss-and-why
-through :func:`kernix.report.note`.
+A warm load (a hit) runs no compiler, does not import libclang, and does not
+look for the toolchain: the direct index (:mod:`kernix.store.direct`) gives
+the entry key remembered for the request, and the specs are in the entry's
+manifest (read when a function is first used).  Every look-up says hit or
+miss-and-why through :func:`kernix.report.note`.
 
 A library that fails to load is never left as a cache hit: its entry is
 discarded and the module is rebuilt once from an empty work directory; if
@@ -16,33 +18,45 @@ that library fails to load as well, the error says what to do.
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from . import report
 from ._version import __version__
-from typing import TYPE_CHECKING
-
-from .backend import toolchain
-from .backend.flags import BuildConfig, compile_flags
-from .errors import InferenceError, KernixError, RegistrationError, SourceError
+from .errors import CacheError, InferenceError, KernixError, RegistrationError, SourceError
+from .paths import jaxlib_install
 from .request import LoadRequest
 from .runtime import registry
-from .runtime.module import CompiledModule, check_function_names
-from .spec import FunctionSpec, check_spec_matches
-from .store import entries
+from .runtime.module import CompiledModule
+from .store import direct, entries
 from .store.files import content_key, file_digest
-from .store.manifest import Manifest
+from .store.manifest import Manifest, ManifestError
 
 if TYPE_CHECKING:  # the miss path's modules load only on a miss
     from .backend import codegen
+    from .backend.flags import BuildConfig
     from .backend.ninja import BuildResult
+    from .spec import FunctionSpec
 
-__all__ = ["load", "build_config", "cache_key", "toolchain_stamp", "infer_units"]
+__all__ = ["load", "build_config", "cache_key", "toolchain_stamp", "fingerprint", "infer_units"]
+
+#: The environment variables that steer the search for compilers, CUDA and the GPU architecture.
+TOOL_ENVIRONMENT = ("PATH", "CXX", "KERNIX_NVCC", "CUDA_HOME", "CUDA_PATH", "KERNIX_CUDA_ARCH", "KERNIX_CUDA_ARCH_LIST")
+
+
+def _arch(request: LoadRequest) -> str:
+    """The GPU architecture(s) a CUDA request is built for (given, else detected)."""
+    from .backend import toolchain
+
+    return toolchain.detect_compute_capability(request.compute_capability)
 
 
 def build_config(request: LoadRequest) -> BuildConfig:
-    """How ``request`` is compiled (the architecture detected once, here)."""
+    """How ``request`` is compiled."""
+    from .backend.flags import BuildConfig
+
     cuda = request.platform == "cuda"
     return BuildConfig(
         platform=request.platform,
@@ -51,13 +65,16 @@ def build_config(request: LoadRequest) -> BuildConfig:
         extra_cflags=request.extra_cflags,
         extra_ldflags=request.extra_ldflags,
         include_dirs=request.include_dirs,
-        arch=toolchain.detect_compute_capability(request.compute_capability) if cuda else None,
+        arch=_arch(request) if cuda else None,
         allow_cuda_graph=request.allow_cuda_graph,
     )
 
 
 def _toolchain_parts(config: BuildConfig) -> dict[str, object]:
     """What decides how any input is compiled: tools, flags, versions."""
+    from .backend import toolchain
+    from .backend.flags import compile_flags
+
     compilers = [toolchain.find_host_compiler().identity]
     if config.platform == "cuda":
         compilers.append(toolchain.find_nvcc().identity)
@@ -90,6 +107,58 @@ def cache_key(request: LoadRequest, config: BuildConfig) -> str:
     return content_key(
         {**_toolchain_parts(config), "name": request.name, "sources": digests, "functions": request.functions}
     )
+
+
+def fingerprint(request: LoadRequest) -> str:
+    """What decides ``request``'s entry key besides the content of files: its
+    build options, the environment the tool search reads, the kernix and jaxlib
+    installed (versions and places), and for CUDA the GPU architecture."""
+    build_only = request._replace(
+        root=None, verbose=False, force_rebuild=False, auto_register=False, target_prefix=None, ninja_workers=None
+    )
+    return content_key({
+        "direct": direct.DIRECT_FORMAT,
+        "kernix": [__version__, __file__],
+        "python": [sys.implementation.cache_tag, sys.prefix],
+        "jaxlib": jaxlib_install(),
+        "request": list(build_only),
+        "environment": {v: os.environ.get(v) for v in TOOL_ENVIRONMENT},
+        "arch": _arch(request) if request.platform == "cuda" else None,
+    })
+
+
+
+def _key_files(request: LoadRequest) -> list[str]:
+    """The files the entry key is computed from: the sources, the compilers,
+    and the directories searched for compilers (``PATH``)."""
+    from .backend import toolchain
+
+    paths = [str(s) for s in request.sources] + [toolchain.host_compiler_path()]
+    if request.platform == "cuda":
+        paths.append(toolchain.find_nvcc().path)
+    return paths + [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+
+
+def _direct_hit(request: LoadRequest, print_: str) -> Manifest | None:
+    """The entry the direct index gives for ``request``, if it is a hit (a
+    miss is left to the full look-up, which says why)."""
+    key = direct.lookup(request.root, request.name, print_, verbose=request.verbose)
+    if key is None:
+        return None
+    found = entries.lookup(request.root, request.name, key, warn=False)
+    if found.manifest is not None:
+        report.note(f"{request.name}: cache hit ({key[:16]}, direct)", verbose=request.verbose)
+    return found.manifest
+
+
+def _keyed_entry(request: LoadRequest, print_: str) -> Manifest:
+    """The entry for ``request`` through its full key, remembered in the direct index."""
+    files = direct.identities(_key_files(request))  # before the key they vouch for
+    config = build_config(request)
+    key = cache_key(request, config)
+    manifest = _entry(request, config, key, fresh=request.force_rebuild)
+    direct.record(request.root, request.name, print_, key, files, verbose=request.verbose)
+    return manifest
 
 
 def _entry(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) -> Manifest:
@@ -129,9 +198,10 @@ def _load_failed(request: LoadRequest, manifest: Manifest, exc: RegistrationErro
 
 def load(request: LoadRequest) -> CompiledModule:
     """Run the pipeline for ``request`` and return the loaded (and, if asked, registered) module."""
-    config = build_config(request)
-    key = cache_key(request, config)
-    manifest = _entry(request, config, key, fresh=request.force_rebuild)
+    print_ = fingerprint(request)
+    manifest = None if request.force_rebuild else _direct_hit(request, print_)
+    if manifest is None:
+        manifest = _keyed_entry(request, print_)
     # Map the library now: once loaded it stays usable even if another
     # process clears the cache.
     try:
@@ -141,7 +211,7 @@ def load(request: LoadRequest) -> CompiledModule:
         if damaged:
             _discard(request, manifest)
             report.note(f"{request.name}: the library failed to load ({exc}); rebuilding it", verbose=True)
-        manifest = _entry(request, config, key, fresh=damaged)
+        manifest = _entry(request, build_config(request), manifest.key, fresh=damaged)
         try:
             registry.load_library(manifest.so_path)
         except RegistrationError as again:
@@ -149,7 +219,7 @@ def load(request: LoadRequest) -> CompiledModule:
             raise _load_failed(request, manifest, again) from again
 
     module = CompiledModule(
-        name=request.name, path=manifest.so_path, platform=manifest.platform, functions=manifest.functions,
+        name=request.name, path=manifest.so_path, platform=manifest.platform, functions=_specs_of(request, manifest),
         handlers=manifest.handlers, digest=manifest.so_sha256, target_prefix=request.target_prefix,
     )
     if request.auto_register:
@@ -157,9 +227,25 @@ def load(request: LoadRequest) -> CompiledModule:
     return module
 
 
+def _specs_of(request: LoadRequest, manifest: Manifest) -> Callable[[], tuple[FunctionSpec, ...]]:
+    """The manifest's specs, read when the module first needs them."""
+
+    def read() -> tuple[FunctionSpec, ...]:
+        try:
+            return manifest.specs()
+        except ManifestError as exc:
+            raise CacheError(
+                f"the cache entry {manifest.directory} of module {request.name!r} is damaged ({exc}). "
+                f"Run `kernix cache clear {request.name}`, then load the module again."
+            ) from None
+
+    return read
+
+
 def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) -> Manifest:
     from .backend import codegen
     from .backend.ninja import OutputError
+    from .runtime.module import check_function_names
 
     units = infer_units(request)
     check_function_names([f for _, fns in units for f in fns])
@@ -212,6 +298,7 @@ def infer_units(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:
     """
     from .frontend.infer import infer_file  # libclang: only when building
     from .frontend.signatures import raise_for_vjp_pairs
+    from .spec import check_spec_matches
 
     sources, functions = request.sources, request.functions
     units: list[tuple[Path, list[FunctionSpec]]] = []

@@ -8,17 +8,20 @@ value and nothing else, so no option is carried, re-split or re-validated
 twice.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typing.NamedTuple would compile every
+# field's annotation string at import, on the warm path.
 
 import os
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
 from .errors import OptionError
 from .languages import Language, Platform, platform_of
 from .names import check_module_name, check_target_prefix
 from .paths import cache_root
-from .spec import Requested, normalize_functions
+
+if TYPE_CHECKING:
+    from .spec import Requested
 
 __all__ = ["LoadRequest", "make_request", "preprocessor_flags"]
 
@@ -117,7 +120,7 @@ class LoadRequest(NamedTuple):
     name: str
     sources: tuple[Path, ...]
     language: Language
-    functions: Requested | None
+    functions: "Requested | None"
     root: Path
     extra_cflags: tuple[str, ...] = ()
     extra_ldflags: tuple[str, ...] = ()
@@ -151,6 +154,15 @@ def _strings(value: Any, what: str) -> tuple[str, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise OptionError(f"{what} must be a list of strings, not {type(value).__name__}")
     return tuple(os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in value)
+
+
+def _functions(functions: Any) -> "Requested | None":
+    """The normalised ``functions=`` argument (the arg_spec grammar loads only when one is given)."""
+    if functions is None:
+        return None
+    from .spec import normalize_functions
+
+    return normalize_functions(functions)
 
 
 def make_request(
@@ -187,7 +199,7 @@ def make_request(
         name=name,
         sources=tuple(Path(s) for s in sources),
         language=language,
-        functions=normalize_functions(functions),
+        functions=_functions(functions),
         root=root,
         extra_cflags=_absolute_flags(_strings(cflags, "extra_cuda_cflags" if language == "cuda" else "extra_cflags")),
         extra_ldflags=_linker_flags(_strings(options.get("extra_ldflags"), "extra_ldflags")),

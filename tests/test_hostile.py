@@ -134,6 +134,30 @@ def test_valid_names_are_accepted() -> None:
         assert check_module_name(good) == good
 
 
+_NAME_TEXT = st.text(alphabet=st.sampled_from("aZ_09.-/ \x00\u00e9\u0661"), max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=_NAME_TEXT)
+def test_name_checks_match_their_grammar(text: str) -> None:
+    """The checks (plain string tests, no regular expressions at import) accept
+    exactly the documented grammars; Arabic-Indic digits and accents are not ASCII."""
+    import re
+
+    from kernix.names import check_target_prefix, is_handler_symbol, is_module_name
+
+    module_ok = bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(?:[.-][A-Za-z0-9_]+)*", text))
+    assert is_module_name(text) == module_ok
+    prefix_ok = bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", text))
+    try:
+        check_target_prefix(text)
+        assert prefix_ok
+    except InvalidNameError:
+        assert not prefix_ok
+    symbol = "kernix_handler_" + text
+    assert is_handler_symbol(symbol) == bool(re.fullmatch(r"kernix_handler_[0-9]+_[A-Za-z0-9_]+", symbol))
+
+
 # --------------------------------------------------------------------- one compiled module
 
 LATIN1_COMMENT = "// caf\xe9 na\xefve: bytes that are not UTF-8\n".encode("latin-1")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 
 from ..errors import ToolchainError
+from ..paths import jaxlib_install
 from ..store.files import file_digest, remembered
 
 __all__ = [
@@ -206,9 +207,7 @@ def jax_ffi_include_dir() -> str:
 
 def jaxlib_version() -> str:
     """The running jaxlib's version string."""
-    import jaxlib
-
-    return str(getattr(jaxlib, "__version__", None) or jaxlib.version.__version__)
+    return jaxlib_install()[0]
 
 
 _ARCH_RE = re.compile(r"^(?:sm_|compute_)?(\d+)(?:\.(\d+))?([af]?)$")

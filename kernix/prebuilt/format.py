@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KernixError, PrebuiltError
-from ..names import is_identifier
+from ..names import is_handler_symbol, is_identifier
 from ..spec import FunctionSpec
 
 __all__ = [
@@ -60,7 +60,6 @@ PREBUILT_FORMAT = 1
 MANIFEST_NAME = "kernix-prebuilt.json"
 _KIND = "kernix-prebuilt"
 _LIBRARY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.so")
-_SYMBOL_RE = re.compile(r"kernix_handler_[0-9]+_[A-Za-z0-9_]+")
 _SASS_RE = re.compile(r"sm_(\d+)(\d)([af]?)")
 _PTX_RE = re.compile(r"compute_(\d+)(\d)([af]?)")
 
@@ -150,7 +149,7 @@ class PrebuiltManifest:
             functions = tuple(FunctionSpec.from_json(f) for f in data["functions"])
             handlers = {str(k): str(v) for k, v in data["handlers"].items()}
             for fn in functions:
-                if not is_identifier(fn.name) or not _SYMBOL_RE.fullmatch(handlers.get(fn.name, "")):
+                if not is_identifier(fn.name) or not is_handler_symbol(handlers.get(fn.name, "")):
                     raise PrebuiltError(f"{where}: bad function or handler name for {fn.name!r}", "format")
             platform = str(data["platform"])
             if platform not in ("cuda", "cpu"):

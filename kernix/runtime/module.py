@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..names import check_target_prefix
-from ..spec import FunctionSpec
 from ..errors import RegistrationError, SourceError
 from . import registry
-from .function import KernelFunction
+
+if TYPE_CHECKING:
+    from ..spec import FunctionSpec
+    from .function import KernelFunction
 
 __all__ = ["CompiledModule", "check_function_names", "RESERVED_NAMES"]
 
@@ -33,6 +35,8 @@ class CompiledModule:
         ``"cuda"`` or ``"cpu"``.
     functions
         Exported name -> :class:`~kernix.spec.FunctionSpec`, in export order.
+    handlers
+        Exported name -> the library's handler symbol, in export order.
     targets
         Exported name -> FFI target name.
     digest
@@ -44,41 +48,67 @@ class CompiledModule:
         name: str,
         path: Path,
         platform: str,
-        functions: Sequence[FunctionSpec],
+        functions: Sequence[FunctionSpec] | Callable[[], Sequence[FunctionSpec]],
         handlers: Mapping[str, str],
         digest: str,
         target_prefix: str | None = None,
     ) -> None:
+        """``functions`` are the specs in export order, or a function that
+        returns them, called when a spec is first needed (a warm load passes
+        its manifest's, so loading and registering read no spec); ``handlers``
+        name every function, in the same order."""
         self.name = name
         self.path = Path(path)
         self.platform = platform
         self.digest = digest
-        self.functions: dict[str, FunctionSpec] = {f.name: f for f in functions}
         self.handlers = dict(handlers)
         self.target_prefix = target_prefix or name
         self.registered = False
-        check_function_names(functions)
-        self._backward = {f.vjp_of: n for n, f in self.functions.items() if f.vjp_of is not None}
-        self._callables = {n: KernelFunction(self, s) for n, s in self.functions.items()}
+        self._callables: dict[str, KernelFunction] = {}
+        self._functions: dict[str, FunctionSpec] | None = None
+        if callable(functions):
+            self._read_specs = functions
+            if any(n in RESERVED_NAMES for n in self.handlers):
+                self.functions  # raises, saying where the function is annotated
+        else:
+            self._read_specs = lambda: functions
+            self.functions  # checked now
+
+    @property
+    def functions(self) -> dict[str, FunctionSpec]:
+        """Exported name -> :class:`~kernix.spec.FunctionSpec`, in export order."""
+        if self._functions is None:
+            specs = list(self._read_specs())
+            if [f.name for f in specs] != list(self.handlers):
+                raise RegistrationError(
+                    f"module {self.name!r}: its functions ({', '.join(f.name for f in specs)}) and handlers "
+                    f"({', '.join(self.handlers)}) do not match"
+                )
+            check_function_names(specs)
+            self._functions = {f.name: f for f in specs}
+        return self._functions
 
     def backward_name(self, function: str) -> str | None:
         """The name of the backward kernel that declares ``vjp=function``, if any."""
-        return self._backward.get(function)
+        for name, spec in self.functions.items():
+            if spec.vjp_of == function:
+                return name
+        return None
 
     def backward_of(self, function: str) -> KernelFunction | None:
         """The backward kernel's callable for ``function``, if one declares ``vjp=function``."""
-        name = self._backward.get(function)
-        return None if name is None else self._callables[name]
+        name = self.backward_name(function)
+        return None if name is None else self[name]
 
     @property
     def targets(self) -> dict[str, str]:
         """Exported name -> FFI target name."""
-        return {n: f"{self.target_prefix}.{n}" for n in self.functions}
+        return {n: f"{self.target_prefix}.{n}" for n in self.handlers}
 
     @property
     def function_names(self) -> list[str]:
         """The exported function names, in export order (as brainevent's modules name them)."""
-        return list(self.functions)
+        return list(self.handlers)
 
     @property
     def content_hash(self) -> str:
@@ -94,7 +124,7 @@ class CompiledModule:
             Naming the functions the module exports.
         """
         if name not in self.handlers:
-            raise KeyError(f"module {self.name!r} has no function {name!r}; it exports: {', '.join(self.functions)}")
+            raise KeyError(f"module {self.name!r} has no function {name!r}; it exports: {', '.join(self.handlers)}")
         return registry.handler_address(registry.load_library(self.path), self.handlers[name])
 
     @property
@@ -124,30 +154,40 @@ class CompiledModule:
         self.registered = True
         return list(self.targets.values())
 
+    def _callable(self, item: str) -> KernelFunction | None:
+        """The callable of ``item``, made on first use; ``None`` if the module has no such function."""
+        found = self._callables.get(item)
+        if found is None and item in self.handlers:
+            from .function import KernelFunction
+
+            found = self._callables[item] = KernelFunction(self, self.functions[item])
+        return found
+
     def __getattr__(self, item: str) -> KernelFunction:
         # Called only for names the module itself lacks: RESERVED_NAMES never get here.
-        callables = self.__dict__.get("_callables", {})
-        if item in callables:
-            return callables[item]
+        if "handlers" in self.__dict__:  # else: not initialised (copy, pickle)
+            found = self._callable(item)
+            if found is not None:
+                return found
         raise AttributeError(
             f"module {self.__dict__.get('name')!r} has no function {item!r}; it exports: "
-            + ", ".join(callables)
+            + ", ".join(self.__dict__.get("handlers", ()))
         )
 
     def __getitem__(self, item: str) -> KernelFunction:
-        try:
-            return self._callables[item]
-        except KeyError:
-            raise KeyError(f"module {self.name!r} has no function {item!r}; it exports: {', '.join(self._callables)}") from None
+        found = self._callable(item)
+        if found is None:
+            raise KeyError(f"module {self.name!r} has no function {item!r}; it exports: {', '.join(self.handlers)}")
+        return found
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._callables)
+        return iter(self.handlers)
 
     def __len__(self) -> int:
-        return len(self._callables)
+        return len(self.handlers)
 
     def __dir__(self) -> list[str]:
-        return sorted(set(super().__dir__()) | set(self._callables))
+        return sorted(set(super().__dir__()) | set(self.handlers))
 
     def __repr__(self) -> str:
         return f"<kernix.CompiledModule {self.name!r} ({self.platform}, {len(self)} functions) at {self.path}>"
@@ -155,11 +195,12 @@ class CompiledModule:
 
 #: The module's own attributes and instance fields: no exported function may use them.
 RESERVED_NAMES: frozenset[str] = frozenset(dir(CompiledModule)) | frozenset(
-    ("name", "path", "platform", "digest", "functions", "handlers", "target_prefix", "registered", "_callables", "_backward")
+    ("name", "path", "platform", "digest", "handlers", "target_prefix", "registered", "_read_specs", "_functions",
+     "_callables")
 )
 
 
-def check_function_names(functions: Sequence[FunctionSpec]) -> None:
+def check_function_names(functions: Iterable[FunctionSpec]) -> None:
     """Reject exported names that would hide, or be hidden by, a module attribute.
 
     Raises

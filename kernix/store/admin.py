@@ -47,6 +47,7 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
                 removed += sum(1 for p in mdir.iterdir() if p.is_dir())
             shutil.rmtree(mdir, ignore_errors=True)
             shutil.rmtree(base / "build" / n, ignore_errors=True)
+            shutil.rmtree(base / "direct" / n, ignore_errors=True)
             for stale in (base / "build").glob(f".{n}.stale-*"):
                 shutil.rmtree(stale, ignore_errors=True)
             mine = source_name_re(n)
@@ -79,13 +80,13 @@ def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
                 "name": m.name,
                 "key": m.key,
                 "platform": m.platform,
-                "functions": [f.name for f in m.functions],
+                "functions": list(m.handlers),
                 "path": str(entry),
                 "size_bytes": size,
                 "created": m.created,
             }
         )
-    for sub in ("build", "sources", "specs", "toolchain"):
+    for sub in ("build", "sources", "direct", "specs", "toolchain"):
         d = base / sub
         if d.is_dir():
             total += sum(p.stat().st_size for p in d.rglob("*") if p.is_file())

@@ -12,7 +12,8 @@ writes the manifest last with an atomic rename, so a reader sees a complete
 entry or none.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typing.NamedTuple would compile every
+# field's annotation string at import, on the warm path.
 
 import contextlib
 import hashlib
@@ -20,13 +21,15 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from ..errors import CacheError
-from ..spec import FunctionSpec
 from .files import atomic_write, file_digest, fingerprints, fingerprints_current
 from .manifest import Manifest, ManifestError, entry_dir
 from .trust import check_private, io_message, makedirs
+
+if TYPE_CHECKING:
+    from ..spec import FunctionSpec
 
 __all__ = ["Lookup", "lookup", "publish", "discard"]
 
@@ -56,22 +59,31 @@ def _identity_of(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _damaged(entry: Path, why: str) -> Lookup:
-    warnings.warn(f"kernix: the cache entry {entry} is damaged ({why}); rebuilding it", RuntimeWarning, stacklevel=4)
-    return Lookup(None, f"damaged: {why}")
-
-
-def lookup(root: Path, name: str, key: str) -> Lookup:
+def lookup(root: Path, name: str, key: str, *, warn: bool = True) -> Lookup:
     """Look up the entry for ``key``.
 
-    A damaged entry (unreadable manifest, missing or altered library) gives a
-    ``RuntimeWarning`` and a miss, so the caller rebuilds it.
+    A damaged entry (unreadable manifest, missing or altered library) is a
+    miss, so the caller rebuilds it, and (with ``warn``) a ``RuntimeWarning``.
 
     Raises
     ------
     CacheError
         When the entry exists but another user could have written it.
     """
+    found = _lookup(root, name, key)
+    if warn and found.reason.startswith("damaged: "):
+        warnings.warn(
+            f"kernix: the cache entry {entry_dir(root, name, key)} is {found.reason}; rebuilding it",
+            RuntimeWarning, stacklevel=3,
+        )
+    return found
+
+
+def _damaged(why: str) -> Lookup:
+    return Lookup(None, f"damaged: {why}")
+
+
+def _lookup(root: Path, name: str, key: str) -> Lookup:
     entry = entry_dir(root, name, key)
     try:
         check_private(entry / "manifest.json", root)
@@ -79,11 +91,11 @@ def lookup(root: Path, name: str, key: str) -> Lookup:
     except FileNotFoundError:
         return Lookup(None, "no entry")
     except OSError as exc:
-        return _damaged(entry, f"cannot read manifest: {exc}")
+        return _damaged(f"cannot read manifest: {exc}")
     except ManifestError as exc:
-        return _damaged(entry, str(exc))
+        return _damaged(str(exc))
     if manifest.key != key:
-        return _damaged(entry, "manifest does not belong to this key")
+        return _damaged("manifest does not belong to this key")
     if not fingerprints_current(manifest.dependencies):
         return Lookup(None, "a file the build read changed since it was cached")
     so_path = manifest.so_path
@@ -91,13 +103,13 @@ def lookup(root: Path, name: str, key: str) -> Lookup:
     try:
         st = so_path.stat()
         if st.st_size != manifest.so_size:
-            return _damaged(entry, f"library is {st.st_size} bytes, expected {manifest.so_size}")
+            return _damaged(f"library is {st.st_size} bytes, expected {manifest.so_size}")
         # Unchanged since it was hashed at publish (same inode, size, mtime and ctime:
         # any write, replacement or utime() call changes ctime), else hash it again.
         if _identity_of(st) != manifest.so_identity and file_digest(so_path) != manifest.so_sha256:
-            return _damaged(entry, "library content does not match its recorded SHA-256")
+            return _damaged("library content does not match its recorded SHA-256")
     except OSError as exc:
-        return _damaged(entry, f"library missing: {exc.strerror or exc}")
+        return _damaged(f"library missing: {exc.strerror or exc}")
     return Lookup(manifest, "hit")
 
 
@@ -106,7 +118,7 @@ def publish(
     name: str,
     key: str,
     built_so: Path,
-    functions: Sequence[FunctionSpec],
+    functions: "Sequence[FunctionSpec]",
     handlers: dict[str, str],
     dependencies: Sequence[str],
     platform: str,
@@ -136,7 +148,7 @@ def publish(
             so_size=len(data),
             so_sha256=so_sha,
             so_identity=_identity_of(os.stat(entry / so_name)),
-            functions=tuple(functions),
+            functions=Manifest.records(functions),
             handlers=dict(handlers),
             dependencies=tuple(tuple(d) for d in fingerprints(dependencies)),
             created=time.time(),

@@ -11,31 +11,45 @@ refuse an unknown ``format``)::
     so_size       its size in bytes
     so_sha256     its SHA-256 (equal hashes: the same code)
     so_identity   [inode, size, mtime_ns, ctime_ns] when it was hashed at publish
-    functions     the specs, in export order (FunctionSpec.to_json)
+    functions     the specs, in export order (FunctionSpec.to_json); kept as
+                  records when read, and made into specs on first use
     handlers      function name -> exported handler symbol
     dependencies  [[path, size, mtime_ns, sha256], ...] every file the build read
     created       seconds since the epoch
 
 As in ccache's manifests, the headers a build read are only known after
 compiling, so they are recorded here and re-checked at every look-up.
+
+Reading a manifest checks what a load uses (library name, function names,
+handler symbols) but leaves each function's spec as its JSON record until
+:meth:`Manifest.specs` is asked: a warm load that calls one function of forty
+validates one spec, and does not import :mod:`kernix.spec` to register them.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typing.NamedTuple would compile every
+# field's annotation string at import, on the warm path.
 
 import json
-import re
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
-from ..names import is_identifier
-from ..spec import FunctionSpec
+from ..names import is_handler_symbol, is_identifier
 from .files import atomic_write
+
+if TYPE_CHECKING:
+    from ..spec import FunctionSpec
 
 __all__ = ["MANIFEST_FORMAT", "Manifest", "ManifestError", "entry_dir"]
 
 MANIFEST_FORMAT = 2
-_SO_NAME_RE = re.compile(r"module-[0-9a-f]{16}\.so")
-_SYMBOL_RE = re.compile(r"kernix_handler_[0-9]+_[A-Za-z0-9_]+")
+
+
+def _is_library_name(name: object) -> bool:
+    """``module-<16 lower-case hex digits>.so``."""
+    return (
+        isinstance(name, str) and len(name) == 26 and name.startswith("module-") and name.endswith(".so")
+        and all(c in "0123456789abcdef" for c in name[7:23])
+    )
 
 
 class ManifestError(ValueError):
@@ -54,6 +68,10 @@ class Manifest(NamedTuple):
     ----------
     directory
         The entry's directory (not stored: where the manifest was read).
+    functions
+        The specs' JSON records, in export order (see :meth:`specs`).
+    handlers
+        Exported name -> handler symbol, in export order.
     """
 
     directory: Path
@@ -64,7 +82,7 @@ class Manifest(NamedTuple):
     so_size: int
     so_sha256: str
     so_identity: tuple[int, ...]
-    functions: tuple[FunctionSpec, ...]
+    functions: tuple[dict[str, Any], ...]
     handlers: dict[str, str]
     dependencies: tuple[tuple[Any, ...], ...]
     created: float = 0.0
@@ -73,6 +91,29 @@ class Manifest(NamedTuple):
     def so_path(self) -> Path:
         """The library."""
         return self.directory / self.so
+
+    @classmethod
+    def records(cls, specs: "Sequence[FunctionSpec]") -> tuple[dict[str, Any], ...]:
+        """The records of ``specs``, as :attr:`functions` holds them."""
+        return tuple(f.to_json() for f in specs)
+
+    def specs(self) -> "tuple[FunctionSpec, ...]":
+        """The functions' specs, validated (see :meth:`kernix.spec.FunctionSpec.from_json`).
+
+        Raises
+        ------
+        ManifestError
+            Naming the function whose record is not a valid spec.
+        """
+        from ..spec import FunctionSpec
+
+        specs = []
+        for record in self.functions:
+            try:
+                specs.append(FunctionSpec.from_json(record))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise ManifestError(f"the record of function {record.get('name')!r} is not a valid spec: {exc}") from None
+        return tuple(specs)
 
     def to_json(self) -> dict[str, Any]:
         """The on-disk form."""
@@ -85,7 +126,7 @@ class Manifest(NamedTuple):
             "so_size": self.so_size,
             "so_sha256": self.so_sha256,
             "so_identity": list(self.so_identity),
-            "functions": [f.to_json() for f in self.functions],
+            "functions": list(self.functions),
             "handlers": dict(self.handlers),
             "dependencies": [list(d) for d in self.dependencies],
             "created": self.created,
@@ -95,8 +136,9 @@ class Manifest(NamedTuple):
     def from_json(cls, directory: Path, data: Any) -> "Manifest":
         """Validate and read the on-disk form.
 
-        Everything that later reaches generated code, a compiler or ``dlopen``
-        is checked here: the library name, the handler symbols and the specs.
+        What a load uses is checked here: the library name, the function
+        names and their handler symbols (one each, in export order); the
+        spec records are checked when :meth:`specs` reads them.
 
         Raises
         ------
@@ -109,13 +151,16 @@ class Manifest(NamedTuple):
             if data.get("format") != MANIFEST_FORMAT:
                 raise ManifestError(f"format {data.get('format')!r}, this kernix reads {MANIFEST_FORMAT}")
             so = data["so"]
-            if not isinstance(so, str) or not _SO_NAME_RE.fullmatch(so):
+            if not _is_library_name(so):
                 raise ManifestError(f"bad library name {so!r}")
-            functions = tuple(FunctionSpec.from_json(f) for f in data["functions"])
+            functions = tuple(data["functions"])
             handlers = {str(k): str(v) for k, v in data["handlers"].items()}
-            for fn in functions:
-                if not is_identifier(fn.name) or not _SYMBOL_RE.fullmatch(handlers.get(fn.name, "")):
-                    raise ManifestError(f"bad function or handler name for {fn.name!r}")
+            names = [f["name"] for f in functions if isinstance(f, dict)]
+            if len(names) != len(functions) or names != list(handlers):
+                raise ManifestError("the functions and their handlers do not match")
+            for name, symbol in handlers.items():
+                if not is_identifier(name) or not is_handler_symbol(symbol):
+                    raise ManifestError(f"bad function or handler name for {name!r}")
             platform = str(data["platform"])
             if platform not in ("cuda", "cpu"):
                 raise ManifestError(f"unknown platform {platform!r}")

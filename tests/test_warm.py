@@ -1,0 +1,175 @@
+"""The warm path: the direct index (request -> entry key without the
+toolchain), specs read only when used, and what a warm load imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kernix
+from kernix.backend import toolchain
+from helpers import FIXTURES, unique_name
+
+SOURCE = FIXTURES / "reliability" / "add_one.cpp"
+
+
+def _load(root: Path, name: str, **options):
+    return kernix.load_cpp_file(SOURCE, name=name, build_directory=root, verbose=True, auto_register=False, **options)
+
+
+def _records(root: Path, name: str) -> list[Path]:
+    return sorted((root / "direct" / name).glob("*.json"))
+
+
+def test_a_warm_load_goes_through_the_direct_index(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    name = unique_name("direct")
+    _load(tmp_path, name)
+    err = capfd.readouterr().err
+    assert f"{name}: direct miss: no record" in err and f"{name}: cache no entry" in err
+    (record,) = _records(tmp_path, name)
+    data = json.loads(record.read_text())
+    assert data["format"] == 1 and len(data["key"]) == 64
+    recorded = [f[0] for f in data["files"]]
+    assert str(SOURCE) in recorded and toolchain.host_compiler_path() in recorded
+    mod = _load(tmp_path, name)
+    assert f"{name}: cache hit ({data['key'][:16]}, direct)" in capfd.readouterr().err
+    mod.register()
+    assert np.allclose(mod.add_one(np.arange(3, dtype=np.float32)), [1, 2, 3])
+
+
+def test_another_option_is_another_record(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    name = unique_name("direct_opt")
+    _load(tmp_path, name)
+    _load(tmp_path, name, optimization_level=1)
+    err = capfd.readouterr().err
+    assert err.count("direct miss: no record") == 2 and err.count("cache no entry") == 2
+    assert len(_records(tmp_path, name)) == 2
+    _load(tmp_path, name, optimization_level=1)
+    assert "direct)" in capfd.readouterr().err
+
+
+def test_an_edited_source_misses_the_direct_index(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "ed.cpp"
+    src.write_text(SOURCE.read_text())
+    name = unique_name("direct_edit")
+    load = lambda: kernix.load_cpp_file(src, name=name, build_directory=tmp_path, verbose=True, auto_register=False)  # noqa: E731
+    load()
+    src.write_text(SOURCE.read_text().replace("+ 1.0f", "+ 2.0f"))
+    mod = load()
+    err = capfd.readouterr().err
+    assert f"direct miss: {src} changed" in err and err.count("cache no entry") == 2
+    mod.register()
+    assert np.allclose(mod.add_one(np.zeros(2, np.float32)), [2, 2])
+
+
+def test_a_compiler_installed_on_path_later_is_noticed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The key names the compiler PATH finds; a g++ put into an earlier PATH
+    directory after the record was written must not be skipped by it."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CXX", raising=False)
+    toolchain.forget()
+    real = toolchain.host_compiler_path()
+    name = unique_name("direct_cxx")
+    root = tmp_path / "cache"
+    _load(root, name)
+    _load(root, name)
+    assert "direct)" in capfd.readouterr().err
+    wrapper = bindir / "g++"
+    wrapper.write_text(f'#!/bin/sh\n# a wrapper installed later\nexec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    toolchain.forget()  # as a new process would
+    try:
+        _load(root, name)
+        err = capfd.readouterr().err
+        assert f"direct miss: {bindir} changed" in err
+        assert "cache no entry" in err  # the new compiler is a new key: built again
+        assert len(list((root / "modules" / name).iterdir())) == 2
+    finally:
+        toolchain.forget()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "others_can_write", "wrong_key"])
+def test_a_bad_record_is_a_miss_not_an_error(tmp_path: Path, capfd: pytest.CaptureFixture[str], damage: str) -> None:
+    name = unique_name("direct_bad")
+    first = _load(tmp_path, name)
+    (record,) = _records(tmp_path, name)
+    if damage == "garbage":
+        record.write_bytes(b"\x00{not json")
+    elif damage == "others_can_write":
+        record.chmod(0o666)
+    else:
+        data = json.loads(record.read_text())
+        data["key"] = "0" * 64  # names no entry: the full look-up takes over
+        record.write_text(json.dumps(data))
+    capfd.readouterr()
+    again = _load(tmp_path, name)
+    err = capfd.readouterr().err
+    assert again.digest == first.digest and f"{name}: cache hit" in err
+    if damage == "garbage":
+        assert "direct miss: unreadable record" in err
+    elif damage == "others_can_write":
+        assert "direct miss: the record could have been written by another user" in err
+
+
+def test_force_rebuild_skips_the_index_and_renews_it(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    name = unique_name("direct_force")
+    _load(tmp_path, name)
+    _load(tmp_path, name, force_rebuild=True)
+    err = capfd.readouterr().err
+    assert "direct)" not in err and err.count("direct record") == 2
+
+
+def test_specs_are_read_when_first_used(tmp_path: Path) -> None:
+    """A spec record damaged after publishing does not stop the load; using
+    the function says the entry is damaged and how to clear it."""
+    name = unique_name("lazy_specs")
+    _load(tmp_path, name)
+    (manifest,) = (tmp_path / "modules" / name).glob("*/manifest.json")
+    data = json.loads(manifest.read_text())
+    data["functions"][0]["params"] = "not a parameter list"
+    manifest.write_text(json.dumps(data))
+    mod = _load(tmp_path, name)
+    assert mod.function_names == ["add_one"] and mod.targets == {"add_one": f"{name}.add_one"}
+    with pytest.raises(kernix.CacheError, match=f"kernix cache clear {name}"):
+        mod.add_one
+    with pytest.raises(kernix.CacheError, match="is damaged"):
+        mod.functions
+
+
+def test_a_warm_load_imports_only_what_it_needs(tmp_path: Path) -> None:
+    """No toolchain search, flags, spec grammar, inference or libclang on the warm path."""
+    name = unique_name("warm_imports")
+    _load(tmp_path, name)
+    heavy = ("kernix.spec", "kernix.backend.toolchain", "kernix.backend.flags", "kernix.frontend.infer",
+             "kernix.runtime.function", "clang.cindex", "kernix.backend.codegen")
+    code = (
+        "import sys, json, kernix\n"
+        f"m = kernix.load_cpp_file({str(SOURCE)!r}, name={name!r}, build_directory={str(tmp_path)!r})\n"
+        f"print(json.dumps(sorted(n for n in {heavy!r} if n in sys.modules)))\n"
+        "m.add_one\n"
+        "print(json.dumps('kernix.spec' in sys.modules))\n"
+    )
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    loaded, spec_after_use = map(json.loads, out.split())
+    assert loaded == [] and spec_after_use is True
+
+
+def test_the_index_never_loads_a_library_of_another_source(tmp_path: Path) -> None:
+    """Two modules of one name and different inline sources: each load gets its own code."""
+    name = unique_name("direct_inline")
+    text = SOURCE.read_text()
+    a = kernix.load_cpp_inline(name, text, build_directory=tmp_path, auto_register=False)
+    b = kernix.load_cpp_inline(name, text.replace("+ 1.0f", "+ 5.0f"), build_directory=tmp_path, auto_register=False)
+    again = kernix.load_cpp_inline(name, text, build_directory=tmp_path, auto_register=False)
+    assert a.digest != b.digest and again.digest == a.digest
