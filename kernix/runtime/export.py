@@ -107,10 +107,10 @@ def kernix_targets(exported: Any) -> tuple[str, ...]:
 
 
 def _problem(target: str) -> str | None:
-    if target in registry.list_registered_targets():
-        return None
     base, _, version = target.rpartition("@")
-    loaded = registry.versioned_target(base)
+    loaded = registry.versioned_target(base)  # registers the versioned name on first use
+    if loaded == target:
+        return None
     if loaded is not None:
         return (
             f"{base!r} is loaded with other code (library version {loaded.rpartition('@')[2]}) than the "

@@ -84,9 +84,10 @@ def register_target(target: str, platform: str, library_path: str | Path, symbol
         A string identifying the code (the library's SHA-256 and the
         function): the same identity may be registered again harmlessly.
 
-    The handler is registered a second time as :func:`versioned_name`
+    The handler is also known as :func:`versioned_name`
     (``"<target>@<12 hex of the library's SHA-256>"``), the name that
-    :func:`kernix.export` writes into exported artifacts.
+    :func:`kernix.export` writes into exported artifacts; that name is
+    registered with XLA when first asked for (:func:`versioned_target`).
 
     Returns
     -------
@@ -98,8 +99,6 @@ def register_target(target: str, platform: str, library_path: str | Path, symbol
     RegistrationError
         If ``target`` is taken by different code.
     """
-    import jax.ffi
-
     jax_platform = JAX_PLATFORMS[platform]
     with _lock:
         previous = _targets.get((target, jax_platform))
@@ -112,18 +111,17 @@ def register_target(target: str, platform: str, library_path: str | Path, symbol
                 "Load the new code under another module name or target_prefix (for example "
                 f"target_prefix='{target.rsplit('.', 1)[0]}_v2'), or restart Python to replace it."
             )
-        lib = load_library(library_path)
-        fn = handler_address(lib, symbol)
-        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(fn), platform=jax_platform, api_version=1)
-        _targets[(target, jax_platform)] = Registration(target, jax_platform, identity, str(library_path), symbol)
-        versioned = versioned_name(target, identity)
-        if (versioned, jax_platform) not in _targets:
-            jax.ffi.register_ffi_target(versioned, jax.ffi.pycapsule(fn), platform=jax_platform, api_version=1)
-            _targets[(versioned, jax_platform)] = Registration(
-                versioned, jax_platform, identity, str(library_path), symbol
-            )
-        _versioned[target] = versioned
+        _register(Registration(target, jax_platform, identity, str(library_path), symbol))
+        _versioned[target] = versioned_name(target, identity)
         return True
+
+
+def _register(reg: Registration) -> None:
+    import jax.ffi
+
+    fn = handler_address(load_library(reg.library), reg.symbol)
+    jax.ffi.register_ffi_target(reg.target, jax.ffi.pycapsule(fn), platform=reg.platform, api_version=1)
+    _targets[(reg.target, reg.platform)] = reg
 
 
 def versioned_name(target: str, identity: str) -> str:
@@ -139,9 +137,15 @@ def versioned_name(target: str, identity: str) -> str:
 
 
 def versioned_target(target: str) -> str | None:
-    """The content-versioned name of a target kernix registered, or ``None``."""
+    """The content-versioned name of a target kernix registered (registered
+    with XLA now if it was not yet), or ``None``."""
     with _lock:
-        return _versioned.get(target)
+        versioned = _versioned.get(target)
+        if versioned is not None:
+            for (name, platform), reg in list(_targets.items()):
+                if name == target and (versioned, platform) not in _targets:
+                    _register(reg._replace(target=versioned))
+        return versioned
 
 
 def list_registered_targets() -> dict[str, str]:
