@@ -13,7 +13,6 @@ import ctypes
 import hashlib
 import threading
 from pathlib import Path
-from typing import NamedTuple
 
 from ..errors import RegistrationError
 from ..languages import JAX_PLATFORMS
@@ -34,14 +33,17 @@ _libraries: dict[str, ctypes.CDLL] = {}
 _targets: dict[tuple[str, str], "Registration"] = {}
 _versioned: dict[str, str] = {}  # target -> its content-versioned name
 
-class Registration(NamedTuple):
-    """One registered FFI target."""
+class Registration:
+    """One registered FFI target (a plain class: a warm load defines it at import)."""
 
-    target: str
-    platform: str
-    identity: str  # library SHA-256 and function: equal identity = same code
-    library: str
-    symbol: str
+    __slots__ = ("target", "platform", "identity", "library", "symbol")
+
+    def __init__(self, target: str, platform: str, identity: str, library: str, symbol: str) -> None:
+        self.target = target
+        self.platform = platform
+        self.identity = identity  # library SHA-256 and function: equal identity = same code
+        self.library = library
+        self.symbol = symbol
 
 
 def load_library(path: str | Path) -> ctypes.CDLL:
@@ -144,7 +146,7 @@ def versioned_target(target: str) -> str | None:
         if versioned is not None:
             for (name, platform), reg in list(_targets.items()):
                 if name == target and (versioned, platform) not in _targets:
-                    _register(reg._replace(target=versioned))
+                    _register(Registration(versioned, reg.platform, reg.identity, reg.library, reg.symbol))
         return versioned
 
 

@@ -21,7 +21,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..errors import CacheError
 from .files import atomic_write, file_digest, fingerprints, fingerprints_current
@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["Lookup", "lookup", "publish", "discard"]
 
 
-class Lookup(NamedTuple):
-    """The outcome of one look-up.
+class Lookup:
+    """The outcome of one look-up (a plain class: a warm load defines it at import).
 
     Attributes
     ----------
@@ -46,8 +46,11 @@ class Lookup(NamedTuple):
         build read changed"``, ``"damaged: ..."``.
     """
 
-    manifest: Manifest | None
-    reason: str
+    __slots__ = ("manifest", "reason")
+
+    def __init__(self, manifest: Manifest | None, reason: str) -> None:
+        self.manifest = manifest
+        self.reason = reason
 
     @property
     def hit(self) -> bool:
