@@ -29,7 +29,7 @@ from .errors import CacheError, InferenceError, KernixError, RegistrationError, 
 from .paths import jaxlib_install
 from .request import LoadRequest
 from .runtime import registry
-from .runtime.module import CompiledModule
+from .runtime.module import CompiledModule, check_function_names
 from .store import direct, entries
 from .store.files import content_key, file_digest
 from .store.manifest import Manifest, ManifestError
@@ -127,7 +127,6 @@ def fingerprint(request: LoadRequest) -> str:
     })
 
 
-
 def _key_files(request: LoadRequest) -> list[str]:
     """The files the entry key is computed from: the sources, the compilers,
     and the directories searched for compilers (``PATH``)."""
@@ -139,10 +138,10 @@ def _key_files(request: LoadRequest) -> list[str]:
     return paths + [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
 
 
-def _direct_hit(request: LoadRequest, print_: str) -> Manifest | None:
+def _direct_hit(request: LoadRequest, fp: str) -> Manifest | None:
     """The entry the direct index gives for ``request``, if it is a hit (a
     miss is left to the full look-up, which says why)."""
-    key = direct.lookup(request.root, request.name, print_, verbose=request.verbose)
+    key = direct.lookup(request.root, request.name, fp, verbose=request.verbose)
     if key is None:
         return None
     found = entries.lookup(request.root, request.name, key, warn=False)
@@ -151,13 +150,13 @@ def _direct_hit(request: LoadRequest, print_: str) -> Manifest | None:
     return found.manifest
 
 
-def _keyed_entry(request: LoadRequest, print_: str) -> Manifest:
+def _keyed_entry(request: LoadRequest, fp: str) -> Manifest:
     """The entry for ``request`` through its full key, remembered in the direct index."""
     files = direct.identities(_key_files(request))  # before the key they vouch for
     config = build_config(request)
     key = cache_key(request, config)
     manifest = _entry(request, config, key, fresh=request.force_rebuild)
-    direct.record(request.root, request.name, print_, key, files, verbose=request.verbose)
+    direct.record(request.root, request.name, fp, key, files, verbose=request.verbose)
     return manifest
 
 
@@ -198,10 +197,10 @@ def _load_failed(request: LoadRequest, manifest: Manifest, exc: RegistrationErro
 
 def load(request: LoadRequest) -> CompiledModule:
     """Run the pipeline for ``request`` and return the loaded (and, if asked, registered) module."""
-    print_ = fingerprint(request)
-    manifest = None if request.force_rebuild else _direct_hit(request, print_)
+    fp = fingerprint(request)
+    manifest = None if request.force_rebuild else _direct_hit(request, fp)
     if manifest is None:
-        manifest = _keyed_entry(request, print_)
+        manifest = _keyed_entry(request, fp)
     # Map the library now: once loaded it stays usable even if another
     # process clears the cache.
     try:
@@ -245,7 +244,6 @@ def _specs_of(request: LoadRequest, manifest: Manifest) -> Callable[[], tuple[Fu
 def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) -> Manifest:
     from .backend import codegen
     from .backend.ninja import OutputError
-    from .runtime.module import check_function_names
 
     units = infer_units(request)
     check_function_names([f for _, fns in units for f in fns])

@@ -57,6 +57,8 @@ class CompiledModule:
         returns them, called when a spec is first needed (a warm load passes
         its manifest's, so loading and registering read no spec); ``handlers``
         name every function, in the same order."""
+        self._callables: dict[str, KernelFunction] = {}
+        self._functions: dict[str, FunctionSpec] | None = None
         self.name = name
         self.path = Path(path)
         self.platform = platform
@@ -64,29 +66,30 @@ class CompiledModule:
         self.handlers = dict(handlers)
         self.target_prefix = target_prefix or name
         self.registered = False
-        self._callables: dict[str, KernelFunction] = {}
-        self._functions: dict[str, FunctionSpec] | None = None
         if callable(functions):
             self._read_specs = functions
-            if any(n in RESERVED_NAMES for n in self.handlers):
-                self.functions  # raises, saying where the function is annotated
         else:
-            self._read_specs = lambda: functions
-            self.functions  # checked now
+            given = tuple(functions)
+            self._read_specs = lambda: given
+        if not callable(functions) or any(n in RESERVED_NAMES for n in self.handlers):
+            self._check_specs()  # (a warm load's specs are checked when first used)
+
+    def _check_specs(self) -> dict[str, FunctionSpec]:
+        """Read the specs, check them against the handlers and the reserved names, and keep them."""
+        specs = list(self._read_specs())
+        if [f.name for f in specs] != list(self.handlers):
+            raise RegistrationError(
+                f"module {self.name!r}: its functions ({', '.join(f.name for f in specs)}) and handlers "
+                f"({', '.join(self.handlers)}) do not match"
+            )
+        check_function_names(specs)
+        self._functions = {f.name: f for f in specs}
+        return self._functions
 
     @property
     def functions(self) -> dict[str, FunctionSpec]:
         """Exported name -> :class:`~kernix.spec.FunctionSpec`, in export order."""
-        if self._functions is None:
-            specs = list(self._read_specs())
-            if [f.name for f in specs] != list(self.handlers):
-                raise RegistrationError(
-                    f"module {self.name!r}: its functions ({', '.join(f.name for f in specs)}) and handlers "
-                    f"({', '.join(self.handlers)}) do not match"
-                )
-            check_function_names(specs)
-            self._functions = {f.name: f for f in specs}
-        return self._functions
+        return self._functions if self._functions is not None else self._check_specs()
 
     def backward_name(self, function: str) -> str | None:
         """The name of the backward kernel that declares ``vjp=function``, if any."""
