@@ -115,8 +115,7 @@ def load_cuda_file(
     ``name`` defaults to the file's stem.  The other options are those of
     :func:`load_cuda_inline`.  Compiler diagnostics name this file.
     """
-    src = _file(path, "cuda")
-    return _load([src], name if name is not None else default_module_name(src), "cuda", functions, options)
+    return _load_file(path, "cuda", functions, name, options)
 
 
 def load_cuda_dir(
@@ -132,9 +131,7 @@ def load_cuda_dir(
     into one library.  ``name`` defaults to the directory's name.  Options as
     for :func:`load_cuda_inline`.
     """
-    files = _dir_sources(directory, "cuda")
-    return _load(files, name if name is not None else default_module_name(Path(directory).absolute()), "cuda",
-                 functions, options)
+    return _load_dir(directory, "cuda", functions, name, options)
 
 
 def load_cpp_inline(
@@ -172,8 +169,7 @@ def load_cpp_file(
     **options: Any,
 ) -> CompiledModule:
     """Compile a C++ file for the CPU and load it (options of :func:`load_cpp_inline`)."""
-    src = _file(path, "cpp")
-    return _load([src], name if name is not None else default_module_name(src), "cpp", functions, options)
+    return _load_file(path, "cpp", functions, name, options)
 
 
 def load_cpp_dir(
@@ -184,8 +180,22 @@ def load_cpp_dir(
     **options: Any,
 ) -> CompiledModule:
     """Compile every ``.cc``/``.cpp``/``.cxx`` file of a directory into one CPU module."""
-    files = _dir_sources(directory, "cpp")
-    return _load(files, name if name is not None else default_module_name(Path(directory).absolute()), "cpp",
+    return _load_dir(directory, "cpp", functions, name, options)
+
+
+def _load_file(
+    path: str | os.PathLike[str], language: Language, functions: Any, name: str | None, options: Mapping[str, Any]
+) -> CompiledModule:
+    src = _file(path, language)
+    return _load([src], name if name is not None else default_module_name(src), language, functions, options)
+
+
+def _load_dir(
+    directory: str | os.PathLike[str], language: Language, functions: Any, name: str | None,
+    options: Mapping[str, Any],
+) -> CompiledModule:
+    d = Path(directory).expanduser().absolute()
+    return _load(_dir_sources(d, language), name if name is not None else default_module_name(d), language,
                  functions, options)
 
 

@@ -6,6 +6,8 @@ anything touches the disk or a compiler.
 
 from __future__ import annotations
 
+from typing import Mapping, Sequence
+
 from .errors import InvalidNameError
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "is_module_name",
     "is_word",
     "is_handler_symbol",
+    "handlers_problem",
 ]
 
 _CXX_KEYWORDS = frozenset(
@@ -49,6 +52,17 @@ def is_word(text: str) -> bool:
 
 def _is_ascii_identifier(text: str) -> bool:
     return is_word(text) and not text[0].isdigit()
+
+
+def handlers_problem(names: Sequence[str], handlers: Mapping[str, str]) -> str | None:
+    """Why ``handlers`` (function name -> handler symbol) does not fit the
+    functions ``names`` (one valid symbol each, in the same order), or ``None``."""
+    if list(names) != list(handlers):
+        return f"the functions ({', '.join(map(str, names))}) and their handlers ({', '.join(handlers)}) do not match"
+    for name, symbol in handlers.items():
+        if not is_identifier(name) or not is_handler_symbol(symbol):
+            return f"bad function or handler name for {name!r}"
+    return None
 
 
 def is_handler_symbol(symbol: str) -> bool:

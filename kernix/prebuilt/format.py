@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KernixError, PrebuiltError
-from ..names import is_handler_symbol, is_identifier
+from ..languages import JAX_PLATFORMS
+from ..names import handlers_problem
 from ..spec import FunctionSpec
 
 __all__ = [
@@ -148,11 +149,11 @@ class PrebuiltManifest:
                 raise PrebuiltError(f"{where}: bad library file name {library!r}", "format")
             functions = tuple(FunctionSpec.from_json(f) for f in data["functions"])
             handlers = {str(k): str(v) for k, v in data["handlers"].items()}
-            for fn in functions:
-                if not is_identifier(fn.name) or not is_handler_symbol(handlers.get(fn.name, "")):
-                    raise PrebuiltError(f"{where}: bad function or handler name for {fn.name!r}", "format")
+            problem = handlers_problem([fn.name for fn in functions], handlers)
+            if problem:
+                raise PrebuiltError(f"{where}: {problem}", "format")
             platform = str(data["platform"])
-            if platform not in ("cuda", "cpu"):
+            if platform not in JAX_PLATFORMS:
                 raise PrebuiltError(f"{where}: unknown platform {platform!r}", "format")
             sass = tuple(str(a) for a in data.get("sass") or ())
             ptx = tuple(str(a) for a in data.get("ptx") or ())

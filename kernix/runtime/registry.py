@@ -143,10 +143,10 @@ def versioned_target(target: str) -> str | None:
     with XLA now if it was not yet), or ``None``."""
     with _lock:
         versioned = _versioned.get(target)
-        if versioned is not None:
-            for (name, platform), reg in list(_targets.items()):
-                if name == target and (versioned, platform) not in _targets:
-                    _register(Registration(versioned, reg.platform, reg.identity, reg.library, reg.symbol))
+        for platform in JAX_PLATFORMS.values() if versioned is not None else ():
+            reg = _targets.get((target, platform))
+            if reg is not None and (versioned, platform) not in _targets:
+                _register(Registration(versioned, platform, reg.identity, reg.library, reg.symbol))
         return versioned
 
 

@@ -30,7 +30,7 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from .. import report
 from ..errors import CacheError
@@ -41,10 +41,8 @@ __all__ = ["DIRECT_FORMAT", "identities", "lookup", "record"]
 
 DIRECT_FORMAT = 1
 
-FileIdentity = list  # [path, inode, size, mtime_ns, ctime_ns]
-
-
-def _identity(path: str) -> FileIdentity:
+def _identity(path: str) -> list[Any]:
+    """``[path, inode, size, mtime_ns, ctime_ns]`` (inode -1: missing)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -52,7 +50,7 @@ def _identity(path: str) -> FileIdentity:
     return [path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def identities(paths: Iterable[str]) -> list[FileIdentity]:
+def identities(paths: Iterable[str]) -> list[list[Any]]:
     """The identity of each path, now: take them *before* computing the key they vouch for."""
     return [_identity(p) for p in paths]
 
@@ -64,40 +62,38 @@ def _record_path(root: Path, name: str, fingerprint: str) -> Path:
 def lookup(root: Path, name: str, fingerprint: str, *, verbose: bool = False) -> str | None:
     """The entry key remembered for ``fingerprint``, or ``None`` (no record, a
     changed file, or a record that is not usable); the outcome is logged."""
-    path = _record_path(root, name, fingerprint)
-    why = _check(root, path, fingerprint)
-    if isinstance(why, str):
-        report.note(f"{name}: direct {why}", verbose=verbose)
-        return None
-    return why[0]
+    key, why = _read(root, _record_path(root, name, fingerprint), fingerprint)
+    if key is None:
+        report.note(f"{name}: direct miss: {why}", verbose=verbose)
+    return key
 
 
-def _check(root: Path, path: Path, fingerprint: str) -> str | tuple[str]:
-    """``(key,)`` when the record at ``path`` holds, else why not."""
+def _read(root: Path, path: Path, fingerprint: str) -> tuple[str | None, str]:
+    """``(key, "hit")`` when the record at ``path`` holds, else ``(None, why not)``."""
     try:
         data = json.loads(path.read_bytes())
     except FileNotFoundError:
-        return "miss: no record"
+        return None, "no record"
     except (OSError, ValueError) as exc:
-        return f"miss: unreadable record ({exc})"
+        return None, f"unreadable record ({exc})"
     if not is_private(path, root):
-        return "miss: the record could have been written by another user"
+        return None, "the record could have been written by another user"
     try:
         if data["format"] != DIRECT_FORMAT or data["fingerprint"] != fingerprint:
-            return "miss: a record of another format or request"
+            return None, "a record of another format or request"
         key = data["key"]
         if not (isinstance(key, str) and len(key) == 64):
-            return "miss: a record without a key"
+            return None, "a record without a key"
         for recorded in data["files"]:
             if _identity(recorded[0]) != recorded:
-                return f"miss: {recorded[0]} changed"
+                return None, f"{recorded[0]} changed"
     except (KeyError, TypeError, IndexError):
-        return "miss: a damaged record"
-    return (key,)
+        return None, "a damaged record"
+    return key, "hit"
 
 
 def record(
-    root: Path, name: str, fingerprint: str, key: str, files: Sequence[FileIdentity], *, verbose: bool = False
+    root: Path, name: str, fingerprint: str, key: str, files: Sequence[list[Any]], *, verbose: bool = False
 ) -> None:
     """Remember ``key`` for ``fingerprint``; ``files`` are :func:`identities` taken
     before the key was computed.  Failing to remember is not an error."""

@@ -33,7 +33,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
-from ..names import is_handler_symbol, is_identifier
+from ..languages import JAX_PLATFORMS
+from ..names import handlers_problem
 from .files import atomic_write
 
 if TYPE_CHECKING:
@@ -155,14 +156,13 @@ class Manifest(NamedTuple):
                 raise ManifestError(f"bad library name {so!r}")
             functions = tuple(data["functions"])
             handlers = {str(k): str(v) for k, v in data["handlers"].items()}
-            names = [f["name"] for f in functions if isinstance(f, dict)]
-            if len(names) != len(functions) or names != list(handlers):
-                raise ManifestError("the functions and their handlers do not match")
-            for name, symbol in handlers.items():
-                if not is_identifier(name) or not is_handler_symbol(symbol):
-                    raise ManifestError(f"bad function or handler name for {name!r}")
+            if not all(isinstance(f, dict) for f in functions):
+                raise ManifestError("a function record is not a JSON object")
+            problem = handlers_problem([f["name"] for f in functions], handlers)
+            if problem:
+                raise ManifestError(problem)
             platform = str(data["platform"])
-            if platform not in ("cuda", "cpu"):
+            if platform not in JAX_PLATFORMS:
                 raise ManifestError(f"unknown platform {platform!r}")
             return cls(
                 directory=directory,
