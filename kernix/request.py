@@ -8,12 +8,11 @@ value and nothing else, so no option is carried, re-split or re-validated
 twice.
 """
 
-# No `from __future__ import annotations`: typing.NamedTuple would compile every
-# field's annotation string at import, on the warm path.
+from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .errors import OptionError
 from .languages import Language, Platform, platform_of
@@ -90,8 +89,8 @@ def preprocessor_flags(flags: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-class LoadRequest(NamedTuple):
-    """Everything one load needs, resolved once.
+class LoadRequest:
+    """Everything one load needs, resolved once (made by :func:`make_request`).
 
     Attributes
     ----------
@@ -117,23 +116,60 @@ class LoadRequest(NamedTuple):
         As the loaders document them.
     """
 
-    name: str
-    sources: tuple[Path, ...]
-    language: Language
-    functions: "Requested | None"
-    root: Path
-    extra_cflags: tuple[str, ...] = ()
-    extra_ldflags: tuple[str, ...] = ()
-    include_dirs: tuple[str, ...] = ()
-    compute_capability: str | None = None
-    optimization_level: int = 3
-    use_fast_math: bool = False
-    allow_cuda_graph: bool = False
-    ninja_workers: int | None = None
-    verbose: bool = False
-    force_rebuild: bool = False
-    auto_register: bool = True
-    target_prefix: str | None = None
+    # A plain slotted class rather than a NamedTuple: a warm load defines it at import.
+    __slots__ = ("name", "sources", "language", "functions", "root", "extra_cflags", "extra_ldflags",
+                 "include_dirs", "compute_capability", "optimization_level", "use_fast_math", "allow_cuda_graph",
+                 "ninja_workers", "verbose", "force_rebuild", "auto_register", "target_prefix")
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        sources: tuple[Path, ...],
+        language: Language,
+        functions: Requested | None,
+        root: Path,
+        extra_cflags: tuple[str, ...] = (),
+        extra_ldflags: tuple[str, ...] = (),
+        include_dirs: tuple[str, ...] = (),
+        compute_capability: str | None = None,
+        optimization_level: int = 3,
+        use_fast_math: bool = False,
+        allow_cuda_graph: bool = False,
+        ninja_workers: int | None = None,
+        verbose: bool = False,
+        force_rebuild: bool = False,
+        auto_register: bool = True,
+        target_prefix: str | None = None,
+    ) -> None:
+        self.name = name
+        self.sources = sources
+        self.language = language
+        self.functions = functions
+        self.root = root
+        self.extra_cflags = extra_cflags
+        self.extra_ldflags = extra_ldflags
+        self.include_dirs = include_dirs
+        self.compute_capability = compute_capability
+        self.optimization_level = optimization_level
+        self.use_fast_math = use_fast_math
+        self.allow_cuda_graph = allow_cuda_graph
+        self.ninja_workers = ninja_workers
+        self.verbose = verbose
+        self.force_rebuild = force_rebuild
+        self.auto_register = auto_register
+        self.target_prefix = target_prefix
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field, by name."""
+        return {field: getattr(self, field) for field in self.__slots__}
+
+    def replace(self, **changes: Any) -> LoadRequest:
+        """A copy with ``changes`` applied."""
+        return LoadRequest(**{**self.as_dict(), **changes})
+
+    def __repr__(self) -> str:
+        return "LoadRequest(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
 
     @property
     def platform(self) -> Platform:
@@ -156,7 +192,7 @@ def _strings(value: Any, what: str) -> tuple[str, ...]:
     return tuple(os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in value)
 
 
-def _functions(functions: Any) -> "Requested | None":
+def _functions(functions: Any) -> Requested | None:
     """The normalised ``functions=`` argument (the arg_spec grammar loads only when one is given)."""
     if functions is None:
         return None

@@ -156,6 +156,22 @@ def test_same_content_again_is_a_noop(ops):
     np.testing.assert_array_equal(again.vector_add(jnp.ones(2, jnp.float32), jnp.ones(2, jnp.float32)), [2.0, 2.0])
 
 
+def test_a_conflict_registers_none_of_the_module(ops, tmp_path):
+    # A module whose second function clashes with a registered target leaves its
+    # first function unregistered too, so loading it again under a free prefix works.
+    src = """
+    #include "kernix/common.h"
+    // @BE fresh_one
+    void fresh_one(const BE::Tensor a, BE::Tensor out) {}
+    // @BE vector_add
+    void vector_add(const BE::Tensor a, const BE::Tensor b, BE::Tensor out) {}
+    """
+    with pytest.raises(kernix.RegistrationError, match=f"'{ops.name}.vector_add'"):
+        kernix.load_cpp_inline(ops.name + "_clash", src, build_directory=tmp_path, target_prefix=ops.name)
+    assert f"{ops.name}.fresh_one" not in kernix.list_registered_targets()
+    assert f"{ops.name}.vector_add" in kernix.list_registered_targets()
+
+
 def test_different_content_under_registered_name_raises(ops, tmp_path):
     src = """
     #include "kernix/common.h"

@@ -334,7 +334,7 @@ def _manifest_points_outside(so: Path, manifest: Path) -> None:
 
 def _manifest_wrong_types(so: Path, manifest: Path) -> None:
     data = json.loads(manifest.read_text())
-    data["functions"] = "not a list"
+    data["handlers"] = ["not", "a", "mapping"]
     manifest.write_text(json.dumps(data))
 
 

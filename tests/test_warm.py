@@ -3,6 +3,7 @@ toolchain), specs read only when used, and what a warm load imports."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -134,16 +135,48 @@ def test_specs_are_read_when_first_used(tmp_path: Path) -> None:
     the function says the entry is damaged and how to clear it."""
     name = unique_name("lazy_specs")
     _load(tmp_path, name)
-    (manifest,) = (tmp_path / "modules" / name).glob("*/manifest.json")
-    data = json.loads(manifest.read_text())
-    data["functions"][0]["params"] = "not a parameter list"
-    manifest.write_text(json.dumps(data))
+    (specs,) = (tmp_path / "modules" / name).glob("*/functions.json")
+    data = json.loads(specs.read_text())
+    data[0]["params"] = "not a parameter list"
+    specs.write_text(json.dumps(data))
     mod = _load(tmp_path, name)
     assert mod.function_names == ["add_one"] and mod.targets == {"add_one": f"{name}.add_one"}
     with pytest.raises(kernix.CacheError, match=f"kernix cache clear {name}"):
         mod.add_one
     with pytest.raises(kernix.CacheError, match="is damaged"):
         mod.functions
+
+
+def _rewrite_specs(entry: Path, edit) -> None:
+    """Edit an entry's functions.json and record its new hash, as a publisher would."""
+    specs = entry / "functions.json"
+    data = edit(json.loads(specs.read_text()))
+    specs.write_text(json.dumps(data))
+    manifest = json.loads((entry / "manifest.json").read_text())
+    manifest["specs_sha256"] = hashlib.sha256(specs.read_bytes()).hexdigest()
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        (lambda d: [{**d[0], "params": 7}], "record of function 'add_one' is not a valid spec"),
+        (lambda d: [{**d[0], "name": "other"}], "not the handlers'"),
+        (lambda d: {"not": "a list"}, "not a list of spec records"),
+        (None, "cannot read functions.json"),
+    ],
+)
+def test_specs_file_problems_are_named(tmp_path: Path, edit, why: str) -> None:
+    name = unique_name("spec_file")
+    _load(tmp_path, name)
+    (entry,) = (tmp_path / "modules" / name).glob("*/")
+    if edit is None:
+        (entry / "functions.json").unlink()
+    else:
+        _rewrite_specs(entry, edit)
+    mod = _load(tmp_path, name)  # the load itself reads no spec
+    with pytest.raises(kernix.CacheError, match=why):
+        mod.add_one
 
 
 def test_a_warm_load_imports_only_what_it_needs(tmp_path: Path) -> None:

@@ -152,10 +152,10 @@ class CompiledModule:
                     f"module {self.name!r} is already registered under prefix {self.target_prefix!r}"
                 )
             self.target_prefix = target_prefix
-        for fn, target in self.targets.items():
-            registry.register_target(target, self.platform, self.path, self.handlers[fn], f"{self.digest}:{fn}")
+        symbols = {f"{self.target_prefix}.{fn}": symbol for fn, symbol in self.handlers.items()}
+        registry.register_targets(self.platform, self.path, self.digest, symbols)
         self.registered = True
-        return list(self.targets.values())
+        return list(symbols)
 
     def _callable(self, item: str) -> KernelFunction | None:
         """The callable of ``item``, made on first use; ``None`` if the module has no such function."""

@@ -10,9 +10,9 @@ no-op, and registering different content under a taken name raises
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import threading
 from pathlib import Path
+from typing import Mapping
 
 from ..errors import RegistrationError
 from ..languages import JAX_PLATFORMS
@@ -22,7 +22,7 @@ __all__ = [
     "Registration",
     "load_library",
     "handler_address",
-    "register_target",
+    "register_targets",
     "list_registered_targets",
     "versioned_name",
     "versioned_target",
@@ -32,16 +32,18 @@ _lock = threading.RLock()
 _libraries: dict[str, ctypes.CDLL] = {}
 _targets: dict[tuple[str, str], "Registration"] = {}
 _versioned: dict[str, str] = {}  # target -> its content-versioned name
+_new_capsule = None  # PyCapsule_New, typed for our calls (made on first use)
+
 
 class Registration:
     """One registered FFI target (a plain class: a warm load defines it at import)."""
 
-    __slots__ = ("target", "platform", "identity", "library", "symbol")
+    __slots__ = ("target", "platform", "digest", "library", "symbol")
 
-    def __init__(self, target: str, platform: str, identity: str, library: str, symbol: str) -> None:
+    def __init__(self, target: str, platform: str, digest: str, library: str, symbol: str) -> None:
         self.target = target
         self.platform = platform
-        self.identity = identity  # library SHA-256 and function: equal identity = same code
+        self.digest = digest  # the library's SHA-256: equal digest and symbol = same code
         self.library = library
         self.symbol = symbol
 
@@ -60,82 +62,103 @@ def load_library(path: str | Path) -> ctypes.CDLL:
         return lib
 
 
+def _missing_symbol(library: ctypes.CDLL, symbol: str) -> RegistrationError:
+    return RegistrationError(
+        f"the compiled library {library._name} has no handler symbol {symbol!r}; it is damaged "
+        "or was built by another kernix version: rebuild with force_rebuild=True"
+    )
+
+
 def handler_address(library: ctypes.CDLL, symbol: str) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
-    """The handler function ``symbol`` of a loaded library."""
+    """The handler function ``symbol`` of a loaded library, as a ctypes function."""
     try:
         return getattr(library, symbol)
     except AttributeError:
-        raise RegistrationError(
-            f"the compiled library {library._name} has no handler symbol {symbol!r}; it is damaged "
-            "or was built by another kernix version: rebuild with force_rebuild=True"
-        ) from None
+        raise _missing_symbol(library, symbol) from None
 
 
-def register_target(target: str, platform: str, library_path: str | Path, symbol: str, identity: str) -> bool:
-    """Register ``symbol`` of the library as FFI target ``target``.
+def _capsule(library: ctypes.CDLL, symbol: str) -> object:
+    """A ``PyCapsule`` holding the address of ``symbol`` (what XLA registers),
+    made without a ctypes function object per handler."""
+    global _new_capsule
+    try:
+        address = ctypes.addressof(ctypes.c_char.in_dll(library, symbol))
+    except ValueError:
+        raise _missing_symbol(library, symbol) from None
+    if _new_capsule is None:  # a prototype of our own: jax.ffi.pycapsule retypes the shared one
+        prototype = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+        _new_capsule = prototype(("PyCapsule_New", ctypes.pythonapi))
+    return _new_capsule(address, None, None)
+
+
+def register_targets(platform: str, library_path: str | Path, digest: str, symbols: Mapping[str, str]) -> list[str]:
+    """Register the handlers of one library as FFI targets, all or none.
 
     Parameters
     ----------
-    target
-        The FFI target name, ``"<prefix>.<function>"``.
     platform
         ``"cuda"`` or ``"cpu"``.
-    library_path, symbol
-        Where the handler is.
-    identity
-        A string identifying the code (the library's SHA-256 and the
-        function): the same identity may be registered again harmlessly.
+    library_path
+        The library.
+    digest
+        Its SHA-256: a target registered again with the same digest and
+        symbol is the same code, and is left as it is.
+    symbols
+        FFI target name (``"<prefix>.<function>"``) -> handler symbol.
 
-    The handler is also known as :func:`versioned_name`
-    (``"<target>@<12 hex of the library's SHA-256>"``), the name that
+    Each handler is also known as :func:`versioned_name`
+    (``"<target>@<12 hex of the digest>"``), the name that
     :func:`kernix.export` writes into exported artifacts; that name is
     registered with XLA when first asked for (:func:`versioned_target`).
 
     Returns
     -------
-    bool
-        ``True`` if registered now, ``False`` if the same code already was.
+    list of str
+        The targets registered now (not those that already were).
 
     Raises
     ------
     RegistrationError
-        If ``target`` is taken by different code.
+        If a target is taken by different code (then nothing is registered),
+        or a symbol is missing from the library.
     """
     jax_platform = JAX_PLATFORMS[platform]
+    library = str(library_path)
     with _lock:
-        previous = _targets.get((target, jax_platform))
-        if previous is not None:
-            if previous.identity == identity:
-                return False
-            raise RegistrationError(
-                f"FFI target {target!r} ({jax_platform}) is already registered in this process with "
-                f"different code (from {previous.library}). XLA cannot replace a registered handler. "
-                "Load the new code under another module name or target_prefix (for example "
-                f"target_prefix='{target.rsplit('.', 1)[0]}_v2'), or restart Python to replace it."
-            )
-        _register(Registration(target, jax_platform, identity, str(library_path), symbol))
-        _versioned[target] = versioned_name(target, identity)
-        return True
+        new = []
+        for target, symbol in symbols.items():
+            previous = _targets.get((target, jax_platform))
+            if previous is None:
+                new.append(Registration(target, jax_platform, digest, library, symbol))
+            elif previous.digest != digest or previous.symbol != symbol:
+                raise _taken(target, jax_platform, previous)
+        for reg in new:
+            _register(reg)
+            _versioned[reg.target] = versioned_name(reg.target, digest)
+        return [reg.target for reg in new]
+
+
+def _taken(target: str, platform: str, previous: Registration) -> RegistrationError:
+    return RegistrationError(
+        f"FFI target {target!r} ({platform}) is already registered in this process with "
+        f"different code (from {previous.library}). XLA cannot replace a registered handler. "
+        "Load the new code under another module name or target_prefix (for example "
+        f"target_prefix='{target.rsplit('.', 1)[0]}_v2'), or restart Python to replace it."
+    )
 
 
 def _register(reg: Registration) -> None:
     import jax.ffi
 
-    fn = handler_address(load_library(reg.library), reg.symbol)
-    jax.ffi.register_ffi_target(reg.target, jax.ffi.pycapsule(fn), platform=reg.platform, api_version=1)
+    capsule = _capsule(load_library(reg.library), reg.symbol)
+    jax.ffi.register_ffi_target(reg.target, capsule, platform=reg.platform, api_version=1)
     _targets[(reg.target, reg.platform)] = reg
 
 
-def versioned_name(target: str, identity: str) -> str:
-    """``"<target>@<version>"``: the target name that also names the code.
-
-    ``version`` is the first 12 hex digits of the library's SHA-256 (the start
-    of ``identity``), or of the SHA-256 of ``identity`` when it starts otherwise.
-    """
-    head = identity.split(":", 1)[0]
-    if len(head) < 12 or any(c not in "0123456789abcdef" for c in head[:12]):
-        head = hashlib.sha256(identity.encode()).hexdigest()
-    return f"{target}@{head[:12]}"
+def versioned_name(target: str, digest: str) -> str:
+    """``"<target>@<first 12 hex digits of the library's SHA-256>"``: the
+    target name that also names the code."""
+    return f"{target}@{digest[:12]}"
 
 
 def versioned_target(target: str) -> str | None:
@@ -146,7 +169,7 @@ def versioned_target(target: str) -> str | None:
         for platform in JAX_PLATFORMS.values() if versioned is not None else ():
             reg = _targets.get((target, platform))
             if reg is not None and (versioned, platform) not in _targets:
-                _register(Registration(versioned, platform, reg.identity, reg.library, reg.symbol))
+                _register(Registration(versioned, platform, reg.digest, reg.library, reg.symbol))
         return versioned
 
 

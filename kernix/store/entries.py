@@ -7,13 +7,12 @@ why (a hit, or the reason for a miss), which ``verbose=True`` /
 ``KERNIX_VERBOSE=1`` prints, like ccache's debug log.
 
 Publishing copies the library under a name derived from its own hash (never
-rewritten in place, so a process that has it loaded is not disturbed) and
-writes the manifest last with an atomic rename, so a reader sees a complete
-entry or none.
+rewritten in place, so a process that has it loaded is not disturbed), writes
+the specs, and writes the manifest that vouches for both last, with an atomic
+rename, so a reader sees a complete entry or none.
 """
 
-# No `from __future__ import annotations`: typing.NamedTuple would compile every
-# field's annotation string at import, on the warm path.
+from __future__ import annotations
 
 import contextlib
 import hashlib
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..errors import CacheError
 from .files import atomic_write, file_digest, fingerprints, fingerprints_current
-from .manifest import Manifest, ManifestError, entry_dir
+from .manifest import SPECS_FILE, Manifest, ManifestError, entry_dir
 from .trust import check_private, io_message, makedirs
 
 if TYPE_CHECKING:
@@ -142,6 +141,8 @@ def publish(
         so_name = f"module-{so_sha[:16]}.so"
         if not (entry / so_name).is_file() or file_digest(entry / so_name) != so_sha:
             atomic_write(entry / so_name, data)
+        specs = Manifest.specs_bytes(functions)
+        atomic_write(entry / SPECS_FILE, specs)
         manifest = Manifest(
             directory=entry,
             key=key,
@@ -151,8 +152,8 @@ def publish(
             so_size=len(data),
             so_sha256=so_sha,
             so_identity=_identity_of(os.stat(entry / so_name)),
-            functions=Manifest.records(functions),
             handlers=dict(handlers),
+            specs_sha256=hashlib.sha256(specs).hexdigest(),
             dependencies=tuple(tuple(d) for d in fingerprints(dependencies)),
             created=time.time(),
         )

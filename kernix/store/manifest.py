@@ -1,37 +1,39 @@
 """The manifest of a cache entry: one class owns its on-disk format.
 
-Format 2 (``manifest.json``, one JSON object; every key is written, readers
+Format 3 (``manifest.json``, one JSON object; every key is written, readers
 refuse an unknown ``format``)::
 
-    format        2
-    key           the entry's full key (SHA-256 hex of everything known before compiling)
-    name          the module name
-    platform      "cuda" or "cpu"
-    so            the library's file name, "module-<first 16 hex of its SHA-256>.so"
-    so_size       its size in bytes
-    so_sha256     its SHA-256 (equal hashes: the same code)
-    so_identity   [inode, size, mtime_ns, ctime_ns] when it was hashed at publish
-    functions     the specs, in export order (FunctionSpec.to_json); kept as
-                  records when read, and made into specs on first use
-    handlers      function name -> exported handler symbol
-    dependencies  [[path, size, mtime_ns, sha256], ...] every file the build read
-    created       seconds since the epoch
+    format          3
+    key             the entry's full key (SHA-256 hex of everything known before compiling)
+    name            the module name
+    platform        "cuda" or "cpu"
+    so              the library's file name, "module-<first 16 hex of its SHA-256>.so"
+    so_size         its size in bytes
+    so_sha256       its SHA-256 (equal hashes: the same code)
+    so_identity     [inode, size, mtime_ns, ctime_ns] when it was hashed at publish
+    handlers        function name -> exported handler symbol, in export order
+    specs_sha256    the SHA-256 of the entry's ``functions.json``
+    dependencies    [[path, size, mtime_ns, sha256], ...] every file the build read
+    created         seconds since the epoch
 
-As in ccache's manifests, the headers a build read are only known after
-compiling, so they are recorded here and re-checked at every look-up.
+and beside it ``functions.json``: the JSON list of the functions' specs in
+export order (:meth:`kernix.spec.FunctionSpec.to_json`), written before the
+manifest.  As in ccache's manifests, the headers a build read are only known
+after compiling, so they are recorded here and re-checked at every look-up.
 
 Reading a manifest checks what a load uses (library name, function names,
-handler symbols) but leaves each function's spec as its JSON record until
-:meth:`Manifest.specs` is asked: a warm load that calls one function of forty
-validates one spec, and does not import :mod:`kernix.spec` to register them.
+handler symbols); the specs are read, matched against ``specs_sha256`` and
+the handlers, and validated only when :meth:`Manifest.specs` is asked: a
+warm load that calls one function of forty neither parses forty specs nor
+imports :mod:`kernix.spec` to register them.
 """
 
-# No `from __future__ import annotations`: typing.NamedTuple would compile every
-# field's annotation string at import, on the warm path.
+from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..languages import JAX_PLATFORMS
 from ..names import handlers_problem
@@ -42,7 +44,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MANIFEST_FORMAT", "Manifest", "ManifestError", "entry_dir"]
 
-MANIFEST_FORMAT = 2
+MANIFEST_FORMAT = 3
+SPECS_FILE = "functions.json"
 
 
 def _is_library_name(name: object) -> bool:
@@ -62,58 +65,91 @@ def entry_dir(root: Path, name: str, key: str) -> Path:
     return root / "modules" / name / key[:32]
 
 
-class Manifest(NamedTuple):
+class Manifest:
     """A published cache entry (see the module docstring for the format).
 
     Attributes
     ----------
     directory
         The entry's directory (not stored: where the manifest was read).
-    functions
-        The specs' JSON records, in export order (see :meth:`specs`).
+    key, name, platform, so, so_size, so_sha256, so_identity, specs_sha256, dependencies, created
+        As stored.
     handlers
         Exported name -> handler symbol, in export order.
     """
 
-    directory: Path
-    key: str
-    name: str
-    platform: str
-    so: str
-    so_size: int
-    so_sha256: str
-    so_identity: tuple[int, ...]
-    functions: tuple[dict[str, Any], ...]
-    handlers: dict[str, str]
-    dependencies: tuple[tuple[Any, ...], ...]
-    created: float = 0.0
+    __slots__ = ("directory", "key", "name", "platform", "so", "so_size", "so_sha256", "so_identity",
+                 "handlers", "specs_sha256", "dependencies", "created")
+
+    def __init__(
+        self,
+        *,
+        directory: Path,
+        key: str,
+        name: str,
+        platform: str,
+        so: str,
+        so_size: int,
+        so_sha256: str,
+        so_identity: tuple[int, ...],
+        handlers: dict[str, str],
+        specs_sha256: str,
+        dependencies: tuple[tuple[Any, ...], ...],
+        created: float = 0.0,
+    ) -> None:
+        self.directory = directory
+        self.key = key
+        self.name = name
+        self.platform = platform
+        self.so = so
+        self.so_size = so_size
+        self.so_sha256 = so_sha256
+        self.so_identity = so_identity
+        self.handlers = handlers
+        self.specs_sha256 = specs_sha256
+        self.dependencies = dependencies
+        self.created = created
 
     @property
     def so_path(self) -> Path:
         """The library."""
         return self.directory / self.so
 
-    @classmethod
-    def records(cls, specs: "Sequence[FunctionSpec]") -> tuple[dict[str, Any], ...]:
-        """The records of ``specs``, as :attr:`functions` holds them."""
-        return tuple(f.to_json() for f in specs)
+    @staticmethod
+    def specs_bytes(specs: "Sequence[FunctionSpec]") -> bytes:
+        """What ``functions.json`` holds for ``specs``."""
+        return json.dumps([f.to_json() for f in specs], separators=(",", ":")).encode()
 
     def specs(self) -> "tuple[FunctionSpec, ...]":
-        """The functions' specs, validated (see :meth:`kernix.spec.FunctionSpec.from_json`).
+        """The functions' specs, read from ``functions.json`` and validated
+        (see :meth:`kernix.spec.FunctionSpec.from_json`).
 
         Raises
         ------
         ManifestError
-            Naming the function whose record is not a valid spec.
+            When the file does not have its recorded hash, its functions are not
+            the handlers' in order, or a record is not a valid spec (naming it).
         """
         from ..spec import FunctionSpec
 
+        try:
+            raw = (self.directory / SPECS_FILE).read_bytes()
+        except OSError as exc:
+            raise ManifestError(f"cannot read {SPECS_FILE}: {exc.strerror or exc}") from None
+        if hashlib.sha256(raw).hexdigest() != self.specs_sha256:
+            raise ManifestError(f"{SPECS_FILE} does not have its recorded SHA-256")
+        try:
+            records = json.loads(raw)
+            if [r["name"] for r in records] != list(self.handlers):
+                raise ManifestError(f"the functions of {SPECS_FILE} are not the handlers'")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ManifestError(f"{SPECS_FILE} is not a list of spec records: {exc!r}") from None
         specs = []
-        for record in self.functions:
+        for record in records:
             try:
                 specs.append(FunctionSpec.from_json(record))
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise ManifestError(f"the record of function {record.get('name')!r} is not a valid spec: {exc}") from None
+                raise ManifestError(f"the record of function {record['name']!r} is not a valid spec: {exc}") from None
         return tuple(specs)
 
     def to_json(self) -> dict[str, Any]:
@@ -127,8 +163,8 @@ class Manifest(NamedTuple):
             "so_size": self.so_size,
             "so_sha256": self.so_sha256,
             "so_identity": list(self.so_identity),
-            "functions": list(self.functions),
             "handlers": dict(self.handlers),
+            "specs_sha256": self.specs_sha256,
             "dependencies": [list(d) for d in self.dependencies],
             "created": self.created,
         }
@@ -137,9 +173,9 @@ class Manifest(NamedTuple):
     def from_json(cls, directory: Path, data: Any) -> "Manifest":
         """Validate and read the on-disk form.
 
-        What a load uses is checked here: the library name, the function
-        names and their handler symbols (one each, in export order); the
-        spec records are checked when :meth:`specs` reads them.
+        What a load uses is checked here: the library name and the handler
+        symbols (one per function, in export order); the specs are checked
+        when :meth:`specs` reads them.
 
         Raises
         ------
@@ -154,14 +190,13 @@ class Manifest(NamedTuple):
             so = data["so"]
             if not _is_library_name(so):
                 raise ManifestError(f"bad library name {so!r}")
-            functions = tuple(data["functions"])
-            handlers = {str(k): str(v) for k, v in data["handlers"].items()}
-            if not all(isinstance(f, dict) for f in functions):
-                raise ManifestError("a function record is not a JSON object")
-            problem = handlers_problem([f["name"] for f in functions], handlers)
+            handlers = data["handlers"]
+            if not isinstance(handlers, dict):
+                raise ManifestError("handlers is not a JSON object")
+            problem = handlers_problem(list(handlers), handlers)
             if problem:
                 raise ManifestError(problem)
-            platform = str(data["platform"])
+            platform = data["platform"]
             if platform not in JAX_PLATFORMS:
                 raise ManifestError(f"unknown platform {platform!r}")
             return cls(
@@ -172,11 +207,11 @@ class Manifest(NamedTuple):
                 so=so,
                 so_size=int(data["so_size"]),
                 so_sha256=str(data["so_sha256"]),
-                so_identity=tuple(int(v) for v in data.get("so_identity") or ()),
-                functions=functions,
+                so_identity=tuple(int(v) for v in data["so_identity"]),
                 handlers=handlers,
+                specs_sha256=str(data["specs_sha256"]),
                 dependencies=tuple(tuple(d) for d in data["dependencies"]),
-                created=float(data.get("created", 0.0)),
+                created=float(data["created"]),
             )
         except ManifestError:
             raise

@@ -19,8 +19,8 @@ from ..errors import CacheError
 __all__ = ["check_private", "makedirs", "io_message", "is_private"]
 
 
-def _problem(p: Path, st: os.stat_result, uid: int, *, allow_link: bool) -> str | None:
-    if stat.S_ISLNK(st.st_mode) and not allow_link:
+def _problem(p: str, st: os.stat_result, uid: int) -> str | None:
+    if stat.S_ISLNK(st.st_mode):
         return (
             "it is a symbolic link inside the kernix cache, which kernix never creates. "
             "Delete it (or run `kernix cache clear`)."
@@ -53,18 +53,21 @@ def check_private(path: Path, root: Path, *more: Path) -> None:
         Naming the path and the ``chmod`` (or the setting) that fixes it.
     """
     uid = os.getuid()
-    chain: dict[Path, None] = {}  # ordered, each directory once
-    for current in (path, *more):
+    top = os.fspath(root)
+    inside = top.rstrip(os.sep) + os.sep
+    chain: dict[str, None] = {}  # ordered, each directory once (strings: this runs on every warm load)
+    for path_ in (path, *more):
+        current = os.fspath(path_)
         chain[current] = None
-        while current != root and root in current.parents:
-            current = current.parent
+        while current != top and current.startswith(inside):
+            current = os.path.dirname(current)
             chain[current] = None
     for p in chain:
         try:
-            st = p.stat() if p == root else p.lstat()
+            st = os.stat(p) if p == top else os.lstat(p)
         except (FileNotFoundError, NotADirectoryError):
             continue
-        why = _problem(p, st, uid, allow_link=False)
+        why = _problem(p, st, uid)
         if why is not None:
             raise CacheError(f"refusing to use {p}: {why}")
 
