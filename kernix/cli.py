@@ -43,20 +43,22 @@ def _error_line(err: Any) -> str:
     return f"{err.location()}: error: {err.message}"
 
 
-def _table(result: Any) -> str:
-    """A readable table of one file's functions."""
-    lines = [f"{result.path} ({result.language})"]
-    if not result.functions:
+def _table(result: dict[str, Any]) -> str:
+    """A readable table of one file's functions (``result``: an :meth:`InferResult.to_json` dict)."""
+    lines = [f"{result['path']} ({result['language']})"]
+    functions = result["functions"]
+    if not functions:
         lines.append("  (no functions inferred)")
         return "\n".join(lines)
-    with_shapes = any(f.signature or f.vjp_of for f in result.functions)  # the column only when used
+    with_shapes = any(f.get("signature") or f.get("vjp_of") for f in functions)  # the column only when used
     rows = []
-    for f in result.functions:
-        dtypes = ", ".join(f"{p.name}: {p.dtype} ({p.type})" for p in f.attrs) or "-"
-        name = f.name if f.qualified_name == f.name else f"{f.name} ({f.qualified_name})"
-        row = [name, str(f.line), " ".join(f.arg_spec)]
+    for f in functions:
+        attrs = [p for p in f["params"] if p["role"] == "attr"]
+        dtypes = ", ".join(f"{p['name']}: {p['dtype']} ({p['type']})" for p in attrs) or "-"
+        name = f["name"] if f["qualified_name"] == f["name"] else f"{f['name']} ({f['qualified_name']})"
+        row = [name, str(f["line"]), " ".join(f["arg_spec"])]
         if with_shapes:
-            row.append((f.signature or "-") + (f" vjp={f.vjp_of}" if f.vjp_of else ""))
+            row.append((f.get("signature") or "-") + (f" vjp={f['vjp_of']}" if f.get("vjp_of") else ""))
         rows.append((*row, dtypes))
     header = ("function", "line", "arg_spec", *(("shape signature",) if with_shapes else ()), "attribute dtypes")
     n = len(header) - 1
@@ -66,34 +68,22 @@ def _table(result: Any) -> str:
     return "\n".join(lines)
 
 
-def _json_file(result: Any) -> dict[str, Any]:
+def _json_file(result: dict[str, Any]) -> dict[str, Any]:
+    """What ``--json`` prints for one file."""
+    keys = ("name", "qualified_name", "line", "arg_spec", "signature", "vjp_of", "params")
     return {
-        "path": result.path,
-        "language": result.language,
-        "functions": [
-            {
-                "name": f.name,
-                "qualified_name": f.qualified_name,
-                "line": f.line,
-                "arg_spec": list(f.arg_spec),
-                "signature": f.signature,
-                "vjp_of": f.vjp_of,
-                "params": f.to_json()["params"],
-            }
-            for f in result.functions
-        ],
-        "errors": [
-            {
-                "file": e.file,
-                "line": e.line,
-                "column": e.column,
-                "function": e.function,
-                "parameter": e.parameter,
-                "message": e.message,
-            }
-            for e in result.errors
-        ],
+        "path": result["path"],
+        "language": result["language"],
+        "functions": [{k: f.get(k) for k in keys} for f in result["functions"]],
+        "errors": result["errors"],
     }
+
+
+def _errors(result: dict[str, Any]) -> list[Any]:
+    """The :class:`~kernix.errors.SourceError` of each error record of ``result``."""
+    from .errors import SourceError
+
+    return [SourceError(e["message"], **{k: v for k, v in e.items() if k != "message"}) for e in result["errors"]]
 
 
 def _source_files(paths: Sequence[str]) -> list[str]:
@@ -115,23 +105,36 @@ def _source_files(paths: Sequence[str]) -> list[str]:
     return out
 
 
-def _infer_one(path: str, options: dict[str, Any]) -> Any:
-    """One file's inference (in a worker process for parallel runs)."""
+def _infer_one(path: str, options: dict[str, Any]) -> dict[str, Any]:
+    """One file's inference, as JSON (in a worker process for parallel runs)."""
     from .frontend.infer import infer_file
 
-    return infer_file(path, **options)
+    return infer_file(path, **options).to_json()
 
 
-def _infer_all(files: Sequence[str], options: dict[str, Any], jobs: int) -> list[Any]:
-    """Each file's result, in order: spec-cache hits in this process, the rest
-    parsed by up to ``jobs`` processes (libclang parses one file per thread of
-    work, so more cores mean more files at once)."""
-    from .frontend.infer import cached_inference
+def _cached(path: str, options: dict[str, Any]) -> dict[str, Any] | None:
+    """One file's result from the spec cache, as JSON, or ``None``: neither
+    the parser nor the spec classes are imported for it."""
+    from .frontend.lookup import look_up
 
+    payload = look_up(path, options["language"], options["include_dirs"], options["defines"]).payload
+    try:
+        _table(payload)
+        _errors(payload)
+    except (KeyError, TypeError, AttributeError, ValueError):  # not a result this kernix wrote: parse again
+        return None
+    return payload
+
+
+def _infer_all(files: Sequence[str], options: dict[str, Any], jobs: int) -> list[dict[str, Any]]:
+    """Each file's result (:meth:`InferResult.to_json` form), in order:
+    spec-cache hits in this process, the rest parsed by up to ``jobs``
+    processes (libclang parses one file per thread of work, so more cores
+    mean more files at once)."""
     results: list[Any] = [None] * len(files)
     misses = []
     for i, path in enumerate(files):
-        found = cached_inference(path, **options) if options.get("use_cache", True) else None
+        found = _cached(path, options) if options.get("use_cache", True) else None
         if found is None:
             misses.append(i)
         results[i] = found
@@ -174,14 +177,14 @@ def _run_inspect(args: argparse.Namespace) -> int:
         return 2
     failed = False
     for result in results:
-        for err in result.errors:
+        for err in _errors(result):
             print(_error_line(err), file=sys.stderr)
-        failed = failed or bool(result.errors)
+        failed = failed or bool(result["errors"])
     elapsed = time.perf_counter() - start
     total = {
         "files": len(results),
-        "functions": sum(len(r.functions) for r in results),
-        "files_with_errors": sum(bool(r.errors) for r in results),
+        "functions": sum(len(r["functions"]) for r in results),
+        "files_with_errors": sum(bool(r["errors"]) for r in results),
         "seconds": round(elapsed, 3),
     }
     if args.json:

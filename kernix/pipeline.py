@@ -42,8 +42,6 @@ if TYPE_CHECKING:  # the miss path's modules load only on a miss
 
 __all__ = ["load", "build_config", "cache_key", "toolchain_stamp", "fingerprint", "infer_units"]
 
-#: The environment variables that steer the search for compilers, CUDA and the GPU architecture.
-TOOL_ENVIRONMENT = ("PATH", "CXX", "KERNIX_NVCC", "CUDA_HOME", "CUDA_PATH", "KERNIX_CUDA_ARCH", "KERNIX_CUDA_ARCH_LIST")
 
 
 def _arch(request: LoadRequest) -> str:
@@ -122,7 +120,7 @@ def fingerprint(request: LoadRequest) -> str:
         "python": [sys.implementation.cache_tag, sys.prefix],
         "jaxlib": jaxlib_install(),
         "request": build_only.as_dict(),
-        "environment": {v: os.environ.get(v) for v in TOOL_ENVIRONMENT},
+        "environment": {v: os.environ.get(v) for v in direct.TOOL_ENVIRONMENT},
         "arch": _arch(request) if request.platform == "cuda" else None,
     })
 
@@ -138,10 +136,14 @@ def _key_files(request: LoadRequest) -> list[str]:
     return paths + [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
 
 
+def _is_key(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64
+
+
 def _direct_hit(request: LoadRequest, fp: str) -> Manifest | None:
     """The entry the direct index gives for ``request``, if it is a hit (a
     miss is left to the full look-up, which says why)."""
-    key = direct.lookup(request.root, request.name, fp, verbose=request.verbose)
+    key = direct.lookup(request.root, request.name, fp, valid=_is_key, what=request.name, verbose=request.verbose)
     if key is None:
         return None
     found = entries.lookup(request.root, request.name, key, warn=False)
@@ -156,7 +158,7 @@ def _keyed_entry(request: LoadRequest, fp: str) -> Manifest:
     config = build_config(request)
     key = cache_key(request, config)
     manifest = _entry(request, config, key, fresh=request.force_rebuild)
-    direct.record(request.root, request.name, fp, key, files, verbose=request.verbose)
+    direct.record(request.root, request.name, fp, key, files, what=request.name, verbose=request.verbose)
     return manifest
 
 

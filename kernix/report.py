@@ -3,19 +3,19 @@
 Every cache decision (hit, or miss and why), every build and every wait for
 another process goes through :func:`note`.  It is printed to stderr as
 ``kernix: ...`` when the call asked for ``verbose=True`` or ``$KERNIX_VERBOSE``
-is set to anything but ``""``/``0``, and is always sent to the ``"kernix"``
+is set to anything but ``""``/``0``, and is sent to the ``"kernix"``
 :mod:`logging` logger (level DEBUG), so an application can collect it.
+
+:mod:`logging` is not imported for that: while no one has imported it, no
+one can be listening, and a warm start does not pay for it.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
-__all__ = ["note", "verbose_from_env", "logger"]
-
-logger = logging.getLogger("kernix")
+__all__ = ["note", "verbose_from_env"]
 
 
 def verbose_from_env() -> bool:
@@ -25,6 +25,8 @@ def verbose_from_env() -> bool:
 
 def note(message: str, *, verbose: bool = False) -> None:
     """Report ``message`` (see the module docstring for where it goes)."""
-    logger.debug(message)
+    logging = sys.modules.get("logging")
+    if logging is not None:
+        logging.getLogger("kernix").debug(message)
     if verbose or verbose_from_env():
         print(f"kernix: {message}", file=sys.stderr, flush=True)

@@ -206,3 +206,73 @@ def test_the_index_never_loads_a_library_of_another_source(tmp_path: Path) -> No
     b = kernix.load_cpp_inline(name, text.replace("+ 1.0f", "+ 5.0f"), build_directory=tmp_path, auto_register=False)
     again = kernix.load_cpp_inline(name, text, build_directory=tmp_path, auto_register=False)
     assert a.digest != b.digest and again.digest == a.digest
+
+
+def test_notes_reach_the_kernix_logger(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    name = unique_name("logged")
+    with caplog.at_level("DEBUG", logger="kernix"):
+        _load(tmp_path, name)
+    messages = [r.getMessage() for r in caplog.records if r.name == "kernix"]
+    assert f"{name}: direct miss: no record" in messages
+    assert any(m.startswith(f"{name}: cache no entry") for m in messages)
+
+
+# ----------------------------------------------------------- inference set-up
+
+
+def _setup_notes(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("inference set-up")]
+
+
+def test_inference_setup_is_remembered_and_follows_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The parse set-up (compiler views, flags) is remembered per options; a
+    file appearing in a PATH directory (a compiler installed later) is a miss."""
+    from kernix.frontend.infer import infer_file
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    cache = tmp_path / "cache"
+    with caplog.at_level("DEBUG", logger="kernix"):
+        first = infer_file(SOURCE, cache_dir=cache)
+        miss, recorded = _setup_notes(caplog)
+        assert miss == "inference set-up: direct miss: no record"
+        assert recorded.startswith("inference set-up: direct record")
+        caplog.clear()
+        assert infer_file(SOURCE, cache_dir=cache) == first
+        assert _setup_notes(caplog) == []  # a hit says nothing
+        infer_file(SOURCE, cache_dir=cache, defines=["EXTRA=1"])
+        assert "inference set-up: direct miss: no record" in _setup_notes(caplog)  # other options
+        caplog.clear()
+        (bindir / "g++").write_text("#!/bin/sh\nexit 1\n")
+        toolchain.forget()
+        try:
+            infer_file(SOURCE, cache_dir=cache, use_cache=True)
+        finally:
+            toolchain.forget()
+        assert f"inference set-up: direct miss: {bindir} changed" in _setup_notes(caplog)
+    assert len(list((cache / "direct" / ".parse").glob("*.json"))) == 2
+
+
+def test_a_warm_inspect_imports_no_parser(tmp_path: Path) -> None:
+    """`kernix inspect` of a cached file prints the same as the parse did,
+    without libclang, the compiler views, the toolchain search or the spec classes."""
+    heavy = ("clang.cindex", "kernix.frontend.clangparse", "kernix.frontend.compiler_view",
+             "kernix.backend.toolchain", "kernix.spec", "kernix.frontend.infer", "dataclasses", "logging")
+    code = (
+        "import sys, json, io, contextlib\n"
+        "from kernix.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        f"    status = main(['inspect', {str(SOURCE)!r}])\n"
+        f"print(json.dumps([status, out.getvalue(), sorted(n for n in {heavy!r} if n in sys.modules)]))\n"
+    )
+    env = {**os.environ, "KERNIX_CACHE_DIR": str(tmp_path)}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                      check=True).stdout) for _ in range(2)]
+    (cold_status, cold_out, cold_mods), (warm_status, warm_out, warm_mods) = runs
+    assert cold_status == warm_status == 0 and warm_out == cold_out and "add_one" in warm_out
+    assert "kernix.frontend.clangparse" in cold_mods  # the first run parsed
+    assert warm_mods == []

@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from .._version import __version__
-from ..errors import ArgSpecError, InferenceError, KernixError, SourceError
-from ..paths import cache_root
+from ..errors import ArgSpecError, InferenceError, SourceError
 from ..languages import LANGUAGES_BY_EXTENSION, language_of
 from ..spec import FunctionSpec, check_spec_matches, normalize_functions
 from . import speccache
-from .clangparse import ParseOptions, clang_fingerprint, parse_flags, prelude_text
+from .clangparse import ParseOptions
+from .lookup import look_up
 
 if TYPE_CHECKING:
     from .binding import Target
@@ -176,43 +174,20 @@ def _lookup(
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[InferResult | None, Callable[[], InferResult]]:
     """The cached result (or ``None``) and a function that parses and caches."""
-    path = os.path.abspath(os.fspath(path))
-    if language is None:
-        language = language_of(path)
-    elif language not in ("cuda", "cpp"):
-        raise KernixError(f"language must be 'cuda' or 'cpp', not {language!r}")
     wanted = normalize_functions(functions, parse=False)  # bad specs are reported per function
-    try:
-        with open(path, "rb") as f:
-            source = f.read()
-    except OSError as exc:
-        raise KernixError(f"cannot read {path}: {exc.strerror or exc}") from None
-    options = ParseOptions(
-        language=language,
-        include_dirs=tuple(os.path.abspath(d) for d in include_dirs),
-        defines=tuple(str(d) for d in defines),
-        flags=tuple(str(f) for f in flags),
-    )
-    root = Path(cache_dir).expanduser().absolute() if cache_dir is not None else cache_root()
-    key = None
-    if use_cache:
-        key = speccache.make_key(
-            [__version__, clang_fingerprint(), path, language, parse_flags(options),
-             prelude_text(options),
-             None if wanted is None else [[k, None if v is None else list(v)] for k, v in sorted(wanted.items())]],
-            source,
-        )
+    wanted_key = None if wanted is None else [[k, None if v is None else list(v)] for k, v in sorted(wanted.items())]
+    found = look_up(path, language, include_dirs, defines, flags, wanted_key, use_cache, cache_dir)
 
     def parse_now() -> InferResult:
-        result, clean = infer_source(path, source, options, wanted)
-        if key is not None and clean:
-            speccache.store(root, key, result.to_json(), result.dependencies)
+        options = ParseOptions(found.language, found.include_dirs, found.defines, found.flags)
+        result, clean = infer_source(found.path, found.source, options, wanted)
+        if found.key is not None and clean:
+            speccache.store(found.root, found.key, result.to_json(), result.dependencies)
         return result
 
-    hit = speccache.load(root, key) if key is not None else None
-    if hit is not None:
+    if found.payload is not None:
         try:
-            return InferResult.from_json(hit), parse_now
+            return InferResult.from_json(found.payload), parse_now
         except (ValueError, KeyError, TypeError):  # not a valid result (damaged or tampered): a miss
             pass
     return None, parse_now

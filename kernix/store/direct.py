@@ -1,22 +1,30 @@
-"""The direct index: a warm load's way from a request to its entry key
-without asking the toolchain.
+"""The direct index: answers that need the toolchain to compute, remembered
+under a fingerprint with the identity of every file they were computed from.
 
 An entry's key covers the compilers' identities, the compile flags and the
 GPU architecture, so computing it means finding the compilers and the
-jaxlib and CUDA headers.  As in ccache's direct mode, the key computed for a
-request is remembered under the request's *fingerprint* (its options and the
-environment that steers the tool search), together with the identity of
-every file the key was computed from: the sources, the compilers, and the
-directories searched for them (a compiler installed there later would be
-found first).  While all of them are unchanged the remembered key is the key
-the full computation would give, and the look-up goes straight to the entry,
-whose manifest is then checked as always.
+jaxlib and CUDA headers; so does the command line of an inference parse.  As
+in ccache's direct mode, such an answer is remembered under the *fingerprint*
+of its question (the request's options and the environment that steers the
+tool search), together with the identity of every file it was computed
+from: the sources, the compilers, and the directories searched for them (a
+compiler installed there later would be found first).  While all of them are
+unchanged the remembered answer is the one the full computation would give.
 
-Format 1 (``direct/<module name>/<fingerprint[:32]>.json``, one JSON object)::
+Two kinds of records, one format:
+
+* ``direct/<module name>/<fingerprint[:32]>.json``: a load request's entry
+  key (the entry's manifest is then checked as always);
+* ``direct/.parse/<fingerprint[:32]>.json``: an inference parse's set-up
+  (libclang's identity, its command line, the CUDA prelude), from which the
+  spec-cache key is computed with the source bytes (see
+  :mod:`kernix.frontend.setup`).  Module names never start with ``.``.
+
+Format 1 (one JSON object)::
 
     format       1
-    fingerprint  the request fingerprint (SHA-256 hex)
-    key          the entry key computed for it
+    fingerprint  the fingerprint (SHA-256 hex)
+    key          the remembered answer (a JSON value; named for the first kind)
     files        [[path, inode, size, mtime_ns, ctime_ns], ...]; a missing
                  file is recorded with inode -1
 
@@ -30,16 +38,19 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from .. import report
 from ..errors import CacheError
 from .files import atomic_write
 from .trust import is_private, makedirs
 
-__all__ = ["DIRECT_FORMAT", "identities", "lookup", "record"]
+__all__ = ["DIRECT_FORMAT", "TOOL_ENVIRONMENT", "identities", "lookup", "record", "records"]
 
 DIRECT_FORMAT = 1
+
+#: The environment variables that steer the search for compilers, CUDA and the GPU architecture.
+TOOL_ENVIRONMENT = ("PATH", "CXX", "KERNIX_NVCC", "CUDA_HOME", "CUDA_PATH", "KERNIX_CUDA_ARCH", "KERNIX_CUDA_ARCH_LIST")
 
 def _identity(path: str) -> list[Any]:
     """``[path, inode, size, mtime_ns, ctime_ns]`` (inode -1: missing)."""
@@ -55,21 +66,25 @@ def identities(paths: Iterable[str]) -> list[list[Any]]:
     return [_identity(p) for p in paths]
 
 
-def _record_path(root: Path, name: str, fingerprint: str) -> Path:
-    return root / "direct" / name / f"{fingerprint[:32]}.json"
+def records(root: Path, space: str) -> Path:
+    """The directory of one kind of record: a module name, or ``".parse"``."""
+    return root / "direct" / space
 
 
-def lookup(root: Path, name: str, fingerprint: str, *, verbose: bool = False) -> str | None:
-    """The entry key remembered for ``fingerprint``, or ``None`` (no record, a
-    changed file, or a record that is not usable); the outcome is logged."""
-    key, why = _read(root, _record_path(root, name, fingerprint), fingerprint)
-    if key is None:
-        report.note(f"{name}: direct miss: {why}", verbose=verbose)
-    return key
+def lookup(
+    root: Path, space: str, fingerprint: str, *, valid: Callable[[Any], bool], what: str, verbose: bool = False
+) -> Any:
+    """The answer remembered for ``fingerprint`` in ``space`` if ``valid``
+    accepts it, else ``None`` (no record, a changed file, or a record that is
+    not usable); a miss is logged as ``"<what>: direct miss: <why>"``."""
+    value, why = _read(root, records(root, space) / f"{fingerprint[:32]}.json", fingerprint, valid)
+    if value is None:
+        report.note(f"{what}: direct miss: {why}", verbose=verbose)
+    return value
 
 
-def _read(root: Path, path: Path, fingerprint: str) -> tuple[str | None, str]:
-    """``(key, "hit")`` when the record at ``path`` holds, else ``(None, why not)``."""
+def _read(root: Path, path: Path, fingerprint: str, valid: Callable[[Any], bool]) -> tuple[Any, str]:
+    """``(answer, "hit")`` when the record at ``path`` holds, else ``(None, why not)``."""
     try:
         data = json.loads(path.read_bytes())
     except FileNotFoundError:
@@ -81,25 +96,27 @@ def _read(root: Path, path: Path, fingerprint: str) -> tuple[str | None, str]:
     try:
         if data["format"] != DIRECT_FORMAT or data["fingerprint"] != fingerprint:
             return None, "a record of another format or request"
-        key = data["key"]
-        if not (isinstance(key, str) and len(key) == 64):
-            return None, "a record without a key"
+        value = data["key"]
+        if not valid(value):
+            return None, "a record without a usable answer"
         for recorded in data["files"]:
             if _identity(recorded[0]) != recorded:
                 return None, f"{recorded[0]} changed"
     except (KeyError, TypeError, IndexError):
         return None, "a damaged record"
-    return key, "hit"
+    return value, "hit"
 
 
 def record(
-    root: Path, name: str, fingerprint: str, key: str, files: Sequence[list[Any]], *, verbose: bool = False
+    root: Path, space: str, fingerprint: str, value: Any, files: Sequence[list[Any]], *, what: str,
+    verbose: bool = False,
 ) -> None:
-    """Remember ``key`` for ``fingerprint``; ``files`` are :func:`identities` taken
-    before the key was computed.  Failing to remember is not an error."""
-    path = _record_path(root, name, fingerprint)
-    data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": key, "files": list(files)}
+    """Remember ``value`` for ``fingerprint`` in ``space``; ``files`` are
+    :func:`identities` taken before the value was computed.  Failing to
+    remember is not an error."""
+    path = records(root, space) / f"{fingerprint[:32]}.json"
+    data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": list(files)}
     with contextlib.suppress(OSError, CacheError):
         makedirs(path.parent)
         atomic_write(path, json.dumps(data, separators=(",", ":")).encode(), durable=False)
-        report.note(f"{name}: direct record {fingerprint[:16]} -> {key[:16]}", verbose=verbose)
+        report.note(f"{what}: direct record {fingerprint[:16]}", verbose=verbose)

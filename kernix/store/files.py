@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -70,6 +69,8 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
     Readers see the old file or the whole new one, never a part.  With
     ``durable`` the data is flushed to disk before the rename.
     """
+    import tempfile  # (only writers need it)
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
