@@ -20,8 +20,6 @@ inference), :mod:`kernix.backend` (code generation and the build),
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ._version import __version__
 from .errors import (
     ArgSpecError,
@@ -91,6 +89,7 @@ def register_ffi_target(module: "CompiledModule", target_prefix: str | None = No
     return module.register(target_prefix)
 
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
     from .runtime.module import CompiledModule
 

@@ -22,10 +22,44 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from typing import Any, Sequence
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, Sequence
 
 __all__ = ["main", "build_parser", "add_inspect_parser", "add_stubs_parser", "add_cache_parser", "add_build_parser"]
+
+
+def _columns() -> int:
+    """The terminal width as :func:`shutil.get_terminal_size` gives it
+    (``$COLUMNS``, else the terminal's, else 80), without importing shutil."""
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help layout; the width is found without shutil (and its
+    compression modules), which argparse would import to build every parser."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser (and its subcommands' parsers) using :class:`_Formatter`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
 
 def _add_source_options(p: argparse.ArgumentParser, verb: str) -> None:
@@ -89,8 +123,6 @@ def _errors(result: dict[str, Any]) -> list[Any]:
 def _source_files(paths: Sequence[str]) -> list[str]:
     """``paths`` with each directory replaced by the translation units under it
     (``.cu``, ``.cc``, ``.cpp``, ``.cxx``, sorted; headers are not parsed alone)."""
-    import os
-
     from .languages import LANGUAGES_BY_EXTENSION
 
     units = {e for e in LANGUAGES_BY_EXTENSION if e not in (".h", ".hpp", ".cuh", ".c")}
@@ -153,7 +185,6 @@ def _infer_all(files: Sequence[str], options: dict[str, Any], jobs: int) -> list
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
-    import os
     import time
 
     from .errors import KernixError
@@ -368,7 +399,7 @@ def add_build_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand."""
-    parser = argparse.ArgumentParser(prog="kernix", description="Call annotated C++ and CUDA functions from JAX.")
+    parser = _Parser(prog="kernix", description="Call annotated C++ and CUDA functions from JAX.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     add_inspect_parser(sub)

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import os
-from typing import Literal
-
 from .errors import KernixError
 
 __all__ = ["Platform", "Language", "LANGUAGES_BY_EXTENSION", "language_of", "platform_of", "JAX_PLATFORMS"]
 
-#: Where a module's handlers run: ``"cuda"`` (user code built by nvcc) or ``"cpu"``.
-Platform = Literal["cuda", "cpu"]
-#: How a source file is parsed and compiled.
-Language = Literal["cuda", "cpp"]
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Literal
+
+    #: Where a module's handlers run: ``"cuda"`` (user code built by nvcc) or ``"cpu"``.
+    Platform = Literal["cuda", "cpu"]
+    #: How a source file is parsed and compiled.
+    Language = Literal["cuda", "cpp"]
+else:  # the same strings at run time
+    Platform = Language = str
 
 #: File extension -> language.
 LANGUAGES_BY_EXTENSION: dict[str, Language] = {

@@ -139,3 +139,10 @@ def test_inspect_a_directory_in_parallel_reports_totals(tmp_path: Path, capsys: 
 def test_inspect_a_directory_without_sources_is_a_usage_error(tmp_path: Path, capsys) -> None:
     assert main(["inspect", str(tmp_path)]) == 2
     assert "no C++ or CUDA source files" in capsys.readouterr().err
+
+
+def test_help_is_wrapped_to_columns(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("COLUMNS", "50")
+    assert main(["inspect", "--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) > 10 and max(map(len, lines)) <= 50

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence
 
 from ..errors import KernixError
 from ..languages import language_of
 from ..paths import cache_root
 from . import speccache
 from .setup import parse_setup
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, Sequence
 
 __all__ = ["SpecLookup", "look_up"]
 

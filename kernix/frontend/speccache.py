@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable
 
 from ..errors import CacheError
 from ..store.files import atomic_write, content_key, fingerprints, fingerprints_current
 from ..store.trust import is_private, makedirs
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 __all__ = ["make_key", "load", "store", "entry_path"]
 

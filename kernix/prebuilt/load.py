@@ -9,7 +9,6 @@ are all a load does.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ..runtime import registry
 from ..errors import PrebuiltError

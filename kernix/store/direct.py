@@ -38,12 +38,15 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
 
 from .. import report
 from ..errors import CacheError
 from .files import atomic_write
 from .trust import is_private, makedirs
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, Sequence
 
 __all__ = ["DIRECT_FORMAT", "TOOL_ENVIRONMENT", "identities", "lookup", "record", "records"]
 

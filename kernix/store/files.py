@@ -13,7 +13,10 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, Sequence
 
 __all__ = ["content_key", "file_digest", "fingerprints", "fingerprints_current", "atomic_write", "remembered"]
 
