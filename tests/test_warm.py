@@ -276,3 +276,14 @@ def test_a_warm_inspect_imports_no_parser(tmp_path: Path) -> None:
     assert cold_status == warm_status == 0 and warm_out == cold_out and "add_one" in warm_out
     assert "kernix.frontend.clangparse" in cold_mods  # the first run parsed
     assert warm_mods == []
+
+
+def test_the_spec_key_covers_the_kernix_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another kernix may infer differently: its results are not reused, even
+    with the same remembered parse set-up."""
+    from kernix.frontend import lookup
+
+    key = lookup.look_up(SOURCE, cache_dir=tmp_path).key
+    assert lookup.look_up(SOURCE, cache_dir=tmp_path).key == key
+    monkeypatch.setattr(lookup, "__version__", "0.0.0-other")
+    assert lookup.look_up(SOURCE, cache_dir=tmp_path).key != key

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .._version import __version__
 from ..errors import KernixError
 from ..languages import language_of
 from ..paths import cache_root
@@ -90,7 +91,7 @@ def look_up(
     key = payload = None
     if use_cache:
         setup = parse_setup(language, include_dirs, defines, flags, root)
-        key = speccache.make_key([*setup, path, language, wanted], source)
+        key = speccache.make_key([__version__, *setup, path, language, wanted], source)
         payload = speccache.load(root, key)
     return SpecLookup(
         path=path, language=language, source=source, include_dirs=include_dirs, defines=defines, flags=flags,
