@@ -19,7 +19,11 @@ module from source, which times the interpreter's compiler, not kernix.
 
 Usage::
 
-    python bench/bench_warm.py [--functions 40] [--repeat 21] [--compare /path/to/other/checkout]
+    python bench/bench_warm.py [--functions 40] [--repeat 21] [--compare /path/to/other/checkout] [--phases]
+
+``--phases`` also times each step of the warm load (imports, request, inline
+source, fingerprint, direct + entry look-up, dlopen, registration) in fresh
+processes.
 """
 
 from __future__ import annotations
@@ -66,11 +70,48 @@ def run(root: str, name: str, src: str, cache: str) -> tuple[float, float]:
     return total, after_jax
 
 
+# --phases: the warm load's steps, timed one by one in a fresh process (kernix's
+# own modules, not the public API: what a load call does, in order).
+PHASES = """
+import sys, time, json
+import jax, jax.numpy
+T = time.perf_counter
+t = [T()]
+sys.path.insert(0, {root!r})
+from kernix import loaders, pipeline
+from kernix.request import make_request
+from kernix.runtime import registry
+from kernix.runtime.module import CompiledModule
+from kernix.store import sources
+t.append(T())
+req = make_request({name!r}, [], "cpp", None, {{**loaders._CPP_OPTIONS, "build_directory": {cache!r}}}); t.append(T())
+req = req.replace(sources=(sources.write_source(req.root, {name!r}, {src!r}, "cpp"),)); t.append(T())
+fp = pipeline.fingerprint(req); t.append(T())
+m = pipeline._direct_hit(req, fp); t.append(T())
+registry.load_library(m.so_path); t.append(T())
+CompiledModule({name!r}, m.so_path, m.platform, m.specs, m.handlers, m.so_sha256).register(); t.append(T())
+print(json.dumps([b - a for a, b in zip(t, t[1:])]))
+"""
+PHASE_NAMES = ("imports", "request", "inline source", "fingerprint", "direct + entry look-up", "dlopen",
+               "module + register")
+
+
+def phases(root: str, name: str, src: str, cache: str, repeat: int) -> None:
+    """Print the median time of each step of a warm load (fresh processes)."""
+    code = PHASES.format(root=root, name=name, src=src, cache=cache)
+    rows = [json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                                      env=CHILD_ENV).stdout.strip().splitlines()[-1]) for _ in range(repeat)]
+    print(f"\nwarm load step by step (median of {repeat} fresh processes, after import jax):")
+    for i, label in enumerate(PHASE_NAMES):
+        print(f"  {label:26}{statistics.median(r[i] for r in rows) * 1e3:8.2f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--functions", type=int, default=40)
     ap.add_argument("--repeat", type=int, default=21)
     ap.add_argument("--compare", default=None, help="another kernix checkout to time the same way")
+    ap.add_argument("--phases", action="store_true", help="also time each step of the warm load")
     args = ap.parse_args()
     src = cpp_source(args.functions)
     roots = {"kernix": str(HERE.parent)}
@@ -97,6 +138,8 @@ def main() -> None:
         total = statistics.median(t for t, _ in rows)
         after = statistics.median(a for _, a in rows)
         print(f"{label:28}{total * 1e3:13.1f} ms{after * 1e3:17.2f} ms{(total - base) * 1e3:15.2f} ms")
+    if args.phases:
+        phases(roots["kernix"], f"warm_{args.functions}", src, caches["kernix"], args.repeat)
 
 
 if __name__ == "__main__":

@@ -117,7 +117,7 @@ def _errors(result: dict[str, Any]) -> list[Any]:
     """The :class:`~kernix.errors.SourceError` of each error record of ``result``."""
     from .errors import SourceError
 
-    return [SourceError(e["message"], **{k: v for k, v in e.items() if k != "message"}) for e in result["errors"]]
+    return [SourceError.from_json(e) for e in result["errors"]]
 
 
 def _source_files(paths: Sequence[str]) -> list[str]:

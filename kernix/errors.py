@@ -104,6 +104,18 @@ class SourceError(KernixError):
         """Return ``FILE:LINE:COL: message`` (the place parts that are known)."""
         return f"{self.location()}: {self.message}"
 
+    _FIELDS = ("message", "file", "line", "column", "function", "parameter")
+
+    def to_json(self) -> dict[str, object]:
+        """The error as a JSON object (``message``, ``file``, ``line``, ``column``,
+        ``function``, ``parameter``), as the spec cache and ``kernix inspect --json`` hold it."""
+        return {k: getattr(self, k) for k in self._FIELDS}
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> SourceError:
+        """The error of a :meth:`to_json` record."""
+        return cls(data["message"], **{k: data[k] for k in cls._FIELDS[1:] if k in data})  # type: ignore[arg-type]
+
 
 class InferenceError(SourceError):
     """An annotated signature could not be turned into an arg_spec.

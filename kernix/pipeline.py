@@ -111,15 +111,17 @@ def fingerprint(request: LoadRequest) -> str:
     """What decides ``request``'s entry key besides the content of files: its
     build options, the environment the tool search reads, the kernix and jaxlib
     installed (versions and places), and for CUDA the GPU architecture."""
-    build_only = request.replace(
-        root=None, verbose=False, force_rebuild=False, auto_register=False, target_prefix=None, ninja_workers=None
-    )
+    build_only = {
+        **request.as_dict(),
+        "root": None, "verbose": False, "force_rebuild": False, "auto_register": False, "target_prefix": None,
+        "ninja_workers": None,
+    }
     return content_key({
         "direct": direct.DIRECT_FORMAT,
         "kernix": [__version__, __file__],
         "python": [sys.implementation.cache_tag, sys.prefix],
         "jaxlib": jaxlib_install(),
-        "request": build_only.as_dict(),
+        "request": build_only,
         "environment": {v: os.environ.get(v) for v in direct.TOOL_ENVIRONMENT},
         "arch": _arch(request) if request.platform == "cuda" else None,
     })

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..errors import ArgSpecError, InferenceError, SourceError
 from ..languages import LANGUAGES_BY_EXTENSION, language_of
@@ -35,7 +35,7 @@ from .lookup import look_up
 if TYPE_CHECKING:
     from .binding import Target
 
-__all__ = ["InferResult", "infer_file", "cached_inference", "language_of", "LANGUAGES_BY_EXTENSION"]
+__all__ = ["InferResult", "infer_file", "language_of", "LANGUAGES_BY_EXTENSION"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class InferResult:
             "path": self.path,
             "language": self.language,
             "functions": [f.to_json() for f in self.functions],
-            "errors": [_error_to_json(e) for e in self.errors],
+            "errors": [e.to_json() for e in self.errors],
             "dependencies": list(self.dependencies),
         }
 
@@ -85,20 +85,9 @@ class InferResult:
             path=data["path"],
             language=data["language"],
             functions=tuple(FunctionSpec.from_json(f) for f in data["functions"]),
-            errors=tuple(SourceError(e["message"], **{k: e[k] for k in e if k != "message"}) for e in data["errors"]),
+            errors=tuple(SourceError.from_json(e) for e in data["errors"]),
             dependencies=tuple(data["dependencies"]),
         )
-
-
-def _error_to_json(e: SourceError) -> dict[str, Any]:
-    return {
-        "message": e.message,
-        "file": e.file,
-        "line": e.line,
-        "column": e.column,
-        "function": e.function,
-        "parameter": e.parameter,
-    }
 
 
 def infer_file(
@@ -113,9 +102,6 @@ def infer_file(
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> InferResult:
     """Infer the specs of the functions a C++/CUDA file exports.
-
-    :func:`cached_inference` takes the same arguments and only looks in the
-    spec cache.
 
     Parameters
     ----------
@@ -151,46 +137,19 @@ def infer_file(
         When the file cannot be read or the arguments are malformed (problems
         *in* the file are reported in the result instead).
     """
-    found, parse = _lookup(path, language, include_dirs, defines, flags, functions, use_cache, cache_dir)
-    return found if found is not None else parse()
-
-
-def cached_inference(path: str | os.PathLike[str], **options: Any) -> InferResult | None:
-    """What :func:`infer_file` would return from the spec cache, or ``None``
-    on a miss (nothing is parsed, libclang is not imported)."""
-    options.pop("use_cache", None)
-    found, _ = _lookup(path, **options)
-    return found
-
-
-def _lookup(
-    path: str | os.PathLike[str],
-    language: str | None = None,
-    include_dirs: Sequence[str] = (),
-    defines: Sequence[str] = (),
-    flags: Sequence[str] = (),
-    functions: Any = None,
-    use_cache: bool = True,
-    cache_dir: str | os.PathLike[str] | None = None,
-) -> tuple[InferResult | None, Callable[[], InferResult]]:
-    """The cached result (or ``None``) and a function that parses and caches."""
     wanted = normalize_functions(functions, parse=False)  # bad specs are reported per function
     wanted_key = None if wanted is None else [[k, None if v is None else list(v)] for k, v in sorted(wanted.items())]
     found = look_up(path, language, include_dirs, defines, flags, wanted_key, use_cache, cache_dir)
-
-    def parse_now() -> InferResult:
-        options = ParseOptions(found.language, found.include_dirs, found.defines, found.flags)
-        result, clean = infer_source(found.path, found.source, options, wanted)
-        if found.key is not None and clean:
-            speccache.store(found.root, found.key, result.to_json(), result.dependencies)
-        return result
-
     if found.payload is not None:
         try:
-            return InferResult.from_json(found.payload), parse_now
+            return InferResult.from_json(found.payload)
         except (ValueError, KeyError, TypeError):  # not a valid result (damaged or tampered): a miss
             pass
-    return None, parse_now
+    options = ParseOptions(found.language, found.include_dirs, found.defines, found.flags)
+    result, clean = infer_source(found.path, found.source, options, wanted)
+    if found.key is not None and clean:
+        speccache.store(found.root, found.key, result.to_json(), result.dependencies)
+    return result
 
 
 def infer_source(

@@ -60,13 +60,13 @@ def parse_setup(
     from . import clangparse
 
     options = clangparse.ParseOptions(language, include_dirs, defines, flags)
-    files = direct.identities(_setup_files(options))  # before the answer they vouch for
+    files = direct.identities(_setup_files())  # before the answer they vouch for
     setup = [clangparse.clang_fingerprint(), clangparse.parse_flags(options), clangparse.prelude_text(options)]
     direct.record(root, _SPACE, fingerprint, setup, files, what="inference set-up")
     return setup
 
 
-def _setup_files(options: Any) -> list[str]:
+def _setup_files() -> list[str]:
     """The files the set-up is worked out from: the compilers, libclang,
     jaxlib's FFI header, and the directories searched for compilers."""
     from ..backend import toolchain
