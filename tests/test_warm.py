@@ -179,6 +179,19 @@ def test_specs_file_problems_are_named(tmp_path: Path, edit, why: str) -> None:
         mod.add_one
 
 
+@pytest.mark.parametrize("warm", [False, True])
+def test_specs_survive_a_cache_clear_while_in_use(tmp_path: Path, warm: bool) -> None:
+    """A module built or found, then cleared from the cache before its first
+    call (another process ran `kernix cache clear`), still has its specs."""
+    name = unique_name("cleared_in_use")
+    mod = _load(tmp_path, name)
+    if warm:
+        mod = _load(tmp_path, name)
+    assert kernix.clear_cache(name, root=tmp_path) == 1
+    assert not list((tmp_path / "modules" / name).glob("*/functions.json"))
+    assert [p.name for p in mod.functions["add_one"].params] == ["x", "out"]
+
+
 def test_a_warm_load_imports_only_what_it_needs(tmp_path: Path) -> None:
     """No toolchain search, flags, spec grammar, inference or libclang on the warm path."""
     name = unique_name("warm_imports")

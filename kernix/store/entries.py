@@ -112,6 +112,7 @@ def _lookup(root: Path, name: str, key: str) -> Lookup:
             return _damaged("library content does not match its recorded SHA-256")
     except OSError as exc:
         return _damaged(f"library missing: {exc.strerror or exc}")
+    manifest.keep_specs()  # the entry may be cleared while the module is in use
     return Lookup(manifest, "hit")
 
 
@@ -158,6 +159,7 @@ def publish(
             created=time.time(),
         )
         manifest.write()
+        manifest.keep_specs()
         for old in entry.glob("module-*.so"):  # superseded libraries of this entry
             if old.name != so_name:
                 with contextlib.suppress(OSError):

@@ -23,7 +23,8 @@ after compiling, so they are recorded here and re-checked at every look-up.
 
 Reading a manifest checks what a load uses (library name, function names,
 handler symbols); the specs are read, matched against ``specs_sha256`` and
-the handlers, and validated only when :meth:`Manifest.specs` is asked: a
+the handlers, and validated only when :meth:`Manifest.specs` is asked (a hit keeps the
+file's bytes, see :meth:`Manifest.keep_specs`): a
 warm load that calls one function of forty neither parses forty specs nor
 imports :mod:`kernix.spec` to register them.
 """
@@ -79,7 +80,7 @@ class Manifest:
     """
 
     __slots__ = ("directory", "key", "name", "platform", "so", "so_size", "so_sha256", "so_identity",
-                 "handlers", "specs_sha256", "dependencies", "created")
+                 "handlers", "specs_sha256", "dependencies", "created", "_specs_raw")
 
     def __init__(
         self,
@@ -109,6 +110,7 @@ class Manifest:
         self.specs_sha256 = specs_sha256
         self.dependencies = dependencies
         self.created = created
+        self._specs_raw: bytes | None = None  # functions.json, once kept (see keep_specs)
 
     @property
     def so_path(self) -> Path:
@@ -119,6 +121,16 @@ class Manifest:
     def specs_bytes(specs: "Sequence[FunctionSpec]") -> bytes:
         """What ``functions.json`` holds for ``specs``."""
         return json.dumps([f.to_json() for f in specs], separators=(",", ":")).encode()
+
+    def keep_specs(self) -> None:
+        """Read ``functions.json`` into memory now (unchecked), so that :meth:`specs`
+        still works after the entry is removed (``kernix cache clear`` while the
+        module is in use); a file that cannot be read is left for :meth:`specs`
+        to report."""
+        try:
+            self._specs_raw = (self.directory / SPECS_FILE).read_bytes()
+        except OSError:
+            pass
 
     def specs(self) -> "tuple[FunctionSpec, ...]":
         """The functions' specs, read from ``functions.json`` and validated
@@ -132,10 +144,12 @@ class Manifest:
         """
         from ..spec import FunctionSpec
 
-        try:
-            raw = (self.directory / SPECS_FILE).read_bytes()
-        except OSError as exc:
-            raise ManifestError(f"cannot read {SPECS_FILE}: {exc.strerror or exc}") from None
+        raw = self._specs_raw
+        if raw is None:
+            try:
+                raw = (self.directory / SPECS_FILE).read_bytes()
+            except OSError as exc:
+                raise ManifestError(f"cannot read {SPECS_FILE}: {exc.strerror or exc}") from None
         if hashlib.sha256(raw).hexdigest() != self.specs_sha256:
             raise ManifestError(f"{SPECS_FILE} does not have its recorded SHA-256")
         try:
