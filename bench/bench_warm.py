@@ -82,10 +82,10 @@ from kernix import loaders, pipeline
 from kernix.request import make_request
 from kernix.runtime import registry
 from kernix.runtime.module import CompiledModule
-from kernix.store import sources
+from kernix.store import files
 t.append(T())
 req = make_request({name!r}, [], "cpp", None, {{**loaders._CPP_OPTIONS, "build_directory": {cache!r}}}); t.append(T())
-req = req.replace(sources=(sources.write_source(req.root, {name!r}, {src!r}, "cpp"),)); t.append(T())
+req = req.replace(sources=(files.write_source(req.root, {name!r}, {src!r}, "cpp"),)); t.append(T())
 fp = pipeline.fingerprint(req); t.append(T())
 m = pipeline._direct_hit(req, fp); t.append(T())
 registry.load_library(m.so_path); t.append(T())

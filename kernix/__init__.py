@@ -20,22 +20,9 @@ inference), :mod:`kernix.backend` (code generation and the build),
 
 from __future__ import annotations
 
-from ._version import __version__
-from .errors import (
-    ArgSpecError,
-    CacheError,
-    CallError,
-    CompilationError,
-    InferenceError,
-    InvalidNameError,
-    KernixError,
-    OptionError,
-    PrebuiltError,
-    RegistrationError,
-    SourceError,
-    SourceNotFoundError,
-    ToolchainError,
-)
+#: The kernix version (one place: the cache keys import it from here, and the
+#: packaging reads it without importing kernix).
+__version__ = "0.2.0"
 
 __all__ = [
     "__version__",
@@ -94,8 +81,17 @@ if TYPE_CHECKING:
     from .runtime.module import CompiledModule
 
 # Public names whose modules load on first use, so that `import kernix` plus a
-# warm load imports only what a warm load runs.
+# warm load imports only what a warm load runs (not even the error classes:
+# they are imported where an error is raised).
 _LAZY = {
+    **dict.fromkeys(
+        (
+            "ArgSpecError", "CacheError", "CallError", "CompilationError", "InferenceError", "InvalidNameError",
+            "KernixError", "OptionError", "PrebuiltError", "RegistrationError", "SourceError",
+            "SourceNotFoundError", "ToolchainError",
+        ),
+        "kernix.errors",
+    ),
     **dict.fromkeys(
         ("load_cuda_inline", "load_cuda_file", "load_cuda_dir", "load_cpp_inline", "load_cpp_file", "load_cpp_dir"),
         "kernix.loaders",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from .errors import KernixError
 
 __all__ = ["Platform", "Language", "LANGUAGES_BY_EXTENSION", "language_of", "platform_of", "JAX_PLATFORMS"]
 
@@ -46,6 +45,8 @@ def language_of(path: str) -> Language:
     try:
         return LANGUAGES_BY_EXTENSION[ext]
     except KeyError:
+        from .errors import KernixError
+
         raise KernixError(
             f"cannot tell the language of {path!r} from its extension {ext!r}: expected one of "
             f"{', '.join(LANGUAGES_BY_EXTENSION)}; pass language='cuda' or language='cpp'"

@@ -15,7 +15,6 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import KernixError, OptionError, SourceNotFoundError
 from .languages import LANGUAGES_BY_EXTENSION, Language
 from .names import check_module_name
 from .request import make_request
@@ -205,6 +204,8 @@ def _load(sources: list[Path], name: str, language: Language, functions: Any, op
     defaults = _CUDA_OPTIONS if language == "cuda" else _CPP_OPTIONS
     unknown = sorted(set(options) - set(defaults))
     if unknown:
+        from .errors import OptionError
+
         raise OptionError(f"unexpected option(s): {', '.join(unknown)}; accepted: {', '.join(sorted(defaults))}")
     return load(make_request(name, sources, language, functions, {**defaults, **options}))
 
@@ -213,7 +214,7 @@ def _load_inline(
     name: str, sources: Any, what: str, language: Language, functions: Any, options: Mapping[str, Any]
 ) -> CompiledModule:
     """Validate an inline load's names, store its source, then load it."""
-    from .store.sources import write_source
+    from .store.files import write_source
 
     from .pipeline import load
 
@@ -229,14 +230,20 @@ def _join_sources(sources: Any, what: str) -> str:
         return sources
     if isinstance(sources, (list, tuple)) and all(isinstance(s, str) for s in sources):
         return "\n".join(sources)
+    from .errors import OptionError
+
     raise OptionError(f"{what} must be a string or a list of strings, not {type(sources).__name__}")
 
 
 def _file(path: str | os.PathLike[str], language: Language) -> Path:
     p = Path(path).expanduser().absolute()
     if not p.is_file():
+        from .errors import SourceNotFoundError
+
         raise SourceNotFoundError(f"{'CUDA' if language == 'cuda' else 'C++'} source file not found: {p}")
     if language == "cpp" and LANGUAGES_BY_EXTENSION.get(p.suffix.lower()) == "cuda":
+        from .errors import KernixError
+
         raise KernixError(f"{p} is a CUDA source: load it with load_cuda_file (load_cpp_file builds for the CPU)")
     return p
 
@@ -252,10 +259,14 @@ def default_module_name(path: Path) -> str:
 def _dir_sources(directory: str | os.PathLike[str], language: Language) -> list[Path]:
     d = Path(directory).expanduser().absolute()
     if not d.is_dir():
+        from .errors import SourceNotFoundError
+
         raise SourceNotFoundError(f"not a directory: {d}")
     exts = _DIR_EXTENSIONS[language]
     files = sorted(p for p in d.iterdir() if p.suffix in exts and p.is_file())
     if not files:
+        from .errors import KernixError
+
         raise KernixError(f"no {'/'.join(exts)} files in {d}")
     return files
 

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from .errors import InvalidNameError
-
 __all__ = [
-    "InvalidNameError",
     "is_identifier",
     "check_module_name",
     "check_target_prefix",
@@ -74,41 +71,51 @@ def is_handler_symbol(symbol: str) -> bool:
 _MAX_LEN = 128
 
 
+def _module_name_problem(name: object) -> str | None:
+    if not isinstance(name, str):
+        return f"the module name must be a string, not {type(name).__name__}"
+    parts = name.replace("-", ".").split(".")
+    if len(name) > _MAX_LEN or not _is_ascii_identifier(parts[0]) or not all(map(is_word, parts)):
+        return (
+            f"invalid module name {name!r}: use letters, digits and '_' (parts may be joined by "
+            f"'.' or '-'), start with a letter or '_', at most {_MAX_LEN} characters; no path "
+            "separators, '..', spaces or other characters. Example: 'my_kernels'."
+        )
+    return None
+
+
+def _invalid(message: str) -> Exception:
+    from .errors import InvalidNameError  # out of line: a valid name imports no error class
+
+    return InvalidNameError(message)
+
+
 def check_module_name(name: object) -> str:
-    """Return ``name`` if it is a valid module name, else raise.
+    """Return ``name`` if it is a valid module name, else raise
+    :class:`~kernix.errors.InvalidNameError`.
 
     A module name is letters, digits and ``_``, optionally in parts joined by
     ``.`` or ``-`` (``my_kernels``, ``pkg.ops``, ``ops-v2``): no path
     separators, no ``..``, no NUL, at most 128 characters.
     """
-    if not isinstance(name, str):
-        raise InvalidNameError(f"the module name must be a string, not {type(name).__name__}")
-    parts = name.replace("-", ".").split(".")
-    if len(name) > _MAX_LEN or not _is_ascii_identifier(parts[0]) or not all(map(is_word, parts)):
-        raise InvalidNameError(
-            f"invalid module name {name!r}: use letters, digits and '_' (parts may be joined by "
-            f"'.' or '-'), start with a letter or '_', at most {_MAX_LEN} characters; no path "
-            "separators, '..', spaces or other characters. Example: 'my_kernels'."
-        )
-    return name
+    problem = _module_name_problem(name)
+    if problem is not None:
+        raise _invalid(problem)
+    return name  # type: ignore[return-value]
 
 
 def is_module_name(name: object) -> bool:
     """Whether ``name`` is a valid module name (see :func:`check_module_name`)."""
-    try:
-        check_module_name(name)
-    except InvalidNameError:
-        return False
-    return True
+    return _module_name_problem(name) is None
 
 
 def check_target_prefix(prefix: object) -> str:
     """Return ``prefix`` if it is a valid FFI target prefix (dotted identifiers)."""
     if not isinstance(prefix, str):
-        raise InvalidNameError(f"target_prefix must be a string, not {type(prefix).__name__}")
+        raise _invalid(f"target_prefix must be a string, not {type(prefix).__name__}")
     parts = prefix.split(".")
     if len(prefix) > _MAX_LEN or not all(map(_is_ascii_identifier, parts)):
-        raise InvalidNameError(
+        raise _invalid(
             f"invalid target_prefix {prefix!r}: use identifiers joined by '.' "
             "(e.g. 'my_module.my_kernels')"
         )
@@ -118,5 +125,5 @@ def check_target_prefix(prefix: object) -> str:
 def check_function_name(name: object) -> str:
     """Return ``name`` if it is a valid exported function name (a C++ identifier, not a keyword)."""
     if not isinstance(name, str) or not is_identifier(name) or len(name) > _MAX_LEN:
-        raise InvalidNameError(f"invalid function name {name!r}: it must be a C++ identifier")
+        raise _invalid(f"invalid function name {name!r}: it must be a C++ identifier")
     return name

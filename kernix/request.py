@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .errors import OptionError
 from .languages import Language, Platform, platform_of
 from .names import check_module_name, check_target_prefix
 from .paths import cache_root
@@ -188,6 +187,8 @@ def _strings(value: Any, what: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        from .errors import OptionError
+
         raise OptionError(f"{what} must be a list of strings, not {type(value).__name__}")
     return tuple(os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in value)
 
@@ -224,9 +225,13 @@ def make_request(
         check_target_prefix(prefix)
     level = options.get("optimization_level", 3)
     if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 3:
+        from .errors import OptionError
+
         raise OptionError(f"optimization_level must be an int from 0 to 3, not {level!r}")
     workers = options.get("ninja_workers")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        from .errors import OptionError
+
         raise OptionError(f"ninja_workers must be a positive int or None, not {workers!r}")
     build_directory = options.get("build_directory")
     root = Path(build_directory).expanduser().absolute() if build_directory is not None else cache_root()

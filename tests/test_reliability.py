@@ -31,7 +31,7 @@ import jax.numpy as jnp
 
 import kernix
 from kernix.backend import toolchain
-from kernix.store import entries, lock, sources, trust
+from kernix.store import entries, files, lock, trust
 from kernix.store.files import file_digest
 from kernix.errors import CacheError
 
@@ -531,18 +531,18 @@ def test_permissive_umask_does_not_make_the_cache_writable_by_others(tmp_path: P
 
 def test_clear_cache_of_one_name_leaves_similar_names_alone(tmp_path: Path) -> None:
     r = tmp_path / "c"
-    a = sources.write_source(r, "ops", "int a;", "cpp")
-    b = sources.write_source(r, "ops-v2", "int b;", "cpp")
+    a = files.write_source(r, "ops", "int a;", "cpp")
+    b = files.write_source(r, "ops-v2", "int b;", "cpp")
     kernix.clear_cache("ops", root=r)
     assert not a.exists() and b.exists()
 
 
 def test_refuses_to_build_from_a_source_directory_others_can_write(tmp_path: Path) -> None:
     r = tmp_path / "c"
-    sources.write_source(r, "ops", "int a;", "cpp")
+    files.write_source(r, "ops", "int a;", "cpp")
     (r / "sources").chmod(0o777)
     with pytest.raises(CacheError, match="other users can write"):
-        sources.write_source(r, "ops", "int a;", "cpp")
+        files.write_source(r, "ops", "int a;", "cpp")
 
 
 def test_cache_cleared_between_lookup_and_load(root: Path, source: Path, monkeypatch: pytest.MonkeyPatch) -> None:

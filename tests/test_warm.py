@@ -193,11 +193,11 @@ def test_specs_survive_a_cache_clear_while_in_use(tmp_path: Path, warm: bool) ->
 
 
 def test_a_warm_load_imports_only_what_it_needs(tmp_path: Path) -> None:
-    """No toolchain search, flags, spec grammar, inference or libclang on the warm path."""
+    """No toolchain search, flags, spec grammar, inference, libclang, miss path or error classes on the warm path."""
     name = unique_name("warm_imports")
     _load(tmp_path, name)
     heavy = ("kernix.spec", "kernix.backend.toolchain", "kernix.backend.flags", "kernix.frontend.infer",
-             "kernix.runtime.function", "clang.cindex", "kernix.backend.codegen")
+             "kernix.runtime.function", "clang.cindex", "kernix.backend.codegen", "kernix.build", "kernix.errors")
     code = (
         "import sys, json, kernix\n"
         f"m = kernix.load_cpp_file({str(SOURCE)!r}, name={name!r}, build_directory={str(tmp_path)!r})\n"

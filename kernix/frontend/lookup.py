@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .._version import __version__
+from .. import __version__
 from ..errors import KernixError
 from ..languages import language_of
 from ..paths import cache_root

@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from .._version import __version__
+from .. import __version__
 from ..store import direct
 from ..store.files import content_key
 

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from .._version import __version__
+from .. import __version__
 from ..errors import KernixError, PrebuiltError, SourceNotFoundError
 from ..languages import Language, language_of
 from .format import MANIFEST_NAME, PrebuiltManifest, ffi_api_of
@@ -153,7 +153,7 @@ def build_module(
     kernix.InferenceError, kernix.CompilationError, kernix.ToolchainError
         As a JIT load would.
     """
-    from .. import pipeline
+    from ..build import build_config, infer_units
     from ..backend import codegen, toolchain
     from ..backend.ninja import build_module as ninja_build
     from ..loaders import default_module_name
@@ -187,9 +187,9 @@ def build_module(
     elif arch:
         raise KernixError("arch is for CUDA builds; a C++ (CPU) module has no GPU architecture")
     request = make_request(name, srcs, lang, functions, options)
-    config = pipeline.build_config(request)
+    config = build_config(request)
 
-    units = pipeline.infer_units(request)
+    units = infer_units(request)
     index = itertools.count()
     exported = [(str(src), [codegen.ExportedFunction(next(index), f) for f in fns]) for src, fns in units]
     all_fns = [e for _, es in exported for e in es]

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..names import check_target_prefix
-from ..errors import RegistrationError, SourceError
 from . import registry
 
 if TYPE_CHECKING:
@@ -78,6 +77,8 @@ class CompiledModule:
         """Read the specs, check them against the handlers and the reserved names, and keep them."""
         specs = list(self._read_specs())
         if [f.name for f in specs] != list(self.handlers):
+            from ..errors import RegistrationError
+
             raise RegistrationError(
                 f"module {self.name!r}: its functions ({', '.join(f.name for f in specs)}) and handlers "
                 f"({', '.join(self.handlers)}) do not match"
@@ -148,6 +149,8 @@ class CompiledModule:
         if target_prefix is not None:
             check_target_prefix(target_prefix)
             if self.registered and target_prefix != self.target_prefix:
+                from ..errors import RegistrationError
+
                 raise RegistrationError(
                     f"module {self.name!r} is already registered under prefix {self.target_prefix!r}"
                 )
@@ -213,6 +216,8 @@ def check_function_names(functions: Iterable[FunctionSpec]) -> None:
     """
     for fn in functions:
         if fn.name in RESERVED_NAMES:
+            from ..errors import SourceError
+
             raise SourceError(
                 f"function name {fn.name!r} is taken by CompiledModule.{fn.name}, so module.{fn.name} could "
                 f"not reach it. Export a wrapper under another name instead, e.g. `// @BE {fn.name}_op` "

@@ -12,14 +12,17 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-from ..errors import RegistrationError
 from ..languages import JAX_PLATFORMS
+
+if TYPE_CHECKING:
+    from ..errors import RegistrationError
 
 __all__ = [
     "loaded_libraries",
     "Registration",
+    "open_library",
     "load_library",
     "handler_address",
     "register_targets",
@@ -48,21 +51,35 @@ class Registration:
         self.symbol = symbol
 
 
-def load_library(path: str | Path) -> ctypes.CDLL:
-    """``dlopen`` a library once per path (``RTLD_LOCAL``: symbols stay private)."""
+def open_library(path: str | Path) -> ctypes.CDLL:
+    """``dlopen`` a library once per path (``RTLD_LOCAL``: symbols stay private).
+
+    Raises
+    ------
+    OSError
+        As ``dlopen`` fails (see :func:`load_library` for kernix's error).
+    """
     key = str(path)
     with _lock:
         lib = _libraries.get(key)
         if lib is None:
-            try:
-                lib = ctypes.CDLL(key, mode=ctypes.RTLD_LOCAL)
-            except OSError as exc:
-                raise RegistrationError(f"cannot load the compiled library {key}: {exc}") from exc
-            _libraries[key] = lib
+            lib = _libraries[key] = ctypes.CDLL(key, mode=ctypes.RTLD_LOCAL)
         return lib
 
 
+def load_library(path: str | Path) -> ctypes.CDLL:
+    """:func:`open_library`, a failure raised as :class:`~kernix.errors.RegistrationError`."""
+    try:
+        return open_library(path)
+    except OSError as exc:
+        from ..errors import RegistrationError
+
+        raise RegistrationError(f"cannot load the compiled library {path}: {exc}") from exc
+
+
 def _missing_symbol(library: ctypes.CDLL, symbol: str) -> RegistrationError:
+    from ..errors import RegistrationError
+
     return RegistrationError(
         f"the compiled library {library._name} has no handler symbol {symbol!r}; it is damaged "
         "or was built by another kernix version: rebuild with force_rebuild=True"
@@ -139,6 +156,8 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
 
 
 def _taken(target: str, platform: str, previous: Registration) -> RegistrationError:
+    from ..errors import RegistrationError
+
     return RegistrationError(
         f"FFI target {target!r} ({platform}) is already registered in this process with "
         f"different code (from {previous.library}). XLA cannot replace a registered handler. "

@@ -12,7 +12,7 @@ from ..names import check_module_name, is_module_name
 from ..paths import cache_root
 from .lock import build_lock
 from .manifest import Manifest, ManifestError
-from .sources import source_name_re
+from .files import source_name_re
 
 __all__ = ["clear_cache", "cache_info"]
 

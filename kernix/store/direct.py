@@ -40,7 +40,6 @@ import os
 from pathlib import Path
 
 from .. import report
-from ..errors import CacheError
 from .files import atomic_write
 from .trust import is_private, makedirs
 
@@ -118,6 +117,8 @@ def record(
     :func:`identities` taken before the value was computed.  Failing to
     remember is not an error."""
     path = records(root, space) / f"{fingerprint[:32]}.json"
+    from ..errors import CacheError
+
     data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": list(files)}
     with contextlib.suppress(OSError, CacheError):
         makedirs(path.parent)

@@ -22,7 +22,6 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from ..errors import CacheError
 from .files import atomic_write, file_digest, fingerprints, fingerprints_current
 from .manifest import SPECS_FILE, Manifest, ManifestError, entry_dir
 from .trust import check_private, io_message, makedirs
@@ -165,6 +164,8 @@ def publish(
                 with contextlib.suppress(OSError):
                     old.unlink()
     except OSError as exc:
+        from ..errors import CacheError
+
         raise CacheError(io_message(entry, exc)) from exc
     check_private(entry / so_name, root)
     return manifest

@@ -1,5 +1,6 @@
 """Small file utilities shared by the caches: the content key, hashing,
-fingerprints, atomic writes, and answers remembered per executable.
+fingerprints, atomic writes, inline sources stored under a content-derived
+name, and answers remembered per executable.
 
 A *fingerprint* of a file is ``[path, size, mtime_ns, sha256]``.  A file is
 still *current* when its size and mtime match, or, if only the mtime moved,
@@ -12,13 +13,19 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
+
+from .trust import check_private, io_message, is_private, makedirs
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterable, Sequence
 
-__all__ = ["content_key", "file_digest", "fingerprints", "fingerprints_current", "atomic_write", "remembered"]
+__all__ = [
+    "content_key", "file_digest", "fingerprints", "fingerprints_current", "atomic_write", "write_source",
+    "source_name_re", "remembered",
+]
 
 
 def content_key(parts: Any, *blobs: bytes) -> str:
@@ -89,6 +96,36 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
         raise
 
 
+def source_name_re(name: str) -> re.Pattern[str]:
+    """File names of module ``name``'s inline sources: ``ops-<hash>.cpp``, not ``ops-v2-<hash>.cpp``."""
+    return re.compile(re.escape(name) + r"-[0-9a-f]{16}\.[a-z]+")
+
+
+def write_source(root: Path, name: str, text: str, ext: str) -> Path:
+    """Store an inline source under a content-derived name in ``root/sources``; return its path."""
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        from ..errors import KernixError
+
+        raise KernixError(
+            f"the inline source of module {name!r} cannot be written as UTF-8: {exc.reason} at "
+            f"character {exc.start} ({text[exc.start:exc.start + 1]!r}). Remove that character."
+        ) from None
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    path = root / "sources" / f"{name}-{digest}.{ext}"
+    try:
+        if not (path.is_file() and path.read_bytes() == data):
+            makedirs(path.parent)
+            atomic_write(path, data)
+    except OSError as exc:
+        from ..errors import CacheError
+
+        raise CacheError(io_message(path, exc)) from exc
+    check_private(path, root)  # it is about to be compiled
+    return path
+
+
 def remembered(kind: str, executable: str, compute: Callable[[], Any]) -> Any:
     """``compute()``, remembered on disk per (executable, size, mtime, ctime).
 
@@ -99,7 +136,6 @@ def remembered(kind: str, executable: str, compute: Callable[[], Any]) -> Any:
     """
     from ..errors import CacheError
     from ..paths import cache_root
-    from .trust import is_private, makedirs
 
     st = os.stat(executable)
     stamp = content_key([kind, executable, st.st_size, st.st_mtime_ns, st.st_ctime_ns])[:24]

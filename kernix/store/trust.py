@@ -14,8 +14,6 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import CacheError
-
 __all__ = ["check_private", "makedirs", "io_message", "is_private"]
 
 
@@ -52,11 +50,26 @@ def check_private(path: Path, root: Path, *more: Path) -> None:
     CacheError
         Naming the path and the ``chmod`` (or the setting) that fixes it.
     """
+    why = _first_problem(root, (path, *more))
+    if why is not None:
+        from ..errors import CacheError
+
+        raise CacheError(why)
+
+
+def is_private(path: Path, root: Path) -> bool:
+    """Whether :func:`check_private` accepts ``path`` (for caches whose entries are optional)."""
+    return _first_problem(root, (path,)) is None
+
+
+def _first_problem(root: Path, paths: tuple[Path, ...]) -> str | None:
+    """``"refusing to use P: why"`` for the first path of the chains from
+    ``root`` to ``paths`` that is not private, else ``None``."""
     uid = os.getuid()
     top = os.fspath(root)
     inside = top.rstrip(os.sep) + os.sep
     chain: dict[str, None] = {}  # ordered, each directory once (strings: this runs on every warm load)
-    for path_ in (path, *more):
+    for path_ in paths:
         current = os.fspath(path_)
         chain[current] = None
         while current != top and current.startswith(inside):
@@ -69,16 +82,8 @@ def check_private(path: Path, root: Path, *more: Path) -> None:
             continue
         why = _problem(p, st, uid)
         if why is not None:
-            raise CacheError(f"refusing to use {p}: {why}")
-
-
-def is_private(path: Path, root: Path) -> bool:
-    """Whether :func:`check_private` accepts ``path`` (for caches whose entries are optional)."""
-    try:
-        check_private(path, root)
-    except CacheError:
-        return False
-    return True
+            return f"refusing to use {p}: {why}"
+    return None
 
 
 def makedirs(path: Path) -> None:
@@ -101,6 +106,8 @@ def makedirs(path: Path) -> None:
                 continue
             os.chmod(d, 0o755)
     except OSError as exc:
+        from ..errors import CacheError
+
         raise CacheError(io_message(path, exc)) from exc
 
 

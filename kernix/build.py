@@ -1,0 +1,278 @@
+"""The pipeline's miss path: a request's cache entry by its full key, built when missing::
+
+    toolchain -> cache key -> look-up  hit  -> the entry
+                                       miss -> lock, infer (libclang), generate, build (ninja), publish
+
+:mod:`kernix.pipeline` comes here only when the direct index has no usable
+answer, or when a cached library failed to load; a warm load never imports
+this module, the toolchain, libclang or the code generator.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import report
+from . import __version__
+from .errors import InferenceError, KernixError, RegistrationError, SourceError
+from .request import LoadRequest
+from .runtime import registry
+from .runtime.module import check_function_names
+from .store import direct, entries
+from .store.files import content_key, file_digest
+from .store.manifest import Manifest
+
+if TYPE_CHECKING:
+    from .backend import codegen
+    from .backend.flags import BuildConfig
+    from .backend.ninja import BuildResult
+    from .spec import FunctionSpec
+
+__all__ = ["build_config", "toolchain_stamp", "cache_key", "keyed_entry", "reload", "infer_units"]
+
+
+def build_config(request: LoadRequest) -> BuildConfig:
+    """How ``request`` is compiled."""
+    from .backend import toolchain
+    from .backend.flags import BuildConfig
+
+    cuda = request.platform == "cuda"
+    return BuildConfig(
+        platform=request.platform,
+        optimization_level=request.optimization_level,
+        use_fast_math=request.use_fast_math,
+        extra_cflags=request.extra_cflags,
+        extra_ldflags=request.extra_ldflags,
+        include_dirs=request.include_dirs,
+        arch=toolchain.detect_compute_capability(request.compute_capability) if cuda else None,
+        allow_cuda_graph=request.allow_cuda_graph,
+    )
+
+
+def _toolchain_parts(config: BuildConfig) -> dict[str, object]:
+    """What decides how any input is compiled: tools, flags, versions."""
+    from .backend import toolchain
+    from .backend.flags import compile_flags
+
+    compilers = [toolchain.find_host_compiler().identity]
+    if config.platform == "cuda":
+        compilers.append(toolchain.find_nvcc().identity)
+    return {
+        "kernix": __version__,
+        "platform": config.platform,
+        "flags": compile_flags(config),
+        "compilers": compilers,
+        "arch": config.arch,
+        "allow_cuda_graph": config.allow_cuda_graph,
+        "jaxlib": toolchain.jaxlib_version(),
+        "python": sys.implementation.cache_tag,
+    }
+
+
+def toolchain_stamp(config: BuildConfig) -> str:
+    """The identity of the tools and flags alone: a work directory whose objects
+    were built with another stamp is never reused (see :mod:`kernix.store.workdir`)."""
+    return content_key(_toolchain_parts(config))
+
+
+def cache_key(request: LoadRequest, config: BuildConfig) -> str:
+    """The key over everything known before compiling; headers are checked by the manifest."""
+    digests = []
+    for src in request.sources:
+        try:
+            digests.append([str(src), file_digest(src)])
+        except OSError as exc:
+            raise KernixError(f"cannot read source file {src}: {exc.strerror or exc}") from exc
+    return content_key(
+        {**_toolchain_parts(config), "name": request.name, "sources": digests, "functions": request.functions}
+    )
+
+
+def _key_files(request: LoadRequest) -> list[str]:
+    """The files the entry key is computed from: the sources, the compilers,
+    and the directories searched for compilers (``PATH``)."""
+    from .backend import toolchain
+
+    paths = [str(s) for s in request.sources] + [toolchain.host_compiler_path()]
+    if request.platform == "cuda":
+        paths.append(toolchain.find_nvcc().path)
+    return paths + [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+
+
+def keyed_entry(request: LoadRequest, fp: str) -> Manifest:
+    """The entry for ``request`` through its full key, remembered in the direct index."""
+    files = direct.identities(_key_files(request))  # before the key they vouch for
+    config = build_config(request)
+    key = cache_key(request, config)
+    manifest = _entry(request, config, key, fresh=request.force_rebuild)
+    direct.record(request.root, request.name, fp, key, files, what=request.name, verbose=request.verbose)
+    return manifest
+
+
+def _entry(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) -> Manifest:
+    """The cache entry for ``key``: looked up, else built under the lock
+    (``fresh``: skip the look-up and build from an empty work directory)."""
+    name, root, verbose = request.name, request.root, request.verbose
+    if not fresh:
+        found = entries.lookup(root, name, key)
+        report.note(f"{name}: cache {found.reason} ({key[:16]})", verbose=verbose)
+        if found.manifest is not None:
+            return found.manifest
+    from .store.lock import build_lock
+
+    with build_lock(root, name, verbose=verbose):
+        if not fresh:
+            found = entries.lookup(root, name, key)  # built by another process meanwhile?
+            if found.manifest is not None:
+                return found.manifest
+        return _build(request, config, key, fresh=fresh)
+
+
+def _discard(request: LoadRequest, manifest: Manifest) -> None:
+    from .store.lock import build_lock
+
+    with build_lock(request.root, request.name, verbose=request.verbose):
+        entries.discard(manifest)
+
+
+def _load_failed(request: LoadRequest, manifest: Manifest, exc: RegistrationError) -> RegistrationError:
+    return RegistrationError(
+        f"{exc}. A clean rebuild of module {request.name!r} did not load either, so it is not kept in "
+        "the cache. If the library needs a shared library that is not found, add its directory to "
+        "LD_LIBRARY_PATH or link it with extra_ldflags=['-Wl,-rpath,<dir>']; then load again with "
+        f"force_rebuild=True (or run `kernix cache clear {request.name}` first)."
+    )
+
+
+def reload(request: LoadRequest, manifest: Manifest, exc: OSError) -> Manifest:
+    """The entry of ``manifest`` again, after its library failed to load with
+    ``exc``: a damaged entry is discarded and built once from an empty work
+    directory; one cleared meanwhile is looked up (or built) again.
+
+    Raises
+    ------
+    RegistrationError
+        When the rebuilt library does not load either (it is not kept).
+    """
+    damaged = manifest.so_path.exists()  # else: cleared between look-up and load
+    if damaged:
+        _discard(request, manifest)
+        report.note(
+            f"{request.name}: the library failed to load (cannot load the compiled library {manifest.so_path}: "
+            f"{exc}); rebuilding it",
+            verbose=True,
+        )
+    manifest = _entry(request, build_config(request), manifest.key, fresh=damaged)
+    try:
+        registry.load_library(manifest.so_path)
+    except RegistrationError as again:
+        _discard(request, manifest)
+        raise _load_failed(request, manifest, again) from again
+    return manifest
+
+
+def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) -> Manifest:
+    from .backend import codegen
+    from .backend.ninja import OutputError
+
+    units = infer_units(request)
+    check_function_names([f for _, fns in units for f in fns])
+    index = itertools.count()  # module-wide: every generated symbol is unique
+    exported = [(str(src), [codegen.ExportedFunction(next(index), f) for f in fns]) for src, fns in units]
+    stamp = toolchain_stamp(config)
+    try:
+        result = _build_in_work_dir(request, config, exported, stamp, fresh=fresh)
+    except OutputError as exc:
+        if fresh:
+            raise
+        report.note(f"{request.name}: {exc}; building again from an empty directory", verbose=True)
+        result = _build_in_work_dir(request, config, exported, stamp, fresh=True)
+    all_fns = [e for _, es in exported for e in es]
+    handlers = {e.spec.name: codegen.handler_symbol(e) for e in all_fns}
+    return entries.publish(
+        request.root, request.name, key, result.so_path, [e.spec for e in all_fns], handlers,
+        result.dependencies, config.platform,
+    )
+
+
+def _build_in_work_dir(
+    request: LoadRequest,
+    config: BuildConfig,
+    exported: list[tuple[str, list[codegen.ExportedFunction]]],
+    stamp: str,
+    *,
+    fresh: bool,
+) -> BuildResult:
+    """Build in the module's work directory; record its inputs when it succeeds."""
+    from .backend.ninja import build_module
+    from .store.workdir import build_directory, record_inputs
+
+    with build_directory(request.root, request.name, fresh=fresh, stamp=stamp, verbose=request.verbose) as build_dir:
+        report.note(f"{request.name}: building in {build_dir}", verbose=request.verbose)
+        result = build_module(build_dir, exported, config, workers=request.ninja_workers, verbose=request.verbose)
+        record_inputs(build_dir, stamp, result.dependencies)
+    return result
+
+
+def infer_units(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:
+    """Infer every source of ``request``: ``(source, specs)`` per file, the
+    specs an explicit ``functions=`` gave reconciled, names unique, ``vjp=``
+    pairs checked.
+
+    Raises
+    ------
+    InferenceError
+        With every problem of every file.
+    """
+    from .frontend.infer import infer_file  # libclang: only when building
+    from .frontend.signatures import raise_for_vjp_pairs
+    from .spec import check_spec_matches
+
+    sources, functions = request.sources, request.functions
+    units: list[tuple[Path, list[FunctionSpec]]] = []
+    errors: list[SourceError] = []
+    single = len(sources) == 1
+    for src in sources:
+        result = infer_file(
+            src, language=request.language, flags=request.parse_flags,
+            functions=functions if single else None, cache_dir=request.root,
+        )
+        errors.extend(result.errors)
+        units.append((src, list(result.functions)))
+    if errors:
+        raise InferenceError(errors)
+    if not single and functions is not None:
+        found = {f.name: f for _, fns in units for f in fns}
+        missing = [n for n in functions if n not in found]
+        if missing:
+            raise KernixError(
+                f"functions names {missing}, but no file in the directory annotates them with "
+                f"// @BE; annotated: {', '.join(found) or 'none'}"
+            )
+        for fname, tokens in functions.items():
+            if tokens is not None:
+                found[fname] = check_spec_matches(tokens, found[fname], source="explicit")
+        units = [(src, [found[f.name] for f in fns if f.name in functions]) for src, fns in units]
+    seen: dict[str, FunctionSpec] = {}
+    for _, fns in units:
+        for f in fns:
+            if f.name in seen:
+                prev = seen[f.name]
+                raise SourceError(
+                    f"function name {f.name!r} is exported twice (also at {prev.file}:{prev.line}); "
+                    "FFI target names must be unique within a module: rename one",
+                    file=f.file, line=f.line, function=f.name,
+                )
+            seen[f.name] = f
+    raise_for_vjp_pairs(seen.values())
+    if not seen:
+        where = sources[0] if single else f"{len(sources)} files"
+        raise KernixError(
+            f"no function to export in {where}: annotate each entry point with a `// @BE name` "
+            "comment on the line before it, or pass functions=[...]"
+        )
+    return units
