@@ -115,6 +115,8 @@ def _json_file(result: dict[str, Any]) -> dict[str, Any]:
 
 def _errors(result: dict[str, Any]) -> list[Any]:
     """The :class:`~kernix.errors.SourceError` of each error record of ``result``."""
+    if not result["errors"]:
+        return []  # (the error classes load only when there is one to show)
     from .errors import SourceError
 
     return [SourceError.from_json(e) for e in result["errors"]]
@@ -187,8 +189,6 @@ def _infer_all(files: Sequence[str], options: dict[str, Any], jobs: int) -> list
 def _run_inspect(args: argparse.Namespace) -> int:
     import time
 
-    from .errors import KernixError
-
     start = time.perf_counter()
     options = {
         "language": "cuda" if args.cuda else "cpp" if args.cpp else None,
@@ -203,7 +203,11 @@ def _run_inspect(args: argparse.Namespace) -> int:
     jobs = args.jobs or os.cpu_count() or 1
     try:
         results = _infer_all(files, options, jobs)
-    except KernixError as exc:
+    except Exception as exc:  # (not `except KernixError`: that would import the error classes on every run)
+        from .errors import KernixError
+
+        if not isinstance(exc, KernixError):
+            raise
         print(f"kernix inspect: {exc}", file=sys.stderr)
         return 2
     failed = False
@@ -397,15 +401,23 @@ def add_build_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every subcommand."""
+_COMMANDS = {"inspect": add_inspect_parser, "stubs": add_stubs_parser, "cache": add_cache_parser,
+             "build": add_build_parser}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand, or with ``command``'s alone.
+
+    A run of one command needs only its parser; argparse looks up its
+    message catalogue for every parser it builds (about half a millisecond
+    each), so :func:`main` builds the others only for help and usage errors.
+    """
     parser = _Parser(prog="kernix", description="Call annotated C++ and CUDA functions from JAX.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    add_inspect_parser(sub)
-    add_stubs_parser(sub)
-    add_cache_parser(sub)
-    add_build_parser(sub)
+    for name, add in _COMMANDS.items():
+        if command is None or name == command:
+            add(sub)
     return parser
 
 
@@ -417,12 +429,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv
         The arguments (without the program name); ``None`` reads ``sys.argv``.
     """
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv[0] if argv and argv[0] in _COMMANDS else None)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 for --help
         return int(exc.code or 0)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # the reader of our output went away (`kernix cache info | head -1`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush is quiet too
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

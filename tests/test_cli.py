@@ -146,3 +146,34 @@ def test_help_is_wrapped_to_columns(monkeypatch: pytest.MonkeyPatch, capsys: pyt
     assert main(["inspect", "--help"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) > 10 and max(map(len, lines)) <= 50
+
+
+@pytest.mark.parametrize("argv", [["inspect", "--help"], ["cache", "clear", "--help"], ["build", "--help"],
+                                  ["stubs"], ["build", "x.cpp"], ["inspect", "--jobs", "many", "x.cu"]])
+def test_a_command_parses_as_with_the_whole_parser(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """main builds only the named command's parser: its help, usage errors and
+    exit status are those of the parser with every command."""
+    from kernix.cli import build_parser
+
+    status = main(argv)
+    alone = capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(argv)
+    whole = capsys.readouterr()
+    assert (status, alone.out, alone.err) == (exc.value.code, whole.out, whole.err)
+    assert alone.out or alone.err
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`kernix cache info | head -1`: no traceback when the reader stops early."""
+    import os
+    import subprocess
+    import sys
+
+    for i in range(3):
+        (tmp_path / "modules" / f"m{i}").mkdir(parents=True)
+    proc = subprocess.Popen([sys.executable, "-m", "kernix", "cache", "info"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "KERNIX_CACHE_DIR": str(tmp_path)})
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 1 and "Traceback" not in err and "BrokenPipeError" not in err

@@ -271,16 +271,19 @@ def test_inference_setup_is_remembered_and_follows_path(
 
 def test_a_warm_inspect_imports_no_parser(tmp_path: Path) -> None:
     """`kernix inspect` of a cached file prints the same as the parse did,
-    without libclang, the compiler views, the toolchain search or the spec classes."""
+    without libclang, the compiler views, the toolchain search, the spec or
+    error classes, or OpenSSL (hashlib)."""
     heavy = ("clang.cindex", "kernix.frontend.clangparse", "kernix.frontend.compiler_view",
-             "kernix.backend.toolchain", "kernix.spec", "kernix.frontend.infer", "dataclasses", "logging")
+             "kernix.backend.toolchain", "kernix.spec", "kernix.frontend.infer", "dataclasses", "logging",
+             "kernix.errors", "_hashlib")
     code = (
         "import sys, json, io, contextlib\n"
+        "before = set(sys.modules)\n"
         "from kernix.cli import main\n"
         "out = io.StringIO()\n"
         "with contextlib.redirect_stdout(out):\n"
         f"    status = main(['inspect', {str(SOURCE)!r}])\n"
-        f"print(json.dumps([status, out.getvalue(), sorted(n for n in {heavy!r} if n in sys.modules)]))\n"
+        f"print(json.dumps([status, out.getvalue(), sorted(n for n in {heavy!r} if n in set(sys.modules) - before)]))\n"
     )
     env = {**os.environ, "KERNIX_CACHE_DIR": str(tmp_path)}
     runs = [json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -300,3 +303,24 @@ def test_the_spec_key_covers_the_kernix_version(tmp_path: Path, monkeypatch: pyt
     assert lookup.look_up(SOURCE, cache_dir=tmp_path).key == key
     monkeypatch.setattr(lookup, "__version__", "0.0.0-other")
     assert lookup.look_up(SOURCE, cache_dir=tmp_path).key != key
+
+
+def test_keys_without_openssl_are_the_same_keys() -> None:
+    """Before anything imports hashlib, content keys use CPython's built-in
+    SHA-256 (no OpenSSL to load): the digests must be hashlib's, or a warm
+    `kernix inspect` would miss every entry a load wrote."""
+    code = (
+        "import sys, json\n"
+        "assert 'hashlib' not in sys.modules, 'hashlib already imported at start-up'\n"
+        "from kernix.store import files\n"
+        "blobs = [b'', b'abc', bytes(range(256)) * 1000]\n"
+        "keys = [files.content_key(['k', 1, None], b) for b in blobs] + [files.sha256(b).hexdigest() for b in blobs]\n"
+        "without = '_hashlib' not in sys.modules\n"
+        "import hashlib\n"
+        "keys2 = [files.content_key(['k', 1, None], b) for b in blobs] + [hashlib.sha256(b).hexdigest() for b in blobs]\n"
+        "print(json.dumps([without, keys == keys2]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if "hashlib already imported at start-up" in out.stderr:
+        pytest.skip("this interpreter's start-up (site) imports hashlib, so the built-in path is not taken")
+    assert json.loads(out.stdout) == [True, True], out.stderr

@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 
 from .. import __version__
-from ..errors import KernixError
 from ..languages import language_of
 from ..paths import cache_root
 from . import speccache
@@ -78,11 +77,15 @@ def look_up(
     if language is None:
         language = language_of(path)
     elif language not in ("cuda", "cpp"):
+        from ..errors import KernixError
+
         raise KernixError(f"language must be 'cuda' or 'cpp', not {language!r}")
     try:
         with open(path, "rb") as f:
             source = f.read()
     except OSError as exc:
+        from ..errors import KernixError
+
         raise KernixError(f"cannot read {path}: {exc.strerror or exc}") from None
     include_dirs = tuple(os.path.abspath(d) for d in include_dirs)
     defines = tuple(str(d) for d in defines)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import CacheError
 from ..store.files import atomic_write, content_key, fingerprints, fingerprints_current
 from ..store.trust import is_private, makedirs
 
@@ -65,6 +64,8 @@ def store(root: Path, key: str, payload: dict[str, Any], dependencies: Iterable[
 
     Failures to write are ignored: the cache is an optimisation only.
     """
+    from ..errors import CacheError
+
     try:
         target = entry_path(root, key)
         makedirs(target.parent)

@@ -10,10 +10,10 @@ when its content still hashes the same (so ``touch`` alone is not a change).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 from .trust import check_private, io_message, is_private, makedirs
@@ -23,9 +23,43 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Iterable, Sequence
 
 __all__ = [
-    "content_key", "file_digest", "fingerprints", "fingerprints_current", "atomic_write", "write_source",
+    "sha256", "content_key", "file_digest", "fingerprints", "fingerprints_current", "atomic_write", "write_source",
     "source_name_re", "remembered",
 ]
+
+
+def _builtin_sha256() -> Any:
+    """CPython's own SHA-256 constructor (3.12+: ``_sha2``; 3.11: ``_sha256``), or ``None``."""
+    try:
+        from _sha2 import sha256
+    except ImportError:
+        try:
+            from _sha256 import sha256
+        except ImportError:
+            return None
+    return sha256
+
+
+_builtin: Any = False  # _builtin_sha256(), looked for on first use
+
+
+def sha256(data: bytes = b"") -> Any:
+    """A SHA-256 hash object over ``data``, as :func:`hashlib.sha256` gives.
+
+    Until something imports :mod:`hashlib` (``import jax`` does), this is
+    CPython's built-in implementation: the same digests, without loading
+    OpenSSL's libcrypto, which costs a command-line start 2-5 ms.  Large
+    files go through :func:`file_digest`, which uses hashlib (faster per byte).
+    """
+    global _builtin
+    if "hashlib" not in sys.modules:
+        if _builtin is False:
+            _builtin = _builtin_sha256()
+        if _builtin is not None:
+            return _builtin(data)
+    import hashlib
+
+    return hashlib.sha256(data)
 
 
 def content_key(parts: Any, *blobs: bytes) -> str:
@@ -34,7 +68,7 @@ def content_key(parts: Any, *blobs: bytes) -> str:
 
     ``parts`` must be JSON-serialisable (other values are written with ``str``).
     """
-    h = hashlib.sha256(json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str).encode())
+    h = sha256(json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str).encode())
     for blob in blobs:
         h.update(b"\0")
         h.update(blob)
@@ -43,6 +77,8 @@ def content_key(parts: Any, *blobs: bytes) -> str:
 
 def file_digest(path: str | os.PathLike[str]) -> str:
     """SHA-256 of a file's bytes, as hex."""
+    import hashlib
+
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -112,7 +148,7 @@ def write_source(root: Path, name: str, text: str, ext: str) -> Path:
             f"the inline source of module {name!r} cannot be written as UTF-8: {exc.reason} at "
             f"character {exc.start} ({text[exc.start:exc.start + 1]!r}). Remove that character."
         ) from None
-    digest = hashlib.sha256(data).hexdigest()[:16]
+    digest = sha256(data).hexdigest()[:16]
     path = root / "sources" / f"{name}-{digest}.{ext}"
     try:
         if not (path.is_file() and path.read_bytes() == data):
