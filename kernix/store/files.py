@@ -31,12 +31,12 @@ __all__ = [
 def _builtin_sha256() -> Any:
     """CPython's own SHA-256 constructor (3.12+: ``_sha2``; 3.11: ``_sha256``), or ``None``."""
     try:
-        from _sha2 import sha256
-    except ImportError:
-        try:
+        if sys.version_info >= (3, 12):
+            from _sha2 import sha256
+        else:
             from _sha256 import sha256
-        except ImportError:
-            return None
+    except ImportError:
+        return None
     return sha256
 
 
