@@ -16,8 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import report
-from . import __version__
+from . import __version__, report
 from .errors import InferenceError, KernixError, RegistrationError, SourceError
 from .request import LoadRequest
 from .runtime import registry
@@ -161,11 +160,8 @@ def reload(request: LoadRequest, manifest: Manifest, exc: OSError) -> Manifest:
     damaged = manifest.so_path.exists()  # else: cleared between look-up and load
     if damaged:
         _discard(request, manifest)
-        report.note(
-            f"{request.name}: the library failed to load (cannot load the compiled library {manifest.so_path}: "
-            f"{exc}); rebuilding it",
-            verbose=True,
-        )
+        report.note(f"{request.name}: the library {manifest.so_path} failed to load ({exc}); rebuilding it",
+                    verbose=True)
     manifest = _entry(request, build_config(request), manifest.key, fresh=damaged)
     try:
         registry.load_library(manifest.so_path)

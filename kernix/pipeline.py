@@ -23,8 +23,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Callable
 
-from . import report
-from . import __version__
+from . import __version__, report
 from .paths import jaxlib_install
 from .request import LoadRequest
 from .runtime import registry
