@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-__all__ = ["cache_root", "set_cache_dir", "include_dir", "jaxlib_install"]
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from pathlib import Path
 
-_override: Path | None = None
+__all__ = ["cache_root", "cache_root_str", "absolute", "set_cache_dir", "include_dir", "jaxlib_install"]
+
+_override: str | None = None
+
+
+def absolute(path: str | os.PathLike[str]) -> str:
+    """``str(Path(path).expanduser().absolute())`` without :mod:`pathlib`:
+    ``~`` expanded, made absolute against the current directory, empty and
+    ``.`` components dropped (``..`` is kept, as pathlib keeps it)."""
+    p = os.path.expanduser(os.fspath(path))
+    if not os.path.isabs(p):
+        p = os.path.join(os.getcwd(), p)
+    return os.sep + os.sep.join(part for part in p.split(os.sep) if part not in ("", "."))
 
 
 def set_cache_dir(path: str | os.PathLike[str] | None) -> None:
@@ -17,20 +30,26 @@ def set_cache_dir(path: str | os.PathLike[str] | None) -> None:
     ``load_*`` call takes precedence over both.
     """
     global _override
-    _override = None if path is None else Path(path).expanduser().absolute()
+    _override = None if path is None else absolute(path)
 
 
 def cache_root() -> Path:
     """The cache root: :func:`set_cache_dir`, else ``$KERNIX_CACHE_DIR``, else
     ``$XDG_CACHE_HOME/kernix``, else ``~/.cache/kernix``."""
+    from pathlib import Path
+
+    return Path(cache_root_str())
+
+
+def cache_root_str() -> str:
+    """:func:`cache_root` as a string, for the start-up paths that need no :mod:`pathlib`."""
     if _override is not None:
         return _override
     env = os.environ.get("KERNIX_CACHE_DIR")
     if env:
-        return Path(env).expanduser().absolute()
+        return absolute(env)
     xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return (base / "kernix").absolute()
+    return absolute(os.path.join(xdg or os.path.join(os.path.expanduser("~"), ".cache"), "kernix"))
 
 
 def include_dir() -> Path:
@@ -42,6 +61,8 @@ def include_dir() -> Path:
     kernix.ToolchainError
         When the headers are missing (a broken install), saying how to repair it.
     """
+    from pathlib import Path
+
     from .errors import ToolchainError
 
     here = Path(__file__).resolve().parent

@@ -272,10 +272,10 @@ def test_inference_setup_is_remembered_and_follows_path(
 def test_a_warm_inspect_imports_no_parser(tmp_path: Path) -> None:
     """`kernix inspect` of a cached file prints the same as the parse did,
     without libclang, the compiler views, the toolchain search, the spec or
-    error classes, or OpenSSL (hashlib)."""
+    error classes, OpenSSL (hashlib) or pathlib."""
     heavy = ("clang.cindex", "kernix.frontend.clangparse", "kernix.frontend.compiler_view",
              "kernix.backend.toolchain", "kernix.spec", "kernix.frontend.infer", "dataclasses", "logging",
-             "kernix.errors", "_hashlib")
+             "kernix.errors", "_hashlib", "pathlib")
     code = (
         "import sys, json, io, contextlib\n"
         "before = set(sys.modules)\n"
@@ -324,3 +324,18 @@ def test_keys_without_openssl_are_the_same_keys() -> None:
     if "hashlib already imported at start-up" in out.stderr:
         pytest.skip("this interpreter's start-up (site) imports hashlib, so the built-in path is not taken")
     assert json.loads(out.stdout) == [True, True], out.stderr
+
+
+@pytest.mark.parametrize("value", ["~/k/./c", "rel//cache/", ".", "/a/../b", "/"])
+@pytest.mark.parametrize("variable", ["KERNIX_CACHE_DIR", "XDG_CACHE_HOME"])
+def test_the_cache_root_string_is_the_cache_root(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, value: str
+) -> None:
+    """The command line's look-ups take the root without pathlib: the same directory, spelled the same."""
+    from kernix import paths
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KERNIX_CACHE_DIR", raising=False)
+    monkeypatch.setenv(variable, value)
+    assert paths.cache_root_str() == str(paths.cache_root())
+    assert paths.absolute(value) == str(Path(value).expanduser().absolute())

@@ -11,11 +11,10 @@ it and parses on a miss.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from .. import __version__
 from ..languages import language_of
-from ..paths import cache_root
+from ..paths import absolute, cache_root_str
 from . import speccache
 from .setup import parse_setup
 
@@ -40,7 +39,7 @@ class SpecLookup:
     include_dirs, defines, flags
         The parse options, resolved (include directories absolute).
     root
-        The cache root.
+        The cache root (a string: this path imports no :mod:`pathlib`).
     key
         The spec-cache key (``None`` when the cache is not used).
     payload
@@ -90,7 +89,7 @@ def look_up(
     include_dirs = tuple(os.path.abspath(d) for d in include_dirs)
     defines = tuple(str(d) for d in defines)
     flags = tuple(str(f) for f in flags)
-    root = Path(cache_dir).expanduser().absolute() if cache_dir is not None else cache_root()
+    root = absolute(cache_dir) if cache_dir is not None else cache_root_str()
     key = payload = None
     if use_cache:
         setup = parse_setup(language, include_dirs, defines, flags, root)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from .. import __version__
 from ..store import direct
@@ -41,7 +40,7 @@ def _is_setup(value: Any) -> bool:
 
 
 def parse_setup(
-    language: str, include_dirs: tuple[str, ...], defines: tuple[str, ...], flags: tuple[str, ...], root: Path
+    language: str, include_dirs: tuple[str, ...], defines: tuple[str, ...], flags: tuple[str, ...], root: str
 ) -> list[Any]:
     """``[libclang identity, parse flags, CUDA prelude text or None]`` for
     these options (see :func:`kernix.frontend.clangparse.parse_flags`), from

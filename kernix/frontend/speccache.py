@@ -19,7 +19,7 @@ nor runs a compiler.
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
 
 from ..store.files import atomic_write, content_key, fingerprints, fingerprints_current
 from ..store.trust import is_private, makedirs
@@ -38,18 +38,19 @@ def make_key(parts: Iterable[Any], source: bytes) -> str:
     return content_key([_FORMAT, *parts], source)
 
 
-def entry_path(root: Path, key: str) -> Path:
+def entry_path(root: str | os.PathLike[str], key: str) -> str:
     """Where the entry for ``key`` lives under cache root ``root``."""
-    return root / "specs" / key[:2] / f"{key}.json"
+    return os.path.join(root, "specs", key[:2], f"{key}.json")
 
 
-def load(root: Path, key: str) -> dict[str, Any] | None:
+def load(root: str | os.PathLike[str], key: str) -> dict[str, Any] | None:
     """The stored payload for ``key``, or ``None`` (missing, damaged, stale or untrusted)."""
     path = entry_path(root, key)
     if not is_private(path, root):
         return None
     try:
-        data = json.loads(path.read_text())
+        with open(path, "rb") as f:
+            data = json.loads(f.read())
         if data.get("format") != _FORMAT or data.get("key") != key:
             return None
         if not fingerprints_current(data["dependencies"]):
@@ -59,7 +60,7 @@ def load(root: Path, key: str) -> dict[str, Any] | None:
         return None
 
 
-def store(root: Path, key: str, payload: dict[str, Any], dependencies: Iterable[str]) -> None:
+def store(root: str | os.PathLike[str], key: str, payload: dict[str, Any], dependencies: Iterable[str]) -> None:
     """Store ``payload`` under ``key``, recording ``dependencies``' fingerprints.
 
     Failures to write are ignored: the cache is an optimisation only.
@@ -68,7 +69,7 @@ def store(root: Path, key: str, payload: dict[str, Any], dependencies: Iterable[
 
     try:
         target = entry_path(root, key)
-        makedirs(target.parent)
+        makedirs(os.path.dirname(target))
         entry = {"format": _FORMAT, "key": key, "dependencies": fingerprints(dependencies), "payload": payload}
         atomic_write(target, json.dumps(entry).encode(), durable=False)
     except (OSError, CacheError):

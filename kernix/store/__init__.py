@@ -5,7 +5,7 @@ Layout under the cache root (see :func:`kernix.paths.cache_root`)::
     modules/<name>/<key[:32]>/manifest.json   what was built, and from what (manifest.py)
     modules/<name>/<key[:32]>/module-<sha>.so the library, named by its own hash
     build/<name>/                              ninja's working directory (workdir.py)
-    sources/<name>-<sha>.<ext>                 inline sources, written once (sources.py)
+    sources/<name>-<sha>.<ext>                 inline sources, written once (files.py)
     locks/<name>.lock                          held while <name> builds (lock.py)
     specs/<key[:2]>/<key>.json                 inferred specs (kernix.frontend.speccache)
     toolchain/<kind>-<stamp>.json              what compilers said about themselves (files.py)

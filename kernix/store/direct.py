@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from pathlib import Path
 
 from .. import report
 from .files import atomic_write
@@ -68,27 +67,29 @@ def identities(paths: Iterable[str]) -> list[list[Any]]:
     return [_identity(p) for p in paths]
 
 
-def records(root: Path, space: str) -> Path:
+def records(root: str | os.PathLike[str], space: str) -> str:
     """The directory of one kind of record: a module name, or ``".parse"``."""
-    return root / "direct" / space
+    return os.path.join(root, "direct", space)
 
 
 def lookup(
-    root: Path, space: str, fingerprint: str, *, valid: Callable[[Any], bool], what: str, verbose: bool = False
+    root: str | os.PathLike[str], space: str, fingerprint: str, *, valid: Callable[[Any], bool], what: str,
+    verbose: bool = False,
 ) -> Any:
     """The answer remembered for ``fingerprint`` in ``space`` if ``valid``
     accepts it, else ``None`` (no record, a changed file, or a record that is
     not usable); a miss is logged as ``"<what>: direct miss: <why>"``."""
-    value, why = _read(root, records(root, space) / f"{fingerprint[:32]}.json", fingerprint, valid)
+    value, why = _read(root, os.path.join(records(root, space), f"{fingerprint[:32]}.json"), fingerprint, valid)
     if value is None:
         report.note(f"{what}: direct miss: {why}", verbose=verbose)
     return value
 
 
-def _read(root: Path, path: Path, fingerprint: str, valid: Callable[[Any], bool]) -> tuple[Any, str]:
+def _read(root: str | os.PathLike[str], path: str, fingerprint: str, valid: Callable[[Any], bool]) -> tuple[Any, str]:
     """``(answer, "hit")`` when the record at ``path`` holds, else ``(None, why not)``."""
     try:
-        data = json.loads(path.read_bytes())
+        with open(path, "rb") as f:
+            data = json.loads(f.read())
     except FileNotFoundError:
         return None, "no record"
     except (OSError, ValueError) as exc:
@@ -110,17 +111,17 @@ def _read(root: Path, path: Path, fingerprint: str, valid: Callable[[Any], bool]
 
 
 def record(
-    root: Path, space: str, fingerprint: str, value: Any, files: Sequence[list[Any]], *, what: str,
+    root: str | os.PathLike[str], space: str, fingerprint: str, value: Any, files: Sequence[list[Any]], *, what: str,
     verbose: bool = False,
 ) -> None:
     """Remember ``value`` for ``fingerprint`` in ``space``; ``files`` are
     :func:`identities` taken before the value was computed.  Failing to
     remember is not an error."""
-    path = records(root, space) / f"{fingerprint[:32]}.json"
     from ..errors import CacheError
 
+    path = os.path.join(records(root, space), f"{fingerprint[:32]}.json")
     data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": list(files)}
     with contextlib.suppress(OSError, CacheError):
-        makedirs(path.parent)
+        makedirs(os.path.dirname(path))
         atomic_write(path, json.dumps(data, separators=(",", ":")).encode(), durable=False)
         report.note(f"{what}: direct record {fingerprint[:16]}", verbose=verbose)

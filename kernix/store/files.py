@@ -14,12 +14,12 @@ import json
 import os
 import re
 import sys
-from pathlib import Path
 
 from .trust import check_private, io_message, is_private, makedirs
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any, Callable, Iterable, Sequence
 
 __all__ = [
@@ -109,7 +109,7 @@ def fingerprints_current(prints: Sequence[Sequence[Any]]) -> bool:
     return True
 
 
-def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
+def atomic_write(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename.
 
     Readers see the old file or the whole new one, never a part.  With
@@ -117,7 +117,8 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
     """
     import tempfile  # (only writers need it)
 
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    directory, name = os.path.split(os.fspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -139,6 +140,8 @@ def source_name_re(name: str) -> re.Pattern[str]:
 
 def write_source(root: Path, name: str, text: str, ext: str) -> Path:
     """Store an inline source under a content-derived name in ``root/sources``; return its path."""
+    from pathlib import Path  # (a load imports it anyway; the command line's look-ups do not)
+
     try:
         data = text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError as exc:
@@ -149,7 +152,7 @@ def write_source(root: Path, name: str, text: str, ext: str) -> Path:
             f"character {exc.start} ({text[exc.start:exc.start + 1]!r}). Remove that character."
         ) from None
     digest = sha256(data).hexdigest()[:16]
-    path = root / "sources" / f"{name}-{digest}.{ext}"
+    path = Path(root, "sources", f"{name}-{digest}.{ext}")
     try:
         if not (path.is_file() and path.read_bytes() == data):
             makedirs(path.parent)
@@ -171,22 +174,23 @@ def remembered(kind: str, executable: str, compute: Callable[[], Any]) -> Any:
     remember is not an error.
     """
     from ..errors import CacheError
-    from ..paths import cache_root
+    from ..paths import cache_root_str
 
     st = os.stat(executable)
     stamp = content_key([kind, executable, st.st_size, st.st_mtime_ns, st.st_ctime_ns])[:24]
-    root = cache_root()
-    memo = root / "toolchain" / f"{kind}-{stamp}.json"
+    root = cache_root_str()
+    memo = os.path.join(root, "toolchain", f"{kind}-{stamp}.json")
     if is_private(memo, root):  # an answer others could have written is not trusted
         try:
-            return json.loads(memo.read_text())["value"]
+            with open(memo, "rb") as f:
+                return json.loads(f.read())["value"]
         except (OSError, ValueError, KeyError, TypeError):
             pass
     value = compute()
     if value is None:
         return None
     try:
-        makedirs(memo.parent)
+        makedirs(os.path.dirname(memo))
         atomic_write(memo, json.dumps({"executable": executable, "value": value}).encode(), durable=False)
     except (OSError, CacheError):
         pass

@@ -12,9 +12,14 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from pathlib import Path
 
 __all__ = ["check_private", "makedirs", "io_message", "is_private"]
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Union
+
+    StrPath = Union[str, os.PathLike[str]]  # a path as a string or a pathlib object (no pathlib import needed)
 
 
 def _problem(p: str, st: os.stat_result, uid: int) -> str | None:
@@ -37,7 +42,7 @@ def _problem(p: str, st: os.stat_result, uid: int) -> str | None:
     return None
 
 
-def check_private(path: Path, root: Path, *more: Path) -> None:
+def check_private(path: StrPath, root: StrPath, *more: StrPath) -> None:
     """Refuse ``path`` (and ``more``) if it, or a directory between it and
     ``root``, is a symbolic link, is owned by another user, or can be written
     by other users.
@@ -57,12 +62,12 @@ def check_private(path: Path, root: Path, *more: Path) -> None:
         raise CacheError(why)
 
 
-def is_private(path: Path, root: Path) -> bool:
+def is_private(path: StrPath, root: StrPath) -> bool:
     """Whether :func:`check_private` accepts ``path`` (for caches whose entries are optional)."""
     return _first_problem(root, (path,)) is None
 
 
-def _first_problem(root: Path, paths: tuple[Path, ...]) -> str | None:
+def _first_problem(root: StrPath, paths: tuple[StrPath, ...]) -> str | None:
     """``"refusing to use P: why"`` for the first path of the chains from
     ``root`` to ``paths`` that is not private, else ``None``."""
     uid = os.getuid()
@@ -86,22 +91,23 @@ def _first_problem(root: Path, paths: tuple[Path, ...]) -> str | None:
     return None
 
 
-def makedirs(path: Path) -> None:
+def makedirs(path: StrPath) -> None:
     """Create ``path`` and its missing parents as ``0o755`` whatever the umask,
     so a permissive umask never makes the cache writable by others."""
     missing = []
-    p = path
-    while not p.is_dir():
+    p = os.fspath(path)
+    while not os.path.isdir(p):
         missing.append(p)
-        if p.parent == p:
+        parent = os.path.dirname(p)
+        if parent == p:
             break
-        p = p.parent
+        p = parent
     try:
         for d in reversed(missing):
             try:
                 os.mkdir(d, 0o755)
             except FileExistsError:
-                if not d.is_dir():
+                if not os.path.isdir(d):
                     raise
                 continue
             os.chmod(d, 0o755)
@@ -111,7 +117,7 @@ def makedirs(path: Path) -> None:
         raise CacheError(io_message(path, exc)) from exc
 
 
-def io_message(path: Path, exc: OSError) -> str:
+def io_message(path: StrPath, exc: OSError) -> str:
     """What an ``OSError`` on the cache means, and what to do about it."""
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return (
