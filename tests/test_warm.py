@@ -272,10 +272,10 @@ def test_inference_setup_is_remembered_and_follows_path(
 def test_a_warm_inspect_imports_no_parser(tmp_path: Path) -> None:
     """`kernix inspect` of a cached file prints the same as the parse did,
     without libclang, the compiler views, the toolchain search, the spec or
-    error classes, OpenSSL (hashlib) or pathlib."""
+    error classes, OpenSSL (hashlib), pathlib or contextlib."""
     heavy = ("clang.cindex", "kernix.frontend.clangparse", "kernix.frontend.compiler_view",
              "kernix.backend.toolchain", "kernix.spec", "kernix.frontend.infer", "dataclasses", "logging",
-             "kernix.errors", "_hashlib", "pathlib")
+             "kernix.errors", "_hashlib", "pathlib", "contextlib")
     code = (
         "import sys, json, io, contextlib\n"
         "before = set(sys.modules)\n"

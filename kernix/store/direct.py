@@ -34,7 +34,6 @@ anything else about it that is off is a miss, never an error.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 
@@ -121,7 +120,9 @@ def record(
 
     path = os.path.join(records(root, space), f"{fingerprint[:32]}.json")
     data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": list(files)}
-    with contextlib.suppress(OSError, CacheError):
+    try:
         makedirs(os.path.dirname(path))
         atomic_write(path, json.dumps(data, separators=(",", ":")).encode(), durable=False)
-        report.note(f"{what}: direct record {fingerprint[:16]}", verbose=verbose)
+    except (OSError, CacheError):
+        return
+    report.note(f"{what}: direct record {fingerprint[:16]}", verbose=verbose)

@@ -9,7 +9,6 @@ when its content still hashes the same (so ``touch`` alone is not a change).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -128,8 +127,10 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, durable: bool = T
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
+        try:
             os.unlink(tmp)
+        except OSError:
+            pass
         raise
 
 
