@@ -84,7 +84,9 @@ def lookup(
     return value
 
 
-def _read(root: str | os.PathLike[str], path: str, fingerprint: str, valid: Callable[[Any], bool]) -> tuple[Any, str]:
+def _read(
+    root: str | os.PathLike[str], path: str, fingerprint: str, valid: Callable[[Any], bool]
+) -> tuple[Any, str]:
     """``(answer, "hit")`` when the record at ``path`` holds, else ``(None, why not)``."""
     try:
         with open(path, "rb") as f:

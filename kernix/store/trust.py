@@ -15,12 +15,6 @@ import stat
 
 __all__ = ["check_private", "makedirs", "io_message", "is_private"]
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    from typing import Union
-
-    StrPath = Union[str, os.PathLike[str]]  # a path as a string or a pathlib object (no pathlib import needed)
-
 
 def _problem(p: str, st: os.stat_result, uid: int) -> str | None:
     if stat.S_ISLNK(st.st_mode):
@@ -42,7 +36,7 @@ def _problem(p: str, st: os.stat_result, uid: int) -> str | None:
     return None
 
 
-def check_private(path: StrPath, root: StrPath, *more: StrPath) -> None:
+def check_private(path: str | os.PathLike[str], root: str | os.PathLike[str], *more: str | os.PathLike[str]) -> None:
     """Refuse ``path`` (and ``more``) if it, or a directory between it and
     ``root``, is a symbolic link, is owned by another user, or can be written
     by other users.
@@ -62,12 +56,12 @@ def check_private(path: StrPath, root: StrPath, *more: StrPath) -> None:
         raise CacheError(why)
 
 
-def is_private(path: StrPath, root: StrPath) -> bool:
+def is_private(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:
     """Whether :func:`check_private` accepts ``path`` (for caches whose entries are optional)."""
     return _first_problem(root, (path,)) is None
 
 
-def _first_problem(root: StrPath, paths: tuple[StrPath, ...]) -> str | None:
+def _first_problem(root: str | os.PathLike[str], paths: tuple[str | os.PathLike[str], ...]) -> str | None:
     """``"refusing to use P: why"`` for the first path of the chains from
     ``root`` to ``paths`` that is not private, else ``None``."""
     uid = os.getuid()
@@ -91,7 +85,7 @@ def _first_problem(root: StrPath, paths: tuple[StrPath, ...]) -> str | None:
     return None
 
 
-def makedirs(path: StrPath) -> None:
+def makedirs(path: str | os.PathLike[str]) -> None:
     """Create ``path`` and its missing parents as ``0o755`` whatever the umask,
     so a permissive umask never makes the cache writable by others."""
     missing = []
@@ -117,7 +111,7 @@ def makedirs(path: StrPath) -> None:
         raise CacheError(io_message(path, exc)) from exc
 
 
-def io_message(path: StrPath, exc: OSError) -> str:
+def io_message(path: str | os.PathLike[str], exc: OSError) -> str:
     """What an ``OSError`` on the cache means, and what to do about it."""
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return (
