@@ -13,14 +13,21 @@ __all__ = ["cache_root", "cache_root_str", "absolute", "set_cache_dir", "include
 _override: str | None = None
 
 
+def _as_pathlib_spells(path: str) -> str:
+    """``path`` with empty and ``.`` components dropped and exactly two
+    leading slashes kept, as :mod:`pathlib` parses it."""
+    lead = "//" if path.startswith("//") and not path.startswith("///") else "/" if path.startswith("/") else ""
+    return lead + "/".join(part for part in path.split("/") if part not in ("", "."))
+
+
 def absolute(path: str | os.PathLike[str]) -> str:
     """``str(Path(path).expanduser().absolute())`` without :mod:`pathlib`:
     ``~`` expanded, made absolute against the current directory, empty and
     ``.`` components dropped (``..`` is kept, as pathlib keeps it)."""
-    p = os.path.expanduser(os.fspath(path))
+    p = os.path.expanduser(_as_pathlib_spells(os.fspath(path)))
     if not os.path.isabs(p):
         p = os.path.join(os.getcwd(), p)
-    return os.sep + os.sep.join(part for part in p.split(os.sep) if part not in ("", "."))
+    return _as_pathlib_spells(p)
 
 
 def set_cache_dir(path: str | os.PathLike[str] | None) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 import kernix
 from kernix.backend import toolchain
@@ -339,3 +340,12 @@ def test_the_cache_root_string_is_the_cache_root(
     monkeypatch.setenv(variable, value)
     assert paths.cache_root_str() == str(paths.cache_root())
     assert paths.absolute(value) == str(Path(value).expanduser().absolute())
+
+
+@given(st.lists(st.sampled_from(["a", "b c", ".", "..", "", "~", "é"]), max_size=6),
+       st.sampled_from(["", "/", "//", "///"]))
+def test_absolute_spells_paths_as_pathlib_does(parts: list[str], lead: str) -> None:
+    from kernix.paths import absolute
+
+    value = lead + "/".join(parts)
+    assert absolute(value) == str(Path(value).expanduser().absolute())
