@@ -21,7 +21,10 @@ cost is printed as "first ever").
 Medians over several runs.  Usage: ``python bench/bench_infer.py [--runs N]``;
 ``--corpus DIR [-I INCLUDE]`` measures a directory of real CUDA files instead
 (per file, cold and warm, ``kernix inspect DIR`` as a whole, and the CLI's
-start-up against a bare ``python -c pass``).
+start-up against a bare ``python -c pass``); ``--cli FILE [-I INCLUDE]``
+measures only the CLI's start-up on one file.  Run with the Python of a fresh
+virtual environment holding the installed wheel to time the ``kernix``
+script too, as a user starts it.
 """
 
 from __future__ import annotations
@@ -195,7 +198,8 @@ def cli_start_up(path: Path, inc: list[str], runs: int) -> None:
     """Warm ``kernix inspect FILE`` in fresh processes against a bare
     ``python -c pass`` and against ``python -c "import re"`` (what the
     ``kernix`` script an installer writes imports before kernix), alternating;
-    bytecode caching on in the children, as for an installed package."""
+    bytecode caching on in the children, as for an installed package.  The
+    ``kernix`` script beside this Python, when there is one, is timed too."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     with tempfile.TemporaryDirectory() as cache:
         env["KERNIX_CACHE_DIR"] = cache
@@ -204,6 +208,9 @@ def cli_start_up(path: Path, inc: list[str], runs: int) -> None:
             "`python -c 'import re'`": [sys.executable, "-c", "import re"],
             "warm `kernix inspect FILE`": [sys.executable, "-m", "kernix", "inspect", *inc, str(path)],
         }
+        script = Path(sys.executable).with_name("kernix")
+        if script.is_file():
+            commands["warm `kernix` script"] = [str(script), "inspect", *inc, str(path)]
         subprocess.run(commands["warm `kernix inspect FILE`"], env=env, stdout=subprocess.DEVNULL, check=True)
         times: dict[str, list[float]] = {label: [] for label in commands}
         for _ in range(max(runs, 15)):
@@ -222,9 +229,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--corpus", type=Path, help="also a directory of real annotated .cu files")
-    parser.add_argument("-I", dest="include_dirs", action="append", default=[], help="for --corpus")
+    parser.add_argument("--cli", type=Path, metavar="FILE", help="only the CLI's start-up on this file")
+    parser.add_argument("-I", dest="include_dirs", action="append", default=[], help="for --corpus and --cli")
     args = parser.parse_args()
     print(f"cpu count: {os.cpu_count()}, python {sys.version.split()[0]}")
+    if args.cli:
+        cli_start_up(args.cli, [a for d in args.include_dirs for a in ("-I", d)], args.runs)
+        return
     if args.corpus:
         corpus(args.corpus, args.include_dirs, args.runs)
         return

@@ -11,7 +11,6 @@ this module, the toolchain, libclang or the code generator.
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -99,7 +98,7 @@ def _key_files(request: LoadRequest) -> list[str]:
     paths = [str(s) for s in request.sources] + [toolchain.host_compiler_path()]
     if request.platform == "cuda":
         paths.append(toolchain.find_nvcc().path)
-    return paths + [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    return paths + direct.search_dirs()
 
 
 def keyed_entry(request: LoadRequest, fp: str) -> Manifest:

@@ -152,6 +152,8 @@ def _cached(path: str, options: dict[str, Any]) -> dict[str, Any] | None:
     from .frontend.lookup import look_up
 
     payload = look_up(path, options["language"], options["include_dirs"], options["defines"]).payload
+    if payload is None:
+        return None
     try:
         _table(payload)
         _errors(payload)

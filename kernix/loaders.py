@@ -256,8 +256,7 @@ def default_module_name(path: Path) -> str:
     return stem if not stem[0].isdigit() else f"m_{stem}"
 
 
-def _dir_sources(directory: str | os.PathLike[str], language: Language) -> list[Path]:
-    d = Path(directory).expanduser().absolute()
+def _dir_sources(d: Path, language: Language) -> list[Path]:
     if not d.is_dir():
         from .errors import SourceNotFoundError
 

@@ -172,6 +172,18 @@ def test_a_conflict_registers_none_of_the_module(ops, tmp_path):
     assert f"{ops.name}.vector_add" in kernix.list_registered_targets()
 
 
+def test_a_missing_handler_symbol_registers_none_of_the_library(ops):
+    """Every handler is found before XLA is told of any: a library without one
+    of its symbols (damaged, or of another kernix) leaves no target behind."""
+    from kernix.runtime import registry
+
+    prefix = unique_name("missing_symbol")
+    symbols = {f"{prefix}.first": ops.handlers["vector_add"], f"{prefix}.second": "kernix_handler_99_absent"}
+    with pytest.raises(kernix.RegistrationError, match="no handler symbol 'kernix_handler_99_absent'"):
+        registry.register_targets(ops.platform, ops.path, ops.digest, symbols)
+    assert not [t for t in kernix.list_registered_targets() if t.startswith(prefix)]
+
+
 def test_different_content_under_registered_name_raises(ops, tmp_path):
     src = """
     #include "kernix/common.h"

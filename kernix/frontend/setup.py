@@ -81,4 +81,4 @@ def _setup_files() -> list[str]:
             files.append(find())
         except ToolchainError:
             pass
-    return files + [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    return files + direct.search_dirs()

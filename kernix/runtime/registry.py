@@ -149,8 +149,9 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
                 new.append(Registration(target, jax_platform, digest, library, symbol))
             elif previous.digest != digest or previous.symbol != symbol:
                 raise _taken(target, jax_platform, previous)
-        for reg in new:
-            _register(reg)
+        capsules = _capsules(new)  # every symbol found before XLA is touched
+        for reg, capsule in zip(new, capsules):
+            _register(reg, capsule)
             _versioned[reg.target] = versioned_name(reg.target, digest)
         return [reg.target for reg in new]
 
@@ -166,10 +167,14 @@ def _taken(target: str, platform: str, previous: Registration) -> RegistrationEr
     )
 
 
-def _register(reg: Registration) -> None:
+def _capsules(regs: list[Registration]) -> list[object]:
+    """The handler capsule of each registration (raises for a missing symbol)."""
+    return [_capsule(load_library(reg.library), reg.symbol) for reg in regs]
+
+
+def _register(reg: Registration, capsule: object) -> None:
     import jax.ffi
 
-    capsule = _capsule(load_library(reg.library), reg.symbol)
     jax.ffi.register_ffi_target(reg.target, capsule, platform=reg.platform, api_version=1)
     _targets[(reg.target, reg.platform)] = reg
 
@@ -185,10 +190,13 @@ def versioned_target(target: str) -> str | None:
     with XLA now if it was not yet), or ``None``."""
     with _lock:
         versioned = _versioned.get(target)
-        for platform in JAX_PLATFORMS.values() if versioned is not None else ():
+        if versioned is None:
+            return None
+        for platform in JAX_PLATFORMS.values():
             reg = _targets.get((target, platform))
             if reg is not None and (versioned, platform) not in _targets:
-                _register(Registration(versioned, platform, reg.digest, reg.library, reg.symbol))
+                alias = Registration(versioned, platform, reg.digest, reg.library, reg.symbol)
+                _register(alias, *_capsules([alias]))
         return versioned
 
 

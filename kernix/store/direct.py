@@ -45,7 +45,7 @@ TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run 
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterable, Sequence
 
-__all__ = ["DIRECT_FORMAT", "TOOL_ENVIRONMENT", "identities", "lookup", "record", "records"]
+__all__ = ["DIRECT_FORMAT", "TOOL_ENVIRONMENT", "identities", "search_dirs", "lookup", "record", "records"]
 
 DIRECT_FORMAT = 1
 
@@ -59,6 +59,13 @@ def _identity(path: str) -> list[Any]:
     except OSError:
         return [path, -1, 0, 0, 0]
     return [path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def search_dirs() -> list[str]:
+    """The directories ``PATH`` searches for tools, each once, in order: a
+    record that depends on which compiler is found vouches for each of them
+    (a compiler installed into one later changes its identity)."""
+    return list(dict.fromkeys(d for d in os.environ.get("PATH", "").split(os.pathsep) if d))
 
 
 def identities(paths: Iterable[str]) -> list[list[Any]]:
