@@ -1,4 +1,4 @@
-"""``kernix inspect`` (kernix/cli.py)."""
+"""``kernix inspect`` and the other commands (kernix/cli/)."""
 
 from __future__ import annotations
 

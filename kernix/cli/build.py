@@ -1,0 +1,60 @@
+"""``kernix build SOURCE... -o DIR``: a prebuilt module, which
+:func:`kernix.load_prebuilt` loads without a compiler."""
+
+from __future__ import annotations
+
+import sys
+
+from .args import Arg, Command, language_option, source_args
+from .output import error_line, human_size
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["COMMAND", "run"]
+
+COMMAND = Command(
+    "build",
+    help="compile sources into a prebuilt module (loaded later without a compiler)",
+    description="Compile C++/CUDA sources into a self-contained module directory: the library "
+                "and kernix-prebuilt.json. kernix.load_prebuilt(DIR) loads it with no compiler.",
+    args=(
+        Arg("sources", kind="positional", nargs="+", metavar="SOURCE", help="C++ or CUDA source files"),
+        Arg("-o", "--output", required=True, metavar="DIR", help="the module directory to write"),
+        Arg("--name", help="module name and default FFI target prefix (default: the file's stem)"),
+        *source_args("build"),
+        Arg("--arch", metavar="LIST",
+            help="CUDA architectures, e.g. sm_80,sm_90: machine code for each, PTX of the newest "
+                 "(default: $KERNIX_CUDA_ARCH_LIST, $KERNIX_CUDA_ARCH, else this machine's GPU)"),
+        Arg("-O", dest="opt", type=int, default=3, choices=range(4), metavar="N",
+            help="optimisation level 0-3 (default 3)"),
+        Arg("--fast-math", kind="flag", help="--use_fast_math (nvcc) / -ffast-math (C++)"),
+        Arg("-v", "--verbose", kind="flag", help="print every compiler command"),
+    ),
+)
+
+
+def run(args: dict[str, Any]) -> int:
+    """Run ``kernix build`` with the parsed ``args``; returns the exit status."""
+    from ..errors import InferenceError, KernixError
+    from ..prebuilt.build import build_module
+
+    try:
+        manifest = build_module(
+            args["sources"], args["output"], name=args["name"], language=language_option(args),
+            arch=args["arch"], include_dirs=args["include_dirs"], defines=args["defines"],
+            optimization_level=args["opt"], use_fast_math=args["fast_math"], verbose=args["verbose"],
+        )
+    except InferenceError as exc:
+        for err in exc.errors:
+            print(error_line(err), file=sys.stderr)
+        return 1
+    except KernixError as exc:
+        print(f"kernix build: error: {exc}", file=sys.stderr)
+        return 1
+    archs = ", ".join([*manifest.sass, *manifest.ptx])
+    print(f"built {manifest.name} ({manifest.platform}{': ' + archs if archs else ''}) into {manifest.directory}")
+    print(f"  {manifest.library}  {human_size(manifest.library_size)}  sha256 {manifest.library_sha256[:16]}...")
+    print(f"  functions: {', '.join(f.name for f in manifest.functions)}")
+    return 0

@@ -1,0 +1,193 @@
+"""``kernix inspect PATH...``: what kernix infers from each file's ``// @BE``
+annotations, as tables or JSON; files the spec cache holds are read without
+libclang, the others parsed in parallel."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .args import Arg, Command, language_option, source_args
+from .output import error_line
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Any, Sequence
+
+__all__ = ["COMMAND", "run"]
+
+
+COMMAND = Command(
+    "inspect",
+    help="show the arg_spec kernix infers for each // @BE function",
+    description="Parse C++/CUDA files and print the arg_spec of every // @BE-annotated function.",
+    args=(
+        Arg("files", kind="positional", nargs="+", metavar="PATH",
+            help="C++ or CUDA source files, or directories (their .cu/.cc/.cpp/.cxx files)"),
+        *source_args("parse"),
+        Arg("--json", kind="flag", help="print JSON instead of a table"),
+        Arg("--no-cache", kind="flag", help="parse even when a cached result exists"),
+        Arg("-j", "--jobs", type=int, default=0, metavar="N", help="parse up to N files at once (default: one per CPU)"),
+    ),
+)
+
+
+def _table(result: dict[str, Any]) -> str:
+    """A readable table of one file's functions (``result``: an :meth:`InferResult.to_json` dict)."""
+    lines = [f"{result['path']} ({result['language']})"]
+    functions = result["functions"]
+    if not functions:
+        lines.append("  (no functions inferred)")
+        return "\n".join(lines)
+    with_shapes = any(f.get("signature") or f.get("vjp_of") for f in functions)  # the column only when used
+    rows = []
+    for f in functions:
+        attrs = [p for p in f["params"] if p["role"] == "attr"]
+        dtypes = ", ".join(f"{p['name']}: {p['dtype']} ({p['type']})" for p in attrs) or "-"
+        name = f["name"] if f["qualified_name"] == f["name"] else f"{f['name']} ({f['qualified_name']})"
+        row = [name, str(f["line"]), " ".join(f["arg_spec"])]
+        if with_shapes:
+            row.append((f.get("signature") or "-") + (f" vjp={f['vjp_of']}" if f.get("vjp_of") else ""))
+        rows.append((*row, dtypes))
+    header = ("function", "line", "arg_spec", *(("shape signature",) if with_shapes else ()), "attribute dtypes")
+    n = len(header) - 1
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(n)]
+    for r in [header, *rows]:
+        lines.append("  " + "  ".join(r[i].ljust(widths[i]) for i in range(n)) + "  " + r[n])
+    return "\n".join(lines)
+
+
+def _json_file(result: dict[str, Any]) -> dict[str, Any]:
+    """What ``--json`` prints for one file."""
+    keys = ("name", "qualified_name", "line", "arg_spec", "signature", "vjp_of", "params")
+    return {
+        "path": result["path"],
+        "language": result["language"],
+        "functions": [{k: f.get(k) for k in keys} for f in result["functions"]],
+        "errors": result["errors"],
+    }
+
+
+def _errors(result: dict[str, Any]) -> list[Any]:
+    """The :class:`~kernix.errors.SourceError` of each error record of ``result``."""
+    if not result["errors"]:
+        return []  # (the error classes load only when there is one to show)
+    from ..errors import SourceError
+
+    return [SourceError.from_json(e) for e in result["errors"]]
+
+
+def _source_files(paths: Sequence[str]) -> list[str]:
+    """``paths`` with each directory replaced by the translation units under it
+    (``.cu``, ``.cc``, ``.cpp``, ``.cxx``, sorted; headers are not parsed alone)."""
+    from ..languages import LANGUAGES_BY_EXTENSION
+
+    units = {e for e in LANGUAGES_BY_EXTENSION if e not in (".h", ".hpp", ".cuh", ".c")}
+    out: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            found = [os.path.join(d, f) for d, _, names in os.walk(path) for f in names
+                     if os.path.splitext(f)[1].lower() in units]
+            out += sorted(found)
+        else:
+            out.append(path)
+    return out
+
+
+def _infer_one(path: str, options: dict[str, Any]) -> dict[str, Any]:
+    """One file's inference, as JSON (in a worker process for parallel runs)."""
+    from ..frontend.infer import infer_file
+
+    return infer_file(path, **options).to_json()
+
+
+def _cached(path: str, options: dict[str, Any]) -> dict[str, Any] | None:
+    """One file's result from the spec cache, as JSON, or ``None``: neither
+    the parser nor the spec classes are imported for it."""
+    from ..frontend.lookup import look_up
+
+    payload = look_up(path, options["language"], options["include_dirs"], options["defines"]).payload
+    if payload is None:
+        return None
+    try:
+        _table(payload)
+        _errors(payload)
+    except (KeyError, TypeError, AttributeError, ValueError):  # not a result this kernix wrote: parse again
+        return None
+    return payload
+
+
+def _infer_all(files: Sequence[str], options: dict[str, Any], jobs: int) -> list[dict[str, Any]]:
+    """Each file's result (:meth:`InferResult.to_json` form), in order:
+    spec-cache hits in this process, the rest parsed by up to ``jobs``
+    processes (libclang parses one file per thread of work, so more cores
+    mean more files at once)."""
+    results: list[Any] = [None] * len(files)
+    misses = []
+    for i, path in enumerate(files):
+        found = _cached(path, options) if options.get("use_cache", True) else None
+        if found is None:
+            misses.append(i)
+        results[i] = found
+    if len(misses) > 1 and jobs > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("spawn")  # libclang may be loaded here already
+        with ProcessPoolExecutor(min(jobs, len(misses)), mp_context=context) as pool:
+            for i, result in zip(misses, pool.map(_infer_one, [files[i] for i in misses], [options] * len(misses))):
+                results[i] = result
+    else:
+        for i in misses:
+            results[i] = _infer_one(files[i], options)
+    return results
+
+
+def run(args: dict[str, Any]) -> int:
+    """Run ``kernix inspect`` with the parsed ``args``; returns the exit status."""
+    import time
+
+    start = time.perf_counter()
+    options = {
+        "language": language_option(args),
+        "include_dirs": args["include_dirs"],
+        "defines": args["defines"],
+        "use_cache": not args["no_cache"],
+    }
+    files = _source_files(args["files"])
+    if not files:
+        print("kernix inspect: no C++ or CUDA source files found", file=sys.stderr)
+        return 2
+    jobs = args["jobs"] or os.cpu_count() or 1
+    try:
+        results = _infer_all(files, options, jobs)
+    except Exception as exc:  # (not `except KernixError`: that would import the error classes on every run)
+        from ..errors import KernixError
+
+        if not isinstance(exc, KernixError):
+            raise
+        print(f"kernix inspect: {exc}", file=sys.stderr)
+        return 2
+    failed = False
+    for result in results:
+        for err in _errors(result):
+            print(error_line(err), file=sys.stderr)
+        failed = failed or bool(result["errors"])
+    elapsed = time.perf_counter() - start
+    total = {
+        "files": len(results),
+        "functions": sum(len(r["functions"]) for r in results),
+        "files_with_errors": sum(bool(r["errors"]) for r in results),
+        "seconds": round(elapsed, 3),
+    }
+    if args["json"]:
+        import json
+
+        json.dump({"files": [_json_file(r) for r in results], "total": total}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print("\n\n".join(_table(r) for r in results))
+        if len(results) > 1:
+            print(f"\n{total['files']} files, {total['functions']} functions, "
+                  f"{total['files_with_errors']} with errors, {elapsed:.2f} s")
+    return 1 if failed else 0

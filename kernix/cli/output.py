@@ -1,0 +1,23 @@
+"""Text the ``kernix`` commands print: compiler-style error lines and sizes."""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from ..errors import SourceError
+
+__all__ = ["error_line", "human_size"]
+
+
+def error_line(err: SourceError) -> str:
+    """``FILE:LINE:COL: error: message``, the form editors and compilers use."""
+    return f"{err.location()}: error: {err.message}"
+
+
+def human_size(n: float) -> str:
+    """``n`` bytes as ``"512 B"``, ``"1.5 KiB"``, ... ``"3.0 GiB"``."""
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
