@@ -8,8 +8,6 @@ import os
 import sys
 
 from .args import Arg, Command, language_option, source_args
-from .output import error_line
-
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
     from typing import Any, Sequence
@@ -168,11 +166,13 @@ def run(args: dict[str, Any]) -> int:
             raise
         print(f"kernix inspect: {exc}", file=sys.stderr)
         return 2
-    failed = False
-    for result in results:
-        for err in _errors(result):
-            print(error_line(err), file=sys.stderr)
-        failed = failed or bool(result["errors"])
+    failed = [r for r in results if r["errors"]]
+    if failed:
+        from .output import error_line
+
+        for result in failed:
+            for err in _errors(result):
+                print(error_line(err), file=sys.stderr)
     elapsed = time.perf_counter() - start
     total = {
         "files": len(results),
