@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import kernix
 from kernix.backend import toolchain
 from kernix.backend.ninja import read_depfile
+from kernix.store.files import encode_record, read_record
 from kernix.errors import CacheError, CallError, CompilationError, RegistrationError
 from kernix.request import make_request
 from kernix.runtime.module import CompiledModule
@@ -185,7 +186,7 @@ def test_library_that_fails_to_load_is_not_left_in_the_cache(tmp_path: Path) -> 
 
 
 def _spec_entries(cache: Path) -> list[Path]:
-    return sorted((cache / "specs").glob("*/*.json"))
+    return sorted((cache / "specs").glob("*/*.rec"))
 
 
 def test_spec_cache_follows_build_directory(project: Path, tmp_path: Path, session_cache_dir: Path) -> None:
@@ -198,9 +199,9 @@ def test_spec_cache_follows_build_directory(project: Path, tmp_path: Path, sessi
 
 def _tamper_spec_cache(cache: Path, edit) -> None:
     (entry,) = _spec_entries(cache)
-    data = json.loads(entry.read_text())
+    data = read_record(entry)
     edit(data["payload"]["functions"][0])
-    entry.write_text(json.dumps(data))
+    entry.write_bytes(encode_record(data))
 
 
 @pytest.mark.parametrize(

@@ -337,8 +337,10 @@ def test_cache_hit_skips_parse_and_header_edit_invalidates(tmp_path: Path, monke
     # a damaged entry is just a miss
     from kernix.frontend import speccache
 
-    for entry in (Path(os.environ["KERNIX_CACHE_DIR"]) / "specs").rglob("*.json"):
-        entry.write_text("{not json")
+    entries = list((Path(os.environ["KERNIX_CACHE_DIR"]) / "specs").rglob("*.rec"))
+    assert entries
+    for entry in entries:
+        entry.write_bytes(entry.read_bytes()[:-7])  # cut short
     assert infer_file(src, include_dirs=[str(inc)]) == edited and calls == [1, 1]
     assert speccache.load(Path(os.environ["KERNIX_CACHE_DIR"]), "0" * 64) is None
 

@@ -16,6 +16,8 @@ from hypothesis import given, strategies as st
 
 import kernix
 from kernix.backend import toolchain
+from kernix.store import direct
+from kernix.store.files import encode_record, read_record
 from helpers import FIXTURES, unique_name
 
 SOURCE = FIXTURES / "reliability" / "add_one.cpp"
@@ -26,7 +28,7 @@ def _load(root: Path, name: str, **options):
 
 
 def _records(root: Path, name: str) -> list[Path]:
-    return sorted((root / "direct" / name).glob("*.json"))
+    return sorted((root / "direct" / name).glob("*.rec"))
 
 
 def test_a_warm_load_goes_through_the_direct_index(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
@@ -35,8 +37,8 @@ def test_a_warm_load_goes_through_the_direct_index(tmp_path: Path, capfd: pytest
     err = capfd.readouterr().err
     assert f"{name}: direct miss: no record" in err and f"{name}: cache no entry" in err
     (record,) = _records(tmp_path, name)
-    data = json.loads(record.read_text())
-    assert data["format"] == 1 and len(data["key"]) == 64
+    data = read_record(record)
+    assert data["format"] == direct.DIRECT_FORMAT and len(data["key"]) == 64
     recorded = [f[0] for f in data["files"]]
     assert str(SOURCE) in recorded and toolchain.host_compiler_path() in recorded
     mod = _load(tmp_path, name)
@@ -110,9 +112,9 @@ def test_a_bad_record_is_a_miss_not_an_error(tmp_path: Path, capfd: pytest.Captu
     elif damage == "others_can_write":
         record.chmod(0o666)
     else:
-        data = json.loads(record.read_text())
+        data = read_record(record)
         data["key"] = "0" * 64  # names no entry: the full look-up takes over
-        record.write_text(json.dumps(data))
+        record.write_bytes(encode_record(data))
     capfd.readouterr()
     again = _load(tmp_path, name)
     err = capfd.readouterr().err
@@ -267,7 +269,7 @@ def test_inference_setup_is_remembered_and_follows_path(
         finally:
             toolchain.forget()
         assert f"inference set-up: direct miss: {bindir} changed" in _setup_notes(caplog)
-    assert len(list((cache / "direct" / ".parse").glob("*.json"))) == 2
+    assert len(list((cache / "direct" / ".parse").glob("*.rec"))) == 2
 
 
 def test_a_warm_inspect_imports_no_parser(tmp_path: Path) -> None:
@@ -304,6 +306,50 @@ def test_the_spec_key_covers_the_kernix_version(tmp_path: Path, monkeypatch: pyt
     assert lookup.look_up(SOURCE, cache_dir=tmp_path).key == key
     monkeypatch.setattr(lookup, "__version__", "0.0.0-other")
     assert lookup.look_up(SOURCE, cache_dir=tmp_path).key != key
+
+
+_plain = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(_plain)
+def test_a_record_reads_back_what_was_written(value: object) -> None:
+    from kernix.store.files import RECORD_MAGIC
+
+    data = encode_record(value)
+    assert data.startswith(RECORD_MAGIC)
+    path = Path(os.environ["KERNIX_CACHE_DIR"]) / "roundtrip.rec"
+    path.write_bytes(data)
+    assert read_record(path) == value
+
+
+def test_a_damaged_record_or_another_file_is_a_value_error(tmp_path: Path) -> None:
+    path = tmp_path / "r.rec"
+    for data in (encode_record({"key": "x" * 64})[:-5], b'{"format": 2}', b""):
+        path.write_bytes(data)
+        with pytest.raises(ValueError):
+            read_record(path)
+
+
+@given(st.dictionaries(st.text(max_size=3), _plain, min_size=2, max_size=6), st.randoms())
+def test_content_keys_do_not_depend_on_dict_order(parts: dict, rnd) -> None:
+    from kernix.store.files import content_key
+
+    items = list(parts.items())
+    rnd.shuffle(items)
+    assert content_key(dict(items)) == content_key(parts)
+
+
+def test_content_keys_tell_values_apart() -> None:
+    from kernix.store.files import content_key
+
+    values = [None, "None", 1, "1", 1.0, True, "", [], {}, [[]], ["a", "b"], ["a,b"], ["ab"], {"a": 1}, {"a": "1"},
+              [{"a": 1}], {"a": [1]}, "\udc80", "é", ["x", None], [["x"], None]]
+    assert len({content_key(v) for v in values}) == len(values)
+    assert content_key(["k"], b"a", b"b") != content_key(["k"], b"ab")
 
 
 def test_keys_without_openssl_are_the_same_keys() -> None:

@@ -1,6 +1,6 @@
 """The on-disk cache of inferred specs.
 
-An entry lives at ``<cache root>/specs/<key[:2]>/<key>.json`` where ``key`` is
+An entry lives at ``<cache root>/specs/<key[:2]>/<key>.rec`` where ``key`` is
 the store's content key (:func:`kernix.store.files.content_key`) over
 everything the parse depends on except the headers: kernix's version, the
 libclang build, the language, the exact flags and the source bytes.  The
@@ -11,6 +11,9 @@ those changed) so an edited header is a miss, without parsing.
 A cached spec ends up in generated C++, so an entry is read only when no other
 user could have written it (:mod:`kernix.store.trust`), and its specs are
 validated again on the way in (:meth:`kernix.spec.FunctionSpec.from_json`).
+An entry is a record (:mod:`kernix.store.files`): a dict of ``format``,
+``key``, ``dependencies`` (fingerprints) and ``payload`` (the
+:meth:`~kernix.frontend.infer.InferResult.to_json` form).
 Entries are written atomically; a damaged, untrusted or unreadable entry is a
 miss, never an error.  Pure Python: a warm look-up neither imports libclang
 nor runs a compiler.
@@ -18,10 +21,9 @@ nor runs a compiler.
 
 from __future__ import annotations
 
-import json
 import os
 
-from ..store.files import atomic_write, content_key, fingerprints, fingerprints_current
+from ..store.files import atomic_write, content_key, encode_record, fingerprints, fingerprints_current, read_record
 from ..store.trust import is_private, makedirs
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["make_key", "load", "store", "entry_path"]
 
-_FORMAT = 4
+_FORMAT = 5
 
 
 def make_key(parts: Iterable[Any], source: bytes) -> str:
@@ -40,7 +42,7 @@ def make_key(parts: Iterable[Any], source: bytes) -> str:
 
 def entry_path(root: str | os.PathLike[str], key: str) -> str:
     """Where the entry for ``key`` lives under cache root ``root``."""
-    return os.path.join(root, "specs", key[:2], f"{key}.json")
+    return os.path.join(root, "specs", key[:2], f"{key}.rec")
 
 
 def load(root: str | os.PathLike[str], key: str) -> dict[str, Any] | None:
@@ -49,8 +51,7 @@ def load(root: str | os.PathLike[str], key: str) -> dict[str, Any] | None:
     if not is_private(path, root):
         return None
     try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read())
+        data = read_record(path)
         if data.get("format") != _FORMAT or data.get("key") != key:
             return None
         if not fingerprints_current(data["dependencies"]):
@@ -71,6 +72,6 @@ def store(root: str | os.PathLike[str], key: str, payload: dict[str, Any], depen
         target = entry_path(root, key)
         makedirs(os.path.dirname(target))
         entry = {"format": _FORMAT, "key": key, "dependencies": fingerprints(dependencies), "payload": payload}
-        atomic_write(target, json.dumps(entry).encode(), durable=False)
-    except (OSError, CacheError):
+        atomic_write(target, encode_record(entry), durable=False)
+    except (OSError, CacheError, ValueError):  # (ValueError: not plain data)
         return

@@ -7,8 +7,12 @@ Layout under the cache root (see :func:`kernix.paths.cache_root`)::
     build/<name>/                              ninja's working directory (workdir.py)
     sources/<name>-<sha>.<ext>                 inline sources, written once (files.py)
     locks/<name>.lock                          held while <name> builds (lock.py)
-    specs/<key[:2]>/<key>.json                 inferred specs (kernix.frontend.speccache)
-    toolchain/<kind>-<stamp>.json              what compilers said about themselves (files.py)
+    direct/<name or .parse>/<fingerprint>.rec  the direct index: answers remembered (direct.py)
+    specs/<key[:2]>/<key>.rec                  inferred specs (kernix.frontend.speccache)
+    toolchain/<kind>-<stamp>.rec               what compilers said about themselves (files.py)
+
+``.rec`` files are records (files.py: marshal'd plain data behind a magic
+line, read without importing json); manifests are JSON.
 
 Every directory is created private to the user (``0o755``, never writable by
 others) and every file read back that can reach a compiler or the loader is

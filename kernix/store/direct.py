@@ -13,18 +13,18 @@ unchanged the remembered answer is the one the full computation would give.
 
 Two kinds of records, one format:
 
-* ``direct/<module name>/<fingerprint[:32]>.json``: a load request's entry
+* ``direct/<module name>/<fingerprint[:32]>.rec``: a load request's entry
   key (the entry's manifest is then checked as always);
-* ``direct/.parse/<fingerprint[:32]>.json``: an inference parse's set-up
+* ``direct/.parse/<fingerprint[:32]>.rec``: an inference parse's set-up
   (libclang's identity, its command line, the CUDA prelude), from which the
   spec-cache key is computed with the source bytes (see
   :mod:`kernix.frontend.setup`).  Module names never start with ``.``.
 
-Format 1 (one JSON object)::
+Format 2 (a record, see :mod:`kernix.store.files`, holding one dict)::
 
-    format       1
+    format       2
     fingerprint  the fingerprint (SHA-256 hex)
-    key          the remembered answer (a JSON value; named for the first kind)
+    key          the remembered answer (plain data; named for the first kind)
     files        [[path, inode, size, mtime_ns, ctime_ns], ...]; a missing
                  file is recorded with inode -1
 
@@ -34,11 +34,10 @@ anything else about it that is off is a miss, never an error.
 
 from __future__ import annotations
 
-import json
 import os
 
 from .. import report
-from .files import atomic_write
+from .files import atomic_write, encode_record, read_record
 from .trust import is_private, makedirs
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
@@ -47,7 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DIRECT_FORMAT", "TOOL_ENVIRONMENT", "identities", "search_dirs", "lookup", "record", "records"]
 
-DIRECT_FORMAT = 1
+DIRECT_FORMAT = 2
 
 #: The environment variables that steer the search for compilers, CUDA and the GPU architecture.
 TOOL_ENVIRONMENT = ("PATH", "CXX", "KERNIX_NVCC", "CUDA_HOME", "CUDA_PATH", "KERNIX_CUDA_ARCH", "KERNIX_CUDA_ARCH_LIST")
@@ -78,6 +77,10 @@ def records(root: str | os.PathLike[str], space: str) -> str:
     return os.path.join(root, "direct", space)
 
 
+def _record_path(root: str | os.PathLike[str], space: str, fingerprint: str) -> str:
+    return os.path.join(records(root, space), f"{fingerprint[:32]}.rec")
+
+
 def lookup(
     root: str | os.PathLike[str], space: str, fingerprint: str, *, valid: Callable[[Any], bool], what: str,
     verbose: bool = False,
@@ -85,7 +88,7 @@ def lookup(
     """The answer remembered for ``fingerprint`` in ``space`` if ``valid``
     accepts it, else ``None`` (no record, a changed file, or a record that is
     not usable); a miss is logged as ``"<what>: direct miss: <why>"``."""
-    value, why = _read(root, os.path.join(records(root, space), f"{fingerprint[:32]}.json"), fingerprint, valid)
+    value, why = _read(root, _record_path(root, space, fingerprint), fingerprint, valid)
     if value is None:
         report.note(f"{what}: direct miss: {why}", verbose=verbose)
     return value
@@ -96,8 +99,7 @@ def _read(
 ) -> tuple[Any, str]:
     """``(answer, "hit")`` when the record at ``path`` holds, else ``(None, why not)``."""
     try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read())
+        data = read_record(path)
     except FileNotFoundError:
         return None, "no record"
     except (OSError, ValueError) as exc:
@@ -127,11 +129,11 @@ def record(
     remember is not an error."""
     from ..errors import CacheError
 
-    path = os.path.join(records(root, space), f"{fingerprint[:32]}.json")
+    path = _record_path(root, space, fingerprint)
     data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": list(files)}
     try:
         makedirs(os.path.dirname(path))
-        atomic_write(path, json.dumps(data, separators=(",", ":")).encode(), durable=False)
-    except (OSError, CacheError):
+        atomic_write(path, encode_record(data), durable=False)
+    except (OSError, CacheError, ValueError):  # (ValueError: not plain data)
         return
     report.note(f"{what}: direct record {fingerprint[:16]}", verbose=verbose)

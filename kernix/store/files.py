@@ -1,30 +1,44 @@
 """Small file utilities shared by the caches: the content key, hashing,
-fingerprints, atomic writes, inline sources stored under a content-derived
-name, and answers remembered per executable.
+fingerprints, atomic writes, records, inline sources stored under a
+content-derived name, and answers remembered per executable.
 
 A *fingerprint* of a file is ``[path, size, mtime_ns, sha256]``.  A file is
 still *current* when its size and mtime match, or, if only the mtime moved,
 when its content still hashes the same (so ``touch`` alone is not a change).
+
+A *record* (``*.rec``: the direct index, the spec cache, the tool memos, what
+every warm look-up reads) is :data:`RECORD_MAGIC` followed by one plain value
+(``None``, ``bool``, ``int``, ``float``, ``str``, ``list``, ``dict``) in
+:mod:`marshal`'s format version 4, CPython's own for ``.pyc`` files and the
+same in every Python kernix supports.  Reading one needs no import (:mod:`json`
+brings :mod:`re`, most of a warm ``kernix inspect``'s start-up), and is
+several times faster.  marshal is not meant for data others could have
+crafted: records are read only where no other user could have written them
+(:mod:`kernix.store.trust`), and each reader validates what it finds, as it
+would JSON (a wrong shape is a miss).  Manifests stay JSON.
 """
 
 from __future__ import annotations
 
-import json
+import marshal
 import os
-import re
 import sys
 
 from .trust import check_private, io_message, is_private, makedirs
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
+    import re
     from pathlib import Path
     from typing import Any, Callable, Iterable, Sequence
 
 __all__ = [
     "sha256", "content_key", "file_digest", "fingerprints", "fingerprints_current", "atomic_write", "write_source",
-    "source_name_re", "remembered",
+    "source_name_re", "remembered", "RECORD_MAGIC", "encode_record", "read_record",
 ]
+
+RECORD_MAGIC = b"kernix record 1\n"
+"""The first bytes of every record file (see the module documentation)."""
 
 
 def _builtin_sha256() -> Any:
@@ -61,17 +75,54 @@ def sha256(data: bytes = b"") -> Any:
     return hashlib.sha256(data)
 
 
+def _canonical(value: Any) -> Any:
+    """``value`` with each dict (keys: strings) replaced by its items in key
+    order, so that its ``repr`` does not depend on insertion order."""
+    if isinstance(value, dict):
+        return ("{}", [(k, _canonical(value[k])) for k in sorted(value)])
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
 def content_key(parts: Any, *blobs: bytes) -> str:
     """The one content key of every kernix cache: SHA-256 over the canonical
-    JSON form of ``parts`` followed by each of ``blobs``.
+    form of ``parts`` followed by each of ``blobs``.
 
-    ``parts`` must be JSON-serialisable (other values are written with ``str``).
+    ``parts`` is plain data (``None``, ``bool``, ``int``, ``float``, ``str``,
+    lists, tuples and dicts with string keys); the canonical form is the
+    ``repr`` of it with dicts in key order and tuples as lists.
     """
-    h = sha256(json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str).encode())
+    h = sha256(repr(_canonical(parts)).encode("utf-8", "surrogatepass"))
     for blob in blobs:
         h.update(b"\0")
         h.update(blob)
     return h.hexdigest()
+
+
+def encode_record(value: Any) -> bytes:
+    """The bytes of a record file holding ``value`` (plain data)."""
+    return RECORD_MAGIC + marshal.dumps(value, 4)
+
+
+def read_record(path: str | os.PathLike[str]) -> Any:
+    """The value of the record file at ``path``.
+
+    Raises
+    ------
+    OSError
+        When it cannot be read (:class:`FileNotFoundError` when missing).
+    ValueError
+        When it is not a record, or a damaged one.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.startswith(RECORD_MAGIC):
+        raise ValueError("not a kernix record")
+    try:
+        return marshal.loads(memoryview(data)[len(RECORD_MAGIC):])
+    except (EOFError, TypeError) as exc:
+        raise ValueError(f"a damaged record ({exc})") from None
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
@@ -136,6 +187,8 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, durable: bool = T
 
 def source_name_re(name: str) -> re.Pattern[str]:
     """File names of module ``name``'s inline sources: ``ops-<hash>.cpp``, not ``ops-v2-<hash>.cpp``."""
+    import re
+
     return re.compile(re.escape(name) + r"-[0-9a-f]{16}\.[a-z]+")
 
 
@@ -180,11 +233,10 @@ def remembered(kind: str, executable: str, compute: Callable[[], Any]) -> Any:
     st = os.stat(executable)
     stamp = content_key([kind, executable, st.st_size, st.st_mtime_ns, st.st_ctime_ns])[:24]
     root = cache_root_str()
-    memo = os.path.join(root, "toolchain", f"{kind}-{stamp}.json")
+    memo = os.path.join(root, "toolchain", f"{kind}-{stamp}.rec")
     if is_private(memo, root):  # an answer others could have written is not trusted
         try:
-            with open(memo, "rb") as f:
-                return json.loads(f.read())["value"]
+            return read_record(memo)["value"]
         except (OSError, ValueError, KeyError, TypeError):
             pass
     value = compute()
@@ -192,7 +244,7 @@ def remembered(kind: str, executable: str, compute: Callable[[], Any]) -> Any:
         return None
     try:
         makedirs(os.path.dirname(memo))
-        atomic_write(memo, json.dumps({"executable": executable, "value": value}).encode(), durable=False)
-    except (OSError, CacheError):
+        atomic_write(memo, encode_record({"executable": executable, "value": value}), durable=False)
+    except (OSError, CacheError, ValueError):  # (ValueError: not plain data)
         pass
     return value
