@@ -81,7 +81,7 @@ def _canonical(value: Any) -> Any:
     if isinstance(value, dict):
         return ("{}", [(k, _canonical(value[k])) for k in sorted(value)])
     if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
+        return [v if type(v) is str else _canonical(v) for v in value]  # (strings, most items, inline)
     return value
 
 
