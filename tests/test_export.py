@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import textwrap
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ import kernix
 from kernix.runtime import registry
 
 from helpers import unique_name
-from test_prebuilt import SCALE, no_compiler_env, run_python, write_source
+from test_prebuilt import no_compiler_env, run_python, write_source
 
 pytest.importorskip("flatbuffers", reason="jax.export serialization needs flatbuffers")
 

@@ -272,6 +272,27 @@ def test_inference_setup_is_remembered_and_follows_path(
     assert len(list((cache / "direct" / ".parse").glob("*.rec"))) == 2
 
 
+def test_the_inference_setup_does_not_depend_on_unrelated_import_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`python -m kernix` from another directory (another sys.path[0]) reuses
+    the set-up; a directory that could shadow libclang's bindings does not."""
+    from kernix.frontend.infer import infer_file
+
+    cache = tmp_path / "cache"
+    infer_file(SOURCE, cache_dir=cache)
+    unrelated, shadowing = tmp_path / "project", tmp_path / "vendored"
+    unrelated.mkdir()
+    (shadowing / "clang").mkdir(parents=True)
+    with caplog.at_level("DEBUG", logger="kernix"):
+        monkeypatch.syspath_prepend(str(unrelated))
+        infer_file(SOURCE, cache_dir=cache)
+        assert _setup_notes(caplog) == []
+        monkeypatch.syspath_prepend(str(shadowing))
+        infer_file(SOURCE, cache_dir=cache)
+        assert _setup_notes(caplog)[0] == "inference set-up: direct miss: no record"
+
+
 def test_a_warm_inspect_imports_no_parser(tmp_path: Path) -> None:
     """`kernix inspect` of a cached file prints the same as the parse did,
     without libclang, the compiler views, the toolchain search, the spec or
@@ -350,6 +371,7 @@ def test_content_keys_tell_values_apart() -> None:
               [{"a": 1}], {"a": [1]}, "\udc80", "é", ["x", None], [["x"], None]]
     assert len({content_key(v) for v in values}) == len(values)
     assert content_key(["k"], b"a", b"b") != content_key(["k"], b"ab")
+    assert content_key([Path("/a")]) == content_key(["/a"])  # other values count by their str
 
 
 def test_keys_without_openssl_are_the_same_keys() -> None:

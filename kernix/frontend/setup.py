@@ -39,6 +39,22 @@ def _is_setup(value: Any) -> bool:
     )
 
 
+_BINDINGS = ("clang", "clang.py", "jaxlib")
+
+
+def _import_roots() -> list[str]:
+    """The ``sys.path`` entries (absolute) that hold libclang's Python bindings
+    or jaxlib, in order: which of them are found first decides the set-up;
+    the other entries (the current or the script's directory, for one)
+    cannot change it."""
+    roots = []
+    for entry in sys.path:
+        entry = os.path.abspath(entry)
+        if any(os.path.exists(os.path.join(entry, name)) for name in _BINDINGS):
+            roots.append(entry)
+    return roots
+
+
 def parse_setup(
     language: str, include_dirs: tuple[str, ...], defines: tuple[str, ...], flags: tuple[str, ...], root: str
 ) -> list[Any]:
@@ -49,7 +65,7 @@ def parse_setup(
     fingerprint = content_key({
         "direct": direct.DIRECT_FORMAT,
         "kernix": [__version__, __file__],
-        "python": [sys.implementation.cache_tag, sys.prefix, sys.path],
+        "python": [sys.implementation.cache_tag, sys.prefix, _import_roots()],
         "options": [language, include_dirs, defines, flags],
         "environment": {v: os.environ.get(v) for v in direct.TOOL_ENVIRONMENT},
     })

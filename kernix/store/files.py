@@ -12,7 +12,7 @@ every warm look-up reads) is :data:`RECORD_MAGIC` followed by one plain value
 :mod:`marshal`'s format version 4, CPython's own for ``.pyc`` files and the
 same in every Python kernix supports.  Reading one needs no import (:mod:`json`
 brings :mod:`re`, most of a warm ``kernix inspect``'s start-up), and is
-several times faster.  marshal is not meant for data others could have
+faster.  marshal is not meant for data others could have
 crafted: records are read only where no other user could have written them
 (:mod:`kernix.store.trust`), and each reader validates what it finds, as it
 would JSON (a wrong shape is a miss).  Manifests stay JSON.
@@ -77,12 +77,13 @@ def sha256(data: bytes = b"") -> Any:
 
 def _canonical(value: Any) -> Any:
     """``value`` with each dict (keys: strings) replaced by its items in key
-    order, so that its ``repr`` does not depend on insertion order."""
+    order and each value other than plain data by its ``str``, so that its
+    ``repr`` does not depend on insertion order or on object identities."""
     if isinstance(value, dict):
         return ("{}", [(k, _canonical(value[k])) for k in sorted(value)])
     if isinstance(value, (list, tuple)):
         return [v if type(v) is str else _canonical(v) for v in value]  # (strings, most items, inline)
-    return value
+    return value if value is None or isinstance(value, (str, int, float)) else str(value)
 
 
 def content_key(parts: Any, *blobs: bytes) -> str:
@@ -90,8 +91,9 @@ def content_key(parts: Any, *blobs: bytes) -> str:
     form of ``parts`` followed by each of ``blobs``.
 
     ``parts`` is plain data (``None``, ``bool``, ``int``, ``float``, ``str``,
-    lists, tuples and dicts with string keys); the canonical form is the
-    ``repr`` of it with dicts in key order and tuples as lists.
+    lists, tuples and dicts with string keys; other values are taken as their
+    ``str``); the canonical form is the ``repr`` of it with dicts in key
+    order and tuples as lists.
     """
     h = sha256(repr(_canonical(parts)).encode("utf-8", "surrogatepass"))
     for blob in blobs:
