@@ -256,8 +256,14 @@ def prelude_text(options: ParseOptions) -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def _index() -> Any:
+    """The libclang index every parse uses, disposed of when the interpreter
+    exits: left to the interpreter's last clean-up, its finalizer may run
+    after libclang's bindings are gone and print an ignored exception."""
+    import atexit
+
     import clang.cindex as ci
 
+    atexit.register(_index.cache_clear)
     return ci.Index.create()
 
 
