@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import os
 
-from .. import report
 from .files import atomic_write, encode_record, read_record
 from .trust import is_private, makedirs
 
@@ -90,6 +89,8 @@ def lookup(
     not usable); a miss is logged as ``"<what>: direct miss: <why>"``."""
     value, why = _read(root, _record_path(root, space, fingerprint), fingerprint, valid)
     if value is None:
+        from .. import report  # (a hit says nothing: the warm paths do not import it for that)
+
         report.note(f"{what}: direct miss: {why}", verbose=verbose)
     return value
 
@@ -127,6 +128,7 @@ def record(
     """Remember ``value`` for ``fingerprint`` in ``space``; ``files`` are
     :func:`identities` taken before the value was computed.  Failing to
     remember is not an error."""
+    from .. import report
     from ..errors import CacheError
 
     path = _record_path(root, space, fingerprint)
