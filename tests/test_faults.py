@@ -199,7 +199,7 @@ def test_spec_cache_follows_build_directory(project: Path, tmp_path: Path, sessi
 
 def _tamper_spec_cache(cache: Path, edit) -> None:
     (entry,) = _spec_entries(cache)
-    data = read_record(entry)
+    data = read_record(entry, cache)
     edit(data["payload"]["functions"][0])
     entry.write_bytes(encode_record(data))
 

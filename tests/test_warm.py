@@ -37,7 +37,7 @@ def test_a_warm_load_goes_through_the_direct_index(tmp_path: Path, capfd: pytest
     err = capfd.readouterr().err
     assert f"{name}: direct miss: no record" in err and f"{name}: cache no entry" in err
     (record,) = _records(tmp_path, name)
-    data = read_record(record)
+    data = read_record(record, tmp_path)
     assert data["format"] == direct.DIRECT_FORMAT and len(data["key"]) == 64
     recorded = [f[0] for f in data["files"]]
     assert str(SOURCE) in recorded and toolchain.host_compiler_path() in recorded
@@ -112,7 +112,7 @@ def test_a_bad_record_is_a_miss_not_an_error(tmp_path: Path, capfd: pytest.Captu
     elif damage == "others_can_write":
         record.chmod(0o666)
     else:
-        data = read_record(record)
+        data = read_record(record, tmp_path)
         data["key"] = "0" * 64  # names no entry: the full look-up takes over
         record.write_bytes(encode_record(data))
     capfd.readouterr()
@@ -344,7 +344,7 @@ def test_a_record_reads_back_what_was_written(value: object) -> None:
     assert data.startswith(RECORD_MAGIC)
     path = Path(os.environ["KERNIX_CACHE_DIR"]) / "roundtrip.rec"
     path.write_bytes(data)
-    assert read_record(path) == value
+    assert read_record(path, path.parent) == value
 
 
 def test_a_damaged_record_or_another_file_is_a_value_error(tmp_path: Path) -> None:
@@ -352,7 +352,24 @@ def test_a_damaged_record_or_another_file_is_a_value_error(tmp_path: Path) -> No
     for data in (encode_record({"key": "x" * 64})[:-5], b'{"format": 2}', b""):
         path.write_bytes(data)
         with pytest.raises(ValueError):
-            read_record(path)
+            read_record(path, tmp_path)
+
+
+def test_a_record_others_can_write_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """marshal is not meant for crafted data: the trust check comes before the bytes are read."""
+    import builtins
+
+    from kernix.store.files import UntrustedRecord
+
+    path = tmp_path / "r.rec"
+    path.write_bytes(encode_record({"key": "x"}))
+    path.chmod(0o666)
+    opened: list[object] = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: opened.append(f) or real_open(f, *a, **k))
+    with pytest.raises(UntrustedRecord):
+        read_record(path, tmp_path)
+    assert opened == []
 
 
 @given(st.dictionaries(st.text(max_size=3), _plain, min_size=2, max_size=6), st.randoms())

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 
 from ..store.files import atomic_write, content_key, encode_record, fingerprints, fingerprints_current, read_record
-from ..store.trust import is_private, makedirs
+from ..store.trust import makedirs
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -47,11 +47,8 @@ def entry_path(root: str | os.PathLike[str], key: str) -> str:
 
 def load(root: str | os.PathLike[str], key: str) -> dict[str, Any] | None:
     """The stored payload for ``key``, or ``None`` (missing, damaged, stale or untrusted)."""
-    path = entry_path(root, key)
-    if not is_private(path, root):
-        return None
     try:
-        data = read_record(path)
+        data = read_record(entry_path(root, key), root)  # (untrusted: a ValueError)
         if data.get("format") != _FORMAT or data.get("key") != key:
             return None
         if not fingerprints_current(data["dependencies"]):

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import os
 
-from .files import atomic_write, encode_record, read_record
-from .trust import is_private, makedirs
+from .files import UntrustedRecord, atomic_write, encode_record, read_record
+from .trust import makedirs
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -100,13 +100,13 @@ def _read(
 ) -> tuple[Any, str]:
     """``(answer, "hit")`` when the record at ``path`` holds, else ``(None, why not)``."""
     try:
-        data = read_record(path)
+        data = read_record(path, root)
     except FileNotFoundError:
         return None, "no record"
+    except UntrustedRecord:
+        return None, "the record could have been written by another user"
     except (OSError, ValueError) as exc:
         return None, f"unreadable record ({exc})"
-    if not is_private(path, root):
-        return None, "the record could have been written by another user"
     try:
         if data["format"] != DIRECT_FORMAT or data["fingerprint"] != fingerprint:
             return None, "a record of another format or request"

@@ -14,8 +14,8 @@ same in every Python kernix supports.  Reading one needs no import (:mod:`json`
 brings :mod:`re`, most of a warm ``kernix inspect``'s start-up), and is
 faster.  marshal is not meant for data others could have
 crafted: records are read only where no other user could have written them
-(:mod:`kernix.store.trust`), and each reader validates what it finds, as it
-would JSON (a wrong shape is a miss).  Manifests stay JSON.
+(:func:`read_record` checks it, :mod:`kernix.store.trust`), and each reader
+validates what it finds, as it would JSON (a wrong shape is a miss).  Manifests stay JSON.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "sha256", "content_key", "file_digest", "fingerprints", "fingerprints_current", "atomic_write", "write_source",
-    "source_name_re", "remembered", "RECORD_MAGIC", "encode_record", "read_record",
+    "source_name_re", "remembered", "RECORD_MAGIC", "encode_record", "read_record", "UntrustedRecord",
 ]
 
 RECORD_MAGIC = b"kernix record 1\n"
@@ -107,16 +107,25 @@ def encode_record(value: Any) -> bytes:
     return RECORD_MAGIC + marshal.dumps(value, 4)
 
 
-def read_record(path: str | os.PathLike[str]) -> Any:
-    """The value of the record file at ``path``.
+class UntrustedRecord(ValueError):
+    """A record file another user could have written: it is not read."""
+
+
+def read_record(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Any:
+    """The value of the record file at ``path`` under the cache root ``root``,
+    read only when no other user could have written it (:func:`is_private`).
 
     Raises
     ------
     OSError
         When it cannot be read (:class:`FileNotFoundError` when missing).
+    UntrustedRecord
+        When another user could have written it.
     ValueError
         When it is not a record, or a damaged one.
     """
+    if not is_private(path, root):
+        raise UntrustedRecord(f"{path} could have been written by another user")
     with open(path, "rb") as f:
         data = f.read()
     if not data.startswith(RECORD_MAGIC):
@@ -236,11 +245,10 @@ def remembered(kind: str, executable: str, compute: Callable[[], Any]) -> Any:
     stamp = content_key([kind, executable, st.st_size, st.st_mtime_ns, st.st_ctime_ns])[:24]
     root = cache_root_str()
     memo = os.path.join(root, "toolchain", f"{kind}-{stamp}.rec")
-    if is_private(memo, root):  # an answer others could have written is not trusted
-        try:
-            return read_record(memo)["value"]
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+    try:
+        return read_record(memo, root)["value"]
+    except (OSError, ValueError, KeyError, TypeError):  # (an answer others could have written is not trusted)
+        pass
     value = compute()
     if value is None:
         return None
