@@ -218,11 +218,30 @@ def cli_start_up(path: Path, inc: list[str], runs: int) -> None:
                 t0 = time.perf_counter()
                 subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=True)
                 times[label].append(time.perf_counter() - t0)
+        in_process = subprocess.run([sys.executable, "-c", IN_PROCESS, json.dumps(["inspect", *inc, str(path)]),
+                                     str(max(runs, 15))], env=env, capture_output=True, text=True, check=True)
     medians = {label: statistics.median(t) * 1e3 for label, t in times.items()}
     bare = medians["`python -c pass`"]
     print(f"CLI start-up (median of {len(times['`python -c pass`'])}, {path.name}):")
     for label, ms in medians.items():
         print(f"  {label:28}{ms:7.1f} ms  ({ms - bare:+.1f} ms)")
+    print(f"  warm `main(['inspect', FILE])` in one process: {float(in_process.stdout) * 1e3:.2f} ms")
+
+
+# The command's own work, without the interpreter's start-up: main() called
+# again and again in one process (after one call that imports what it needs).
+IN_PROCESS = """
+import contextlib, io, json, statistics, sys, time
+from kernix.cli import main
+argv, runs = json.loads(sys.argv[1]), int(sys.argv[2])
+times = []
+for _ in range(runs + 1):
+    with contextlib.redirect_stdout(io.StringIO()):
+        t0 = time.perf_counter()
+        main(argv)
+        times.append(time.perf_counter() - t0)
+print(statistics.median(times[1:]))
+"""
 
 
 def main() -> None:

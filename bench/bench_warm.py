@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -64,9 +65,7 @@ CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECOD
 def run(root: str, name: str, src: str, cache: str) -> tuple[float, float]:
     """(wall time after interpreter start, time after ``import jax``) of one fresh process."""
     code = CHILD.format(root=root, name=name, src=src, cache=cache)
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
-                         env=CHILD_ENV)
-    total, after_jax = json.loads(out.stdout.strip().splitlines()[-1])
+    total, after_jax = _child(code)
     return total, after_jax
 
 
@@ -90,7 +89,21 @@ fp = pipeline.fingerprint(req); t.append(T())
 m = pipeline._direct_hit(req, fp); t.append(T())
 registry.load_library(m.so_path); t.append(T())
 CompiledModule({name!r}, m.so_path, m.platform, m.specs, m.handlers, m.so_sha256).register(); t.append(T())
-print(json.dumps([b - a for a, b in zip(t, t[1:])]))
+modules = sum(1 for m in sys.modules if m == "kernix" or m.startswith("kernix."))
+print(json.dumps([[b - a for a, b in zip(t, t[1:])], modules]))
+"""
+
+# The floor of the imports step: as many empty modules of one package, imported
+# the same way (after import jax, bytecode cached).
+EMPTY = """
+import sys, time, json
+import jax, jax.numpy
+sys.path.insert(0, {where!r})
+t0 = time.perf_counter()
+import empty_pkg
+for i in range({n} - 1):
+    __import__(f"empty_pkg.m{{i}}")
+print(json.dumps(time.perf_counter() - t0))
 """
 PHASE_NAMES = ("imports", "request", "inline source", "fingerprint", "direct + entry look-up", "dlopen",
                "module + register")
@@ -99,11 +112,28 @@ PHASE_NAMES = ("imports", "request", "inline source", "fingerprint", "direct + e
 def phases(root: str, name: str, src: str, cache: str, repeat: int) -> None:
     """Print the median time of each step of a warm load (fresh processes)."""
     code = PHASES.format(root=root, name=name, src=src, cache=cache)
-    rows = [json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
-                                      env=CHILD_ENV).stdout.strip().splitlines()[-1]) for _ in range(repeat)]
+    rows = [_child(code) for _ in range(repeat)]
+    modules = rows[0][1]
     print(f"\nwarm load step by step (median of {repeat} fresh processes, after import jax):")
     for i, label in enumerate(PHASE_NAMES):
-        print(f"  {label:26}{statistics.median(r[i] for r in rows) * 1e3:8.2f} ms")
+        print(f"  {label:26}{statistics.median(r[0][i] for r in rows) * 1e3:8.2f} ms")
+    with tempfile.TemporaryDirectory() as where:
+        package = Path(where, "empty_pkg")
+        package.mkdir()
+        for i in range(modules - 1):
+            (package / f"m{i}.py").write_text("from __future__ import annotations\n")
+        (package / "__init__.py").write_text("")
+        code = EMPTY.format(where=where, n=modules)
+        _child(code)  # writes their .pyc files
+        empty = statistics.median(_child(code) for _ in range(repeat))
+    print(f"  (the imports step's floor: {modules} empty modules of one package, imported the same way:"
+          f" {empty * 1e3:.2f} ms)")
+
+
+def _child(code: str) -> Any:
+    """What a fresh process running ``code`` prints last, as JSON."""
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=CHILD_ENV)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
