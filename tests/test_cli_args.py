@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
-import subprocess
-import sys
 
 import pytest
 from hypothesis import given, settings
@@ -16,8 +13,6 @@ from hypothesis import strategies as st
 
 from kernix.cli import COMMANDS, _module, build_parser
 from kernix.cli.args import parse_fast
-
-from helpers import FIXTURES
 
 
 def _argparse(argv: list[str]) -> dict | None:
@@ -95,23 +90,3 @@ def test_the_fast_parse_values() -> None:
 ])
 def test_help_errors_and_rare_forms_are_left_to_argparse(argv: list[str]) -> None:
     assert _fast(argv) is None
-
-
-def test_a_warm_inspect_imports_neither_argparse_nor_json(tmp_path) -> None:
-    """A valid command line of a cached file runs without argparse and its
-    message catalogues, and reads the cache's records without json (and
-    the regular-expression engine json imports: where the interpreter's
-    start-up has not loaded it already)."""
-    source = str(FIXTURES / "seed_vector_add.cu")
-    code = (
-        "import sys, io, contextlib\n"
-        "before = set(sys.modules)\n"
-        "from kernix.cli import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        f"    status = main(['inspect', {source!r}, '-I', '.', '--cuda'])\n"
-        "print(repr([status, sorted({'argparse', 'gettext', 'locale', 'json', 're'} & (set(sys.modules) - before))]))\n"
-    )
-    env = {**os.environ, "KERNIX_CACHE_DIR": str(tmp_path)}
-    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                           check=True).stdout.strip() for _ in range(2)]
-    assert runs[1] == "[0, []]"  # (the first run parsed the file)
