@@ -43,6 +43,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import kernix  # noqa: E402
 from kernix.backend import codegen, toolchain  # noqa: E402
+from kernix.backend.arch import detect_compute_capability  # noqa: E402
 from kernix.backend.flags import BuildConfig, compile_flags  # noqa: E402
 
 
@@ -221,7 +222,7 @@ def main() -> None:
     arch = None
     if "cuda" in langs:
         try:
-            arch = toolchain.detect_compute_capability(args.cuda_arch)
+            arch = detect_compute_capability(args.cuda_arch)
         except kernix.ToolchainError:
             arch = "sm_90"
     print(f"machine: {platform.node()} ({os.cpu_count()} CPUs), python {platform.python_version()}, "

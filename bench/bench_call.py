@@ -97,13 +97,14 @@ ITERS = 1000
 def build_hand(platform_: str, workdir: Path) -> Path:
     """Compile the hand-written handler the way one would by hand: one TU, -O3."""
     from kernix.backend import toolchain
+    from kernix.backend.arch import detect_compute_capability
 
     src = workdir / ("hand.cu" if platform_ == "cuda" else "hand.cpp")
     src.write_text(HAND_CUDA if platform_ == "cuda" else HAND_CPU)
     so = workdir / "hand.so"
     inc = ["-isystem", toolchain.jax_ffi_include_dir()]
     if platform_ == "cuda":
-        arch = toolchain.detect_compute_capability()
+        arch = detect_compute_capability()
         cmd = [toolchain.find_nvcc().path, "-std=c++17", "-O3", "-shared", "-Xcompiler=-fPIC",
                f"--generate-code=arch=compute_{arch[3:]},code=[compute_{arch[3:]},{arch}]", *inc, str(src), "-o", str(so)]
     else:

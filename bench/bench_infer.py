@@ -196,17 +196,25 @@ def corpus(directory: Path, include_dirs: list[str], runs: int) -> None:
 
 def cli_start_up(path: Path, inc: list[str], runs: int) -> None:
     """Warm ``kernix inspect FILE`` in fresh processes against a bare
-    ``python -c pass`` and against ``python -c "import re"`` (what the
-    ``kernix`` script an installer writes imports before kernix), alternating;
-    bytecode caching on in the children, as for an installed package.  The
-    ``kernix`` script beside this Python, when there is one, is timed too."""
+    ``python -c pass``, alternating; bytecode caching on in the children, as
+    for an installed package.  Also timed: what the two ways of starting a
+    command cost before kernix runs (``python -m`` on an empty module: runpy;
+    ``python -c "import re"``: what the ``kernix`` script an installer writes
+    imports first), the command started without either (``python -c`` calling
+    ``kernix.cli.main``: kernix's own share), and the ``kernix`` script beside
+    this Python, when there is one."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    with tempfile.TemporaryDirectory() as cache:
+    argv = ["inspect", *inc, str(path)]
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as empty:
         env["KERNIX_CACHE_DIR"] = cache
+        Path(empty, "kernix_bench_empty.py").write_text("")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [empty, env.get("PYTHONPATH")]))
         commands = {
             "`python -c pass`": [sys.executable, "-c", "pass"],
+            "`python -m EMPTY_MODULE`": [sys.executable, "-m", "kernix_bench_empty"],
             "`python -c 'import re'`": [sys.executable, "-c", "import re"],
-            "warm `kernix inspect FILE`": [sys.executable, "-m", "kernix", "inspect", *inc, str(path)],
+            "warm `kernix inspect FILE`": [sys.executable, "-m", "kernix", *argv],
+            "warm `main([...])` alone": [sys.executable, "-c", f"from kernix.cli import main; main({argv!r})"],
         }
         script = Path(sys.executable).with_name("kernix")
         if script.is_file():
@@ -218,7 +226,7 @@ def cli_start_up(path: Path, inc: list[str], runs: int) -> None:
                 t0 = time.perf_counter()
                 subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=True)
                 times[label].append(time.perf_counter() - t0)
-        in_process = subprocess.run([sys.executable, "-c", IN_PROCESS, json.dumps(["inspect", *inc, str(path)]),
+        in_process = subprocess.run([sys.executable, "-c", IN_PROCESS, json.dumps(argv),
                                      str(max(runs, 15))], env=env, capture_output=True, text=True, check=True)
     medians = {label: statistics.median(t) * 1e3 for label, t in times.items()}
     bare = medians["`python -c pass`"]

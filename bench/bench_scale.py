@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent

@@ -1,15 +1,21 @@
 """Warm start: what ``import kernix`` plus loading a cached module costs in a
 fresh process, over ``import jax`` alone.
 
-Builds a C++ module of ``--functions`` macro-generated entry points once (per
-checkout), then alternates, ``--repeat`` times, three fresh processes:
+Builds a C++ module (with ``--cuda``, a CUDA module) of ``--functions``
+macro-generated entry points once (per checkout), then alternates,
+``--repeat`` times, three fresh processes:
 
 * ``import jax, jax.numpy``                                   (the reference)
 * ``import jax, jax.numpy; import kernix; kernix.load_cpp_inline(...)``
 * the same with the checkout given by ``--compare`` (e.g. an older kernix),
   when given
 
-and prints the medians of the whole process' wall time and of the part
+With ``--cuda`` each of them also starts JAX's GPU backend
+(``jax.devices()``) before the clock's second reading, as a program that runs
+a CUDA kernel does anyway; a warm CUDA load asks it for the GPU's
+architecture.
+
+It prints the medians of the whole process' wall time and of the part
 after ``import jax`` (import kernix + the load call), side by side.
 
 The children run with bytecode caching on (``PYTHONDONTWRITEBYTECODE`` is
@@ -19,7 +25,7 @@ module from source, which times the interpreter's compiler, not kernix.
 
 Usage::
 
-    python bench/bench_warm.py [--functions 40] [--repeat 21] [--compare /path/to/other/checkout] [--phases]
+    python bench/bench_warm.py [--functions 40] [--repeat 21] [--cuda] [--compare /path/to/other/checkout] [--phases]
 
 ``--phases`` also times each step of the warm load (imports, request, inline
 source, fingerprint, direct + entry look-up, dlopen, registration) in fresh
@@ -43,17 +49,20 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_build import cpp_source  # noqa: E402
+from bench_build import cpp_source, cuda_source  # noqa: E402
 
 CHILD = """
 import sys, time, json
 t0 = time.perf_counter()
 import jax, jax.numpy
+if {cuda!r}:
+    jax.devices()
 t1 = time.perf_counter()
 if {root!r}:
     sys.path.insert(0, {root!r})
     import kernix
-    kernix.load_cpp_inline({name!r}, {src!r}, build_directory={cache!r})  # registered, as by default
+    load = kernix.load_cuda_inline if {cuda!r} else kernix.load_cpp_inline
+    load({name!r}, {src!r}, build_directory={cache!r})  # registered, as by default
 t2 = time.perf_counter()
 print(json.dumps([t2 - t0, t2 - t1]))
 """
@@ -62,9 +71,9 @@ print(json.dumps([t2 - t0, t2 - t1]))
 CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def run(root: str, name: str, src: str, cache: str) -> tuple[float, float]:
+def run(root: str, name: str, src: str, cache: str, cuda: bool) -> tuple[float, float]:
     """(wall time after interpreter start, time after ``import jax``) of one fresh process."""
-    code = CHILD.format(root=root, name=name, src=src, cache=cache)
+    code = CHILD.format(root=root, name=name, src=src, cache=cache, cuda=cuda)
     total, after_jax = _child(code)
     return total, after_jax
 
@@ -74,6 +83,8 @@ def run(root: str, name: str, src: str, cache: str) -> tuple[float, float]:
 PHASES = """
 import sys, time, json
 import jax, jax.numpy
+if {cuda!r}:
+    jax.devices()
 T = time.perf_counter
 t = [T()]
 sys.path.insert(0, {root!r})
@@ -83,8 +94,9 @@ from kernix.runtime import registry
 from kernix.runtime.module import CompiledModule
 from kernix.store import files
 t.append(T())
-req = make_request({name!r}, [], "cpp", None, {{**loaders._CPP_OPTIONS, "build_directory": {cache!r}}}); t.append(T())
-req = req.replace(sources=(files.write_source(req.root, {name!r}, {src!r}, "cpp"),)); t.append(T())
+lang, ext, options = ("cuda", "cu", loaders._CUDA_OPTIONS) if {cuda!r} else ("cpp", "cpp", loaders._CPP_OPTIONS)
+req = make_request({name!r}, [], lang, None, {{**options, "build_directory": {cache!r}}}); t.append(T())
+req = req.replace(sources=(files.write_source(req.root, {name!r}, {src!r}, ext),)); t.append(T())
 fp = pipeline.fingerprint(req); t.append(T())
 m = pipeline._direct_hit(req, fp); t.append(T())
 registry.load_library(m.so_path); t.append(T())
@@ -98,6 +110,8 @@ print(json.dumps([[b - a for a, b in zip(t, t[1:])], modules]))
 EMPTY = """
 import sys, time, json
 import jax, jax.numpy
+if {cuda!r}:
+    jax.devices()
 sys.path.insert(0, {where!r})
 t0 = time.perf_counter()
 import empty_pkg
@@ -109,9 +123,9 @@ PHASE_NAMES = ("imports", "request", "inline source", "fingerprint", "direct + e
                "module + register")
 
 
-def phases(root: str, name: str, src: str, cache: str, repeat: int) -> None:
+def phases(root: str, name: str, src: str, cache: str, cuda: bool, repeat: int) -> None:
     """Print the median time of each step of a warm load (fresh processes)."""
-    code = PHASES.format(root=root, name=name, src=src, cache=cache)
+    code = PHASES.format(root=root, name=name, src=src, cache=cache, cuda=cuda)
     rows = [_child(code) for _ in range(repeat)]
     modules = rows[0][1]
     print(f"\nwarm load step by step (median of {repeat} fresh processes, after import jax):")
@@ -123,7 +137,7 @@ def phases(root: str, name: str, src: str, cache: str, repeat: int) -> None:
         for i in range(modules - 1):
             (package / f"m{i}.py").write_text("from __future__ import annotations\n")
         (package / "__init__.py").write_text("")
-        code = EMPTY.format(where=where, n=modules)
+        code = EMPTY.format(where=where, n=modules, cuda=cuda)
         _child(code)  # writes their .pyc files
         empty = statistics.median(_child(code) for _ in range(repeat))
     print(f"  (the imports step's floor: {modules} empty modules of one package, imported the same way:"
@@ -142,34 +156,37 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=21)
     ap.add_argument("--compare", default=None, help="another kernix checkout to time the same way")
     ap.add_argument("--phases", action="store_true", help="also time each step of the warm load")
+    ap.add_argument("--cuda", action="store_true", help="a CUDA module (needs nvcc and a GPU)")
     args = ap.parse_args()
-    src = cpp_source(args.functions)
+    src = (cuda_source if args.cuda else cpp_source)(args.functions)
     roots = {"kernix": str(HERE.parent)}
     if args.compare:
         roots["compare"] = str(Path(args.compare).resolve())
     work = Path(tempfile.mkdtemp(prefix="kernix-warm-"))
+    name = f"warm_{'cuda_' if args.cuda else ''}{args.functions}"
     caches = {}
     for label, root in roots.items():
         caches[label] = str(work / label)
         t0 = time.perf_counter()
-        run(root, f"warm_{args.functions}", src, caches[label])  # builds, and writes .pyc files
+        run(root, name, src, caches[label], args.cuda)  # builds, and writes .pyc files
         print(f"built {label} ({root}) in {time.perf_counter() - t0:.1f} s")
-        run(root, f"warm_{args.functions}", src, caches[label])
-    samples: dict[str, list[tuple[float, float]]] = {"import jax": [], **{k: [] for k in roots}}
+        run(root, name, src, caches[label], args.cuda)
+    reference = "import jax, devices()" if args.cuda else "import jax"
+    samples: dict[str, list[tuple[float, float]]] = {reference: [], **{k: [] for k in roots}}
     for _ in range(args.repeat):
-        samples["import jax"].append(run("", "", "", ""))
+        samples[reference].append(run("", "", "", "", args.cuda))
         for label, root in roots.items():
-            samples[label].append(run(root, f"warm_{args.functions}", src, caches[label]))
+            samples[label].append(run(root, name, src, caches[label], args.cuda))
     print(f"\n{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"{args.functions} functions, median of {args.repeat} fresh processes")
-    base = statistics.median(t for t, _ in samples["import jax"])
+          f"{args.functions} {'CUDA' if args.cuda else 'C++'} functions, median of {args.repeat} fresh processes")
+    base = statistics.median(t for t, _ in samples[reference])
     print(f"{'':28}{'whole process':>16}{'after import jax':>20}{'over import jax':>18}")
     for label, rows in samples.items():
         total = statistics.median(t for t, _ in rows)
         after = statistics.median(a for _, a in rows)
         print(f"{label:28}{total * 1e3:13.1f} ms{after * 1e3:17.2f} ms{(total - base) * 1e3:15.2f} ms")
     if args.phases:
-        phases(roots["kernix"], f"warm_{args.functions}", src, caches["kernix"], args.repeat)
+        phases(roots["kernix"], name, src, caches["kernix"], args.cuda, args.repeat)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ __all__ = ["build_config", "toolchain_stamp", "cache_key", "keyed_entry", "reloa
 
 def build_config(request: LoadRequest) -> BuildConfig:
     """How ``request`` is compiled."""
-    from .backend import toolchain
+    from .backend.arch import detect_compute_capability
     from .backend.flags import BuildConfig
 
     cuda = request.platform == "cuda"
@@ -46,7 +46,7 @@ def build_config(request: LoadRequest) -> BuildConfig:
         extra_cflags=request.extra_cflags,
         extra_ldflags=request.extra_ldflags,
         include_dirs=request.include_dirs,
-        arch=toolchain.detect_compute_capability(request.compute_capability) if cuda else None,
+        arch=detect_compute_capability(request.compute_capability) if cuda else None,
         allow_cuda_graph=request.allow_cuda_graph,
     )
 

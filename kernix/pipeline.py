@@ -65,9 +65,9 @@ def load(request: LoadRequest) -> CompiledModule:
 
 def _arch(request: LoadRequest) -> str:
     """The GPU architecture(s) a CUDA request is built for (given, else detected)."""
-    from .backend import toolchain
+    from .backend.arch import detect_compute_capability
 
-    return toolchain.detect_compute_capability(request.compute_capability)
+    return detect_compute_capability(request.compute_capability)
 
 
 def fingerprint(request: LoadRequest) -> str:

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 import kernix
-from kernix.backend import toolchain
+from kernix.backend import arch
 
 from helpers import FIXTURES, ROOT, unique_name
 
@@ -50,9 +50,9 @@ def checks():
 
 
 def test_compute_capability_is_the_real_device(cuda_ops):
-    arch = toolchain.detect_compute_capability()
+    detected = arch.detect_compute_capability()
     cc = _gpus()[0].compute_capability
-    assert arch == "sm_" + cc.replace(".", "")
+    assert detected == "sm_" + cc.replace(".", "")
     assert cuda_ops.platform == "cuda"
 
 

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 import kernix
-from kernix.backend import toolchain
+from kernix.backend import arch, toolchain
 from kernix.backend.flags import BuildConfig, compile_flags
 from kernix.cli import main
 from kernix.prebuilt.format import MANIFEST_NAME, PrebuiltManifest, arch_problem, arch_runs_on, ffi_api_problem
@@ -245,22 +245,22 @@ def test_architecture_rules():
 
 
 def test_arch_lists():
-    assert toolchain.normalize_arch_list("sm_90,sm_80") == ("sm_80", "sm_90")
-    assert toolchain.normalize_arch_list(["90", "8.6", "sm_80"]) == ("sm_80", "sm_86", "sm_90")
-    assert toolchain.normalize_arch_list("sm_100 sm_90a") == ("sm_90a", "sm_100")
+    assert arch.normalize_arch_list("sm_90,sm_80") == ("sm_80", "sm_90")
+    assert arch.normalize_arch_list(["90", "8.6", "sm_80"]) == ("sm_80", "sm_86", "sm_90")
+    assert arch.normalize_arch_list("sm_100 sm_90a") == ("sm_90a", "sm_100")
     with pytest.raises(kernix.ToolchainError, match="compute capability"):
-        toolchain.normalize_arch_list("sm_80,banana")
+        arch.normalize_arch_list("sm_80,banana")
     with pytest.raises(kernix.ToolchainError, match="empty"):
-        toolchain.normalize_arch_list([])
+        arch.normalize_arch_list([])
 
 
 def test_arch_list_from_environment(monkeypatch):
     monkeypatch.setenv("KERNIX_CUDA_ARCH_LIST", "90;80")
     monkeypatch.setenv("KERNIX_CUDA_ARCH", "sm_70")
-    assert toolchain.detect_compute_capability() == "sm_80,sm_90"
-    assert toolchain.detect_compute_capability(["sm_75"]) == "sm_75"
+    assert arch.detect_compute_capability() == "sm_80,sm_90"
+    assert arch.detect_compute_capability(["sm_75"]) == "sm_75"
     monkeypatch.delenv("KERNIX_CUDA_ARCH_LIST")
-    assert toolchain.detect_compute_capability() == "sm_70"
+    assert arch.detect_compute_capability() == "sm_70"
 
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not os.environ.get("CUDA_HOME"),

@@ -1,4 +1,4 @@
-"""Finding compilers and the GPU architecture (kernix/toolchain.py)."""
+"""Finding compilers (kernix/backend/toolchain.py) and the GPU architecture (kernix/backend/arch.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernix.backend import toolchain
+from kernix.backend import arch, toolchain
 from kernix.errors import ToolchainError
 
 
@@ -89,25 +89,36 @@ def test_compiler_identity_is_remembered(tmp_path, monkeypatch):
 @pytest.mark.parametrize("value,expected", [("sm_90", "sm_90"), ("90", "sm_90"), ("9.0", "sm_90"), (86, "sm_86"),
                                             ("sm_90a", "sm_90a"), ("compute_80", "sm_80"), ("12.0", "sm_120")])
 def test_normalize_arch(value, expected):
-    assert toolchain.normalize_arch(value) == expected
+    assert arch.normalize_arch(value) == expected
 
 
 @pytest.mark.parametrize("value", ["", "sm90x", "gpu", "9.0.1"])
 def test_bad_arch_is_an_error(value):
     with pytest.raises(ToolchainError, match="bad compute capability"):
-        toolchain.normalize_arch(value)
+        arch.normalize_arch(value)
 
 
 def test_compute_capability_order(monkeypatch):
-    monkeypatch.setattr(toolchain, "_arch_from_jax", lambda: "sm_80")
-    monkeypatch.setattr(toolchain, "_arch_from_nvidia_smi", lambda: "sm_70")
+    monkeypatch.setattr(arch, "_arch_from_jax", lambda: "sm_80")
+    monkeypatch.setattr(arch, "_arch_from_nvidia_smi", lambda: "sm_70")
     monkeypatch.setenv("KERNIX_CUDA_ARCH", "sm_86")
-    assert toolchain.detect_compute_capability("sm_90") == "sm_90"
-    assert toolchain.detect_compute_capability() == "sm_86"
+    assert arch.detect_compute_capability("sm_90") == "sm_90"
+    assert arch.detect_compute_capability() == "sm_86"
     monkeypatch.delenv("KERNIX_CUDA_ARCH")
-    assert toolchain.detect_compute_capability() == "sm_80"
-    monkeypatch.setattr(toolchain, "_arch_from_jax", lambda: None)
-    assert toolchain.detect_compute_capability() == "sm_70"
-    monkeypatch.setattr(toolchain, "_arch_from_nvidia_smi", lambda: None)
+    assert arch.detect_compute_capability() == "sm_80"
+    monkeypatch.setattr(arch, "_arch_from_jax", lambda: None)
+    assert arch.detect_compute_capability() == "sm_70"
+    monkeypatch.setattr(arch, "_arch_from_nvidia_smi", lambda: None)
     with pytest.raises(ToolchainError, match="compute_capability='sm_90'.*KERNIX_CUDA_ARCH"):
-        toolchain.detect_compute_capability()
+        arch.detect_compute_capability()
+
+
+@pytest.mark.parametrize("answer,expected", [("9.0", "sm_90"), ("\n12.0\n8.6", "sm_120"), ("N/A", None), ("", None)])
+def test_nvidia_smi_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: str, expected: str | None):
+    """Without a JAX GPU device, the first GPU nvidia-smi lists decides; an answer
+    that is not a compute capability is no answer (not an error)."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nprintf '{answer}\\n'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert arch._arch_from_nvidia_smi() == expected

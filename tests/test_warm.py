@@ -215,6 +215,37 @@ def test_a_warm_load_imports_only_what_it_needs(tmp_path: Path) -> None:
     assert loaded == [] and spec_after_use is True
 
 
+def _has_nvcc() -> bool:
+    try:
+        toolchain.find_nvcc()
+        return True
+    except kernix.ToolchainError:
+        return False
+
+
+@pytest.mark.skipif(not _has_nvcc(), reason="building a CUDA module needs nvcc")
+@pytest.mark.parametrize("given", ["argument", "environment"])
+def test_a_warm_cuda_load_imports_no_compiler_search(tmp_path: Path, given: str) -> None:
+    """The GPU architecture enters a CUDA request's fingerprint: finding it on a
+    warm load imports neither the compiler search nor the error classes."""
+    name = unique_name("warm_cuda_imports")
+    source = FIXTURES / "seed_vector_add.cu"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", KERNIX_CUDA_ARCH="sm_90")
+    env.pop("KERNIX_CUDA_ARCH_LIST", None)
+    option = "compute_capability='sm_90', " if given == "argument" else ""
+    heavy = ("kernix.backend.toolchain", "kernix.backend.flags", "kernix.errors", "kernix.build", "clang.cindex")
+    code = (
+        "import sys, json, kernix\n"
+        f"kernix.load_cuda_file({str(source)!r}, name={name!r}, {option}build_directory={str(tmp_path)!r})\n"
+        f"print(json.dumps(sorted(n for n in {heavy!r} if n in sys.modules)))\n"
+    )
+    run = [sys.executable, "-c", code]
+    subprocess.run(run, capture_output=True, text=True, env=env, check=True)  # builds (or not: CI has no nvcc)
+    warm = subprocess.run(run, capture_output=True, text=True, env={**env, "KERNIX_VERBOSE": "1"}, check=True)
+    assert json.loads(warm.stdout) == []
+    assert f"{name}: cache hit (" in warm.stderr and ", direct)" in warm.stderr
+
+
 def test_the_index_never_loads_a_library_of_another_source(tmp_path: Path) -> None:
     """Two modules of one name and different inline sources: each load gets its own code."""
     name = unique_name("direct_inline")

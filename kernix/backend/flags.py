@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..errors import KernixError
 from ..paths import include_dir
-from . import toolchain
+from . import arch, toolchain
 
 __all__ = ["BuildConfig", "compile_flags"]
 
@@ -58,7 +58,7 @@ class BuildConfig:
     @property
     def archs(self) -> tuple[str, ...]:
         """The architectures machine code is built for, oldest first (empty for CPU builds)."""
-        return toolchain.normalize_arch_list(self.arch) if self.arch else ()
+        return arch.normalize_arch_list(self.arch) if self.arch else ()
 
     @property
     def ptx_arch(self) -> str | None:

@@ -42,6 +42,7 @@ def _fatbin_archs(library: Path) -> tuple[tuple[str, ...], tuple[str, ...]] | No
     """``(sass, ptx)`` architectures that ``cuobjdump`` finds in ``library``, or
     ``None`` when cuobjdump is not available or fails."""
     from ..backend import toolchain
+    from ..backend.arch import arch_key
 
     try:
         tool = Path(toolchain.find_nvcc().path).with_name("cuobjdump")
@@ -56,9 +57,9 @@ def _fatbin_archs(library: Path) -> tuple[tuple[str, ...], tuple[str, ...]] | No
         return None
     if out.returncode != 0:
         return None
-    sass = sorted(set(re.findall(r"\.(sm_\d+[af]?)\.cubin", out.stdout)), key=toolchain.arch_key)
+    sass = sorted(set(re.findall(r"\.(sm_\d+[af]?)\.cubin", out.stdout)), key=arch_key)
     ptx = sorted({"compute_" + a[3:] for a in re.findall(r"\.(sm_\d+[af]?)\.ptx", out.stdout)},
-                 key=lambda a: toolchain.arch_key("sm_" + a[8:]))
+                 key=lambda a: arch_key("sm_" + a[8:]))
     return tuple(sass), tuple(ptx)
 
 
