@@ -573,12 +573,16 @@ def test_cache_cleared_between_lookup_and_load(root: Path, source: Path, monkeyp
     assert len(lookups) >= 2 and lookups[0] is calls[0]
 
 
-def test_clearing_the_whole_cache_also_drops_toolchain_memos_and_preludes(tmp_path: Path) -> None:
-    """`kernix cache clear` empties what `kernix cache info` counts, precompiled preludes included."""
+def test_clearing_the_whole_cache_leaves_nothing_to_count(tmp_path: Path) -> None:
+    """`kernix cache clear` empties what `kernix cache info` counts: precompiled preludes,
+    inference set-ups and the records of a module whose entries are already gone included."""
     r = tmp_path / "c"
-    (r / "toolchain").mkdir(parents=True)
-    (r / "toolchain" / "prelude-0123.pch").write_bytes(b"x" * 4096)
-    assert kernix.cache_info(root=r)["total_bytes"] >= 4096
+    shared = [r / "toolchain" / "prelude-0123.pch", r / "direct" / ".parse" / "0123.rec",
+              r / "direct" / "gone" / "4567.rec", r / "specs" / "ab" / "ab12.rec"]
+    for path in shared:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * 1024)
+    assert kernix.cache_info(root=r)["total_bytes"] == 4096
     kernix.clear_cache(root=r)
-    assert not (r / "toolchain").exists()
+    assert [p for p in shared if p.exists()] == []
     assert kernix.cache_info(root=r)["total_bytes"] == 0

@@ -18,7 +18,10 @@ __all__ = ["clear_cache", "cache_info"]
 
 
 def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None = None) -> int:
-    """Delete cached builds: of module ``name``, or of every module.
+    """Delete cached builds: of module ``name``, or of every module and with
+    them everything else the cache holds (inferred specs, the direct index's
+    inference set-ups, compiler answers, precompiled preludes), so that
+    :func:`cache_info` then counts nothing.
 
     Waits for a build of the module in progress to finish first, so it never
     pulls files from under a running build.  Libraries already loaded by a
@@ -56,8 +59,10 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
                     with contextlib.suppress(OSError):
                         src.unlink()
     if name is None:
-        shutil.rmtree(base / "specs", ignore_errors=True)
-        shutil.rmtree(base / "toolchain", ignore_errors=True)  # compiler answers, precompiled preludes
+        # What no one module owns: inference set-ups (direct/.parse) and records
+        # of modules whose entries are gone, specs, compiler answers and preludes.
+        for shared in ("direct", "specs", "toolchain"):
+            shutil.rmtree(base / shared, ignore_errors=True)
     return removed
 
 
