@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings, strategies as st
 
 from kernix.backend import arch, toolchain
 from kernix.errors import ToolchainError
@@ -122,3 +124,42 @@ def test_nvidia_smi_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answ
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
     assert arch._arch_from_nvidia_smi() == expected
+
+
+_ARCH_GRAMMAR = re.compile(r"(?:sm_|compute_)?([0-9]+)(?:\.([0-9]+))?([af]?)")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(
+    st.text(alphabet="0123456789._afxsmcompute_ ,;", max_size=12),
+    st.from_regex(r"(sm_|compute_)?[0-9]{1,3}(\.[0-9])?[af]?", fullmatch=True),
+))
+@example("9.")
+@example("8.x")
+@example(" SM_90A ")
+@example("sm_")
+@example("compute_9.0f")
+@example("90;80, 86")
+def test_arch_names_follow_the_documented_grammar(text: str) -> None:
+    """normalize_arch accepts exactly ``[sm_|compute_]X[.Y][a|f]`` (after trimming and lower-casing),
+    arch_key orders what it returns, and a list is its items, sorted and distinct."""
+    m = _ARCH_GRAMMAR.fullmatch(text.strip().lower())
+    if m is None:
+        with pytest.raises(ToolchainError, match="bad compute capability"):
+            arch.normalize_arch(text)
+    else:
+        major, minor, suffix = m.groups()
+        name = arch.normalize_arch(text)
+        assert name == f"sm_{major}{minor or ''}{suffix}"
+        if len(major + (minor or "")) >= 2:
+            digits = major + (minor or "")
+            assert arch.arch_key(name) == (int(digits[:-1]), int(digits[-1]), suffix)
+    items = text.replace(",", " ").replace(";", " ").split()
+    matches = [_ARCH_GRAMMAR.fullmatch(i.lower()) for i in items]
+    if items and all(m and len(m[1] + (m[2] or "")) >= 2 for m in matches):
+        names = arch.normalize_arch_list(text)
+        assert set(names) == {arch.normalize_arch(i) for i in items}
+        assert list(names) == sorted(set(names), key=arch.arch_key)
+    else:
+        with pytest.raises(ToolchainError):
+            arch.normalize_arch_list(text)

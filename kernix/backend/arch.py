@@ -2,7 +2,8 @@
 them, and where the default comes from.
 
 A warm CUDA load runs :func:`detect_compute_capability` (the architecture is
-part of the request's fingerprint), so this module stays small and imports
+part of the request's fingerprint), so this module stays small: it parses the
+names with string methods (no regular expression to compile) and imports
 neither the compiler search (:mod:`.toolchain`) nor the error classes until
 it has an error to raise.
 """
@@ -10,7 +11,6 @@ it has an error to raise.
 from __future__ import annotations
 
 import os
-import re
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -22,13 +22,27 @@ __all__ = ["ARCH_ENV", "ARCH_LIST_ENV", "normalize_arch", "normalize_arch_list",
 ARCH_ENV = "KERNIX_CUDA_ARCH"
 ARCH_LIST_ENV = "KERNIX_CUDA_ARCH_LIST"
 
-_ARCH_RE = re.compile(r"^(?:sm_|compute_)?(\d+)(?:\.(\d+))?([af]?)$")
-
-
 def _error(message: str) -> Exception:
     from ..errors import ToolchainError
 
     return ToolchainError(message)
+
+
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def _parse(text: str) -> tuple[str, str] | None:
+    """``(digits, suffix)`` of ``[sm_|compute_]X[.Y][a|f]`` (lower case), else ``None``."""
+    for prefix in ("sm_", "compute_"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+            break
+    suffix = text[-1:] if text[-1:] in ("a", "f") else ""
+    major, dot, minor = text[: len(text) - len(suffix)].partition(".")
+    if not _digits(major) or (dot and not _digits(minor)):
+        return None
+    return major + minor, suffix
 
 
 def normalize_arch(value: str | int) -> str:
@@ -39,22 +53,25 @@ def normalize_arch(value: str | int) -> str:
     ToolchainError
         If ``value`` is not a compute capability.
     """
-    text = str(value).strip().lower()
-    m = _ARCH_RE.match(text)
-    if not m:
+    parsed = _parse(str(value).strip().lower())
+    if parsed is None:
         raise _error(f"bad compute capability {value!r}: expected a form like 'sm_90', '90', '9.0' or 'sm_90a'")
-    major, minor, suffix = m.groups()
-    digits = major + minor if minor is not None else major
-    return f"sm_{digits}{suffix}"
+    return f"sm_{parsed[0]}{parsed[1]}"
 
 
 def arch_key(arch: str) -> tuple[int, int, str]:
     """``(major, minor, suffix)`` of an ``sm_XY[a|f]`` name: ``sm_86`` -> ``(8, 6, "")``,
     ``sm_100a`` -> ``(10, 0, "a")``.  Sorting by it orders architectures oldest first."""
-    m = re.fullmatch(r"sm_(\d+)(\d)([af]?)", arch)
-    if not m:
+    parsed = _parse(arch) if arch.startswith("sm_") and "." not in arch else None
+    if parsed is None or len(parsed[0]) < 2:
         raise _error(f"not a normalised architecture name: {arch!r} (expected 'sm_XY')")
-    return int(m.group(1)), int(m.group(2)), m.group(3)
+    digits, suffix = parsed
+    return int(digits[:-1]), int(digits[-1]), suffix
+
+
+def _items(text: str) -> list[str]:
+    """The names in a list separated by commas, semicolons or white space."""
+    return text.replace(",", " ").replace(";", " ").split()
 
 
 def normalize_arch_list(value: str | int | Sequence[str | int]) -> tuple[str, ...]:
@@ -70,9 +87,9 @@ def normalize_arch_list(value: str | int | Sequence[str | int]) -> tuple[str, ..
     """
     items: list[str | int]
     if isinstance(value, (str, int)):
-        items = [t for t in re.split(r"[,;\s]+", str(value)) if t]
+        items = list(_items(str(value)))
     else:
-        items = [t for v in value for t in (re.split(r"[,;\s]+", v) if isinstance(v, str) else [v]) if t != ""]
+        items = [t for v in value for t in (_items(v) if isinstance(v, str) else [v])]
     if not items:
         raise _error(f"empty architecture list {value!r}: give at least one, e.g. 'sm_80,sm_90'")
     return tuple(sorted({normalize_arch(v) for v in items}, key=arch_key))
@@ -107,7 +124,7 @@ def _arch_from_nvidia_smi() -> str | None:
         return None
     for line in out.splitlines():
         if line.strip():
-            return normalize_arch(line) if _ARCH_RE.match(line.strip().lower()) else None
+            return normalize_arch(line) if _parse(line.strip().lower()) else None
     return None
 
 
