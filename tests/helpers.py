@@ -18,3 +18,15 @@ _counter = itertools.count()
 def unique_name(stem: str) -> str:
     """A module name not used before in this process (FFI targets live per process)."""
     return f"{stem}_{os.getpid()}_{next(_counter)}"
+
+
+def has_nvcc() -> bool:
+    """Whether kernix finds nvcc here (CUDA tests that build skip without it)."""
+    from kernix.backend import toolchain
+    from kernix.errors import ToolchainError
+
+    try:
+        toolchain.find_nvcc()
+        return True
+    except ToolchainError:
+        return False

@@ -19,7 +19,7 @@ import kernix
 from kernix.backend import toolchain
 from kernix.backend.flags import BuildConfig, compile_flags
 
-from helpers import FIXTURES, ROOT, unique_name
+from helpers import FIXTURES, ROOT, has_nvcc, unique_name
 
 ADD_ONE = """
 #include "kernix/common.h"
@@ -28,14 +28,6 @@ void add_one(const BE::Tensor x, BE::Tensor out) {
   for (int64_t i = 0; i < x.numel(); ++i) out.data_ptr<float>()[i] = x.data_ptr<float>()[i] + 1.0f;
 }
 """
-
-
-def _has_nvcc() -> bool:
-    try:
-        toolchain.find_nvcc()
-        return True
-    except kernix.ToolchainError:
-        return False
 
 
 def test_compile_error_names_the_users_line(tmp_path):
@@ -123,7 +115,7 @@ def test_options_are_validated(tmp_path):
 
 def test_flags_follow_the_reference():
     cuda = compile_flags(BuildConfig("cuda", optimization_level=2, use_fast_math=True, arch="sm_90",
-                                     extra_cflags=("-lineinfo",), extra_ldflags=("-lm",))) if _has_nvcc() else None
+                                     extra_cflags=("-lineinfo",), extra_ldflags=("-lm",))) if has_nvcc() else None
     cpu = compile_flags(BuildConfig("cpu", optimization_level=1, use_fast_math=True))
     assert "-O1" in cpu["user"] and "-O1" in cpu["handlers"] and "-ffast-math" in cpu["user"]
     assert cpu["handlers"][cpu["handlers"].index("-isystem") + 1] == toolchain.jax_ffi_include_dir()
@@ -135,7 +127,7 @@ def test_flags_follow_the_reference():
         assert "-l:libcudart_static.a" in cuda["link"] and cuda["link"][-1] == "-lm"
 
 
-@pytest.mark.skipif(not _has_nvcc(), reason="nvcc not installed")
+@pytest.mark.skipif(not has_nvcc(), reason="nvcc not installed")
 def test_cuda_module_compiles_without_a_gpu(tmp_path):
     """CUDA modules build with an explicit architecture; their handlers are exported."""
     mod = kernix.load_cuda_file(
@@ -250,7 +242,7 @@ def test_verbose_prints_every_command(tmp_path, capfd):
     assert "ninja" in err and "-c shim_0.cpp" in err and "-c handlers_0.cpp" in err and "-shared" in err
 
 
-@pytest.mark.skipif(not _has_nvcc(), reason="nvcc not installed")
+@pytest.mark.skipif(not has_nvcc(), reason="nvcc not installed")
 def test_load_cuda_dir_compiles_each_file(tmp_path):
     src = tmp_path / "kernels"
     src.mkdir()

@@ -135,28 +135,33 @@ _ARCH_GRAMMAR = re.compile(r"(?:sm_|compute_)?([0-9]+)(?:\.([0-9]+))?([af]?)")
     st.from_regex(r"(sm_|compute_)?[0-9]{1,3}(\.[0-9])?[af]?", fullmatch=True),
 ))
 @example("9.")
+@example("9")
 @example("8.x")
 @example(" SM_90A ")
 @example("sm_")
 @example("compute_9.0f")
 @example("90;80, 86")
 def test_arch_names_follow_the_documented_grammar(text: str) -> None:
-    """normalize_arch accepts exactly ``[sm_|compute_]X[.Y][a|f]`` (after trimming and lower-casing),
-    arch_key orders what it returns, and a list is its items, sorted and distinct."""
-    m = _ARCH_GRAMMAR.fullmatch(text.strip().lower())
+    """normalize_arch accepts exactly ``[sm_|compute_]X[.Y][a|f]`` with two digits at least (after
+    trimming and lower-casing), arch_key orders what it returns, and a list is its items, sorted and
+    distinct."""
+
+    def grammatical(name: str) -> re.Match[str] | None:
+        m = _ARCH_GRAMMAR.fullmatch(name.strip().lower())
+        return m if m and len(m[1] + (m[2] or "")) >= 2 else None
+
+    m = grammatical(text)
     if m is None:
         with pytest.raises(ToolchainError, match="bad compute capability"):
             arch.normalize_arch(text)
     else:
         major, minor, suffix = m.groups()
+        digits = major + (minor or "")
         name = arch.normalize_arch(text)
-        assert name == f"sm_{major}{minor or ''}{suffix}"
-        if len(major + (minor or "")) >= 2:
-            digits = major + (minor or "")
-            assert arch.arch_key(name) == (int(digits[:-1]), int(digits[-1]), suffix)
+        assert name == f"sm_{digits}{suffix}"
+        assert arch.arch_key(name) == (int(digits[:-1]), int(digits[-1]), suffix)
     items = text.replace(",", " ").replace(";", " ").split()
-    matches = [_ARCH_GRAMMAR.fullmatch(i.lower()) for i in items]
-    if items and all(m and len(m[1] + (m[2] or "")) >= 2 for m in matches):
+    if items and all(grammatical(i) for i in items):
         names = arch.normalize_arch_list(text)
         assert set(names) == {arch.normalize_arch(i) for i in items}
         assert list(names) == sorted(set(names), key=arch.arch_key)

@@ -19,7 +19,7 @@ import kernix
 from kernix.backend import toolchain
 from kernix.store import direct
 from kernix.store.files import encode_record, read_record
-from helpers import FIXTURES, unique_name
+from helpers import FIXTURES, has_nvcc, unique_name
 
 SOURCE = FIXTURES / "reliability" / "add_one.cpp"
 
@@ -215,15 +215,7 @@ def test_a_warm_load_imports_only_what_it_needs(tmp_path: Path) -> None:
     assert loaded == [] and spec_after_use is True
 
 
-def _has_nvcc() -> bool:
-    try:
-        toolchain.find_nvcc()
-        return True
-    except kernix.ToolchainError:
-        return False
-
-
-@pytest.mark.skipif(not _has_nvcc(), reason="building a CUDA module needs nvcc")
+@pytest.mark.skipif(not has_nvcc(), reason="building a CUDA module needs nvcc")
 @pytest.mark.parametrize("given", ["argument", "environment"])
 def test_a_warm_cuda_load_imports_no_compiler_search(tmp_path: Path, given: str) -> None:
     """The GPU architecture enters a CUDA request's fingerprint: finding it on a

@@ -22,6 +22,7 @@ __all__ = ["ARCH_ENV", "ARCH_LIST_ENV", "normalize_arch", "normalize_arch_list",
 ARCH_ENV = "KERNIX_CUDA_ARCH"
 ARCH_LIST_ENV = "KERNIX_CUDA_ARCH_LIST"
 
+
 def _error(message: str) -> Exception:
     from ..errors import ToolchainError
 
@@ -33,14 +34,15 @@ def _digits(text: str) -> bool:
 
 
 def _parse(text: str) -> tuple[str, str] | None:
-    """``(digits, suffix)`` of ``[sm_|compute_]X[.Y][a|f]`` (lower case), else ``None``."""
+    """``(digits, suffix)`` of ``[sm_|compute_]X[.Y][a|f]`` (lower case; two digits
+    at least, as every CUDA architecture has), else ``None``."""
     for prefix in ("sm_", "compute_"):
         if text.startswith(prefix):
             text = text[len(prefix):]
             break
     suffix = text[-1:] if text[-1:] in ("a", "f") else ""
     major, dot, minor = text[: len(text) - len(suffix)].partition(".")
-    if not _digits(major) or (dot and not _digits(minor)):
+    if not _digits(major) or (dot and not _digits(minor)) or len(major + minor) < 2:
         return None
     return major + minor, suffix
 
@@ -63,7 +65,7 @@ def arch_key(arch: str) -> tuple[int, int, str]:
     """``(major, minor, suffix)`` of an ``sm_XY[a|f]`` name: ``sm_86`` -> ``(8, 6, "")``,
     ``sm_100a`` -> ``(10, 0, "a")``.  Sorting by it orders architectures oldest first."""
     parsed = _parse(arch) if arch.startswith("sm_") and "." not in arch else None
-    if parsed is None or len(parsed[0]) < 2:
+    if parsed is None:
         raise _error(f"not a normalised architecture name: {arch!r} (expected 'sm_XY')")
     digits, suffix = parsed
     return int(digits[:-1]), int(digits[-1]), suffix
@@ -85,9 +87,9 @@ def normalize_arch_list(value: str | int | Sequence[str | int]) -> tuple[str, ..
     ToolchainError
         If an item is not a compute capability, or the list is empty.
     """
-    items: list[str | int]
+    items: Sequence[str | int]
     if isinstance(value, (str, int)):
-        items = list(_items(str(value)))
+        items = _items(str(value))
     else:
         items = [t for v in value for t in (_items(v) if isinstance(v, str) else [v])]
     if not items:
