@@ -73,8 +73,7 @@ CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECOD
 
 def run(root: str, name: str, src: str, cache: str, cuda: bool) -> tuple[float, float]:
     """(wall time after interpreter start, time after ``import jax``) of one fresh process."""
-    code = CHILD.format(root=root, name=name, src=src, cache=cache, cuda=cuda)
-    total, after_jax = _child(code)
+    total, after_jax = _child(CHILD.format(root=root, name=name, src=src, cache=cache, cuda=cuda))
     return total, after_jax
 
 

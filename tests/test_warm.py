@@ -232,7 +232,7 @@ def test_a_warm_cuda_load_imports_no_compiler_search(tmp_path: Path, given: str)
         f"print(json.dumps(sorted(n for n in {heavy!r} if n in sys.modules)))\n"
     )
     run = [sys.executable, "-c", code]
-    subprocess.run(run, capture_output=True, text=True, env=env, check=True)  # builds (or not: CI has no nvcc)
+    subprocess.run(run, capture_output=True, text=True, env=env, check=True)  # builds, and records the request
     warm = subprocess.run(run, capture_output=True, text=True, env={**env, "KERNIX_VERBOSE": "1"}, check=True)
     assert json.loads(warm.stdout) == []
     assert f"{name}: cache hit (" in warm.stderr and ", direct)" in warm.stderr

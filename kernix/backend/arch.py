@@ -47,6 +47,12 @@ def _parse(text: str) -> tuple[str, str] | None:
     return major + minor, suffix
 
 
+def _name(value: str | int) -> str | None:
+    """The ``sm_XY`` name of ``value``, or ``None`` when it is not a compute capability."""
+    parsed = _parse(str(value).strip().lower())
+    return None if parsed is None else f"sm_{parsed[0]}{parsed[1]}"
+
+
 def normalize_arch(value: str | int) -> str:
     """Turn ``"sm_90"``, ``"90"``, ``"9.0"``, ``90`` or ``"sm_90a"`` into ``"sm_90"``-style.
 
@@ -55,10 +61,10 @@ def normalize_arch(value: str | int) -> str:
     ToolchainError
         If ``value`` is not a compute capability.
     """
-    parsed = _parse(str(value).strip().lower())
-    if parsed is None:
+    name = _name(value)
+    if name is None:
         raise _error(f"bad compute capability {value!r}: expected a form like 'sm_90', '90', '9.0' or 'sm_90a'")
-    return f"sm_{parsed[0]}{parsed[1]}"
+    return name
 
 
 def arch_key(arch: str) -> tuple[int, int, str]:
@@ -126,7 +132,7 @@ def _arch_from_nvidia_smi() -> str | None:
         return None
     for line in out.splitlines():
         if line.strip():
-            return normalize_arch(line) if _parse(line.strip().lower()) else None
+            return _name(line)
     return None
 
 

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import os
 
-from ..store.files import atomic_write, content_key, encode_record, fingerprints, fingerprints_current, read_record
-from ..store.trust import makedirs
+from ..store.files import content_key, fingerprints, fingerprints_current, read_record, write_record
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -63,12 +62,8 @@ def store(root: str | os.PathLike[str], key: str, payload: dict[str, Any], depen
 
     Failures to write are ignored: the cache is an optimisation only.
     """
-    from ..errors import CacheError
-
     try:
-        target = entry_path(root, key)
-        makedirs(os.path.dirname(target))
-        entry = {"format": _FORMAT, "key": key, "dependencies": fingerprints(dependencies), "payload": payload}
-        atomic_write(target, encode_record(entry), durable=False)
-    except (OSError, CacheError, ValueError):  # (ValueError: not plain data)
+        prints = fingerprints(dependencies)
+    except OSError:  # a header gone since the parse: nothing to vouch for
         return
+    write_record(entry_path(root, key), {"format": _FORMAT, "key": key, "dependencies": prints, "payload": payload})

@@ -36,8 +36,7 @@ from __future__ import annotations
 
 import os
 
-from .files import UntrustedRecord, atomic_write, encode_record, read_record
-from .trust import makedirs
+from .files import UntrustedRecord, read_record, write_record
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -128,14 +127,9 @@ def record(
     """Remember ``value`` for ``fingerprint`` in ``space``; ``files`` are
     :func:`identities` taken before the value was computed.  Failing to
     remember is not an error."""
-    from .. import report
-    from ..errors import CacheError
-
-    path = _record_path(root, space, fingerprint)
     data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": list(files)}
-    try:
-        makedirs(os.path.dirname(path))
-        atomic_write(path, encode_record(data), durable=False)
-    except (OSError, CacheError, ValueError):  # (ValueError: not plain data)
+    if not write_record(_record_path(root, space, fingerprint), data):
         return
+    from .. import report
+
     report.note(f"{what}: direct record {fingerprint[:16]}", verbose=verbose)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "sha256", "content_key", "file_digest", "fingerprints", "fingerprints_current", "atomic_write", "write_source",
-    "source_name_re", "remembered", "RECORD_MAGIC", "encode_record", "read_record", "UntrustedRecord",
+    "source_name_re", "remembered", "RECORD_MAGIC", "encode_record", "write_record", "read_record", "UntrustedRecord",
 ]
 
 RECORD_MAGIC = b"kernix record 1\n"
@@ -105,6 +105,21 @@ def content_key(parts: Any, *blobs: bytes) -> str:
 def encode_record(value: Any) -> bytes:
     """The bytes of a record file holding ``value`` (plain data)."""
     return RECORD_MAGIC + marshal.dumps(value, 4)
+
+
+def write_record(path: str | os.PathLike[str], value: Any) -> bool:
+    """Write the record file ``path`` holding ``value``, atomically (not
+    durably: every record is an optimisation, computed again when missing),
+    creating its directory.  Whether it was written: failing to (a read-only
+    cache, a full disk, a value that is not plain data) is not an error."""
+    from ..errors import CacheError
+
+    try:
+        makedirs(os.path.dirname(path))
+        atomic_write(path, encode_record(value), durable=False)
+    except (OSError, CacheError, ValueError):  # (ValueError: not plain data)
+        return False
+    return True
 
 
 class UntrustedRecord(ValueError):
@@ -238,7 +253,6 @@ def remembered(kind: str, executable: str, compute: Callable[[], Any]) -> Any:
     ``None`` answer (the question failed) is not remembered; failing to
     remember is not an error.
     """
-    from ..errors import CacheError
     from ..paths import cache_root_str
 
     st = os.stat(executable)
@@ -252,9 +266,5 @@ def remembered(kind: str, executable: str, compute: Callable[[], Any]) -> Any:
     value = compute()
     if value is None:
         return None
-    try:
-        makedirs(os.path.dirname(memo))
-        atomic_write(memo, encode_record({"executable": executable, "value": value}), durable=False)
-    except (OSError, CacheError, ValueError):  # (ValueError: not plain data)
-        pass
+    write_record(memo, {"executable": executable, "value": value})
     return value
