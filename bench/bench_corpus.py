@@ -53,8 +53,10 @@ def find_package(args: argparse.Namespace) -> Path | None:
         CACHE.mkdir(parents=True, exist_ok=True)
         found = sorted(CACHE.glob(f"brainevent-{VERSION}-*.whl"))
         if not found:
+            # The package needs Python >= 3.12; its files are read, never imported, so
+            # the wheel is fetched for 3.12 whatever runs this script.
             cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "-d", str(CACHE), f"brainevent=={VERSION}"]
+                   "--python-version", "3.12", "-d", str(CACHE), f"brainevent=={VERSION}"]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 print(f"skipped: could not download brainevent=={VERSION} (offline?):\n{proc.stderr.strip()[-400:]}")

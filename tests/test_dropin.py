@@ -123,7 +123,7 @@ def test_shim_names_the_users_tensor_and_handler_only_the_view() -> None:
     fn = codegen.ExportedFunction(0, spec)
     shim = codegen.shim_unit("/src/f.cpp", [fn])
     handler = codegen.handler_unit([fn], "cpu", False)
-    assert "make_tensor<::BE::Tensor>" in shim
+    assert "tensor_from<::BE::Tensor>" in shim
     assert "static_cast<const ::BE::Tensor&>(kernix_t0)" in shim  # declared const: passed const
     assert "static_cast<const ::BE::Tensor&>(kernix_t1)" not in shim  # explicit arg on a non-const
     assert "BE::" not in handler and "kernix::TensorView" in handler

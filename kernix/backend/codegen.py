@@ -6,8 +6,10 @@ Two kinds of translation unit come out of here:
 user's code (nvcc for CUDA).  Each ``#include``\\ s the user's file by absolute
 path, so compiler diagnostics name the user's own file and line, and then
 defines one ``extern "C"`` shim per function that calls it with its exact C++
-types (namespaces, enums, overloads and ``__half`` resolve there) and turns
-exceptions into an error message.
+types (namespaces, enums, overloads and ``__half`` resolve there).  A shim is
+the call and little else (each tensor is built by one out-of-line helper per
+tensor type, and what the call throws is caught by the handler), so it adds
+little to the compile of the user's file, the one unit no core count shortens.
 
 *handler units*, compiled by the host compiler: one XLA FFI handler per
 function, each calling its shim.  They depend only on the specs, so editing a
@@ -33,7 +35,7 @@ Only the shim names ``BE::Tensor``, and it names the one the user's code sees:
 kernix's own (``kernix/common.h``, ``brainevent/common.h``) or a project's own
 ``brainevent/tensor.h`` found first on its include path.  The shim builds it
 from the view through that type's public constructor
-(``kernix::detail::make_tensor``), so the two never meet in one translation
+(``kernix::detail::tensor_from``), so the two never meet in one translation
 unit and cannot collide.
 """
 
@@ -132,8 +134,7 @@ def _shim_argument(param: Param, slot: int) -> str:
 def _shim_locals(fn: ExportedFunction) -> list[str]:
     """The user's ``BE::Tensor`` built from each tensor slot's view."""
     return [
-        f"    ::BE::Tensor {_tensor_local(i)} = ::kernix::detail::make_tensor<::BE::Tensor>("
-        f"*static_cast<const ::kernix::TensorView*>(p[{i}]));"
+        f"  ::BE::Tensor {_tensor_local(i)} = ::kernix::detail::tensor_from<::BE::Tensor>(p[{i}]);"
         for i, param in enumerate(fn.spec.params)
         if param.kind == "tensor"
     ]
@@ -158,22 +159,22 @@ def shim_unit(user_source: str, functions: Sequence[ExportedFunction]) -> str:
         "",
     ]
     for fn in functions:
-        args = ",\n      ".join(_shim_argument(p, i) for i, p in enumerate(fn.spec.params))
+        args = ",\n    ".join(_shim_argument(p, i) for i, p in enumerate(fn.spec.params))
         callee = "::" + fn.spec.qualified_name.lstrip(":")
         lines += [
-            f"KERNIX_SHIM_EXPORT const char* {shim_symbol(fn)}(void* const* p) noexcept {{",
+            f"KERNIX_SHIM_EXPORT void {shim_symbol(fn)}(void* const* p) {{",
             "  (void)p;",
-            "  try {",
             *_shim_locals(fn),
-            f"    {callee}({args});",
-            "    return nullptr;",
-            "  } catch (...) {",
-            "    return ::kernix::detail::current_exception_message();",
-            "  }",
+            f"  {callee}({args});",
             "}",
             "",
         ]
     return "\n".join(lines)
+
+
+def _shim_declaration(fn: ExportedFunction) -> str:
+    """The shim as a handler unit sees it (it may throw: ``run_shim`` catches)."""
+    return f"extern \"C\" void {shim_symbol(fn)}(void* const*);"
 
 
 def _bound_type(param: Param) -> str:
@@ -235,7 +236,7 @@ def _handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bool) -
     chain = "".join(f"\n        {b}" for b in bind)
     return [
         *aliases,
-        f"extern \"C\" const char* {shim_symbol(fn)}(void* const*) noexcept;",
+        _shim_declaration(fn),
         f"static ffi::Error {impl}({', '.join(decl)}) {{",
         *prep,
         f"  void* const params[] = {{{array}}};",
@@ -319,7 +320,7 @@ def _fast_handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bo
         f"static const ::kernix::detail::FunctionDesc {desc} = {{{_cxx_string(fn.spec.name)}, "
         f"{table if params else 'nullptr'}, {len(params)}, {count('arg')}, {count('ret')}, {count('attr')}, "
         f"{b(stream)}, {b(cmd_buffer)}}};",
-        f"extern \"C\" const char* {shim_symbol(fn)}(void* const*) noexcept;",
+        _shim_declaration(fn),
         f"KERNIX_HANDLER_EXPORT XLA_FFI_Error* {handler_symbol(fn)}(XLA_FFI_CallFrame* f) {{",
         # The decoder's storage, sized for this function (arrays of at least one).
         f"  ::kernix::TensorView views[{max(1, count('arg') + count('ret'))}];",

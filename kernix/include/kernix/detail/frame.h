@@ -18,6 +18,7 @@
 #include <cstring>
 
 // Relative to this file: a user's header named kernix/... cannot shadow it.
+#include "run_shim.h"
 #include "tensor_view.h"
 #include "xla/ffi/api/c_api.h"
 
@@ -31,8 +32,6 @@
 
 namespace kernix {
 namespace detail {
-
-using ShimFn = const char* (*)(void* const*);
 
 // What a parameter is on the XLA side.
 enum class Role : uint8_t {
@@ -285,8 +284,8 @@ KERNIX_COLD inline int64_t find_attr(const XLA_FFI_Attrs& attrs, const ParamDesc
 // The execute path.
 // ---------------------------------------------------------------------------
 
-// Decodes `frame` as `fn` describes, calls `shim` and returns its error, if
-// any, as an FFI error.  The handler passes the storage, sized for its
+// Decodes `frame` as `fn` describes, calls `shim` and returns what it threw,
+// if anything, as an FFI error.  The handler passes the storage, sized for its
 // function on its own stack: `slots` (one per parameter: the shim's array)
 // and `views` (one per buffer).  Compiled once per handler unit (noinline):
 // every handler of the unit shares it.
@@ -371,7 +370,7 @@ __attribute__((noinline)) inline XLA_FFI_Error* dispatch(XLA_FFI_CallFrame* fram
     if (XLA_FFI_Error* err = api->XLA_FFI_Stream_Get(&args)) return err;
     stream = args.stream;
   }
-  if (const char* message = shim(slots)) return shim_error(api, fn, message);
+  if (const char* message = run_shim(shim, slots)) return shim_error(api, fn, message);
   return nullptr;
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 
 // Relative to this file: a user's header named kernix/... cannot shadow it.
+#include "run_shim.h"
 #include "tensor_view.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -31,17 +32,15 @@ typedef struct CUstream_st* cudaStream_t;
 namespace kernix {
 namespace detail {
 
-using ShimFn = const char* (*)(void* const*);
-
 inline TensorView to_view(const xla::ffi::AnyBuffer& buffer) {
   auto dims = buffer.dimensions();
   return TensorView{buffer.untyped_data(), static_cast<int32_t>(buffer.element_type()),
                     static_cast<int64_t>(dims.size()), dims.begin()};
 }
 
-// Calls a shim and turns its error message, if any, into an FFI error.
+// Calls a shim and turns what it threw, if anything, into an FFI error.
 inline xla::ffi::Error call_shim(ShimFn shim, void* const* params, const char* function) {
-  if (const char* message = shim(params)) {
+  if (const char* message = run_shim(shim, params)) {
     return xla::ffi::Error(xla::ffi::ErrorCode::kInternal,
                            std::string("kernix: ") + function + ": " + message);
   }

@@ -2,7 +2,9 @@
 //
 // Not part of the public API.  A shim is compiled in the user's translation
 // unit, right after the user's code, so it calls each function with its exact
-// C++ types; it turns any exception into a message for the FFI handler.
+// C++ types.  What it throws reaches the handler, which turns it into a
+// message (run_shim.h): a shim is the call and little else, so that a module
+// of thousands of functions adds little to the compile of the user's file.
 //
 // The shim is the only generated code that names the user's tensor type.  It
 // builds that `BE::Tensor` from a kernix::TensorView through the public API a
@@ -25,23 +27,6 @@
 
 namespace kernix {
 namespace detail {
-
-// Keeps the last error message of this thread alive until the handler copies it.
-inline const char* store_error(const char* what) {
-  static thread_local char message[4096];
-  std::snprintf(message, sizeof message, "%s", (what && *what) ? what : "unknown error");
-  return message;
-}
-
-inline const char* current_exception_message() {
-  try {
-    throw;
-  } catch (const std::exception& e) {
-    return store_error(e.what());
-  } catch (...) {
-    return store_error("a C++ exception of unknown type was thrown");
-  }
-}
 
 // Rebuilds a 16-bit float (__half, __nv_bfloat16, ...) from its bit pattern.
 template <typename T>
@@ -140,6 +125,14 @@ inline T make_tensor(const TensorView& view) {
     }
     return T(view.data, view.dims, static_cast<int>(view.ndim), dtype);
   }
+}
+
+// make_tensor out of line, compiled once per tensor type: each shim calls it
+// (a few instructions) instead of expanding the constructor and the dtype
+// mapping, which would cost the compiler time for every function.
+template <typename T>
+__attribute__((noinline)) T tensor_from(const void* view) {
+  return make_tensor<T>(*static_cast<const TensorView*>(view));
 }
 
 }  // namespace detail
