@@ -75,8 +75,8 @@ def cuda_source(n: int, variant: int = 0) -> str:
     return head + body
 
 
-def cpp_source(n: int, variant: int = 0) -> str:
-    """The same shape of module for the CPU."""
+def cpp_source(n: int, variant: int = 0, first: int = 0) -> str:
+    """The same shape of module for the CPU (functions ``op_<first>`` ... ``op_<first + n - 1>``)."""
     head = textwrap.dedent(
         """
         #include "kernix/common.h"
@@ -95,7 +95,7 @@ def cpp_source(n: int, variant: int = 0) -> str:
           }
         """
     )
-    body = "".join(f"// @BE op_{i}\nDEFINE_UNARY(op_{i}, {i + variant * 1000})\n" for i in range(n))
+    body = "".join(f"// @BE op_{i}\nDEFINE_UNARY(op_{i}, {i + variant * 1000})\n" for i in range(first, first + n))
     return head + body
 
 
