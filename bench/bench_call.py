@@ -187,6 +187,8 @@ def main() -> None:
         env = {**os.environ, "KERNIX_CACHE_DIR": str(workdir / "cache")}
         if args.platform == "cuda":
             env["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flags).strip()
+        else:
+            env["JAX_PLATFORMS"] = "cpu"  # the C++ handlers, also on a machine with a GPU
         cmd = [sys.executable, __file__, "--child", "--platform", args.platform, "--repeat", str(args.repeat),
                "--size", str(args.size), "--hand-so", str(hand_so)]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)

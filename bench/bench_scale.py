@@ -109,8 +109,7 @@ def build_once(n: int, files: int, workers: int, root: Path, workdir: Path) -> d
     name = f"scale_{n}"
     cache = run / "cache"
     code = CHILD.format(root=str(root), src=str(run / "src"), name=name, cache=str(cache), workers=workers)
-    env = {**os.environ, "CXX": str(cxx)}
-    env.pop("PYTHONPATH", None)
+    env = {**os.environ, "CXX": str(cxx)}  # the child puts ``root`` first on its path
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise SystemExit(f"build of {n} functions failed:\n{out.stderr[-3000:]}")
