@@ -22,13 +22,13 @@ This module is pure Python and imports nothing heavy.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
 from .dtypes import ATTR_DTYPES, BUFFER_DTYPES
 from .errors import ArgSpecError, SignatureError, SourceError
 from .names import check_function_name, is_identifier
+from .spelling import is_function_type, is_qualified_name, is_type_spelling
 
 __all__ = [
     "ATTR_DTYPES",
@@ -214,6 +214,15 @@ class FunctionSpec:
         For a backward kernel (``vjp=NAME``), the forward function's name.
     doc
         The comment directly above the declaration (``""`` if none).
+    function_type
+        The function's exact C++ type as the compiler sees it, spelled so that
+        it is valid at file scope (``void (const BE::Tensor &, BE::Tensor &,
+        float)``), or ``""`` when inference could not spell it (a function
+        template, a type in an anonymous namespace) or the spec was written by
+        hand.  With it, the generated shim calls the function through a pointer
+        of that type, so the compiler does not compile the function's body a
+        second time inside the shim.  Not part of a spec's identity
+        (comparisons ignore it).
     """
 
     name: str
@@ -224,6 +233,7 @@ class FunctionSpec:
     signature: str | None = None
     vjp_of: str | None = None
     doc: str = ""
+    function_type: str = dataclasses.field(default="", compare=False)
 
     @property
     def arg_spec(self) -> tuple[str, ...]:
@@ -253,8 +263,9 @@ class FunctionSpec:
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict; stable key order, round-trips via :meth:`from_json`.
 
-        ``signature``, ``vjp_of`` and ``doc`` appear only when set, so a spec
-        without them has the same JSON form as before they existed.
+        ``signature``, ``vjp_of``, ``doc`` and ``function_type`` appear only
+        when set, so a spec without them has the same JSON form as before they
+        existed.
         """
         data: dict[str, Any] = {
             "name": self.name,
@@ -264,7 +275,7 @@ class FunctionSpec:
             "arg_spec": list(self.arg_spec),
             "params": [dataclasses.asdict(p) for p in self.params],
         }
-        for key in ("signature", "vjp_of", "doc"):
+        for key in ("signature", "vjp_of", "doc", "function_type"):
             if getattr(self, key):
                 data[key] = getattr(self, key)
         return data
@@ -286,14 +297,18 @@ class FunctionSpec:
         name, qualified = data["name"], data["qualified_name"]
         if not (isinstance(name, str) and is_identifier(name)):
             raise ValueError(f"bad function name {name!r}")
-        if not (isinstance(qualified, str) and _QUALIFIED_RE.fullmatch(qualified)):
+        if not (isinstance(qualified, str) and is_qualified_name(qualified)):
             raise ValueError(f"bad qualified name {qualified!r}")
+        function_type = data.get("function_type", "")
+        if not (isinstance(function_type, str) and is_function_type(function_type)):
+            raise ValueError(f"bad function type {function_type!r}")
         spec = cls(
             name=name,
             qualified_name=qualified,
             params=params,
             file=str(data.get("file", "")),
             line=int(data.get("line", 0)),
+            function_type=function_type,
         )
         if data.get("signature") is None and data.get("vjp_of") is None and not data.get("doc"):
             return spec  # the common case: no operation fields to check
@@ -321,11 +336,6 @@ def _with_operation_fields(spec: FunctionSpec, data: dict[str, Any]) -> Function
     return dataclasses.replace(spec, signature=signature, vjp_of=vjp_of, doc=doc)
 
 
-_QUALIFIED_RE = re.compile(r"(?:::)?[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*")
-# What a canonical C++ type spelling may contain: identifiers, ::, template
-# brackets and commas, numbers, pointers, references, spaces.  Nothing that
-# could end a statement or open a block, string or comment.
-_CTYPE_RE = re.compile(r"[A-Za-z0-9_:<>,*& -]*")
 _KINDS = ("tensor", "ffi", "scalar", "stream")
 
 
@@ -334,8 +344,7 @@ def _checked_param(p: Param) -> Param:
         isinstance(p.name, str) and is_identifier(p.name)
         and p.role in ("arg", "ret", "stream", "attr")
         and p.kind in _KINDS
-        and isinstance(p.canonical_type, str) and _CTYPE_RE.fullmatch(p.canonical_type) is not None
-        and "//" not in p.canonical_type
+        and isinstance(p.canonical_type, str) and is_type_spelling(p.canonical_type)
         and (p.dtype is None or p.dtype in BUFFER_DTYPES)
         and (p.role != "attr" or p.dtype in ATTR_DTYPES)
         and (p.rank is None or (isinstance(p.rank, int) and p.rank >= 0))

@@ -19,6 +19,7 @@ PACKAGE = Path(kernix.__file__).resolve().parent
 LAYERS = {
     "kernix.errors": 0,
     "kernix.names": 1,
+    "kernix.spelling": 1,
     "kernix.dtypes": 1,
     "kernix.languages": 1,
     "kernix.paths": 1,

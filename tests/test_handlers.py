@@ -8,6 +8,8 @@ FFI parameters keep ffi.h handlers, in units of their own.
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -130,6 +132,40 @@ def test_shim_errors_keep_their_text(fast):
     mod, _ = fast
     with pytest.raises(Exception, match=r"kernix: fails: .*the kernel said no"):
         jax.block_until_ready(mod.fails(jnp.zeros(2, jnp.float32)))
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="needs binutils' objdump to read the shim object")
+def test_the_shim_calls_the_function_instead_of_compiling_it_again(fast):
+    # With the function's exact type known, the shim calls it through a pointer
+    # the optimizer cannot see through: at -O3 the body (a loop) would
+    # otherwise be inlined into the shim, compiled a second time.
+    _, build = fast
+    assert "::kernix::detail::opaque<void (BE::Tensor, BE::Tensor, float, int, bool)>(&::affine)" in (
+        build / "shim_0.cpp").read_text()
+    listing = subprocess.run(["objdump", "-dr", "-C", "--no-show-raw-insn", str(build / "shim_0.o")],
+                             capture_output=True, text=True, check=True).stdout
+    shim = listing.split("<kernix_shim_0_affine>:", 1)[1].split("\n\n", 1)[0]
+    assert "affine(BE::Tensor, BE::Tensor, float, int, bool)" in shim  # a reference to the function, not its body
+
+
+def test_a_function_whose_type_cannot_be_written_is_called_by_name(tmp_path):
+    # An enum of an anonymous namespace: no function type to take the address
+    # with, so the shim calls the function by name, as written.
+    src = textwrap.dedent(
+        """
+        #include "kernix/common.h"
+        namespace { enum Scale : int32_t { One = 1, Three = 3 }; }
+        // @BE scaled
+        void scaled(const BE::Tensor& x, BE::Tensor& out, Scale s) {
+          for (int64_t i = 0; i < x.numel(); ++i) out.data_ptr<float>()[i] = s * x.data_ptr<float>()[i];
+        }
+        """
+    )
+    mod = kernix.load_cpp_inline(unique_name("hidden"), src, build_directory=tmp_path)
+    assert "opaque" not in (tmp_path / "build" / mod.name / "shim_0.cpp").read_text()
+    out = _call(mod, "scaled", jax.ShapeDtypeStruct((3,), jnp.float32), jnp.arange(3, dtype=jnp.float32),
+                s=np.int32(3))
+    np.testing.assert_array_equal(out, 3 * np.arange(3))
 
 
 def _call(mod, name, out, *args, **attrs):

@@ -25,6 +25,31 @@ def rules() -> dict[str, object]:
     return {f.name: f for f in r.functions} | {"__result__": r}
 
 
+def test_function_type_is_the_exact_type_with_typedefs_resolved(rules: dict) -> None:
+    # What the shim takes the function's address with: the annotated overload,
+    # references and constness of referred-to types kept, top-level const
+    # dropped (as in any function type), aliases and enums spelled in full.
+    assert rules["overload"].function_type == "void (const BE::Tensor &, BE::Tensor &, float)"
+    assert rules["east_const"].function_type == "void (BE::Tensor, const BE::Tensor &, BE::Tensor)"
+    assert rules["scale_by"].function_type == "void (const BE::Tensor &, BE::Tensor &, double, float, int, long)"
+    assert rules["modes"].function_type == (
+        "void (const BE::Tensor &, BE::Tensor &, ops::Mode, ops::Plain, unsigned long, const long &)")
+
+
+def test_function_type_is_left_out_where_it_cannot_be_written(tmp_path: Path) -> None:
+    # clang spells a type of an anonymous namespace "(anonymous namespace)::Hidden",
+    # which no code can write: the shim then calls the function by name.
+    src = tmp_path / "anon.cpp"
+    src.write_text(
+        '#include "kernix/common.h"\n'
+        "namespace { enum Hidden { H0 }; }\n"
+        "// @BE uses_hidden\n"
+        "void uses_hidden(const BE::Tensor& x, BE::Tensor& y, Hidden h) {}\n"
+    )
+    r = infer_file(src, use_cache=False)
+    assert r.errors == () and [f.function_type for f in r.functions] == [""]
+
+
 @pytest.fixture(scope="module")
 def errors() -> InferResult:
     return _infer("errors.cpp")

@@ -18,6 +18,7 @@ from kernix.spec import (
     parse_arg_spec,
     parse_token,
 )
+from kernix.spelling import is_function_type
 
 
 @pytest.mark.parametrize(
@@ -133,6 +134,49 @@ def test_function_spec_json_round_trip_and_stable() -> None:
     assert FunctionSpec.from_json(json.loads(json.dumps(data))) == spec
     assert json.dumps(spec.to_json(), sort_keys=True) == json.dumps(FunctionSpec.from_json(data).to_json(), sort_keys=True)
     assert json.loads(json.dumps(spec.to_json()))["arg_spec"] == list(spec.arg_spec)
+
+
+def test_function_type_round_trips_and_is_not_part_of_identity() -> None:
+    typed = dataclasses.replace(_spec(), function_type="void (const BE::Tensor &, BE::Tensor &, float, CUstream_st *)")
+    data = json.loads(json.dumps(typed.to_json()))
+    assert data["function_type"] == typed.function_type
+    assert FunctionSpec.from_json(data).function_type == typed.function_type
+    assert typed == _spec()  # a code-generation detail: comparisons ignore it
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "void (const BE::Tensor &, BE::Tensor &, float)",
+        "int (ns::Mode, long, unsigned long long) noexcept",
+        "void (void (*)(int), float *, const std::vector<int, std::allocator<int>> &)",
+        "void (xla::ffi::Buffer<xla::ffi::DataType::F32, 2>, int (&)[4])",
+    ],
+)
+def test_function_types_clang_spells_are_accepted(text: str) -> None:
+    assert is_function_type(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "void ((anonymous namespace)::Mode)",  # no declaration at file scope can name it
+        "void ((lambda at a.cpp:3:5))",
+        "void (type-parameter-0-0)",
+        "void (int); system(0)",  # would end the statement it is written into
+        "void (int) { }",
+        "void (int) // comment",
+        "void (const char *) \"",
+        "void",  # not a function type
+        "void (int) __attribute__((x))",
+    ],
+)
+def test_function_types_that_cannot_be_written_are_refused(text: str) -> None:
+    assert not is_function_type(text)
+    data = dict(_spec().to_json(), function_type=text)
+    with pytest.raises(ValueError, match="bad function type"):
+        FunctionSpec.from_json(data)  # a tampered cache record is refused before it reaches generated C++
 
 
 @pytest.mark.parametrize(

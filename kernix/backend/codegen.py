@@ -161,6 +161,8 @@ def shim_unit(user_source: str, functions: Sequence[ExportedFunction]) -> str:
     for fn in functions:
         args = ",\n    ".join(_shim_argument(p, i) for i, p in enumerate(fn.spec.params))
         callee = "::" + fn.spec.qualified_name.lstrip(":")
+        if fn.spec.function_type:
+            callee = f"::kernix::detail::opaque<{fn.spec.function_type}>(&{callee})"
         lines += [
             f"KERNIX_SHIM_EXPORT void {shim_symbol(fn)}(void* const* p) {{",
             "  (void)p;",

@@ -16,6 +16,7 @@ from ..dtypes import dtype_by_xla_name
 from ..errors import SourceError
 from ..names import is_identifier
 from ..spec import FunctionSpec, Param
+from ..spelling import is_function_type
 
 __all__ = ["function_spec", "qualified_name", "RESERVED_ATTR_NAMES"]
 
@@ -249,5 +250,14 @@ def function_spec(cursor: Any, path: str) -> tuple[FunctionSpec | None, list[Sou
             file=path, line=fline, column=loc.column, function=name))
     if errors:
         return None, errors
-    spec = FunctionSpec(name=name, qualified_name=qualified_name(cursor), params=tuple(params), file=path, line=fline)
+    spec = FunctionSpec(name=name, qualified_name=qualified_name(cursor), params=tuple(params), file=path, line=fline,
+                        function_type=_function_type(cursor))
     return spec, errors
+
+
+def _function_type(cursor: Any) -> str:
+    """The function's canonical type, if it can be written at file scope (else ``""``)."""
+    if cursor.kind.name != "FUNCTION_DECL":
+        return ""  # a template: its type names the template's parameters
+    spelling = cursor.type.get_canonical().spelling
+    return spelling if is_function_type(spelling) else ""

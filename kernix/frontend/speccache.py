@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["make_key", "load", "store", "entry_path"]
 
-_FORMAT = 5
+_FORMAT = 6  # 6: specs carry the function type
 
 
 def make_key(parts: Iterable[Any], source: bytes) -> str:

@@ -127,6 +127,17 @@ inline T make_tensor(const TensorView& view) {
   }
 }
 
+// A pointer to the user's function that the optimizer cannot see through.
+// A shim calls the function through it, with the function's exact type (so
+// the same overload is chosen), instead of compiling a second copy of the
+// function's body inside the shim: the body is compiled once, where the user
+// wrote it.  Costs one indirect call.
+template <typename F>
+inline F* opaque(F* f) noexcept {
+  __asm__("" : "+r"(f));
+  return f;
+}
+
 // make_tensor out of line, compiled once per tensor type: each shim calls it
 // (a few instructions) instead of expanding the constructor and the dtype
 // mapping, which would cost the compiler time for every function.
