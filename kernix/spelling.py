@@ -15,7 +15,7 @@ __all__ = ["is_qualified_name", "is_type_spelling", "is_function_type"]
 
 _QUALIFIED_RE = re.compile(r"(?:::)?[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*")
 # A canonical type: identifiers, ::, template brackets and commas, numbers,
-# pointers, references, spaces.
+# pointers, references, spaces (no "/", so no comment either).
 _TYPE_RE = re.compile(r"[A-Za-z0-9_:<>,*& -]*")
 # A function type as clang spells a canonical one: the return type, then the
 # parameter types in parentheses, perhaps ``noexcept``.  Parentheses and
@@ -32,14 +32,12 @@ def is_qualified_name(text: str) -> bool:
 
 def is_type_spelling(text: str) -> bool:
     """Whether ``text`` may be written into generated C++ as a type."""
-    return _TYPE_RE.fullmatch(text) is not None and "//" not in text
+    return _TYPE_RE.fullmatch(text) is not None
 
 
 def is_function_type(text: str) -> bool:
     """Whether ``text`` is ``""`` or a function type that can be written at
     file scope (see :attr:`kernix.FunctionSpec.function_type`)."""
     return text == "" or (
-        _FUNCTION_TYPE_RE.fullmatch(text) is not None
-        and "//" not in text
-        and not any(bad in text for bad in _UNSPELLABLE)
+        _FUNCTION_TYPE_RE.fullmatch(text) is not None and not any(bad in text for bad in _UNSPELLABLE)
     )
