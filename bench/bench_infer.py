@@ -222,9 +222,9 @@ def cli_start_up(path: Path, inc: list[str], runs: int) -> None:
         subprocess.run(commands["warm `kernix inspect FILE`"], env=env, stdout=subprocess.DEVNULL, check=True)
         times: dict[str, list[float]] = {label: [] for label in commands}
         for _ in range(max(runs, 15)):
-            for label, argv in commands.items():
+            for label, command in commands.items():
                 t0 = time.perf_counter()
-                subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=True)
+                subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=True)
                 times[label].append(time.perf_counter() - t0)
         in_process = subprocess.run([sys.executable, "-c", IN_PROCESS, json.dumps(argv),
                                      str(max(runs, 15))], env=env, capture_output=True, text=True, check=True)

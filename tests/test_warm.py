@@ -347,6 +347,38 @@ def test_a_warm_inspect_imports_no_parser(tmp_path: Path) -> None:
     assert warm_mods == []
 
 
+def _installed_script() -> Path | None:
+    """The ``kernix`` script installed beside this interpreter (a Python script), else the checkout's."""
+    for script in (Path(sys.executable).with_name("kernix"), Path(__file__).parents[1] / "scripts" / "kernix"):
+        if script.is_file() and script.read_bytes().startswith(b"#!") and b"python" in script.read_bytes()[:200]:
+            return script
+    return None
+
+
+def _imported(argv: list[str], env: dict[str, str]) -> set[str]:
+    """The modules a process imports, from ``-X importtime``."""
+    err = subprocess.run([sys.executable, "-X", "importtime", *argv], env=env, capture_output=True, text=True,
+                         check=True).stderr
+    return {line.rsplit("|", 1)[1].strip() for line in err.splitlines() if line.startswith("import time:")} - {
+        "package"}
+
+
+@pytest.mark.skipif(_installed_script() is None, reason="no kernix script installed beside this Python, no checkout")
+def test_the_kernix_script_imports_nothing_before_kernix(tmp_path: Path) -> None:
+    """The ``kernix`` script is a plain script, not an entry-point wrapper
+    (which imports :mod:`re` first): a warm ``kernix inspect`` run through it
+    imports nothing of the standard library's heavy modules beyond what the
+    interpreter's start-up already did (an editable install's finder imports
+    ``re`` at start-up; a clean install does not)."""
+    env = {**os.environ, "KERNIX_CACHE_DIR": str(tmp_path)}
+    script = [str(_installed_script()), "inspect", str(SOURCE)]
+    subprocess.run([sys.executable, *script], env=env, capture_output=True, check=True)  # parses
+    start_up = _imported(["-c", "pass"], env)
+    extra = _imported(script, env) - start_up
+    assert "kernix.cli" in extra
+    assert not extra & {"re", "json", "argparse", "pathlib", "contextlib", "clang.cindex", "kernix.spec"}
+
+
 def test_the_spec_key_covers_the_kernix_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another kernix may infer differently: its results are not reused, even
     with the same remembered parse set-up."""
