@@ -16,7 +16,11 @@ a CUDA kernel does anyway; a warm CUDA load asks it for the GPU's
 architecture.
 
 It prints the medians of the whole process' wall time and of the part
-after ``import jax`` (import kernix + the load call), side by side.
+after ``import jax`` (import kernix + the load call), side by side, and how
+much of that part the garbage collector took: a collection that falls in it
+traverses the young objects ``import jax`` (and ``jax.devices()``) left
+behind, so it depends on where the interpreter's allocation counters stood
+when kernix started, not on kernix.
 
 The children run with bytecode caching on (``PYTHONDONTWRITEBYTECODE`` is
 removed from their environment), as for an installed package, whose ``.pyc``
@@ -52,11 +56,13 @@ sys.path.insert(0, str(HERE))
 from bench_build import cpp_source, cuda_source  # noqa: E402
 
 CHILD = """
-import sys, time, json
+import sys, time, json, gc
 t0 = time.perf_counter()
 import jax, jax.numpy
 if {cuda!r}:
     jax.devices()
+collecting = []
+gc.callbacks.append(lambda phase, info: collecting.append(time.perf_counter()))
 t1 = time.perf_counter()
 if {root!r}:
     sys.path.insert(0, {root!r})
@@ -64,17 +70,19 @@ if {root!r}:
     load = kernix.load_cuda_inline if {cuda!r} else kernix.load_cpp_inline
     load({name!r}, {src!r}, build_directory={cache!r})  # registered, as by default
 t2 = time.perf_counter()
-print(json.dumps([t2 - t0, t2 - t1]))
+gc.callbacks.clear()
+print(json.dumps([t2 - t0, t2 - t1, sum(collecting[1::2]) - sum(collecting[0::2])]))
 """
 
 
 CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def run(root: str, name: str, src: str, cache: str, cuda: bool) -> tuple[float, float]:
-    """(wall time after interpreter start, time after ``import jax``) of one fresh process."""
-    total, after_jax = _child(CHILD.format(root=root, name=name, src=src, cache=cache, cuda=cuda))
-    return total, after_jax
+def run(root: str, name: str, src: str, cache: str, cuda: bool) -> tuple[float, float, float]:
+    """(wall time after interpreter start, time after ``import jax``, of which
+    in the garbage collector) of one fresh process."""
+    total, after_jax, collector = _child(CHILD.format(root=root, name=name, src=src, cache=cache, cuda=cuda))
+    return total, after_jax, collector
 
 
 # --phases: the warm load's steps, timed one by one in a fresh process (kernix's
@@ -171,19 +179,21 @@ def main() -> None:
         print(f"built {label} ({root}) in {time.perf_counter() - t0:.1f} s")
         run(root, name, src, caches[label], args.cuda)
     reference = "import jax, devices()" if args.cuda else "import jax"
-    samples: dict[str, list[tuple[float, float]]] = {reference: [], **{k: [] for k in roots}}
+    samples: dict[str, list[tuple[float, float, float]]] = {reference: [], **{k: [] for k in roots}}
     for _ in range(args.repeat):
         samples[reference].append(run("", "", "", "", args.cuda))
         for label, root in roots.items():
             samples[label].append(run(root, name, src, caches[label], args.cuda))
     print(f"\n{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"{args.functions} {'CUDA' if args.cuda else 'C++'} functions, median of {args.repeat} fresh processes")
-    base = statistics.median(t for t, _ in samples[reference])
-    print(f"{'':28}{'whole process':>16}{'after import jax':>20}{'over import jax':>18}")
+    base = statistics.median(t for t, _, _ in samples[reference])
+    print(f"{'':28}{'whole process':>16}{'after import jax':>20}{'of which in gc':>18}{'over import jax':>18}")
     for label, rows in samples.items():
-        total = statistics.median(t for t, _ in rows)
-        after = statistics.median(a for _, a in rows)
-        print(f"{label:28}{total * 1e3:13.1f} ms{after * 1e3:17.2f} ms{(total - base) * 1e3:15.2f} ms")
+        total = statistics.median(t for t, _, _ in rows)
+        after = statistics.median(a for _, a, _ in rows)
+        collector = statistics.median(c for _, _, c in rows)
+        print(f"{label:28}{total * 1e3:13.1f} ms{after * 1e3:17.2f} ms{collector * 1e3:15.2f} ms"
+              f"{(total - base) * 1e3:15.2f} ms")
     if args.phases:
         phases(roots["kernix"], name, src, caches["kernix"], args.cuda, args.repeat)
 

@@ -35,7 +35,7 @@ __all__ = ["build_config", "toolchain_stamp", "cache_key", "keyed_entry", "reloa
 
 def build_config(request: LoadRequest) -> BuildConfig:
     """How ``request`` is compiled."""
-    from .backend.arch import detect_compute_capability
+    from .arch import detect_compute_capability
     from .backend.flags import BuildConfig
 
     cuda = request.platform == "cuda"

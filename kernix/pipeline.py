@@ -65,7 +65,7 @@ def load(request: LoadRequest) -> CompiledModule:
 
 def _arch(request: LoadRequest) -> str:
     """The GPU architecture(s) a CUDA request is built for (given, else detected)."""
-    from .backend.arch import detect_compute_capability
+    from .arch import detect_compute_capability
 
     return detect_compute_capability(request.compute_capability)
 

@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 
 import kernix
-from kernix.backend import arch, toolchain
+from kernix import arch
+from kernix.backend import toolchain
 from kernix.backend.flags import BuildConfig, compile_flags
 from kernix.cli import main
 from kernix.prebuilt.format import MANIFEST_NAME, PrebuiltManifest, arch_problem, arch_runs_on, ffi_api_problem

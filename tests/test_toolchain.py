@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from kernix.backend import arch, toolchain
+from kernix import arch
+from kernix.backend import toolchain
 from kernix.errors import ToolchainError
 
 

@@ -219,13 +219,14 @@ def test_a_warm_load_imports_only_what_it_needs(tmp_path: Path) -> None:
 @pytest.mark.parametrize("given", ["argument", "environment"])
 def test_a_warm_cuda_load_imports_no_compiler_search(tmp_path: Path, given: str) -> None:
     """The GPU architecture enters a CUDA request's fingerprint: finding it on a
-    warm load imports neither the compiler search nor the error classes."""
+    warm load imports neither the backend package (the compiler search, the
+    flags) nor the error classes."""
     name = unique_name("warm_cuda_imports")
     source = FIXTURES / "seed_vector_add.cu"
     env = dict(os.environ, JAX_PLATFORMS="cpu", KERNIX_CUDA_ARCH="sm_90")
     env.pop("KERNIX_CUDA_ARCH_LIST", None)
     option = "compute_capability='sm_90', " if given == "argument" else ""
-    heavy = ("kernix.backend.toolchain", "kernix.backend.flags", "kernix.errors", "kernix.build", "clang.cindex")
+    heavy = ("kernix.backend", "kernix.backend.toolchain", "kernix.errors", "kernix.build", "clang.cindex")
     code = (
         "import sys, json, kernix\n"
         f"kernix.load_cuda_file({str(source)!r}, name={name!r}, {option}build_directory={str(tmp_path)!r})\n"

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from ..errors import KernixError
 from ..paths import include_dir
-from . import arch, toolchain
+from .. import arch
+from . import toolchain
 
 __all__ = ["BuildConfig", "compile_flags"]
 

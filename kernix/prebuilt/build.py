@@ -42,7 +42,7 @@ def _fatbin_archs(library: Path) -> tuple[tuple[str, ...], tuple[str, ...]] | No
     """``(sass, ptx)`` architectures that ``cuobjdump`` finds in ``library``, or
     ``None`` when cuobjdump is not available or fails."""
     from ..backend import toolchain
-    from ..backend.arch import arch_key
+    from ..arch import arch_key
 
     try:
         tool = Path(toolchain.find_nvcc().path).with_name("cuobjdump")

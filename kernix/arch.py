@@ -4,7 +4,7 @@ them, and where the default comes from.
 A warm CUDA load runs :func:`detect_compute_capability` (the architecture is
 part of the request's fingerprint), so this module stays small: it parses the
 names with string methods (no regular expression to compile) and imports
-neither the compiler search (:mod:`.toolchain`) nor the error classes until
+neither the compiler search (:mod:`kernix.backend.toolchain`) nor the error classes until
 it has an error to raise.
 """
 
@@ -24,7 +24,7 @@ ARCH_LIST_ENV = "KERNIX_CUDA_ARCH_LIST"
 
 
 def _error(message: str) -> Exception:
-    from ..errors import ToolchainError
+    from .errors import ToolchainError
 
     return ToolchainError(message)
 
