@@ -33,13 +33,16 @@ Usage::
 
 ``--phases`` also times each step of the warm load (imports, request, inline
 source, fingerprint, direct + entry look-up, dlopen, registration) in fresh
-processes.
+processes, and splits the imports step: its floor (as many empty modules,
+imported the same way: the import machinery) and its code (the same modules'
+code run from one file, without the import machinery).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import marshal
 import os
 import platform
 import statistics
@@ -95,11 +98,7 @@ if {cuda!r}:
 T = time.perf_counter
 t = [T()]
 sys.path.insert(0, {root!r})
-from kernix import loaders, pipeline
-from kernix.request import make_request
-from kernix.runtime import registry
-from kernix.runtime.module import CompiledModule
-from kernix.store import files
+{imports}
 t.append(T())
 lang, ext, options = ("cuda", "cu", loaders._CUDA_OPTIONS) if {cuda!r} else ("cpp", "cpp", loaders._CPP_OPTIONS)
 req = make_request({name!r}, [], lang, None, {{**options, "build_directory": {cache!r}}}); t.append(T())
@@ -110,6 +109,37 @@ registry.load_library(m.so_path); t.append(T())
 CompiledModule({name!r}, m.so_path, m.platform, m.specs, m.handlers, m.so_sha256).register(); t.append(T())
 modules = sum(1 for m in sys.modules if m == "kernix" or m.startswith("kernix."))
 print(json.dumps([[b - a for a, b in zip(t, t[1:])], modules]))
+"""
+
+# The imports step: the modules a warm load imports before it runs.
+IMPORTS = """from kernix import loaders, pipeline
+from kernix.request import make_request
+from kernix.runtime import registry
+from kernix.runtime.module import CompiledModule
+from kernix.store import files"""
+
+# The same modules' code, read from one file and run in the order their imports
+# completed, without the import machinery: what the imports step would cost if
+# the warm path were one module.
+ONE_FILE = """
+import sys, time, json, marshal, types
+import jax, jax.numpy
+if {cuda!r}:
+    jax.devices()
+sys.path.insert(0, {root!r})
+t0 = time.perf_counter()
+for name, origin, is_package, code in marshal.loads(open({blob!r}, "rb").read()):
+    module = types.ModuleType(name)
+    module.__file__ = origin
+    module.__package__ = name if is_package else name.rpartition(".")[0]
+    if is_package:
+        module.__path__ = [origin.rpartition("/")[0]]
+    sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    if parent:
+        setattr(sys.modules[parent], child, module)
+    exec(marshal.loads(code), module.__dict__)
+print(json.dumps(time.perf_counter() - t0))
 """
 
 # The floor of the imports step: as many empty modules of one package, imported
@@ -132,7 +162,7 @@ PHASE_NAMES = ("imports", "request", "inline source", "fingerprint", "direct + e
 
 def phases(root: str, name: str, src: str, cache: str, cuda: bool, repeat: int) -> None:
     """Print the median time of each step of a warm load (fresh processes)."""
-    code = PHASES.format(root=root, name=name, src=src, cache=cache, cuda=cuda)
+    code = PHASES.format(root=root, name=name, src=src, cache=cache, cuda=cuda, imports=IMPORTS)
     rows = [_child(code) for _ in range(repeat)]
     modules = rows[0][1]
     print(f"\nwarm load step by step (median of {repeat} fresh processes, after import jax):")
@@ -147,8 +177,30 @@ def phases(root: str, name: str, src: str, cache: str, cuda: bool, repeat: int) 
         code = EMPTY.format(where=where, n=modules, cuda=cuda)
         _child(code)  # writes their .pyc files
         empty = statistics.median(_child(code) for _ in range(repeat))
+        blob = Path(where, "one_file.bin")
+        blob.write_bytes(marshal.dumps(_one_file(root)))
+        code = ONE_FILE.format(root=root, blob=str(blob), cuda=cuda)
+        one_file = statistics.median(_child(code) for _ in range(repeat))
     print(f"  (the imports step's floor: {modules} empty modules of one package, imported the same way:"
-          f" {empty * 1e3:.2f} ms)")
+          f" {empty * 1e3:.2f} ms;\n   the step's own modules, their code run from one file without the import"
+          f" machinery: {one_file * 1e3:.2f} ms)")
+
+
+def _one_file(root: str) -> list[tuple[str, str, bool, bytes]]:
+    """(name, file, is a package, marshalled code) of each kernix module the
+    imports step imports, in the order the imports completed."""
+    err = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import sys\nsys.path.insert(0, {root!r})\n"
+                          + IMPORTS], check=True, capture_output=True, text=True, env=CHILD_ENV).stderr
+    names = [line.rsplit("|", 1)[1].strip() for line in err.splitlines() if line.startswith("import time:")]
+    out = []
+    for name in names:
+        if name == "kernix" or name.startswith("kernix."):
+            path = Path(root, *name.split("."))
+            is_package = path.is_dir()
+            origin = str(path / "__init__.py" if is_package else path.with_suffix(".py"))
+            code = compile(Path(origin).read_text(), origin, "exec")
+            out.append((name, origin, is_package, marshal.dumps(code)))
+    return out
 
 
 def _child(code: str) -> Any:
