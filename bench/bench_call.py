@@ -9,9 +9,16 @@ ratio kernix / hand-written.
 
 Usage::
 
-    python bench/bench_call.py [--platform cuda|cpu] [--repeat 7] [--size 1024]
+    python bench/bench_call.py [--platform cuda|cpu] [--repeat 7] [--size 1024] [--processes 5] [--compare DIR]
 
 On a machine without a GPU, ``--platform cpu`` compares the C++ handlers.
+
+A process's placement in memory moves its per-call times by a few per cent,
+so each configuration runs in ``--processes`` fresh processes (each timing
+both handlers, interleaved) and the script prints the median of their ratios
+with the lowest and highest.  ``--compare DIR`` also times the kernix of
+another checkout (e.g. an older commit) the same way, in processes of its
+own alternating with this one's.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent))  # the checkout's kernix (the child's --root goes before it)
 
 CUDA_KERNEL = r"""
 #include <cuda_runtime.h>
@@ -122,6 +129,8 @@ def child(args: argparse.Namespace) -> None:
     import jax.numpy as jnp
     import numpy as np
 
+    if args.root:  # the kernix of another checkout
+        sys.path.insert(0, args.root)
     import kernix
 
     jax_platform = "CUDA" if args.platform == "cuda" else "cpu"
@@ -161,7 +170,10 @@ def main() -> None:
     ap.add_argument("--platform", choices=["cuda", "cpu"], default=None)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--processes", type=int, default=5, help="fresh processes per configuration")
+    ap.add_argument("--compare", default=None, help="another kernix checkout to time the same way")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--root", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--hand-so", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.platform is None:
@@ -180,24 +192,36 @@ def main() -> None:
     configs = {"no graphs": "--xla_gpu_enable_command_buffer="}
     if args.platform == "cuda":
         configs["CUDA graphs"] = "--xla_gpu_enable_command_buffer=+CUSTOM_CALL --xla_gpu_graph_min_graph_size=1"
+    else:
+        configs = {"cpu": ""}
+    roots = {"kernix": str(HERE.parent)}
+    if args.compare:
+        roots["compare"] = str(Path(args.compare).resolve())
     print(f"machine: {platform.node()}, platform {args.platform}, {CALLS_PER_ITER * ITERS} calls per program "
-          f"(fori_loop {ITERS} x {CALLS_PER_ITER}), array of {args.size} float32, median of {args.repeat}")
-    print(f"{'configuration':<14}{'hand-written':>16}{'kernix':>16}{'kernix/hand':>14}")
+          f"(fori_loop {ITERS} x {CALLS_PER_ITER}), array of {args.size} float32, median of {args.repeat} "
+          f"programs in each of {args.processes} processes")
+    print(f"{'configuration':<14}{'checkout':<10}{'hand-written':>14}{'kernix':>12}{'kernix/hand':>13}"
+          f"{'lowest':>9}{'highest':>9}")
     for label, flags in configs.items():
         env = {**os.environ, "KERNIX_CACHE_DIR": str(workdir / "cache")}
         if args.platform == "cuda":
             env["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flags).strip()
         else:
             env["JAX_PLATFORMS"] = "cpu"  # the C++ handlers, also on a machine with a GPU
-        cmd = [sys.executable, __file__, "--child", "--platform", args.platform, "--repeat", str(args.repeat),
-               "--size", str(args.size), "--hand-so", str(hand_so)]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
-        times = json.loads(out.stdout.strip().splitlines()[-1])
-        hand, kx = statistics.median(times["hand"]), statistics.median(times["kernix"])
-        print(f"{label:<14}{hand * 1e6:>13.3f} us{kx * 1e6:>13.3f} us{kx / hand:>14.3f}", flush=True)
-        if args.platform != "cuda":
-            break
-
+        runs: dict[str, list[tuple[float, float]]] = {k: [] for k in roots}
+        for _ in range(args.processes):
+            for checkout, root in roots.items():
+                cmd = [sys.executable, __file__, "--child", "--platform", args.platform, "--repeat", str(args.repeat),
+                       "--size", str(args.size), "--hand-so", str(hand_so), "--root", root]
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+                times = json.loads(out.stdout.strip().splitlines()[-1])
+                runs[checkout].append((statistics.median(times["hand"]), statistics.median(times["kernix"])))
+        for checkout, pairs in runs.items():
+            ratios = [kx / hand for hand, kx in pairs]
+            hand = statistics.median(h for h, _ in pairs)
+            kx = statistics.median(k for _, k in pairs)
+            print(f"{label:<14}{checkout:<10}{hand * 1e6:>11.3f} us{kx * 1e6:>9.3f} us{statistics.median(ratios):>13.3f}"
+                  f"{min(ratios):>9.3f}{max(ratios):>9.3f}", flush=True)
 
 if __name__ == "__main__":
     main()
