@@ -65,7 +65,9 @@ import jax, jax.numpy
 if {cuda!r}:
     jax.devices()
 collecting = []
-gc.callbacks.append(lambda phase, info: collecting.append(time.perf_counter()))
+def collector(phase, info):
+    collecting.append(time.perf_counter())
+gc.callbacks.append(collector)
 t1 = time.perf_counter()
 if {root!r}:
     sys.path.insert(0, {root!r})
@@ -73,7 +75,7 @@ if {root!r}:
     load = kernix.load_cuda_inline if {cuda!r} else kernix.load_cpp_inline
     load({name!r}, {src!r}, build_directory={cache!r})  # registered, as by default
 t2 = time.perf_counter()
-gc.callbacks.clear()
+gc.callbacks.remove(collector)
 print(json.dumps([t2 - t0, t2 - t1, sum(collecting[1::2]) - sum(collecting[0::2])]))
 """
 

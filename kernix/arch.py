@@ -2,10 +2,11 @@
 them, and where the default comes from.
 
 A warm CUDA load runs :func:`detect_compute_capability` (the architecture is
-part of the request's fingerprint), so this module stays small: it parses the
-names with string methods (no regular expression to compile) and imports
-neither the compiler search (:mod:`kernix.backend.toolchain`) nor the error classes until
-it has an error to raise.
+part of the request's fingerprint), so this module stays small and out of
+:mod:`kernix.backend`: it parses the names with string methods (no regular
+expression to compile) and imports neither the compiler search
+(:mod:`kernix.backend.toolchain`) nor the error classes until it has an error
+to raise.
 """
 
 from __future__ import annotations
