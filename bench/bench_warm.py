@@ -18,9 +18,9 @@ architecture.
 It prints the medians of the whole process' wall time and of the part
 after ``import jax`` (import kernix + the load call), side by side, and how
 much of that part the garbage collector took: a collection that falls in it
-traverses the young objects ``import jax`` (and ``jax.devices()``) left
-behind, so it depends on where the interpreter's allocation counters stood
-when kernix started, not on kernix.
+traverses the process' young objects, most of them left by ``import jax``
+(and ``jax.devices()``), so whether one falls there depends on where the
+interpreter's allocation counters stood when kernix started.
 
 The children run with bytecode caching on (``PYTHONDONTWRITEBYTECODE`` is
 removed from their environment), as for an installed package, whose ``.pyc``
