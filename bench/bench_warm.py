@@ -33,9 +33,9 @@ Usage::
 
 ``--phases`` also times each step of the warm load (imports, request, inline
 source, fingerprint, direct + entry look-up, dlopen, registration) in fresh
-processes, and puts the imports step beside two figures: the standard import
-machinery's cost for as many empty modules (what kernix's own finder trims)
-and the same modules' code run from one file, without the import machinery.
+processes, and splits the imports step: its floor (as many empty modules,
+imported the same way: the import machinery) and its code (the same modules'
+code run from one file, without the import machinery).
 """
 
 from __future__ import annotations
@@ -113,14 +113,12 @@ modules = sum(1 for m in sys.modules if m == "kernix" or m.startswith("kernix.")
 print(json.dumps([[b - a for a, b in zip(t, t[1:])], modules]))
 """
 
-# The imports step: the modules a warm load imports before it runs, imported
-# as a load imports them (kernix's public name first: see kernix._OwnModules).
-MODULES = """from kernix import loaders, pipeline
+# The imports step: the modules a warm load imports before it runs.
+IMPORTS = """from kernix import loaders, pipeline
 from kernix.request import make_request
 from kernix.runtime import registry
 from kernix.runtime.module import CompiledModule
 from kernix.store import files"""
-IMPORTS = "import kernix\nkernix.load_cpp_inline\n" + MODULES
 
 # The same modules' code, read from one file and run in the order their imports
 # completed, without the import machinery: what the imports step would cost if
@@ -146,8 +144,8 @@ for name, origin, is_package, code in marshal.loads(open({blob!r}, "rb").read())
 print(json.dumps(time.perf_counter() - t0))
 """
 
-# The standard import machinery's cost: as many empty modules of one package,
-# found by the standard finders (after import jax, bytecode cached).
+# The floor of the imports step: as many empty modules of one package, imported
+# the same way (after import jax, bytecode cached).
 EMPTY = """
 import sys, time, json
 import jax, jax.numpy
@@ -185,7 +183,7 @@ def phases(root: str, name: str, src: str, cache: str, cuda: bool, repeat: int) 
         blob.write_bytes(marshal.dumps(_one_file(root)))
         code = ONE_FILE.format(root=root, blob=str(blob), cuda=cuda)
         one_file = statistics.median(_child(code) for _ in range(repeat))
-    print(f"  (the standard import machinery: {modules} empty modules of one package, found by the standard finders:"
+    print(f"  (the imports step's floor: {modules} empty modules of one package, imported the same way:"
           f" {empty * 1e3:.2f} ms;\n   the step's own modules, their code run from one file without the import"
           f" machinery: {one_file * 1e3:.2f} ms)")
 
@@ -194,7 +192,7 @@ def _one_file(root: str) -> list[tuple[str, str, bool, bytes]]:
     """(name, file, is a package, marshalled code) of each kernix module the
     imports step imports, in the order the imports completed."""
     err = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import sys\nsys.path.insert(0, {root!r})\n"
-                          + MODULES], check=True, capture_output=True, text=True, env=CHILD_ENV).stderr
+                          + IMPORTS], check=True, capture_output=True, text=True, env=CHILD_ENV).stderr
     names = [line.rsplit("|", 1)[1].strip() for line in err.splitlines() if line.startswith("import time:")]
     out = []
     for name in names:

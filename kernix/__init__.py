@@ -24,8 +24,6 @@ from __future__ import annotations
 #: packaging reads it without importing kernix).
 __version__ = "0.2.0"
 
-import os as _os  # already imported by the interpreter's start-up
-
 __all__ = [
     "__version__",
     "load_cuda_inline",
@@ -80,9 +78,6 @@ def register_ffi_target(module: "CompiledModule", target_prefix: str | None = No
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
-    from importlib.machinery import ModuleSpec
-    from typing import Sequence
-
     from .runtime.module import CompiledModule
 
 # Public names whose modules load on first use, so that `import kernix` plus a
@@ -127,70 +122,10 @@ def __getattr__(name: str):
     if module is None:
         raise AttributeError(f"module 'kernix' has no attribute {name!r}")
     import importlib
-    import sys
 
-    finder = _OwnModules()
-    sys.meta_path.insert(0, finder)
-    try:
-        value = getattr(importlib.import_module(module), name)
-    finally:
-        if finder in sys.meta_path:
-            sys.meta_path.remove(finder)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # once
     return value
-
-
-class _OwnModules:
-    """Finds kernix's own submodules while :func:`__getattr__` imports a public
-    name's module (for a load function: every module a warm load runs).
-
-    Python finds ``kernix.store.files`` by asking each finder on
-    ``sys.meta_path`` in turn (interpreters often carry some that packaging
-    tools add), the last of which stats the package directory and the file:
-    on some machines that costs as much as loading the module's cached
-    bytecode, for each of a warm load's 17 modules.  kernix's submodules are
-    ``.py`` files in their package's directory, so this finder, put first on
-    the meta path for the duration of one such import, lists each directory
-    once and answers with the spec the path finder gives (the same file, its
-    ``.pyc``, the standard source loader).  Anything else -- another package,
-    a name with no ``.py`` file, an extension module, a package in several
-    directories, an installation that is not plain files -- it leaves to the
-    usual finders.
-    """
-
-    def __init__(self) -> None:
-        self._listings: dict[str, dict[str, bool]] = {}  # directory -> {entry name: is a directory}
-
-    def _listing(self, directory: str) -> dict[str, bool]:
-        listing = self._listings.get(directory)
-        if listing is None:
-            try:
-                with _os.scandir(directory) as entries:
-                    listing = {entry.name: entry.is_dir() for entry in entries}
-            except OSError:
-                listing = {}
-            self._listings[directory] = listing
-        return listing
-
-    def find_spec(self, name: str, path: "Sequence[str] | None" = None, target: object = None) -> "ModuleSpec | None":
-        """The spec of submodule ``name`` of a kernix package whose ``__path__``
-        is ``path``, or ``None`` to leave it to the other finders."""
-        if not name.startswith("kernix.") or path is None or len(path) != 1:
-            return None
-        from importlib.machinery import EXTENSION_SUFFIXES, SourceFileLoader
-        from importlib.util import spec_from_file_location
-
-        directory, tail = path[0], name.rpartition(".")[2]
-        listing = self._listing(directory)
-        locations = None
-        if listing.get(tail):  # a directory: its own files decide, as for the path finder
-            directory = _os.path.join(directory, tail)
-            listing, tail, locations = self._listing(directory), "__init__", [directory]
-        if listing.get(tail + ".py") is not False or any(tail + suffix in listing for suffix in EXTENSION_SUFFIXES):
-            return None
-        origin = _os.path.join(directory, tail + ".py")
-        return spec_from_file_location(name, origin, loader=SourceFileLoader(name, origin),
-                                       submodule_search_locations=locations)
 
 
 def __dir__() -> list[str]:

@@ -17,10 +17,8 @@ from typing import Any, Mapping
 
 from .languages import LANGUAGES_BY_EXTENSION, Language
 from .names import check_module_name
-from .pipeline import load
 from .request import make_request
 from .runtime.module import CompiledModule
-from .store.files import write_source
 
 __all__ = [
     "load_cuda_inline",
@@ -201,6 +199,8 @@ def _load_dir(
 
 
 def _load(sources: list[Path], name: str, language: Language, functions: Any, options: Mapping[str, Any]) -> CompiledModule:
+    from .pipeline import load
+
     defaults = _CUDA_OPTIONS if language == "cuda" else _CPP_OPTIONS
     unknown = sorted(set(options) - set(defaults))
     if unknown:
@@ -214,6 +214,10 @@ def _load_inline(
     name: str, sources: Any, what: str, language: Language, functions: Any, options: Mapping[str, Any]
 ) -> CompiledModule:
     """Validate an inline load's names, store its source, then load it."""
+    from .store.files import write_source
+
+    from .pipeline import load
+
     module_name = check_module_name(name)
     request = make_request(module_name, [], language, functions, options)  # every name checked before writing
     text = _join_sources(sources, what)
