@@ -8,7 +8,8 @@ macro-generated entry points once (per checkout), then alternates,
 * ``import jax, jax.numpy``                                   (the reference)
 * ``import jax, jax.numpy; import kernix; kernix.load_cpp_inline(...)``
 * the same with the checkout given by ``--compare`` (e.g. an older kernix),
-  when given
+  when given (the two take turns at going first), and then the median of
+  their round-by-round differences
 
 With ``--cuda`` each of them also starts JAX's GPU backend
 (``jax.devices()``) before the clock's second reading, as a program that runs
@@ -35,7 +36,9 @@ Usage::
 source, fingerprint, direct + entry look-up, dlopen, registration) in fresh
 processes, and splits the imports step: its floor (as many empty modules,
 imported the same way: the import machinery) and its code (the same modules'
-code run from one file, without the import machinery).
+code run from one file, without the import machinery), and times a fixed
+piece of pure-Python work (no kernix) in fresh processes: the machine's
+Python speed, to set figures taken on different machines side by side.
 """
 
 from __future__ import annotations
@@ -158,6 +161,27 @@ for i in range({n} - 1):
     __import__(f"empty_pkg.m{{i}}")
 print(json.dumps(time.perf_counter() - t0))
 """
+# The machine's Python speed, for comparing figures taken on different
+# machines: a fixed piece of work (no kernix), timed in a fresh process after
+# import jax, and again after jax.devices() with --cuda.
+SPEED = """
+import json, marshal, statistics, time
+import jax, jax.numpy
+code = marshal.dumps(compile("".join(f"def f{{i}}(a, b=1):\\n    'doc {{i}}'\\n    return [a, b, {{i}}]\\n"
+                                     for i in range(300)), "speed", "exec"))
+def work():
+    t = time.perf_counter()
+    for _ in range(5):
+        exec(marshal.loads(code), {{}})
+    x = 0
+    for i in range(20000):
+        x += i
+    return time.perf_counter() - t
+before = statistics.median(work() for _ in range(15))
+if {cuda!r}:
+    jax.devices()
+print(json.dumps([before, statistics.median(work() for _ in range(15))]))
+"""
 PHASE_NAMES = ("imports", "request", "inline source", "fingerprint", "direct + entry look-up", "dlopen",
                "module + register")
 
@@ -186,6 +210,11 @@ def phases(root: str, name: str, src: str, cache: str, cuda: bool, repeat: int) 
     print(f"  (the imports step's floor: {modules} empty modules of one package, imported the same way:"
           f" {empty * 1e3:.2f} ms;\n   the step's own modules, their code run from one file without the import"
           f" machinery: {one_file * 1e3:.2f} ms)")
+    speed = [_child(SPEED.format(cuda=cuda)) for _ in range(repeat)]
+    before, after = (statistics.median(r[i] for r in speed) for i in (0, 1))
+    print(f"  (this machine's Python: a fixed piece of work -- unmarshal and run 300 small functions' definitions 5"
+          f" times, 20,000 additions -- takes {before * 1e3:.2f} ms"
+          + (f", {after * 1e3:.2f} ms after jax.devices()" if cuda else "") + ")")
 
 
 def _one_file(root: str) -> list[tuple[str, str, bool, bytes]]:
@@ -234,9 +263,9 @@ def main() -> None:
         run(root, name, src, caches[label], args.cuda)
     reference = "import jax, devices()" if args.cuda else "import jax"
     samples: dict[str, list[tuple[float, float, float]]] = {reference: [], **{k: [] for k in roots}}
-    for _ in range(args.repeat):
+    for i in range(args.repeat):
         samples[reference].append(run("", "", "", "", args.cuda))
-        for label, root in roots.items():
+        for label, root in (list(roots.items()) if i % 2 == 0 else list(roots.items())[::-1]):  # each first in turn
             samples[label].append(run(root, name, src, caches[label], args.cuda))
     print(f"\n{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"{args.functions} {'CUDA' if args.cuda else 'C++'} functions, median of {args.repeat} fresh processes")
@@ -248,8 +277,22 @@ def main() -> None:
         collector = statistics.median(c for _, _, c in rows)
         print(f"{label:28}{total * 1e3:13.1f} ms{after * 1e3:17.2f} ms{collector * 1e3:15.2f} ms"
               f"{(total - base) * 1e3:15.2f} ms")
+    if args.compare:
+        paired(samples["kernix"], samples["compare"])
     if args.phases:
         phases(roots["kernix"], name, src, caches["kernix"], args.cuda, args.repeat)
+
+
+def paired(ours: list[tuple[float, float, float]], theirs: list[tuple[float, float, float]]) -> None:
+    """Print the median and quartiles of the per-round difference after ``import jax``.
+
+    The two checkouts run one after the other in each round, so a machine
+    whose speed drifts over minutes moves both; the median of the differences
+    is steadier than the difference of the medians."""
+    diffs = [a - b for (_, a, _), (_, b, _) in zip(ours, theirs)]
+    q1, q2, q3 = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else (diffs[0],) * 3
+    print(f"kernix - compare, round by round (after import jax): median {q2 * 1e3:+.2f} ms,"
+          f" quartiles {q1 * 1e3:+.2f} .. {q3 * 1e3:+.2f} ms")
 
 
 if __name__ == "__main__":
