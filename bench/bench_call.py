@@ -223,5 +223,6 @@ def main() -> None:
             print(f"{label:<14}{checkout:<10}{hand * 1e6:>11.3f} us{kx * 1e6:>9.3f} us{statistics.median(ratios):>13.3f}"
                   f"{min(ratios):>9.3f}{max(ratios):>9.3f}", flush=True)
 
+
 if __name__ == "__main__":
     main()

@@ -89,8 +89,7 @@ CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECOD
 def run(root: str, name: str, src: str, cache: str, cuda: bool) -> tuple[float, float, float]:
     """(wall time after interpreter start, time after ``import jax``, of which
     in the garbage collector) of one fresh process."""
-    total, after_jax, collector = _child(CHILD.format(root=root, name=name, src=src, cache=cache, cuda=cuda))
-    return total, after_jax, collector
+    return tuple(_child(CHILD.format(root=root, name=name, src=src, cache=cache, cuda=cuda)))
 
 
 # --phases: the warm load's steps, timed one by one in a fresh process (kernix's
