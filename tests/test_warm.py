@@ -380,6 +380,26 @@ def test_the_kernix_script_imports_nothing_before_kernix(tmp_path: Path) -> None
     assert not extra & {"re", "json", "argparse", "pathlib", "contextlib", "clang.cindex", "kernix.spec"}
 
 
+@pytest.mark.skipif(_installed_script() is None, reason="no kernix script installed beside this Python, no checkout")
+def test_the_kernix_script_parses_in_worker_processes(tmp_path: Path) -> None:
+    """``kernix inspect -j 2 DIR`` run through the script: the worker processes
+    start with the "spawn" method, which runs the main script again as
+    ``__mp_main__``; the script must then not run the command a second time."""
+    sources = tmp_path / "src"
+    sources.mkdir()
+    for i in range(2):
+        (sources / f"k{i}.cpp").write_text(
+            f'#include "kernix/common.h"\n// @BE f{i}\nvoid f{i}(const BE::Tensor& x, BE::Tensor& y, int n{i}) {{}}\n'
+        )
+    env = {**os.environ, "KERNIX_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, str(_installed_script()), "inspect", "--json", "-j", "2", str(sources)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    total = json.loads(out.stdout)["total"]
+    assert total["files"] == 2 and total["functions"] == 2
+
+
 def test_the_spec_key_covers_the_kernix_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another kernix may infer differently: its results are not reused, even
     with the same remembered parse set-up."""
