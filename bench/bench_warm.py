@@ -38,7 +38,8 @@ processes, and splits the imports step: its floor (as many empty modules,
 imported the same way: the import machinery) and its code (the same modules'
 code run from one file, without the import machinery), and times a fixed
 piece of pure-Python work (no kernix) in fresh processes: the machine's
-Python speed, to set figures taken on different machines side by side.
+Python speed, to set figures taken on different machines side by side (the
+median process and the fastest one: far apart, the machine is noisy).
 """
 
 from __future__ import annotations
@@ -163,19 +164,22 @@ print(json.dumps(time.perf_counter() - t0))
 # The machine's Python speed, for comparing figures taken on different
 # machines: a fixed piece of work (no kernix), timed in a fresh process after
 # import jax, and again after jax.devices() with --cuda.
-SPEED = """
-import json, marshal, statistics, time
-import jax, jax.numpy
-code = marshal.dumps(compile("".join(f"def f{{i}}(a, b=1):\\n    'doc {{i}}'\\n    return [a, b, {{i}}]\\n"
+WORK = r"""
+import marshal, time
+code = marshal.dumps(compile("".join(f"def f{i}(a, b=1):\n    'doc {i}'\n    return [a, b, {i}]\n"
                                      for i in range(300)), "speed", "exec"))
 def work():
     t = time.perf_counter()
     for _ in range(5):
-        exec(marshal.loads(code), {{}})
+        exec(marshal.loads(code), {})
     x = 0
     for i in range(20000):
         x += i
     return time.perf_counter() - t
+"""
+SPEED = WORK.replace("{", "{{").replace("}", "}}") + """
+import json, statistics
+import jax, jax.numpy
 before = statistics.median(work() for _ in range(15))
 if {cuda!r}:
     jax.devices()
@@ -211,9 +215,11 @@ def phases(root: str, name: str, src: str, cache: str, cuda: bool, repeat: int) 
           f" machinery: {one_file * 1e3:.2f} ms)")
     speed = [_child(SPEED.format(cuda=cuda)) for _ in range(repeat)]
     before, after = (statistics.median(r[i] for r in speed) for i in (0, 1))
+    fastest = min(r[0] for r in speed)
     print(f"  (this machine's Python: a fixed piece of work -- unmarshal and run 300 small functions' definitions 5"
           f" times, 20,000 additions -- takes {before * 1e3:.2f} ms"
-          + (f", {after * 1e3:.2f} ms after jax.devices()" if cuda else "") + ")")
+          + (f", {after * 1e3:.2f} ms after jax.devices()" if cuda else "")
+          + f"; {fastest * 1e3:.2f} ms in the fastest process: the gap is the machine's noise)")
 
 
 def _one_file(root: str) -> list[tuple[str, str, bool, bytes]]:
