@@ -163,7 +163,7 @@ print(json.dumps(time.perf_counter() - t0))
 """
 # The machine's Python speed, for comparing figures taken on different
 # machines: a fixed piece of work (no kernix), timed in a fresh process after
-# import jax, and again after jax.devices() with --cuda.
+# import jax, and again after jax.devices() with --cuda (WORK is bench_noise.py's too).
 WORK = r"""
 import marshal, time
 code = marshal.dumps(compile("".join(f"def f{i}(a, b=1):\n    'doc {i}'\n    return [a, b, {i}]\n"

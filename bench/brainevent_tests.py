@@ -51,12 +51,17 @@ DIRS = ("_dense", "_event", "_fcn", "_jit_normal", "_jit_scalar", "_jit_uniform"
 DROP_IN = '''
 
 # --- bench/brainevent_tests.py: kernix builds and registers this package's kernels ---
-if __import__("os").environ.get("BRAINEVENT_LOADER") == "kernix":
+import os as _os
+from pathlib import Path as _Path
+
+if _os.environ.get("BRAINEVENT_LOADER") == "kernix":
     import kernix as _kernix
 
-    def _kernix_loader(load, include=str(__import__("pathlib").Path(__file__).resolve().parents[1] / "include")):
+    _INCLUDE = str(_Path(__file__).resolve().parents[1] / "include")
+
+    def _kernix_loader(load):
         def loader(*args, **kwargs):
-            kwargs["extra_include_paths"] = [include, *(kwargs.get("extra_include_paths") or [])]
+            kwargs["extra_include_paths"] = [_INCLUDE, *(kwargs.get("extra_include_paths") or [])]
             return load(*args, **kwargs)
         return loader
 
