@@ -44,28 +44,33 @@ VERSION = "0.3.0"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kernix-bench"
 
 
+def fetch_wheel() -> Path | None:
+    """The brainevent wheel, downloaded into the bench cache once (``None``, saying why, when offline)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    found = sorted(CACHE.glob(f"brainevent-{VERSION}-*.whl"))
+    if not found:
+        # The package needs Python >= 3.12; its files are read, never imported, so
+        # the wheel is fetched for 3.12 whatever runs this script.
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--python-version", "3.12", "-d", str(CACHE), f"brainevent=={VERSION}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"skipped: could not download brainevent=={VERSION} (offline?):\n{proc.stderr.strip()[-400:]}")
+            return None
+        found = sorted(CACHE.glob(f"brainevent-{VERSION}-*.whl"))
+    if not found:
+        print("skipped: no brainevent wheel was downloaded")
+        return None
+    return found[0]
+
+
 def find_package(args: argparse.Namespace) -> Path | None:
     """The unpacked ``brainevent`` package directory, fetching the wheel if needed."""
     if args.package:
         return Path(args.package).resolve()
-    wheel = Path(args.wheel) if args.wheel else None
+    wheel = Path(args.wheel) if args.wheel else fetch_wheel()
     if wheel is None:
-        CACHE.mkdir(parents=True, exist_ok=True)
-        found = sorted(CACHE.glob(f"brainevent-{VERSION}-*.whl"))
-        if not found:
-            # The package needs Python >= 3.12; its files are read, never imported, so
-            # the wheel is fetched for 3.12 whatever runs this script.
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "--python-version", "3.12", "-d", str(CACHE), f"brainevent=={VERSION}"]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                print(f"skipped: could not download brainevent=={VERSION} (offline?):\n{proc.stderr.strip()[-400:]}")
-                return None
-            found = sorted(CACHE.glob(f"brainevent-{VERSION}-*.whl"))
-        if not found:
-            print("skipped: no brainevent wheel was downloaded")
-            return None
-        wheel = found[0]
+        return None
     target = CACHE / wheel.stem
     if not (target / "brainevent").is_dir():
         with zipfile.ZipFile(wheel) as zf:

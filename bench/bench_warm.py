@@ -177,7 +177,7 @@ def work():
         x += i
     return time.perf_counter() - t
 """
-SPEED = WORK.replace("{", "{{").replace("}", "}}") + """
+SPEED = """
 import json, statistics
 import jax, jax.numpy
 before = statistics.median(work() for _ in range(15))
@@ -213,7 +213,7 @@ def phases(root: str, name: str, src: str, cache: str, cuda: bool, repeat: int) 
     print(f"  (the imports step's floor: {modules} empty modules of one package, imported the same way:"
           f" {empty * 1e3:.2f} ms;\n   the step's own modules, their code run from one file without the import"
           f" machinery: {one_file * 1e3:.2f} ms)")
-    speed = [_child(SPEED.format(cuda=cuda)) for _ in range(repeat)]
+    speed = [_child(WORK + SPEED.format(cuda=cuda)) for _ in range(repeat)]
     before, after = (statistics.median(r[i] for r in speed) for i in (0, 1))
     fastest = min(r[0] for r in speed)
     print(f"  (this machine's Python: a fixed piece of work -- unmarshal and run 300 small functions' definitions 5"

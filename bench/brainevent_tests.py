@@ -8,8 +8,7 @@ describes, made by appending to ``brainevent/_op/kernix_pipeline.py`` --
 and runs ``pytest -k cuda_raw`` over the package's kernel directories,
 several directories at a time in their own processes.  The package's tests
 compare each kernel with its dense or pure-JAX reference.  Each directory
-prints its pytest summary, and then every failure, grouped by the error
-behind it.
+prints its pytest summary, and then its failures, counted by their error.
 
 The package's own loader is used instead with ``--loader brainevent``: the
 same tests, for telling a failure of kernix from one of the package.
@@ -31,6 +30,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_corpus import find_package  # noqa: E402
+from bench_corpus import fetch_wheel  # noqa: E402
 
 DIRS = ("_dense", "_event", "_fcn", "_jit_normal", "_jit_scalar", "_jit_uniform", "_csr", "_tcsr")
 
@@ -71,11 +71,16 @@ if _os.environ.get("BRAINEVENT_LOADER") == "kernix":
 '''
 
 
-def install(wheel: Path, extra: list[str], site: Path) -> Path:
+def install(wheel: Path, extra: list[str], site: Path) -> Path | None:
     """Install the package (and ``extra`` wheels) into ``site``; return the
-    installed ``brainevent`` directory, its loaders changed to kernix's."""
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--upgrade",
-                    "--target", str(site), str(wheel), *extra], check=True)
+    installed ``brainevent`` directory, its loaders changed to kernix's
+    (``None``, with pip's reason printed, when pip cannot install them)."""
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--upgrade",
+                          "--target", str(site), str(wheel), *extra], capture_output=True, text=True)
+    if pip.returncode != 0:
+        print(f"pip could not install {wheel.name} into {site} with Python {platform.python_version()}:\n"
+              f"{pip.stderr.strip()[-800:]}")
+        return None
     package = site / "brainevent"
     loaders = package / "_op" / "kernix_pipeline.py"
     text = loaders.read_text()
@@ -107,12 +112,11 @@ def summary(text: str) -> str:
 
 
 def causes(text: str) -> collections.Counter[str]:
-    """The exception lines (``E   SomeError: ...``) of the failures, counted."""
+    """The failures of pytest's short summary (``FAILED test - Error: message``), counted by their error."""
     found: collections.Counter[str] = collections.Counter()
     for line in text.splitlines():
-        m = re.match(r"E\s+(\w+(?:\.\w+)*(?:Error|Exception)\b.*)", line)
-        if m:
-            found[m.group(1)[:240]] += 1
+        if line.startswith(("FAILED ", "ERROR ")):
+            found[line.partition(" - ")[2][:240] or line] += 1
     return found
 
 
@@ -120,25 +124,28 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--wheel", help="a brainevent wheel (default: bench_corpus.py's download)")
     ap.add_argument("--with", dest="extra", nargs="*", default=[], help="more wheels to install beside it")
-    ap.add_argument("--site", help="where to install (default: a temporary directory)")
+    ap.add_argument("--site", help="where to install, kept (default: a temporary directory, removed)")
     ap.add_argument("--dirs", nargs="*", default=list(DIRS), help="the package's kernel directories to test")
     ap.add_argument("--jobs", type=int, default=8, help="directories tested at once")
     ap.add_argument("--timeout", type=int, default=540, help="seconds for one directory")
     ap.add_argument("-k", dest="keyword", default="cuda_raw", help="pytest -k expression")
     ap.add_argument("--loader", choices=("kernix", "brainevent"), default="kernix")
     args = ap.parse_args()
-    wheel = Path(args.wheel) if args.wheel else None
+    wheel = Path(args.wheel) if args.wheel else fetch_wheel()
     if wheel is None:
-        package = find_package(argparse.Namespace(package=None, wheel=None))
-        if package is None:
-            return 0
-        wheel = next(package.parent.parent.glob("brainevent-*.whl"), None)
-        if wheel is None:
-            print(f"skipped: no brainevent wheel beside {package}")
-            return 0
-    site = Path(args.site or tempfile.mkdtemp(prefix="brainevent-tests-"))
-    install(wheel.resolve(), [str(Path(w).resolve()) for w in args.extra], site)
+        return 0
+    if args.site:
+        return test(wheel, Path(args.site), args)
+    with tempfile.TemporaryDirectory(prefix="brainevent-tests-") as site:
+        return test(wheel, Path(site), args)
+
+
+def test(wheel: Path, site: Path, args: argparse.Namespace) -> int:
+    """Install into ``site``, run the tests and print their results: the exit status."""
+    if install(wheel.resolve(), [str(Path(w).resolve()) for w in args.extra], site) is None:
+        return 1
     env = {**os.environ, "BRAINEVENT_LOADER": args.loader, "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+           "COLUMNS": "1000",  # pytest cuts its summary lines, the failures' messages, to the terminal's width
            "PYTHONPATH": os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])}
     print(f"{wheel.name} in {site}, loader {args.loader}, pytest -k {args.keyword!r}, {args.jobs} directories at once")
     with ThreadPoolExecutor(args.jobs) as pool:
@@ -150,7 +157,6 @@ def main() -> int:
     for cause, count in failures.most_common():
         print(f"  {count:5} x {cause}")
     return 1 if failures or any("TIMEOUT" in text for _, text, _ in results) else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -357,6 +357,9 @@ def _installed_script() -> Path | None:
     return None
 
 
+SCRIPT = _installed_script()
+
+
 def _imported(argv: list[str], env: dict[str, str]) -> set[str]:
     """The modules a process imports, from ``-X importtime``."""
     err = subprocess.run([sys.executable, "-X", "importtime", *argv], env=env, capture_output=True, text=True,
@@ -364,7 +367,7 @@ def _imported(argv: list[str], env: dict[str, str]) -> set[str]:
     return {line.rsplit("|", 1)[1].strip() for line in err.splitlines() if line.startswith("import time:")}
 
 
-@pytest.mark.skipif(_installed_script() is None, reason="no kernix script installed beside this Python, no checkout")
+@pytest.mark.skipif(SCRIPT is None, reason="no kernix script installed beside this Python, no checkout")
 def test_the_kernix_script_imports_nothing_before_kernix(tmp_path: Path) -> None:
     """The ``kernix`` script is a plain script, not an entry-point wrapper
     (which imports :mod:`re` first): a warm ``kernix inspect`` run through it
@@ -372,7 +375,7 @@ def test_the_kernix_script_imports_nothing_before_kernix(tmp_path: Path) -> None
     interpreter's start-up already did (an editable install's finder imports
     ``re`` at start-up; a clean install does not)."""
     env = {**os.environ, "KERNIX_CACHE_DIR": str(tmp_path)}
-    script = [str(_installed_script()), "inspect", str(SOURCE)]
+    script = [str(SCRIPT), "inspect", str(SOURCE)]
     subprocess.run([sys.executable, *script], env=env, capture_output=True, check=True)  # parses
     start_up = _imported(["-c", "pass"], env)
     extra = _imported(script, env) - start_up
@@ -380,7 +383,7 @@ def test_the_kernix_script_imports_nothing_before_kernix(tmp_path: Path) -> None
     assert not extra & {"re", "json", "argparse", "pathlib", "contextlib", "clang.cindex", "kernix.spec"}
 
 
-@pytest.mark.skipif(_installed_script() is None, reason="no kernix script installed beside this Python, no checkout")
+@pytest.mark.skipif(SCRIPT is None, reason="no kernix script installed beside this Python, no checkout")
 def test_the_kernix_script_parses_in_worker_processes(tmp_path: Path) -> None:
     """``kernix inspect -j 2 DIR`` run through the script: the worker processes
     start with the "spawn" method, which runs the main script again as
@@ -392,7 +395,7 @@ def test_the_kernix_script_parses_in_worker_processes(tmp_path: Path) -> None:
             f'#include "kernix/common.h"\n// @BE f{i}\nvoid f{i}(const BE::Tensor& x, BE::Tensor& y, int n{i}) {{}}\n'
         )
     env = {**os.environ, "KERNIX_CACHE_DIR": str(tmp_path / "cache")}
-    out = subprocess.run([sys.executable, str(_installed_script()), "inspect", "--json", "-j", "2", str(sources)],
+    out = subprocess.run([sys.executable, str(SCRIPT), "inspect", "--json", "-j", "2", str(sources)],
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Traceback" not in out.stderr
