@@ -22,7 +22,7 @@ from .runtime import registry
 from .runtime.module import check_function_names
 from .store import direct, entries
 from .store.files import content_key, file_digest
-from .store.manifest import Manifest
+from .store.manifest import MANIFEST_FORMAT, Manifest
 
 if TYPE_CHECKING:
     from .backend import codegen
@@ -85,9 +85,10 @@ def cache_key(request: LoadRequest, config: BuildConfig) -> str:
             digests.append([str(src), file_digest(src)])
         except OSError as exc:
             raise KernixError(f"cannot read source file {src}: {exc.strerror or exc}") from exc
-    return content_key(
-        {**_toolchain_parts(config), "name": request.name, "sources": digests, "functions": request.functions}
-    )
+    return content_key({
+        **_toolchain_parts(config), "manifest": MANIFEST_FORMAT, "name": request.name, "sources": digests,
+        "functions": request.functions,
+    })
 
 
 def _key_files(request: LoadRequest) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-__all__ = ["DType", "DTYPES", "ATTR_DTYPES", "BUFFER_DTYPES", "dtype_by_xla_name", "numpy_dtype"]
+__all__ = ["DType", "DTYPES", "ATTR_DTYPES", "BUFFER_DTYPES", "dtype_by_xla_name", "numpy_dtype", "x64_hint"]
 
 
 class DType(NamedTuple):
@@ -77,3 +77,14 @@ def numpy_dtype(name: str) -> Any:
 
         return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)
+
+
+def x64_hint(wanted: str) -> str:
+    """What to add to a "must be ``wanted``" error when JAX cannot make arrays
+    of that dtype: 64-bit types need JAX's 64-bit mode ("" otherwise)."""
+    import jax
+
+    if jax.dtypes.canonicalize_dtype(numpy_dtype(wanted)) == numpy_dtype(wanted):
+        return ""
+    return (f"; JAX makes {wanted} arrays {jax.dtypes.canonicalize_dtype(numpy_dtype(wanted))} unless its 64-bit "
+            "mode is on: jax.config.update('jax_enable_x64', True) at the start of the program")

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from .dtypes import BUFFER_DTYPES
+from .dtypes import BUFFER_DTYPES, x64_hint
 from .errors import CallError, SignatureError
 from .names import is_identifier
 
@@ -309,7 +309,9 @@ def bind(
                 f"{fn}(): input {name!r} must have rank {want} (signature group {g}), got shape {shape}"
             )
         if g.dtype is not None and dtype != g.dtype:
-            raise CallError(f"{fn}(): input {name!r} must be {g.dtype} (signature group {g}), got {dtype}")
+            raise CallError(
+                f"{fn}(): input {name!r} must be {g.dtype} (signature group {g}), got {dtype}{x64_hint(g.dtype)}"
+            )
         lead = shape[: len(shape) - core]
         if g.batch:
             if batch is None:

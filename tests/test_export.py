@@ -59,11 +59,13 @@ def test_round_trip_in_a_new_process_without_compiler(built, tmp_path):
         kernix.load_prebuilt({str(one.directory)!r})
         fn = kernix.deserialize(open({str(path)!r}, "rb").read())
         print(list(map(float, fn(jnp.arange(3, dtype=jnp.float32)))))
+        import jax
+        print(list(map(float, jax.jit(fn)(jnp.arange(3, dtype=jnp.float32)))))  # the artifact is hashable
         """,
         no_compiler_env(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["[10.0,", "30.0,", "50.0]"]
+    assert proc.stdout.split() == ["[10.0,", "30.0,", "50.0]"] * 2
 
 
 def test_other_code_under_the_same_name_is_refused(built, tmp_path):

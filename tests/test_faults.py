@@ -121,6 +121,24 @@ def test_header_turned_into_a_symlink_to_an_older_file_is_recompiled(project: Pa
     assert _values(_load(project, cache, name)) == [5.0] * 3
 
 
+def _replace_keeping_size_and_mtime(path: Path, text: str) -> None:
+    """Overwrite ``path`` with ``text`` (same length) and put its mtime back, as
+    ``cp -p``, ``tar x`` or ``rsync -a`` of another version of the file leave it."""
+    st = path.stat()
+    assert len(text.encode()) == st.st_size
+    path.write_text(text)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_header_replaced_with_the_same_size_and_mtime_is_a_miss(project: Path, tmp_path: Path) -> None:
+    """Was: the manifest's check of the headers compared size and mtime only, so
+    the cache kept serving the old code."""
+    cache, name = tmp_path / "cache", unique_name("same_mtime_hdr")
+    assert _values(_load(project, cache, name)) == [1.0] * 3
+    _replace_keeping_size_and_mtime(project / "inc" / "value.h", "#define K 7.0f\n")
+    assert _values(_load(project, cache, name)) == [7.0] * 3
+
+
 def test_editing_a_kernel_body_stays_incremental(project: Path, tmp_path: Path, wrapper: Path) -> None:
     """The work-directory check must not turn the common edit into a full rebuild."""
     cache, name = tmp_path / "cache", unique_name("incremental")

@@ -368,6 +368,13 @@ def test_cache_hit_skips_parse_and_header_edit_invalidates(tmp_path: Path, monke
         entry.write_bytes(entry.read_bytes()[:-7])  # cut short
     assert infer_file(src, include_dirs=[str(inc)]) == edited and calls == [1, 1]
     assert speccache.load(Path(os.environ["KERNIX_CACHE_DIR"]), "0" * 64) is None
+    # a header replaced by one of the same size and mtime (cp -p, tar x) is seen by its ctime
+    st = hdr.stat()
+    hdr.write_text("using T = int;     // edited\n")
+    os.utime(hdr, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert hdr.stat().st_size == st.st_size
+    assert infer_file(src, include_dirs=[str(inc)]).functions[0].arg_spec == ("ret", "attr.a:int32")
+    assert calls == [1, 1, 1]
 
 
 def test_warm_lookup_does_not_import_clang(tmp_path: Path) -> None:

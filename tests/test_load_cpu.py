@@ -145,6 +145,11 @@ def test_call_errors_name_function_and_parameter(ops):
         ops.with_mode(x, mode=1.5)
     with pytest.raises(kernix.CallError, match="does not fit in int16"):
         ops.with_mode(x, mode=70000)
+    # float attributes are range-checked too (no silent inf), and every attribute must be a scalar
+    with pytest.raises(kernix.CallError, match="'scale_factor' is float32.*1e\\+300 does not fit in float32"):
+        ops.scale_by(x, scale_factor=1e300)
+    with pytest.raises(kernix.CallError, match="expected a scalar, got an array of shape \\(1,\\)"):
+        ops.scale_by(x, scale_factor=np.array([2.0]))
 
 
 def test_same_content_again_is_a_noop(ops):
@@ -196,3 +201,13 @@ def test_different_content_under_registered_name_raises(ops, tmp_path):
     other = kernix.load_cpp_inline(ops.name, src, build_directory=tmp_path, target_prefix=unique_name("other"))
     assert other.targets["vector_add"] != ops.targets["vector_add"]
     np.testing.assert_array_equal(ops.vector_add(jnp.ones(2, jnp.float32), jnp.ones(2, jnp.float32)), [2.0, 2.0])
+
+
+def test_a_bool_attribute_must_be_a_scalar():
+    from kernix.runtime.function import _coerce_attr
+    from kernix.spec import Param
+
+    flag = Param("neg", "attr", "bool", "bool", "scalar", "bool")
+    assert _coerce_attr("f", flag, True) is np.True_
+    with pytest.raises(kernix.CallError, match="'neg' is bool.*expected a scalar, got an array of shape \\(1,\\)"):
+        _coerce_attr("f", flag, np.array([True]))

@@ -254,6 +254,24 @@ SHARDED = textwrap.dedent(
     assert "x1,16]" not in hlo and "f64[2,16]" in hlo, hlo
     g = jax.jit(jax.grad(lambda x, w: jnp.sum(ops.rms_norm(x, w, eps=1e-5) ** 2)))(xs, w)
     np.testing.assert_allclose(g, jax.grad(lambda x: jnp.sum(ops.rms_norm(x, w, eps=1e-5) ** 2))(x), rtol=1e-10)
+    # Inside jax.shard_map each device calls the kernel on its shard; the outputs vary
+    # over the mesh axis as the inputs do, so psum and grad (through the replicated w too) are right.
+    ref = ops.rms_norm(x, w, eps=1e-5)
+    per_shard = jax.shard_map(lambda x, w: ops.rms_norm(x, w, eps=1e-5), mesh=mesh,
+                              in_specs=(P("b", None), P()), out_specs=P("b", None))
+    np.testing.assert_allclose(jax.jit(per_shard)(xs, w), ref, rtol=1e-12)
+    total = jax.shard_map(lambda x, w: jax.lax.psum(jnp.sum(ops.rms_norm(x, w, eps=1e-5)), "b"), mesh=mesh,
+                          in_specs=(P("b", None), P()), out_specs=P())
+    np.testing.assert_allclose(jax.jit(total)(xs, w), np.sum(ref), rtol=1e-10)
+    loss = lambda f: (lambda x, w: jnp.sum(f(x, w) ** 2))
+    want = jax.grad(loss(lambda x, w: ops.rms_norm(x, w, eps=1e-5)), argnums=(0, 1))(x, w)
+    got = jax.jit(jax.grad(loss(per_shard), argnums=(0, 1)))(xs, w)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+    x32 = jax.device_put(np.float32(x), NamedSharding(mesh, P("b", None)))
+    copied = jax.shard_map(lambda v: jax.lax.psum(jnp.sum(ops.plain_copy(v)), "b"), mesh=mesh,
+                           in_specs=P("b", None), out_specs=P())
+    np.testing.assert_allclose(jax.jit(copied)(x32), np.sum(np.float32(x)), rtol=1e-5)
     print("OK")
     """
 )
@@ -315,3 +333,55 @@ def test_cuda_sharded_batch_runs_per_shard(cuda_ops):
     out = f(xs, ss)
     np.testing.assert_allclose(out, x * s)
     assert out.sharding.spec[0] == "b"
+
+
+# -- NumPy inputs outside jit, and backward kernels without a signature --------------------------
+
+EAGER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import jax, jax.numpy as jnp
+    import kernix
+    assert not jax.config.jax_enable_x64  # JAX's default
+    m = kernix.load_cpp_inline("eager_numpy", r'''
+    #include "kernix/common.h"
+    #include <cstring>
+    // @BE copy_elems
+    void copy_elems(const BE::Tensor& x, BE::Tensor& out) { std::memcpy(out.data_ptr(), x.data_ptr(), out.nbytes()); }
+    // @BE pick (n),(k):int64->(k)
+    void pick(const BE::Tensor& x, const BE::Tensor& idx, BE::Tensor& out) {}
+    // @BE sq (n)->(n)
+    void sq(const BE::Tensor& x, BE::Tensor& y) {
+      for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = x.data_ptr<float>()[i] * x.data_ptr<float>()[i];
+    }
+    // @BE sq_bwd vjp=sq
+    void sq_bwd(const BE::Tensor& x, const BE::Tensor& g, BE::Tensor& dx) {
+      for (int64_t i = 0; i < x.numel(); ++i) dx.data_ptr<float>()[i] = 2 * x.data_ptr<float>()[i] * g.data_ptr<float>()[i];
+    }
+    ''', build_directory=sys.argv[1])
+    a = np.arange(4, dtype=np.float64)  # JAX passes it as float32, with or without jit
+    eager, jitted = m.copy_elems(a), jax.jit(m.copy_elems)(a)
+    assert eager.dtype == jitted.dtype == jnp.float32, (eager.dtype, jitted.dtype)
+    np.testing.assert_array_equal(eager, [0, 1, 2, 3])
+    for call in (m.pick, jax.jit(m.pick)):
+        try:
+            call(np.ones(3, np.float32), np.array([1, 2], np.int64))
+        except kernix.CallError as e:
+            assert "must be int64" in str(e) and "jax_enable_x64" in str(e), e
+        else:
+            raise AssertionError("an int64 input became int32 and was passed")
+    # one input, a backward without a signature: one cotangent, not a tuple of one
+    np.testing.assert_allclose(jax.grad(lambda v: m.sq(v).sum())(np.arange(3.0)), [0, 2, 4])
+    print("OK")
+    """
+)
+
+
+def test_numpy_inputs_outside_jit_are_passed_as_jax_passes_them(tmp_path):
+    script = tmp_path / "eager.py"
+    script.write_text(EAGER)
+    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "cache")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]

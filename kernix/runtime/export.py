@@ -124,7 +124,7 @@ def _problem(target: str) -> str | None:
     )
 
 
-@dataclass
+@dataclass(eq=False)  # hashable by identity, as a function is: jax.jit(artifact) works
 class ExportedKernels:
     """A deserialised artifact whose calls are checked against the loaded kernix modules.
 

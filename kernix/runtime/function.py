@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..dtypes import ATTR_DTYPES, numpy_dtype
+from ..dtypes import ATTR_DTYPES, numpy_dtype, x64_hint
 from ..errors import CallError, RegistrationError
 from ..spec import FunctionSpec, Param
 
@@ -51,18 +51,13 @@ def _coerce_attr(fn: str, param: Param, value: Any) -> Any:
     try:
         if value is None or isinstance(value, (str, bytes)) or np.iscomplexobj(value):
             raise ValueError(f"expected a real number, got {type(value).__name__}")
-        if dtype in ("float16", "bfloat16"):
-            import ml_dtypes  # shipped with jax
-
-            target = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
-            return np.asarray(value, dtype=target).reshape(()).view(np.uint16)[()]
+        arr = np.asarray(value)
+        if arr.shape != ():
+            raise ValueError(f"expected a scalar, got an array of shape {arr.shape}")
         if dtype == "bool":
             if not isinstance(value, (bool, np.bool_)) and value not in (0, 1):
                 raise ValueError("expected a bool")
             return np.bool_(value)
-        arr = np.asarray(value)
-        if arr.shape != ():
-            raise ValueError(f"expected a scalar, got an array of shape {arr.shape}")
         if np.issubdtype(np.dtype(np_name), np.integer):
             if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
                 raise ValueError(f"expected an integer, got {value!r}")
@@ -71,12 +66,80 @@ def _coerce_attr(fn: str, param: Param, value: Any) -> Any:
                 raise ValueError(f"{value} does not fit in {dtype}")
             if dtype == "uint64" and int(value) >= 2**63 and _install_uint64_lowering():
                 return _UInt64Bits(int(value))
-        return np.dtype(np_name).type(value)
+            return np.dtype(np_name).type(value)
+        if dtype in ("float16", "bfloat16"):  # travel as their 16-bit payload
+            import ml_dtypes  # shipped with jax
+
+            target = np.dtype(np.float16 if dtype == "float16" else ml_dtypes.bfloat16)
+        else:
+            target = np.dtype(np_name)
+        with np.errstate(over="ignore"):
+            result = arr.astype(target)
+        if np.isinf(result.astype(np.float64)) and np.isfinite(arr.astype(np.float64)):
+            raise ValueError(f"{value} does not fit in {dtype}")
+        return result.view(np.uint16)[()] if target.itemsize == 2 else result[()]
     except (TypeError, ValueError, OverflowError) as exc:
         raise CallError(
             f"{fn}(): attribute {param.name!r} is {dtype} (C++ type '{param.type}'); "
             f"cannot use {value!r}: {exc}"
         ) from None
+
+
+def _as_jax(fn: str, param: Param, x: Any) -> Any:
+    """``x`` as the array JAX passes to the kernel: a NumPy array, scalar or list
+    becomes a JAX array of JAX's dtype for it (``float64`` is ``float32`` unless
+    64-bit mode is on), as under ``jax.jit``; JAX arrays and tracers are kept."""
+    import jax
+
+    if isinstance(x, jax.Array):
+        return x
+    try:
+        return jax.numpy.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise CallError(f"{fn}(): input {param.name!r} must be an array: {exc}") from None
+
+
+def _aval(x: Any) -> Any:
+    import jax
+
+    return jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x)
+
+
+def varying_axes(x: Any) -> frozenset[str]:
+    """The mesh axes ``x`` varies over inside ``jax.shard_map`` (none outside it,
+    or with ``check_vma=False``)."""
+    aval = _aval(x)
+    manual = getattr(aval, "manual_axis_type", None)  # newer JAX
+    return frozenset(manual.varying if manual is not None else getattr(aval, "vma", ()))
+
+
+def manual_axes(inputs: Sequence[Any]) -> dict[str, Any]:
+    """The keywords of ``jax.ShapeDtypeStruct`` that make an output vary over
+    the mesh axes the first varying input of ``inputs`` varies over (``{}``
+    when none does)."""
+    for x in inputs:
+        axes = varying_axes(x)
+        if not axes:
+            continue
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        aval = _aval(x)
+        manual = getattr(aval, "manual_axis_type", None)
+        mesh = {"sharding": NamedSharding(aval.sharding.mesh, PartitionSpec())}  # (the types need the mesh)
+        return {**mesh, "manual_axis_type": manual} if manual is not None else {**mesh, "vma": axes}
+    return {}
+
+
+def output_struct(shape: Sequence[int], dtype: Any, inputs: Sequence[Any]) -> Any:
+    """``jax.ShapeDtypeStruct`` of an output computed from ``inputs``.
+
+    Inside ``jax.shard_map`` the output varies over the same mesh axes as the
+    inputs: an FFI call's outputs are typed by these structs, and ``jax.grad``
+    through ``shard_map`` checks the types of cotangents.
+    """
+    import jax
+
+    return jax.ShapeDtypeStruct(shape, dtype, **manual_axes(inputs))
 
 
 class _Docstring:
@@ -159,7 +222,7 @@ class KernelFunction:
                     f"{self.spec.name}(): pass out= with the shape and dtype of its {n_out} outputs "
                     "(a jax.ShapeDtypeStruct or a list of them)"
                 )
-            return [jax.ShapeDtypeStruct(np.shape(inputs[0]), inputs[0].dtype)], True
+            return [output_struct(np.shape(inputs[0]), inputs[0].dtype, inputs)], True
         single = not isinstance(out, (list, tuple))
         outs = [out] if single else list(out)
         if len(outs) != n_out:
@@ -174,7 +237,7 @@ class KernelFunction:
         if param.dtype is not None and np.dtype(value.dtype) != np.dtype(numpy_dtype(param.dtype)):
             raise CallError(
                 f"{self.spec.name}(): {what} {param.name!r} must be {param.dtype} "
-                f"(C++ type '{param.type}'), got {np.dtype(value.dtype)}"
+                f"(C++ type '{param.type}'), got {np.dtype(value.dtype)}{x64_hint(param.dtype)}"
             )
         if param.rank is not None and len(np.shape(value)) != param.rank:
             raise CallError(
@@ -218,15 +281,7 @@ class KernelFunction:
             raise CallError(
                 f"{spec.name}() takes {len(expected)} input array(s) ({names}), got {len(inputs)}"
             )
-        converted = []
-        for p, x in zip(expected, inputs):
-            if not hasattr(x, "dtype"):
-                try:
-                    x = jax.numpy.asarray(x)
-                except (TypeError, ValueError) as exc:
-                    raise CallError(f"{spec.name}(): input {p.name!r} must be an array: {exc}") from None
-            converted.append(x)
-        inputs = tuple(converted)
+        inputs = tuple(_as_jax(spec.name, p, x) for p, x in zip(expected, inputs))
         for p, x in zip(expected, inputs):
             self._check_buffer(p, x, "input")
         self._check_platform(inputs)

@@ -39,6 +39,14 @@ def with_vjp(
     import jax.numpy as jnp
     import numpy as np
 
+    from .function import output_struct, varying_axes
+
+    def _summed(g: Any, x: Any) -> Any:
+        # Inside jax.shard_map an input the same on every device (w) met inputs that
+        # differ (x): its cotangent is the sum of every device's.
+        extra = varying_axes(g) - varying_axes(x)
+        return jax.lax.psum(g, tuple(sorted(extra))) if extra else g
+
     bwd_attrs = {p.name: attrs[p.name] for p in backward.spec.attrs}
 
     @jax.custom_vjp
@@ -53,12 +61,12 @@ def with_vjp(
         cts = tuple(
             jnp.zeros(o.shape, o.dtype) if ct.dtype == jax.dtypes.float0 else ct for ct, o in zip(cts, outs)
         )
-        shapes = [jax.ShapeDtypeStruct(jnp.shape(x), x.dtype) for x in xs]
+        shapes = [output_struct(jnp.shape(x), x.dtype, xs) for x in xs]
         grads = backward(*xs, *cts, out=shapes, **bwd_attrs)
-        if len(xs) == 1:
+        if not isinstance(grads, tuple):  # one input: one output, returned as it is
             grads = (grads,)
         return tuple(
-            g if jnp.issubdtype(x.dtype, jnp.inexact) else np.zeros(jnp.shape(x), jax.dtypes.float0)
+            _summed(g, x) if jnp.issubdtype(x.dtype, jnp.inexact) else np.zeros(jnp.shape(x), jax.dtypes.float0)
             for g, x in zip(grads, xs)
         )
 

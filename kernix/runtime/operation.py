@@ -64,12 +64,11 @@ class Operation:
 
     def out_structs(self, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[Any]:
         """``jax.ShapeDtypeStruct`` of each output for ``inputs``."""
-        import jax
-
         from ..dtypes import numpy_dtype
+        from .function import output_struct
 
         b = self.bind(inputs, attrs)
-        return [jax.ShapeDtypeStruct(s, numpy_dtype(d)) for s, d in zip(b.out_shapes, b.out_dtypes)]
+        return [output_struct(s, numpy_dtype(d), inputs) for s, d in zip(b.out_shapes, b.out_dtypes)]
 
     def check_out(self, out: Any, expected: Sequence[Any]) -> None:
         """Raise :class:`CallError` if an explicit ``out=`` disagrees with the signature."""

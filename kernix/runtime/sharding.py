@@ -5,7 +5,8 @@ kernel may run on each shard of them.  Every other (core) dimension is a
 ``need_replication`` factor: the kernel sees it whole.  Partitioning is used
 only when every output has ``...`` (an output without would be a reduction
 over the batch, which a foreign kernel cannot be split into) and at least one
-input has; with one device the plain call is used.
+input has; with one device, and inside ``jax.shard_map`` (where each device
+already holds its own shard), the plain call is used.
 """
 
 from __future__ import annotations
@@ -53,11 +54,15 @@ def partitioned(op: "Operation", ffi: Callable[..., tuple[Any, ...]]) -> Callabl
     """``ffi`` partitioned along the batch dimensions when several devices are in use."""
     import jax
 
+    from .function import manual_axes
+
     if not _shardable(op) or jax.device_count() < 2:
         return ffi
     cache: dict[tuple[int, ...], Any] = {}
 
     def call(*xs: Any) -> tuple[Any, ...]:
+        if manual_axes(xs):  # inside jax.shard_map: each device already has its own shard
+            return ffi(*xs)
         ranks = tuple(len(jax.numpy.shape(x)) for x in xs)
         cp = cache.get(ranks)
         if cp is None:

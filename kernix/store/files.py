@@ -163,22 +163,27 @@ def file_digest(path: str | os.PathLike[str]) -> str:
 
 
 def fingerprints(paths: Iterable[str]) -> list[list[Any]]:
-    """``[path, size, mtime_ns, sha256]`` for each path."""
+    """``[path, size, mtime_ns, ctime_ns, sha256]`` for each path."""
     out = []
     for path in paths:
         st = os.stat(path)
-        out.append([path, st.st_size, st.st_mtime_ns, file_digest(path)])
+        out.append([path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, file_digest(path)])
     return out
 
 
 def fingerprints_current(prints: Sequence[Sequence[Any]]) -> bool:
-    """Whether every fingerprinted file still has the recorded content."""
-    for path, size, mtime_ns, digest in prints:
+    """Whether every fingerprinted file still has the recorded content.
+
+    A file is hashed again unless its size, mtime and ctime are all as
+    recorded: a file replaced by one of the same size and mtime (``cp -p``,
+    ``tar x``, ``rsync -a``) has another ctime, which no user can set back.
+    """
+    for path, size, mtime_ns, ctime_ns, digest in prints:
         try:
             st = os.stat(path)
             if st.st_size != size:
                 return False
-            if st.st_mtime_ns != mtime_ns and file_digest(path) != digest:
+            if (st.st_mtime_ns, st.st_ctime_ns) != (mtime_ns, ctime_ns) and file_digest(path) != digest:
                 return False
         except OSError:
             return False

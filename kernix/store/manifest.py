@@ -1,9 +1,9 @@
 """The manifest of a cache entry: one class owns its on-disk format.
 
-Format 3 (``manifest.json``, one JSON object; every key is written, readers
+Format 4 (``manifest.json``, one JSON object; every key is written, readers
 refuse an unknown ``format``)::
 
-    format          3
+    format          4
     key             the entry's full key (SHA-256 hex of everything known before compiling)
     name            the module name
     platform        "cuda" or "cpu"
@@ -13,7 +13,7 @@ refuse an unknown ``format``)::
     so_identity     [inode, size, mtime_ns, ctime_ns] when it was hashed at publish
     handlers        function name -> exported handler symbol, in export order
     specs_sha256    the SHA-256 of the entry's ``functions.json``
-    dependencies    [[path, size, mtime_ns, sha256], ...] every file the build read
+    dependencies    [[path, size, mtime_ns, ctime_ns, sha256], ...] every file the build read
     created         seconds since the epoch
 
 and beside it ``functions.json``: the JSON list of the functions' specs in
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MANIFEST_FORMAT", "Manifest", "ManifestError", "entry_dir"]
 
-MANIFEST_FORMAT = 3
+MANIFEST_FORMAT = 4  # 4: dependencies record ctime_ns
 SPECS_FILE = "functions.json"
 
 

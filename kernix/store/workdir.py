@@ -29,7 +29,7 @@ from typing import Any, Iterable, Iterator
 
 from ..errors import CacheError
 from ..report import note
-from .files import atomic_write, file_digest
+from .files import atomic_write, file_digest, fingerprints
 from .trust import check_private, io_message, makedirs
 
 __all__ = ["build_directory", "record_inputs", "stale_reason", "BUILDING_MARKER", "INPUTS_RECORD"]
@@ -45,10 +45,7 @@ def record_inputs(path: Path, stamp: str, inputs: Iterable[str]) -> None:
     """Record, after a successful build in ``path``, the ``stamp`` it was built
     with and the fingerprint of every input it read (see the module docstring)."""
     built_ns = time.time_ns()
-    prints = []
-    for inp in inputs:
-        st = os.stat(inp)
-        prints.append([inp, st.st_size, st.st_mtime_ns, st.st_ctime_ns, file_digest(inp)])
+    prints = fingerprints(inputs)
     record = {"format": _RECORD_FORMAT, "stamp": stamp, "built_ns": built_ns, "inputs": prints}
     atomic_write(path / INPUTS_RECORD, json.dumps(record).encode(), durable=False)
 
