@@ -96,10 +96,8 @@ def _key_files(request: LoadRequest) -> list[str]:
     and the directories searched for compilers (``PATH``)."""
     from .backend import toolchain
 
-    paths = [str(s) for s in request.sources] + [toolchain.host_compiler_path()]
-    if request.platform == "cuda":
-        paths.append(toolchain.find_nvcc().path)
-    return paths + direct.search_dirs()
+    compilers = toolchain.compiler_paths(request.platform == "cuda")
+    return [str(s) for s in request.sources] + compilers + direct.search_dirs()
 
 
 def keyed_entry(request: LoadRequest, fp: str) -> Manifest:

@@ -179,8 +179,17 @@ class LoadRequest:
     def parse_flags(self) -> tuple[str, ...]:
         """What inference must see of the build's flags: include directories
         (user paths first, as for the compiler), defines, undefines, forced
-        includes and the language standard."""
-        return tuple(f"-I{d}" for d in self.include_dirs) + preprocessor_flags(self.extra_cflags)
+        includes and the language standard, then the code-generation flags that
+        change the compiler's predefined macros (``-O3``: ``__OPTIMIZE__``,
+        ``-ffast-math``, ``-march=``, ``-fopenmp``, ``-pthread``...; see
+        :func:`kernix.frontend.compiler_view.changes_macros`)."""
+        from .frontend.compiler_view import changes_macros
+
+        build = [f"-O{self.optimization_level}"]
+        if self.use_fast_math and self.language == "cpp":
+            build.append("-ffast-math")
+        codegen = tuple(f for f in [*build, *self.extra_cflags] if changes_macros(f))
+        return tuple(f"-I{d}" for d in self.include_dirs) + preprocessor_flags(self.extra_cflags) + codegen
 
 
 def _strings(value: Any, what: str) -> tuple[str, ...]:

@@ -139,6 +139,33 @@ def test_header_replaced_with_the_same_size_and_mtime_is_a_miss(project: Path, t
     assert _values(_load(project, cache, name)) == [7.0] * 3
 
 
+def test_compiler_symlink_pointed_elsewhere_is_a_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was: the direct index recorded the compiler's resolved path only, so after
+    ``ln -sfn`` (or ``update-alternatives``) the old build was still served."""
+    for version, factor in (("v1", 2), ("v2", 3)):
+        (tmp_path / version).mkdir()
+        cxx = tmp_path / version / "g++"
+        cxx.write_text(f'#!/bin/sh\nexec {shutil.which("g++")} -DFACTOR={factor}.0f "$@"\n')
+        cxx.chmod(0o755)
+    current = tmp_path / "current"
+    monkeypatch.setenv("CXX", str(current / "g++"))
+    src = KERNEL.replace('#include "value.h"\n', "").replace("+ K;", "* FACTOR;")
+    cache, name = tmp_path / "cache", unique_name("relinked_cxx")
+
+    def values() -> list[float]:
+        toolchain.forget()
+        mod = kernix.load_cpp_inline(name, src, build_directory=cache, target_prefix=unique_name("t"))
+        with jax.default_device(jax.devices("cpu")[0]):
+            return np.asarray(mod.add_k(jnp.ones(3, jnp.float32))).tolist()
+
+    current.symlink_to("v1")
+    assert values() == [2.0] * 3
+    current.unlink()
+    current.symlink_to("v2")
+    assert values() == [3.0] * 3
+    toolchain.forget()
+
+
 def test_editing_a_kernel_body_stays_incremental(project: Path, tmp_path: Path, wrapper: Path) -> None:
     """The work-directory check must not turn the common edit into a full rebuild."""
     cache, name = tmp_path / "cache", unique_name("incremental")

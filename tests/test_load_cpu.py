@@ -211,3 +211,27 @@ def test_a_bool_attribute_must_be_a_scalar():
     assert _coerce_attr("f", flag, True) is np.True_
     with pytest.raises(kernix.CallError, match="'neg' is bool.*expected a scalar, got an array of shape \\(1,\\)"):
         _coerce_attr("f", flag, np.array([True]))
+
+
+MACRO_TYPED = """#include "kernix/common.h"
+#ifdef __OPTIMIZE__
+typedef double T;
+#else
+typedef float T;
+#endif
+// @BE k
+void k(const BE::Tensor& x, BE::Tensor& out, T a) {
+  for (int64_t i = 0; i < x.numel(); ++i) out.data_ptr<float>()[i] = x.data_ptr<float>()[i] * float(a);
+}
+"""
+
+
+@pytest.mark.parametrize("level, dtype", [(3, "float64"), (0, "float32")])
+def test_inference_sees_the_macros_of_the_builds_optimization_level(tmp_path, level, dtype):
+    """Was: the parse took g++'s macros without -O3, so __OPTIMIZE__ code got the
+    other type, and the build failed in a generated unit (or, called by name,
+    passed the wrong type)."""
+    mod = kernix.load_cpp_inline(unique_name("macros"), MACRO_TYPED, optimization_level=level,
+                                 build_directory=tmp_path)
+    assert mod.k.spec.arg_spec == ("arg", "ret", f"attr.a:{dtype}")
+    np.testing.assert_array_equal(mod.k(jnp.ones(2, jnp.float32), a=2.0), [2.0, 2.0])

@@ -28,6 +28,7 @@ __all__ = [
     "find_cuda_home",
     "find_host_compiler",
     "host_compiler_path",
+    "compiler_paths",
     "cuda_include_dirs",
     "cuda_cccl_include_dir",
     "nvcc_path_or_none",
@@ -155,22 +156,47 @@ def cuda_cccl_include_dir() -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def host_compiler_path() -> str:
-    """Path of the host C++ compiler: ``$CXX``, then ``g++``, ``c++``, ``clang++``."""
+def _host_compiler_found() -> str:
+    """Where the host C++ compiler is found, symbolic links not resolved."""
     explicit = os.environ.get("CXX")
     if explicit:
         found = shutil.which(explicit)
         if not found:
             raise ToolchainError(f"$CXX={explicit!r} is not an executable on PATH")
-        return os.path.realpath(found)
+        return found
     for name in ("g++", "c++", "clang++"):
         found = shutil.which(name)
         if found:
-            return os.path.realpath(found)
+            return found
     raise ToolchainError(
         "no C++ compiler was found (tried $CXX, g++, c++, clang++). Install one, e.g. "
         "`apt-get install g++`, or set $CXX."
     )
+
+
+def host_compiler_path() -> str:
+    """Path of the host C++ compiler: ``$CXX``, then ``g++``, ``c++``, ``clang++``."""
+    return os.path.realpath(_host_compiler_found())
+
+
+def compiler_paths(cuda: bool) -> list[str]:
+    """The compilers' paths, for records that vouch the same compilers would be
+    found: each as found (``$CXX``, ``PATH``) and, where that is a symbolic
+    link (``/etc/alternatives``, ``ln -sfn``), also as resolved.  A record of
+    the unresolved path follows the links when it is checked, so a link
+    pointed elsewhere is a changed file.
+
+    Raises
+    ------
+    ToolchainError
+        When a compiler is not found.
+    """
+    found = [_host_compiler_found()]
+    if cuda:
+        nvcc = _nvcc_path()
+        on_path = shutil.which("nvcc")
+        found.append(on_path if on_path and os.path.realpath(on_path) == nvcc else nvcc)
+    return list(dict.fromkeys(p for f in found for p in (f, os.path.realpath(f))))
 
 
 def find_host_compiler() -> Compiler:
@@ -207,5 +233,5 @@ def forget() -> None:
     """Forget what this process remembered about the toolchain (which nvcc and
     host compiler, their identities), so the next finder call looks again:
     after installing a compiler, or changing ``$CXX``/``$KERNIX_NVCC``."""
-    for cached in (_nvcc_path, host_compiler_path, _identity_cached):
+    for cached in (_nvcc_path, _host_compiler_found, _identity_cached):
         cached.cache_clear()

@@ -104,7 +104,7 @@ def _cached(path: str, options: dict[str, Any]) -> dict[str, Any] | None:
     the parser nor the spec classes are imported for it."""
     from ..frontend.lookup import look_up
 
-    payload = look_up(path, options["language"], options["include_dirs"], options["defines"]).payload
+    payload = look_up(path, options["language"], options["include_dirs"], options["defines"], options["flags"]).payload
     if payload is None:
         return None
     try:
@@ -150,6 +150,7 @@ def run(args: dict[str, Any]) -> int:
         "language": language_option(args),
         "include_dirs": args["include_dirs"],
         "defines": args["defines"],
+        "flags": ("-O3",),  # as a load with the default optimization_level (its __OPTIMIZE__)
         "use_cache": not args["no_cache"],
     }
     files = _source_files(args["files"])

@@ -221,7 +221,7 @@ def parse_flags(options: ParseOptions) -> list[str]:
         args.append(f"-D{d}")
     for d in options.include_dirs:
         args.append(f"-I{d}")
-    args += options.flags
+    args += [f for f in options.flags if not compiler_view.changes_macros(f)]  # (the view has their macros)
     args.append(f"-I{include_dir()}")
     added: list[str] = []
     if view is not None:

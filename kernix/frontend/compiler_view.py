@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from ..store.files import content_key, remembered
 
-__all__ = ["CompilerView", "NVCC_BUILD_FLAGS", "host_macros", "nvcc_host_pass", "view", "macro_flags", "parse_dm", "forget"]
+__all__ = ["CompilerView", "NVCC_BUILD_FLAGS", "changes_macros", "host_macros", "nvcc_host_pass", "view", "macro_flags", "parse_dm", "forget"]
 
 #: The nvcc flags of the build that change the host pass's macros (see
 #: :func:`kernix.backend.flags.compile_flags`): ``--expt-relaxed-constexpr``
@@ -180,6 +180,15 @@ def _split_host_pass(argv: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def changes_macros(flag: str) -> bool:
+    """Whether ``flag`` is a code-generation flag that can change the host
+    compiler's predefined macros (``-O3``: ``__OPTIMIZE__``; ``-ffast-math``:
+    ``__FAST_MATH__``; ``-march=native``: ``__AVX2__``...; ``-fopenmp``:
+    ``_OPENMP``; ``-pthread``: ``_REENTRANT``).  The inference parse takes
+    the macros from the compiler with these flags; clang never sees them."""
+    return flag.startswith(("-O", "-m", "-pthread")) or (flag.startswith("-f") and not flag.startswith("-fsyntax"))
+
+
 def _std_of(flags: tuple[str, ...]) -> str:
     """The language standard the build uses: the last ``-std=`` of ``flags``, else C++17."""
     std = "c++17"
@@ -190,7 +199,7 @@ def _std_of(flags: tuple[str, ...]) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _view(language: str, std: str) -> CompilerView | None:
+def _view(language: str, std: str, codegen: tuple[str, ...]) -> CompilerView | None:
     from ..backend.toolchain import host_compiler_path, nvcc_path_or_none
     from ..errors import ToolchainError
 
@@ -199,7 +208,7 @@ def _view(language: str, std: str) -> CompilerView | None:
     except ToolchainError:
         return None
     if language != "cuda":
-        macros = host_macros(cxx, (f"-std={std}",))
+        macros = host_macros(cxx, (f"-std={std}", *codegen))
         return None if macros is None else CompilerView(macros)
     nvcc = nvcc_path_or_none()
     if nvcc is None:
@@ -207,7 +216,7 @@ def _view(language: str, std: str) -> CompilerView | None:
     host = nvcc_host_pass(nvcc, cxx, std)
     if host is None:
         return None
-    macros = host_macros(cxx, (f"-std={std}", *host["macro_flags"]))
+    macros = host_macros(cxx, (f"-std={std}", *host["macro_flags"], *codegen))
     if macros is None:
         return None
     return CompilerView(
@@ -226,7 +235,8 @@ def view(language: str, flags: tuple[str, ...] = ()) -> CompilerView | None:
     language
         ``"cuda"`` (nvcc's host pass with the host compiler) or ``"cpp"``.
     flags
-        The build's preprocessor flags; only ``-std=`` matters here.
+        The build's flags; only ``-std=`` and the code-generation flags that
+        change predefined macros (:func:`changes_macros`) matter here.
 
     Returns
     -------
@@ -234,7 +244,7 @@ def view(language: str, flags: tuple[str, ...] = ()) -> CompilerView | None:
         ``None`` when the compiler is missing or could not be asked (the
         parse then falls back to clang's own view).
     """
-    return _view(language, _std_of(flags))
+    return _view(language, _std_of(flags), tuple(f for f in flags if changes_macros(f)))
 
 
 def macro_flags(v: CompilerView) -> list[str]:

@@ -92,9 +92,9 @@ def _setup_files() -> list[str]:
     ffi = clangparse.ffi_include_dir()
     if ffi:
         files.append(os.path.join(ffi, "xla", "ffi", "api", "ffi.h"))
-    for find in (toolchain.host_compiler_path, lambda: toolchain.find_nvcc().path):
+    for cuda in (False, True):
         try:
-            files.append(find())
+            files += toolchain.compiler_paths(cuda)
         except ToolchainError:
             pass
-    return files + direct.search_dirs()
+    return list(dict.fromkeys(files)) + direct.search_dirs()
