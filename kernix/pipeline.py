@@ -114,10 +114,13 @@ def _specs_of(request: LoadRequest, manifest: Manifest) -> Callable[[], tuple[Fu
             return manifest.specs()
         except ManifestError as exc:
             from .errors import CacheError
+            from .store.lock import build_lock
 
+            with build_lock(request.root, request.name, verbose=request.verbose):
+                entries.discard(manifest)  # never a hit again: the next load rebuilds it
             raise CacheError(
-                f"the cache entry {manifest.directory} of module {request.name!r} is damaged ({exc}). "
-                f"Run `kernix cache clear {request.name}`, then load the module again."
+                f"the cache entry {manifest.directory} of module {request.name!r} is damaged ({exc}), so it was "
+                "removed from the cache: load the module again to rebuild it."
             ) from None
 
     return read

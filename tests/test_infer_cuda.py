@@ -181,6 +181,7 @@ def refused() -> InferResult:
         ("u64_stream", 40, ["named `stream`", "`uint64_t`"]),
         ("third_a", 47, ["generates 'first_a', 'second_a', none named 'third_a'"]),
         ("proto", 52, ["attr.n:int32"]),
+        ("keyword_attr", 56, ["'lambda' is a Python keyword", "rename the parameter, e.g. to 'lambda_'"]),
     ],
 )
 def test_refusals_name_function_and_fix(refused: InferResult, function: str, line: int, fragments: list[str]) -> None:
@@ -196,7 +197,7 @@ def test_refusals_name_function_and_fix(refused: InferResult, function: str, lin
 def test_refused_file_still_exports_the_rest(refused: InferResult) -> None:
     assert [f.name for f in refused.functions] == ["both_spaces", "first_a"]
     params = {e.parameter for e in refused.errors if e.parameter}
-    assert {"out", "vmap_method", "stream"} <= params
+    assert {"out", "vmap_method", "stream", "lambda"} <= params
 
 
 # ---------------------------------------------------------------- binding and types

@@ -224,6 +224,18 @@ def test_stub_text_is_valid_python(ops):
     assert "class Module(Protocol)" in text
 
 
+def test_inputs_python_cannot_name_are_renamed_in_signature_and_stub():
+    # Inputs are positional-only: the names are only shown, so `in`, `out` and `self` get a `_`.
+    from kernix.runtime.stubs import call_signature, stub_text
+    from kernix.spec import FunctionSpec, Param
+
+    spec = FunctionSpec("f", "f", (Param("in", "arg"), Param("out", "arg"), Param("self", "arg"), Param("y", "ret")))
+    assert str(call_signature(spec)) == "(in_, out_, self_, /, *, out=None, vmap_method: str = 'sequential')"
+    text = stub_text([spec])
+    compile(text, "f.pyi", "exec")
+    assert "def f(self, in_: jax.Array, out_: jax.Array, self_: jax.Array, /, *," in text
+
+
 def test_package_is_typed():
     assert (Path(kernix.__file__).parent / "py.typed").is_file()
 

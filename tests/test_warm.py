@@ -136,7 +136,8 @@ def test_force_rebuild_skips_the_index_and_renews_it(tmp_path: Path, capfd: pyte
 
 def test_specs_are_read_when_first_used(tmp_path: Path) -> None:
     """A spec record damaged after publishing does not stop the load; using
-    the function says the entry is damaged and how to clear it."""
+    the function says the entry is damaged and removes it, so loading again
+    rebuilds it."""
     name = unique_name("lazy_specs")
     _load(tmp_path, name)
     (specs,) = (tmp_path / "modules" / name).glob("*/functions.json")
@@ -145,10 +146,12 @@ def test_specs_are_read_when_first_used(tmp_path: Path) -> None:
     specs.write_text(json.dumps(data))
     mod = _load(tmp_path, name)
     assert mod.function_names == ["add_one"] and mod.targets == {"add_one": f"{name}.add_one"}
-    with pytest.raises(kernix.CacheError, match=f"kernix cache clear {name}"):
+    with pytest.raises(kernix.CacheError, match="is damaged .* removed from the cache: load the module again"):
         mod.add_one
     with pytest.raises(kernix.CacheError, match="is damaged"):
         mod.functions
+    assert not list((tmp_path / "modules" / name).glob("*/manifest.json"))
+    assert _load(tmp_path, name).add_one.spec.name == "add_one"  # rebuilt
 
 
 def _rewrite_specs(entry: Path, edit) -> None:

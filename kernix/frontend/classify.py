@@ -182,6 +182,12 @@ def _classify(p: Any, index: int, fname: str) -> Param:
         raise _Reject(
             f"{where}: {pname!r} is reserved by the Python callable (its keyword arguments are "
             f"{', '.join(sorted(RESERVED_ATTR_NAMES))}), so it cannot name an attribute; rename the parameter")
+    import keyword
+
+    if keyword.iskeyword(pname):
+        raise _Reject(
+            f"{where}: {pname!r} is a Python keyword, so the Python callable could not take it as a keyword "
+            f"argument ({pname}=...); rename the parameter, e.g. to {pname + '_'!r}")
     return Param(pname, "attr", written, bare, "scalar", dtype)
 
 

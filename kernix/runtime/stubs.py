@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from ..spec import FunctionSpec, Param
 
-__all__ = ["python_type", "declaration", "docstring", "call_signature", "stub_text"]
+__all__ = ["python_type", "declaration", "docstring", "input_names", "call_signature", "stub_text"]
 
 _VMAP_METHODS = "'sequential', 'sequential_unrolled', 'expand_dims', 'broadcast_all', 'legacy_vectorized'"
 
@@ -80,13 +80,31 @@ def docstring(spec: FunctionSpec, *, backward: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def input_names(spec: FunctionSpec) -> list[str]:
+    """The Python names of ``spec``'s inputs: the C++ names, with ``_`` added to
+    one that Python cannot take (a keyword such as ``in``) or that the call
+    already uses (``out``, ``vmap_method``, an attribute; ``self`` in the
+    ``Module`` protocol).  Inputs are positional-only, so callers never write them."""
+    import keyword
+
+    taken = {"out", "vmap_method", "self", *(p.name for p in spec.attrs)}
+    names = []
+    for p in spec.inputs:
+        name = p.name
+        while keyword.iskeyword(name) or name in taken:
+            name += "_"
+        taken.add(name)
+        names.append(name)
+    return names
+
+
 def call_signature(spec: FunctionSpec) -> Any:
     """The ``inspect.Signature`` of a function's callable."""
     import inspect
 
     P = inspect.Parameter
     types = {"bool": bool, "int": int, "float": float}
-    params = [P(p.name, P.POSITIONAL_ONLY) for p in spec.inputs]
+    params = [P(name, P.POSITIONAL_ONLY) for name in input_names(spec)]
     params += [P(p.name, P.KEYWORD_ONLY, annotation=types[python_type(p)]) for p in spec.attrs]
     params += [P("out", P.KEYWORD_ONLY, default=None), P("vmap_method", P.KEYWORD_ONLY, default="sequential", annotation=str)]
     return inspect.Signature(params)
@@ -113,7 +131,7 @@ def stub_text(specs: Iterable[FunctionSpec], *, source: str = "") -> str:
     body: list[str] = []
     methods: list[str] = []
     for s in specs:
-        inputs = [f"{p.name}: jax.Array" for p in s.inputs]
+        inputs = [f"{name}: jax.Array" for name in input_names(s)]
         params = inputs + (["/"] if inputs else []) + ["*"]
         params += [f"{p.name}: {python_type(p)}" for p in s.attrs]
         params += ["out: _Out = None", "vmap_method: str = 'sequential'"]
