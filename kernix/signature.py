@@ -301,7 +301,13 @@ def bind(
     batch: tuple[int, ...] | None = None
     batch_from = ""
     for g, name, shape, dtype in zip(sig.inputs, names, shapes, dtypes):
-        shape = tuple(int(s) for s in shape)
+        try:
+            shape = tuple(int(s) for s in shape)
+        except Exception:  # a symbolic dimension (jax.export.symbolic_shape), which has no int value
+            raise CallError(
+                f"{fn}(): input {name!r} has shape {tuple(shape)}, with symbolic dimensions, which a function with a "
+                f"shape signature cannot be checked against yet; export it with concrete shapes"
+            ) from None
         core = len(g.dims)
         if (len(shape) < core) if g.batch else (len(shape) != core):
             want = f"at least {core}" if g.batch else str(core)

@@ -236,6 +236,12 @@ def test_inputs_python_cannot_name_are_renamed_in_signature_and_stub():
     assert "def f(self, in_: jax.Array, out_: jax.Array, self_: jax.Array, /, *," in text
 
 
+def test_symbolic_shapes_are_refused_with_a_reason(ops):
+    (b,) = jax.export.symbolic_shape("b")
+    with pytest.raises(kernix.CallError, match="symbolic dimensions.*export it with concrete shapes"):
+        kernix.export(jax.jit(lambda x: ops.rms_norm(x, np.ones(4), eps=1e-5)), jax.ShapeDtypeStruct((b, 4), np.float64))
+
+
 def test_package_is_typed():
     assert (Path(kernix.__file__).parent / "py.typed").is_file()
 
@@ -284,6 +290,16 @@ SHARDED = textwrap.dedent(
     copied = jax.shard_map(lambda v: jax.lax.psum(jnp.sum(ops.plain_copy(v)), "b"), mesh=mesh,
                            in_specs=P("b", None), out_specs=P())
     np.testing.assert_allclose(jax.jit(copied)(x32), np.sum(np.float32(x)), rtol=1e-5)
+    # jax.export cannot serialise the per-shard layer: a clear error, and the shard_map it suggests exports
+    f = jax.jit(lambda x, w: ops.rms_norm(x, w, eps=1e-5))
+    try:
+        kernix.export(f, xs, w)
+    except kernix.KernixError as e:
+        assert "jax.shard_map" in str(e), e
+    else:
+        raise AssertionError("exported the per-shard layer")
+    artifact = kernix.deserialize(kernix.export(jax.jit(per_shard), xs, w).serialize())
+    np.testing.assert_allclose(artifact(xs, w), ref, rtol=1e-12)
     print("OK")
     """
 )

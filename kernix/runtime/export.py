@@ -98,7 +98,17 @@ def export(
         registered = registry.list_registered_targets()
         platforms = sorted({registered[t].lower() for t in used if t in registered}) or None
     checks = [jax.export.DisabledSafetyCheck.custom_call(t) for t in sorted(used)] + list(disabled_checks)
-    return jax.export.export(jax.jit(versioned), platforms=platforms, disabled_checks=checks)(*args)
+    try:
+        return jax.export.export(jax.jit(versioned), platforms=platforms, disabled_checks=checks)(*args)
+    except NotImplementedError as exc:
+        if "host_callbacks" not in str(exc):
+            raise
+        raise KernixError(
+            "cannot export: with sharded arguments a kernel with a shape signature runs per shard through "
+            "jax.experimental.custom_partitioning, which jax.export cannot serialise. Export with unsharded "
+            "arguments, or call the kernel inside jax.shard_map (which exports), e.g. "
+            "jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...)"
+        ) from exc
 
 
 def kernix_targets(exported: Any) -> tuple[str, ...]:
