@@ -84,7 +84,8 @@ def x64_hint(wanted: str) -> str:
     of that dtype: 64-bit types need JAX's 64-bit mode ("" otherwise)."""
     import jax
 
-    if jax.dtypes.canonicalize_dtype(numpy_dtype(wanted)) == numpy_dtype(wanted):
+    made = jax.dtypes.canonicalize_dtype(numpy_dtype(wanted))
+    if made == numpy_dtype(wanted):
         return ""
-    return (f"; JAX makes {wanted} arrays {jax.dtypes.canonicalize_dtype(numpy_dtype(wanted))} unless its 64-bit "
-            "mode is on: jax.config.update('jax_enable_x64', True) at the start of the program")
+    return (f"; JAX makes {wanted} arrays {made} unless its 64-bit mode is on: "
+            "jax.config.update('jax_enable_x64', True) at the start of the program")

@@ -30,7 +30,10 @@ from dataclasses import dataclass
 
 from ..store.files import content_key, remembered
 
-__all__ = ["CompilerView", "NVCC_BUILD_FLAGS", "changes_macros", "host_macros", "nvcc_host_pass", "view", "macro_flags", "parse_dm", "forget"]
+__all__ = [
+    "CompilerView", "NVCC_BUILD_FLAGS", "changes_macros", "host_macros", "nvcc_host_pass", "view", "macro_flags",
+    "parse_dm", "forget",
+]
 
 #: The nvcc flags of the build that change the host pass's macros (see
 #: :func:`kernix.backend.flags.compile_flags`): ``--expt-relaxed-constexpr``
@@ -186,7 +189,7 @@ def changes_macros(flag: str) -> bool:
     ``__FAST_MATH__``; ``-march=native``: ``__AVX2__``...; ``-fopenmp``:
     ``_OPENMP``; ``-pthread``: ``_REENTRANT``).  The inference parse takes
     the macros from the compiler with these flags; clang never sees them."""
-    return flag.startswith(("-O", "-m", "-pthread")) or (flag.startswith("-f") and not flag.startswith("-fsyntax"))
+    return flag.startswith(("-O", "-f", "-m", "-pthread"))
 
 
 def _std_of(flags: tuple[str, ...]) -> str:
