@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import __version__, report
 from .errors import InferenceError, KernixError, RegistrationError, SourceError
@@ -21,13 +21,12 @@ from .request import LoadRequest
 from .runtime import registry
 from .runtime.module import check_function_names
 from .store import direct, entries
-from .store.files import content_key, file_digest
+from .store.files import content_key, file_digest, fingerprints
 from .store.manifest import MANIFEST_FORMAT, Manifest
 
 if TYPE_CHECKING:
     from .backend import codegen
     from .backend.flags import BuildConfig
-    from .backend.ninja import BuildResult
     from .spec import FunctionSpec
 
 __all__ = ["build_config", "toolchain_stamp", "cache_key", "keyed_entry", "reload", "infer_units"]
@@ -179,17 +178,16 @@ def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
     exported = [(str(src), [codegen.ExportedFunction(next(index), f) for f in fns]) for src, fns in units]
     stamp = toolchain_stamp(config)
     try:
-        result = _build_in_work_dir(request, config, exported, stamp, fresh=fresh)
+        so_path, inputs = _build_in_work_dir(request, config, exported, stamp, fresh=fresh)
     except OutputError as exc:
         if fresh:
             raise
         report.note(f"{request.name}: {exc}; building again from an empty directory", verbose=True)
-        result = _build_in_work_dir(request, config, exported, stamp, fresh=True)
+        so_path, inputs = _build_in_work_dir(request, config, exported, stamp, fresh=True)
     all_fns = [e for _, es in exported for e in es]
     handlers = {e.spec.name: codegen.handler_symbol(e) for e in all_fns}
     return entries.publish(
-        request.root, request.name, key, result.so_path, [e.spec for e in all_fns], handlers,
-        result.dependencies, config.platform,
+        request.root, request.name, key, so_path, [e.spec for e in all_fns], handlers, inputs, config.platform,
     )
 
 
@@ -200,16 +198,21 @@ def _build_in_work_dir(
     stamp: str,
     *,
     fresh: bool,
-) -> BuildResult:
-    """Build in the module's work directory; record its inputs when it succeeds."""
+) -> tuple[Path, list[list[Any]]]:
+    """Build in the module's work directory; record its inputs when it succeeds.
+
+    Returns the built library and the fingerprints of every file the compilers
+    read (taken once: the work directory's record and the manifest share them).
+    """
     from .backend.ninja import build_module
     from .store.workdir import build_directory, record_inputs
 
     with build_directory(request.root, request.name, fresh=fresh, stamp=stamp, verbose=request.verbose) as build_dir:
         report.note(f"{request.name}: building in {build_dir}", verbose=request.verbose)
         result = build_module(build_dir, exported, config, workers=request.ninja_workers, verbose=request.verbose)
-        record_inputs(build_dir, stamp, result.dependencies)
-    return result
+        inputs = fingerprints(result.dependencies)
+        record_inputs(build_dir, stamp, inputs)
+    return result.so_path, inputs
 
 
 def infer_units(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:

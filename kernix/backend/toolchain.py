@@ -82,28 +82,33 @@ def _pip_nvcc() -> Path | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _nvcc_path() -> str:
+def _nvcc_found() -> tuple[str, str]:
+    """nvcc ``(as found, as used)``: only one found on ``PATH`` is used resolved."""
     explicit = os.environ.get(NVCC_ENV)
     if explicit:
         if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
             raise ToolchainError(f"${NVCC_ENV}={explicit!r} is not an executable file")
-        return os.path.abspath(explicit)
+        return (os.path.abspath(explicit),) * 2
     for var in ("CUDA_HOME", "CUDA_PATH"):
         home = os.environ.get(var)
         if home:
             cand = Path(home) / "bin" / "nvcc"
             if cand.is_file():
-                return str(cand)
+                return (str(cand),) * 2
     on_path = shutil.which("nvcc")
     if on_path:
-        return os.path.realpath(on_path)
+        return on_path, os.path.realpath(on_path)
     pip = _pip_nvcc()
     if pip is not None:
-        return str(pip)
+        return (str(pip),) * 2
     raise ToolchainError(
         "nvcc was not found. Install the CUDA toolkit (or `pip install nvidia-cuda-nvcc`), "
         f"or point kernix at it with ${NVCC_ENV}=/path/to/nvcc or $CUDA_HOME."
     )
+
+
+def _nvcc_path() -> str:
+    return _nvcc_found()[1]
 
 
 def nvcc_path_or_none() -> str | None:
@@ -191,11 +196,7 @@ def compiler_paths(cuda: bool) -> list[str]:
     ToolchainError
         When a compiler is not found.
     """
-    found = [_host_compiler_found()]
-    if cuda:
-        nvcc = _nvcc_path()
-        on_path = shutil.which("nvcc")
-        found.append(on_path if on_path and os.path.realpath(on_path) == nvcc else nvcc)
+    found = [_host_compiler_found(), *([_nvcc_found()[0]] if cuda else [])]
     return list(dict.fromkeys(p for f in found for p in (f, os.path.realpath(f))))
 
 
@@ -233,5 +234,5 @@ def forget() -> None:
     """Forget what this process remembered about the toolchain (which nvcc and
     host compiler, their identities), so the next finder call looks again:
     after installing a compiler, or changing ``$CXX``/``$KERNIX_NVCC``."""
-    for cached in (_nvcc_path, _host_compiler_found, _identity_cached):
+    for cached in (_nvcc_found, _host_compiler_found, _identity_cached):
         cached.cache_clear()

@@ -92,9 +92,8 @@ def _setup_files() -> list[str]:
     ffi = clangparse.ffi_include_dir()
     if ffi:
         files.append(os.path.join(ffi, "xla", "ffi", "api", "ffi.h"))
-    for cuda in (False, True):
-        try:
-            files += toolchain.compiler_paths(cuda)
-        except ToolchainError:
-            pass
-    return list(dict.fromkeys(files)) + direct.search_dirs()
+    try:
+        files += toolchain.compiler_paths(cuda=toolchain.nvcc_path_or_none() is not None)
+    except ToolchainError:  # no host compiler: the parse has no compiler view to vouch for
+        pass
+    return files + direct.search_dirs()

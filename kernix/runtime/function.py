@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from ..dtypes import ATTR_DTYPES, numpy_dtype, x64_hint
 from ..errors import CallError, RegistrationError
 from ..spec import FunctionSpec, Param
+from .varying import output_structs
 
 if TYPE_CHECKING:
     from .module import CompiledModule
@@ -67,17 +68,12 @@ def _coerce_attr(fn: str, param: Param, value: Any) -> Any:
             if dtype == "uint64" and int(value) >= 2**63 and _install_uint64_lowering():
                 return _UInt64Bits(int(value))
             return np.dtype(np_name).type(value)
-        if dtype in ("float16", "bfloat16"):  # travel as their 16-bit payload
-            import ml_dtypes  # shipped with jax
-
-            target = np.dtype(np.float16 if dtype == "float16" else ml_dtypes.bfloat16)
-        else:
-            target = np.dtype(np_name)
         with np.errstate(over="ignore"):
-            result = arr.astype(target)
+            result = arr.astype(numpy_dtype(dtype))
         if np.isinf(result.astype(np.float64)) and np.isfinite(arr.astype(np.float64)):
             raise ValueError(f"{value} does not fit in {dtype}")
-        return result.view(np.uint16)[()] if target.itemsize == 2 else result[()]
+        # float16 and bfloat16 travel as their 16-bit payload (XLA FFI has no such attribute type)
+        return result.view(np.uint16)[()] if dtype in ("float16", "bfloat16") else result[()]
     except (TypeError, ValueError, OverflowError) as exc:
         raise CallError(
             f"{fn}(): attribute {param.name!r} is {dtype} (C++ type '{param.type}'); "
@@ -97,49 +93,6 @@ def _as_jax(fn: str, param: Param, x: Any) -> Any:
         return jax.numpy.asarray(x)
     except (TypeError, ValueError) as exc:
         raise CallError(f"{fn}(): input {param.name!r} must be an array: {exc}") from None
-
-
-def _aval(x: Any) -> Any:
-    import jax
-
-    return jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x)
-
-
-def varying_axes(x: Any) -> frozenset[str]:
-    """The mesh axes ``x`` varies over inside ``jax.shard_map`` (none outside it,
-    or with ``check_vma=False``)."""
-    aval = _aval(x)
-    manual = getattr(aval, "manual_axis_type", None)  # newer JAX
-    return frozenset(manual.varying if manual is not None else getattr(aval, "vma", ()))
-
-
-def manual_axes(inputs: Sequence[Any]) -> dict[str, Any]:
-    """The keywords of ``jax.ShapeDtypeStruct`` that make an output vary over
-    the mesh axes the first varying input of ``inputs`` varies over (``{}``
-    when none does)."""
-    for x in inputs:
-        axes = varying_axes(x)
-        if not axes:
-            continue
-        from jax.sharding import NamedSharding, PartitionSpec
-
-        aval = _aval(x)
-        manual = getattr(aval, "manual_axis_type", None)
-        mesh = {"sharding": NamedSharding(aval.sharding.mesh, PartitionSpec())}  # (the types need the mesh)
-        return {**mesh, "manual_axis_type": manual} if manual is not None else {**mesh, "vma": axes}
-    return {}
-
-
-def output_struct(shape: Sequence[int], dtype: Any, inputs: Sequence[Any]) -> Any:
-    """``jax.ShapeDtypeStruct`` of an output computed from ``inputs``.
-
-    Inside ``jax.shard_map`` the output varies over the same mesh axes as the
-    inputs: an FFI call's outputs are typed by these structs, and ``jax.grad``
-    through ``shard_map`` checks the types of cotangents.
-    """
-    import jax
-
-    return jax.ShapeDtypeStruct(shape, dtype, **manual_axes(inputs))
 
 
 class _Docstring:
@@ -212,7 +165,6 @@ class KernelFunction:
         return f"<kernix function {self.target} ({' '.join(self.spec.arg_spec)})>"
 
     def _out_specs(self, out: Any, inputs: Sequence[Any]) -> tuple[list[Any], bool]:
-        import jax
         import numpy as np
 
         n_out = len(self.spec.outputs)
@@ -222,7 +174,7 @@ class KernelFunction:
                     f"{self.spec.name}(): pass out= with the shape and dtype of its {n_out} outputs "
                     "(a jax.ShapeDtypeStruct or a list of them)"
                 )
-            return [output_struct(np.shape(inputs[0]), inputs[0].dtype, inputs)], True
+            return output_structs([(np.shape(inputs[0]), inputs[0].dtype)], inputs), True
         single = not isinstance(out, (list, tuple))
         outs = [out] if single else list(out)
         if len(outs) != n_out:

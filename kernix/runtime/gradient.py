@@ -39,7 +39,7 @@ def with_vjp(
     import jax.numpy as jnp
     import numpy as np
 
-    from .function import output_struct, varying_axes
+    from .varying import output_structs, varying_axes
 
     def _summed(g: Any, x: Any) -> Any:
         # Inside jax.shard_map an input the same on every device (w) met inputs that
@@ -61,7 +61,7 @@ def with_vjp(
         cts = tuple(
             jnp.zeros(o.shape, o.dtype) if ct.dtype == jax.dtypes.float0 else ct for ct, o in zip(cts, outs)
         )
-        shapes = [output_struct(jnp.shape(x), x.dtype, xs) for x in xs]
+        shapes = output_structs([(jnp.shape(x), x.dtype) for x in xs], xs)
         grads = backward(*xs, *cts, out=shapes, **bwd_attrs)
         if not isinstance(grads, tuple):  # one input: one output, returned as it is
             grads = (grads,)

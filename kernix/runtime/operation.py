@@ -65,10 +65,10 @@ class Operation:
     def out_structs(self, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[Any]:
         """``jax.ShapeDtypeStruct`` of each output for ``inputs``."""
         from ..dtypes import numpy_dtype
-        from .function import output_struct
+        from .varying import output_structs
 
         b = self.bind(inputs, attrs)
-        return [output_struct(s, numpy_dtype(d), inputs) for s, d in zip(b.out_shapes, b.out_dtypes)]
+        return output_structs([(s, numpy_dtype(d)) for s, d in zip(b.out_shapes, b.out_dtypes)], inputs)
 
     def check_out(self, out: Any, expected: Sequence[Any]) -> None:
         """Raise :class:`CallError` if an explicit ``out=`` disagrees with the signature."""

@@ -54,14 +54,14 @@ def partitioned(op: "Operation", ffi: Callable[..., tuple[Any, ...]]) -> Callabl
     """``ffi`` partitioned along the batch dimensions when several devices are in use."""
     import jax
 
-    from .function import manual_axes
+    from .varying import in_shard_map
 
     if not _shardable(op) or jax.device_count() < 2:
         return ffi
     cache: dict[tuple[int, ...], Any] = {}
 
     def call(*xs: Any) -> tuple[Any, ...]:
-        if manual_axes(xs):  # inside jax.shard_map: each device already has its own shard
+        if in_shard_map(xs):  # each device already has its own shard
             return ffi(*xs)
         ranks = tuple(len(jax.numpy.shape(x)) for x in xs)
         cp = cache.get(ranks)

@@ -20,9 +20,9 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from .files import atomic_write, file_digest, fingerprints, fingerprints_current
+from .files import atomic_write, file_digest, fingerprints_current
 from .manifest import SPECS_FILE, Manifest, ManifestError, entry_dir
 from .trust import check_private, io_message, makedirs
 
@@ -122,10 +122,13 @@ def publish(
     built_so: Path,
     functions: "Sequence[FunctionSpec]",
     handlers: dict[str, str],
-    dependencies: Sequence[str],
+    dependencies: Sequence[Sequence[Any]],
     platform: str,
 ) -> Manifest:
     """Copy a built library into the cache and write its manifest, atomically.
+
+    ``dependencies`` are the fingerprints (:func:`kernix.store.files.fingerprints`)
+    of every file the build read.
 
     Hold the module's build lock around this.
     """
@@ -154,7 +157,7 @@ def publish(
             so_identity=_identity_of(os.stat(entry / so_name)),
             handlers=dict(handlers),
             specs_sha256=hashlib.sha256(specs).hexdigest(),
-            dependencies=tuple(tuple(d) for d in fingerprints(dependencies)),
+            dependencies=tuple(tuple(d) for d in dependencies),
             created=time.time(),
         )
         manifest.write()

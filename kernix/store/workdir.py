@@ -25,11 +25,11 @@ import shutil
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator, Sequence
 
 from ..errors import CacheError
 from ..report import note
-from .files import atomic_write, file_digest, fingerprints
+from .files import atomic_write, file_digest
 from .trust import check_private, io_message, makedirs
 
 __all__ = ["build_directory", "record_inputs", "stale_reason", "BUILDING_MARKER", "INPUTS_RECORD"]
@@ -41,12 +41,11 @@ INPUTS_RECORD = ".kernix-inputs.json"
 _RECORD_FORMAT = 1
 
 
-def record_inputs(path: Path, stamp: str, inputs: Iterable[str]) -> None:
+def record_inputs(path: Path, stamp: str, prints: Sequence[Sequence[Any]]) -> None:
     """Record, after a successful build in ``path``, the ``stamp`` it was built
-    with and the fingerprint of every input it read (see the module docstring)."""
-    built_ns = time.time_ns()
-    prints = fingerprints(inputs)
-    record = {"format": _RECORD_FORMAT, "stamp": stamp, "built_ns": built_ns, "inputs": prints}
+    with and the fingerprint of every input it read
+    (:func:`kernix.store.files.fingerprints`, taken after the build)."""
+    record = {"format": _RECORD_FORMAT, "stamp": stamp, "built_ns": time.time_ns(), "inputs": list(prints)}
     atomic_write(path / INPUTS_RECORD, json.dumps(record).encode(), durable=False)
 
 
