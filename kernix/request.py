@@ -202,6 +202,27 @@ def _strings(value: Any, what: str) -> tuple[str, ...]:
     return tuple(os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in value)
 
 
+def _flags(value: Any, what: str) -> tuple[str, ...]:
+    """``value`` as a tuple of flags, refused here, before inference, if the
+    compiler would misread it: a line break or NUL (no command line holds
+    one), or an include, define or library flag with no value (``-I`` last,
+    or followed by ``""``), which would take the next flag as its value."""
+    flags = _strings(value, what)
+    problem = None
+    for i, flag in enumerate(flags):
+        if any(c in flag for c in "\n\r\0"):
+            problem = f"{what}[{i}] = {flag!r} contains a line break or NUL; pass each flag as its own string"
+        elif flag in _PREPROCESSOR_FLAGS + ("-L",) and not (flags[i + 1:i + 2] or ("",))[0]:
+            example = f"{flag}NAME=1" if flag in ("-D", "-U") else f"{flag}/path/to/dir"
+            problem = (f"{what}[{i}] = {flag!r} has no value after it, so the compiler would take the next "
+                       f"flag as its value; write it joined ({example!r}) or give the value as the next item")
+        if problem:
+            from .errors import OptionError
+
+            raise OptionError(problem)
+    return flags
+
+
 def _functions(functions: Any) -> Requested | None:
     """The normalised ``functions=`` argument (the arg_spec grammar loads only when one is given)."""
     if functions is None:
@@ -251,10 +272,10 @@ def make_request(
         language=language,
         functions=_functions(functions),
         root=root,
-        extra_cflags=_absolute_flags(_strings(cflags, "extra_cuda_cflags" if language == "cuda" else "extra_cflags")),
-        extra_ldflags=_linker_flags(_strings(options.get("extra_ldflags"), "extra_ldflags")),
+        extra_cflags=_absolute_flags(_flags(cflags, "extra_cuda_cflags" if language == "cuda" else "extra_cflags")),
+        extra_ldflags=_linker_flags(_flags(options.get("extra_ldflags"), "extra_ldflags")),
         include_dirs=tuple(os.path.abspath(os.path.expanduser(p))
-                           for p in _strings(options.get("extra_include_paths"), "extra_include_paths")),
+                           for p in _flags(options.get("extra_include_paths"), "extra_include_paths")),
         compute_capability=options.get("compute_capability") if language == "cuda" else None,
         optimization_level=level,
         use_fast_math=bool(options.get("use_fast_math", False)),

@@ -337,6 +337,28 @@ def test_relative_include_flag_is_resolved_against_the_cwd_for_both(
     assert _values(mod) == [1.0] * 3
 
 
+@pytest.mark.parametrize("option,flags,match", [
+    ("extra_cflags", ["-I"], r"extra_cflags\[0\] = '-I' has no value.*'-I/path/to/dir'"),
+    ("extra_cflags", ["-O2", "-D", "", "-DX"], r"extra_cflags\[1\] = '-D' has no value.*'-DNAME=1'"),
+    ("extra_cflags", ["-isystem"], r"'-isystem' has no value"),
+    ("extra_ldflags", ["-L", ""], r"extra_ldflags\[0\] = '-L' has no value"),
+    ("extra_cflags", ["-DA=1\n-DB=2"], r"extra_cflags\[0\] = .* contains a line break"),
+    ("extra_ldflags", ["-lm\r"], r"extra_ldflags\[0\] = .* contains a line break"),
+    ("extra_include_paths", ["inc\0"], r"extra_include_paths\[0\] = .* NUL"),
+])
+def test_flags_the_compiler_would_misread_are_refused_before_inference(
+    tmp_path: Path, option: str, flags: list[str], match: str
+) -> None:
+    """A flag with no value took the compiler's next flag (kernix's own -I) as
+    its value; a line break was refused only when writing the build file, after
+    inference. Both are refused with the option and index, before parsing: the
+    source below would fail inference otherwise."""
+    with pytest.raises(kernix.OptionError, match=match):
+        kernix.load_cpp_inline(unique_name("badflag"), "// @BE f\nvoid f(undeclared_t x) {}\n",
+                               build_directory=tmp_path, **{option: flags})
+    assert not (tmp_path / "specs").exists()
+
+
 # ----------------------------------------------------------- 4. compiler identity
 
 
