@@ -199,8 +199,19 @@ def test_integer_input_gets_float0_cotangent(ops):
 
 
 def test_no_backward_no_grad(ops):
-    with pytest.raises(Exception):
+    """Differentiating a kernel no backward declares names the function and how to declare one."""
+    with pytest.raises(kernix.CallError, match=r"matmul\(\) cannot be differentiated: no backward kernel "
+                       r"declares vjp=matmul\. .*`// @BE matmul_bwd vjp=matmul` \(its inputs: matmul's inputs "
+                       r"\(a, b\), then the cotangents of its outputs \(c\).*custom_vjp") as e:
         jax.grad(lambda a: jnp.sum(ops.matmul(a, a)))(np.eye(2))
+    assert "shape signature" not in str(e.value)  # matmul has one
+    x = jnp.ones(4, jnp.float32)
+    for differentiate in (jax.grad, lambda f: jax.jit(jax.grad(f)), lambda f: lambda x: jax.jvp(f, (x,), (x,))):
+        with pytest.raises(kernix.CallError, match=r"plain_copy\(\) cannot be differentiated.*give plain_copy a "
+                           r"shape signature \(`// @BE plain_copy \(\.\.\.,n\)->\(\.\.\.,n\)`"):
+            differentiate(lambda x: jnp.sum(ops.plain_copy(x)))(x)
+    # Not differentiated through the kernel: no error.
+    assert float(jax.grad(lambda w: jnp.sum(w * jax.lax.stop_gradient(ops.plain_copy(x))))(2.0)) == 4.0
 
 
 # -- Python signatures and stubs ----------------------------------------------------------

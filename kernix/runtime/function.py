@@ -251,11 +251,18 @@ class KernelFunction:
                 + ", ".join(f"{n!r} ({declared[n].dtype})" for n in missing)
             )
         coerced = {n: _coerce_attr(spec.name, declared[n], v) for n, v in attrs.items()}
-        if spec.signature is not None:  # checked shapes, batching, gradients, sharding
-            return self.operation(inputs, coerced, attrs, out, vmap_method)
-        outs, single = self._out_specs(out, inputs)
-        call = jax.ffi.ffi_call(self.target, outs, vmap_method=vmap_method)
-        result = call(*inputs, **coerced)
+        try:
+            if spec.signature is not None:  # checked shapes, batching, gradients, sharding
+                return self.operation(inputs, coerced, attrs, out, vmap_method)
+            outs, single = self._out_specs(out, inputs)
+            call = jax.ffi.ffi_call(self.target, outs, vmap_method=vmap_method)
+            result = call(*inputs, **coerced)
+        except ValueError as e:
+            if "cannot be differentiated" in str(e):  # JAX's jvp rule of ffi_call
+                from .gradient import no_backward
+
+                raise no_backward(spec) from None
+            raise
         return result[0] if single else tuple(result)
 
 

@@ -4,11 +4,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from ..errors import CallError
+
 if TYPE_CHECKING:
+    from ..spec import FunctionSpec
     from .function import KernelFunction
     from .operation import Operation
 
-__all__ = ["with_vjp"]
+__all__ = ["with_vjp", "no_backward"]
+
+
+def no_backward(spec: "FunctionSpec") -> CallError:
+    """The error for differentiating ``spec``'s function, which no backward kernel declares."""
+    name = spec.name
+    inputs = ", ".join(p.name for p in spec.inputs)
+    outputs = ", ".join(p.name for p in spec.outputs)
+    needs_signature = "" if spec.signature else (
+        f", and give {name} a shape signature (`// @BE {name} (...,n)->(...,n)`, say), which shapes the cotangents")
+    return CallError(
+        f"{name}() cannot be differentiated: no backward kernel declares vjp={name}. Write one and annotate it "
+        f"`// @BE {name}_bwd vjp={name}` (its inputs: {name}'s inputs ({inputs}), then the cotangents of its "
+        f"outputs ({outputs}); its outputs: the cotangents of {name}'s inputs){needs_signature}. "
+        "Or wrap the call in a jax.custom_vjp whose backward pass is written in JAX."
+    )
 
 
 def with_vjp(
