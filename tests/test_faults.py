@@ -359,6 +359,19 @@ def test_flags_the_compiler_would_misread_are_refused_before_inference(
     assert not (tmp_path / "specs").exists()
 
 
+def test_inline_source_with_a_relative_include_says_how_to_find_it(project: Path, tmp_path: Path) -> None:
+    """An inline source is compiled from the cache, so `#include "value.h"` is not found beside
+    the user's code; the error says where it looked and which option adds the directory, and
+    that option works."""
+    name = unique_name("inlineinc")
+    with pytest.raises(kernix.InferenceError, match=r"'value.h' file not found; #include \"\.\.\.\" looks beside "
+                       r"the including file \(for a load_\*_inline source, that is the cache's sources/ directory\)"
+                       r".*extra_include_paths=\[\.\.\.\]"):
+        kernix.load_cpp_inline(name, KERNEL, build_directory=tmp_path)
+    mod = kernix.load_cpp_inline(name, KERNEL, build_directory=tmp_path, extra_include_paths=[project / "inc"])
+    assert _values(mod) == [1.0] * 3
+
+
 # ----------------------------------------------------------- 4. compiler identity
 
 

@@ -38,8 +38,17 @@ def error_diagnostics(tu: Any, options: ParseOptions) -> list[SourceError]:
                 " [in a toolchain header while kernix parsed the file: check the CUDA/C++ "
                 "installation, or report this to kernix]"
             )
+        elif message.startswith("'") and message.endswith("' file not found"):
+            message += _missing_header_hint(message[1:-len("' file not found")])
         out.append(SourceError(message, file=fname, line=loc.line, column=loc.column))
     return out
+
+
+def _missing_header_hint(header: str) -> str:
+    """Where ``header`` was looked for, and the option that adds a directory."""
+    return (f"; #include \"...\" looks beside the including file (for a load_*_inline source, that is the cache's "
+            f"sources/ directory), then in the include paths: pass the directory that holds {header!r} in "
+            "extra_include_paths=[...] (or -I in the compiler flags)")
 
 
 @functools.lru_cache(maxsize=None)
