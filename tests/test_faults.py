@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -503,6 +504,34 @@ def test_undefined_symbol_is_a_link_error_naming_it_demangled(tmp_path: Path) ->
         kernix.load_cpp_inline(name, src, build_directory=cache)
     assert "uses_helper" in str(info.value) and "extra_ldflags" in str(info.value)
     assert not list((cache / "modules").glob(f"{name}/*/manifest.json"))
+
+
+def test_symbol_defined_in_two_sources_is_a_link_error_naming_both_files(tmp_path: Path) -> None:
+    """Was: the linker's message named only the generated units (shim_0.o, shim_1.o)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for fn, factor in (("fa", 2), ("fb", 3)):
+        (src / f"{fn}.cpp").write_text(
+            f'#include "kernix/common.h"\nfloat scale(float x) {{ return x * {factor}; }}\n// @BE {fn}\n'
+            f"void {fn}(const BE::Tensor x, BE::Tensor out) {{ out.data_ptr<float>()[0] = scale(1.0f); }}\n"
+        )
+    with pytest.raises(CompilationError, match=r"defined in more than one source file: scale\(float\) \(in "
+                       + re.escape(f"{src / 'fa.cpp'}, {src / 'fb.cpp'})") + r".*`static` or `inline`"):
+        kernix.load_cpp_dir(src, name=unique_name("twice"), build_directory=tmp_path / "cache")
+    for f in src.iterdir():  # the fix the message suggests
+        f.write_text(f.read_text().replace("float scale", "static float scale"))
+    mod = kernix.load_cpp_dir(src, name=unique_name("twice"), build_directory=tmp_path / "cache")
+    with jax.default_device(jax.devices("cpu")[0]):
+        assert [float(getattr(mod, fn)(jnp.zeros(1))[0]) for fn in ("fa", "fb")] == [2.0, 3.0]
+
+
+def test_device_linker_definition_clash_names_the_sources() -> None:
+    """nvlink's spelling of the same error (relocatable device code)."""
+    from kernix.backend.ninja import _link_error_message
+
+    out = "nvlink error   : Multiple definition of '_Z5scalef' in 'shim_1.o', first defined in 'shim_0.o'\n"
+    message = _link_error_message(Path("/b"), out, ["/p/a.cu", "/p/b.cu"])
+    assert message is not None and "_Z5scalef (in /p/a.cu, /p/b.cu)" in message
 
 
 @pytest.mark.parametrize("fn", ["path", "targets", "__init__"])

@@ -245,6 +245,9 @@ def _drop_damaged_outputs(build_dir: Path) -> None:
 
 _UNDEFINED_RE = re.compile(r"undefined reference to [`']([^\n]*)'")
 _IN_FUNCTION_RE = re.compile(r"in function [`']([^\n]*)':")
+# GNU ld: "multiple definition of `f(float)'; shim_0.o:..."; nvlink: "Multiple definition of '_Z1ff' in 'shim_1.o'".
+_DEFINED_TWICE_RE = re.compile(r"[Mm]ultiple definition of [`']([^\n]*?)'")
+_UNIT_RE = re.compile(r"\bshim_(\d+)\.(?:o|cpp|cu)\b")
 
 
 def _undefined_symbols(output: str) -> dict[str, set[str]]:
@@ -261,13 +264,36 @@ def _undefined_symbols(output: str) -> dict[str, set[str]]:
     return found
 
 
-def _link_error_message(build_dir: Path, output: str) -> str | None:
+def _defined_twice(output: str) -> dict[str, set[int]]:
+    """``{symbol: {indices of the units defining it}}`` from the host or device linker's output."""
+    found: dict[str, set[int]] = {}
+    for line in output.splitlines():
+        m = _DEFINED_TWICE_RE.search(line)
+        if m:
+            found.setdefault(m.group(1), set()).update(int(i) for i in _UNIT_RE.findall(line))
+    return found
+
+
+def _link_error_message(build_dir: Path, output: str, sources: Sequence[str]) -> str | None:
+    """A message naming the user's symbols and files (not the generated units) for the
+    link errors a module's sources cause, or ``None`` for any other failure."""
+    library = build_dir / "module.so"
+    twice = _defined_twice(output)
+    if twice:
+        parts = [f"{sym} (in {', '.join(sources[i] for i in sorted(units) if i < len(sources)) or 'several units'})"
+                 for sym, units in sorted(twice.items())]
+        return (
+            f"linking {library} failed: defined in more than one source file: {'; '.join(parts)}. "
+            "A function or variable with external linkage may be defined once per module: make the copies "
+            "`static` or `inline` (or put them in an anonymous namespace), or define it in one file and declare "
+            "it in the others"
+        )
     missing = _undefined_symbols(output)
     if not missing:
         return None
     parts = [f"{sym} (used by {', '.join(sorted(users))})" if users else sym for sym, users in sorted(missing.items())]
     return (
-        f"linking {build_dir / 'module.so'} failed: undefined symbol(s) {'; '.join(parts)}. "
+        f"linking {library} failed: undefined symbol(s) {'; '.join(parts)}. "
         "Each is declared but defined nowhere in the module: define it in the source, or link the "
         "library that defines it with extra_ldflags=['-L<dir>', '-l<name>']"
     )
@@ -325,7 +351,7 @@ def build_module(
     if proc.returncode != 0:
         output = _trim_ninja_output(proc.stdout)
         raise CompilationError(
-            _link_error_message(build_dir, output)
+            _link_error_message(build_dir, output, [str(source) for source, _ in units])
             or f"building {build_dir} failed (ninja exit code {proc.returncode})",
             output=output,
             command=cmd,
