@@ -215,6 +215,54 @@ def _build_in_work_dir(
     return result.so_path, inputs
 
 
+def _find_unannotated(
+    request: LoadRequest,
+    units: list[tuple[Path, list[FunctionSpec]]],
+    wanted: dict[str, Any],
+    found: dict[str, FunctionSpec],
+) -> list[tuple[Path, list[FunctionSpec]]]:
+    """``units`` with the functions ``wanted`` names but no file annotates, each
+    inferred in the one source that declares it (added to ``found`` too).
+
+    Raises
+    ------
+    KernixError
+        For a name no source declares, or that several do (the fix: annotate
+        the one to export).
+    """
+    from .frontend.binding import is_not_in_file
+    from .frontend.infer import infer_file
+
+    where: dict[str, list[tuple[int, FunctionSpec]]] = {n: [] for n in wanted}
+    errors: list[SourceError] = []
+    for i, (src, _) in enumerate(units):
+        result = infer_file(src, language=request.language, flags=request.parse_flags, functions=wanted,
+                            cache_dir=request.root)
+        errors += [e for e in result.errors if not is_not_in_file(e)]
+        for spec in result.functions:
+            where[spec.name].append((i, spec))
+    if errors:
+        raise InferenceError(errors)
+    nowhere = [n for n, hits in where.items() if not hits]
+    if nowhere:
+        raise KernixError(
+            f"functions names {nowhere}, but no source file of the module declares them; "
+            f"the files: {', '.join(str(src) for src, _ in units)}"
+        )
+    for name, hits in where.items():
+        if len(hits) > 1:
+            places = ", ".join(f"{s.file}:{s.line}" for _, s in hits)
+            raise KernixError(
+                f"functions names {name!r}, which several source files declare ({places}): mark the one "
+                f"to export with `// @BE {name}` on the line before it"
+            )
+    units = [(src, list(fns)) for src, fns in units]
+    for (i, spec), in where.values():
+        units[i][1].append(spec)
+        found[spec.name] = spec
+    return [(src, sorted(fns, key=lambda f: f.line)) for src, fns in units]
+
+
 def infer_units(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:
     """Infer every source of ``request``: ``(source, specs)`` per file, the
     specs an explicit ``functions=`` gave reconciled, names unique, ``vjp=``
@@ -246,10 +294,7 @@ def infer_units(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:
         found = {f.name: f for _, fns in units for f in fns}
         missing = [n for n in functions if n not in found]
         if missing:
-            raise KernixError(
-                f"functions names {missing}, but no file in the directory annotates them with "
-                f"// @BE; annotated: {', '.join(found) or 'none'}"
-            )
+            units = _find_unannotated(request, units, {n: functions[n] for n in missing}, found)
         for fname, tokens in functions.items():
             if tokens is not None:
                 found[fname] = check_spec_matches(tokens, found[fname], source="explicit")

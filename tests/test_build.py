@@ -106,6 +106,36 @@ def test_load_cpp_dir_builds_each_file(tmp_path):
     assert len(list((tmp_path / "cache" / "build" / mod.name).glob("shim_*.o"))) == 2
 
 
+def test_functions_names_unannotated_functions_across_a_directory(tmp_path):
+    """functions= finds an unannotated function in whichever source declares it (was: only in a
+    single-file module); a name no file declares, or several do, is a clear error."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.cpp").write_text(ADD_ONE)  # annotated
+    (src / "b.cpp").write_text(
+        '#include "kernix/common.h"\n'
+        "void fill(const BE::Tensor x, BE::Tensor out, float k) {\n"
+        "  for (int64_t i = 0; i < out.numel(); ++i) out.data_ptr<float>()[i] = k;\n}\n"
+    )
+    cache = tmp_path / "cache"
+    mod = kernix.load_cpp_dir(src, name=unique_name("dirfn"), build_directory=cache, functions=["fill", "add_one"])
+    assert list(mod.functions) == ["add_one", "fill"]
+    assert list(mod.specs["fill"]) == ["arg", "ret", "attr.k:float32"]
+    x = jnp.zeros(2, jnp.float32)
+    np.testing.assert_array_equal(mod.fill(x, k=3.0), [3, 3])
+    np.testing.assert_array_equal(mod.add_one(x), [1, 1])
+    mod = kernix.load_cpp_dir(src, name=unique_name("dirfn"), build_directory=cache,
+                              functions={"fill": ["arg", "ret", "attr.k"]})
+    assert list(mod.functions) == ["fill"]
+    with pytest.raises(kernix.KernixError, match=r"functions names \['nope'\], but no source file of the module "
+                       r"declares them; the files: .*a\.cpp, .*b\.cpp"):
+        kernix.load_cpp_dir(src, name=unique_name("dirfn"), build_directory=cache, functions=["nope"])
+    (src / "a.cpp").write_text(ADD_ONE + "void fill(const BE::Tensor x, BE::Tensor out, float k);\n")
+    with pytest.raises(kernix.KernixError, match=r"'fill', which several source files declare \(.*a\.cpp:\d+, "
+                       r".*b\.cpp:2\): mark the one to export with `// @BE fill`"):
+        kernix.load_cpp_dir(src, name=unique_name("dirfn"), build_directory=cache, functions=["fill"])
+
+
 def test_options_are_validated(tmp_path):
     with pytest.raises(TypeError, match="unexpected option"):
         kernix.load_cpp_file(FIXTURES / "build" / "cpu_ops.cpp", extra_cuda_cflags=["-x"])

@@ -352,6 +352,15 @@ def annotated_targets(
     return targets, errors
 
 
+_NOT_IN_FILE = "no function named"
+
+
+def is_not_in_file(error: SourceError) -> bool:
+    """Whether ``error`` is :func:`requested_targets`' for a name the file does not declare
+    (expected when a module's sources are searched for an unannotated function)."""
+    return error.message.startswith(_NOT_IN_FILE + " ")
+
+
 def requested_targets(
     path: str,
     wanted: dict[str, tuple[str, ...] | None],
@@ -373,7 +382,7 @@ def requested_targets(
             if not cands:
                 available = ", ".join(sorted(by_name)) or "none"
                 errors.append(SourceError(
-                    f"no function named {name!r} in this file; the functions it declares are: {available}",
+                    f"{_NOT_IN_FILE} {name!r} in this file; the functions it declares are: {available}",
                     file=path, function=name))
                 continue
             distinct: dict[int, Any] = {}
