@@ -586,3 +586,59 @@ def test_clearing_the_whole_cache_leaves_nothing_to_count(tmp_path: Path) -> Non
     kernix.clear_cache(root=r)
     assert [p for p in shared if p.exists()] == []
     assert kernix.cache_info(root=r)["total_bytes"] == 0
+
+
+# --------------------------------------------------------------------- clear_cache and cache_info
+
+
+def _clear_after(monkeypatch: pytest.MonkeyPatch, module, attr: str, root: Path, name: str) -> list[int]:
+    """Make ``module.attr`` (a function or a context manager factory) run
+    ``clear_cache(name)`` first, once, as another process might at that moment."""
+    real = getattr(module, attr)
+    cleared: list[int] = []
+
+    def clear_then(*args, **kwargs):
+        if not cleared:
+            cleared.append(kernix.clear_cache(name, root=root))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, attr, clear_then)
+    return cleared
+
+
+def _inline_source_of(root: Path, name: str) -> Path:
+    (path,) = (root / "sources").glob(f"{name}-*.cpp")
+    return path
+
+
+def test_clear_right_after_an_inline_source_is_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kernix cache clear` between storing an inline source and building it (before
+    the build lock is taken) costs nothing: the load stores the source again."""
+    name, text = unique_name("inline_cleared"), (REL / "add_one.cpp").read_text()
+    real = files.write_source
+    cleared: list[int] = []
+
+    def store_then_clear(*args, **kwargs):
+        path = real(*args, **kwargs)
+        if not cleared:
+            cleared.append(kernix.clear_cache(name, root=tmp_path))
+            assert not path.exists()
+        return path
+
+    monkeypatch.setattr(files, "write_source", store_then_clear)
+    mod = kernix.load_cpp_inline(name, text, build_directory=str(tmp_path))
+    assert cleared == [0]
+    _check(mod)
+    assert _inline_source_of(tmp_path, name).read_text() == text
+
+
+def test_clear_while_a_load_waits_for_the_build_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clear that holds the build lock while an inline load waits for it (so it
+    removes the stored source) does not make that load fail."""
+    name, text = unique_name("inline_waited"), (REL / "add_one.cpp").read_text()
+    cleared = _clear_after(monkeypatch, lock, "build_lock", tmp_path, name)
+    mod = kernix.load_cpp_inline(name, text, build_directory=str(tmp_path))
+    assert cleared == [0]
+    _check(mod)
+    assert _inline_source_of(tmp_path, name).read_text() == text
+    assert kernix.cache_info(root=tmp_path)["modules"][0]["name"] == name
