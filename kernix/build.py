@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .backend.flags import BuildConfig
     from .spec import FunctionSpec
 
-__all__ = ["build_config", "toolchain_stamp", "cache_key", "keyed_entry", "reload", "infer_units"]
+__all__ = ["build_config", "toolchain_stamp", "cache_key", "store_inline_source", "keyed_entry", "reload", "infer_units"]
 
 
 def build_config(request: LoadRequest) -> BuildConfig:
@@ -99,8 +99,32 @@ def _key_files(request: LoadRequest) -> list[str]:
     return [str(s) for s in request.sources] + compilers + direct.search_dirs()
 
 
+def store_inline_source(request: LoadRequest) -> None:
+    """Store the source of an inline ``request`` in the cache again if it is gone
+    (or holds other bytes); nothing for a file or directory load.
+
+    The inline loaders store the source in ``sources/`` before any lock is taken
+    (a warm load takes none), so ``kernix cache clear`` of the module, which
+    removes the module's sources under its build lock, may remove it before a
+    build reads it.  The build therefore stores it again before the key is
+    computed from it and once more once it holds the build lock, after which no
+    clear can remove it until the build is done.  This is sure and costs a warm
+    load nothing, where sparing sources in the clear is not: by age, a stalled
+    process outlives any age; by use, every load would have to mark its source.
+    The file's name is derived from its content, so storing it again changes
+    nothing that another process could read.
+    """
+    if request.inline_source is None:
+        return
+    from .store.files import write_source
+
+    (path,) = request.sources
+    write_source(request.root, request.name, request.inline_source, path.suffix[1:])
+
+
 def keyed_entry(request: LoadRequest, fp: str) -> Manifest:
     """The entry for ``request`` through its full key, remembered in the direct index."""
+    store_inline_source(request)  # a concurrent `kernix cache clear` may have removed it
     files = direct.identities(_key_files(request))  # before the key they vouch for
     config = build_config(request)
     key = cache_key(request, config)
@@ -121,6 +145,7 @@ def _entry(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
     from .store.lock import build_lock
 
     with build_lock(root, name, verbose=verbose):
+        store_inline_source(request)  # removed by a clear while this process waited for the lock?
         if not fresh:
             found = entries.lookup(root, name, key)  # built by another process meanwhile?
             if found.manifest is not None:

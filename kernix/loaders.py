@@ -222,7 +222,7 @@ def _load_inline(
     request = make_request(module_name, [], language, functions, options)  # every name checked before writing
     text = _join_sources(sources, what)
     path = write_source(request.root, module_name, text, "cu" if language == "cuda" else "cpp")
-    return load(request.replace(sources=(path,)))
+    return load(request.replace(sources=(path,), inline_source=text))
 
 
 def _join_sources(sources: Any, what: str) -> str:

@@ -77,7 +77,7 @@ def fingerprint(request: LoadRequest) -> str:
     build_only = {
         **request.as_dict(),
         "root": None, "verbose": False, "force_rebuild": False, "auto_register": False, "target_prefix": None,
-        "ninja_workers": None,
+        "ninja_workers": None, "inline_source": None,  # (an inline source's path names its content)
     }
     return content_key({
         "direct": direct.DIRECT_FORMAT,

@@ -113,12 +113,17 @@ class LoadRequest:
         As the loaders document them.
     verbose, force_rebuild, auto_register, target_prefix
         As the loaders document them.
+    inline_source
+        The text of an inline load's one source, which is stored in the cache
+        (``sources``) before the build lock is taken; ``None`` for files.  The
+        build stores it again under the lock if ``kernix cache clear`` removed
+        it meanwhile (:func:`kernix.build.keyed_entry`).
     """
 
     # A plain slotted class rather than a NamedTuple: a warm load defines it at import.
     __slots__ = ("name", "sources", "language", "functions", "root", "extra_cflags", "extra_ldflags",
                  "include_dirs", "compute_capability", "optimization_level", "use_fast_math", "allow_cuda_graph",
-                 "ninja_workers", "verbose", "force_rebuild", "auto_register", "target_prefix")
+                 "ninja_workers", "verbose", "force_rebuild", "auto_register", "target_prefix", "inline_source")
 
     def __init__(
         self,
@@ -140,6 +145,7 @@ class LoadRequest:
         force_rebuild: bool = False,
         auto_register: bool = True,
         target_prefix: str | None = None,
+        inline_source: str | None = None,
     ) -> None:
         self.name = name
         self.sources = sources
@@ -158,6 +164,7 @@ class LoadRequest:
         self.force_rebuild = force_rebuild
         self.auto_register = auto_register
         self.target_prefix = target_prefix
+        self.inline_source = inline_source
 
     def as_dict(self) -> dict[str, Any]:
         """Every field, by name."""
@@ -168,7 +175,8 @@ class LoadRequest:
         return LoadRequest(**{**self.as_dict(), **changes})
 
     def __repr__(self) -> str:
-        return "LoadRequest(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
+        shown = {**self.as_dict(), "inline_source": None if self.inline_source is None else "..."}
+        return "LoadRequest(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
     @property
     def platform(self) -> Platform:

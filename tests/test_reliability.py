@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -586,3 +587,222 @@ def test_clearing_the_whole_cache_leaves_nothing_to_count(tmp_path: Path) -> Non
     kernix.clear_cache(root=r)
     assert [p for p in shared if p.exists()] == []
     assert kernix.cache_info(root=r)["total_bytes"] == 0
+
+
+# --------------------------------------------------------------------- clear_cache and cache_info
+
+
+def _clear_after(monkeypatch: pytest.MonkeyPatch, module, attr: str, root: Path, name: str) -> list[int]:
+    """Make ``module.attr`` (a function or a context manager factory) run
+    ``clear_cache(name)`` first, once, as another process might at that moment."""
+    real = getattr(module, attr)
+    cleared: list[int] = []
+
+    def clear_then(*args, **kwargs):
+        if not cleared:
+            cleared.append(kernix.clear_cache(name, root=root))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, attr, clear_then)
+    return cleared
+
+
+def _inline_source_of(root: Path, name: str) -> Path:
+    (path,) = (root / "sources").glob(f"{name}-*.cpp")
+    return path
+
+
+def test_clear_right_after_an_inline_source_is_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kernix cache clear` between storing an inline source and building it (before
+    the build lock is taken) costs nothing: the load stores the source again."""
+    name, text = unique_name("inline_cleared"), (REL / "add_one.cpp").read_text()
+    real = files.write_source
+    cleared: list[int] = []
+
+    def store_then_clear(*args, **kwargs):
+        path = real(*args, **kwargs)
+        if not cleared:
+            cleared.append(kernix.clear_cache(name, root=tmp_path))
+            assert not path.exists()
+        return path
+
+    monkeypatch.setattr(files, "write_source", store_then_clear)
+    mod = kernix.load_cpp_inline(name, text, build_directory=str(tmp_path))
+    assert cleared == [0]
+    _check(mod)
+    assert _inline_source_of(tmp_path, name).read_text() == text
+
+
+def test_clear_while_a_load_waits_for_the_build_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clear that holds the build lock while an inline load waits for it (so it
+    removes the stored source) does not make that load fail."""
+    name, text = unique_name("inline_waited"), (REL / "add_one.cpp").read_text()
+    cleared = _clear_after(monkeypatch, lock, "build_lock", tmp_path, name)
+    mod = kernix.load_cpp_inline(name, text, build_directory=str(tmp_path))
+    assert cleared == [0]
+    _check(mod)
+    assert _inline_source_of(tmp_path, name).read_text() == text
+    assert kernix.cache_info(root=tmp_path)["modules"][0]["name"] == name
+
+
+def _outside(tmp_path: Path) -> tuple[Path, list[Path]]:
+    """A directory outside the cache that looks like a module area, and its files."""
+    out = tmp_path / "outside"
+    made = [out / "ops" / "k1" / "manifest.json", out / "ops" / "k2" / "manifest.json", out / "keep.txt"]
+    for p in made:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("precious")
+    return out, made
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["named", "whole"])
+def test_clear_removes_a_symlinked_module_directory_never_what_it_points_to(tmp_path: Path, whole: bool) -> None:
+    """A symbolic link where a module's directory belongs is removed (it holds no
+    entry of this cache, so it is not counted); what it points to is untouched."""
+    r = tmp_path / "c"
+    out, made = _outside(tmp_path)
+    (r / "modules").mkdir(parents=True)
+    (r / "modules" / "ops").symlink_to(out / "ops")
+    assert kernix.cache_info(root=r) == {"root": str(r), "total_bytes": 0, "modules": []}
+    assert kernix.clear_cache(None if whole else "ops", root=r) == 0
+    assert not os.path.lexists(r / "modules" / "ops")
+    assert all(p.read_text() == "precious" for p in made)
+
+
+def test_clear_counts_real_entries_and_not_symlinked_ones(tmp_path: Path) -> None:
+    r = tmp_path / "c"
+    out, made = _outside(tmp_path)
+    entry = r / "modules" / "ops" / "0123"
+    entry.mkdir(parents=True)
+    (entry / "manifest.json").write_text("{}")
+    (r / "modules" / "ops" / "4567").symlink_to(out / "ops" / "k1")
+    assert [m["path"] for m in kernix.cache_info(root=r)["modules"]] == [str(entry)]
+    assert kernix.clear_cache(root=r) == 1
+    assert not (r / "modules" / "ops").exists()
+    assert all(p.read_text() == "precious" for p in made)
+
+
+@pytest.mark.parametrize("area", ["modules", "build", "sources", "direct", "specs", "toolchain", "locks"])
+def test_clear_never_goes_through_a_symlinked_area(tmp_path: Path, area: str) -> None:
+    """A cache area that is a symbolic link is removed by `kernix cache clear`, never
+    gone through: nothing outside the cache is deleted, and nothing is counted."""
+    r = tmp_path / "c"
+    out, made = _outside(tmp_path)
+    (out / "ops-0123456789abcdef.cpp").write_text("precious")
+    (out / "ops.lock").write_text("precious")
+    made += [out / "ops-0123456789abcdef.cpp", out / "ops.lock"]
+    r.mkdir()
+    (r / area).symlink_to(out)
+    assert kernix.cache_info(root=r)["total_bytes"] == 0
+    assert kernix.clear_cache("ops", root=r) == 0
+    assert kernix.clear_cache(root=r) == 0
+    assert not (r / area).is_symlink()
+    assert (r / area).is_dir() == (area == "locks")  # (the clear took locks in a real directory)
+    assert all(p.read_text() == "precious" for p in made)
+
+
+def test_clear_replaces_a_planted_lock_symlink_without_following_it(tmp_path: Path) -> None:
+    """A lock file that is a symbolic link (which the build lock refuses, advising
+    `kernix cache clear`) does not stop the clear: the link goes, its target stays."""
+    r = tmp_path / "c"
+    out, made = _outside(tmp_path)
+    (r / "modules" / "ops" / "0123").mkdir(parents=True)
+    (r / "locks").mkdir()
+    (r / "locks" / "ops.lock").symlink_to(out / "keep.txt")
+    assert kernix.clear_cache("ops", root=r) == 1
+    assert (r / "locks" / "ops.lock").is_file() and not (r / "locks" / "ops.lock").is_symlink()
+    assert all(p.read_text() == "precious" for p in made)
+
+
+def test_clear_removes_files_where_directories_belong(tmp_path: Path) -> None:
+    """Regular files where the cache keeps directories (a module's directory, an
+    entry, a whole area) are removed, counted only when they were entries."""
+    r = tmp_path / "c"
+    (r / "modules" / "ops").mkdir(parents=True)
+    (r / "modules" / "ops" / "0123").write_text("not an entry")
+    (r / "modules" / "mm").write_text("not a module")
+    for area in ("build", "sources", "specs"):
+        (r / area).write_text("not an area")
+    assert kernix.cache_info(root=r)["total_bytes"] == len("not an entry") + len("not a module") + 3 * len("not an area")
+    assert kernix.clear_cache("mm", root=r) == 0 and not (r / "modules" / "mm").exists()
+    assert kernix.clear_cache(root=r) == 0
+    assert sorted(p.name for p in r.iterdir()) == ["locks", "modules"]
+    assert list((r / "modules").iterdir()) == []
+    assert kernix.cache_info(root=r)["total_bytes"] == 0
+
+
+def test_names_that_are_not_utf8_are_cleared_and_shown(tmp_path: Path) -> None:
+    """A directory whose name is not UTF-8 (no module has such a name) is listed with
+    its bytes escaped, so any output can print it, and removed by a clear."""
+    r = tmp_path / "c"
+    entry = os.path.join(os.fsencode(r), b"modules", b"bad\xff", b"0123")
+    os.makedirs(entry)
+    with open(os.path.join(entry, b"manifest.json"), "wb") as f:
+        f.write(b"{")
+    os.makedirs(os.path.join(os.fsencode(r), b"build", b"\xfe"))
+    os.makedirs(os.path.join(os.fsencode(r), b"sources"))
+    with open(os.path.join(os.fsencode(r), b"sources", b"\xfd-0123456789abcdef.cpp"), "wb") as f:
+        f.write(b"int x;")
+    info = kernix.cache_info(root=r)
+    (m,) = info["modules"]
+    assert m["damaged"] and m["name"] == "bad\\xff" and m["path"].endswith("bad\\xff/0123")
+    json.dumps(info, ensure_ascii=False).encode("utf-8")  # (a string with surrogates cannot be written)
+    assert info["total_bytes"] == 1 + len("int x;")
+    shown = subprocess.run(  # an output that writes strict UTF-8
+        [sys.executable, "-m", "kernix", "cache", "info"], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "KERNIX_CACHE_DIR": str(r), "PYTHONIOENCODING": "utf-8"},
+    )
+    assert shown.returncode == 0 and "bad\\xff" in shown.stdout, shown.stderr
+    assert kernix.clear_cache(root=r) == 1
+    assert kernix.cache_info(root=r) == {"root": str(r), "total_bytes": 0, "modules": []}
+    assert [os.listdir(r / a) for a in ("modules", "build", "sources")] == [[], [], []]
+
+
+def _refuse_unlink(monkeypatch: pytest.MonkeyPatch, refused: str) -> None:
+    """Make removing files named ``refused`` fail as in a directory one may not
+    write (permission bits do not stop root, who may run this suite)."""
+    real = os.unlink
+
+    def unlink(path, *args, **kwargs):
+        if os.path.basename(os.fsdecode(path)) == refused:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+
+
+def test_clear_that_cannot_remove_an_entry_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry that cannot be removed is not counted as removed: the clear removes
+    what it can, then says what it could not remove and how to fix it."""
+    r = tmp_path / "c"
+    for key in ("0123", "4567"):
+        (r / "modules" / "ops" / key).mkdir(parents=True)
+    (r / "modules" / "ops" / "4567" / "manifest.json").write_text("{}")
+    _refuse_unlink(monkeypatch, "manifest.json")
+    with pytest.raises(CacheError) as info:
+        kernix.clear_cache("ops", root=r)
+    message = str(info.value)
+    assert "removed 1 cache entry" in message and str(r / "modules" / "ops" / "4567" / "manifest.json") in message
+    assert f"chmod -R u+rwX {r}" in message and "kernix cache clear" in message
+    assert not (r / "modules" / "ops" / "0123").exists() and (r / "modules" / "ops" / "4567").exists()
+    monkeypatch.undo()
+    assert kernix.clear_cache("ops", root=r) == 1  # the advice's second half
+
+
+def test_cache_info_of_an_unreadable_directory_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kernix cache info` does not leave out what it cannot read: it names it."""
+    r = tmp_path / "c"
+    (r / "modules" / "ops" / "0123").mkdir(parents=True)
+    (r / "modules" / "ops" / "0123" / "manifest.json").write_text("{}")
+    unreadable = r / "modules" / "ops"
+    real = os.scandir
+
+    def scandir(path=".", *args, **kwargs):
+        if os.fspath(path) == str(unreadable):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    expected = f"cannot read {re.escape(str(unreadable))} .*chmod -R u\\+rwX {re.escape(str(r))}"
+    with pytest.raises(CacheError, match=expected):
+        kernix.cache_info(root=r)

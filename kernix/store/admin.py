@@ -1,20 +1,230 @@
-"""``kernix cache info`` and ``kernix cache clear``: reading and emptying the store."""
+"""``kernix cache info`` and ``kernix cache clear``: reading and emptying the store.
+
+Below the cache root (which may itself be a symbolic link) kernix creates no
+symbolic links, so neither command ever follows one: :func:`clear_cache`
+removes a link where it finds one (the link, never what it points to), and
+:func:`cache_info` neither lists nor counts what lies behind one.  Both say
+what they could not do, with a :class:`~kernix.errors.CacheError` that names
+the path and the fix, rather than leave it out of their answer.
+"""
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import os
+import shlex
 import shutil
+import stat
+import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import CacheError
 from ..names import check_module_name, is_module_name
 from ..paths import cache_root
+from .files import source_module
 from .lock import build_lock
 from .manifest import Manifest, ManifestError
-from .files import source_name_re
 
 __all__ = ["clear_cache", "cache_info"]
+
+#: The directories of the cache whose files ``kernix cache info`` counts.
+_AREAS = ("modules", "build", "sources", "direct", "specs", "toolchain")
+#: The areas whose entries each belong to one module, found by their names.
+_MODULE_AREAS = ("modules", "build", "sources", "direct")
+#: The areas no one module owns, emptied by a clear of every module.
+_SHARED_AREAS = ("direct", "specs", "toolchain")
+#: The keyword of :func:`shutil.rmtree` that takes an error handler (``onerror`` is deprecated from 3.12).
+_ON_ERROR = "onexc" if sys.version_info >= (3, 12) else "onerror"
+
+
+def _shown(path: str | os.PathLike[str]) -> str:
+    """``path`` as text any output can write: bytes that are not UTF-8 (which
+    :mod:`os` hands back as lone surrogates) become ``\\xNN`` escapes."""
+    text = os.fspath(path)
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # (a surrogate no file name gives)
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _lstat(path: str | os.PathLike[str]) -> os.stat_result | None:
+    """``os.lstat(path)``, or ``None`` when nothing is there."""
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _is_real_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a directory, and not a symbolic link to one."""
+    st = _lstat(path)
+    return st is not None and stat.S_ISDIR(st.st_mode)
+
+
+def _listing(directory: Path) -> list[os.DirEntry[str]]:
+    """The entries of ``directory``: none when it is missing, not a directory, or a link.
+
+    Raises
+    ------
+    OSError
+        When it cannot be read.
+    """
+    if not _is_real_dir(directory):
+        return []
+    try:
+        with os.scandir(directory) as it:
+            return list(it)
+    except (FileNotFoundError, NotADirectoryError):  # (removed meanwhile)
+        return []
+
+
+def _owner(area: str, entry: str) -> str:
+    """The module an entry of ``area`` belongs to, by its name (``build/.ops.stale-*``
+    and ``sources/ops-<hash>.cpp`` belong to ``ops``); the entry's own name when
+    that is no module's (nothing kernix made)."""
+    if area == "build" and entry.startswith("."):
+        candidate = entry[1:].rpartition(".stale-")[0]
+    elif area == "sources":
+        candidate = source_module(entry) or ""
+    else:
+        candidate = entry
+    return candidate if is_module_name(candidate) else entry
+
+
+class _Clearing:
+    """One run of :func:`clear_cache`: the entries it removed, and what it could not remove."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.removed = 0
+        self.failures: list[tuple[str, OSError]] = []
+
+    def names(self) -> list[str]:
+        """Every name that something in the cache's module areas belongs to (see
+        :func:`_owner`): module names, and the names of entries no module owns."""
+        names: set[str] = set()
+        for area in _MODULE_AREAS:
+            names.update(_owner(area, e.name) for e in self._listing(self.base / area))
+        names.discard(".parse")  # direct/.parse: the inference set-ups, no module's (see shared())
+        return sorted(names)
+
+    def _failed(self, function: Any, path: str, exc: Any) -> None:
+        """:func:`shutil.rmtree`'s error handler: remember what could not be removed."""
+        exc = exc[1] if isinstance(exc, tuple) else exc  # (onerror gives sys.exc_info())
+        if isinstance(exc, FileNotFoundError):
+            return  # removed meanwhile
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            return  # a directory whose files could not all go (remembered), or got new ones meanwhile
+        self.failures.append((path, exc if isinstance(exc, OSError) else OSError(str(exc))))
+
+    def remove(self, path: str | os.PathLike[str]) -> bool:
+        """Remove ``path`` -- a file, a symbolic link (never what it points to) or a
+        directory tree (whose links :func:`shutil.rmtree` removes, not follows) --
+        and say whether it is gone; what cannot be removed is remembered."""
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return True
+        except OSError as exc:
+            self.failures.append((os.fspath(path), exc))
+            return False
+        try:
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(path, **{_ON_ERROR: self._failed})
+            else:
+                os.unlink(path)
+        except OSError as exc:
+            self._failed(os.unlink, os.fspath(path), exc)
+        return _lstat(path) is None
+
+    def _usable_lock(self, name: str) -> None:
+        """Remove what would stop the build lock of ``name`` from being taken and
+        that no kernix process can be holding, as the build lock refuses it: a
+        ``locks`` that is not a directory, a lock file that is a symbolic link,
+        not a regular file, or another user's (the refusal advises a clear)."""
+        locks = self.base / "locks"
+        if not _is_real_dir(locks):
+            self.remove(locks)
+            return
+        lock = locks / f"{name}.lock"
+        st = _lstat(lock)
+        if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid()):
+            self.remove(lock)
+
+    def module(self, name: str) -> None:
+        """Remove what belongs to ``name`` in the module areas: under its build
+        lock when it is a module name (a build of it may be running), else at once
+        (no load uses a name that is not a module name)."""
+        if not is_module_name(name):
+            self._module_files(name)
+            return
+        self._usable_lock(name)
+        with build_lock(self.base, name):
+            self._module_files(name)
+
+    def _module_files(self, name: str) -> None:
+        """Remove ``name``'s entries (counting each directory ``modules/<name>/<key>``
+        removed), work directories, inline sources and direct records."""
+        modules = self.base / "modules"
+        for entry in self._listing(modules / name) if _is_real_dir(modules) else ():  # (never through a link)
+            was_entry = entry.is_dir(follow_symlinks=False)
+            if self.remove(entry.path) and was_entry:
+                self.removed += 1
+        for area in _MODULE_AREAS:
+            for entry in self._listing(self.base / area):
+                if entry.name.startswith((name, f".{name}.")) and _owner(area, entry.name) == name:
+                    self.remove(entry.path)
+
+    def _listing(self, directory: Path) -> list[os.DirEntry[str]]:
+        """:func:`_listing`, remembering a directory that cannot be read."""
+        try:
+            return _listing(directory)
+        except OSError as exc:
+            self.failures.append((os.fspath(directory), exc))
+            return []
+
+    def shared(self) -> None:
+        """Remove what no one module owns (inference set-ups, the records of modules
+        whose entries are gone, specs, compiler answers, preludes), and areas that
+        are not directories (links, files): kernix did not make them."""
+        for area in (*_AREAS, "locks"):
+            if area in _SHARED_AREAS or not _is_real_dir(self.base / area):
+                self.remove(self.base / area)
+
+    def check(self) -> None:
+        """Raise if anything could not be removed.
+
+        Raises
+        ------
+        CacheError
+            Naming the first path that could not be removed, why, and the fix.
+        """
+        if not self.failures:
+            return
+        path, exc = self.failures[0]
+        more = len(self.failures) - 1
+        also = f" and {more} more path{'s' if more > 1 else ''}" if more else ""
+        entries = f"{self.removed} cache entr{'y' if self.removed == 1 else 'ies'}"
+        raise CacheError(
+            f"kernix cache clear removed {entries} but could not remove {_shown(path)} "
+            f"({exc.strerror or exc}){also}. {_clear_advice(self.base, path, exc)}"
+        )
+
+
+def _clear_advice(base: Path, path: str, exc: OSError) -> str:
+    """What to do about ``path`` that a clear could not remove with ``exc``."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return (
+            f"Give yourself write permission in the cache (`chmod -R u+rwX {shlex.quote(_shown(base))}`) and run "
+            "`kernix cache clear` again; what another user owns, that user (or root) must remove."
+        )
+    if exc.errno == errno.EROFS:
+        return (
+            "The file system that holds it is read-only: remount it read-write, or point KERNIX_CACHE_DIR "
+            "(kernix.set_cache_dir()) at another directory."
+        )
+    return f"Remove it by hand (`rm -rf {shlex.quote(_shown(path))}`) and run `kernix cache clear` again."
 
 
 def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None = None) -> int:
@@ -25,74 +235,137 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
 
     Waits for a build of the module in progress to finish first, so it never
     pulls files from under a running build.  Libraries already loaded by a
-    process stay usable.
+    process stay usable.  Symbolic links (which kernix never creates below the
+    cache root) are removed where they stand, never followed: nothing outside
+    the cache is deleted.
+
+    Parameters
+    ----------
+    name : str, optional
+        The module whose builds to delete (default: every module's).
+    root : path, optional
+        The cache root (default: :func:`kernix.cache_root`).
 
     Returns
     -------
     int
-        The number of module entries removed.
+        The number of module entries (directories ``modules/<name>/<key>``)
+        removed; a symbolic link or a file where an entry belongs is removed
+        but not counted.
+
+    Raises
+    ------
+    InvalidNameError
+        When ``name`` is not a module name.
+    CacheError
+        When something could not be removed (after removing all it could),
+        naming it and the fix, or the build lock could not be taken.
     """
     base = Path(root) if root is not None else cache_root()
-    modules = base / "modules"
+    clearing = _Clearing(base)
     if name is not None:
-        check_module_name(name)
-        names = [name]
+        clearing.module(check_module_name(name))
     else:
-        names = sorted(p.name for p in modules.iterdir()) if modules.is_dir() else []
-        if (base / "build").is_dir():
-            names = sorted(set(names) | {p.name for p in (base / "build").iterdir()})
-        names = [n for n in names if is_module_name(n)]
-    removed = 0
-    for n in names:
-        with build_lock(base, n):
-            mdir = modules / n
-            if mdir.is_dir():
-                removed += sum(1 for p in mdir.iterdir() if p.is_dir())
-            shutil.rmtree(mdir, ignore_errors=True)
-            shutil.rmtree(base / "build" / n, ignore_errors=True)
-            shutil.rmtree(base / "direct" / n, ignore_errors=True)
-            for stale in (base / "build").glob(f".{n}.stale-*"):
-                shutil.rmtree(stale, ignore_errors=True)
-            mine = source_name_re(n)
-            for src in (base / "sources").glob(f"{n}-*"):
-                if mine.fullmatch(src.name):
-                    with contextlib.suppress(OSError):
-                        src.unlink()
-    if name is None:
-        # What no one module owns: inference set-ups (direct/.parse) and records
-        # of modules whose entries are gone, specs, compiler answers and preludes.
-        for shared in ("direct", "specs", "toolchain"):
-            shutil.rmtree(base / shared, ignore_errors=True)
-    return removed
+        for n in clearing.names():
+            clearing.module(n)
+        clearing.shared()
+    clearing.check()
+    return clearing.removed
+
+
+def _tree_size(top: Path) -> int:
+    """Bytes of the regular files at or under ``top``, no symbolic link followed;
+    what is removed meanwhile counts nothing.
+
+    Raises
+    ------
+    OSError
+        When a directory or file cannot be read.
+    """
+    st = _lstat(top)
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        return st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
+
+    def unreadable(exc: OSError) -> None:
+        if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+            raise exc
+
+    total = 0
+    for directory, _, files in os.walk(top, onerror=unreadable):
+        for f in files:
+            st = _lstat(os.path.join(directory, f))
+            total += st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
+    return total
+
+
+def _entries(modules: Path) -> list[Path]:
+    """The module entries: directories ``<name>/<key>`` of ``modules`` that hold a
+    ``manifest.json``, in path order, no symbolic link followed.
+
+    Raises
+    ------
+    OSError
+        When a directory cannot be read.
+    """
+    found = []
+    for module in _listing(modules):
+        for entry in _listing(Path(module.path)):
+            if entry.is_dir(follow_symlinks=False) and _lstat(os.path.join(entry.path, "manifest.json")) is not None:
+                found.append(Path(entry.path))
+    return sorted(found)
+
+
+def _describe(entry: Path) -> dict[str, Any]:
+    """What ``cache_info`` says of one entry."""
+    size = _tree_size(entry)
+    try:
+        m = Manifest.read(entry)
+    except (OSError, ManifestError):
+        return {"name": _shown(entry.parent.name), "path": _shown(entry), "damaged": True, "size_bytes": size}
+    return {
+        "name": _shown(m.name),
+        "key": m.key,
+        "platform": m.platform,
+        "functions": list(m.handlers),
+        "path": _shown(entry),
+        "size_bytes": size,
+        "created": m.created,
+    }
 
 
 def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Describe the cache: its root, total size, and one record per module entry."""
+    """Describe the cache: its root, total size, and one record per module entry.
+
+    The size counts every regular file of the cache's areas (``modules``,
+    ``build``, ``sources``, ``direct``, ``specs``, ``toolchain``), never what a
+    symbolic link points to.  Names and paths that are not UTF-8 are given with
+    ``\\xNN`` escapes, so that any output can write them.
+
+    Parameters
+    ----------
+    root : path, optional
+        The cache root (default: :func:`kernix.cache_root`).
+
+    Returns
+    -------
+    dict
+        ``root``, ``total_bytes``, and ``modules``: per entry its ``name``,
+        ``path`` and ``size_bytes`` and either ``damaged: True`` or its ``key``,
+        ``platform``, ``functions`` and ``created`` time.
+
+    Raises
+    ------
+    CacheError
+        When a directory or file in the cache cannot be read, naming it and the fix.
+    """
     base = Path(root) if root is not None else cache_root()
-    entries = []
-    total = 0
-    for path in sorted((base / "modules").glob("*/*/manifest.json")):
-        entry = path.parent
-        size = sum(p.stat().st_size for p in entry.iterdir() if p.is_file())
-        total += size
-        try:
-            m = Manifest.read(entry)
-        except (OSError, ManifestError):
-            entries.append({"name": entry.parent.name, "path": str(entry), "damaged": True, "size_bytes": size})
-            continue
-        entries.append(
-            {
-                "name": m.name,
-                "key": m.key,
-                "platform": m.platform,
-                "functions": list(m.handlers),
-                "path": str(entry),
-                "size_bytes": size,
-                "created": m.created,
-            }
-        )
-    for sub in ("build", "sources", "direct", "specs", "toolchain"):
-        d = base / sub
-        if d.is_dir():
-            total += sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
-    return {"root": str(base), "total_bytes": total, "modules": entries}
+    try:
+        total = sum(_tree_size(base / area) for area in _AREAS)
+        entries = [_describe(entry) for entry in _entries(base / "modules")]
+    except OSError as exc:
+        where = _shown(exc.filename if exc.filename is not None else base)
+        raise CacheError(
+            f"cannot read {where} in the kernix cache ({exc.strerror or exc}). Give yourself access "
+            f"(`chmod -R u+rwX {shlex.quote(_shown(base))}`) and run `kernix cache info` again."
+        ) from exc
+    return {"root": _shown(base), "total_bytes": total, "modules": entries}

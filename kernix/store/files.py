@@ -28,13 +28,12 @@ from .trust import check_private, io_message, is_private, makedirs
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
-    import re
     from pathlib import Path
     from typing import Any, Callable, Iterable, Sequence
 
 __all__ = [
     "sha256", "content_key", "file_digest", "fingerprints", "fingerprints_current", "atomic_write", "write_source",
-    "source_name_re", "remembered", "RECORD_MAGIC", "encode_record", "write_record", "read_record", "UntrustedRecord",
+    "source_module", "remembered", "RECORD_MAGIC", "encode_record", "write_record", "read_record", "UntrustedRecord",
 ]
 
 RECORD_MAGIC = b"kernix record 1\n"
@@ -216,11 +215,14 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, durable: bool = T
         raise
 
 
-def source_name_re(name: str) -> re.Pattern[str]:
-    """File names of module ``name``'s inline sources: ``ops-<hash>.cpp``, not ``ops-v2-<hash>.cpp``."""
+def source_module(file_name: str) -> str | None:
+    """The module whose inline source is stored under ``file_name``
+    (:func:`write_source`: ``<module>-<16 hex digits>.<ext>``), or ``None``
+    when it is no inline source's name: ``ops-v2-<hash>.cpp`` is ``ops-v2``'s."""
     import re
 
-    return re.compile(re.escape(name) + r"-[0-9a-f]{16}\.[a-z]+")
+    match = re.fullmatch(r"(.+)-[0-9a-f]{16}\.[a-z]+", file_name)
+    return match.group(1) if match else None
 
 
 def write_source(root: Path, name: str, text: str, ext: str) -> Path:
