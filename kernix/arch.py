@@ -163,6 +163,7 @@ def detect_compute_capability(explicit: str | Sequence[str] | None = None) -> st
         return arch
     raise _error(
         "could not detect the GPU's compute capability (no JAX GPU device, no nvidia-smi). "
-        f"Pass compute_capability='sm_90' (or a list, ['sm_80', 'sm_90']), or set ${ARCH_ENV}=sm_90 "
-        f"(or ${ARCH_LIST_ENV}=sm_80,sm_90)."
+        "Name the architecture: compute_capability='sm_90' (or a list, ['sm_80', 'sm_90']) for a load, "
+        "arch= for build_module, --arch sm_90 (or --arch sm_80,sm_90) for kernix build; "
+        f"or set ${ARCH_ENV}=sm_90 (or ${ARCH_LIST_ENV}=sm_80,sm_90)."
     )

@@ -299,7 +299,7 @@ def infer_units(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:
         With every problem of every file.
     """
     from .frontend.infer import infer_file  # libclang: only when building
-    from .frontend.signatures import raise_for_vjp_pairs
+    from .frontend.signatures import check_unique_names, raise_for_vjp_pairs
     from .spec import check_spec_matches
 
     sources, functions = request.sources, request.functions
@@ -324,22 +324,16 @@ def infer_units(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:
             if tokens is not None:
                 found[fname] = check_spec_matches(tokens, found[fname], source="explicit")
         units = [(src, [found[f.name] for f in fns if f.name in functions]) for src, fns in units]
-    seen: dict[str, FunctionSpec] = {}
-    for _, fns in units:
-        for f in fns:
-            if f.name in seen:
-                prev = seen[f.name]
-                raise SourceError(
-                    f"function name {f.name!r} is exported twice (also at {prev.file}:{prev.line}); "
-                    "FFI target names must be unique within a module: rename one",
-                    file=f.file, line=f.line, function=f.name,
-                )
-            seen[f.name] = f
+    specs = [f for _, fns in units for f in fns]
+    errors = check_unique_names(specs)
+    if errors:
+        raise InferenceError(errors)
+    seen = {f.name: f for f in specs}
     raise_for_vjp_pairs(seen.values())
     if not seen:
         where = sources[0] if single else f"{len(sources)} files"
         raise KernixError(
             f"no function to export in {where}: annotate each entry point with a `// @BE name` "
-            "comment on the line before it, or pass functions=[...]"
+            "comment on the line before it (or, from Python, name them with functions=[...])"
         )
     return units

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["Platform", "Language", "LANGUAGES_BY_EXTENSION", "language_of", "platform_of", "JAX_PLATFORMS"]
+__all__ = ["Platform", "Language", "LANGUAGES_BY_EXTENSION", "language_of", "unknown_extension", "platform_of",
+           "JAX_PLATFORMS"]
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -41,16 +42,27 @@ def language_of(path: str) -> Language:
     KernixError
         For an extension that is neither CUDA nor C++.
     """
-    ext = os.path.splitext(path)[1].lower()
     try:
-        return LANGUAGES_BY_EXTENSION[ext]
+        return LANGUAGES_BY_EXTENSION[os.path.splitext(path)[1].lower()]
     except KeyError:
         from .errors import KernixError
 
-        raise KernixError(
-            f"cannot tell the language of {path!r} from its extension {ext!r}: expected one of "
-            f"{', '.join(LANGUAGES_BY_EXTENSION)}; pass language='cuda' or language='cpp'"
-        ) from None
+        raise KernixError(unknown_extension(path, "pass language='cuda' or language='cpp'")) from None
+
+
+def unknown_extension(path: str, remedy: str) -> str:
+    """The message for ``path``, whose extension names no language.
+
+    Parameters
+    ----------
+    path
+        The file.
+    remedy
+        How the caller's user names the language instead (the Python
+        keyword, or the command line's flags).
+    """
+    return (f"cannot tell the language of {path!r} from its extension {os.path.splitext(path)[1].lower()!r}: "
+            f"expected one of {', '.join(LANGUAGES_BY_EXTENSION)}; {remedy}")
 
 
 def platform_of(language: Language) -> Platform:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from kernix.cli import main
-from helpers import FIXTURES
+from helpers import FIXTURES, ROOT, unique_name
 
 
 
@@ -177,3 +181,216 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     proc.stdout.close()  # the reader is gone before the first line
     err = proc.stderr.read().decode()
     assert proc.wait() == 1 and "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def _annotated(name: str) -> str:
+    """A C++ source exporting one function, ``name``."""
+    return f'#include "kernix/common.h"\n// @BE {name}\nvoid {name}(const BE::Tensor& x, BE::Tensor& y) {{}}\n'
+
+
+def _run_cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m kernix ARGV...`` in a fresh process, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "kernix", *argv], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+@pytest.mark.parametrize("extra", [[], ["--no-cache", "-j", "2"], ["--json"]])
+def test_inspect_reports_a_file_name_that_is_not_utf8_and_inspects_the_others(tmp_path: Path, extra) -> None:
+    """Such a name (possible on POSIX) is an error of its own file, printed with the byte
+    escaped; the run does not stop, and no output stream has to encode the raw name."""
+    fd = os.open(os.fsencode(tmp_path) + b"/bad\xff.cpp", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, _annotated("f").encode())
+    os.close(fd)
+    (tmp_path / "ok.cpp").write_text(_annotated("g"))
+    proc = _run_cli("inspect", *extra, str(tmp_path), env={"KERNIX_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{tmp_path}/bad\\xff.cpp: error: bad\\xff.cpp is not a valid UTF-8 name" in proc.stderr
+    assert "rename it" in proc.stderr
+    if "--json" in extra:
+        files = json.loads(proc.stdout)["files"]
+        assert [os.fsencode(f["path"]) for f in files] == [os.fsencode(tmp_path) + b"/bad\xff.cpp",
+                                                           os.fsencode(tmp_path / "ok.cpp")]
+        assert files[0]["functions"] == [] and len(files[0]["errors"]) == 1
+        assert [fn["name"] for fn in files[1]["functions"]] == ["g"] and files[1]["errors"] == []
+    else:
+        assert f"{tmp_path}/bad\\xff.cpp (cpp)\n  (no functions inferred)" in proc.stdout
+        assert f"{tmp_path / 'ok.cpp'} (cpp)" in proc.stdout and "arg ret" in proc.stdout
+        assert "2 files, 1 functions, 1 with errors" in proc.stdout
+
+
+def test_stubs_and_infer_file_refuse_a_file_name_that_is_not_utf8(tmp_path: Path) -> None:
+    import kernix
+
+    bad = os.fsdecode(os.fsencode(tmp_path) + b"/k\xfe.cpp")
+    Path(bad).write_text(_annotated("f"))
+    proc = _run_cli("stubs", bad)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"cannot parse {tmp_path}/k\\xfe.cpp: k\\xfe.cpp is not a valid UTF-8 name" in proc.stderr
+    with pytest.raises(kernix.KernixError, match=r"k\\xfe\.cpp is not a valid UTF-8 name"):
+        kernix.infer_file(bad, use_cache=False)
+
+
+def test_build_output_must_be_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """-o of `kernix build` is the module directory (created when missing): a file in its
+    place, or in its path, is a usage error named before anything is compiled."""
+    src = tmp_path / "k.cpp"
+    src.write_text(_annotated("f"))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    assert main(["build", str(src), "-o", str(a_file)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"kernix build: error: cannot write the module into {a_file}: {a_file} is not a directory" in err
+    assert "give -o a directory" in err
+    assert main(["build", str(src), "-o", str(a_file / "sub")]) == 2
+    assert f"{a_file / 'sub'}: {a_file} is not a directory" in capsys.readouterr().err
+    assert a_file.is_file() and a_file.read_text() == ""
+
+
+def test_build_module_refuses_a_file_as_output_directory(tmp_path: Path) -> None:
+    import kernix
+
+    src = tmp_path / "k.cpp"
+    src.write_text(_annotated("f"))
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(kernix.KernixError, match=r"a_file is not a directory; choose another output directory"):
+        kernix.build_module(src, tmp_path / "a_file" / "sub")
+
+
+def test_stubs_output_is_a_file_whose_missing_directories_are_created(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    src = FIXTURES / "ops" / "ops_cpu.cpp"
+    nested = tmp_path / "typings" / "ops" / "ops_cpu.pyi"
+    assert main(["stubs", str(src), "-o", str(nested)]) == 0
+    assert "def head(" in nested.read_text()
+    assert main(["stubs", str(src), "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"kernix stubs: error: -o {tmp_path} is a directory, not a file: name the file, e.g. -o " in err
+    suggested = err.rstrip().rpartition("-o ")[2]
+    assert main(["stubs", str(src), "-o", suggested]) == 0  # the suggestion works
+    assert Path(suggested).read_text() == nested.read_text()
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    assert main(["stubs", str(src), "-o", str(a_file / "x.pyi")]) == 2
+    err = capsys.readouterr().err
+    assert f"kernix stubs: error: cannot write {a_file / 'x.pyi'}: {a_file} is not a directory" in err
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["stubs"], ["build", "-o", "OUT"]])
+def test_an_unknown_extension_names_the_command_line_flags(command: list[str], tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "k.txt"
+    src.write_text(_annotated("f"))
+    argv = [c.replace("OUT", str(tmp_path / "out")) for c in command]
+    assert main([*argv, str(src)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot tell the language of {str(src)!r} from its extension '.txt'" in err
+    assert "pass --cuda or --cpp" in err and "language=" not in err
+    assert main([*argv, "--cpp", str(src)]) == 0  # the flag it names is the remedy
+
+
+def test_the_python_api_names_its_keyword_for_an_unknown_extension(tmp_path: Path) -> None:
+    import kernix
+
+    src = tmp_path / "k.txt"
+    src.write_text(_annotated("f"))
+    with pytest.raises(kernix.KernixError, match="pass language='cuda' or language='cpp'$"):
+        kernix.infer_file(src)
+
+
+def test_build_of_mixed_languages_names_the_command_line_flags(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.cu").write_text(_annotated("f"))
+    (tmp_path / "b.cpp").write_text(_annotated("g"))
+    assert main(["build", str(tmp_path / "a.cu"), str(tmp_path / "b.cpp"), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"the sources mix CUDA and C++ files ({tmp_path / 'a.cu'}, {tmp_path / 'b.cpp'})" in err
+    assert "with --cuda or --cpp" in err and "language=" not in err
+
+
+@pytest.mark.parametrize("command", [["stubs"], ["build", "-o", "OUT"]])
+def test_a_name_exported_by_two_files_is_refused(command: list[str], tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """`kernix stubs` refuses what `kernix build` (and a load) refuses: a module's names are unique."""
+    (tmp_path / "a.cpp").write_text("\n" + _annotated("f"))
+    (tmp_path / "b.cpp").write_text(_annotated("f"))
+    argv = [c.replace("OUT", str(tmp_path / "out")) for c in command]
+    assert main([*argv, str(tmp_path / "a.cpp"), str(tmp_path / "b.cpp")]) == 1
+    out, err = capsys.readouterr()
+    assert f"{tmp_path / 'b.cpp'}:3: error: function name 'f' is exported twice (also at {tmp_path / 'a.cpp'}:4)" in err
+    assert out == ""
+
+
+@pytest.mark.parametrize("command", [["stubs"], ["build", "-o", "OUT"]])
+def test_a_source_given_twice_is_refused(command: list[str], tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.cpp").write_text(_annotated("f"))
+    argv = [c.replace("OUT", str(tmp_path / "out")) for c in command]
+    twice = [str(tmp_path / "a.cpp"), os.path.join(tmp_path, ".", "a.cpp")]
+    assert main([*argv, *twice]) == 2
+    out, err = capsys.readouterr()
+    assert f"error: the source {twice[1]} is given twice (also as {twice[0]}): give each file once" in err
+    assert out == "" and not (tmp_path / "out").exists()
+
+
+def test_build_module_refuses_a_source_given_twice(tmp_path: Path) -> None:
+    import kernix
+
+    (tmp_path / "a.cpp").write_text(_annotated("f"))
+    with pytest.raises(kernix.KernixError, match="is given twice"):
+        kernix.build_module([tmp_path / "a.cpp", tmp_path / "a.cpp"], tmp_path / "out")
+
+
+def test_every_command_and_option_is_documented() -> None:
+    """docs/reference/cli.rst has a section for each command naming each of its options."""
+    from kernix.cli import COMMANDS, _module
+
+    text = (ROOT / "docs" / "reference" / "cli.rst").read_text()
+    sections = dict(zip(*[iter(re.split(r"^``kernix (\w+)``\n-+\n", text, flags=re.M)[1:])] * 2))
+    assert sorted(sections) == sorted(COMMANDS)
+    for name in COMMANDS:
+        command = _module(name).COMMAND
+        args = [a for c in (command.actions.values() or [command]) for a in c.args]
+        for flag in (f for a in args if a.kind != "positional" for f in a.flags):
+            assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", sections[name]), f"kernix {name}: {flag}"
+
+
+def test_an_undetected_gpu_architecture_names_the_arch_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A CUDA build on a machine with no GPU to ask: each caller is told its own spelling."""
+    import kernix
+    from kernix import arch
+
+    for name in ("KERNIX_CUDA_ARCH", "KERNIX_CUDA_ARCH_LIST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(arch, "_arch_from_jax", lambda: None)
+    monkeypatch.setattr(arch, "_arch_from_nvidia_smi", lambda: None)
+    src = tmp_path / "k.cu"
+    src.write_text(_annotated("f"))
+    assert main(["build", str(src), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "could not detect the GPU's compute capability" in err and "--arch sm_90" in err
+    with pytest.raises(kernix.ToolchainError, match="arch= for build_module"):
+        kernix.build_module(src, tmp_path / "out")
+    with pytest.raises(kernix.ToolchainError, match="compute_capability='sm_90'"):
+        kernix.load_cuda_file(src, name=unique_name("undetected"))
+
+
+def test_build_of_a_file_without_annotations_names_the_remedy_the_command_line_has(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "plain.cpp"
+    src.write_text('#include "kernix/common.h"\nvoid f(const BE::Tensor& x, BE::Tensor& y) {}\n')
+    assert main(["build", str(src), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert f"no function to export in {src}: annotate each entry point with a `// @BE name` comment" in err
+    assert "or pass functions=" not in err and "from Python, name them with functions=[...]" in err
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["stubs"], ["build", "-o", "OUT"]])
+def test_a_missing_source_is_a_usage_error_for_every_command(command: list[str], tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [c.replace("OUT", str(tmp_path / "out")) for c in command]
+    assert main([*argv, str(tmp_path / "missing.cpp")]) == 2
+    assert str(tmp_path / "missing.cpp") in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

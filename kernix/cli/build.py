@@ -6,7 +6,8 @@ from __future__ import annotations
 import sys
 
 from .args import Arg, Command, language_option, source_args
-from .output import error_line, human_size
+from .checks import output_dir_problem, source_problem
+from .output import error_line, human_size, print_error
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
@@ -21,7 +22,8 @@ COMMAND = Command(
                 "and kernix-prebuilt.json. kernix.load_prebuilt(DIR) loads it with no compiler.",
     args=(
         Arg("sources", kind="positional", nargs="+", metavar="SOURCE", help="C++ or CUDA source files"),
-        Arg("-o", "--output", required=True, metavar="DIR", help="the module directory to write"),
+        Arg("-o", "--output", required=True, metavar="DIR",
+            help="the module directory to write (created, with missing parents, if missing)"),
         Arg("--name", help="module name and default FFI target prefix (default: the file's stem)"),
         *source_args("build"),
         Arg("--arch", metavar="LIST",
@@ -37,9 +39,15 @@ COMMAND = Command(
 
 def run(args: dict[str, Any]) -> int:
     """Run ``kernix build`` with the parsed ``args``; returns the exit status."""
-    from ..errors import InferenceError, KernixError
+    from ..errors import InferenceError, KernixError, SourceNotFoundError
     from ..prebuilt.build import build_module
 
+    problem = source_problem(args["sources"], language_option(args), once=True, one_language=True)
+    if problem is None:
+        problem = output_dir_problem(args["output"])
+    if problem is not None:
+        print_error("build", problem)
+        return 2
     try:
         manifest = build_module(
             args["sources"], args["output"], name=args["name"], language=language_option(args),
@@ -51,8 +59,8 @@ def run(args: dict[str, Any]) -> int:
             print(error_line(err), file=sys.stderr)
         return 1
     except KernixError as exc:
-        print(f"kernix build: error: {exc}", file=sys.stderr)
-        return 1
+        print_error("build", str(exc))
+        return 2 if isinstance(exc, SourceNotFoundError) else 1  # a missing source: a usage error, as for inspect
     archs = ", ".join([*manifest.sass, *manifest.ptx])
     print(f"built {manifest.name} ({manifest.platform}{': ' + archs if archs else ''}) into {manifest.directory}")
     print(f"  {manifest.library}  {human_size(manifest.library_size)}  sha256 {manifest.library_sha256[:16]}...")

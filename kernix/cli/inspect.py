@@ -7,7 +7,11 @@ from __future__ import annotations
 import os
 import sys
 
+from ..paths import printable, utf8_problem
 from .args import Arg, Command, language_option, source_args
+from .checks import source_problem
+from .output import error_line, print_error
+
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
     from typing import Any, Sequence
@@ -32,7 +36,7 @@ COMMAND = Command(
 
 def _table(result: dict[str, Any]) -> str:
     """A readable table of one file's functions (``result``: an :meth:`InferResult.to_json` dict)."""
-    lines = [f"{result['path']} ({result['language']})"]
+    lines = [f"{printable(result['path'])} ({result['language']})"]
     functions = result["functions"]
     if not functions:
         lines.append("  (no functions inferred)")
@@ -92,6 +96,21 @@ def _source_files(paths: Sequence[str]) -> list[str]:
     return out
 
 
+def _unparsable(path: str, options: dict[str, Any]) -> dict[str, Any] | None:
+    """The result of a file libclang cannot be handed, its path not being
+    valid UTF-8 (:meth:`InferResult.to_json` form, with the error that says
+    so), or ``None`` for any other file."""
+    problem = utf8_problem(path)
+    if problem is None:
+        return None
+    from ..languages import language_of
+
+    path = os.path.abspath(path)
+    error = {"message": problem, "file": path, "line": 0, "column": 0, "function": None, "parameter": None}
+    return {"path": path, "language": options["language"] or language_of(path), "functions": [],
+            "errors": [error], "dependencies": []}
+
+
 def _infer_one(path: str, options: dict[str, Any]) -> dict[str, Any]:
     """One file's inference, as JSON (in a worker process for parallel runs)."""
     from ..frontend.infer import infer_file
@@ -123,7 +142,9 @@ def _infer_all(files: Sequence[str], options: dict[str, Any], jobs: int) -> list
     results: list[Any] = [None] * len(files)
     misses = []
     for i, path in enumerate(files):
-        found = _cached(path, options) if options.get("use_cache", True) else None
+        found = _unparsable(path, options)
+        if found is None and options.get("use_cache", True):
+            found = _cached(path, options)
         if found is None:
             misses.append(i)
         results[i] = found
@@ -157,6 +178,10 @@ def run(args: dict[str, Any]) -> int:
     if not files:
         print("kernix inspect: no C++ or CUDA source files found", file=sys.stderr)
         return 2
+    problem = source_problem(files, options["language"])
+    if problem is not None:
+        print_error("inspect", problem)
+        return 2
     jobs = args["jobs"] or os.cpu_count() or 1
     try:
         results = _infer_all(files, options, jobs)
@@ -165,12 +190,10 @@ def run(args: dict[str, Any]) -> int:
 
         if not isinstance(exc, KernixError):
             raise
-        print(f"kernix inspect: {exc}", file=sys.stderr)
+        print_error("inspect", str(exc))
         return 2
     failed = [r for r in results if r["errors"]]
     if failed:
-        from .output import error_line
-
         for result in failed:
             for err in _errors(result):
                 print(error_line(err), file=sys.stderr)

@@ -1,17 +1,29 @@
-"""Text the ``kernix`` commands print: compiler-style error lines and sizes."""
+"""Text the ``kernix`` commands print: compiler-style error lines, error
+messages and sizes."""
 
 from __future__ import annotations
+
+import sys
+
+from ..paths import printable
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
     from ..errors import SourceError
 
-__all__ = ["error_line", "human_size"]
+__all__ = ["error_line", "print_error", "human_size"]
 
 
 def error_line(err: SourceError) -> str:
-    """``FILE:LINE:COL: error: message``, the form editors and compilers use."""
-    return f"{err.location()}: error: {err.message}"
+    """``FILE:LINE:COL: error: message``, the form editors and compilers use
+    (a file name's bytes that are not UTF-8 written ``\\xNN``)."""
+    return printable(f"{err.location()}: error: {err.message}")
+
+
+def print_error(command: str, message: str) -> None:
+    """Print ``kernix COMMAND: error: message`` on stderr, as argparse prints a
+    usage error (a file name's bytes that are not UTF-8 written ``\\xNN``)."""
+    print(f"kernix {command}: error: {printable(message)}", file=sys.stderr)
 
 
 def human_size(n: float) -> str:

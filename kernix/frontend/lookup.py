@@ -14,7 +14,7 @@ import os
 
 from .. import __version__
 from ..languages import language_of
-from ..paths import absolute, cache_root_str
+from ..paths import absolute, cache_root_str, printable, utf8_problem
 from . import speccache
 from .setup import parse_setup
 
@@ -70,9 +70,15 @@ def look_up(
     Raises
     ------
     KernixError
-        When the file cannot be read or its language is unknown.
+        When the file cannot be read, its path is not valid UTF-8 or its
+        language is unknown.
     """
     path = os.path.abspath(os.fspath(path))
+    problem = utf8_problem(path)
+    if problem is not None:
+        from ..errors import KernixError
+
+        raise KernixError(f"cannot parse {printable(path)}: {problem}")
     if language is None:
         language = language_of(path)
     elif language not in ("cuda", "cpp"):

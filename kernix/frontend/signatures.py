@@ -1,5 +1,6 @@
 """Shape signatures at inference: reading them from annotations, checking
-them against the C++ signature, and checking ``vjp=`` pairs across a module.
+them against the C++ signature, and checking across a module that its names
+are unique and its ``vjp=`` pairs fit.
 
 The grammar itself (and binding at call time) is :mod:`kernix.signature`.
 """
@@ -13,7 +14,7 @@ from ..errors import InferenceError, SignatureError, SourceError
 from ..names import is_identifier
 from ..signature import check_against_spec, parse_signature, split_annotation
 
-__all__ = ["leading_comment", "annotate_spec", "check_vjp_pairs", "raise_for_vjp_pairs"]
+__all__ = ["leading_comment", "annotate_spec", "check_unique_names", "check_vjp_pairs", "raise_for_vjp_pairs"]
 
 
 def leading_comment(text: str, first_line: int, decl_line: int = 0) -> str:
@@ -102,6 +103,37 @@ def annotate_spec(spec: Any, annotation: Any, source_text: str) -> tuple[tuple[s
     if vjp is not None and not is_identifier(vjp):
         error(f"vjp={vjp!r}: the forward function's name must be an identifier")
     return tokens, replace(spec, signature=signature, vjp_of=vjp, doc=doc), errors
+
+
+def check_unique_names(specs: Iterable[Any]) -> list[SourceError]:
+    """Check that one module's specs export each name once.
+
+    Parameters
+    ----------
+    specs
+        The module's :class:`~kernix.spec.FunctionSpec` values, in source order
+        (file by file).
+
+    Returns
+    -------
+    list of SourceError
+        One per spec whose name an earlier one exports, placed at it and
+        naming the earlier one's place: FFI target names are unique within a
+        module.
+    """
+    seen: dict[str, Any] = {}
+    errors: list[SourceError] = []
+    for spec in specs:
+        prev = seen.get(spec.name)
+        if prev is None:
+            seen[spec.name] = spec
+        else:
+            errors.append(SourceError(
+                f"function name {spec.name!r} is exported twice (also at {prev.file}:{prev.line}); "
+                "FFI target names must be unique within a module: rename one",
+                file=spec.file, line=spec.line, function=spec.name,
+            ))
+    return errors
 
 
 def check_vjp_pairs(specs: Iterable[Any]) -> list[SourceError]:

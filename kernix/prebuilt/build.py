@@ -19,6 +19,7 @@ from typing import Any, Sequence
 from .. import __version__
 from ..errors import KernixError, PrebuiltError, SourceNotFoundError
 from ..languages import Language, language_of
+from ..paths import directory_problem, repeated_source
 from .format import MANIFEST_NAME, PrebuiltManifest, ffi_api_of
 
 __all__ = ["build_module"]
@@ -114,8 +115,8 @@ def build_module(
     sources : path or list of paths
         The C++ or CUDA files (each its own translation unit).
     output_dir : path
-        Where the module is written (created if needed; a module built there
-        before is replaced).
+        Where the module is written (created if needed, with missing parent
+        directories; a module built there before is replaced).
     name : str, optional
         The module name and default FFI target prefix (default: the file's
         stem, or the output directory's name for several files).
@@ -153,6 +154,9 @@ def build_module(
     ------
     kernix.InferenceError, kernix.CompilationError, kernix.ToolchainError
         As a JIT load would.
+    kernix.KernixError
+        Before any work, for a source given twice or an ``output_dir`` that
+        cannot be a directory (a file in its place or in its path).
     """
     from ..build import build_config, infer_units
     from ..backend import codegen, toolchain
@@ -168,8 +172,15 @@ def build_module(
     for s in srcs:
         if not s.is_file():
             raise SourceNotFoundError(f"source file not found: {s}")
+    repeated = repeated_source(srcs)
+    if repeated is not None:
+        raise KernixError(repeated)
     lang = _language(srcs, language)
     output = Path(output_dir).expanduser().absolute()
+    problem = directory_problem(output)
+    if problem is not None:
+        raise KernixError(f"cannot write the module into {output}: {problem}; "
+                          "choose another output directory (a missing one is created)")
     if name is None:
         name = default_module_name(srcs[0] if len(srcs) == 1 else output)
     cflags = [*(f"-D{d}" for d in defines), *extra_cflags]
@@ -194,7 +205,10 @@ def build_module(
     index = itertools.count()
     exported = [(str(src), [codegen.ExportedFunction(next(index), f) for f in fns]) for src, fns in units]
     all_fns = [e for _, es in exported for e in es]
-    output.mkdir(parents=True, exist_ok=True)
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KernixError(f"cannot create the output directory {output}: {exc.strerror or exc}") from None
     with tempfile.TemporaryDirectory(prefix=f"kernix-build-{name}-") as work:
         result = ninja_build(Path(work), exported, config, workers=workers, verbose=verbose)
         digest = file_digest(result.so_path)
