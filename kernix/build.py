@@ -29,7 +29,9 @@ if TYPE_CHECKING:
     from .backend.flags import BuildConfig
     from .spec import FunctionSpec
 
-__all__ = ["build_config", "toolchain_stamp", "cache_key", "store_inline_source", "keyed_entry", "reload", "infer_units"]
+__all__ = [
+    "build_config", "toolchain_stamp", "cache_key", "store_inline_source", "keyed_entry", "reload", "infer_units",
+]
 
 
 def build_config(request: LoadRequest) -> BuildConfig:

@@ -23,6 +23,7 @@ LAYERS = {
     "kernix.dtypes": 1,
     "kernix.languages": 1,
     "kernix.paths": 1,
+    "kernix.filenames": 1,
     "kernix.arch": 1,
     "kernix.report": 1,
     "kernix.spec": 2,

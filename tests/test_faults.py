@@ -522,7 +522,7 @@ def test_symbol_defined_in_two_sources_is_a_link_error_naming_both_files(tmp_pat
         f.write_text(f.read_text().replace("float scale", "static float scale"))
     mod = kernix.load_cpp_dir(src, name=unique_name("twice"), build_directory=tmp_path / "cache")
     with jax.default_device(jax.devices("cpu")[0]):
-        assert [float(getattr(mod, fn)(jnp.zeros(1))[0]) for fn in ("fa", "fb")] == [2.0, 3.0]
+        assert [float(getattr(mod, fn)(jnp.zeros(1, jnp.float32))[0]) for fn in ("fa", "fb")] == [2.0, 3.0]
 
 
 def test_device_linker_definition_clash_names_the_sources() -> None:

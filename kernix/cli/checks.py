@@ -48,7 +48,7 @@ def source_problem(paths: Sequence[str], language: str | None, *, once: bool = F
             return (f"the sources mix CUDA and C++ files ({', '.join(paths)}): build them as one language "
                     "with --cuda or --cpp")
     if once:
-        from ..paths import repeated_source
+        from ..filenames import repeated_source
 
         return repeated_source(paths)
     return None
@@ -57,7 +57,7 @@ def source_problem(paths: Sequence[str], language: str | None, *, once: bool = F
 def output_dir_problem(path: str) -> str | None:
     """Why ``-o PATH`` cannot be the module directory ``kernix build`` writes
     (created when missing), or ``None``."""
-    from ..paths import directory_problem
+    from ..filenames import directory_problem
 
     problem = directory_problem(path)
     if problem is None:
@@ -78,7 +78,7 @@ def output_file_problem(path: str, name: str) -> str | None:
     """
     if os.path.isdir(path):
         return f"-o {path} is a directory, not a file: name the file, e.g. -o {os.path.join(path, name)}"
-    from ..paths import directory_problem
+    from ..filenames import directory_problem
 
     problem = directory_problem(os.path.dirname(os.path.abspath(path)))
     if problem is None:

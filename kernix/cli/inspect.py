@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..paths import printable, utf8_problem
+from ..filenames import printable, utf8_problem
 from .args import Arg, Command, language_option, source_args
 from .checks import source_problem
 from .output import error_line, print_error

@@ -14,7 +14,8 @@ import os
 
 from .. import __version__
 from ..languages import language_of
-from ..paths import absolute, cache_root_str, printable, utf8_problem
+from ..filenames import printable, utf8_problem
+from ..paths import absolute, cache_root_str
 from . import speccache
 from .setup import parse_setup
 

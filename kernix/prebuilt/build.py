@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from .. import __version__
 from ..errors import KernixError, PrebuiltError, SourceNotFoundError
 from ..languages import Language, language_of
-from ..paths import directory_problem, repeated_source
+from ..filenames import directory_problem, repeated_source
 from .format import MANIFEST_NAME, PrebuiltManifest, ffi_api_of
 
 __all__ = ["build_module"]

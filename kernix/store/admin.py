@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CacheError
+from ..filenames import printable
 from ..names import check_module_name, is_module_name
 from ..paths import cache_root
 from .files import source_module
@@ -36,16 +37,6 @@ _MODULE_AREAS = ("modules", "build", "sources", "direct")
 _SHARED_AREAS = ("direct", "specs", "toolchain")
 #: The keyword of :func:`shutil.rmtree` that takes an error handler (``onerror`` is deprecated from 3.12).
 _ON_ERROR = "onexc" if sys.version_info >= (3, 12) else "onerror"
-
-
-def _shown(path: str | os.PathLike[str]) -> str:
-    """``path`` as text any output can write: bytes that are not UTF-8 (which
-    :mod:`os` hands back as lone surrogates) become ``\\xNN`` escapes."""
-    text = os.fspath(path)
-    try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:  # (a surrogate no file name gives)
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _lstat(path: str | os.PathLike[str]) -> os.stat_result | None:
@@ -207,7 +198,7 @@ class _Clearing:
         also = f" and {more} more path{'s' if more > 1 else ''}" if more else ""
         entries = f"{self.removed} cache entr{'y' if self.removed == 1 else 'ies'}"
         raise CacheError(
-            f"kernix cache clear removed {entries} but could not remove {_shown(path)} "
+            f"kernix cache clear removed {entries} but could not remove {printable(path)} "
             f"({exc.strerror or exc}){also}. {_clear_advice(self.base, path, exc)}"
         )
 
@@ -216,7 +207,7 @@ def _clear_advice(base: Path, path: str, exc: OSError) -> str:
     """What to do about ``path`` that a clear could not remove with ``exc``."""
     if exc.errno in (errno.EACCES, errno.EPERM):
         return (
-            f"Give yourself write permission in the cache (`chmod -R u+rwX {shlex.quote(_shown(base))}`) and run "
+            f"Give yourself write permission in the cache (`chmod -R u+rwX {shlex.quote(printable(base))}`) and run "
             "`kernix cache clear` again; what another user owns, that user (or root) must remove."
         )
     if exc.errno == errno.EROFS:
@@ -224,7 +215,7 @@ def _clear_advice(base: Path, path: str, exc: OSError) -> str:
             "The file system that holds it is read-only: remount it read-write, or point KERNIX_CACHE_DIR "
             "(kernix.set_cache_dir()) at another directory."
         )
-    return f"Remove it by hand (`rm -rf {shlex.quote(_shown(path))}`) and run `kernix cache clear` again."
+    return f"Remove it by hand (`rm -rf {shlex.quote(printable(path))}`) and run `kernix cache clear` again."
 
 
 def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None = None) -> int:
@@ -321,13 +312,13 @@ def _describe(entry: Path) -> dict[str, Any]:
     try:
         m = Manifest.read(entry)
     except (OSError, ManifestError):
-        return {"name": _shown(entry.parent.name), "path": _shown(entry), "damaged": True, "size_bytes": size}
+        return {"name": printable(entry.parent.name), "path": printable(entry), "damaged": True, "size_bytes": size}
     return {
-        "name": _shown(m.name),
+        "name": printable(m.name),
         "key": m.key,
         "platform": m.platform,
         "functions": list(m.handlers),
-        "path": _shown(entry),
+        "path": printable(entry),
         "size_bytes": size,
         "created": m.created,
     }
@@ -363,9 +354,9 @@ def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         total = sum(_tree_size(base / area) for area in _AREAS)
         entries = [_describe(entry) for entry in _entries(base / "modules")]
     except OSError as exc:
-        where = _shown(exc.filename if exc.filename is not None else base)
+        where = printable(exc.filename if exc.filename is not None else base)
         raise CacheError(
             f"cannot read {where} in the kernix cache ({exc.strerror or exc}). Give yourself access "
-            f"(`chmod -R u+rwX {shlex.quote(_shown(base))}`) and run `kernix cache info` again."
+            f"(`chmod -R u+rwX {shlex.quote(printable(base))}`) and run `kernix cache info` again."
         ) from exc
-    return {"root": _shown(base), "total_bytes": total, "modules": entries}
+    return {"root": printable(base), "total_bytes": total, "modules": entries}
