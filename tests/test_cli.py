@@ -277,6 +277,21 @@ def test_stubs_output_is_a_file_whose_missing_directories_are_created(tmp_path: 
     assert f"kernix stubs: error: cannot write {a_file / 'x.pyi'}: {a_file} is not a directory" in err
 
 
+def test_stubs_output_that_is_a_source_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Was: `kernix stubs k.cpp -o k.cpp` replaced the C++ source with the stub."""
+    src = tmp_path / "k.cpp"
+    src.write_text(_annotated("f"))
+    before = src.read_bytes()
+    link = tmp_path / "link.cpp"
+    link.symlink_to(src)
+    for out in (src, link):
+        assert main(["stubs", str(src), "-o", str(out)]) == 2
+        assert f"kernix stubs: error: -o {out} is the source {src}: writing it would overwrite the code" in (
+            capsys.readouterr().err)
+    assert src.read_bytes() == before
+    assert main(["stubs", str(src), "-o", str(tmp_path / "k.pyi")]) == 0
+
+
 @pytest.mark.parametrize("command", [["inspect"], ["stubs"], ["build", "-o", "OUT"]])
 def test_an_unknown_extension_names_the_command_line_flags(command: list[str], tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:

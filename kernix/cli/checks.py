@@ -65,7 +65,7 @@ def output_dir_problem(path: str) -> str | None:
     return f"cannot write the module into {path}: {problem}; give -o a directory (a missing one is created)"
 
 
-def output_file_problem(path: str, name: str) -> str | None:
+def output_file_problem(path: str, name: str, sources: Sequence[str] = ()) -> str | None:
     """Why ``-o PATH`` cannot be the file a command writes (its missing
     directories created), or ``None``.
 
@@ -75,9 +75,14 @@ def output_file_problem(path: str, name: str) -> str | None:
         The file ``-o`` names.
     name
         A file name to suggest when ``path`` is a directory.
+    sources
+        The command's input files, which ``-o`` must not overwrite.
     """
     if os.path.isdir(path):
         return f"-o {path} is a directory, not a file: name the file, e.g. -o {os.path.join(path, name)}"
+    for source in sources:
+        if os.path.exists(path) and os.path.exists(source) and os.path.samefile(path, source):
+            return f"-o {path} is the source {source}: writing it would overwrite the code; name another file"
     from ..filenames import directory_problem
 
     problem = directory_problem(os.path.dirname(os.path.abspath(path)))

@@ -42,7 +42,7 @@ def run(args: dict[str, Any]) -> int:
     stub_name = os.path.splitext(os.path.basename(files[0]))[0] + ".pyi"
     problem = source_problem(files, language_option(args), once=True)
     if problem is None and output:
-        problem = output_file_problem(output, stub_name)
+        problem = output_file_problem(output, stub_name, files)
     if problem is not None:
         print_error("stubs", problem)
         return 2
