@@ -276,6 +276,28 @@ def test_missing_include_is_reported(tmp_path: Path) -> None:
     assert any("no_such_header.h" in e.message and e.line == 1 for e in r.errors)
 
 
+def test_explicit_instantiation_is_named_and_the_suggested_wrapper_works(tmp_path: Path) -> None:
+    """Was: an annotation before `template void f<float>(...);` was "bound to
+    nothing", as if no declaration followed it."""
+    head = '#include "kernix/common.h"\ntemplate <typename T> void tf(const BE::Tensor& x, BE::Tensor& y, T v) {}\n'
+    src = tmp_path / "inst.cpp"
+    src.write_text(head + "// @BE tf\n/* float only */\ntemplate void tf<float>(const BE::Tensor&, BE::Tensor&, float);\n"
+                   "// @BE tf_i\nextern template void tf<int>(const BE::Tensor&, BE::Tensor&, int);\n")
+    r = infer_file(src, use_cache=False)
+    assert r.functions == ()
+    first, second = r.errors
+    assert (first.line, first.function) == (3, "tf") and (second.line, second.function) == (6, "tf_i")
+    assert "explicit instantiation (`template void tf<float>(const BE::Tensor&, BE::Tensor&, float)`)" in first.message
+    assert "`// @BE tf_float` before `void tf_float(...)`" in first.message and "`tf<float>(...)`" in first.message
+    assert "`// @BE tf_i` before `void tf_i(...)`" in second.message and "`tf<int>(...)`" in second.message
+    assert "bound to nothing" not in first.message + second.message
+    # The fix the message suggests infers.
+    src.write_text(head + "// @BE tf_float\n"
+                   "void tf_float(const BE::Tensor& x, BE::Tensor& y, float v) { tf<float>(x, y, v); }\n")
+    r = infer_file(src, use_cache=False)
+    assert r.errors == () and [f.arg_spec for f in r.functions] == [("arg", "ret", "attr.v:float32")]
+
+
 # ---------------------------------------------------------------- functions=, flags
 
 

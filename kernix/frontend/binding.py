@@ -225,6 +225,41 @@ def _between_is_specifiers(text: bytes) -> bool:
     return not any(ch in text for ch in b";{}#")
 
 
+# An explicit instantiation (``template void f<float>(...);``, ``extern template ...``):
+# ``template`` not followed by ``<``.  libclang gives it no declaration of its own.
+_INSTANTIATION = re.compile(rb"(?:extern\s+)?template(?![\w<])\s*(?!<)(?P<decl>[^;{]*)")
+_TEMPLATE_ID = re.compile(r"(?P<name>[A-Za-z_]\w*)\s*(?:<(?P<args>[^()]*)>)?\s*\(")
+
+
+def explicit_instantiation(raw: bytes, annotation: Annotation) -> str | None:
+    """The explicit instantiation right after ``annotation`` (its declaration,
+    single-spaced, without ``template``), or ``None`` when something else follows."""
+    starts_of = line_starts(raw)
+    after = starts_of[annotation.end_line] if annotation.end_line < len(starts_of) else len(raw)
+    rest = raw[after:]
+    skipped = re.match(rb"(?:\s+|//[^\r\n]*|/\*.*?\*/|\[\[.*?\]\])*", rest, re.DOTALL)
+    m = _INSTANTIATION.match(rest, skipped.end() if skipped else 0)
+    if m is None:
+        return None
+    return " ".join(m.group("decl").decode("utf-8", errors="replace").split())
+
+
+def _instantiation_error(a: Annotation, decl: str, where: dict[str, Any]) -> SourceError:
+    """The error for annotation ``a`` placed before the explicit instantiation ``decl``."""
+    tid = _TEMPLATE_ID.search(decl)
+    name, args = (tid.group("name"), tid.group("args")) if tid is not None else (a.name, None)
+    call = name if args is None else f"{name}<{args.strip()}>"
+    wrapper = a.name  # the name the annotation wants, unless it is the template's own
+    if wrapper == name:
+        suffix = re.sub(r"[^0-9A-Za-z]+", "_", args or "").strip("_")
+        wrapper = f"{name}_{suffix or 'export'}"
+    return SourceError(
+        f"annotation `{a.text}` precedes an explicit instantiation (`template {decl}`), which declares "
+        "no function of its own: a function template and its instantiations cannot be exported. Export a "
+        f"plain function that calls it: `// @BE {wrapper}` before `void {wrapper}(...)` taking the same "
+        f"parameters and calling `{call}(...)` with them", function=a.name, **where)
+
+
 def bind_annotations(raw: bytes, annotations: list[Annotation], cursors: list[Any]) -> dict[int, Any]:
     """Bind each annotation to the function declaration that follows it.
 
@@ -282,9 +317,13 @@ def generated_together(cursor: Any, cursors: list[Any]) -> list[Any]:
 
 
 def annotated_targets(
-    path: str, annotations: list[Annotation], bound: dict[int, Any], cursors: list[Any]
+    path: str, annotations: list[Annotation], bound: dict[int, Any], cursors: list[Any], raw: bytes = b""
 ) -> tuple[list[Target], list[SourceError]]:
-    """The functions the annotations export, and an error for each one that cannot be."""
+    """The functions the annotations export, and an error for each one that cannot be.
+
+    ``raw`` (the file's bytes) lets an annotation bound to nothing say what it
+    precedes instead (an explicit instantiation).
+    """
     errors: list[SourceError] = []
     targets: list[Target] = []
     seen: dict[str, tuple[Annotation, Any]] = {}
@@ -300,6 +339,10 @@ def annotated_targets(
                 f"`// @BE {a.name}`: {a.name!r} is not a valid function name", function=a.name, **where))
             continue
         cursor = bound.get(a.line)
+        instantiation = explicit_instantiation(raw, a) if cursor is None and raw else None
+        if instantiation is not None:
+            errors.append(_instantiation_error(a, instantiation, where))
+            continue
         if cursor is None:
             hint = ""
             if a.name in by_name:
