@@ -298,6 +298,40 @@ def test_explicit_instantiation_is_named_and_the_suggested_wrapper_works(tmp_pat
     assert r.errors == () and [f.arg_spec for f in r.functions] == [("arg", "ret", "attr.v:float32")]
 
 
+FRIEND_SRC = """#include "kernix/common.h"
+namespace ns {
+struct S {
+  // @BE hidden
+  friend void hidden(const BE::Tensor& x, BE::Tensor& y, int k) noexcept {}
+  // @BE declared
+  friend void declared(const BE::Tensor& x, BE::Tensor& y) {}
+};
+void declared(const BE::Tensor& x, BE::Tensor& y);
+}  // namespace ns
+"""
+
+
+def test_friend_function_in_a_class(tmp_path: Path) -> None:
+    """Was: an annotation before a friend function defined in a class was "bound
+    to nothing", and functions=[...] did not find it."""
+    src = tmp_path / "friend.cpp"
+    src.write_text(FRIEND_SRC)
+    for functions in (None, ["hidden", "declared"]):
+        r = infer_file(src, functions=functions, use_cache=False)
+        assert [(f.name, f.qualified_name) for f in r.functions] == [("declared", "ns::declared")]
+        (err,) = r.errors
+        assert (err.line, err.column, err.function) == (5, 15, "hidden")
+        assert "friend function declared only inside class 'S'" in err.message
+    # The declaration the message suggests makes it exportable.
+    suggested = err.message.split("after the class: `")[1].rstrip("`")
+    assert suggested == "void hidden(const BE::Tensor & x, BE::Tensor & y, int k) noexcept;"
+    src.write_text(FRIEND_SRC.replace("};\n", "};\n" + suggested + "\n"))
+    r = infer_file(src, use_cache=False)
+    assert r.errors == ()
+    assert [(f.qualified_name, f.arg_spec) for f in r.functions] == [
+        ("ns::hidden", ("arg", "ret", "attr.k:int32")), ("ns::declared", ("arg", "ret"))]
+
+
 # ---------------------------------------------------------------- functions=, flags
 
 

@@ -65,15 +65,16 @@ def function_cursors(tu: Any, path: str) -> list[Any]:
     """Function declarations located in the main file, in walk order.
 
     Free functions and function templates, and also member functions (of
-    classes, structs and class templates, and out-of-class definitions), so
-    that an annotation before a member is bound to it and refused with a
-    reason (see :func:`refusal`) instead of being bound to nothing.
+    classes, structs and class templates, and out-of-class definitions) and
+    friend functions declared in a class, so that an annotation before one is
+    bound to it (and, where it cannot be exported, refused with a reason: see
+    :func:`refusal`) instead of being bound to nothing.
     """
     import clang.cindex as ci
 
     K = ci.CursorKind
     containers = {K.NAMESPACE, K.LINKAGE_SPEC, K.UNEXPOSED_DECL, K.STRUCT_DECL, K.CLASS_DECL,
-                  K.CLASS_TEMPLATE, K.CLASS_TEMPLATE_PARTIAL_SPECIALIZATION, K.UNION_DECL}
+                  K.CLASS_TEMPLATE, K.CLASS_TEMPLATE_PARTIAL_SPECIALIZATION, K.UNION_DECL, K.FRIEND_DECL}
     wanted = {K.FUNCTION_DECL, K.FUNCTION_TEMPLATE, *(getattr(K, n) for n in _MEMBER_KINDS_NAMES)}
     out: list[Any] = []
 
@@ -152,6 +153,47 @@ def _is_deleted(cursor: Any) -> bool:
     return tokens[:2] == ["=", "delete"] or tokens[1:3] == ["=", "delete"]
 
 
+def _declared_in_class_only(cursor: Any) -> bool:
+    """Whether ``cursor`` is a friend function that only classes declare.
+
+    Such a "hidden friend" belongs to the enclosing namespace, but neither
+    ordinary nor qualified lookup finds it (only argument-dependent lookup
+    does), so the generated code could not name it.  A declaration at
+    namespace scope, anywhere in the translation unit, makes it nameable.
+    """
+    import clang.cindex as ci
+
+    lexical = cursor.lexical_parent
+    if lexical is None or lexical.kind.name not in (*_CLASS_KINDS_NAMES, "FRIEND_DECL"):
+        return False
+    scopes: list[str] = []  # the USRs of the enclosing namespaces, outermost first
+    parent = cursor.semantic_parent
+    while parent is not None and parent.kind != ci.CursorKind.TRANSLATION_UNIT:
+        scopes.insert(0, parent.get_usr())
+        parent = parent.semantic_parent
+    target = cursor.canonical
+
+    def declares(scope: Any, depth: int) -> bool:
+        for c in scope.get_children():
+            kind = c.kind.name
+            if kind == "FUNCTION_DECL" and depth == len(scopes) and c.canonical == target:
+                return True
+            if kind in ("LINKAGE_SPEC", "UNEXPOSED_DECL") and declares(c, depth):
+                return True
+            if kind == "NAMESPACE" and depth < len(scopes) and c.get_usr() == scopes[depth] and declares(c, depth + 1):
+                return True
+        return False
+
+    return not declares(cursor.translation_unit.cursor, 0)
+
+
+def _declaration(cursor: Any) -> str:
+    """A declaration of function ``cursor`` as its types are written (no body, no default arguments)."""
+    params = ", ".join(" ".join(w for w in (p.type.spelling, p.spelling) if w) for p in cursor.get_arguments())
+    noexcept = cursor.exception_specification_kind.name in ("BASIC_NOEXCEPT", "COMPUTED_NOEXCEPT", "DYNAMIC_NONE")
+    return f"{cursor.result_type.spelling} {cursor.spelling}({params})" + (" noexcept" if noexcept else "")
+
+
 def _undeducible_specialization(cursor: Any) -> list[str]:
     """For an explicit specialization, the primary template's parameters that no
     function parameter mentions (so a call cannot deduce them); else ``[]``."""
@@ -182,6 +224,12 @@ def refusal(path: str, name: str, cursor: Any) -> SourceError | None:
             "annotate a free function that calls it", **where)
     if cursor.kind == ci.CursorKind.FUNCTION_TEMPLATE:
         return _template_error(path, name, cursor)
+    if _declared_in_class_only(cursor):
+        owner = cursor.lexical_parent.spelling or "its class"
+        return SourceError(
+            f"{name!r} is a friend function declared only inside class {owner!r}: outside argument-dependent "
+            "lookup nothing can name it, so the generated code cannot call it. Declare it at namespace scope "
+            f"too, after the class: `{_declaration(cursor)};`", **where)
     spaces = execution_spaces(cursor)
     if "global" in spaces:
         return SourceError(
