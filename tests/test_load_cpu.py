@@ -213,6 +213,18 @@ def test_a_bool_attribute_must_be_a_scalar():
         _coerce_attr("f", flag, np.array([True]))
 
 
+def test_a_traced_attribute_is_refused_with_the_fix(ops):
+    """Was: a traced value reached np.asarray, and the CallError carried JAX's
+    conversion error instead of saying that attributes are constants."""
+    x = np.arange(3, dtype=np.float32)
+    scale = lambda x, s: ops.scale_by(x, scale_factor=s)  # noqa: E731
+    with pytest.raises(kernix.CallError, match="attribute 'scale_factor'.*this value is traced.*static_argnames"):
+        jax.jit(scale)(x, 2.0)
+    with pytest.raises(kernix.CallError, match="this value is traced"):
+        jax.vmap(scale)(np.stack([x, x]), np.array([1.0, 2.0], np.float32))
+    np.testing.assert_array_equal(jax.jit(scale, static_argnames="s")(x, 2.0), x * 2)
+
+
 MACRO_TYPED = """#include "kernix/common.h"
 #ifdef __OPTIMIZE__
 typedef double T;
