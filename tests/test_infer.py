@@ -332,6 +332,32 @@ def test_friend_function_in_a_class(tmp_path: Path) -> None:
         ("ns::hidden", ("arg", "ret", "attr.k:int32")), ("ns::declared", ("arg", "ret"))]
 
 
+def test_missing_kernix_header_is_named_and_the_fix_works(tmp_path: Path) -> None:
+    src = tmp_path / "nohdr.cpp"
+    body = "// @BE f\nvoid f(const BE::Tensor& x, BE::Tensor& y) {}\n"
+    src.write_text(body)
+    r = infer_file(src, use_cache=False)
+    assert r.functions == () and len(r.errors) == 2
+    for err in r.errors:
+        assert (err.line, err.function) == (2, "f")
+        assert err.message.endswith('add `#include "kernix/common.h"` before the first function that uses it')
+    src.write_text('#include "kernix/common.h"\n' + body)
+    r = infer_file(src, use_cache=False)
+    assert r.errors == () and [f.arg_spec for f in r.functions] == [("arg", "ret")]
+
+
+def test_non_ascii_exported_name_says_why(tmp_path: Path) -> None:
+    """A UTF-8 identifier is valid C++ (g++ compiles it); the error says an
+    exported name must be ASCII, not that the name is invalid."""
+    src = tmp_path / "utf8.cpp"
+    src.write_text('#include "kernix/common.h"\n// @BE größe\nvoid größe(const BE::Tensor& x, BE::Tensor& y) {}\n',
+                   encoding="utf-8")
+    r = infer_file(src, use_cache=False)
+    (err,) = r.errors
+    assert (err.line, err.function) == (2, "größe")
+    assert "'größe' is not an ASCII identifier" in err.message and "annotate a wrapper" in err.message
+
+
 # ---------------------------------------------------------------- functions=, flags
 
 

@@ -196,6 +196,15 @@ def generated_together(cursor: Any, cursors: list[Any]) -> list[Any]:
     return [c for c in cursors if _start(c) == key]
 
 
+def _name_problem(name: str) -> str:
+    """Why ``name`` (not an ASCII identifier) cannot be exported, and what to do."""
+    if name.isidentifier() and not name.isascii():
+        return (f"{name!r} is not an ASCII identifier: an exported name is also the FFI target's and the "
+                "Python attribute's, so it is ASCII letters, digits and '_'. Rename the function, or annotate "
+                "a wrapper with an ASCII name that calls it")
+    return f"{name!r} is not a valid function name"
+
+
 def annotated_targets(
     path: str, annotations: list[Annotation], bound: dict[int, Any], cursors: list[Any], raw: bytes = b""
 ) -> tuple[list[Target], list[SourceError]]:
@@ -215,8 +224,7 @@ def annotated_targets(
                 "`// @BE` names no function: write `// @BE <function_name>` right before the function", **where))
             continue
         if not is_identifier(a.name):
-            errors.append(SourceError(
-                f"`// @BE {a.name}`: {a.name!r} is not a valid function name", function=a.name, **where))
+            errors.append(SourceError(f"`// @BE {a.name}`: {_name_problem(a.name)}", function=a.name, **where))
             continue
         cursor = bound.get(a.line)
         instantiation = explicit_instantiation(raw, a) if cursor is None and raw else None

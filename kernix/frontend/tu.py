@@ -40,8 +40,15 @@ def error_diagnostics(tu: Any, options: ParseOptions) -> list[SourceError]:
             )
         elif message.startswith("'") and message.endswith("' file not found"):
             message += _missing_header_hint(message[1:-len("' file not found")])
+        elif message in _UNDECLARED_BE:
+            message += ("; `BE::Tensor` is declared by kernix's header: add `#include \"kernix/common.h\"` "
+                        "before the first function that uses it")
         out.append(SourceError(message, file=fname, line=loc.line, column=loc.column))
     return out
+
+
+#: What clang says where ``BE::Tensor`` is used and no header declared ``BE``.
+_UNDECLARED_BE = ("use of undeclared identifier 'BE'", "unknown type name 'BE'")
 
 
 def _missing_header_hint(header: str) -> str:
