@@ -382,6 +382,28 @@ def test_functions_list_needs_no_annotation(tmp_path: Path) -> None:
     assert any("'over' is overloaded" in m for m in msgs)
 
 
+def test_function_only_a_header_declares_is_located_and_the_fix_works(tmp_path: Path) -> None:
+    """Was: "no function named 'scale' in this file; ... none", with no word of
+    the included header that declares it."""
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "ops.hpp").write_text(
+        '#pragma once\n#include "kernix/common.h"\nnamespace ops {\n'
+        "inline void scale(const BE::Tensor& x, BE::Tensor& y, double k) {}\n}\nusing ops::scale;\n")
+    src = tmp_path / "main.cpp"
+    src.write_text('#include "ops.hpp"\n')
+    r = infer_file(src, functions=["scale"], include_dirs=[str(tmp_path / "inc")], use_cache=False)
+    (err,) = r.errors
+    assert err.message.startswith("no function named 'scale' in this file")
+    assert f"declared in {tmp_path / 'inc' / 'ops.hpp'}:4, which this file includes" in err.message
+    fix = "`namespace ops {`, `// @BE scale` then `void scale(const BE::Tensor & x, BE::Tensor & y, double k);`, `}`"
+    assert err.message.endswith(fix)
+    src.write_text('#include "ops.hpp"\nnamespace ops {\n// @BE scale\n'
+                   "void scale(const BE::Tensor & x, BE::Tensor & y, double k);\n}\n")
+    r = infer_file(src, include_dirs=[str(tmp_path / "inc")], use_cache=False)
+    assert r.errors == () and [(f.qualified_name, f.arg_spec) for f in r.functions] == [
+        ("ops::scale", ("arg", "ret", "attr.k:float64"))]
+
+
 def test_functions_dict_checks_explicit_spec(tmp_path: Path) -> None:
     src = tmp_path / "d.cpp"
     src.write_text('#include "kernix/common.h"\nvoid f(const BE::Tensor& x, BE::Tensor& y, float a) {}\n')

@@ -292,14 +292,53 @@ def is_not_in_file(error: SourceError) -> bool:
     return error.message.startswith(_NOT_IN_FILE + " ")
 
 
+def _in_user_header(tu: Any, path: str, name: str) -> Any | None:
+    """A declaration of function ``name`` in a header ``path`` includes (not a system header), or ``None``."""
+    from .tu import in_system_header
+
+    def find(scope: Any) -> Any | None:
+        for c in scope.get_children():
+            kind = c.kind.name
+            if kind not in ("FUNCTION_DECL", "NAMESPACE", "LINKAGE_SPEC") or in_system_header(c):
+                continue
+            if kind != "FUNCTION_DECL":
+                hit = find(c)
+                if hit is not None:
+                    return hit
+            elif c.spelling == name and c.location.file is not None and c.location.file.name != path:
+                return c
+        return None
+
+    return None if tu is None else find(tu.cursor)
+
+
+def _header_hint(tu: Any, path: str, name: str) -> str:
+    """For a requested name only an included header declares: where, and the declaration to add."""
+    from .classify import qualified_name
+    from .refusal import declaration
+
+    found = _in_user_header(tu, path, name)
+    if found is None:
+        return ""
+    loc = found.location
+    fix = f"`// @BE {name}` then `{declaration(found)};`"
+    scope = qualified_name(found).rpartition("::")[0]
+    if scope:
+        fix = f"`namespace {scope} {{`, {fix}, `}}`"
+    return (f". It is declared in {loc.file.name}:{loc.line}, which this file includes: functions are exported "
+            f"from the source files themselves, so declare it here too, after that #include: {fix}")
+
+
 def requested_targets(
     path: str,
     wanted: dict[str, tuple[str, ...] | None],
     annotations: list[Annotation],
     bound: dict[int, Any],
     cursors: list[Any],
+    tu: Any = None,
 ) -> tuple[list[Target], list[SourceError]]:
-    """The functions a ``functions=`` argument names, and an error for each one that cannot be."""
+    """The functions a ``functions=`` argument names, and an error for each one that cannot be
+    (``tu``, the parsed file, lets a name that only an included header declares say so)."""
     errors: list[SourceError] = []
     targets: list[Target] = []
     annotated = {a.name: (a, bound[a.line]) for a in annotations if a.line in bound and bound[a.line].spelling == a.name}
@@ -313,8 +352,8 @@ def requested_targets(
             if not cands:
                 available = ", ".join(sorted(by_name)) or "none"
                 errors.append(SourceError(
-                    f"{_NOT_IN_FILE} {name!r} in this file; the functions it declares are: {available}",
-                    file=path, function=name))
+                    f"{_NOT_IN_FILE} {name!r} in this file; the functions it declares are: {available}"
+                    + _header_hint(tu, path, name), file=path, function=name))
                 continue
             distinct: dict[int, Any] = {}
             for c in cands:

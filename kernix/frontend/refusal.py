@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import SourceError
 
-__all__ = ["MEMBER_KINDS", "is_member", "execution_spaces", "refusal"]
+__all__ = ["MEMBER_KINDS", "is_member", "execution_spaces", "declaration", "refusal"]
 
 
 def _template_error(path: str, name: str, cursor: Any) -> SourceError:
@@ -119,7 +119,7 @@ def _declared_in_class_only(cursor: Any) -> bool:
     return not declares(cursor.translation_unit.cursor, 0)
 
 
-def _declaration(cursor: Any) -> str:
+def declaration(cursor: Any) -> str:
     """A declaration of function ``cursor`` as its types are written (no body, no default arguments)."""
     params = ", ".join(" ".join(w for w in (p.type.spelling, p.spelling) if w) for p in cursor.get_arguments())
     noexcept = cursor.exception_specification_kind.name in ("BASIC_NOEXCEPT", "COMPUTED_NOEXCEPT", "DYNAMIC_NONE")
@@ -161,7 +161,7 @@ def refusal(path: str, name: str, cursor: Any) -> SourceError | None:
         return SourceError(
             f"{name!r} is a friend function declared only inside class {owner!r}: outside argument-dependent "
             "lookup nothing can name it, so the generated code cannot call it. Declare it at namespace scope "
-            f"too, after the class: `{_declaration(cursor)};`", **where)
+            f"too, after the class: `{declaration(cursor)};`", **where)
     spaces = execution_spaces(cursor)
     if "global" in spaces:
         return SourceError(

@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import SourceError
 from .clangparse import PRELUDE_PATH, ParseOptions, compiler_view_of, is_under, system_dirs
 
-__all__ = ["error_diagnostics", "in_file", "skipped_ranges", "dependencies"]
+__all__ = ["error_diagnostics", "in_file", "in_system_header", "skipped_ranges", "dependencies"]
 
 
 def error_diagnostics(tu: Any, options: ParseOptions) -> list[SourceError]:
@@ -95,6 +95,11 @@ def in_file(cursor: Any, path: str) -> bool:
         return False
     f = loc.file
     return f is not None and os.path.abspath(f.name) == path
+
+
+def in_system_header(cursor: Any) -> bool:
+    """Whether ``cursor`` is located in a system header (toolchain, ``-isystem``)."""
+    return bool(_lib().clang_Location_isInSystemHeader(cursor.location))
 
 
 def skipped_ranges(tu: Any, path: str) -> list[tuple[int, int]]:
