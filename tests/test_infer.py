@@ -276,6 +276,88 @@ def test_missing_include_is_reported(tmp_path: Path) -> None:
     assert any("no_such_header.h" in e.message and e.line == 1 for e in r.errors)
 
 
+def test_explicit_instantiation_is_named_and_the_suggested_wrapper_works(tmp_path: Path) -> None:
+    """Was: an annotation before `template void f<float>(...);` was "bound to
+    nothing", as if no declaration followed it."""
+    head = '#include "kernix/common.h"\ntemplate <typename T> void tf(const BE::Tensor& x, BE::Tensor& y, T v) {}\n'
+    src = tmp_path / "inst.cpp"
+    src.write_text(head + "// @BE tf\n/* float only */\ntemplate void tf<float>(const BE::Tensor&, BE::Tensor&, float);\n"
+                   "// @BE tf_i\nextern template void tf<int>(const BE::Tensor&, BE::Tensor&, int);\n")
+    r = infer_file(src, use_cache=False)
+    assert r.functions == ()
+    first, second = r.errors
+    assert (first.line, first.function) == (3, "tf") and (second.line, second.function) == (6, "tf_i")
+    assert "explicit instantiation (`template void tf<float>(const BE::Tensor&, BE::Tensor&, float)`)" in first.message
+    assert "`// @BE tf_float` before `void tf_float(...)`" in first.message and "`tf<float>(...)`" in first.message
+    assert "`// @BE tf_i` before `void tf_i(...)`" in second.message and "`tf<int>(...)`" in second.message
+    assert "bound to nothing" not in first.message + second.message
+    # The fix the message suggests infers.
+    src.write_text(head + "// @BE tf_float\n"
+                   "void tf_float(const BE::Tensor& x, BE::Tensor& y, float v) { tf<float>(x, y, v); }\n")
+    r = infer_file(src, use_cache=False)
+    assert r.errors == () and [f.arg_spec for f in r.functions] == [("arg", "ret", "attr.v:float32")]
+
+
+FRIEND_SRC = """#include "kernix/common.h"
+namespace ns {
+struct S {
+  // @BE hidden
+  friend void hidden(const BE::Tensor& x, BE::Tensor& y, int k) noexcept {}
+  // @BE declared
+  friend void declared(const BE::Tensor& x, BE::Tensor& y) {}
+};
+void declared(const BE::Tensor& x, BE::Tensor& y);
+}  // namespace ns
+"""
+
+
+def test_friend_function_in_a_class(tmp_path: Path) -> None:
+    """Was: an annotation before a friend function defined in a class was "bound
+    to nothing", and functions=[...] did not find it."""
+    src = tmp_path / "friend.cpp"
+    src.write_text(FRIEND_SRC)
+    for functions in (None, ["hidden", "declared"]):
+        r = infer_file(src, functions=functions, use_cache=False)
+        assert [(f.name, f.qualified_name) for f in r.functions] == [("declared", "ns::declared")]
+        (err,) = r.errors
+        assert (err.line, err.column, err.function) == (5, 15, "hidden")
+        assert "friend function declared only inside class 'S'" in err.message
+    # The declaration the message suggests makes it exportable.
+    suggested = err.message.split("after the class: `")[1].rstrip("`")
+    assert suggested == "void hidden(const BE::Tensor & x, BE::Tensor & y, int k) noexcept;"
+    src.write_text(FRIEND_SRC.replace("};\n", "};\n" + suggested + "\n"))
+    r = infer_file(src, use_cache=False)
+    assert r.errors == ()
+    assert [(f.qualified_name, f.arg_spec) for f in r.functions] == [
+        ("ns::hidden", ("arg", "ret", "attr.k:int32")), ("ns::declared", ("arg", "ret"))]
+
+
+def test_missing_kernix_header_is_named_and_the_fix_works(tmp_path: Path) -> None:
+    src = tmp_path / "nohdr.cpp"
+    body = "// @BE f\nvoid f(const BE::Tensor& x, BE::Tensor& y) {}\n"
+    src.write_text(body)
+    r = infer_file(src, use_cache=False)
+    assert r.functions == () and len(r.errors) == 2
+    for err in r.errors:
+        assert (err.line, err.function) == (2, "f")
+        assert err.message.endswith('add `#include "kernix/common.h"` before the first function that uses it')
+    src.write_text('#include "kernix/common.h"\n' + body)
+    r = infer_file(src, use_cache=False)
+    assert r.errors == () and [f.arg_spec for f in r.functions] == [("arg", "ret")]
+
+
+def test_non_ascii_exported_name_says_why(tmp_path: Path) -> None:
+    """A UTF-8 identifier is valid C++ (g++ compiles it); the error says an
+    exported name must be ASCII, not that the name is invalid."""
+    src = tmp_path / "utf8.cpp"
+    src.write_text('#include "kernix/common.h"\n// @BE größe\nvoid größe(const BE::Tensor& x, BE::Tensor& y) {}\n',
+                   encoding="utf-8")
+    r = infer_file(src, use_cache=False)
+    (err,) = r.errors
+    assert (err.line, err.function) == (2, "größe")
+    assert "'größe' is not an ASCII identifier" in err.message and "annotate a wrapper" in err.message
+
+
 # ---------------------------------------------------------------- functions=, flags
 
 
@@ -298,6 +380,28 @@ def test_functions_list_needs_no_annotation(tmp_path: Path) -> None:
     msgs = [e.message for e in r.errors]
     assert any("no function named 'missing'" in m and "over, plain, proto" in m for m in msgs)
     assert any("'over' is overloaded" in m for m in msgs)
+
+
+def test_function_only_a_header_declares_is_located_and_the_fix_works(tmp_path: Path) -> None:
+    """Was: "no function named 'scale' in this file; ... none", with no word of
+    the included header that declares it."""
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "ops.hpp").write_text(
+        '#pragma once\n#include "kernix/common.h"\nnamespace ops {\n'
+        "inline void scale(const BE::Tensor& x, BE::Tensor& y, double k) {}\n}\nusing ops::scale;\n")
+    src = tmp_path / "main.cpp"
+    src.write_text('#include "ops.hpp"\n')
+    r = infer_file(src, functions=["scale"], include_dirs=[str(tmp_path / "inc")], use_cache=False)
+    (err,) = r.errors
+    assert err.message.startswith("no function named 'scale' in this file")
+    assert f"declared in {tmp_path / 'inc' / 'ops.hpp'}:4, which this file includes" in err.message
+    fix = "`namespace ops {`, `// @BE scale` then `void scale(const BE::Tensor & x, BE::Tensor & y, double k);`, `}`"
+    assert err.message.endswith(fix)
+    src.write_text('#include "ops.hpp"\nnamespace ops {\n// @BE scale\n'
+                   "void scale(const BE::Tensor & x, BE::Tensor & y, double k);\n}\n")
+    r = infer_file(src, include_dirs=[str(tmp_path / "inc")], use_cache=False)
+    assert r.errors == () and [(f.qualified_name, f.arg_spec) for f in r.functions] == [
+        ("ops::scale", ("arg", "ret", "attr.k:float64"))]
 
 
 def test_functions_dict_checks_explicit_spec(tmp_path: Path) -> None:

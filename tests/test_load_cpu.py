@@ -213,6 +213,18 @@ def test_a_bool_attribute_must_be_a_scalar():
         _coerce_attr("f", flag, np.array([True]))
 
 
+def test_a_traced_attribute_is_refused_with_the_fix(ops):
+    """Was: a traced value reached np.asarray, and the CallError carried JAX's
+    conversion error instead of saying that attributes are constants."""
+    x = np.arange(3, dtype=np.float32)
+    scale = lambda x, s: ops.scale_by(x, scale_factor=s)  # noqa: E731
+    with pytest.raises(kernix.CallError, match="attribute 'scale_factor'.*this value is traced.*static_argnames"):
+        jax.jit(scale)(x, 2.0)
+    with pytest.raises(kernix.CallError, match="this value is traced"):
+        jax.vmap(scale)(np.stack([x, x]), np.array([1.0, 2.0], np.float32))
+    np.testing.assert_array_equal(jax.jit(scale, static_argnames="s")(x, 2.0), x * 2)
+
+
 MACRO_TYPED = """#include "kernix/common.h"
 #ifdef __OPTIMIZE__
 typedef double T;
@@ -235,3 +247,28 @@ def test_inference_sees_the_macros_of_the_builds_optimization_level(tmp_path, le
                                  build_directory=tmp_path)
     assert mod.k.spec.arg_spec == ("arg", "ret", f"attr.a:{dtype}")
     np.testing.assert_array_equal(mod.k(jnp.ones(2, jnp.float32), a=2.0), [2.0, 2.0])
+
+
+TYPE_FLAGS_SRC = """#include "kernix/common.h"
+enum Small { S0, S1 };
+// @BE k
+void k(const BE::Tensor& x, BE::Tensor& out, char c, Small s) {
+  out.data_ptr<double>()[0] = c;
+  out.data_ptr<double>()[1] = double(sizeof(s));
+}
+"""
+
+
+@pytest.mark.parametrize("flag, c_dtype, s_dtype, s_size, c", [
+    ("-fsigned-char", "int8", "uint32", 4, -56),
+    ("-funsigned-char", "uint8", "uint32", 4, 200),
+    ("-fshort-enums", "int8", "uint8", 1, -56),
+])
+def test_inference_types_char_and_enums_as_the_build_flags_do(tmp_path, flag, c_dtype, s_dtype, s_size, c):
+    """Was: clang never saw -funsigned-char or -fshort-enums, so a `char` stayed
+    int8 (200 refused, -56 arriving as 200) and a short enum stayed 4 bytes."""
+    mod = kernix.load_cpp_inline(unique_name("typeflags"), TYPE_FLAGS_SRC, extra_cflags=[flag],
+                                 build_directory=tmp_path)
+    assert mod.k.spec.arg_spec == ("arg", "ret", f"attr.c:{c_dtype}", f"attr.s:{s_dtype}")
+    out = mod.k(jnp.zeros(1), c=c, s=1, out=jax.ShapeDtypeStruct((2,), jnp.float64))
+    np.testing.assert_array_equal(np.asarray(out), [c, s_size])

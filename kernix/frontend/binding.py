@@ -7,7 +7,6 @@ specifiers in between.  Each result is a :class:`Target`.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +15,7 @@ from ..errors import ArgSpecError, SourceError
 from ..names import is_identifier
 from ..spec import parse_arg_spec
 from .annotations import Annotation
+from .refusal import MEMBER_KINDS, is_member, refusal
 from .tu import in_file
 
 __all__ = ["Target", "function_cursors", "bind_annotations", "annotated_targets", "requested_targets"]
@@ -54,27 +54,21 @@ def _by_name(cursors: list[Any]) -> dict[str, list[Any]]:
     return out
 
 
-def _template_error(path: str, name: str, cursor: Any) -> SourceError:
-    return SourceError(
-        f"function {name!r} is a template: function templates are not supported yet. "
-        "Annotate a plain (non-template) function that calls the instantiation you want",
-        file=path, line=cursor.location.line, column=cursor.location.column, function=name)
-
-
 def function_cursors(tu: Any, path: str) -> list[Any]:
     """Function declarations located in the main file, in walk order.
 
     Free functions and function templates, and also member functions (of
-    classes, structs and class templates, and out-of-class definitions), so
-    that an annotation before a member is bound to it and refused with a
-    reason (see :func:`refusal`) instead of being bound to nothing.
+    classes, structs and class templates, and out-of-class definitions) and
+    friend functions declared in a class, so that an annotation before one is
+    bound to it (and, where it cannot be exported, refused with a reason: see
+    :func:`refusal`) instead of being bound to nothing.
     """
     import clang.cindex as ci
 
     K = ci.CursorKind
     containers = {K.NAMESPACE, K.LINKAGE_SPEC, K.UNEXPOSED_DECL, K.STRUCT_DECL, K.CLASS_DECL,
-                  K.CLASS_TEMPLATE, K.CLASS_TEMPLATE_PARTIAL_SPECIALIZATION, K.UNION_DECL}
-    wanted = {K.FUNCTION_DECL, K.FUNCTION_TEMPLATE, *(getattr(K, n) for n in _MEMBER_KINDS_NAMES)}
+                  K.CLASS_TEMPLATE, K.CLASS_TEMPLATE_PARTIAL_SPECIALIZATION, K.UNION_DECL, K.FRIEND_DECL}
+    wanted = {K.FUNCTION_DECL, K.FUNCTION_TEMPLATE, *(getattr(K, n) for n in MEMBER_KINDS)}
     out: list[Any] = []
 
     def visit(parent: Any) -> None:
@@ -90,120 +84,6 @@ def function_cursors(tu: Any, path: str) -> list[Any]:
 
     visit(tu.cursor)
     return out
-
-
-_MEMBER_KINDS_NAMES = ("CXX_METHOD", "CONSTRUCTOR", "DESTRUCTOR", "CONVERSION_FUNCTION")
-_CLASS_KINDS_NAMES = ("STRUCT_DECL", "CLASS_DECL", "CLASS_TEMPLATE", "CLASS_TEMPLATE_PARTIAL_SPECIALIZATION",
-                      "UNION_DECL")
-
-
-def is_member(cursor: Any) -> bool:
-    """Whether ``cursor`` declares a member function (or member function template)."""
-    if cursor.kind.name in _MEMBER_KINDS_NAMES:
-        return True
-    parent = cursor.semantic_parent
-    return parent is not None and parent.kind.name in _CLASS_KINDS_NAMES
-
-
-def execution_spaces(cursor: Any) -> set[str]:
-    """The CUDA execution spaces written on ``cursor`` (``global``, ``device``, ``host``).
-
-    Read from the ``annotate`` attributes the CUDA prelude's keyword markers
-    leave (:data:`kernix.frontend.prelude.SPACE_ANNOTATIONS`), or from
-    clang's own CUDA attributes when the parse runs in clang's CUDA mode.
-    """
-    from .prelude import SPACE_ANNOTATIONS
-
-    spaces: set[str] = set()
-    for child in cursor.get_children():
-        kind = child.kind.name
-        if kind == "ANNOTATE_ATTR" and child.spelling in SPACE_ANNOTATIONS:
-            spaces.add(SPACE_ANNOTATIONS[child.spelling])
-        elif kind in ("CUDAGLOBAL_ATTR", "CUDADEVICE_ATTR", "CUDAHOST_ATTR"):
-            spaces.add(kind[4:-5].lower())
-    return spaces
-
-
-def _is_deleted(cursor: Any) -> bool:
-    """Whether ``cursor`` is defined as deleted (``= delete``).
-
-    libclang answers this for member functions only, and a declaration's
-    extent stops before ``= delete``: the tokens right after it are read.
-    """
-    import clang.cindex as ci
-
-    end = cursor.extent.end
-    if end.file is None:
-        return False
-    tu = cursor.translation_unit
-    try:
-        size = os.path.getsize(end.file.name)
-    except OSError:
-        return False
-    stop = ci.SourceLocation.from_offset(tu, end.file, min(end.offset + 64, size))
-    tokens: list[str] = []
-    try:
-        for t in tu.get_tokens(extent=ci.SourceRange.from_locations(end, stop)):
-            tokens.append(t.spelling)
-            if len(tokens) == 3:
-                break
-    except UnicodeDecodeError:  # bytes that are not UTF-8 after the declaration: not `= delete`
-        pass
-    return tokens[:2] == ["=", "delete"] or tokens[1:3] == ["=", "delete"]
-
-
-def _undeducible_specialization(cursor: Any) -> list[str]:
-    """For an explicit specialization, the primary template's parameters that no
-    function parameter mentions (so a call cannot deduce them); else ``[]``."""
-    import clang.cindex as ci
-
-    primary = cursor.specialized_template
-    if primary is None or primary.kind != ci.CursorKind.FUNCTION_TEMPLATE:
-        return []
-    names = [c.spelling for c in primary.get_children()
-             if c.kind.name in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER",
-                                "TEMPLATE_TEMPLATE_PARAMETER")]
-    used: set[str] = set()
-    for p in primary.get_children():
-        if p.kind == ci.CursorKind.PARM_DECL:
-            used.update(t.spelling for t in p.get_tokens())
-    return [n for n in names if n and n not in used]
-
-
-def refusal(path: str, name: str, cursor: Any) -> SourceError | None:
-    """Why ``cursor`` cannot be exported as ``name`` (an error naming the fix), or ``None``."""
-    import clang.cindex as ci
-
-    where = dict(file=path, line=cursor.location.line, column=cursor.location.column, function=name)
-    if is_member(cursor):
-        owner = cursor.semantic_parent.spelling if cursor.semantic_parent is not None else "a class"
-        return SourceError(
-            f"{name!r} is a member function of {owner!r}: member functions cannot be exported: "
-            "annotate a free function that calls it", **where)
-    if cursor.kind == ci.CursorKind.FUNCTION_TEMPLATE:
-        return _template_error(path, name, cursor)
-    spaces = execution_spaces(cursor)
-    if "global" in spaces:
-        return SourceError(
-            f"{name!r} is a `__global__` kernel: a kernel cannot be called from the host. Annotate its "
-            f"launcher instead: a host function that runs `{name}<<<grid, block, 0, stream>>>(...)` "
-            "and takes the tensors", **where)
-    if "device" in spaces and "host" not in spaces:
-        return SourceError(
-            f"{name!r} is a `__device__` function: nvcc compiles it for the GPU only, so the host cannot "
-            f"call it. Annotate a host function that launches a kernel calling it, or declare it "
-            "`__host__ __device__`", **where)
-    if _is_deleted(cursor):
-        return SourceError(
-            f"{name!r} is a deleted function (`= delete`): it cannot be called. Annotate a function "
-            "that has a definition", **where)
-    missing = _undeducible_specialization(cursor)
-    if missing:
-        return SourceError(
-            f"{name!r} is an explicit specialization whose template argument(s) "
-            f"{', '.join(missing)} cannot be deduced at the call: no parameter mentions them. "
-            "Annotate a plain function that calls this specialization", **where)
-    return None
 
 
 # What may separate an annotation from its function besides specifiers: comments,
@@ -223,6 +103,41 @@ def _between_is_specifiers(text: bytes) -> bool:
     attributes, whitespace and specifiers: no ``;``, braces or preprocessor lines."""
     text = _ATTRIBUTE_SPECIFIER.sub(b" ", _BETWEEN_SKIP.sub(lambda m: b'""' if m.group()[:1] in b"\"'" else b" ", text))
     return not any(ch in text for ch in b";{}#")
+
+
+# An explicit instantiation (``template void f<float>(...);``, ``extern template ...``):
+# ``template`` not followed by ``<``.  libclang gives it no declaration of its own.
+_INSTANTIATION = re.compile(rb"(?:extern\s+)?template(?![\w<])\s*(?!<)(?P<decl>[^;{]*)")
+_TEMPLATE_ID = re.compile(r"(?P<name>[A-Za-z_]\w*)\s*(?:<(?P<args>[^()]*)>)?\s*\(")
+
+
+def explicit_instantiation(raw: bytes, annotation: Annotation) -> str | None:
+    """The explicit instantiation right after ``annotation`` (its declaration,
+    single-spaced, without ``template``), or ``None`` when something else follows."""
+    starts_of = line_starts(raw)
+    after = starts_of[annotation.end_line] if annotation.end_line < len(starts_of) else len(raw)
+    rest = raw[after:]
+    skipped = re.match(rb"(?:\s+|//[^\r\n]*|/\*.*?\*/|\[\[.*?\]\])*", rest, re.DOTALL)
+    m = _INSTANTIATION.match(rest, skipped.end() if skipped else 0)
+    if m is None:
+        return None
+    return " ".join(m.group("decl").decode("utf-8", errors="replace").split())
+
+
+def _instantiation_error(a: Annotation, decl: str, where: dict[str, Any]) -> SourceError:
+    """The error for annotation ``a`` placed before the explicit instantiation ``decl``."""
+    tid = _TEMPLATE_ID.search(decl)
+    name, args = (tid.group("name"), tid.group("args")) if tid is not None else (a.name, None)
+    call = name if args is None else f"{name}<{args.strip()}>"
+    wrapper = a.name  # the name the annotation wants, unless it is the template's own
+    if wrapper == name:
+        suffix = re.sub(r"[^0-9A-Za-z]+", "_", args or "").strip("_")
+        wrapper = f"{name}_{suffix or 'export'}"
+    return SourceError(
+        f"annotation `{a.text}` precedes an explicit instantiation (`template {decl}`), which declares "
+        "no function of its own: a function template and its instantiations cannot be exported. Export a "
+        f"plain function that calls it: `// @BE {wrapper}` before `void {wrapper}(...)` taking the same "
+        f"parameters and calling `{call}(...)` with them", function=a.name, **where)
 
 
 def bind_annotations(raw: bytes, annotations: list[Annotation], cursors: list[Any]) -> dict[int, Any]:
@@ -281,10 +196,23 @@ def generated_together(cursor: Any, cursors: list[Any]) -> list[Any]:
     return [c for c in cursors if _start(c) == key]
 
 
+def _name_problem(name: str) -> str:
+    """Why ``name`` (not an ASCII identifier) cannot be exported, and what to do."""
+    if name.isidentifier() and not name.isascii():
+        return (f"{name!r} is not an ASCII identifier: an exported name is also the FFI target's and the "
+                "Python attribute's, so it is ASCII letters, digits and '_'. Rename the function, or annotate "
+                "a wrapper with an ASCII name that calls it")
+    return f"{name!r} is not a valid function name"
+
+
 def annotated_targets(
-    path: str, annotations: list[Annotation], bound: dict[int, Any], cursors: list[Any]
+    path: str, annotations: list[Annotation], bound: dict[int, Any], cursors: list[Any], raw: bytes = b""
 ) -> tuple[list[Target], list[SourceError]]:
-    """The functions the annotations export, and an error for each one that cannot be."""
+    """The functions the annotations export, and an error for each one that cannot be.
+
+    ``raw`` (the file's bytes) lets an annotation bound to nothing say what it
+    precedes instead (an explicit instantiation).
+    """
     errors: list[SourceError] = []
     targets: list[Target] = []
     seen: dict[str, tuple[Annotation, Any]] = {}
@@ -296,10 +224,13 @@ def annotated_targets(
                 "`// @BE` names no function: write `// @BE <function_name>` right before the function", **where))
             continue
         if not is_identifier(a.name):
-            errors.append(SourceError(
-                f"`// @BE {a.name}`: {a.name!r} is not a valid function name", function=a.name, **where))
+            errors.append(SourceError(f"`// @BE {a.name}`: {_name_problem(a.name)}", function=a.name, **where))
             continue
         cursor = bound.get(a.line)
+        instantiation = explicit_instantiation(raw, a) if cursor is None and raw else None
+        if instantiation is not None:
+            errors.append(_instantiation_error(a, instantiation, where))
+            continue
         if cursor is None:
             hint = ""
             if a.name in by_name:
@@ -361,14 +292,53 @@ def is_not_in_file(error: SourceError) -> bool:
     return error.message.startswith(_NOT_IN_FILE + " ")
 
 
+def _in_user_header(tu: Any, path: str, name: str) -> Any | None:
+    """A declaration of function ``name`` in a header ``path`` includes (not a system header), or ``None``."""
+    from .tu import in_system_header
+
+    def find(scope: Any) -> Any | None:
+        for c in scope.get_children():
+            kind = c.kind.name
+            if kind not in ("FUNCTION_DECL", "NAMESPACE", "LINKAGE_SPEC") or in_system_header(c):
+                continue
+            if kind != "FUNCTION_DECL":
+                hit = find(c)
+                if hit is not None:
+                    return hit
+            elif c.spelling == name and c.location.file is not None and c.location.file.name != path:
+                return c
+        return None
+
+    return None if tu is None else find(tu.cursor)
+
+
+def _header_hint(tu: Any, path: str, name: str) -> str:
+    """For a requested name only an included header declares: where, and the declaration to add."""
+    from .classify import qualified_name
+    from .refusal import declaration
+
+    found = _in_user_header(tu, path, name)
+    if found is None:
+        return ""
+    loc = found.location
+    fix = f"`// @BE {name}` then `{declaration(found)};`"
+    scope = qualified_name(found).rpartition("::")[0]
+    if scope:
+        fix = f"`namespace {scope} {{`, {fix}, `}}`"
+    return (f". It is declared in {loc.file.name}:{loc.line}, which this file includes: functions are exported "
+            f"from the source files themselves, so declare it here too, after that #include: {fix}")
+
+
 def requested_targets(
     path: str,
     wanted: dict[str, tuple[str, ...] | None],
     annotations: list[Annotation],
     bound: dict[int, Any],
     cursors: list[Any],
+    tu: Any = None,
 ) -> tuple[list[Target], list[SourceError]]:
-    """The functions a ``functions=`` argument names, and an error for each one that cannot be."""
+    """The functions a ``functions=`` argument names, and an error for each one that cannot be
+    (``tu``, the parsed file, lets a name that only an included header declares say so)."""
     errors: list[SourceError] = []
     targets: list[Target] = []
     annotated = {a.name: (a, bound[a.line]) for a in annotations if a.line in bound and bound[a.line].spelling == a.name}
@@ -382,8 +352,8 @@ def requested_targets(
             if not cands:
                 available = ", ".join(sorted(by_name)) or "none"
                 errors.append(SourceError(
-                    f"{_NOT_IN_FILE} {name!r} in this file; the functions it declares are: {available}",
-                    file=path, function=name))
+                    f"{_NOT_IN_FILE} {name!r} in this file; the functions it declares are: {available}"
+                    + _header_hint(tu, path, name), file=path, function=name))
                 continue
             distinct: dict[int, Any] = {}
             for c in cands:

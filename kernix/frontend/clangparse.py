@@ -221,7 +221,8 @@ def parse_flags(options: ParseOptions) -> list[str]:
         args.append(f"-D{d}")
     for d in options.include_dirs:
         args.append(f"-I{d}")
-    args += [f for f in options.flags if not compiler_view.changes_macros(f)]  # (the view has their macros)
+    # The view has the code-generation flags' macros; clang itself sees those that change types.
+    args += [f for f in options.flags if not compiler_view.changes_macros(f) or compiler_view.changes_types(f)]
     args.append(f"-I{include_dir()}")
     added: list[str] = []
     if view is not None:

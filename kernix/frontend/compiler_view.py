@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from ..store.files import content_key, remembered
 
 __all__ = [
-    "CompilerView", "NVCC_BUILD_FLAGS", "changes_macros", "host_macros", "nvcc_host_pass", "view", "macro_flags",
+    "CompilerView", "NVCC_BUILD_FLAGS", "TYPE_FLAGS", "changes_macros", "changes_types", "host_macros", "nvcc_host_pass", "view", "macro_flags",
     "parse_dm", "forget",
 ]
 
@@ -188,8 +188,25 @@ def changes_macros(flag: str) -> bool:
     compiler's predefined macros (``-O3``: ``__OPTIMIZE__``; ``-ffast-math``:
     ``__FAST_MATH__``; ``-march=native``: ``__AVX2__``...; ``-fopenmp``:
     ``_OPENMP``; ``-pthread``: ``_REENTRANT``).  The inference parse takes
-    the macros from the compiler with these flags; clang never sees them."""
+    the macros from the compiler with these flags; clang sees only those that
+    also change types (:func:`changes_types`)."""
     return flag.startswith(("-O", "-f", "-m", "-pthread"))
+
+
+#: The code-generation flags that change how the compiler types a declaration:
+#: the signedness of plain ``char`` (``char c`` is an ``int8`` or a ``uint8``
+#: attribute) and the size of enums and ``wchar_t``.  clang must see them
+#: too, or inference would type a parameter otherwise than the build.
+TYPE_FLAGS = frozenset({
+    "-fsigned-char", "-fno-signed-char", "-funsigned-char", "-fno-unsigned-char",
+    "-fshort-enums", "-fno-short-enums", "-fshort-wchar", "-fno-short-wchar",
+})
+
+
+def changes_types(flag: str) -> bool:
+    """Whether ``flag`` changes the type of a declaration (see :data:`TYPE_FLAGS`):
+    the inference parse hands it to clang as well as taking its macros."""
+    return flag in TYPE_FLAGS
 
 
 def _std_of(flags: tuple[str, ...]) -> str:

@@ -191,10 +191,10 @@ def infer_source(
 
     targets: list[Target]
     if wanted is None:
-        targets, errs = annotated_targets(path, annotations, bound, cursors)
+        targets, errs = annotated_targets(path, annotations, bound, cursors, raw)
         errors += errs
     else:
-        targets, errs = requested_targets(path, wanted, annotations, bound, cursors)
+        targets, errs = requested_targets(path, wanted, annotations, bound, cursors, tu)
         errors += errs
 
     specs: list[FunctionSpec] = []

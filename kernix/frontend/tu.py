@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import SourceError
 from .clangparse import PRELUDE_PATH, ParseOptions, compiler_view_of, is_under, system_dirs
 
-__all__ = ["error_diagnostics", "in_file", "skipped_ranges", "dependencies"]
+__all__ = ["error_diagnostics", "in_file", "in_system_header", "skipped_ranges", "dependencies"]
 
 
 def error_diagnostics(tu: Any, options: ParseOptions) -> list[SourceError]:
@@ -40,8 +40,15 @@ def error_diagnostics(tu: Any, options: ParseOptions) -> list[SourceError]:
             )
         elif message.startswith("'") and message.endswith("' file not found"):
             message += _missing_header_hint(message[1:-len("' file not found")])
+        elif message in _UNDECLARED_BE:
+            message += ("; `BE::Tensor` is declared by kernix's header: add `#include \"kernix/common.h\"` "
+                        "before the first function that uses it")
         out.append(SourceError(message, file=fname, line=loc.line, column=loc.column))
     return out
+
+
+#: What clang says where ``BE::Tensor`` is used and no header declared ``BE``.
+_UNDECLARED_BE = ("use of undeclared identifier 'BE'", "unknown type name 'BE'")
 
 
 def _missing_header_hint(header: str) -> str:
@@ -88,6 +95,11 @@ def in_file(cursor: Any, path: str) -> bool:
         return False
     f = loc.file
     return f is not None and os.path.abspath(f.name) == path
+
+
+def in_system_header(cursor: Any) -> bool:
+    """Whether ``cursor`` is located in a system header (toolchain, ``-isystem``)."""
+    return bool(_lib().clang_Location_isInSystemHeader(cursor.location))
 
 
 def skipped_ranges(tu: Any, path: str) -> list[tuple[int, int]]:

@@ -42,6 +42,13 @@ def _install_uint64_lowering() -> bool:
     return True
 
 
+def _is_traced(value: Any) -> bool:
+    """Whether ``value`` is a JAX tracer (a traced argument, or computed from one)."""
+    import jax
+
+    return isinstance(value, jax.core.Tracer)
+
+
 def _coerce_attr(fn: str, param: Param, value: Any) -> Any:
     """Turn a Python value into the exact numpy scalar type XLA expects."""
     import numpy as np  # numpy (like jax) loads at the first call, not with kernix
@@ -50,6 +57,11 @@ def _coerce_attr(fn: str, param: Param, value: Any) -> Any:
     assert dtype is not None
     np_name = ATTR_DTYPES[dtype][1]
     try:
+        if _is_traced(value):
+            raise ValueError(
+                "an attribute is a constant of the compiled call, and this value is traced (an argument of "
+                "a jax.jit or jax.vmap function, or computed from one); pass a Python or NumPy number, "
+                "e.g. by making the argument it comes from static: jax.jit(f, static_argnames=...)")
         if value is None or isinstance(value, (str, bytes)) or np.iscomplexobj(value):
             raise ValueError(f"expected a real number, got {type(value).__name__}")
         arr = np.asarray(value)
