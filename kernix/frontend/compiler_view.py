@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from ..store.files import content_key, remembered
 
 __all__ = [
-    "CompilerView", "NVCC_BUILD_FLAGS", "TYPE_FLAGS", "changes_macros", "changes_types", "host_macros", "nvcc_host_pass", "view", "macro_flags",
-    "parse_dm", "forget",
+    "CompilerView", "NVCC_BUILD_FLAGS", "TYPE_FLAGS", "changes_macros", "changes_types", "host_macros",
+    "nvcc_host_pass", "view", "macro_flags", "parse_dm", "forget",
 ]
 
 #: The nvcc flags of the build that change the host pass's macros (see

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["make_key", "load", "store", "entry_path"]
 
-_FORMAT = 7  # 6: specs carry the function type; 7: dependencies record ctime_ns
+_FORMAT = 8  # 6: specs carry the function type; 7: dependencies record ctime_ns; 8: clang sees the type flags
 
 
 def make_key(parts: Iterable[Any], source: bytes) -> str:
