@@ -11,6 +11,7 @@ this module, the toolchain, libclang or the code generator.
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -307,6 +308,7 @@ def infer_units(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:
     sources, functions = request.sources, request.functions
     units: list[tuple[Path, list[FunctionSpec]]] = []
     errors: list[SourceError] = []
+    headers: list[str] = []
     single = len(sources) == 1
     for src in sources:
         result = infer_file(
@@ -315,6 +317,7 @@ def infer_units(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:
         )
         errors.extend(result.errors)
         units.append((src, list(result.functions)))
+        headers.extend(result.dependencies)
     if errors:
         raise InferenceError(errors)
     if not single and functions is not None:
@@ -337,5 +340,33 @@ def infer_units(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:
         raise KernixError(
             f"no function to export in {where}: annotate each entry point with a `// @BE name` "
             "comment on the line before it (or, from Python, name them with functions=[...])"
+            + _header_annotations_hint(headers)
         )
     return units
+
+
+def _header_annotations_hint(headers: list[str]) -> str:
+    """What to say of ``// @BE`` annotations in the included ``headers``, which are
+    not read (a module exports what its source files annotate); ``""`` if none."""
+    from .frontend.annotations import find_annotations
+    from .paths import include_dir
+
+    own = str(include_dir()) + os.sep
+    found = []
+    for header in dict.fromkeys(headers):
+        if header.startswith(own):
+            continue
+        try:
+            with open(header, "rb") as f:
+                raw = f.read(1 << 20)
+        except OSError:
+            continue
+        if b"@BE" in raw:
+            found += [(header, a) for a in find_annotations(raw.decode("utf-8", "replace")) if a.name]
+    if not found:
+        return ""
+    places = ", ".join(f"{h}:{a.line} ({a.name})" for h, a in found[:3]) + (" ..." if len(found) > 3 else "")
+    name = found[0][1].name
+    return (f". The annotations in included headers ({places}) are not read: a module exports what its source "
+            f"files declare, so declare each one there too, after the #include, annotated (`// @BE {name}` on the "
+            f"line before `void {name}(...);`)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -134,6 +135,23 @@ def test_functions_names_unannotated_functions_across_a_directory(tmp_path):
     with pytest.raises(kernix.KernixError, match=r"'fill', which several source files declare \(.*a\.cpp:\d+, "
                        r".*b\.cpp:2\): mark the one to export with `// @BE fill`"):
         kernix.load_cpp_dir(src, name=unique_name("dirfn"), build_directory=cache, functions=["fill"])
+
+
+def test_annotations_in_an_included_header_are_named_with_the_fix(tmp_path):
+    """Was: "no function to export" alone, though the user had annotated, in a header."""
+    (tmp_path / "ops.hpp").write_text(
+        '#pragma once\n#include "kernix/common.h"\n// @BE seven\n'
+        "inline void seven(const BE::Tensor x, BE::Tensor out) { out.data_ptr<float>()[0] = 7.0f; }\n"
+    )
+    src = tmp_path / "k.cpp"
+    src.write_text('#include "ops.hpp"\n')
+    with pytest.raises(kernix.KernixError, match=r"no function to export in .*k\.cpp.*The annotations in included "
+                       r"headers \(" + re.escape(str(tmp_path / "ops.hpp")) + r":3 \(seven\)\) are not read.*"
+                       r"`// @BE seven` on the line before `void seven\(\.\.\.\);`"):
+        kernix.load_cpp_file(src, name=unique_name("hdr"), build_directory=tmp_path / "cache")
+    src.write_text('#include "ops.hpp"\n// @BE seven\nvoid seven(const BE::Tensor x, BE::Tensor out);\n')
+    mod = kernix.load_cpp_file(src, name=unique_name("hdr"), build_directory=tmp_path / "cache")
+    np.testing.assert_array_equal(mod.seven(jnp.zeros(1, jnp.float32)), [7])
 
 
 def test_options_are_validated(tmp_path):
