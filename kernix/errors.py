@@ -178,7 +178,8 @@ class PrebuiltError(KernixError):
     ----------
     reason
         A short machine-readable cause: ``"missing"``, ``"format"``,
-        ``"hash"``, ``"ffi_api"``, ``"platform"`` or ``"arch"``.
+        ``"trust"``, ``"stale"``, ``"version"``, ``"hash"``, ``"ffi_api"``,
+        ``"platform"``, ``"arch"`` or ``"load"``.
     """
 
     def __init__(self, message: str, reason: str) -> None:

@@ -309,3 +309,170 @@ def test_cli_build_reports_errors(tmp_path, monkeypatch, capsys):
     assert "bad.cpp:" in err and "error:" in err
     assert main(["build", str(src), "-o", str(tmp_path / "o"), "--cpp", "--arch", "sm_90"]) == 1
     assert "arch is for CUDA builds" in capsys.readouterr().err
+
+
+def _edit_manifest(d: Path, **changes) -> None:
+    data = json.loads((d / MANIFEST_NAME).read_text())
+    data.update(changes)
+    (d / MANIFEST_NAME).write_text(json.dumps(data))
+
+
+def _replace_library(d: Path, data: bytes) -> Path:
+    """Write ``data`` as the module's library and record its hash, as a builder would."""
+    import hashlib
+
+    lib = d / PrebuiltManifest.read(d).library
+    lib.write_bytes(data)
+    _edit_manifest(d, library_sha256=hashlib.sha256(data).hexdigest(), library_size=len(data))
+    return lib
+
+
+def test_other_kernix_series_is_refused(prebuilt, tmp_path):
+    d = _copy(prebuilt, tmp_path)
+    major, minor, *_ = kernix.__version__.split(".")
+    _edit_manifest(d, kernix=f"{major}.{int(minor) + 1}.0")
+    with pytest.raises(kernix.PrebuiltError, match=r"built by kernix \S+, and this is kernix") as info:
+        kernix.load_prebuilt(d, target_prefix=unique_name("ver"))
+    assert info.value.reason == "version" and "kernix build" in str(info.value)
+    _edit_manifest(d, kernix=f"{major}.{minor}.999")  # a patch release of the same series loads
+    kernix.load_prebuilt(d, target_prefix=unique_name("ver"))
+
+
+@pytest.mark.parametrize("what", ["directory", "library", "manifest"])
+def test_module_others_can_write_is_refused(prebuilt, tmp_path, what):
+    d = _copy(prebuilt, tmp_path)
+    lib = d / PrebuiltManifest.read(d).library
+    path = {"directory": d, "library": lib, "manifest": d / MANIFEST_NAME}[what]
+    path.chmod(path.stat().st_mode | 0o002)
+    with pytest.raises(kernix.PrebuiltError, match=f"other users can write to {path}") as info:
+        kernix.load_prebuilt(d, target_prefix=unique_name("ww"))
+    assert info.value.reason == "trust" and f"chmod o-w {path}" in str(info.value)
+    from kernix.runtime import registry
+
+    assert str(lib) not in registry.loaded_libraries()
+    with pytest.raises(kernix.PrebuiltError, match="other users can write"):  # not replaced by a build either
+        kernix.prebuilt.load_or_build(d, [tmp_path / "missing.cpp"], quiet=True)
+    path.chmod(path.stat().st_mode & ~0o002)  # the fix the message names works
+    kernix.load_prebuilt(d, target_prefix=unique_name("ww"))
+
+
+def test_module_through_a_symbolic_link_is_checked_where_it_lies(prebuilt, tmp_path):
+    d = _copy(prebuilt, tmp_path)
+    (tmp_path / "link").symlink_to(d)
+    kernix.load_prebuilt(tmp_path / "link", target_prefix=unique_name("ln"))
+    d.chmod(0o777)
+    with pytest.raises(kernix.PrebuiltError, match=f"other users can write to {d}"):
+        kernix.load_prebuilt(tmp_path / "link", target_prefix=unique_name("ln"))
+    d.chmod(0o755)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another user needs root")
+def test_module_owned_by_another_user_is_refused(prebuilt, tmp_path):
+    d = _copy(prebuilt, tmp_path)
+    lib = d / PrebuiltManifest.read(d).library
+    os.chown(lib, 4321, 4321)
+    with pytest.raises(kernix.PrebuiltError, match=rf"{lib} is owned by another user \(uid 4321\)") as info:
+        kernix.load_prebuilt(d, target_prefix=unique_name("own"))
+    assert info.value.reason == "trust"
+
+
+def test_truncated_library_is_refused_not_a_crash(prebuilt, tmp_path):
+    """A truncated library whose manifest matches it would crash dlopen (SIGBUS)."""
+    d = _copy(prebuilt, tmp_path)
+    lib = _replace_library(d, (d / PrebuiltManifest.read(d).library).read_bytes()[:4096])
+    proc = run_python(
+        f"""
+        import kernix
+        try:
+            kernix.load_prebuilt({str(d)!r})
+        except kernix.PrebuiltError as exc:
+            print(exc.reason, exc)
+        """,
+        {**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"format cannot load the library {lib}") and "truncated" in proc.stdout
+
+
+def test_library_for_another_machine_is_refused(prebuilt, tmp_path):
+    d = _copy(prebuilt, tmp_path)
+    data = bytearray((d / PrebuiltManifest.read(d).library).read_bytes())
+    order = "little" if data[5] == 1 else "big"
+    data[18:20] = (183 if int.from_bytes(data[18:20], order) != 183 else 62).to_bytes(2, order)
+    _replace_library(d, bytes(data))
+    with pytest.raises(kernix.PrebuiltError, match="it is a library for .*, and this machine runs") as info:
+        kernix.load_prebuilt(d, target_prefix=unique_name("elf"))
+    assert info.value.reason == "platform"
+
+
+def test_library_dlopen_refuses_is_a_prebuilt_error_and_falls_back(tmp_path):
+    dep = tmp_path / "dep"
+    dep.mkdir()
+    (dep / "dep.cpp").write_text("int kernix_test_dep() { return 1; }\n")
+    subprocess.run(["g++", "-shared", "-fPIC", str(dep / "dep.cpp"), "-o", str(dep / "libkxtestdep.so")], check=True)
+    src = write_source(tmp_path / "src")
+    out = tmp_path / "m"
+    kernix.build_module(src, out, name=unique_name("dl"), defines=["OFFSET=0"],
+                        extra_ldflags=[f"-L{dep}", "-Wl,--no-as-needed", "-lkxtestdep"])
+    (dep / "libkxtestdep.so").unlink()  # the machine that loads it lacks a library it needs
+    with pytest.raises(kernix.PrebuiltError, match="libkxtestdep.so: cannot open shared object file") as info:
+        kernix.load_prebuilt(out)
+    assert info.value.reason == "load" and str(out) in str(info.value)
+    mod = kernix.prebuilt.load_or_build(out, [src], quiet=True, extra_cflags=["-DOFFSET=0"])
+    assert kernix.prebuilt.last_load_reason(out).startswith("jit: load: ")
+    np.testing.assert_allclose(mod.scale(jnp.arange(3, dtype=jnp.float32), factor=2.0), [0, 2, 4])
+
+
+def test_load_or_build_does_not_serve_a_stale_module(tmp_path):
+    src = write_source(tmp_path / "src")
+    out = tmp_path / "m"
+    name = unique_name("stale")
+    kernix.build_module(src, out, name=name, defines=["OFFSET=0"])
+    x = jnp.arange(3, dtype=jnp.float32)
+    mod = kernix.prebuilt.load_or_build(out, [src], target_prefix=f"{name}_a", quiet=True)
+    assert kernix.prebuilt.last_load_reason(out) == "prebuilt"
+    src.write_text(SCALE.replace("factor + OFFSET", "factor + OFFSET + 10"))
+    mod = kernix.prebuilt.load_or_build(out, [src], target_prefix=f"{name}_b", quiet=True,
+                                        extra_cflags=["-DOFFSET=0"])
+    reason = kernix.prebuilt.last_load_reason(out)
+    assert reason.startswith("jit: stale: ") and "ops.cpp" in reason and "kernix build" in reason
+    np.testing.assert_allclose(mod.scale(x, factor=2.0), [10, 12, 14])  # the edited code runs
+    kernix.load_prebuilt(out, target_prefix=f"{name}_c")  # without sources to compare, it still loads
+
+
+def test_concurrent_builds_into_one_directory_leave_one_module(tmp_path, monkeypatch):
+    """Two builds that publish at the same moment: each must see the other's
+    manifest when it retires the previous library, so one library remains."""
+    import threading
+
+    src = write_source(tmp_path / "src")
+    out = tmp_path / "m"
+    out.mkdir()
+    meet = threading.Barrier(2)
+    original = PrebuiltManifest.write
+
+    def write_together(self):
+        try:
+            meet.wait(timeout=3)  # both builds here at once, unless one waits for the other
+        except threading.BrokenBarrierError:
+            pass
+        original(self)
+
+    monkeypatch.setattr(PrebuiltManifest, "write", write_together)
+    errors = []
+
+    def build(offset):
+        try:
+            kernix.build_module(src, out, name="conc", defines=[f"OFFSET={offset}"])
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=build, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors
+    manifest = PrebuiltManifest.read(out)
+    assert sorted(os.listdir(out)) == sorted([MANIFEST_NAME, manifest.library])
+    kernix.load_prebuilt(out, target_prefix=unique_name("conc"))

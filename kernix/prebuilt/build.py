@@ -7,6 +7,8 @@ manifest (:mod:`kernix.prebuilt.format`) are written to the output directory.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
 import os
 import re
@@ -14,7 +16,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .. import __version__
 from ..errors import KernixError, PrebuiltError, SourceNotFoundError
@@ -64,14 +66,28 @@ def _fatbin_archs(library: Path) -> tuple[tuple[str, ...], tuple[str, ...]] | No
     return tuple(sass), tuple(ptx)
 
 
-def _publish_library(built: Path, output: Path, name: str, digest: str) -> str:
-    """Copy the library into ``output`` under a content-named file; returns its name."""
-    library = f"{name}-{digest[:12]}.so"
+def _publish_library(built: Path, output: Path, library: str) -> None:
+    """Copy the library into ``output`` as ``library`` (atomically)."""
     tmp = output / f".{library}.{os.getpid()}.tmp"
     shutil.copyfile(built, tmp)
     os.chmod(tmp, 0o755)
     os.replace(tmp, output / library)
-    return library
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``directory`` while a module is published into it.
+
+    The lock is ``flock`` on the directory itself, so no lock file joins the
+    module; concurrent builds into one directory publish one after another,
+    and each removes the library the one before it left.
+    """
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # (releases the lock)
 
 
 def _remove_previous(output: Path, keep: str) -> None:
@@ -176,6 +192,7 @@ def build_module(
     if repeated is not None:
         raise KernixError(repeated)
     lang = _language(srcs, language)
+    sources = tuple((s.name, file_digest(s)) for s in srcs)  # before the build: an edit during it shows as stale
     output = Path(output_dir).expanduser().absolute()
     problem = directory_problem(output)
     if problem is not None:
@@ -209,43 +226,45 @@ def build_module(
         output.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise KernixError(f"cannot create the output directory {output}: {exc.strerror or exc}") from None
-    with tempfile.TemporaryDirectory(prefix=f"kernix-build-{name}-") as work:
-        result = ninja_build(Path(work), exported, config, workers=workers, verbose=verbose)
-        digest = file_digest(result.so_path)
-        sass, ptx = config.archs, ((config.ptx_arch,) if config.ptx_arch else ())
-        if config.platform == "cuda":
-            sass, ptx = _fatbin_archs(result.so_path) or (sass, ptx)
-        library = _publish_library(result.so_path, output, name, digest)
     compilers = [toolchain.find_host_compiler().identity]
     if config.platform == "cuda":
         compilers.append(toolchain.find_nvcc().identity)
-    manifest = PrebuiltManifest(
-        directory=output,
-        name=name,
-        platform=config.platform,
-        library=library,
-        library_sha256=digest,
-        library_size=(output / library).stat().st_size,
-        functions=tuple(e.spec for e in all_fns),
-        handlers={e.spec.name: codegen.handler_symbol(e) for e in all_fns},
-        kernix=__version__,
-        jaxlib=toolchain.jaxlib_version(),
-        ffi_api=ffi_api_of(toolchain.jax_ffi_include_dir()),
-        compilers=tuple(compilers),
-        sass=tuple(sass),
-        ptx=tuple(ptx),
-        sources=tuple((s.name, file_digest(s)) for s in srcs),
-        options={
-            "language": lang,
-            "optimization_level": optimization_level,
-            "use_fast_math": use_fast_math,
-            "defines": list(defines),
-            "include_dirs": [str(Path(d).name) for d in include_dirs],
-            "allow_cuda_graph": config.allow_cuda_graph,
-        },
-    )
-    _remove_previous(output, library)
-    manifest.write()
+    with tempfile.TemporaryDirectory(prefix=f"kernix-build-{name}-") as work:
+        built = ninja_build(Path(work), exported, config, workers=workers, verbose=verbose).so_path
+        digest = file_digest(built)
+        sass, ptx = config.archs, ((config.ptx_arch,) if config.ptx_arch else ())
+        if config.platform == "cuda":
+            sass, ptx = _fatbin_archs(built) or (sass, ptx)
+        library = f"{name}-{digest[:12]}.so"
+        manifest = PrebuiltManifest(
+            directory=output,
+            name=name,
+            platform=config.platform,
+            library=library,
+            library_sha256=digest,
+            library_size=built.stat().st_size,
+            functions=tuple(e.spec for e in all_fns),
+            handlers={e.spec.name: codegen.handler_symbol(e) for e in all_fns},
+            kernix=__version__,
+            jaxlib=toolchain.jaxlib_version(),
+            ffi_api=ffi_api_of(toolchain.jax_ffi_include_dir()),
+            compilers=tuple(compilers),
+            sass=tuple(sass),
+            ptx=tuple(ptx),
+            sources=sources,
+            options={
+                "language": lang,
+                "optimization_level": optimization_level,
+                "use_fast_math": use_fast_math,
+                "defines": list(defines),
+                "include_dirs": [str(Path(d).name) for d in include_dirs],
+                "allow_cuda_graph": config.allow_cuda_graph,
+            },
+        )
+        with _locked(output):  # publish, then retire the library of the module built there before
+            _publish_library(built, output, library)
+            _remove_previous(output, library)
+            manifest.write()
     return manifest
 
 

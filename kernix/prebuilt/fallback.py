@@ -18,7 +18,8 @@ from typing import Any, Sequence
 from ..errors import PrebuiltError
 from ..languages import language_of
 from ..runtime.module import CompiledModule
-from .load import load_prebuilt
+from .format import PrebuiltManifest
+from .load import load_manifest
 
 __all__ = ["load_or_build", "last_load_reason"]
 
@@ -27,7 +28,8 @@ _reasons: dict[str, str] = {}
 
 def last_load_reason(prebuilt_dir: str | os.PathLike[str]) -> str:
     """How the last :func:`load_or_build` of ``prebuilt_dir`` was served:
-    ``"prebuilt"``, or ``"jit: <why the prebuilt module could not be used>"``."""
+    ``"prebuilt"``, ``"jit: <why the prebuilt module could not be used>"``, or
+    ``"refused: <why>"`` when it was refused without a build (``"trust"``)."""
     return _reasons.get(str(Path(prebuilt_dir).absolute()), "not loaded")
 
 
@@ -41,8 +43,14 @@ def load_or_build(
     **options: Any,
 ) -> CompiledModule:
     """Load ``prebuilt_dir`` with :func:`load_prebuilt`; when it cannot serve this
-    machine (missing, damaged, another FFI API, no matching GPU architecture),
-    say why on stderr and build ``sources`` with the JIT loaders instead.
+    machine (missing, damaged, stale, another kernix release or FFI API, no
+    matching GPU architecture, a library ``dlopen`` refuses), say why on
+    stderr and build ``sources`` with the JIT loaders instead.
+
+    The prebuilt module is stale, and not loaded, when ``sources`` exist and
+    differ from those it was built from.  A module that another user could
+    have written (reason ``"trust"``) is refused, not replaced by a build:
+    its sources could have been written by them too.
 
     Parameters
     ----------
@@ -64,13 +72,23 @@ def load_or_build(
     Returns
     -------
     CompiledModule
+
+    Raises
+    ------
+    PrebuiltError
+        With reason ``"trust"``, as :func:`load_prebuilt`.
     """
     key = str(Path(prebuilt_dir).absolute())
+    paths = [Path(s) for s in sources]
     try:
-        module = load_prebuilt(prebuilt_dir, target_prefix=target_prefix)
+        manifest = PrebuiltManifest.read(os.path.realpath(Path(prebuilt_dir).expanduser()))
+        module = load_manifest(manifest, target_prefix=target_prefix, sources=paths)
         _reasons[key] = "prebuilt"
         return module
     except PrebuiltError as exc:
+        if exc.reason == "trust":
+            _reasons[key] = f"refused: {exc}"
+            raise
         why = f"{exc.reason}: {exc}"
     _reasons[key] = f"jit: {why}"
     if not quiet:
@@ -78,11 +96,8 @@ def load_or_build(
               "building it from its sources instead", file=sys.stderr)
     from .. import loaders
 
-    paths = [Path(s) for s in sources]
     if name is None:
         try:
-            from .format import PrebuiltManifest
-
             name = PrebuiltManifest.read(prebuilt_dir).name
         except PrebuiltError:
             name = None

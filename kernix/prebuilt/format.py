@@ -17,7 +17,7 @@ Format 1 of ``kernix-prebuilt.json`` (one JSON object; readers refuse another
     library_size    its size in bytes
     functions       the specs, in export order (FunctionSpec.to_json)
     handlers        function name -> exported handler symbol
-    kernix          the kernix version that built it
+    kernix          the kernix version that built it (loaded by the same major.minor only)
     jaxlib          the jaxlib version whose FFI headers it was compiled against
     ffi_api         [major, minor]: XLA_FFI_API_MAJOR/MINOR of those headers
     compilers       the compilers' identities (path and --version banner)
@@ -54,6 +54,7 @@ __all__ = [
     "PrebuiltManifest",
     "running_ffi_api",
     "ffi_api_problem",
+    "kernix_version_problem",
     "arch_problem",
 ]
 
@@ -267,6 +268,30 @@ def ffi_api_problem(built: tuple[int, int], running: tuple[int, int] | None) -> 
             f"implements API {running[0]}.{running[1]}"
         )
     return None
+
+
+def _release(version: str) -> tuple[str, str]:
+    """The ``(major, minor)`` of a version string (``"0.2.1"`` -> ``("0", "2")``)."""
+    major, _, rest = version.partition(".")
+    return major, rest.partition(".")[0]
+
+
+def kernix_version_problem(built: str, running: str) -> str | None:
+    """Why a module built by kernix ``built`` cannot be loaded by kernix ``running``,
+    or ``None`` when it can.
+
+    The generated handlers and the runtime that calls them agree within one
+    ``major.minor`` release series (patch releases keep them); any other
+    version may pass arguments differently, so it is refused.
+    """
+    if _release(built) == _release(running):
+        return None
+    series = ".".join(_release(built))
+    return (
+        f"it was built by kernix {built}, and this is kernix {running}; modules load only in the "
+        f"kernix release series that built them ({series}.x). Rebuild it with this kernix "
+        f"(`kernix build ...`), or install kernix {series}.x (`pip install 'kernix=={series}.*'`)"
+    )
 
 
 def _arch_parts(arch: str) -> tuple[int, int, str]:

@@ -2,21 +2,148 @@
 
 Nothing here imports :mod:`kernix.frontend` (libclang) or
 :mod:`kernix.backend` (compilers, ninja), and nothing writes to the kernix
-cache: the manifest, a hash of the library, ``dlopen`` and JAX registration
-are all a load does.
+cache: the manifest, trust checks, a hash and a look at the library's ELF
+header, ``dlopen`` and JAX registration are all a load does.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+import struct
+import sys
+from pathlib import Path
+from typing import BinaryIO, Sequence
 
+from .. import __version__
 from ..runtime import registry
 from ..errors import PrebuiltError
 from ..store.files import file_digest
 from ..runtime.module import CompiledModule
-from .format import PrebuiltManifest, arch_problem, ffi_api_problem, running_ffi_api
+from .format import (
+    MANIFEST_NAME, PrebuiltManifest, arch_problem, ffi_api_problem, kernix_version_problem, running_ffi_api,
+)
 
-__all__ = ["load_prebuilt", "check_prebuilt", "PrebuiltError"]
+__all__ = [
+    "load_prebuilt", "load_manifest", "check_prebuilt", "trust_problem", "elf_problem", "stale_problem",
+    "PrebuiltError",
+]
+
+
+def _untrusted(path: str, st: os.stat_result, uid: int) -> str | None:
+    """Why another user could replace ``path`` (already resolved), or ``None``."""
+    if st.st_uid not in (uid, 0):
+        return (
+            f"{path} is owned by another user (uid {st.st_uid}), who could replace the code loaded "
+            "from it. Install the package where only you or root can write (a virtual environment "
+            "of your own), or build the module yourself (`kernix build SOURCE... -o DIR`)"
+        )
+    sticky_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+    if st.st_mode & stat.S_IWOTH and not sticky_dir:
+        return (
+            f"other users can write to {path}, so they could replace the code loaded from it. "
+            f"Fix it with `chmod o-w {path}`, or reinstall the package where other users cannot write"
+        )
+    return None
+
+
+def trust_problem(paths: Sequence[str | os.PathLike[str]]) -> str | None:
+    """Why code or data at ``paths`` could have been written by another user, or ``None``.
+
+    Each path is resolved (symbolic links followed), and it and every
+    directory above it must be owned by this user or root and not writable by
+    other users (a sticky directory, like ``/tmp``, may be: others cannot
+    replace what is in it).  Group write permission is trusted, as in the
+    kernix cache.  Paths that do not exist are skipped.
+    """
+    uid = os.getuid()
+    seen: set[str] = set()
+    for path in paths:
+        current = os.path.realpath(path)
+        chain = [current]
+        while os.path.dirname(current) != current:
+            current = os.path.dirname(current)
+            chain.append(current)
+        for p in reversed(chain):
+            if p in seen:
+                continue
+            seen.add(p)
+            try:
+                st = os.stat(p)
+            except OSError:
+                continue
+            why = _untrusted(p, st, uid)
+            if why is not None:
+                return why
+    return None
+
+
+_ELF_MACHINES = {3: "x86", 62: "x86-64", 40: "ARM", 183: "AArch64", 21: "PowerPC64", 243: "RISC-V", 22: "s390"}
+
+
+def _elf_identity(header: bytes) -> tuple[bytes, int] | None:
+    """``(class and byte order, machine)`` of an ELF header, or ``None`` if it is not one."""
+    if len(header) < 20 or header[:4] != b"\x7fELF" or header[5] not in (1, 2):
+        return None
+    order = "<" if header[5] == 1 else ">"
+    return header[4:6], struct.unpack_from(order + "H", header, 18)[0]
+
+
+def _machine_name(machine: int) -> str:
+    return _ELF_MACHINES.get(machine, f"ELF machine {machine}")
+
+
+def _bits(identity: tuple[bytes, int]) -> str:
+    return f"{_machine_name(identity[1])} ({'64' if identity[0][0] == 2 else '32'}-bit)"
+
+
+def _truncation(f: BinaryIO, header: bytes, size: int) -> str | None:
+    """Why the 64-bit ELF file ``f`` (of ``size`` bytes) is truncated, or ``None``."""
+    order = "<" if header[5] == 1 else ">"
+    if len(header) < 64:
+        return f"it is truncated ({size} bytes: shorter than an ELF header)"
+    phoff, = struct.unpack_from(order + "Q", header, 32)
+    phentsize, phnum = struct.unpack_from(order + "HH", header, 54)
+    if phentsize < 56 or phoff + phentsize * phnum > size:
+        return f"it is truncated ({size} bytes: its ELF program headers lie past the end)"
+    f.seek(phoff)
+    table = f.read(phentsize * phnum)
+    for i in range(phnum):
+        p_type, = struct.unpack_from(order + "I", table, i * phentsize)
+        offset, = struct.unpack_from(order + "Q", table, i * phentsize + 8)
+        filesz, = struct.unpack_from(order + "Q", table, i * phentsize + 32)
+        if p_type == 1 and offset + filesz > size:  # PT_LOAD
+            return f"it is truncated ({size} bytes; a loadable segment ends at byte {offset + filesz})"
+    return None
+
+
+def elf_problem(path: str | os.PathLike[str]) -> tuple[str, str] | None:
+    """``(reason, why)`` when ``path`` is not a shared library this process
+    could map, else ``None``.
+
+    Checked without loading it: the ELF magic; the class, byte order and
+    machine against this Python interpreter's (reason ``"platform"``); and
+    (64-bit) that every loadable segment lies inside the file (``"format"``):
+    mapping a truncated library would crash the process (``SIGBUS``)
+    instead of failing.
+    """
+    mine = None
+    try:
+        with open(os.path.realpath(sys.executable), "rb") as f:
+            mine = _elf_identity(f.read(64))
+    except OSError:
+        pass
+    with open(path, "rb") as f:
+        header = f.read(64)
+        found = _elf_identity(header)
+        if found is None:
+            return "format", "it is not an ELF shared library"
+        if mine is not None and found != mine:
+            return "platform", f"it is a library for {_bits(found)}, and this machine runs {_bits(mine)}"
+        if found[0][0] != 2:
+            return None
+        why = _truncation(f, header, os.fstat(f.fileno()).st_size)
+    return None if why is None else ("format", why)
 
 
 def _gpus() -> list[tuple[str, str]]:
@@ -36,19 +163,44 @@ def _gpus() -> list[tuple[str, str]]:
     return out
 
 
+def stale_problem(manifest: PrebuiltManifest, sources: Sequence[Path]) -> str | None:
+    """Why ``manifest`` was not built from ``sources`` as they are now, or ``None``.
+
+    Compares the files' names and SHA-256 with those the manifest records;
+    nothing is compared when a source does not exist (not shipped).  Headers the
+    sources include are not recorded, so an edit to one alone is not seen.
+    """
+    if not sources or not manifest.sources or not all(s.is_file() for s in sources):
+        return None
+    now = sorted((s.name, file_digest(s)) for s in sources)
+    if now == sorted(manifest.sources):
+        return None
+    changed = sorted({n for n, _ in set(now) ^ set(manifest.sources)})
+    return (
+        f"the prebuilt module {manifest.name!r} in {manifest.directory} is stale: the sources given for it "
+        f"({', '.join(changed)}) are not those it was built from. Rebuild it (`kernix build ...`, or "
+        "`pip wheel .` for a package), or delete it to build from the sources"
+    )
+
+
 def check_prebuilt(manifest: PrebuiltManifest) -> None:
     """Refuse a prebuilt module this process cannot run.
 
-    Checks, without running any tool: the running jaxlib's FFI API version,
-    and for a CUDA module that a GPU is present and that every GPU has
-    machine code or compatible PTX in the library.
+    Checks, without running any tool: the kernix release series that built
+    it, the running jaxlib's FFI API version, and for a CUDA module that a
+    GPU is present and that every GPU has machine code or compatible PTX in
+    the library.
 
     Raises
     ------
     PrebuiltError
-        ``reason`` ``"ffi_api"``, ``"platform"`` or ``"arch"``, saying how to rebuild.
+        ``reason`` ``"version"``, ``"ffi_api"``, ``"platform"`` or ``"arch"``, saying how to rebuild.
     """
     where = manifest.directory
+    problem = kernix_version_problem(manifest.kernix, __version__)
+    if problem:
+        raise PrebuiltError(f"cannot load the prebuilt module {manifest.name!r} from {where}: {problem}.",
+                            "version")
     problem = ffi_api_problem(manifest.ffi_api, running_ffi_api())
     if problem:
         raise PrebuiltError(
@@ -82,8 +234,11 @@ def load_prebuilt(
     """Load a prebuilt module (made by ``kernix build`` or :func:`kernix.build_module`).
 
     Needs no compiler, no nvcc and no libclang, and writes nothing to the
-    kernix cache.  The library's SHA-256 is checked against the manifest
-    before it is loaded.
+    kernix cache.  Before the library is loaded, the module must be
+    trustworthy (nothing on its path writable by another user), built by
+    this kernix release series, for this jaxlib's FFI API and (CUDA) these
+    GPUs, and its library must match the manifest's SHA-256 and be a whole
+    shared library for this machine.
 
     Parameters
     ----------
@@ -102,17 +257,57 @@ def load_prebuilt(
     Raises
     ------
     PrebuiltError
-        When the directory holds no valid module, the library's hash does not
-        match, the running jaxlib has another FFI API, or (CUDA) no GPU here can
-        run the architectures it was built for; ``reason`` says which.
+        When the module cannot be used here; ``reason`` says why: ``"missing"``,
+        ``"format"``, ``"trust"``, ``"version"``, ``"ffi_api"``, ``"platform"``,
+        ``"arch"``, ``"hash"`` or ``"load"`` (``dlopen`` failed).
     """
-    manifest = PrebuiltManifest.read(directory)
+    manifest = PrebuiltManifest.read(os.path.realpath(Path(directory).expanduser()))
+    return load_manifest(manifest, target_prefix=target_prefix, auto_register=auto_register)
+
+
+def load_manifest(
+    manifest: PrebuiltManifest,
+    target_prefix: str | None = None,
+    auto_register: bool = True,
+    sources: Sequence[Path] = (),
+) -> CompiledModule:
+    """:func:`load_prebuilt` of a manifest already read (the checks, then ``dlopen``).
+
+    Parameters
+    ----------
+    manifest : PrebuiltManifest
+        As :meth:`PrebuiltManifest.read` returns it.
+    target_prefix : str, optional
+        Prefix of the FFI target names (default: the module name).
+    auto_register : bool
+        Register every function with JAX.
+    sources : list of paths
+        The sources the module should have been built from: when they exist
+        and differ, the module is refused as stale (reason ``"stale"``).
+
+    Returns
+    -------
+    CompiledModule
+
+    Raises
+    ------
+    PrebuiltError
+        As :func:`load_prebuilt`, or with reason ``"stale"``.
+    """
+    lib = Path(os.path.realpath(manifest.library_path))
+    problem = trust_problem([manifest.directory / MANIFEST_NAME, lib])
+    if problem:
+        raise PrebuiltError(f"refusing to load the prebuilt module {manifest.name!r} from "
+                            f"{manifest.directory}: {problem}.", "trust")
+    problem = stale_problem(manifest, sources)
+    if problem:
+        raise PrebuiltError(problem, "stale")
     check_prebuilt(manifest)
-    lib = manifest.library_path
     try:
         digest = file_digest(lib)
     except OSError as exc:
-        raise PrebuiltError(f"cannot read the library of the prebuilt module: {lib}: {exc.strerror or exc}",
+        raise PrebuiltError(f"cannot read the library of the prebuilt module: {lib}: {exc.strerror or exc}. "
+                            "Rebuild the module (`kernix build ...`) or reinstall the package that ships it.",
                             "missing") from None
     if digest != manifest.library_sha256:
         raise PrebuiltError(
@@ -121,7 +316,23 @@ def load_prebuilt(
             "Rebuild the module (`kernix build ...`) or reinstall the package that ships it.",
             "hash",
         )
-    registry.load_library(lib)
+    elf = elf_problem(lib)
+    if elf is not None:
+        raise PrebuiltError(f"cannot load the library {lib} of the prebuilt module {manifest.name!r}: "
+                            f"{elf[1]}. " + ("Rebuild the module on (or for) this kind of machine (`kernix build ...`)."
+                                             if elf[0] == "platform" else
+                                             "Reinstall the package that ships it, or rebuild the module "
+                                             "(`kernix build ...`)."), elf[0])
+    try:
+        registry.open_library(lib)
+    except OSError as exc:
+        raise PrebuiltError(
+            f"cannot load the library {lib} of the prebuilt module {manifest.name!r}: {exc}. This machine "
+            "lacks what it needs (often a C++ runtime or glibc older than the build machine's): install "
+            "what the message names, or rebuild the module on a system no newer than this one "
+            "(`kernix build ...`).",
+            "load",
+        ) from None
     module = CompiledModule(
         manifest.name, lib, manifest.platform, manifest.functions, manifest.handlers, digest,
         target_prefix=target_prefix,
