@@ -5,7 +5,8 @@ Conventions in ``docs/**/*.rst`` (see ``docs/testing-the-docs.rst``):
 * ``.. code-block:: python`` with ``:class: runnable`` is executed.  The
   runnable blocks of one page run in order, in one namespace, in a fresh
   process whose working directory is an empty temporary directory and whose
-  ``KERNIX_CACHE_DIR`` is a temporary cache shared by the pages.
+  ``KERNIX_CACHE_DIR`` is a temporary cache of its own (a page may clear it,
+  and count what it clears).
 * A runnable block in another language with a ``:caption:`` (``cpp``,
   ``cuda``, ``text``) is a file: it is written, at that point of the page, to
   the path the caption names.
@@ -195,9 +196,7 @@ RUNNABLE_PAGES = {page: steps for page, blocks in all_pages().items() if (steps 
 def page_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.Popen, Path, list[Step]]]:
     """Start every runnable page in its own process, all at once."""
     base = tmp_path_factory.mktemp("docs-run")
-    cache = base / "cache"
     env = dict(os.environ)
-    env["KERNIX_CACHE_DIR"] = str(cache)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     if shutil.which("kernix", path=env["PATH"]) is None:  # kernix importable but its script not installed
         bin_dir = base / "bin"
@@ -223,7 +222,8 @@ def page_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subpr
         (workdir / "steps.json").write_text(json.dumps(spec))
         proc = subprocess.Popen(
             [sys.executable, "-c", RUNNER, "steps.json", "results.json"],
-            cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=workdir, env={**env, "KERNIX_CACHE_DIR": str(workdir.with_name(workdir.name + "-cache"))},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         runs[page] = (proc, workdir, steps)
     yield runs
