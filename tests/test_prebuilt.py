@@ -391,7 +391,8 @@ def test_truncated_library_is_refused_not_a_crash(prebuilt, tmp_path):
         {**os.environ, "JAX_PLATFORMS": "cpu"},
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith(f"format cannot load the library {lib}") and "truncated" in proc.stdout
+    assert proc.stdout.startswith(f"format cannot load the library {lib}")
+    assert f"{lib} is cut short (4096 bytes" in proc.stdout  # (the test's directory name says "truncated")
 
 
 def test_library_for_another_machine_is_refused(prebuilt, tmp_path):

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 import stat
-import struct
 import sys
 from pathlib import Path
-from typing import BinaryIO, Sequence
+from typing import Sequence
 
 from .. import __version__
 from ..runtime import registry
 from ..errors import PrebuiltError
+from ..store import elf
 from ..store.files import file_digest
 from ..runtime.module import CompiledModule
 from .format import (
@@ -78,72 +78,29 @@ def trust_problem(paths: Sequence[str | os.PathLike[str]]) -> str | None:
     return None
 
 
-_ELF_MACHINES = {3: "x86", 62: "x86-64", 40: "ARM", 183: "AArch64", 21: "PowerPC64", 243: "RISC-V", 22: "s390"}
-
-
-def _elf_identity(header: bytes) -> tuple[bytes, int] | None:
-    """``(class and byte order, machine)`` of an ELF header, or ``None`` if it is not one."""
-    if len(header) < 20 or header[:4] != b"\x7fELF" or header[5] not in (1, 2):
-        return None
-    order = "<" if header[5] == 1 else ">"
-    return header[4:6], struct.unpack_from(order + "H", header, 18)[0]
-
-
-def _machine_name(machine: int) -> str:
-    return _ELF_MACHINES.get(machine, f"ELF machine {machine}")
-
-
-def _bits(identity: tuple[bytes, int]) -> str:
-    return f"{_machine_name(identity[1])} ({'64' if identity[0][0] == 2 else '32'}-bit)"
-
-
-def _truncation(f: BinaryIO, header: bytes, size: int) -> str | None:
-    """Why the 64-bit ELF file ``f`` (of ``size`` bytes) is truncated, or ``None``."""
-    order = "<" if header[5] == 1 else ">"
-    if len(header) < 64:
-        return f"it is truncated ({size} bytes: shorter than an ELF header)"
-    phoff, = struct.unpack_from(order + "Q", header, 32)
-    phentsize, phnum = struct.unpack_from(order + "HH", header, 54)
-    if phentsize < 56 or phoff + phentsize * phnum > size:
-        return f"it is truncated ({size} bytes: its ELF program headers lie past the end)"
-    f.seek(phoff)
-    table = f.read(phentsize * phnum)
-    for i in range(phnum):
-        p_type, = struct.unpack_from(order + "I", table, i * phentsize)
-        offset, = struct.unpack_from(order + "Q", table, i * phentsize + 8)
-        filesz, = struct.unpack_from(order + "Q", table, i * phentsize + 32)
-        if p_type == 1 and offset + filesz > size:  # PT_LOAD
-            return f"it is truncated ({size} bytes; a loadable segment ends at byte {offset + filesz})"
-    return None
-
-
 def elf_problem(path: str | os.PathLike[str]) -> tuple[str, str] | None:
     """``(reason, why)`` when ``path`` is not a shared library this process
     could map, else ``None``.
 
-    Checked without loading it: the ELF magic; the class, byte order and
-    machine against this Python interpreter's (reason ``"platform"``); and
-    (64-bit) that every loadable segment lies inside the file (``"format"``):
-    mapping a truncated library would crash the process (``SIGBUS``)
-    instead of failing.
+    Checked without loading it: the ELF class, byte order and machine against
+    this Python interpreter's (reason ``"platform"``), then that the file is
+    whole (:func:`kernix.store.elf.check_elf`, reason ``"format"``): mapping a
+    truncated library would crash the process (``SIGBUS``) instead of failing.
     """
-    mine = None
     try:
-        with open(os.path.realpath(sys.executable), "rb") as f:
-            mine = _elf_identity(f.read(64))
+        mine = elf.identity(os.path.realpath(sys.executable))
     except OSError:
-        pass
-    with open(path, "rb") as f:
-        header = f.read(64)
-        found = _elf_identity(header)
-        if found is None:
-            return "format", "it is not an ELF shared library"
-        if mine is not None and found != mine:
-            return "platform", f"it is a library for {_bits(found)}, and this machine runs {_bits(mine)}"
-        if found[0][0] != 2:
-            return None
-        why = _truncation(f, header, os.fstat(f.fileno()).st_size)
-    return None if why is None else ("format", why)
+        mine = None
+    found = elf.identity(path)
+    if found is None:
+        return "format", "it is not an ELF shared library"
+    if mine is not None and found != mine:
+        return "platform", f"it is a library for {elf.describe(found)}, and this machine runs {elf.describe(mine)}"
+    try:
+        elf.check_elf(Path(path))
+    except elf.ElfError as exc:
+        return "format", str(exc)
+    return None
 
 
 def _gpus() -> list[tuple[str, str]]:

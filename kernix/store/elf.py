@@ -12,7 +12,7 @@ import struct
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["ElfError", "check_elf", "dynamic_symbols", "check_library"]
+__all__ = ["ElfError", "check_elf", "dynamic_symbols", "check_library", "identity", "describe"]
 
 _HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
 _SECTION = struct.Struct("<IIQQQQIIQQ")
@@ -91,3 +91,28 @@ def check_library(path: Path, symbols: Iterable[str]) -> None:
     missing = sorted(set(symbols) - dynamic_symbols(path))
     if missing:
         raise ElfError(f"{path} does not export {', '.join(missing)}")
+
+
+_MACHINES = {3: "x86", 62: "x86-64", 40: "ARM", 183: "AArch64", 21: "PowerPC64", 243: "RISC-V", 22: "s390"}
+
+
+def identity(path: str | Path) -> tuple[int, int, int] | None:
+    """``(class, byte order, machine)`` from the ELF header of ``path`` (any
+    ELF file: 32- or 64-bit, either byte order), or ``None`` if it is not one.
+
+    Raises
+    ------
+    OSError
+        When ``path`` cannot be read.
+    """
+    with open(path, "rb") as f:
+        header = f.read(20)
+    if len(header) < 20 or header[:4] != b"\x7fELF" or header[5] not in (1, 2):
+        return None
+    return header[4], header[5], int.from_bytes(header[18:20], "little" if header[5] == 1 else "big")
+
+
+def describe(found: tuple[int, int, int]) -> str:
+    """An :func:`identity` in words: ``"x86-64 (64-bit)"``."""
+    machine = _MACHINES.get(found[2], f"ELF machine {found[2]}")
+    return f"{machine} ({'64' if found[0] == 2 else '32'}-bit)"
