@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__, report
-from .errors import InferenceError, KernixError, RegistrationError, SourceError
+from .errors import CacheError, InferenceError, KernixError, RegistrationError, SourceError
 from .request import LoadRequest
 from .runtime import registry
 from .runtime.module import check_function_names
@@ -172,6 +172,26 @@ def _load_failed(request: LoadRequest, manifest: Manifest, exc: RegistrationErro
     )
 
 
+def noexec_problem(root: str | os.PathLike[str]) -> str | None:
+    """Why no library under the cache root ``root`` can be loaded, or ``None``:
+    the file system holding it is mounted ``noexec`` (``dlopen`` then fails with
+    "failed to map segment"), which no rebuild can change."""
+    path = os.fspath(root)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)  # not made yet: its future file system
+    try:
+        noexec = bool(os.statvfs(path).f_flag & os.ST_NOEXEC)
+    except OSError:
+        return None
+    if not noexec:
+        return None
+    return (
+        f"the kernix cache {os.fspath(root)} is on a file system mounted noexec, so no library built there can be "
+        "loaded. Point kernix at a directory on a file system mounted without noexec (`findmnt -T DIR` shows "
+        "a directory's mount options) with KERNIX_CACHE_DIR, kernix.set_cache_dir() or build_directory="
+    )
+
+
 def reload(request: LoadRequest, manifest: Manifest, exc: OSError) -> Manifest:
     """The entry of ``manifest`` again, after its library failed to load with
     ``exc``: a damaged entry is discarded and built once from an empty work
@@ -180,8 +200,12 @@ def reload(request: LoadRequest, manifest: Manifest, exc: OSError) -> Manifest:
     Raises
     ------
     RegistrationError
-        When the rebuilt library does not load either (it is not kept).
+        When the rebuilt library does not load either (it is not kept), or
+        when the cache is on a ``noexec`` file system (nothing is rebuilt).
     """
+    noexec = noexec_problem(request.root)
+    if noexec is not None:
+        raise RegistrationError(f"cannot load the compiled library {manifest.so_path} ({exc}): {noexec}") from exc
     damaged = manifest.so_path.exists()  # else: cleared between look-up and load
     if damaged:
         _discard(request, manifest)
@@ -197,9 +221,13 @@ def reload(request: LoadRequest, manifest: Manifest, exc: OSError) -> Manifest:
 
 
 def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) -> Manifest:
-    from .backend import codegen
+    from .backend import codegen, toolchain
     from .backend.ninja import OutputError
 
+    noexec = noexec_problem(request.root)
+    if noexec is not None:  # a build there could never be loaded
+        raise CacheError(noexec)
+    toolchain.check_host_compiler()  # before inference, whose parse would only miss its standard headers
     units = infer_units(request)
     check_function_names([f for _, fns in units for f in fns])
     index = itertools.count()  # module-wide: every generated symbol is unique

@@ -42,21 +42,28 @@ def set_cache_dir(path: str | os.PathLike[str] | None) -> None:
 
 def cache_root() -> Path:
     """The cache root: :func:`set_cache_dir`, else ``$KERNIX_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/kernix``, else ``~/.cache/kernix``."""
+    ``$XDG_CACHE_HOME/kernix`` (an absolute ``$XDG_CACHE_HOME``), else ``~/.cache/kernix``."""
     from pathlib import Path
 
     return Path(cache_root_str())
 
 
 def cache_root_str() -> str:
-    """:func:`cache_root` as a string, for the start-up paths that need no :mod:`pathlib`."""
+    """:func:`cache_root` as a string, for the start-up paths that need no :mod:`pathlib`.
+
+    A relative ``$XDG_CACHE_HOME`` is ignored, as the XDG Base Directory
+    specification requires: it would put a cache in every directory a
+    program starts from.
+    """
     if _override is not None:
         return _override
     env = os.environ.get("KERNIX_CACHE_DIR")
     if env:
         return absolute(env)
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return absolute(os.path.join(xdg or os.path.join(os.path.expanduser("~"), ".cache"), "kernix"))
+    if not (xdg and os.path.isabs(xdg)):
+        xdg = os.path.join(os.path.expanduser("~"), ".cache")
+    return absolute(os.path.join(xdg, "kernix"))
 
 
 def include_dir() -> Path:

@@ -396,6 +396,17 @@ def test_depfile_is_read_with_gccs_escaping(tmp_path: Path) -> None:
     assert read_depfile(dep) == ["/p/a$b #c \u00fc/k.cpp", "/p/plain.h", "/p/back\\slash.h"]
 
 
+def test_depfile_reads_gccs_own_escaping_of_backslashes(tmp_path: Path) -> None:
+    """Was: a backslash right before a space came back doubled (g++ doubles it, make's rule), so
+    the header was recorded under a path that does not exist and publishing failed."""
+    names = ["a\\ b.h", "c\\#d.h", "e\\\\ f.h", "g\\h.h", "i\\\\#j.h", "k$ l.h"]
+    for n in names:
+        (tmp_path / n).write_text("")
+    (tmp_path / "m.cpp").write_text("".join(f'#include "{n}"\n' for n in names))
+    subprocess.run(["g++", "-MD", "-MF", "m.d", "-E", "m.cpp", "-o", os.devnull], cwd=tmp_path, check=True)
+    assert read_depfile(tmp_path / "m.d")[-len(names):] == names
+
+
 def test_source_under_a_path_with_dollar_hash_space_unicode(tmp_path: Path) -> None:
     """Was: the build succeeded and publishing failed with a CacheError (``$$`` in the path)."""
     proj = tmp_path / "we$ird #dir \u00fcn"
@@ -408,6 +419,48 @@ def test_source_under_a_path_with_dollar_hash_space_unicode(tmp_path: Path) -> N
     assert str(proj / "inc" / "value.h") in [d[0] for d in manifest["dependencies"]]
     (proj / "inc" / "value.h").write_text("#define K 4.0f\n")
     assert _values(_load(proj, cache, name)) == [4.0] * 3
+
+
+def test_source_under_a_path_with_a_double_quote_and_a_backslash(tmp_path: Path) -> None:
+    """Was: a CompilationError from the generated unit, whose ``#include`` escaped the path as a
+    string literal (a header name takes ``\\`` as it is, and cannot hold ``"`` in ``"..."``)."""
+    proj = tmp_path / 'say "hi" \\ back\\slash'
+    (proj / "inc").mkdir(parents=True)
+    (proj / "kernel.cpp").write_text(KERNEL)
+    (proj / "inc" / "value.h").write_text("#define K 2.0f\n")
+    cache, name = tmp_path / "cache", unique_name("quotepath")
+    assert _values(_load(proj, cache, name)) == [2.0] * 3
+    (proj / "inc" / "value.h").write_text("#define K 4.0f\n")
+    assert _values(_load(proj, cache, name)) == [4.0] * 3
+
+
+def test_source_path_no_include_can_name_is_refused_naming_it(tmp_path: Path) -> None:
+    """A path with a line break cannot be named by any ``#include``: a KernixError that names the
+    file and says to rename it, not a compiler error about the generated unit."""
+    proj = tmp_path / "two\nlines"
+    proj.mkdir()
+    (proj / "kernel.cpp").write_text(KERNEL)
+    (proj / "value.h").write_text("#define K 2.0f\n")
+    with pytest.raises(kernix.KernixError, match=r"cannot compile .*two\\nlines.*line break.*Rename the file") as info:
+        kernix.load_cpp_file(proj / "kernel.cpp", name=unique_name("nlpath"), build_directory=tmp_path / "cache")
+    assert not isinstance(info.value, CompilationError)
+
+
+def test_disk_full_during_a_compile_says_so(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiler that runs out of disk space: the error says the disk is full and where the
+    compilers write, not only that the build failed (read as a fault in the user's code)."""
+    cxx = tmp_path / "bin" / "cxx"
+    cxx.parent.mkdir()
+    cxx.write_text('#!/bin/sh\ncase " $* " in *" -c "*) echo "x.s: Fatal error: shim_0.o: No space left on device" >&2; '
+                   'exit 1;; esac\nexec g++ "$@"\n')
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cxx))
+    toolchain.forget()
+    try:
+        with pytest.raises(CompilationError, match=r"the disk is full .*KiB free.*KERNIX_CACHE_DIR \(or TMPDIR\)"):
+            _load(project, tmp_path / "cache", unique_name("nospace"))
+    finally:
+        toolchain.forget()
 
 
 # ----------------------------------------------------------- 6. the lock

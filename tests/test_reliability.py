@@ -426,6 +426,51 @@ def test_cache_root_under_a_file_is_a_clear_error(tmp_path: Path) -> None:
                                build_directory=blocker / "cache")
 
 
+def _mount(args: list[str]) -> None:
+    """Run ``mount ARGS``, skipping the test where this process may not mount (not root, a container)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a file system needs root and mount(8)")
+    proc = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount here: {proc.stderr.strip()}")
+
+
+def _unmount(path: Path) -> None:
+    """Unmount ``path``; lazily if something still holds a file there, so no mount outlives the test."""
+    if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def test_cache_on_a_noexec_file_system_is_a_clear_error(tmp_path: Path) -> None:
+    """Was: a build, a second build from scratch, then advice about LD_LIBRARY_PATH and rpath, since
+    dlopen cannot map a library from a noexec mount.  Now: no compile, an error naming the mount
+    option and the setting that moves the cache; a cache that was built elsewhere and is now seen
+    through a noexec mount gives the same error, without a rebuild and with its entry kept."""
+    source = (REL / "add_one.cpp").read_text()
+    fresh, built, seen = tmp_path / "fresh", tmp_path / "built", tmp_path / "seen"
+    for d in (fresh, built, seen):
+        d.mkdir()
+    name = unique_name("noexec")
+    kernix.load_cpp_inline(name, source, build_directory=built)
+    _mount(["-t", "tmpfs", "-o", "noexec,size=8m", "tmpfs", str(fresh)])
+    try:
+        with pytest.raises(CacheError, match="mounted noexec.*KERNIX_CACHE_DIR"):
+            kernix.load_cpp_inline(unique_name("noexec"), source, build_directory=fresh / "cache")
+        assert not (fresh / "cache" / "build").exists()  # nothing was compiled
+    finally:
+        _unmount(fresh)
+    _mount(["--bind", str(built), str(seen)])
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,noexec", str(seen)], check=True)
+        with pytest.raises(kernix.KernixError, match="mounted noexec.*KERNIX_CACHE_DIR") as info:
+            kernix.load_cpp_inline(name, source, build_directory=seen, target_prefix=unique_name("t"))
+        assert "LD_LIBRARY_PATH" not in str(info.value)
+    finally:
+        _unmount(seen)
+    assert list((built / "modules" / name).glob("*/manifest.json"))  # kept: it loads from an exec mount
+    kernix.load_cpp_inline(name, source, build_directory=built)
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permission bits")
 def test_read_only_cache_directory_real_permissions(tmp_path: Path) -> None:
     r = tmp_path / "ro"

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -169,3 +172,116 @@ def test_arch_names_follow_the_documented_grammar(text: str) -> None:
     else:
         with pytest.raises(ToolchainError):
             arch.normalize_arch_list(text)
+
+
+# -- an imperfect machine: what a first load meets, each in a process of its own -------------------------------
+
+_LOAD = """
+import sys, kernix
+src = '#include "kernix/common.h"\\n// @BE twice\\nvoid twice(const BE::Tensor& x, BE::Tensor& out) {}\\n'
+try:
+    kernix.load_cpp_inline("env_probe", src)
+except kernix.KernixError as exc:
+    print(type(exc).__name__ + ": " + str(exc))
+    sys.exit(3)
+print("loaded")
+"""
+
+
+def _load_in_a_process(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """A first load of a small C++ module in a fresh process, with a cache of its own and ``env``."""
+    full = {**os.environ, "KERNIX_CACHE_DIR": str(tmp_path / "cache"), "JAX_PLATFORMS": "cpu", **env}
+    return subprocess.run([sys.executable, "-c", _LOAD], env=full, capture_output=True, text=True, timeout=300)
+
+
+def _script(path: Path, body: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["true", "garbage", "no-c++17", "c++14"])
+def test_cxx_that_is_no_cpp17_compiler_is_named_before_inference(tmp_path: Path, kind: str) -> None:
+    """$CXX set to something that is not a C++17 compiler is a ToolchainError naming it, what it
+    answered and the fix, before any inference (which would only report <cstddef> as missing)."""
+    body = {
+        "garbage": "echo 'hello, not a compiler'\n",
+        "no-c++17": 'for a; do [ "$a" = -std=c++17 ] && { echo "unrecognized option $a" >&2; exit 1; }; done\n'
+                    'exec g++ "$@"\n',
+        "c++14": 'exec g++ "$@" -std=c++14\n',
+    }.get(kind)
+    cxx = Path("/bin/true") if body is None else _script(tmp_path / "bin" / "cxx", body)
+    proc = _load_in_a_process(tmp_path, CXX=str(cxx))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("ToolchainError: the host C++ compiler ")
+    assert str(cxx) in proc.stdout and "from $CXX" in proc.stdout and "set $CXX to a C++17 compiler" in proc.stdout
+    assert "cstddef" not in proc.stdout
+    said = {"true": "printed: nothing", "garbage": "hello, not a compiler",
+            "no-c++17": "unrecognized option -std=c++17", "c++14": "__cplusplus 201402"}[kind]
+    assert said in proc.stdout
+
+
+def test_a_fixed_compiler_is_asked_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed answer is not remembered: a compiler wrapper that failed once (here, while a flag
+    file exists) is asked again, both for its C++17 check and for its include directories."""
+    from kernix.frontend import clangparse
+
+    broken = tmp_path / "broken"
+    broken.touch()
+    cxx = _script(tmp_path / "bin" / "cxx", f'[ -e {broken} ] && exit 1\nexec g++ "$@"\n')
+    monkeypatch.setenv("CXX", str(cxx))
+    monkeypatch.setenv("KERNIX_CACHE_DIR", str(tmp_path / "cache"))
+    clangparse.host_cxx_include_dirs.cache_clear()
+    try:
+        with pytest.raises(ToolchainError, match="exit code 1"):
+            toolchain.check_host_compiler()
+        assert clangparse.host_cxx_include_dirs() == ()
+        broken.unlink()
+        clangparse.host_cxx_include_dirs.cache_clear()
+        toolchain.check_host_compiler()
+        assert clangparse.host_cxx_include_dirs()
+    finally:
+        clangparse.host_cxx_include_dirs.cache_clear()
+
+
+def test_cxx_naming_a_missing_file_says_how_to_fix_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CXX", str(tmp_path / "nope" / "g++"))
+    with pytest.raises(ToolchainError, match=r"is not an executable file\. Point \$CXX at .*or unset it"):
+        toolchain.find_host_compiler()
+
+
+def test_relative_xdg_cache_home_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative $XDG_CACHE_HOME is invalid (XDG Base Directory spec): it must not put a cache
+    into whatever directory a program starts from."""
+    from kernix import paths
+
+    monkeypatch.setattr(paths, "_override", None)
+    monkeypatch.delenv("KERNIX_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative-cache")
+    assert paths.cache_root_str() == str(tmp_path / "home" / ".cache" / "kernix")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert paths.cache_root_str() == str(tmp_path / "xdg" / "kernix")
+
+
+@pytest.mark.parametrize("broken", ["missing", "no-library"])
+def test_missing_or_broken_libclang_says_how_to_install_it(tmp_path: Path, broken: str) -> None:
+    """Without libclang's bindings, or with bindings whose native library is missing (the `clang`
+    package of PyPI, a damaged install), inference raises a ToolchainError that says to install
+    libclang-ng, not an ImportError or clang's LibclangError."""
+    import clang.cindex
+
+    shadow = tmp_path / "shadow" / "clang"
+    shadow.mkdir(parents=True)
+    if broken == "missing":
+        (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'clang'\", name='clang')\n")
+    else:
+        (shadow / "__init__.py").write_text("")
+        shutil.copy(clang.cindex.__file__, shadow / "cindex.py")  # no native/libclang.so beside it
+    path = os.pathsep.join([str(shadow.parent), *sys.path[1:]])
+    proc = _load_in_a_process(tmp_path, PYTHONPATH=path)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("ToolchainError: inferring signatures needs libclang")
+    assert "pip install --force-reinstall libclang-ng" in proc.stdout

@@ -166,9 +166,11 @@ def handler_chunks(functions: Sequence[codegen.ExportedFunction], jobs: int) -> 
 def read_depfile(path: Path) -> list[str]:
     """The prerequisites listed in a make-style depfile, unescaped as GCC escapes them.
 
-    GCC (and nvcc, which runs it) writes a space in a path as ``\\ ``, ``#`` as
-    ``\\#`` and ``$`` as ``$$``; a backslash before a line break continues the
-    line.  Other backslashes are part of the path.
+    GCC (and nvcc, which runs it) writes a space in a path as ``\\ ``, doubling
+    the backslashes right before it (make's rule: ``2N+1`` backslashes and a
+    space are ``N`` backslashes and a space), ``#`` as ``\\#`` and ``$`` as
+    ``$$``; a backslash before a line break continues the line.  Other
+    backslashes are part of the path.
     """
     try:
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
@@ -179,8 +181,18 @@ def read_depfile(path: Path) -> list[str]:
     deps = text[colon.end():] if colon else ""
     out: list[str] = []
     for token in re.findall(r"(?:\\.|\$\$|[^\s\\])+|\\", deps):
-        out.append(re.sub(r"\\([ #])|\$\$", lambda m: m.group(1) or "$", token))
+        out.append(_DEPFILE_ESCAPE.sub(_unescape, token))
     return out
+
+
+_DEPFILE_ESCAPE = re.compile(r"(\\+) |\\#|\$\$")
+
+
+def _unescape(m: re.Match[str]) -> str:
+    """One escape of a depfile path (see :func:`read_depfile`) as the characters it stands for."""
+    if m.group(1) is not None:
+        return "\\" * ((len(m.group(1)) - 1) // 2) + " "
+    return "#" if m.group() == "\\#" else "$"
 
 
 def _compiler_include_dirs(compiler: str) -> list[str]:
@@ -299,6 +311,31 @@ def _link_error_message(build_dir: Path, output: str, sources: Sequence[str]) ->
     )
 
 
+def _free_space(path: str) -> str:
+    """``"<n> KiB free"`` on the file system holding ``path``, or ``"free space unknown"``."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return "free space unknown"
+    return f"{st.f_bavail * st.f_frsize // 1024} KiB free"
+
+
+def _no_space_message(build_dir: Path, output: str) -> str | None:
+    """A message naming the directories a compile writes to and the fix when
+    the compilers ran out of disk space (``ENOSPC``), or ``None``."""
+    if "No space left on device" not in output and "Disk quota exceeded" not in output:
+        return None
+    import tempfile
+
+    tmp = tempfile.gettempdir()
+    return (
+        f"building {build_dir} failed: the disk is full (No space left on device). The compilers write to "
+        f"the build directory {build_dir} ({_free_space(str(build_dir))}) and to the temporary directory "
+        f"{tmp} ({_free_space(tmp)}; $TMPDIR sets it). Free space there, run `kernix cache clear`, or point "
+        "KERNIX_CACHE_DIR (or TMPDIR) at a disk with room"
+    )
+
+
 def build_module(
     build_dir: Path,
     units: Sequence[tuple[str, Sequence[codegen.ExportedFunction]]],
@@ -351,7 +388,8 @@ def build_module(
     if proc.returncode != 0:
         output = _trim_ninja_output(proc.stdout)
         raise CompilationError(
-            _link_error_message(build_dir, output, [str(source) for source, _ in units])
+            _no_space_message(build_dir, output)
+            or _link_error_message(build_dir, output, [str(source) for source, _ in units])
             or f"building {build_dir} failed (ninja exit code {proc.returncode})",
             output=output,
             command=cmd,

@@ -27,6 +27,7 @@ __all__ = [
     "find_nvcc",
     "find_cuda_home",
     "find_host_compiler",
+    "check_host_compiler",
     "host_compiler_path",
     "compiler_paths",
     "cuda_include_dirs",
@@ -167,7 +168,11 @@ def _host_compiler_found() -> str:
     if explicit:
         found = shutil.which(explicit)
         if not found:
-            raise ToolchainError(f"$CXX={explicit!r} is not an executable on PATH")
+            where = "an executable file" if os.sep in explicit else "an executable on PATH"
+            raise ToolchainError(
+                f"$CXX={explicit!r} is not {where}. Point $CXX at an installed C++17 compiler "
+                "(e.g. CXX=g++), or unset it to use g++, c++ or clang++ from PATH."
+            )
         return found
     for name in ("g++", "c++", "clang++"):
         found = shutil.which(name)
@@ -198,6 +203,71 @@ def compiler_paths(cuda: bool) -> list[str]:
     """
     found = [_host_compiler_found(), *([_nvcc_found()[0]] if cuda else [])]
     return list(dict.fromkeys(p for f in found for p in (f, os.path.realpath(f))))
+
+
+#: The language standard every build uses (see :func:`kernix.backend.flags.compile_flags`).
+CXX_STANDARD = "c++17"
+
+
+def _cxx17_problem(path: str) -> str | None:
+    """What is wrong when ``path`` is asked for its C++17 predefined macros, or ``None``.
+
+    A C++ compiler answers ``-x c++ -std=c++17 -dM -E`` with a ``__cplusplus``
+    of at least ``201703L``; ``/bin/true``, a script printing something else,
+    or a compiler too old for C++17 does not.
+    """
+    argv = [path, "-x", "c++", f"-std={CXX_STANDARD}", "-dM", "-E", os.devnull]
+    command = " ".join(argv)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=60,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"`{command}` could not run ({exc})"
+    said = (proc.stderr.strip() or proc.stdout.strip())[-600:]
+    if proc.returncode != 0:
+        return f"`{command}` failed (exit code {proc.returncode}): {said or 'no output'}"
+    for line in proc.stdout.splitlines():
+        if line.startswith("#define __cplusplus "):
+            value = line.split()[-1].rstrip("L")
+            if value.isdigit() and int(value) >= 201703:
+                return None
+            return f"`{command}` reports __cplusplus {value}, older than C++17 (201703L)"
+    return f"`{command}` did not list the predefined macros a C++ compiler lists (it printed: {said[:200] or 'nothing'})"
+
+
+def check_host_compiler() -> None:
+    """Make sure the host C++ compiler compiles C++17 (once per compiler file,
+    then remembered); called before a build, never on a warm load.
+
+    Raises
+    ------
+    ToolchainError
+        Naming the compiler, where it was found, what it answered, and the fix,
+        instead of the missing standard headers or the failed compile that a
+        non-compiler (``CXX=/bin/true``) or a compiler too old for C++17
+        would lead to.
+    """
+    found = _host_compiler_found()
+    path = os.path.realpath(found)
+    problems: list[str] = []
+
+    def ask() -> bool | None:
+        problem = _cxx17_problem(path)
+        if problem is None:
+            return True
+        problems.append(problem)
+        return None  # not remembered: a fixed compiler is asked again
+
+    if remembered("cxx17-check", path, ask):
+        return
+    origin = "$CXX" if os.environ.get("CXX") else "the first of g++, c++, clang++ on PATH"
+    shown = found if found == path else f"{found} (-> {path})"
+    raise ToolchainError(
+        f"the host C++ compiler {shown}, from {origin}, is not a working C++17 compiler: "
+        f"{problems[0] if problems else 'it gave no answer'}. kernix compiles with -std={CXX_STANDARD}: "
+        "set $CXX to a C++17 compiler (g++ 7 or newer, clang++ 5 or newer), or install one "
+        "(e.g. `apt-get install g++`)."
+    )
 
 
 def find_host_compiler() -> Compiler:

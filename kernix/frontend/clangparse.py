@@ -48,6 +48,7 @@ from typing import Any, Sequence
 from ..errors import SourceError
 from ..store.files import remembered
 from . import compiler_view
+from .libclang import cindex
 from .prelude import CUDA_PRELUDE_REAL, CUDA_PRELUDE_STUB, SPACE_MARKERS
 
 __all__ = [
@@ -133,7 +134,7 @@ def host_cxx_include_dirs() -> tuple[str, ...]:
                 path = line.strip().removesuffix(" (framework directory)")
                 if os.path.isdir(path):
                     dirs.append(os.path.normpath(path))
-        return dirs
+        return dirs if inside else None  # no search list: not a compiler's answer, not remembered
 
     return tuple(remembered("cxx-includes", cxx, ask) or ())
 
@@ -262,10 +263,9 @@ def _index() -> Any:
     after libclang's bindings are gone and print an ignored exception."""
     import atexit
 
-    import clang.cindex as ci
-
+    index = cindex().Index.create()
     atexit.register(_index.cache_clear)
-    return ci.Index.create()
+    return index
 
 
 _PCH_FLAGS = ["-Xclang", "-fallow-pch-with-compiler-errors"]
@@ -445,8 +445,13 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
         :func:`skipped_ranges`; slower).
     raw
         The file's bytes, if already read (for its leading includes).
+
+    Raises
+    ------
+    kernix.ToolchainError
+        When libclang is missing or does not load (see :func:`kernix.frontend.libclang.cindex`).
     """
-    import clang.cindex as ci
+    ci = cindex()
 
     flags = parse_flags(options)
     prelude = prelude_text(options)
