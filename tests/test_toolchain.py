@@ -222,6 +222,20 @@ def test_cxx_that_is_no_cpp17_compiler_is_named_before_inference(tmp_path: Path,
     assert said in proc.stdout
 
 
+def test_inspect_with_a_broken_cxx_names_the_compiler_not_the_headers(tmp_path: Path) -> None:
+    """`kernix inspect` does not build, so only the parse saw the broken compiler: its missing
+    standard header now says what is wrong with $CXX, not which -I to add."""
+    src = tmp_path / "k.cpp"
+    src.write_text('#include "kernix/common.h"\n// @BE f\nvoid f(const BE::Tensor x, BE::Tensor out) {}\n')
+    env = {**os.environ, "KERNIX_CACHE_DIR": str(tmp_path / "cache"), "CXX": "/bin/true"}
+    proc = subprocess.run([sys.executable, "-m", "kernix", "inspect", str(src)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "file not found; the C++ standard headers are found through the host compiler, and the host C++ " \
+           "compiler /bin/true" in proc.stderr
+    assert "set $CXX to a C++17 compiler" in proc.stderr and "extra_include_paths" not in proc.stderr
+
+
 def test_a_fixed_compiler_is_asked_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A failed answer is not remembered: a compiler wrapper that failed once (here, while a flag
     file exists) is asked again, both for its C++17 check and for its include directories."""

@@ -52,7 +52,16 @@ _UNDECLARED_BE = ("use of undeclared identifier 'BE'", "unknown type name 'BE'")
 
 
 def _missing_header_hint(header: str) -> str:
-    """Where ``header`` was looked for, and the option that adds a directory."""
+    """Where ``header`` was looked for, and the option that adds a directory; or,
+    when the host C++ compiler (which gives the standard headers) does not
+    work, what is wrong with it."""
+    from ..backend.toolchain import check_host_compiler
+    from ..errors import ToolchainError
+
+    try:
+        check_host_compiler()
+    except ToolchainError as exc:
+        return f"; the C++ standard headers are found through the host compiler, and {exc}"
     return (f"; #include \"...\" looks beside the including file (for a load_*_inline source, that is the cache's "
             f"sources/ directory), then in the include paths: pass the directory that holds {header!r} in "
             "extra_include_paths=[...] (or -I in the compiler flags)")
