@@ -7,9 +7,12 @@ command line, inference and builds need these.
 from __future__ import annotations
 
 import os
-from typing import Sequence
 
 from .paths import absolute
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from typing import Sequence
 
 __all__ = ["printable", "utf8_problem", "directory_problem", "repeated_source"]
 
