@@ -678,6 +678,27 @@ def test_clear_right_after_an_inline_source_is_stored(tmp_path: Path, monkeypatc
     assert _inline_source_of(tmp_path, name).read_text() == text
 
 
+def test_whole_clear_while_an_inline_source_is_being_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clear of every module removes the temporary file of an inline source being written
+    (`sources/.<name>-<hash>.cpp.XXXX.tmp`, no module's by its name) before it is renamed into
+    place: the load writes it again instead of failing."""
+    name, text = unique_name("inline_tmp"), (REL / "add_one.cpp").read_text()
+    real = os.replace
+    cleared: list[int] = []
+
+    def clear_then_replace(src, dst, *args, **kwargs):
+        if not cleared and os.fspath(src).endswith(".tmp") and "sources" in os.fspath(dst):
+            cleared.append(kernix.clear_cache(root=tmp_path))
+            assert not os.path.exists(src)
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", clear_then_replace)
+    mod = kernix.load_cpp_inline(name, text, build_directory=str(tmp_path))
+    assert cleared == [0]
+    _check(mod)
+    assert _inline_source_of(tmp_path, name).read_text() == text
+
+
 def test_clear_while_a_load_waits_for_the_build_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A clear that holds the build lock while an inline load waits for it (so it
     removes the stored source) does not make that load fail."""

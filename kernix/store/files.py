@@ -240,14 +240,18 @@ def write_source(root: Path, name: str, text: str, ext: str) -> Path:
         ) from None
     digest = sha256(data).hexdigest()[:16]
     path = Path(root, "sources", f"{name}-{digest}.{ext}")
-    try:
-        if not (path.is_file() and path.read_bytes() == data):
-            makedirs(path.parent)
-            atomic_write(path, data)
-    except OSError as exc:
-        from ..errors import CacheError
+    for attempt in (1, 2, 3):
+        try:
+            if not (path.is_file() and path.read_bytes() == data):
+                makedirs(path.parent)
+                atomic_write(path, data)
+            break
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError) and attempt < 3:
+                continue  # a `kernix cache clear` removed sources/ or the temporary file meanwhile: again
+            from ..errors import CacheError
 
-        raise CacheError(io_message(path, exc)) from exc
+            raise CacheError(io_message(path, exc)) from exc
     check_private(path, root)  # it is about to be compiled
     return path
 
