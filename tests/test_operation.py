@@ -210,6 +210,12 @@ def test_no_backward_no_grad(ops):
         with pytest.raises(kernix.CallError, match=r"plain_copy\(\) cannot be differentiated.*give plain_copy a "
                            r"shape signature \(`// @BE plain_copy \(\.\.\.,n\)->\(\.\.\.,n\)`"):
             differentiate(lambda x: jnp.sum(ops.plain_copy(x)))(x)
+    # A backward kernel gives first-order reverse mode only: a gradient of a gradient says so.
+    x2, w2 = jnp.ones((2, 3), jnp.float32), jnp.ones(3, jnp.float32)
+    loss = lambda x: jnp.sum(ops.rms_norm(x, w2, eps=1e-6) ** 2)
+    with pytest.raises(kernix.CallError, match=r"rms_norm\(\) cannot be differentiated here: its backward kernel "
+                       r"rms_norm_bwd\(\) gives first-order reverse-mode gradients"):
+        jax.grad(lambda x: jnp.sum(jax.grad(loss)(x)))(x2)
     # Not differentiated through the kernel: no error.
     assert float(jax.grad(lambda w: jnp.sum(w * jax.lax.stop_gradient(ops.plain_copy(x))))(2.0)) == 4.0
 

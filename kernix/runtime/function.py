@@ -270,10 +270,10 @@ class KernelFunction:
             call = jax.ffi.ffi_call(self.target, outs, vmap_method=vmap_method)
             result = call(*inputs, **coerced)
         except ValueError as e:
-            if "cannot be differentiated" in str(e):  # JAX's jvp rule of ffi_call
+            if f"FFI call to `{self.target}` cannot be differentiated" in str(e):  # JAX's jvp rule of ffi_call
                 from .gradient import no_backward
 
-                raise no_backward(spec) from None
+                raise no_backward(spec, self.module.backward_name(spec.name)) from None
             raise
         return result[0] if single else tuple(result)
 

@@ -14,18 +14,29 @@ if TYPE_CHECKING:
 __all__ = ["with_vjp", "no_backward"]
 
 
-def no_backward(spec: "FunctionSpec") -> CallError:
-    """The error for differentiating ``spec``'s function, which no backward kernel declares."""
+def no_backward(spec: "FunctionSpec", backward: str | None) -> CallError:
+    """The error for differentiating ``spec``'s function where no rule applies:
+    it has no backward kernel, or (``backward``) it has one, which gives
+    first-order reverse mode only."""
     name = spec.name
+    forward_mode = "Forward mode (jax.jvp, jax.jacfwd) is not available for kernels"
+    if backward is not None:
+        return CallError(
+            f"{name}() cannot be differentiated here: its backward kernel {backward}() gives first-order "
+            f"reverse-mode gradients (jax.grad, jax.vjp), and a gradient of a gradient would differentiate "
+            f"{name}() itself. Neither higher orders nor forward mode (jax.jvp, jax.jacfwd) are available for "
+            f"kernels: for those, differentiate an implementation of {name} written in JAX."
+        )
     inputs = ", ".join(p.name for p in spec.inputs)
     outputs = ", ".join(p.name for p in spec.outputs)
     needs_signature = "" if spec.signature else (
         f", and give {name} a shape signature (`// @BE {name} (...,n)->(...,n)`, say), which shapes the cotangents")
     return CallError(
-        f"{name}() cannot be differentiated: no backward kernel declares vjp={name}. Write one and annotate it "
-        f"`// @BE {name}_bwd vjp={name}` (its inputs: {name}'s inputs ({inputs}), then the cotangents of its "
-        f"outputs ({outputs}); its outputs: the cotangents of {name}'s inputs){needs_signature}. "
-        "Or wrap the call in a jax.custom_vjp whose backward pass is written in JAX."
+        f"{name}() cannot be differentiated: no backward kernel declares vjp={name}. For reverse mode "
+        f"(jax.grad, jax.vjp), write one and annotate it `// @BE {name}_bwd vjp={name}` (its inputs: {name}'s "
+        f"inputs ({inputs}), then the cotangents of its outputs ({outputs}); its outputs: the cotangents of "
+        f"{name}'s inputs){needs_signature}, or wrap the call in a jax.custom_vjp whose backward pass is written "
+        f"in JAX. {forward_mode}."
     )
 
 
