@@ -441,6 +441,33 @@ def test_load_or_build_does_not_serve_a_stale_module(tmp_path):
     kernix.load_prebuilt(out, target_prefix=f"{name}_c")  # without sources to compare, it still loads
 
 
+def test_a_rebuild_that_cannot_write_leaves_the_module_before_it(tmp_path, monkeypatch):
+    """A full disk while publishing: a KernixError naming the directory (was an OSError
+    traceback), no temporary file left, and the module built there before still loads."""
+    import errno
+
+    from kernix.prebuilt import build as prebuilt_build
+
+    src = write_source(tmp_path / "src")
+    out = tmp_path / "m"
+    name = unique_name("full")
+    kernix.build_module(src, out, name=name, defines=["OFFSET=0"])
+    before = sorted(p.name for p in out.iterdir())
+    real = shutil.copyfile
+
+    def full(a, b, *args, **kwargs):
+        real(a, b, *args, **kwargs)
+        raise OSError(errno.ENOSPC, "No space left on device", str(b))
+
+    monkeypatch.setattr(prebuilt_build.shutil, "copyfile", full)
+    with pytest.raises(kernix.KernixError, match=rf"cannot write the module into {out}: No space left on device"):
+        kernix.build_module(src, out, name=name, defines=["OFFSET=7"])
+    monkeypatch.undo()
+    assert sorted(p.name for p in out.iterdir()) == before
+    mod = kernix.load_prebuilt(out, target_prefix=unique_name("full"))
+    np.testing.assert_allclose(mod.scale(jnp.ones(3, jnp.float32), factor=2.0), [2.0, 2.0, 2.0])
+
+
 def test_concurrent_builds_into_one_directory_leave_one_module(tmp_path, monkeypatch):
     """Two builds that publish at the same moment: each must see the other's
     manifest when it retires the previous library, so one library remains."""

@@ -67,11 +67,39 @@ def _fatbin_archs(library: Path) -> tuple[tuple[str, ...], tuple[str, ...]] | No
 
 
 def _publish_library(built: Path, output: Path, library: str) -> None:
-    """Copy the library into ``output`` as ``library`` (atomically)."""
+    """Copy the library into ``output`` as ``library`` (atomically; no temporary file is left)."""
     tmp = output / f".{library}.{os.getpid()}.tmp"
-    shutil.copyfile(built, tmp)
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, output / library)
+    try:
+        shutil.copyfile(built, tmp)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, output / library)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def _publish(built: Path, manifest: PrebuiltManifest) -> None:
+    """Put the library, then the manifest naming it, into the module directory,
+    and only then remove the library of the module built there before: a reader
+    finds the old manifest with its library, or the new one with its own."""
+    output = manifest.directory
+    try:
+        previous = PrebuiltManifest.read(output).library
+    except PrebuiltError:
+        previous = None
+    try:
+        _publish_library(built, output, manifest.library)
+        manifest.write()
+    except OSError as exc:
+        raise KernixError(
+            f"cannot write the module into {output}: {exc.strerror or exc} ({exc.filename or output}). Free space "
+            "there or choose another output directory, and build again."
+        ) from None
+    if previous is not None and previous != manifest.library:
+        try:
+            (output / previous).unlink()
+        except OSError:
+            pass
 
 
 @contextlib.contextmanager
@@ -84,23 +112,13 @@ def _locked(directory: Path) -> Iterator[None]:
     """
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # (NFS may refuse it: then builds that race may leave the other's library)
+            pass
         yield
     finally:
         os.close(fd)  # (releases the lock)
-
-
-def _remove_previous(output: Path, keep: str) -> None:
-    """Remove the library of a module previously built into ``output``."""
-    try:
-        old = PrebuiltManifest.read(output)
-    except PrebuiltError:
-        return
-    if old.library != keep:
-        try:
-            old.library_path.unlink()
-        except OSError:
-            pass
 
 
 def build_module(
@@ -218,6 +236,7 @@ def build_module(
     request = make_request(name, srcs, lang, functions, options)
     config = build_config(request)
 
+    toolchain.check_host_compiler()  # before inference, as for a load
     units = infer_units(request)
     index = itertools.count()
     exported = [(str(src), [codegen.ExportedFunction(next(index), f) for f in fns]) for src, fns in units]
@@ -261,10 +280,8 @@ def build_module(
                 "allow_cuda_graph": config.allow_cuda_graph,
             },
         )
-        with _locked(output):  # publish, then retire the library of the module built there before
-            _publish_library(built, output, library)
-            _remove_previous(output, library)
-            manifest.write()
+        with _locked(output):
+            _publish(built, manifest)
     return manifest
 
 

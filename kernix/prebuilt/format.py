@@ -213,8 +213,12 @@ class PrebuiltManifest:
         """Write the manifest into :attr:`directory` (indented: it is meant to be read)."""
         path = self.directory / MANIFEST_NAME
         tmp = path.with_name(f".{MANIFEST_NAME}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+            os.replace(tmp, path)
+        finally:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
 
 
 def _header_ffi_api(include_dir: str) -> tuple[int, int] | None:
