@@ -188,7 +188,7 @@ def noexec_problem(root: str | os.PathLike[str]) -> str | None:
     return (
         f"the kernix cache {os.fspath(root)} is on a file system mounted noexec, so no library built there can be "
         "loaded. Point kernix at a directory on a file system mounted without noexec (`findmnt -T DIR` shows "
-        "a directory's mount options) with KERNIX_CACHE_DIR, kernix.set_cache_dir() or build_directory="
+        "a directory's mount options) with KERNIX_CACHE_DIR, kernix.set_cache_dir() or build_directory=."
     )
 
 
@@ -200,12 +200,13 @@ def reload(request: LoadRequest, manifest: Manifest, exc: OSError) -> Manifest:
     Raises
     ------
     RegistrationError
-        When the rebuilt library does not load either (it is not kept), or
-        when the cache is on a ``noexec`` file system (nothing is rebuilt).
+        When the rebuilt library does not load either (it is not kept).
+    CacheError
+        When the cache is on a ``noexec`` file system (nothing is rebuilt).
     """
     noexec = noexec_problem(request.root)
     if noexec is not None:
-        raise RegistrationError(f"cannot load the compiled library {manifest.so_path} ({exc}): {noexec}") from exc
+        raise CacheError(f"cannot load the compiled library {manifest.so_path} ({exc}): {noexec}") from exc
     damaged = manifest.so_path.exists()  # else: cleared between look-up and load
     if damaged:
         _discard(request, manifest)
@@ -396,5 +397,5 @@ def _header_annotations_hint(headers: list[str]) -> str:
     places = ", ".join(f"{h}:{a.line} ({a.name})" for h, a in found[:3]) + (" ..." if len(found) > 3 else "")
     name = found[0][1].name
     return (f". The annotations in included headers ({places}) are not read: a module exports what its source "
-            f"files declare, so declare each one there too, after the #include, annotated (`// @BE {name}` on the "
-            f"line before `void {name}(...);`)")
+            f"files declare, so declare each function there too, after the #include, as the header declares it "
+            f"(in its namespace), with `// @BE {name}` on the line before")

@@ -219,9 +219,11 @@ def _flags(value: Any, what: str) -> tuple[str, ...]:
     problem = None
     for i, flag in enumerate(flags):
         if any(c in flag for c in "\n\r\0"):
-            problem = f"{what}[{i}] = {flag!r} contains a line break or NUL; pass each flag as its own string"
+            problem = (f"{what}[{i}] = {flag!r} contains a line break or NUL, which no command line can hold; pass "
+                       "each flag or path as its own string")
         elif flag in _PREPROCESSOR_FLAGS + ("-L",) and not (flags[i + 1:i + 2] or ("",))[0]:
-            example = f"{flag}NAME=1" if flag in ("-D", "-U") else f"{flag}/path/to/dir"
+            examples = {"-D": "-DNAME=1", "-U": "-UNAME", "-include": "-include/path/to/file.h"}
+            example = examples.get(flag, f"{flag}/path/to/dir")
             problem = (f"{what}[{i}] = {flag!r} has no value after it, so the compiler would take the next "
                        f"flag as its value; write it joined ({example!r}) or give the value as the next item")
         if problem:

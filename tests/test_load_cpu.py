@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import platform
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -262,7 +264,8 @@ void k(const BE::Tensor& x, BE::Tensor& out, char c, Small s) {
 @pytest.mark.parametrize("flag, c_dtype, s_dtype, s_size, c", [
     ("-fsigned-char", "int8", "uint32", 4, -56),
     ("-funsigned-char", "uint8", "uint32", 4, 200),
-    ("-fshort-enums", "int8", "uint8", 1, -56),
+    pytest.param("-fshort-enums", "int8", "uint8", 1, -56, marks=pytest.mark.skipif(
+        platform.machine() not in ("x86_64", "AMD64"), reason="a plain char is unsigned on this processor")),
 ])
 def test_inference_types_char_and_enums_as_the_build_flags_do(tmp_path, flag, c_dtype, s_dtype, s_size, c):
     """Was: clang never saw -funsigned-char or -fshort-enums, so a `char` stayed

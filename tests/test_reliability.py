@@ -462,7 +462,7 @@ def test_cache_on_a_noexec_file_system_is_a_clear_error(tmp_path: Path) -> None:
     _mount(["--bind", str(built), str(seen)])
     try:
         subprocess.run(["mount", "-o", "remount,bind,noexec", str(seen)], check=True)
-        with pytest.raises(kernix.KernixError, match="mounted noexec.*KERNIX_CACHE_DIR") as info:
+        with pytest.raises(CacheError, match="mounted noexec.*KERNIX_CACHE_DIR") as info:
             kernix.load_cpp_inline(name, source, build_directory=seen, target_prefix=unique_name("t"))
         assert "LD_LIBRARY_PATH" not in str(info.value)
     finally:

@@ -180,7 +180,7 @@ _LOAD = """
 import sys, kernix
 src = '#include "kernix/common.h"\\n// @BE twice\\nvoid twice(const BE::Tensor& x, BE::Tensor& out) {}\\n'
 try:
-    kernix.load_cpp_inline("env_probe", src)
+    kernix.load_cpp_inline("toolchain_check", src)
 except kernix.KernixError as exc:
     print(type(exc).__name__ + ": " + str(exc))
     sys.exit(3)
