@@ -657,6 +657,15 @@ def _inline_source_of(root: Path, name: str) -> Path:
     return path
 
 
+def _load_despite_the_clear(root: Path, name: str, text: str, cleared: list[int]) -> None:
+    """Load ``text`` inline: it works, the clear ran once (removing no entry yet), and the
+    stored source holds ``text`` again."""
+    mod = kernix.load_cpp_inline(name, text, build_directory=str(root))
+    assert cleared == [0]
+    _check(mod)
+    assert _inline_source_of(root, name).read_text() == text
+
+
 def test_clear_right_after_an_inline_source_is_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`kernix cache clear` between storing an inline source and building it (before
     the build lock is taken) costs nothing: the load stores the source again."""
@@ -672,10 +681,7 @@ def test_clear_right_after_an_inline_source_is_stored(tmp_path: Path, monkeypatc
         return path
 
     monkeypatch.setattr(files, "write_source", store_then_clear)
-    mod = kernix.load_cpp_inline(name, text, build_directory=str(tmp_path))
-    assert cleared == [0]
-    _check(mod)
-    assert _inline_source_of(tmp_path, name).read_text() == text
+    _load_despite_the_clear(tmp_path, name, text, cleared)
 
 
 def test_whole_clear_while_an_inline_source_is_being_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -693,10 +699,7 @@ def test_whole_clear_while_an_inline_source_is_being_written(tmp_path: Path, mon
         return real(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "replace", clear_then_replace)
-    mod = kernix.load_cpp_inline(name, text, build_directory=str(tmp_path))
-    assert cleared == [0]
-    _check(mod)
-    assert _inline_source_of(tmp_path, name).read_text() == text
+    _load_despite_the_clear(tmp_path, name, text, cleared)
 
 
 def test_clear_while_a_load_waits_for_the_build_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -704,10 +707,7 @@ def test_clear_while_a_load_waits_for_the_build_lock(tmp_path: Path, monkeypatch
     removes the stored source) does not make that load fail."""
     name, text = unique_name("inline_waited"), (REL / "add_one.cpp").read_text()
     cleared = _clear_after(monkeypatch, lock, "build_lock", tmp_path, name)
-    mod = kernix.load_cpp_inline(name, text, build_directory=str(tmp_path))
-    assert cleared == [0]
-    _check(mod)
-    assert _inline_source_of(tmp_path, name).read_text() == text
+    _load_despite_the_clear(tmp_path, name, text, cleared)
     assert kernix.cache_info(root=tmp_path)["modules"][0]["name"] == name
 
 

@@ -80,6 +80,7 @@ def load_or_build(
     """
     key = str(Path(prebuilt_dir).absolute())
     paths = [Path(s) for s in sources]
+    manifest = None
     try:
         manifest = PrebuiltManifest.read(os.path.realpath(Path(prebuilt_dir).expanduser()))
         module = load_manifest(manifest, target_prefix=target_prefix, sources=paths)
@@ -96,11 +97,8 @@ def load_or_build(
               "building it from its sources instead", file=sys.stderr)
     from .. import loaders
 
-    if name is None:
-        try:
-            name = PrebuiltManifest.read(prebuilt_dir).name
-        except PrebuiltError:
-            name = None
+    if name is None and manifest is not None:
+        name = manifest.name
     cuda = language_of(str(paths[0])) == "cuda"
     if len(paths) == 1:
         load = loaders.load_cuda_file if cuda else loaders.load_cpp_file

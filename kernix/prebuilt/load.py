@@ -8,8 +8,8 @@ header, ``dlopen`` and JAX registration are all a load does.
 
 from __future__ import annotations
 
+import hashlib
 import os
-import stat
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -17,7 +17,7 @@ from typing import Sequence
 from .. import __version__
 from ..runtime import registry
 from ..errors import PrebuiltError
-from ..store import elf
+from ..store import elf, trust
 from ..store.files import file_digest
 from ..runtime.module import CompiledModule
 from .format import (
@@ -32,14 +32,14 @@ __all__ = [
 
 def _untrusted(path: str, st: os.stat_result, uid: int) -> str | None:
     """Why another user could replace ``path`` (already resolved), or ``None``."""
-    if st.st_uid not in (uid, 0):
+    writer = trust.foreign_writer(st, uid, sticky_ok=True)  # (/tmp: others cannot replace what is in it)
+    if writer == "owner":
         return (
             f"{path} is owned by another user (uid {st.st_uid}), who could replace the code loaded "
             "from it. Install the package where only you or root can write (a virtual environment "
             "of your own), or build the module yourself (`kernix build SOURCE... -o DIR`)"
         )
-    sticky_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
-    if st.st_mode & stat.S_IWOTH and not sticky_dir:
+    if writer == "others":
         return (
             f"other users can write to {path}, so they could replace the code loaded from it. "
             f"Fix it with `chmod o-w {path}`, or reinstall the package where other users cannot write"
@@ -78,9 +78,9 @@ def trust_problem(paths: Sequence[str | os.PathLike[str]]) -> str | None:
     return None
 
 
-def elf_problem(path: str | os.PathLike[str]) -> tuple[str, str] | None:
-    """``(reason, why)`` when ``path`` is not a shared library this process
-    could map, else ``None``.
+def elf_problem(path: str | os.PathLike[str], data: bytes) -> tuple[str, str] | None:
+    """``(reason, why)`` when ``path``, whose bytes are ``data``, is not a shared
+    library this process could map, else ``None``.
 
     Checked without loading it: the ELF class, byte order and machine against
     this Python interpreter's (reason ``"platform"``), then that the file is
@@ -88,16 +88,17 @@ def elf_problem(path: str | os.PathLike[str]) -> tuple[str, str] | None:
     truncated library would crash the process (``SIGBUS``) instead of failing.
     """
     try:
-        mine = elf.identity(os.path.realpath(sys.executable))
+        with open(os.path.realpath(sys.executable), "rb") as f:
+            mine = elf.identity(f.read(20))
     except OSError:
         mine = None
-    found = elf.identity(path)
+    found = elf.identity(data[:20])
     if found is None:
         return "format", "it is not an ELF shared library"
     if mine is not None and found != mine:
         return "platform", f"it is a library for {elf.describe(found)}, and this machine runs {elf.describe(mine)}"
     try:
-        elf.check_elf(Path(path))
+        elf.check_elf(Path(path), data)
     except elf.ElfError as exc:
         return "format", str(exc)
     return None
@@ -261,11 +262,12 @@ def load_manifest(
         raise PrebuiltError(problem, "stale")
     check_prebuilt(manifest)
     try:
-        digest = file_digest(lib)
+        data = lib.read_bytes()  # once, for the hash and the ELF checks
     except OSError as exc:
         raise PrebuiltError(f"cannot read the library of the prebuilt module: {lib}: {exc.strerror or exc}. "
                             "Rebuild the module (`kernix build ...`) or reinstall the package that ships it.",
                             "missing") from None
+    digest = hashlib.sha256(data).hexdigest()
     if digest != manifest.library_sha256:
         raise PrebuiltError(
             f"the library {lib} does not match its manifest (SHA-256 {digest[:16]}..., expected "
@@ -273,13 +275,13 @@ def load_manifest(
             "Rebuild the module (`kernix build ...`) or reinstall the package that ships it.",
             "hash",
         )
-    elf = elf_problem(lib)
-    if elf is not None:
-        raise PrebuiltError(f"cannot load the library {lib} of the prebuilt module {manifest.name!r}: "
-                            f"{elf[1]}. " + ("Rebuild the module on (or for) this kind of machine (`kernix build ...`)."
-                                             if elf[0] == "platform" else
-                                             "Reinstall the package that ships it, or rebuild the module "
-                                             "(`kernix build ...`)."), elf[0])
+    unmappable = elf_problem(lib, data)
+    if unmappable is not None:
+        reason, why = unmappable
+        fix = ("Rebuild the module on (or for) this kind of machine (`kernix build ...`)." if reason == "platform"
+               else "Reinstall the package that ships it, or rebuild the module (`kernix build ...`).")
+        raise PrebuiltError(f"cannot load the library {lib} of the prebuilt module {manifest.name!r}: {why}. {fix}",
+                            reason)
     try:
         registry.open_library(lib)
     except OSError as exc:

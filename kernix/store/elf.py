@@ -45,15 +45,17 @@ def _sections(data: bytes, path: Path) -> list[tuple[int, ...]]:
     return sections
 
 
-def check_elf(path: Path) -> None:
-    """Raise :class:`ElfError` unless ``path`` is a whole ELF file.
+def check_elf(path: Path, data: bytes | None = None) -> None:
+    """Raise :class:`ElfError` unless ``path`` (whose bytes are ``data``, when
+    the caller has read them) is a whole ELF file.
 
     Every table and section the header names must lie inside the file.
     """
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ElfError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if data is None:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ElfError(f"cannot read {path}: {exc.strerror or exc}") from None
     _sections(data, path)
 
 
@@ -96,17 +98,9 @@ def check_library(path: Path, symbols: Iterable[str]) -> None:
 _MACHINES = {3: "x86", 62: "x86-64", 40: "ARM", 183: "AArch64", 21: "PowerPC64", 243: "RISC-V", 22: "s390"}
 
 
-def identity(path: str | Path) -> tuple[int, int, int] | None:
-    """``(class, byte order, machine)`` from the ELF header of ``path`` (any
-    ELF file: 32- or 64-bit, either byte order), or ``None`` if it is not one.
-
-    Raises
-    ------
-    OSError
-        When ``path`` cannot be read.
-    """
-    with open(path, "rb") as f:
-        header = f.read(20)
+def identity(header: bytes) -> tuple[int, int, int] | None:
+    """``(class, byte order, machine)`` from the first 20 bytes of an ELF file
+    (any: 32- or 64-bit, either byte order), or ``None`` if they are not one's."""
     if len(header) < 20 or header[:4] != b"\x7fELF" or header[5] not in (1, 2):
         return None
     return header[4], header[5], int.from_bytes(header[18:20], "little" if header[5] == 1 else "big")

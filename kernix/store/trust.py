@@ -13,7 +13,20 @@ import errno
 import os
 import stat
 
-__all__ = ["check_private", "makedirs", "io_message", "is_private"]
+__all__ = ["check_private", "makedirs", "io_message", "is_private", "foreign_writer"]
+
+
+def foreign_writer(st: os.stat_result, uid: int, *, sticky_ok: bool) -> str | None:
+    """Who, besides user ``uid`` and root, could replace what ``st`` describes:
+    ``"owner"`` (another user owns it), ``"others"`` (other users may write it;
+    a sticky directory, whose entries only their owners replace, is exempt
+    where ``sticky_ok``), else ``None``."""
+    if st.st_uid not in (uid, 0):
+        return "owner"
+    sticky_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+    if st.st_mode & stat.S_IWOTH and not (sticky_dir and sticky_ok):
+        return "others"
+    return None
 
 
 def _problem(p: str, st: os.stat_result, uid: int) -> str | None:
@@ -22,13 +35,13 @@ def _problem(p: str, st: os.stat_result, uid: int) -> str | None:
             "it is a symbolic link inside the kernix cache, which kernix never creates. "
             "Delete it (or run `kernix cache clear`)."
         )
-    if st.st_uid not in (uid, 0):
+    writer = foreign_writer(st, uid, sticky_ok=st.st_uid == uid)  # (a sticky directory of the cache's own)
+    if writer == "owner":
         return (
             f"it is owned by another user (uid {st.st_uid}). Use a cache directory of your own "
             "(set KERNIX_CACHE_DIR or call kernix.set_cache_dir())."
         )
-    sticky_own_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_uid == uid
-    if st.st_mode & stat.S_IWOTH and not sticky_own_dir:
+    if writer == "others":
         return (
             "other users can write to it, so they could replace what kernix compiles or loads. "
             f"Fix it with `chmod o-w {p}` or use a private cache directory (KERNIX_CACHE_DIR)."
