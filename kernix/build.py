@@ -11,28 +11,25 @@ this module, the toolchain, libclang or the code generator.
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__, report
-from .errors import CacheError, InferenceError, KernixError, RegistrationError, SourceError
+from .errors import CacheError, KernixError, RegistrationError
 from .request import LoadRequest
 from .runtime import registry
 from .runtime.module import check_function_names
 from .store import direct, entries
 from .store.files import content_key, file_digest, fingerprints
 from .store.manifest import MANIFEST_FORMAT, Manifest
+from .store.mounts import noexec_problem
 
 if TYPE_CHECKING:
     from .backend import codegen
     from .backend.flags import BuildConfig
-    from .spec import FunctionSpec
 
-__all__ = [
-    "build_config", "toolchain_stamp", "cache_key", "store_inline_source", "keyed_entry", "reload", "infer_units",
-]
+__all__ = ["build_config", "toolchain_stamp", "cache_key", "store_inline_source", "keyed_entry", "reload"]
 
 
 def build_config(request: LoadRequest) -> BuildConfig:
@@ -172,26 +169,6 @@ def _load_failed(request: LoadRequest, manifest: Manifest, exc: RegistrationErro
     )
 
 
-def noexec_problem(root: str | os.PathLike[str]) -> str | None:
-    """Why no library under the cache root ``root`` can be loaded, or ``None``:
-    the file system holding it is mounted ``noexec`` (``dlopen`` then fails with
-    "failed to map segment"), which no rebuild can change."""
-    path = os.fspath(root)
-    while not os.path.exists(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)  # not made yet: its future file system
-    try:
-        noexec = bool(os.statvfs(path).f_flag & os.ST_NOEXEC)
-    except OSError:
-        return None
-    if not noexec:
-        return None
-    return (
-        f"the kernix cache {os.fspath(root)} is on a file system mounted noexec, so no library built there can be "
-        "loaded. Point kernix at a directory on a file system mounted without noexec (`findmnt -T DIR` shows "
-        "a directory's mount options) with KERNIX_CACHE_DIR, kernix.set_cache_dir() or build_directory=."
-    )
-
-
 def reload(request: LoadRequest, manifest: Manifest, exc: OSError) -> Manifest:
     """The entry of ``manifest`` again, after its library failed to load with
     ``exc``: a damaged entry is discarded and built once from an empty work
@@ -224,12 +201,14 @@ def reload(request: LoadRequest, manifest: Manifest, exc: OSError) -> Manifest:
 def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) -> Manifest:
     from .backend import codegen, toolchain
     from .backend.ninja import OutputError
+    from .frontend.units import infer_units
 
     noexec = noexec_problem(request.root)
     if noexec is not None:  # a build there could never be loaded
         raise CacheError(noexec)
     toolchain.check_host_compiler()  # before inference, whose parse would only miss its standard headers
-    units = infer_units(request)
+    units = infer_units(request.sources, request.functions, language=request.language,
+                        flags=request.parse_flags, cache_dir=request.root)
     check_function_names([f for _, fns in units for f in fns])
     index = itertools.count()  # module-wide: every generated symbol is unique
     exported = [(str(src), [codegen.ExportedFunction(next(index), f) for f in fns]) for src, fns in units]
@@ -270,132 +249,3 @@ def _build_in_work_dir(
         inputs = fingerprints(result.dependencies)
         record_inputs(build_dir, stamp, inputs)
     return result.so_path, inputs
-
-
-def _find_unannotated(
-    request: LoadRequest,
-    units: list[tuple[Path, list[FunctionSpec]]],
-    wanted: dict[str, Any],
-    found: dict[str, FunctionSpec],
-) -> list[tuple[Path, list[FunctionSpec]]]:
-    """``units`` with the functions ``wanted`` names but no file annotates, each
-    inferred in the one source that declares it (added to ``found`` too).
-
-    Raises
-    ------
-    KernixError
-        For a name no source declares, or that several do (the fix: annotate
-        the one to export).
-    """
-    from .frontend.binding import is_not_in_file
-    from .frontend.infer import infer_file
-
-    where: dict[str, list[tuple[int, FunctionSpec]]] = {n: [] for n in wanted}
-    errors: list[SourceError] = []
-    for i, (src, _) in enumerate(units):
-        result = infer_file(src, language=request.language, flags=request.parse_flags, functions=wanted,
-                            cache_dir=request.root)
-        errors += [e for e in result.errors if not is_not_in_file(e)]
-        for spec in result.functions:
-            where[spec.name].append((i, spec))
-    if errors:
-        raise InferenceError(errors)
-    nowhere = [n for n, hits in where.items() if not hits]
-    if nowhere:
-        raise KernixError(
-            f"functions names {nowhere}, but no source file of the module declares them; "
-            f"the files: {', '.join(str(src) for src, _ in units)}"
-        )
-    for name, hits in where.items():
-        if len(hits) > 1:
-            places = ", ".join(f"{s.file}:{s.line}" for _, s in hits)
-            raise KernixError(
-                f"functions names {name!r}, which several source files declare ({places}): mark the one "
-                f"to export with `// @BE {name}` on the line before it"
-            )
-    units = [(src, list(fns)) for src, fns in units]
-    for (i, spec), in where.values():
-        units[i][1].append(spec)
-        found[spec.name] = spec
-    return [(src, sorted(fns, key=lambda f: f.line)) for src, fns in units]
-
-
-def infer_units(request: LoadRequest) -> list[tuple[Path, list[FunctionSpec]]]:
-    """Infer every source of ``request``: ``(source, specs)`` per file, the
-    specs an explicit ``functions=`` gave reconciled, names unique, ``vjp=``
-    pairs checked.
-
-    Raises
-    ------
-    InferenceError
-        With every problem of every file.
-    """
-    from .frontend.infer import infer_file  # libclang: only when building
-    from .frontend.signatures import check_unique_names, raise_for_vjp_pairs
-    from .spec import check_spec_matches
-
-    sources, functions = request.sources, request.functions
-    units: list[tuple[Path, list[FunctionSpec]]] = []
-    errors: list[SourceError] = []
-    headers: list[str] = []
-    single = len(sources) == 1
-    for src in sources:
-        result = infer_file(
-            src, language=request.language, flags=request.parse_flags,
-            functions=functions if single else None, cache_dir=request.root,
-        )
-        errors.extend(result.errors)
-        units.append((src, list(result.functions)))
-        headers.extend(result.dependencies)
-    if errors:
-        raise InferenceError(errors)
-    if not single and functions is not None:
-        found = {f.name: f for _, fns in units for f in fns}
-        missing = [n for n in functions if n not in found]
-        if missing:
-            units = _find_unannotated(request, units, {n: functions[n] for n in missing}, found)
-        for fname, tokens in functions.items():
-            if tokens is not None:
-                found[fname] = check_spec_matches(tokens, found[fname], source="explicit")
-        units = [(src, [found[f.name] for f in fns if f.name in functions]) for src, fns in units]
-    specs = [f for _, fns in units for f in fns]
-    errors = check_unique_names(specs)
-    if errors:
-        raise InferenceError(errors)
-    seen = {f.name: f for f in specs}
-    raise_for_vjp_pairs(seen.values())
-    if not seen:
-        where = sources[0] if single else f"{len(sources)} files"
-        raise KernixError(
-            f"no function to export in {where}: annotate each entry point with a `// @BE name` "
-            "comment on the line before it (or, from Python, name them with functions=[...])"
-            + _header_annotations_hint(headers)
-        )
-    return units
-
-
-def _header_annotations_hint(headers: list[str]) -> str:
-    """What to say of ``// @BE`` annotations in the included ``headers``, which are
-    not read (a module exports what its source files annotate); ``""`` if none."""
-    from .frontend.annotations import find_annotations
-    from .paths import include_dir
-
-    own = str(include_dir()) + os.sep
-    found = []
-    for header in dict.fromkeys(headers):
-        if header.startswith(own):
-            continue
-        try:
-            with open(header, "rb") as f:
-                raw = f.read(1 << 20)
-        except OSError:
-            continue
-        if b"@BE" in raw:
-            found += [(header, a) for a in find_annotations(raw.decode("utf-8", "replace")) if a.name]
-    if not found:
-        return ""
-    places = ", ".join(f"{h}:{a.line} ({a.name})" for h, a in found[:3]) + (" ..." if len(found) > 3 else "")
-    name = found[0][1].name
-    return (f". The annotations in included headers ({places}) are not read: a module exports what its source "
-            f"files declare, so declare each function there too, after the #include, as the header declares it "
-            f"(in its namespace), with `// @BE {name}` on the line before")

@@ -192,9 +192,10 @@ def build_module(
         Before any work, for a source given twice or an ``output_dir`` that
         cannot be a directory (a file in its place or in its path).
     """
-    from ..build import build_config, infer_units
+    from ..build import build_config
     from ..backend import codegen, toolchain
     from ..backend.ninja import build_module as ninja_build
+    from ..frontend.units import infer_units
     from ..loaders import default_module_name
     from ..request import make_request
     from ..store.files import file_digest
@@ -237,7 +238,8 @@ def build_module(
     config = build_config(request)
 
     toolchain.check_host_compiler()  # before inference, as for a load
-    units = infer_units(request)
+    units = infer_units(request.sources, request.functions, language=request.language,
+                        flags=request.parse_flags, cache_dir=request.root)
     index = itertools.count()
     exported = [(str(src), [codegen.ExportedFunction(next(index), f) for f in fns]) for src, fns in units]
     all_fns = [e for _, es in exported for e in es]

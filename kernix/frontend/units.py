@@ -1,0 +1,180 @@
+"""A module's sources inferred together: one :func:`~kernix.frontend.infer.infer_file`
+per source, then reconciled as one module.
+
+:func:`infer_units` gives each source's specs; with several sources, the
+functions an explicit ``functions=`` names but no file annotates are looked
+up in whichever source declares them, and every name must be unique across
+the module.  The miss path of a load (:mod:`kernix.build`) and ``kernix
+build`` (:mod:`kernix.prebuilt.build`) both infer through it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import InferenceError, KernixError
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Sequence
+
+    from ..errors import SourceError
+    from ..spec import FunctionSpec, Requested
+
+__all__ = ["infer_units"]
+
+
+def infer_units(
+    sources: Sequence[Path],
+    functions: Requested | None,
+    *,
+    language: str,
+    flags: Sequence[str],
+    cache_dir: str | os.PathLike[str],
+) -> list[tuple[Path, list[FunctionSpec]]]:
+    """Infer every source of a module, reconciled.
+
+    Parameters
+    ----------
+    sources
+        The module's source files.
+    functions
+        The functions to export, name -> arg_spec tokens (or ``None``), as a
+        load request holds them; ``None``: every annotated one.
+    language, flags, cache_dir
+        As for :func:`~kernix.frontend.infer.infer_file` (``flags``: the
+        build's preprocessor flags; ``cache_dir``: the root of the spec cache).
+
+    Returns
+    -------
+    list of (Path, list of FunctionSpec)
+        ``(source, specs)`` per file, the specs an explicit ``functions=``
+        gave reconciled, names unique, ``vjp=`` pairs checked.
+
+    Raises
+    ------
+    InferenceError
+        With every problem of every file.
+    KernixError
+        When nothing is exported, or a requested function is declared by no
+        source or by several.
+    """
+    from ..spec import check_spec_matches
+    from .infer import infer_file  # libclang: only when building
+    from .signatures import check_unique_names, raise_for_vjp_pairs
+
+    units: list[tuple[Path, list[FunctionSpec]]] = []
+    errors: list[SourceError] = []
+    headers: list[str] = []
+    single = len(sources) == 1
+    for src in sources:
+        result = infer_file(
+            src, language=language, flags=flags, functions=functions if single else None, cache_dir=cache_dir,
+        )
+        errors.extend(result.errors)
+        units.append((src, list(result.functions)))
+        headers.extend(result.dependencies)
+    if errors:
+        raise InferenceError(errors)
+    if not single and functions is not None:
+        found = {f.name: f for _, fns in units for f in fns}
+        missing = [n for n in functions if n not in found]
+        if missing:
+            units = _find_unannotated(units, {n: functions[n] for n in missing}, found,
+                                      language=language, flags=flags, cache_dir=cache_dir)
+        for fname, tokens in functions.items():
+            if tokens is not None:
+                found[fname] = check_spec_matches(tokens, found[fname], source="explicit")
+        units = [(src, [found[f.name] for f in fns if f.name in functions]) for src, fns in units]
+    specs = [f for _, fns in units for f in fns]
+    errors = check_unique_names(specs)
+    if errors:
+        raise InferenceError(errors)
+    seen = {f.name: f for f in specs}
+    raise_for_vjp_pairs(seen.values())
+    if not seen:
+        where = sources[0] if single else f"{len(sources)} files"
+        raise KernixError(
+            f"no function to export in {where}: annotate each entry point with a `// @BE name` "
+            "comment on the line before it (or, from Python, name them with functions=[...])"
+            + _header_annotations_hint(headers)
+        )
+    return units
+
+
+def _find_unannotated(
+    units: list[tuple[Path, list[FunctionSpec]]],
+    wanted: Requested,
+    found: dict[str, FunctionSpec],
+    *,
+    language: str,
+    flags: Sequence[str],
+    cache_dir: str | os.PathLike[str],
+) -> list[tuple[Path, list[FunctionSpec]]]:
+    """``units`` with the functions ``wanted`` names but no file annotates, each
+    inferred in the one source that declares it (added to ``found`` too).
+
+    Raises
+    ------
+    KernixError
+        For a name no source declares, or that several do (the fix: annotate
+        the one to export).
+    """
+    from .binding import is_not_in_file
+    from .infer import infer_file
+
+    where: dict[str, list[tuple[int, FunctionSpec]]] = {n: [] for n in wanted}
+    errors: list[SourceError] = []
+    for i, (src, _) in enumerate(units):
+        result = infer_file(src, language=language, flags=flags, functions=wanted, cache_dir=cache_dir)
+        errors += [e for e in result.errors if not is_not_in_file(e)]
+        for spec in result.functions:
+            where[spec.name].append((i, spec))
+    if errors:
+        raise InferenceError(errors)
+    nowhere = [n for n, hits in where.items() if not hits]
+    if nowhere:
+        raise KernixError(
+            f"functions names {nowhere}, but no source file of the module declares them; "
+            f"the files: {', '.join(str(src) for src, _ in units)}"
+        )
+    for name, hits in where.items():
+        if len(hits) > 1:
+            places = ", ".join(f"{s.file}:{s.line}" for _, s in hits)
+            raise KernixError(
+                f"functions names {name!r}, which several source files declare ({places}): mark the one "
+                f"to export with `// @BE {name}` on the line before it"
+            )
+    units = [(src, list(fns)) for src, fns in units]
+    for (i, spec), in where.values():
+        units[i][1].append(spec)
+        found[spec.name] = spec
+    return [(src, sorted(fns, key=lambda f: f.line)) for src, fns in units]
+
+
+def _header_annotations_hint(headers: list[str]) -> str:
+    """What to say of ``// @BE`` annotations in the included ``headers``, which are
+    not read (a module exports what its source files annotate); ``""`` if none."""
+    from ..paths import include_dir
+    from .annotations import find_annotations
+
+    own = str(include_dir()) + os.sep
+    found = []
+    for header in dict.fromkeys(headers):
+        if header.startswith(own):
+            continue
+        try:
+            with open(header, "rb") as f:
+                raw = f.read(1 << 20)
+        except OSError:
+            continue
+        if b"@BE" in raw:
+            found += [(header, a) for a in find_annotations(raw.decode("utf-8", "replace")) if a.name]
+    if not found:
+        return ""
+    places = ", ".join(f"{h}:{a.line} ({a.name})" for h, a in found[:3]) + (" ..." if len(found) > 3 else "")
+    name = found[0][1].name
+    return (f". The annotations in included headers ({places}) are not read: a module exports what its source "
+            f"files declare, so declare each function there too, after the #include, as the header declares it "
+            f"(in its namespace), with `// @BE {name}` on the line before")
