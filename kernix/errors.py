@@ -71,6 +71,11 @@ class SourceError(KernixError):
         Where it is; ``line`` and ``column`` are 1-based, 0 when unknown.
     function, parameter
         The function and parameter concerned, when there is one.
+    reason
+        A short machine-readable cause, for code that acts on one kind of
+        error: ``"not_declared"`` (a name ``functions=`` asks for that the
+        file does not declare, which a module of several sources looks up in
+        the others); ``None`` for the rest.
     """
 
     def __init__(
@@ -82,6 +87,7 @@ class SourceError(KernixError):
         column: int = 0,
         function: str | None = None,
         parameter: str | None = None,
+        reason: str | None = None,
     ) -> None:
         self.message = message
         self.file = file
@@ -89,6 +95,7 @@ class SourceError(KernixError):
         self.column = column
         self.function = function
         self.parameter = parameter
+        self.reason = reason
         super().__init__(self.format())
 
     def location(self) -> str:
@@ -108,13 +115,18 @@ class SourceError(KernixError):
 
     def to_json(self) -> dict[str, object]:
         """The error as a JSON object (``message``, ``file``, ``line``, ``column``,
-        ``function``, ``parameter``), as the spec cache and ``kernix inspect --json`` hold it."""
-        return {k: getattr(self, k) for k in self._FIELDS}
+        ``function``, ``parameter``, and ``reason`` where there is one), as the
+        spec cache and ``kernix inspect --json`` hold it."""
+        data = {k: getattr(self, k) for k in self._FIELDS}
+        if self.reason is not None:
+            data["reason"] = self.reason
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> SourceError:
         """The error of a :meth:`to_json` record."""
-        return cls(data["message"], **{k: data[k] for k in cls._FIELDS[1:] if k in data})  # type: ignore[arg-type]
+        fields = (*cls._FIELDS[1:], "reason")
+        return cls(data["message"], **{k: data[k] for k in fields if k in data})  # type: ignore[arg-type]
 
 
 class InferenceError(SourceError):
@@ -137,6 +149,7 @@ class InferenceError(SourceError):
             column=first.column,
             function=first.function,
             parameter=first.parameter,
+            reason=first.reason,
         )
 
     def format(self) -> str:  # noqa: D102 - see SourceError.format

@@ -445,6 +445,30 @@ def test_language_from_extension_and_override(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- cache
 
 
+def test_a_name_the_file_does_not_declare_keeps_its_reason_through_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module of several sources looks a functions= name up in the other files
+    when one file's error says it does not declare it: the error says so by its
+    reason (was: its message's first words), also when it comes from the spec
+    cache; other errors have none, and their JSON form is unchanged."""
+    from kernix.frontend import infer as infer_mod
+
+    src = tmp_path / "m.cpp"
+    src.write_text('#include "kernix/common.h"\nvoid f(const BE::Tensor& x, BE::Tensor& y, float a) {}\n')
+    wanted = {"g": None, "f": ["arg", "ret", "attr.a:int32"]}
+    first = infer_file(src, functions=wanted, cache_dir=tmp_path / "cache")
+    monkeypatch.setattr(infer_mod, "infer_source", lambda *a, **k: pytest.fail("parsed again"))
+    cached = infer_file(src, functions=wanted, cache_dir=tmp_path / "cache")
+    for result in (first, cached):
+        assert {e.function: e.reason for e in result.errors} == {"g": "not_declared", "f": None}
+        assert [e.message for e in result.errors] == [e.message for e in first.errors]
+    g_error = next(e for e in cached.errors if e.function == "g")
+    assert g_error.message.startswith("no function named 'g' in this file; the functions it declares are: f")
+    assert g_error.to_json()["reason"] == "not_declared"
+    assert "reason" not in next(e for e in cached.errors if e.function == "f").to_json()
+
+
 def test_cache_hit_skips_parse_and_header_edit_invalidates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kernix.frontend import infer as infer_mod
 

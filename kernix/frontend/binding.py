@@ -18,7 +18,9 @@ from .annotations import Annotation
 from .refusal import MEMBER_KINDS, is_member, refusal
 from .tu import in_file
 
-__all__ = ["Target", "function_cursors", "bind_annotations", "annotated_targets", "requested_targets"]
+__all__ = [
+    "Target", "function_cursors", "bind_annotations", "annotated_targets", "requested_targets", "NOT_DECLARED",
+]
 
 
 @dataclass(frozen=True)
@@ -283,13 +285,9 @@ def annotated_targets(
     return targets, errors
 
 
-_NOT_IN_FILE = "no function named"
-
-
-def is_not_in_file(error: SourceError) -> bool:
-    """Whether ``error`` is :func:`requested_targets`' for a name the file does not declare
-    (expected when a module's sources are searched for an unannotated function)."""
-    return error.message.startswith(_NOT_IN_FILE + " ")
+#: The ``reason`` of :func:`requested_targets`' error for a name the file does not declare
+#: (expected when a module's sources are searched for an unannotated function).
+NOT_DECLARED = "not_declared"
 
 
 def _in_user_header(tu: Any, path: str, name: str) -> Any | None:
@@ -338,7 +336,8 @@ def requested_targets(
     tu: Any = None,
 ) -> tuple[list[Target], list[SourceError]]:
     """The functions a ``functions=`` argument names, and an error for each one that cannot be
-    (``tu``, the parsed file, lets a name that only an included header declares say so)."""
+    (``tu``, the parsed file, lets a name that only an included header declares say so); the
+    error for a name the file does not declare has the reason :data:`NOT_DECLARED`."""
     errors: list[SourceError] = []
     targets: list[Target] = []
     annotated = {a.name: (a, bound[a.line]) for a in annotations if a.line in bound and bound[a.line].spelling == a.name}
@@ -352,8 +351,8 @@ def requested_targets(
             if not cands:
                 available = ", ".join(sorted(by_name)) or "none"
                 errors.append(SourceError(
-                    f"{_NOT_IN_FILE} {name!r} in this file; the functions it declares are: {available}"
-                    + _header_hint(tu, path, name), file=path, function=name))
+                    f"no function named {name!r} in this file; the functions it declares are: {available}"
+                    + _header_hint(tu, path, name), file=path, function=name, reason=NOT_DECLARED))
                 continue
             distinct: dict[int, Any] = {}
             for c in cands:

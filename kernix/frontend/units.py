@@ -121,14 +121,14 @@ def _find_unannotated(
         For a name no source declares, or that several do (the fix: annotate
         the one to export).
     """
-    from .binding import is_not_in_file
+    from .binding import NOT_DECLARED
     from .infer import infer_file
 
     where: dict[str, list[tuple[int, FunctionSpec]]] = {n: [] for n in wanted}
     errors: list[SourceError] = []
     for i, (src, _) in enumerate(units):
         result = infer_file(src, language=language, flags=flags, functions=wanted, cache_dir=cache_dir)
-        errors += [e for e in result.errors if not is_not_in_file(e)]
+        errors += [e for e in result.errors if e.reason != NOT_DECLARED]
         for spec in result.functions:
             where[spec.name].append((i, spec))
     if errors:
