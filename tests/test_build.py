@@ -154,6 +154,28 @@ def test_annotations_in_an_included_header_are_named_with_the_fix(tmp_path):
     np.testing.assert_array_equal(mod.seven(jnp.zeros(1, jnp.float32)), [7])
 
 
+def test_functions_across_sources_name_the_annotations_of_an_included_header(tmp_path):
+    """Was: "no source file of the module declares them" alone, though the function
+    was annotated, in a header one of the sources includes (a single source said so)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (tmp_path / "ops.hpp").write_text(
+        '#pragma once\n#include "kernix/common.h"\n// @BE seven\n'
+        "inline void seven(const BE::Tensor x, BE::Tensor out) { out.data_ptr<float>()[0] = 7.0f; }\n"
+    )
+    (src / "a.cpp").write_text(ADD_ONE)
+    (src / "b.cpp").write_text('#include "../ops.hpp"\n')
+    with pytest.raises(kernix.KernixError, match=r"functions names \['seven'\], but no source file of the module "
+                       r"declares them; the files: .*a\.cpp, .*b\.cpp\. The annotations in included headers \("
+                       + re.escape(str(tmp_path / "ops.hpp")) + r":3 \(seven\)\) are not read.*"
+                       r"as the header declares it \(in its namespace\), with `// @BE seven` on the line before"):
+        kernix.load_cpp_dir(src, name=unique_name("dirhdr"), build_directory=tmp_path / "cache", functions=["seven"])
+    (src / "b.cpp").write_text('#include "../ops.hpp"\nvoid seven(const BE::Tensor x, BE::Tensor out);\n')
+    mod = kernix.load_cpp_dir(src, name=unique_name("dirhdr"), build_directory=tmp_path / "cache",
+                              functions=["seven", "add_one"])
+    np.testing.assert_array_equal(mod.seven(jnp.zeros(1, jnp.float32)), [7])
+
+
 def test_options_are_validated(tmp_path):
     with pytest.raises(TypeError, match="unexpected option"):
         kernix.load_cpp_file(FIXTURES / "build" / "cpu_ops.cpp", extra_cuda_cflags=["-x"])

@@ -81,7 +81,7 @@ def infer_units(
         found = {f.name: f for _, fns in units for f in fns}
         missing = [n for n in functions if n not in found]
         if missing:
-            units = _find_unannotated(units, {n: functions[n] for n in missing}, found,
+            units = _find_unannotated(units, {n: functions[n] for n in missing}, found, headers,
                                       language=language, flags=flags, cache_dir=cache_dir)
         for fname, tokens in functions.items():
             if tokens is not None:
@@ -107,6 +107,7 @@ def _find_unannotated(
     units: list[tuple[Path, list[FunctionSpec]]],
     wanted: Requested,
     found: dict[str, FunctionSpec],
+    headers: list[str],
     *,
     language: str,
     flags: Sequence[str],
@@ -118,7 +119,8 @@ def _find_unannotated(
     Raises
     ------
     KernixError
-        For a name no source declares, or that several do (the fix: annotate
+        For a name no source declares (naming the annotations in the included
+        ``headers``, which are not read), or that several do (the fix: annotate
         the one to export).
     """
     from .binding import NOT_DECLARED
@@ -137,7 +139,7 @@ def _find_unannotated(
     if nowhere:
         raise KernixError(
             f"functions names {nowhere}, but no source file of the module declares them; "
-            f"the files: {', '.join(str(src) for src, _ in units)}"
+            f"the files: {', '.join(str(src) for src, _ in units)}" + _header_annotations_hint(headers)
         )
     for name, hits in where.items():
         if len(hits) > 1:
