@@ -1,4 +1,6 @@
-"""The names of the files a user gives: shown safely, and checked before use.
+"""The names of the files a user gives: shown safely, and checked before use,
+and the walk up a path to where it exists (which those checks, the cache's
+mount check and the prebuilt trust check share).
 
 Kept apart from :mod:`kernix.paths` (which a warm load imports): only the
 command line, inference and builds need these.
@@ -12,9 +14,9 @@ from .paths import absolute
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
-    from typing import Sequence
+    from typing import Callable, Iterator, Sequence
 
-__all__ = ["printable", "utf8_problem", "directory_problem", "repeated_source"]
+__all__ = ["printable", "utf8_problem", "directory_problem", "repeated_source", "ancestors", "nearest_existing"]
 
 
 def printable(path: str | os.PathLike[str]) -> str:
@@ -86,17 +88,52 @@ def directory_problem(path: str | os.PathLike[str]) -> str | None:
         ancestors that exists, is something else (a file), ``"X is not
         writable"`` where that directory cannot be written, else ``None``.
     """
-    p = absolute(path)
-    while not os.path.isdir(p):
-        if os.path.lexists(p):
-            return f"{p} is not a directory"
-        parent = os.path.dirname(p)
-        if parent == p:
-            return None
-        p = parent
+    p = nearest_existing(absolute(path))  # itself, or where it would be made
+    if not os.path.isdir(p):
+        return f"{p} is not a directory"
     if not os.access(p, os.W_OK | os.X_OK):
         return f"{p} is not writable"
     return None
+
+
+def ancestors(path: str) -> Iterator[str]:
+    """``path``, then each directory above it, up to the top.
+
+    Parameters
+    ----------
+    path
+        A path; only its text is read, nothing is looked up.
+
+    Yields
+    ------
+    str
+        ``path``, its :func:`os.path.dirname`, and so on, up to the first that
+        is its own parent (``/``, or ``""`` for a relative path).
+    """
+    while True:
+        yield path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+
+
+def nearest_existing(path: str, exists: Callable[[str], bool] = os.path.lexists) -> str:
+    """The first of ``path`` and its :func:`ancestors` that ``exists``: where a
+    path not made yet would be made (the top one, when none exists).
+
+    Parameters
+    ----------
+    path
+        A path.
+    exists
+        The test: :func:`os.path.lexists` (a link counts, where it points does
+        not matter), or :func:`os.path.exists` (a dangling link does not count).
+    """
+    for p in ancestors(path):
+        if exists(p):
+            return p
+    return p
 
 
 def repeated_source(paths: Sequence[str | os.PathLike[str]]) -> str | None:

@@ -575,6 +575,21 @@ def test_permissive_umask_does_not_make_the_cache_writable_by_others(tmp_path: P
         assert not d.stat().st_mode & (stat.S_IWOTH | stat.S_IWGRP), d
 
 
+def test_the_walk_up_a_path_stops_where_it_exists(tmp_path: Path) -> None:
+    """The one walk behind the output-directory check, the noexec check of the
+    cache and the prebuilt trust check: a dangling link is where a path would
+    be made (lexists), but not the file system it would be made on (exists)."""
+    from kernix.filenames import ancestors, nearest_existing
+
+    assert list(ancestors("/a/b/c")) == ["/a/b/c", "/a/b", "/a", "/"]
+    assert list(ancestors("a/b")) == ["a/b", "a", ""]
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    missing = str(tmp_path / "dangling" / "x" / "y")
+    assert nearest_existing(missing) == str(tmp_path / "dangling")
+    assert nearest_existing(missing, os.path.exists) == str(tmp_path)
+    assert nearest_existing(str(tmp_path)) == str(tmp_path)
+
+
 def test_clear_cache_of_one_name_leaves_similar_names_alone(tmp_path: Path) -> None:
     r = tmp_path / "c"
     a = files.write_source(r, "ops", "int a;", "cpp")

@@ -17,6 +17,7 @@ from typing import Sequence
 from .. import __version__
 from ..runtime import registry
 from ..errors import PrebuiltError
+from ..filenames import ancestors
 from ..store import elf, trust
 from ..store.files import file_digest
 from ..runtime.module import CompiledModule
@@ -59,12 +60,7 @@ def trust_problem(paths: Sequence[str | os.PathLike[str]]) -> str | None:
     uid = os.getuid()
     seen: set[str] = set()
     for path in paths:
-        current = os.path.realpath(path)
-        chain = [current]
-        while os.path.dirname(current) != current:
-            current = os.path.dirname(current)
-            chain.append(current)
-        for p in reversed(chain):
+        for p in reversed(list(ancestors(os.path.realpath(path)))):
             if p in seen:
                 continue
             seen.add(p)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+from ..filenames import nearest_existing
+
 __all__ = ["noexec_problem"]
 
 
@@ -17,9 +19,7 @@ def noexec_problem(root: str | os.PathLike[str]) -> str | None:
     """Why no library under the cache root ``root`` can be loaded, or ``None``:
     the file system holding it is mounted ``noexec`` (``dlopen`` then fails with
     "failed to map segment"), which no rebuild can change."""
-    path = os.fspath(root)
-    while not os.path.exists(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)  # not made yet: its future file system
+    path = nearest_existing(os.fspath(root), os.path.exists)  # not made yet: its future file system
     try:
         noexec = bool(os.statvfs(path).f_flag & os.ST_NOEXEC)
     except OSError:
