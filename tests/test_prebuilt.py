@@ -470,22 +470,45 @@ def test_a_rebuild_that_cannot_write_leaves_the_module_before_it(tmp_path, monke
 
 def test_concurrent_builds_into_one_directory_leave_one_module(tmp_path, monkeypatch):
     """Two builds that publish at the same moment: each must see the other's
-    manifest when it retires the previous library, so one library remains."""
+    manifest when it retires the previous library, so one library remains.
+
+    The first build to write its manifest waits there until the other build
+    is writing too (no lock: the race is on) or is seen blocked on the lock of
+    the module directory (the lock serialises them); neither is a fixed wait."""
+    import fcntl
     import threading
+
+    from kernix.prebuilt import build as prebuilt_build
 
     src = write_source(tmp_path / "src")
     out = tmp_path / "m"
     out.mkdir()
-    meet = threading.Barrier(2)
+    where = os.stat(out)
+    state = {"writing": 0, "blocked": 0}
+    changed = threading.Condition()
     original = PrebuiltManifest.write
+    real_flock = prebuilt_build.fcntl.flock
+
+    def flock(fd, operation):
+        st = os.fstat(fd)
+        if operation == fcntl.LOCK_EX and (st.st_dev, st.st_ino) == (where.st_dev, where.st_ino):
+            try:
+                return real_flock(fd, operation | fcntl.LOCK_NB)
+            except BlockingIOError:  # the other build holds it: say so, then wait for it
+                with changed:
+                    state["blocked"] += 1
+                    changed.notify_all()
+        return real_flock(fd, operation)
 
     def write_together(self):
-        try:
-            meet.wait(timeout=3)  # both builds here at once, unless one waits for the other
-        except threading.BrokenBarrierError:
-            pass
+        with changed:
+            state["writing"] += 1
+            changed.notify_all()
+            met = changed.wait_for(lambda: state["writing"] + state["blocked"] >= 2, timeout=120)
+        assert met, "the other build neither wrote its manifest nor waited for the lock"
         original(self)
 
+    monkeypatch.setattr(prebuilt_build.fcntl, "flock", flock)
     monkeypatch.setattr(PrebuiltManifest, "write", write_together)
     errors = []
 
