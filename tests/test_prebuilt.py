@@ -441,6 +441,127 @@ def test_load_or_build_does_not_serve_a_stale_module(tmp_path):
     kernix.load_prebuilt(out, target_prefix=f"{name}_c")  # without sources to compare, it still loads
 
 
+HEADERED = SCALE.replace('#include "kernix/common.h"\n',
+                         '#include "kernix/common.h"\n#include "offset.h"\n#include "detail/more.h"\n#include "shared.h"\n')
+
+
+def headered_project(base: Path) -> tuple[Path, Path]:
+    """``base/src/ops.cpp`` including ``offset.h`` beside it, ``detail/more.h``
+    below it and ``shared.h`` from an include directory outside ``src/``."""
+    src = write_source(base / "src", HEADERED)
+    (src.parent / "offset.h").write_text("#define OFFSET 1\n")
+    (src.parent / "detail").mkdir()
+    (src.parent / "detail" / "more.h").write_text("#define MORE 0\n")
+    inc = base / "include"
+    inc.mkdir()
+    (inc / "shared.h").write_text("#define SHARED 0\n")
+    return src, inc
+
+
+def test_manifest_records_the_headers_under_the_sources_directory(tmp_path):
+    """Headers the build read below the sources' directory are recorded by relative path with
+    their SHA-256; headers elsewhere (an include directory outside it, kernix's own, the
+    toolchain's) are not, so the manifest names no path of the build machine."""
+    from kernix.store.files import file_digest
+
+    src, inc = headered_project(tmp_path)
+    out = tmp_path / "m"
+    manifest = kernix.build_module(src, out, name=unique_name("hdr"), include_dirs=[str(inc)])
+    assert sorted(manifest.headers) == sorted([
+        ("detail/more.h", file_digest(src.parent / "detail" / "more.h")),
+        ("offset.h", file_digest(src.parent / "offset.h")),
+    ])
+    assert PrebuiltManifest.read(out).headers == manifest.headers
+    data = json.loads((out / MANIFEST_NAME).read_text())
+    assert data["format"] == 2 and str(tmp_path) not in json.dumps(data["headers"])
+
+
+def test_load_or_build_does_not_serve_a_module_whose_header_changed(tmp_path):
+    """An edit to a header the sources include (the sources unchanged) makes the module stale."""
+    src, inc = headered_project(tmp_path)
+    out = tmp_path / "m"
+    name = unique_name("hdrstale")
+    kernix.build_module(src, out, name=name, include_dirs=[str(inc)])
+    x = jnp.arange(3, dtype=jnp.float32)
+    opts = {"quiet": True, "extra_include_paths": [str(inc)]}
+    mod = kernix.prebuilt.load_or_build(out, [src], target_prefix=f"{name}_a", **opts)
+    assert kernix.prebuilt.last_load_reason(out) == "prebuilt"
+    np.testing.assert_allclose(mod.scale(x, factor=2.0), [1, 3, 5])
+    (src.parent / "detail" / "more.h").write_text("#define MORE 1\n")
+    kernix.prebuilt.load_or_build(out, [src], target_prefix=f"{name}_b", **opts)
+    reason = kernix.prebuilt.last_load_reason(out)
+    assert reason.startswith("jit: stale: ") and "detail/more.h" in reason and "kernix build" in reason
+    (src.parent / "detail" / "more.h").write_text("#define MORE 0\n")
+    (src.parent / "offset.h").write_text("#define OFFSET 10\n")
+    mod = kernix.prebuilt.load_or_build(out, [src], target_prefix=f"{name}_c", **opts)
+    reason = kernix.prebuilt.last_load_reason(out)
+    assert reason.startswith("jit: stale: ") and "offset.h" in reason
+    np.testing.assert_allclose(mod.scale(x, factor=2.0), [10, 12, 14])  # the edited header's code runs
+
+
+def test_headers_outside_the_sources_directory_and_a_moved_module(tmp_path):
+    """A header outside the sources' directory does not make the module stale; the module
+    and its sources moved elsewhere (another machine) are still current; a header that was
+    not shipped is not compared, as a source that was not shipped."""
+    src, inc = headered_project(tmp_path / "build-machine")
+    out = tmp_path / "build-machine" / "m"
+    name = unique_name("hdrmove")
+    kernix.build_module(src, out, name=name, include_dirs=[str(inc)])
+    (inc / "shared.h").write_text("#define SHARED 1\n")
+    kernix.prebuilt.load_or_build(out, [src], target_prefix=f"{name}_a", quiet=True)
+    assert kernix.prebuilt.last_load_reason(out) == "prebuilt"
+    moved = tmp_path / "elsewhere" / "pkg"
+    shutil.copytree(tmp_path / "build-machine", moved)
+    shutil.rmtree(tmp_path / "build-machine")
+    kernix.prebuilt.load_or_build(moved / "m", [moved / "src" / "ops.cpp"], target_prefix=f"{name}_b", quiet=True)
+    assert kernix.prebuilt.last_load_reason(moved / "m") == "prebuilt"
+    (moved / "src" / "offset.h").unlink()
+    kernix.prebuilt.load_or_build(moved / "m", [moved / "src" / "ops.cpp"], target_prefix=f"{name}_c", quiet=True)
+    assert kernix.prebuilt.last_load_reason(moved / "m") == "prebuilt"
+
+
+def test_headers_of_several_sources_are_relative_to_their_common_directory(tmp_path):
+    """Sources in two directories: each one's headers count, named from the directory above both."""
+    a = write_source(tmp_path / "pkg" / "a", HEADERED.replace('#include "shared.h"\n', ""), "one.cpp")
+    (a.parent / "offset.h").write_text("#define OFFSET 1\n")
+    (a.parent / "detail").mkdir()
+    (a.parent / "detail" / "more.h").write_text("#define MORE 0\n")
+    b = write_source(tmp_path / "pkg" / "b", '#include "kernix/common.h"\n#include "two.h"\n'
+                     "// @BE twice\nvoid twice(const BE::Tensor& x, BE::Tensor& out) {}\n", "two.cpp")
+    (b.parent / "two.h").write_text("// two\n")
+    out = tmp_path / "m"
+    manifest = kernix.build_module([a, b], out, name=unique_name("hdrtwo"))
+    assert sorted(n for n, _ in manifest.headers) == ["a/detail/more.h", "a/offset.h", "b/two.h"]
+    (b.parent / "two.h").write_text("// two, edited\n")
+    kernix.prebuilt.load_or_build(out, [a, b], target_prefix=unique_name("hdrtwo"), quiet=True)
+    reason = kernix.prebuilt.last_load_reason(out)
+    assert reason.startswith("jit: stale: ") and "b/two.h" in reason
+
+
+@pytest.mark.parametrize("bad", ["/etc/passwd", "../outside.h", "a/../../b.h", "", "a//b.h"])
+def test_manifest_header_paths_must_be_relative_and_inside(prebuilt, tmp_path, bad):
+    d = _copy(prebuilt, tmp_path)
+    data = json.loads((d / MANIFEST_NAME).read_text())
+    data["headers"] = [[bad, "0" * 64]]
+    (d / MANIFEST_NAME).write_text(json.dumps(data))
+    with pytest.raises(kernix.PrebuiltError, match="bad header path") as info:
+        kernix.load_prebuilt(d)
+    assert info.value.reason == "format"
+
+
+def test_a_format_1_module_is_refused_as_another_format(prebuilt, tmp_path):
+    """A module of the format before headers were recorded cannot say whether a header
+    changed: it is refused like any other format, and load_or_build builds the sources."""
+    d = _copy(prebuilt, tmp_path)
+    data = json.loads((d / MANIFEST_NAME).read_text())
+    data["format"] = 1
+    del data["headers"]
+    (d / MANIFEST_NAME).write_text(json.dumps(data))
+    with pytest.raises(kernix.PrebuiltError, match=r"has format 1; this kernix reads format 2\. Rebuild it") as info:
+        kernix.load_prebuilt(d)
+    assert info.value.reason == "format"
+
+
 def test_a_rebuild_that_cannot_write_leaves_the_module_before_it(tmp_path, monkeypatch):
     """A full disk while publishing: a KernixError naming the directory (was an OSError
     traceback), no temporary file left, and the module built there before still loads."""

@@ -22,7 +22,7 @@ from .. import __version__
 from ..errors import KernixError, PrebuiltError, SourceNotFoundError
 from ..languages import Language, language_of
 from ..filenames import directory_problem, repeated_source
-from .format import MANIFEST_NAME, PrebuiltManifest, ffi_api_of
+from .format import MANIFEST_NAME, PrebuiltManifest, ffi_api_of, headers_root
 
 __all__ = ["build_module"]
 
@@ -39,6 +39,26 @@ def _language(sources: Sequence[Path], language: str | None) -> Language:
             "language with language='cuda' (--cuda) or language='cpp' (--cpp)"
         )
     return found.pop()
+
+
+def source_headers(sources: Sequence[Path], dependencies: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``(relative path, sha256)`` of each file in ``dependencies`` (what the
+    build read, absolute) that lies in a source's directory or below it and
+    is not a source itself, the path relative to :func:`headers_root` of the
+    sources; the others (other include directories, the toolchain's and
+    jaxlib's headers, kernix's own) are left out, so a module moved to
+    another machine names no path of this one."""
+    from ..store.files import file_digest
+
+    own = {os.path.abspath(s) for s in sources}
+    dirs = tuple(os.path.join(os.path.dirname(p), "") for p in own)
+    root = headers_root(sources)
+    found = {}
+    for dep in dependencies:
+        path = os.path.abspath(dep)
+        if path not in own and path.startswith(dirs):
+            found[os.path.relpath(path, root).replace(os.sep, "/")] = file_digest(path)
+    return tuple(sorted(found.items()))
 
 
 def _fatbin_archs(library: Path) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
@@ -251,7 +271,9 @@ def build_module(
     if config.platform == "cuda":
         compilers.append(toolchain.find_nvcc().identity)
     with tempfile.TemporaryDirectory(prefix=f"kernix-build-{name}-") as work:
-        built = ninja_build(Path(work), exported, config, workers=workers, verbose=verbose).so_path
+        result = ninja_build(Path(work), exported, config, workers=workers, verbose=verbose)
+        built = result.so_path
+        headers = source_headers(srcs, result.dependencies)
         digest = file_digest(built)
         sass, ptx = config.archs, ((config.ptx_arch,) if config.ptx_arch else ())
         if config.platform == "cuda":
@@ -273,6 +295,7 @@ def build_module(
             sass=tuple(sass),
             ptx=tuple(ptx),
             sources=sources,
+            headers=headers,
             options={
                 "language": lang,
                 "optimization_level": optimization_level,

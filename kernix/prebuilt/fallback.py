@@ -48,7 +48,8 @@ def load_or_build(
     stderr and build ``sources`` with the JIT loaders instead.
 
     The prebuilt module is stale, and not loaded, when ``sources`` exist and
-    differ from those it was built from.  A module that another user could
+    differ from those it was built from, or when a header they include from
+    their own directories (recorded by relative path) differs.  A module that another user could
     have written (reason ``"trust"``) is refused, not replaced by a build:
     its sources could have been written by them too.
 

@@ -5,10 +5,10 @@ A prebuilt module is a directory holding two files::
     kernix-prebuilt.json      the manifest (below)
     <name>-<sha12>.so         the library: generated handlers + user code
 
-Format 1 of ``kernix-prebuilt.json`` (one JSON object; readers refuse another
+Format 2 of ``kernix-prebuilt.json`` (one JSON object; readers refuse another
 ``format``)::
 
-    format          1
+    format          2
     kind            "kernix-prebuilt"
     name            the module name (default FFI target prefix)
     platform        "cuda" or "cpu"
@@ -24,8 +24,16 @@ Format 1 of ``kernix-prebuilt.json`` (one JSON object; readers refuse another
     sass            CUDA architectures with machine code, e.g. ["sm_80", "sm_90"]
     ptx             virtual architectures with PTX, e.g. ["compute_90"]
     sources         [[file name, sha256], ...] of the sources it was built from
+    headers         [[relative path, sha256], ...] of the headers the build read that lie
+                    in a source's directory or below it, each path relative to the
+                    sources' common directory (see :func:`headers_root`) and written
+                    with ``/``; headers elsewhere (other include directories, the
+                    toolchain's, jaxlib's) are not recorded
     options         the build options (optimization level, fast math, defines...)
     created         seconds since the epoch
+
+Format 1 had no ``headers``: a module of format 1 is refused like any other
+format (``reason="format"``), since it cannot tell whether a header changed.
 
 This module imports nothing from :mod:`kernix.frontend` or
 :mod:`kernix.backend`: it is read on machines without a compiler.
@@ -40,7 +48,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import KernixError, PrebuiltError
 from ..languages import JAX_PLATFORMS
@@ -56,9 +64,11 @@ __all__ = [
     "ffi_api_problem",
     "kernix_version_problem",
     "arch_problem",
+    "headers_root",
+    "header_path_problem",
 ]
 
-PREBUILT_FORMAT = 1
+PREBUILT_FORMAT = 2  # 2: headers
 MANIFEST_NAME = "kernix-prebuilt.json"
 _KIND = "kernix-prebuilt"
 _LIBRARY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.so")
@@ -91,6 +101,7 @@ class PrebuiltManifest:
     sass: tuple[str, ...] = ()
     ptx: tuple[str, ...] = ()
     sources: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
     created: float = field(default_factory=time.time)
 
@@ -118,6 +129,7 @@ class PrebuiltManifest:
             "sass": list(self.sass),
             "ptx": list(self.ptx),
             "sources": [list(s) for s in self.sources],
+            "headers": [list(h) for h in self.headers],
             "options": dict(self.options),
             "created": self.created,
         }
@@ -161,6 +173,11 @@ class PrebuiltManifest:
             if not all(_SASS_RE.fullmatch(a) for a in sass) or not all(_PTX_RE.fullmatch(a) for a in ptx):
                 raise PrebuiltError(f"{where}: bad architecture list {sass!r} / {ptx!r}", "format")
             major, minor = (int(v) for v in data["ffi_api"])
+            headers = tuple((str(n), str(h)) for n, h in data.get("headers") or ())
+            for header, _ in headers:
+                problem = header_path_problem(header)
+                if problem:
+                    raise PrebuiltError(f"{where}: bad header path {header!r}: {problem}", "format")
             return cls(
                 directory=directory,
                 name=str(data["name"]),
@@ -177,6 +194,7 @@ class PrebuiltManifest:
                 sass=sass,
                 ptx=ptx,
                 sources=tuple((str(n), str(h)) for n, h in data.get("sources") or ()),
+                headers=headers,
                 options=dict(data.get("options") or {}),
                 created=float(data.get("created", 0.0)),
             )
@@ -219,6 +237,22 @@ class PrebuiltManifest:
         finally:
             if os.path.lexists(tmp):
                 os.unlink(tmp)
+
+
+def headers_root(sources: Sequence[str | os.PathLike[str]]) -> str:
+    """The directory the recorded header paths are relative to: the deepest
+    directory holding every source (a single source's own directory)."""
+    return os.path.commonpath([os.path.dirname(os.path.abspath(s)) for s in sources])
+
+
+def header_path_problem(path: str) -> str | None:
+    """Why ``path`` is not a recorded header path (relative, ``/``-separated,
+    with no empty, ``.`` or ``..`` part), or ``None``."""
+    if path.startswith("/"):
+        return "it is absolute"
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        return "it must be a relative path below the sources' directory, with no empty, '.' or '..' part"
+    return None
 
 
 def _header_ffi_api(include_dir: str) -> tuple[int, int] | None:

@@ -22,7 +22,8 @@ from ..store import elf, trust
 from ..store.files import file_digest
 from ..runtime.module import CompiledModule
 from .format import (
-    MANIFEST_NAME, PrebuiltManifest, arch_problem, ffi_api_problem, kernix_version_problem, running_ffi_api,
+    MANIFEST_NAME, PrebuiltManifest, arch_problem, ffi_api_problem, headers_root, kernix_version_problem,
+    running_ffi_api,
 )
 
 __all__ = [
@@ -120,20 +121,38 @@ def _gpus() -> list[tuple[str, str]]:
 def stale_problem(manifest: PrebuiltManifest, sources: Sequence[Path]) -> str | None:
     """Why ``manifest`` was not built from ``sources`` as they are now, or ``None``.
 
-    Compares the files' names and SHA-256 with those the manifest records;
-    nothing is compared when a source does not exist (not shipped).  Headers the
-    sources include are not recorded, so an edit to one alone is not seen.
+    Compares the files' names and SHA-256 with those the manifest records,
+    then the recorded headers (those in a source's directory or below it, by
+    their path relative to the sources' common directory) with the files now
+    at those paths.  Nothing is compared when a source does not exist (not
+    shipped), and a header that does not exist is not compared either; headers
+    outside the sources' directories are not recorded, so an edit to one alone
+    is not seen.
     """
     if not sources or not manifest.sources or not all(s.is_file() for s in sources):
         return None
     now = sorted((s.name, file_digest(s)) for s in sources)
-    if now == sorted(manifest.sources):
+    fix = ("Rebuild it (`kernix build ...`, or `pip wheel .` for a package), or delete it to build from the "
+           "sources")
+    if now != sorted(manifest.sources):
+        changed = sorted({n for n, _ in set(now) ^ set(manifest.sources)})
+        return (
+            f"the prebuilt module {manifest.name!r} in {manifest.directory} is stale: the sources given for it "
+            f"({', '.join(changed)}) are not those it was built from. {fix}"
+        )
+    root = headers_root(sources)
+    edited = []
+    for header, digest in manifest.headers:
+        try:
+            if file_digest(os.path.join(root, header)) != digest:
+                edited.append(header)
+        except OSError:  # not shipped (or unreadable): not compared, as for a source
+            continue
+    if not edited:
         return None
-    changed = sorted({n for n, _ in set(now) ^ set(manifest.sources)})
     return (
-        f"the prebuilt module {manifest.name!r} in {manifest.directory} is stale: the sources given for it "
-        f"({', '.join(changed)}) are not those it was built from. Rebuild it (`kernix build ...`, or "
-        "`pip wheel .` for a package), or delete it to build from the sources"
+        f"the prebuilt module {manifest.name!r} in {manifest.directory} is stale: headers its sources include "
+        f"({', '.join(edited)}, under {root}) changed since it was built. {fix}"
     )
 
 
@@ -237,7 +256,8 @@ def load_manifest(
         Register every function with JAX.
     sources : list of paths
         The sources the module should have been built from: when they exist
-        and differ, the module is refused as stale (reason ``"stale"``).
+        and differ, or a header it recorded differs (:func:`stale_problem`),
+        the module is refused as stale (reason ``"stale"``).
 
     Returns
     -------
