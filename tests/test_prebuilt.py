@@ -311,6 +311,55 @@ def test_cli_build_reports_errors(tmp_path, monkeypatch, capsys):
     assert "arch is for CUDA builds" in capsys.readouterr().err
 
 
+LINKED = textwrap.dedent(
+    """\
+    #include <cmath>
+    #include "kernix/common.h"
+    extern "C" float kxcli_offset(float);   // in libkxcli.so, built by the test
+    // @BE shifted
+    void shifted(const BE::Tensor& x, BE::Tensor& out) {
+      const float* a = x.data_ptr<float>();
+      float* o = out.data_ptr<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) o[i] = kxcli_offset(a[i]) + std::sqrt(4.0f);
+    }
+    """
+)
+
+
+@pytest.mark.parametrize("joined", [False, True])
+def test_cli_build_links_a_library_given_with_l_and_L(tmp_path, capsys, joined):
+    """`kernix build -L DIR -l NAME` links libNAME from DIR (relative to the current directory),
+    and the module calls into it once the dynamic loader finds it; without -l the link fails
+    naming the missing symbol."""
+    dep = tmp_path / "deps"
+    dep.mkdir()
+    (dep / "kxcli.cpp").write_text('extern "C" float kxcli_offset(float v) { return v + 100.0f; }\n')
+    subprocess.run(["g++", "-shared", "-fPIC", str(dep / "kxcli.cpp"), "-o", str(dep / "libkxcli.so")], check=True)
+    src = write_source(tmp_path / "src", LINKED, "linked.cpp")
+    out = tmp_path / "m"
+    links = ["-Ldeps", "-lkxcli", "-lm"] if joined else ["-L", "deps", "-l", "kxcli", "-l", "m"]
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert main(["build", str(src), "-o", str(out), "--name", unique_name("linked"), *links]) == 0, \
+            capsys.readouterr().err
+        assert main(["build", str(src), "-o", str(tmp_path / "unlinked"), "-L", "deps"]) == 1
+    finally:
+        os.chdir(cwd)
+    assert "kxcli_offset" in capsys.readouterr().err
+    for empty in (["-L", ""], ["-l", ""]):  # (the compiler would take the next flag as the value)
+        assert main(["build", str(src), "-o", str(tmp_path / "empty"), *empty]) == 2
+        assert "-L and -l take a value" in capsys.readouterr().err
+    env = {**os.environ, "LD_LIBRARY_PATH": str(dep), "JAX_PLATFORMS": "cpu"}
+    proc = run_python(f"""
+        import jax.numpy as jnp, kernix
+        mod = kernix.load_prebuilt({str(out)!r})
+        print(mod.shifted(jnp.arange(3, dtype=jnp.float32)).tolist())
+        """, env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[102.0, 103.0, 104.0]"
+
+
 def _edit_manifest(d: Path, **changes) -> None:
     data = json.loads((d / MANIFEST_NAME).read_text())
     data.update(changes)

@@ -8,9 +8,9 @@ parallel, and a run over several files ends with the totals).
 the files export (to stdout without ``-o``).
 ``kernix cache info [--json]`` lists the cached modules; ``kernix cache clear
 [NAME]`` deletes cached builds.  ``kernix build SOURCE... -o DIR [--name NAME]
-[--cuda | --cpp] [--arch sm_80,sm_90] [-I DIR] [-D NAME[=VALUE]] [-O N]
-[--fast-math]`` writes a prebuilt module that :func:`kernix.load_prebuilt` loads
-without a compiler.
+[--cuda | --cpp] [--arch sm_80,sm_90] [-I DIR] [-D NAME[=VALUE]] [-L DIR]
+[-l NAME] [-O N] [--fast-math]`` writes a prebuilt module that
+:func:`kernix.load_prebuilt` loads without a compiler.
 
 Exit status: 0 when every annotated function was inferred, 1 when any was not
 (each error on stderr as ``FILE:LINE:COL: error: message``), 2 for usage errors.

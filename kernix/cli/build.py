@@ -29,6 +29,10 @@ COMMAND = Command(
         Arg("--arch", metavar="LIST",
             help="CUDA architectures, e.g. sm_80,sm_90: machine code for each, PTX of the newest "
                  "(default: $KERNIX_CUDA_ARCH_LIST, $KERNIX_CUDA_ARCH, else this machine's GPU)"),
+        Arg("-L", kind="append", dest="library_dirs", metavar="DIR",
+            help="add a directory the linker searches for -l libraries (repeatable)"),
+        Arg("-l", kind="append", dest="libraries", metavar="NAME",
+            help="link the library libNAME.so or libNAME.a (repeatable)"),
         Arg("-O", dest="opt", type=int, default=3, choices=range(4), metavar="N",
             help="optimisation level 0-3 (default 3)"),
         Arg("--fast-math", kind="flag", help="--use_fast_math (nvcc) / -ffast-math (C++)"),
@@ -45,6 +49,8 @@ def run(args: dict[str, Any]) -> int:
     problem = source_problem(args["sources"], language_option(args), once=True, one_language=True)
     if problem is None:
         problem = output_dir_problem(args["output"])
+    if problem is None and "" in (*args["library_dirs"], *args["libraries"]):
+        problem = "-L and -l take a value: -L DIR (a directory), -l NAME (libNAME.so or libNAME.a)"
     if problem is not None:
         print_error("build", problem)
         return 2
@@ -53,6 +59,7 @@ def run(args: dict[str, Any]) -> int:
             args["sources"], args["output"], name=args["name"], language=language_option(args),
             arch=args["arch"], include_dirs=args["include_dirs"], defines=args["defines"],
             optimization_level=args["opt"], use_fast_math=args["fast_math"], verbose=args["verbose"],
+            extra_ldflags=[*(f"-L{d}" for d in args["library_dirs"]), *(f"-l{n}" for n in args["libraries"])],
         )
     except InferenceError as exc:
         for err in exc.errors:
