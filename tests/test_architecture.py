@@ -26,6 +26,7 @@ LAYERS = {
     "kernix.filenames": 1,
     "kernix.arch": 1,
     "kernix.report": 1,
+    "kernix.interface": 1,
     "kernix.spec": 2,
     "kernix.signature": 2,
     "kernix.store": 3,

@@ -409,3 +409,47 @@ def test_a_missing_source_is_a_usage_error_for_every_command(command: list[str],
     assert main([*argv, str(tmp_path / "missing.cpp")]) == 2
     assert str(tmp_path / "missing.cpp") in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def _missing_header_source(name: str) -> str:
+    return f'#include "kernix/common.h"\n#include "absent_{name}.h"\n// @BE {name}\n' \
+           f"void {name}(const BE::Tensor& x, BE::Tensor& y) {{}}\n"
+
+
+def test_a_missing_header_names_the_include_option_of_the_interface_used(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """kernix inspect (in this process and in its worker processes) and kernix build say
+    -I DIR where a header is not found; a load from Python after them still names
+    extra_include_paths=[...]."""
+    import kernix
+
+    first, second = tmp_path / "one.cpp", tmp_path / "two.cpp"
+    first.write_text(_missing_header_source("one"))
+    second.write_text(_missing_header_source("two"))
+    runs = [["inspect", "--no-cache", str(first)], ["inspect", "--no-cache", "-j", "2", str(first), str(second)],
+            ["stubs", str(first)], ["build", str(first), "-o", str(tmp_path / "out")]]
+    for argv in runs:
+        assert main(argv) == 1
+        errors = [ln for ln in capsys.readouterr().err.splitlines() if "file not found" in ln]
+        assert len(errors) == argv.count(str(second)) + 1, (argv, errors)
+        for line in errors:
+            assert "pass the directory that holds" in line and "with -I DIR" in line, (argv, line)
+            assert "extra_include_paths" not in line and "load_*_inline" not in line, (argv, line)
+    with pytest.raises(kernix.InferenceError, match=r"extra_include_paths=\[\.\.\.\]"):
+        kernix.load_cpp_file(first, name=unique_name("nohdr"), build_directory=tmp_path / "cache")
+
+
+def test_an_undefined_symbol_names_the_link_options_of_the_interface_used(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """kernix build says -L DIR -l NAME for a symbol no library defines; build_module says extra_ldflags."""
+    import kernix
+
+    src = tmp_path / "k.cpp"
+    src.write_text('#include "kernix/common.h"\nextern "C" float undefined_here(float);\n// @BE f\n'
+                   "void f(const BE::Tensor& x, BE::Tensor& y) { undefined_here(1.0f); }\n")
+    assert main(["build", str(src), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "undefined symbol(s) undefined_here" in err and "with -L DIR -l NAME" in err
+    assert "extra_ldflags" not in err
+    with pytest.raises(kernix.CompilationError, match=r"extra_ldflags=\['-L<dir>', '-l<name>'\]"):
+        kernix.build_module(src, tmp_path / "out")

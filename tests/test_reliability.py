@@ -864,10 +864,33 @@ def test_clear_that_cannot_remove_an_entry_says_so(tmp_path: Path, monkeypatch: 
         kernix.clear_cache("ops", root=r)
     message = str(info.value)
     assert "removed 1 cache entry" in message and str(r / "modules" / "ops" / "4567" / "manifest.json") in message
-    assert f"chmod -R u+rwX {r}" in message and "kernix cache clear" in message
+    assert f"chmod -R u+rwX {r}" in message and "run `kernix.clear_cache('ops')` again" in message
+    assert message.startswith("clear_cache('ops') removed 1 cache entry")
+    assert "kernix cache clear" not in message  # (the call was Python's, not the command line's)
     assert not (r / "modules" / "ops" / "0123").exists() and (r / "modules" / "ops" / "4567").exists()
     monkeypatch.undo()
     assert kernix.clear_cache("ops", root=r) == 1  # the advice's second half
+
+
+def test_a_clear_that_cannot_remove_names_the_call_or_command_used(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kernix cache clear ops` advises running itself again (not a clear of every
+    module); `kernix cache clear` and clear_cache() name themselves."""
+    from kernix.cli import main
+
+    r = tmp_path / "c"
+    monkeypatch.setenv("KERNIX_CACHE_DIR", str(r))
+    (r / "modules" / "ops" / "4567").mkdir(parents=True)
+    (r / "modules" / "ops" / "4567" / "manifest.json").write_text("{}")
+    _refuse_unlink(monkeypatch, "manifest.json")
+    assert main(["cache", "clear", "ops"]) == 1
+    err = capsys.readouterr().err
+    assert "kernix cache clear ops removed 0 cache entries" in err and "run `kernix cache clear ops` again" in err
+    assert main(["cache", "clear"]) == 1
+    err = capsys.readouterr().err
+    assert "kernix cache clear removed 0 cache entries" in err and "run `kernix cache clear` again" in err
+    with pytest.raises(CacheError, match=r"^clear_cache\(\) removed 0 cache entries.*run `kernix\.clear_cache\(\)` again"):
+        kernix.clear_cache(root=r)
 
 
 def test_cache_info_of_an_unreadable_directory_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -303,11 +303,14 @@ def _link_error_message(build_dir: Path, output: str, sources: Sequence[str]) ->
     missing = _undefined_symbols(output)
     if not missing:
         return None
+    from ..interface import running_command
+
     parts = [f"{sym} (used by {', '.join(sorted(users))})" if users else sym for sym, users in sorted(missing.items())]
+    option = "-L DIR -l NAME" if running_command() is not None else "extra_ldflags=['-L<dir>', '-l<name>']"
     return (
         f"linking {library} failed: undefined symbol(s) {'; '.join(parts)}. "
         "Each is declared but defined nowhere in the module: define it in the source, or link the "
-        "library that defines it with extra_ldflags=['-L<dir>', '-l<name>']"
+        f"library that defines it with {option}"
     )
 
 

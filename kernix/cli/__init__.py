@@ -77,8 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(exc.code or 0)
     else:
         args["command"] = command
+    from ..interface import command_line
+
     try:
-        return int(_module(args["command"]).run(args))
+        with command_line(args["command"]):  # messages name this command's options
+            return int(_module(args["command"]).run(args))
     except BrokenPipeError:  # the reader of our output went away (`kernix cache info | head -1`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush is quiet too
         return 1

@@ -114,8 +114,10 @@ def _unparsable(path: str, options: dict[str, Any]) -> dict[str, Any] | None:
 def _infer_one(path: str, options: dict[str, Any]) -> dict[str, Any]:
     """One file's inference, as JSON (in a worker process for parallel runs)."""
     from ..frontend.infer import infer_file
+    from ..interface import command_line
 
-    return infer_file(path, **options).to_json()
+    with command_line("inspect"):  # (a worker process did not run main())
+        return infer_file(path, **options).to_json()
 
 
 def _cached(path: str, options: dict[str, Any]) -> dict[str, Any] | None:

@@ -57,14 +57,18 @@ def _missing_header_hint(header: str) -> str:
     work, what is wrong with it."""
     from ..backend.toolchain import check_host_compiler
     from ..errors import ToolchainError
+    from ..interface import running_command
 
     try:
         check_host_compiler()
     except ToolchainError as exc:
         return f"; the C++ standard headers are found through the host compiler, and {exc}"
+    if running_command() is not None:  # the command line reads files only, and its option is -I
+        return ("; #include \"...\" looks beside the including file, then in the include paths: pass the "
+                f"directory that holds {header!r} with -I DIR")
     return (f"; #include \"...\" looks beside the including file (for a load_*_inline source, that is the cache's "
             f"sources/ directory), then in the include paths: pass the directory that holds {header!r} in "
-            "extra_include_paths=[...] (or -I in the compiler flags)")
+            "extra_include_paths=[...] (include_dirs=[...] for build_module; or -I in the compiler flags)")
 
 
 @functools.lru_cache(maxsize=None)

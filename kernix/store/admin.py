@@ -183,23 +183,35 @@ class _Clearing:
             if area in _SHARED_AREAS or not _is_real_dir(self.base / area):
                 self.remove(self.base / area)
 
-    def check(self) -> None:
-        """Raise if anything could not be removed.
+    def check(self, name: str | None = None) -> None:
+        """Raise if anything could not be removed by a clear of module ``name``
+        (``None``: of every module).
 
         Raises
         ------
         CacheError
-            Naming the first path that could not be removed, why, and the fix.
+            Naming the first path that could not be removed, why, and the fix:
+            the clear to run again is the one the user ran, ``kernix cache
+            clear [NAME]`` or ``kernix.clear_cache([NAME])``.
         """
         if not self.failures:
             return
+        from ..interface import running_command
+
         path, exc = self.failures[0]
         more = len(self.failures) - 1
         also = f" and {more} more path{'s' if more > 1 else ''}" if more else ""
         entries = f"{self.removed} cache entr{'y' if self.removed == 1 else 'ies'}"
+        if running_command() is not None:
+            call = "kernix cache clear" + ("" if name is None else f" {name}")
+            again = f"`{call}`"
+        else:
+            call = "clear_cache()" if name is None else f"clear_cache({name!r})"
+            again = f"`kernix.{call}`"
+        advice = _clear_advice(self.base, path, exc).replace("`kernix cache clear`", again)
         raise CacheError(
-            f"kernix cache clear removed {entries} but could not remove {printable(path)} "
-            f"({exc.strerror or exc}){also}. {_clear_advice(self.base, path, exc)}"
+            f"{call} removed {entries} but could not remove {printable(path)} "
+            f"({exc.strerror or exc}){also}. {advice}"
         )
 
 
@@ -260,7 +272,7 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
         for n in clearing.names():
             clearing.module(n)
         clearing.shared()
-    clearing.check()
+    clearing.check(name)
     return clearing.removed
 
 
