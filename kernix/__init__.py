@@ -24,47 +24,6 @@ from __future__ import annotations
 #: packaging reads it without importing kernix).
 __version__ = "0.2.0"
 
-__all__ = [
-    "__version__",
-    "load_cuda_inline",
-    "load_cuda_file",
-    "load_cuda_dir",
-    "load_cpp_inline",
-    "load_cpp_file",
-    "load_cpp_dir",
-    "load_prebuilt",
-    "build_module",
-    "PrebuiltError",
-    "export",
-    "deserialize",
-    "ExportedKernels",
-    "infer_file",
-    "InferResult",
-    "language_of",
-    "CompiledModule",
-    "KernelFunction",
-    "register_ffi_target",
-    "list_registered_targets",
-    "cache_info",
-    "clear_cache",
-    "cache_root",
-    "set_cache_dir",
-    "CallError",
-    "InvalidNameError",
-    "ArgSpecError",
-    "CacheError",
-    "CompilationError",
-    "InferenceError",
-    "KernixError",
-    "OptionError",
-    "RegistrationError",
-    "SourceError",
-    "SourceNotFoundError",
-    "ToolchainError",
-    "FunctionSpec",
-    "Param",
-    "parse_arg_spec",
-]
 
 
 def register_ffi_target(module: "CompiledModule", target_prefix: str | None = None) -> list[str]:
@@ -115,6 +74,9 @@ _LAZY = {
     "cache_info": "kernix.store.admin",
     "clear_cache": "kernix.store.admin",
 }
+
+
+__all__ = ["__version__", "register_ffi_target", *_LAZY]
 
 
 def __getattr__(name: str):

@@ -208,26 +208,27 @@ class _Clearing:
         else:
             call = "clear_cache()" if name is None else f"clear_cache({name!r})"
             again = f"`kernix.{call}`"
-        advice = _clear_advice(self.base, path, exc).replace("`kernix cache clear`", again)
+        advice = _clear_advice(self.base, path, exc, again)
         raise CacheError(
             f"{call} removed {entries} but could not remove {printable(path)} "
             f"({exc.strerror or exc}){also}. {advice}"
         )
 
 
-def _clear_advice(base: Path, path: str, exc: OSError) -> str:
-    """What to do about ``path`` that a clear could not remove with ``exc``."""
+def _clear_advice(base: Path, path: str, exc: OSError, again: str) -> str:
+    """What to do about ``path`` that a clear could not remove with ``exc``;
+    ``again`` is the clear to run afterwards, as the user spells it."""
     if exc.errno in (errno.EACCES, errno.EPERM):
         return (
             f"Give yourself write permission in the cache (`chmod -R u+rwX {shlex.quote(printable(base))}`) and run "
-            "`kernix cache clear` again; what another user owns, that user (or root) must remove."
+            f"{again} again; what another user owns, that user (or root) must remove."
         )
     if exc.errno == errno.EROFS:
         return (
             "The file system that holds it is read-only: remount it read-write, or point KERNIX_CACHE_DIR "
             "(kernix.set_cache_dir()) at another directory."
         )
-    return f"Remove it by hand (`rm -rf {shlex.quote(printable(path))}`) and run `kernix cache clear` again."
+    return f"Remove it by hand (`rm -rf {shlex.quote(printable(path))}`) and run {again} again."
 
 
 def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None = None) -> int:
