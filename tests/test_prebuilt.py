@@ -425,6 +425,45 @@ def test_module_owned_by_another_user_is_refused(prebuilt, tmp_path):
     assert info.value.reason == "trust"
 
 
+@pytest.mark.skipif(os.getuid() != 0, reason="giving files to another user needs root")
+def test_module_of_the_account_that_installed_kernix_loads(prebuilt, tmp_path):
+    """A shared environment installed by a service account: its prebuilt modules
+    load for other users, since that account's kernix already runs in their
+    process; anyone else's, or a kernix installation others can write, does not."""
+    site = tmp_path / "site"
+    shutil.copytree(Path(kernix.__file__).parent, site / "kernix", ignore=shutil.ignore_patterns("__pycache__"))
+    d = _copy(prebuilt, tmp_path)
+    for top in (site, d):
+        for p in (top, *top.rglob("*")):
+            os.chown(p, 4321, 4321)
+    code = f"""
+        import kernix
+        try:
+            kernix.load_prebuilt({str(d)!r}, target_prefix="svc")
+            print("loaded", kernix.__file__)
+        except kernix.PrebuiltError as exc:
+            print(exc.reason, exc)
+        """
+    # -S: no site hooks (an editable install's finder would import this checkout's kernix instead of the
+    # copy), and not run from this checkout (-c puts the current directory first on the path)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join([str(site), *sys.path[1:]])}
+
+    def run() -> str:
+        return subprocess.run([sys.executable, "-S", "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                              env=env, timeout=300, cwd=tmp_path).stdout
+
+    out = run()
+    assert out.startswith(f"loaded {site}"), out
+    site.chmod(0o777)  # anyone could have replaced that kernix: its owner is not vouched for
+    out = run()
+    assert out.startswith("trust") and "owned by another user (uid 4321)" in out, out
+    site.chmod(0o755)
+    for p in (d, *d.rglob("*")):
+        os.chown(p, 4322, 4322)  # another account than the installation's
+    out = run()
+    assert out.startswith("trust") and "owned by another user (uid 4322)" in out, out
+
+
 def test_truncated_library_is_refused_not_a_crash(prebuilt, tmp_path):
     """A truncated library whose manifest matches it would crash dlopen (SIGBUS)."""
     d = _copy(prebuilt, tmp_path)

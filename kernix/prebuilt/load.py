@@ -32,14 +32,15 @@ __all__ = [
 ]
 
 
-def _untrusted(path: str, st: os.stat_result, uid: int) -> str | None:
-    """Why another user could replace ``path`` (already resolved), or ``None``."""
-    writer = trust.foreign_writer(st, uid, sticky_ok=True)  # (/tmp: others cannot replace what is in it)
+def _untrusted(path: str, st: os.stat_result, owners: tuple[int, ...]) -> str | None:
+    """Why a user not in ``owners`` could replace ``path`` (already resolved), or ``None``."""
+    writer = trust.foreign_writer(st, owners, sticky_ok=True)  # (/tmp: others cannot replace what is in it)
     if writer == "owner":
         return (
             f"{path} is owned by another user (uid {st.st_uid}), who could replace the code loaded "
             "from it. Install the package where only you or root can write (a virtual environment "
-            "of your own), or build the module yourself (`kernix build SOURCE... -o DIR`)"
+            "of your own, or the environment kernix is installed in), or build the module yourself "
+            "(`kernix build SOURCE... -o DIR`)"
         )
     if writer == "others":
         return (
@@ -49,29 +50,61 @@ def _untrusted(path: str, st: os.stat_result, uid: int) -> str | None:
     return None
 
 
+def _chain_problem(path: str, owners: tuple[int, ...], seen: set[str]) -> str | None:
+    """The first problem of :func:`_untrusted` in ``path`` (resolved) or a
+    directory above it, from the top; paths in ``seen`` are skipped, and
+    added; paths that do not exist are skipped."""
+    for p in reversed(list(ancestors(os.path.realpath(path)))):
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        why = _untrusted(p, st, owners)
+        if why is not None:
+            return why
+    return None
+
+
+def trusted_owners() -> tuple[int, ...]:
+    """The users whose files a prebuilt load trusts: this user, root, and the
+    owner of the kernix installation that is running, when no one else could
+    have written it.
+
+    Whoever can replace kernix's own code already runs in this process, so
+    trusting the modules they installed gives them nothing new: a shared
+    environment that a service account installed, kernix and prebuilt
+    modules alike, loads for every user of it.
+    """
+    uid = os.getuid()
+    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # (the kernix package)
+    try:
+        installer = os.stat(package).st_uid
+    except OSError:
+        return (uid, 0)
+    if installer in (uid, 0) or _chain_problem(package, (uid, 0, installer), set()) is not None:
+        return (uid, 0)
+    return (uid, 0, installer)
+
+
 def trust_problem(paths: Sequence[str | os.PathLike[str]]) -> str | None:
     """Why code or data at ``paths`` could have been written by another user, or ``None``.
 
     Each path is resolved (symbolic links followed), and it and every
-    directory above it must be owned by this user or root and not writable by
+    directory above it must be owned by one of :func:`trusted_owners` (this
+    user, root, the owner of the kernix installation) and not writable by
     other users (a sticky directory, like ``/tmp``, may be: others cannot
     replace what is in it).  Group write permission is trusted, as in the
     kernix cache.  Paths that do not exist are skipped.
     """
-    uid = os.getuid()
+    owners = trusted_owners()
     seen: set[str] = set()
     for path in paths:
-        for p in reversed(list(ancestors(os.path.realpath(path)))):
-            if p in seen:
-                continue
-            seen.add(p)
-            try:
-                st = os.stat(p)
-            except OSError:
-                continue
-            why = _untrusted(p, st, uid)
-            if why is not None:
-                return why
+        why = _chain_problem(os.fspath(path), owners, seen)
+        if why is not None:
+            return why
     return None
 
 

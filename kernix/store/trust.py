@@ -16,12 +16,13 @@ import stat
 __all__ = ["check_private", "makedirs", "io_message", "is_private", "foreign_writer"]
 
 
-def foreign_writer(st: os.stat_result, uid: int, *, sticky_ok: bool) -> str | None:
-    """Who, besides user ``uid`` and root, could replace what ``st`` describes:
-    ``"owner"`` (another user owns it), ``"others"`` (other users may write it;
-    a sticky directory, whose entries only their owners replace, is exempt
-    where ``sticky_ok``), else ``None``."""
-    if st.st_uid not in (uid, 0):
+def foreign_writer(st: os.stat_result, owners: tuple[int, ...], *, sticky_ok: bool) -> str | None:
+    """Who, besides the users ``owners`` (this user and root, and whoever else
+    the caller trusts), could replace what ``st`` describes: ``"owner"``
+    (another user owns it), ``"others"`` (other users may write it; a sticky
+    directory, whose entries only their owners replace, is exempt where
+    ``sticky_ok``), else ``None``."""
+    if st.st_uid not in owners:
         return "owner"
     sticky_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
     if st.st_mode & stat.S_IWOTH and not (sticky_dir and sticky_ok):
@@ -35,7 +36,7 @@ def _problem(p: str, st: os.stat_result, uid: int) -> str | None:
             "it is a symbolic link inside the kernix cache, which kernix never creates. "
             "Delete it (or run `kernix cache clear`)."
         )
-    writer = foreign_writer(st, uid, sticky_ok=st.st_uid == uid)  # (a sticky directory of the cache's own)
+    writer = foreign_writer(st, (uid, 0), sticky_ok=st.st_uid == uid)  # (a sticky directory of the cache's own)
     if writer == "owner":
         return (
             f"it is owned by another user (uid {st.st_uid}). Use a cache directory of your own "
