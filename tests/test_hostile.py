@@ -248,17 +248,43 @@ def test_non_utf8_source_builds_and_runs(mod) -> None:
          r"typed_double\(\): output 'out' must be float32"),
         (lambda m, x: m.typed_double(x, out=[jax.ShapeDtypeStruct((3,), jnp.float32)] * 2),
          r"typed_double\(\): out= describes 2 outputs, the function has 1"),
+        # An attribute passed positionally: the message says attributes are keywords, and how.
+        (lambda m, x: m.affine(x, 2.0, 1, False),
+         r"affine\(\) takes 1 input array\(s\) \(x\), got 4; attributes are keyword arguments: "
+         r"affine\(x, factor=\.\.\., offset=\.\.\., negate=\.\.\.\)"),
+        # A misspelt vmap_method is refused by the call, naming it and the accepted values.
+        (lambda m, x: m.affine(x, factor=1.0, offset=0, negate=False, vmap_method="sequental"),
+         r"affine\(\): vmap_method='sequental' is not one of 'sequential', 'sequential_unrolled', "
+         r"'expand_dims', 'broadcast_all', 'legacy_vectorized'"),
+        (lambda m, x: jax.vmap(lambda v: m.typed_double(v, vmap_method="loop"))(x[None]),
+         r"typed_double\(\): vmap_method='loop' is not one of"),
     ],
     ids=[
         'too_many_inputs', 'no_inputs', 'str_for_float', 'str_for_int', 'str_for_bool', 'none_for_float',
         'list_for_float', 'float_for_int', 'int_overflow', 'complex_for_float', 'missing_attr',
         'unknown_attr', 'str_input', 'typed_wrong_dtype', 'typed_wrong_out_dtype', 'wrong_out_count',
+        'attrs_positional', 'bad_vmap_method', 'bad_vmap_method_no_signature',
     ],
 )
 def test_call_errors_name_function_and_parameter(mod, call, match) -> None:
     x = jnp.arange(3, dtype=jnp.float32)
     with pytest.raises(kernix.CallError, match=match):
         call(mod, x)
+
+
+def test_pickling_a_module_or_function_says_what_to_do_instead(mod) -> None:
+    """Native code loaded in this process cannot travel in a pickle: a clear TypeError, not
+    a complaint about a local object inside kernix."""
+    import copy
+    import pickle
+
+    for obj, what in ((mod, f"module {mod.name!r}"), (mod.affine, f"function {mod.affine.target!r}")):
+        with pytest.raises(TypeError, match=f"kernix {what} cannot be pickled.*load the same sources.*kernix.export"):
+            pickle.dumps(obj)
+    # copy.copy / copy.deepcopy of a function still work (they share the loaded module).
+    x = jnp.arange(3, dtype=jnp.float32)
+    for c in (copy.copy(mod.typed_double), copy.deepcopy(mod.typed_double)):
+        np.testing.assert_array_equal(c(x), 2 * np.arange(3))
 
 
 # --------------------------------------------------------------------- sources

@@ -15,6 +15,19 @@ if TYPE_CHECKING:
 __all__ = ["KernelFunction"]
 
 
+_VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all", "legacy_vectorized")
+
+
+def unpicklable(what: str) -> TypeError:
+    """The error of pickling a module or function: its native code is loaded in this process only."""
+    return TypeError(
+        f"kernix {what} cannot be pickled: it calls native code loaded in this process. In the "
+        "other process, load the same sources (the same kernix.load_* call) or a prebuilt "
+        "directory (kernix.load_prebuilt); to send a computation, use "
+        "kernix.export(jax.jit(f), ...).serialize() and kernix.deserialize there"
+    )
+
+
 class _UInt64Bits(int):
     """A uint64 attribute value of 2**63 or more.
 
@@ -176,6 +189,15 @@ class KernelFunction:
     def __repr__(self) -> str:
         return f"<kernix function {self.target} ({' '.join(self.spec.arg_spec)})>"
 
+    def __reduce__(self) -> Any:
+        raise unpicklable(f"function {self.target!r}")
+
+    def __copy__(self) -> "KernelFunction":
+        return self  # bound to the loaded library: a copy would be the same function
+
+    def __deepcopy__(self, memo: Any) -> "KernelFunction":
+        return self
+
     def _out_specs(self, out: Any, inputs: Sequence[Any]) -> tuple[list[Any], bool]:
         import numpy as np
 
@@ -242,8 +264,18 @@ class KernelFunction:
         expected = spec.inputs
         if len(inputs) != len(expected):
             names = ", ".join(p.name for p in expected) or "none"
+            hint = ""
+            if len(inputs) > len(expected) and spec.attrs:
+                call = ", ".join([p.name for p in expected] + [f"{p.name}=..." for p in spec.attrs])
+                hint = f"; attributes are keyword arguments: {spec.name}({call})"
             raise CallError(
-                f"{spec.name}() takes {len(expected)} input array(s) ({names}), got {len(inputs)}"
+                f"{spec.name}() takes {len(expected)} input array(s) ({names}), got {len(inputs)}{hint}"
+            )
+        if vmap_method is not None and vmap_method not in _VMAP_METHODS:
+            raise CallError(
+                f"{spec.name}(): vmap_method={vmap_method!r} is not one of "
+                f"{', '.join(map(repr, _VMAP_METHODS))} (how jax.vmap runs the kernel when it "
+                "cannot batch it as one call; the default is 'sequential')"
             )
         inputs = tuple(_as_jax(spec.name, p, x) for p, x in zip(expected, inputs))
         for p, x in zip(expected, inputs):

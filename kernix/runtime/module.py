@@ -195,6 +195,18 @@ class CompiledModule:
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(self.handlers))
 
+    def __reduce__(self) -> tuple:
+        from .function import unpicklable
+
+        raise unpicklable(f"module {self.name!r}")
+
+    def __copy__(self) -> CompiledModule:  # copy.copy/deepcopy: a shallow copy, as before __reduce__ refused pickling
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__, _callables={})
+        return new
+
+    __deepcopy__ = lambda self, memo: self.__copy__()  # noqa: E731
+
     def __repr__(self) -> str:
         return f"<kernix.CompiledModule {self.name!r} ({self.platform}, {len(self)} functions) at {self.path}>"
 
