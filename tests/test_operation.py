@@ -236,9 +236,19 @@ def test_stub_text_is_valid_python(ops):
 
     text = stub_text(ops.functions.values(), source="ops_cpu.cpp")
     compile(text, "ops.pyi", "exec")
-    assert "def rms_norm(x: jax.Array, w: jax.Array, /, *, eps: float," in text
+    assert "def rms_norm(x: ArrayLike, w: ArrayLike, /, *, eps: float," in text
     assert "-> tuple[jax.Array, jax.Array]" in text  # rms_norm_bwd
     assert "class Module(Protocol)" in text
+    # Inputs take what the call takes (NumPy arrays, as in the tutorial), not only jax.Array:
+    # a type checker must accept ops.rms_norm(np.ones((4, 8)), w, eps=1e-6).
+    import typing
+
+    ns: dict = {}
+    exec(text, ns)
+    for fn in (ns["rms_norm"], ns["Module"].rms_norm):
+        hints = typing.get_type_hints(fn)
+        assert {np.ndarray, jax.Array} <= set(typing.get_args(hints["x"])), hints["x"]
+        assert hints["return"] is jax.Array
 
 
 def test_inputs_python_cannot_name_are_renamed_in_signature_and_stub():
@@ -250,7 +260,7 @@ def test_inputs_python_cannot_name_are_renamed_in_signature_and_stub():
     assert str(call_signature(spec)) == "(in_, out_, self_, /, *, out=None, vmap_method: str = 'sequential')"
     text = stub_text([spec])
     compile(text, "f.pyi", "exec")
-    assert "def f(self, in_: jax.Array, out_: jax.Array, self_: jax.Array, /, *," in text
+    assert "def f(self, in_: ArrayLike, out_: ArrayLike, self_: ArrayLike, /, *," in text
 
 
 def test_symbolic_shapes_are_refused_with_a_reason(ops):

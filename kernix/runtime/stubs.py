@@ -63,7 +63,7 @@ def docstring(spec: FunctionSpec, *, backward: str | None = None) -> str:
     lines += ["", "Parameters", "----------"]
     for p in spec.inputs:
         extra = f", {p.dtype}" if p.dtype else ""
-        lines += [f"{p.name} : jax.Array", f"    Input ``{p.type}``{extra}."]
+        lines += [f"{p.name} : array_like", f"    Input ``{p.type}``{extra}."]
     for p in spec.attrs:
         lines += [f"{p.name} : {python_type(p)}", f"    Attribute ``{p.type}`` (passed as {p.dtype})."]
     lines += [
@@ -124,6 +124,7 @@ def stub_text(specs: Iterable[FunctionSpec], *, source: str = "") -> str:
         "from typing import Protocol, Sequence",
         "",
         "import jax",
+        "from jax.typing import ArrayLike",
         "",
         "_Out = jax.ShapeDtypeStruct | Sequence[jax.ShapeDtypeStruct] | None",
         "",
@@ -131,7 +132,7 @@ def stub_text(specs: Iterable[FunctionSpec], *, source: str = "") -> str:
     body: list[str] = []
     methods: list[str] = []
     for s in specs:
-        inputs = [f"{name}: jax.Array" for name in input_names(s)]
+        inputs = [f"{name}: ArrayLike" for name in input_names(s)]  # NumPy arrays and scalars too
         params = inputs + (["/"] if inputs else []) + ["*"]
         params += [f"{p.name}: {python_type(p)}" for p in s.attrs]
         params += ["out: _Out = None", "vmap_method: str = 'sequential'"]
