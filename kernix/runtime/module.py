@@ -200,12 +200,14 @@ class CompiledModule:
 
         raise unpicklable(f"module {self.name!r}")
 
-    def __copy__(self) -> CompiledModule:  # copy.copy/deepcopy: a shallow copy, as before __reduce__ refused pickling
+    def __copy__(self) -> CompiledModule:
+        """A shallow copy (``copy.copy`` and ``copy.deepcopy``; ``__reduce__`` refuses pickling)."""
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__, _callables={})
         return new
 
-    __deepcopy__ = lambda self, memo: self.__copy__()  # noqa: E731
+    def __deepcopy__(self, memo: object) -> CompiledModule:
+        return self.__copy__()  # the same library: nothing below it to copy
 
     def __repr__(self) -> str:
         return f"<kernix.CompiledModule {self.name!r} ({self.platform}, {len(self)} functions) at {self.path}>"
