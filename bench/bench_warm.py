@@ -31,6 +31,11 @@ module from source, which times the interpreter's compiler, not kernix.
 Usage::
 
     python bench/bench_warm.py [--functions 40] [--repeat 21] [--cuda] [--compare /path/to/other/checkout] [--phases]
+                               [--modules]
+
+The table's last column, "exit", is the time from each process' last
+statement to its parent seeing it exit (jax shutting down, and anything a
+load left for the interpreter's exit).
 
 ``--phases`` also times each step of the warm load (imports, request, inline
 source, fingerprint, direct + entry look-up, dlopen, registration) in fresh
@@ -40,6 +45,10 @@ code run from one file, without the import machinery), and times a fixed
 piece of pure-Python work (no kernix) in fresh processes: the machine's
 Python speed, to set figures taken on different machines side by side (the
 median process and the fastest one: far apart, the machine is noisy).
+
+``--modules`` times each kernix module a warm load imports, imported alone
+in the order the load completed them, with the garbage collector on and off
+(where the one collection that falls in the load lands).
 """
 
 from __future__ import annotations
@@ -80,17 +89,20 @@ if {root!r}:
     load({name!r}, {src!r}, build_directory={cache!r})  # registered, as by default
 t2 = time.perf_counter()
 gc.callbacks.remove(collector)
-print(json.dumps([t2 - t0, t2 - t1, sum(collecting[1::2]) - sum(collecting[0::2])]))
+print(json.dumps([t2 - t0, t2 - t1, sum(collecting[1::2]) - sum(collecting[0::2]), time.perf_counter()]))
 """
 
 
 CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def run(root: str, name: str, src: str, cache: str, cuda: bool) -> tuple[float, float, float]:
+def run(root: str, name: str, src: str, cache: str, cuda: bool) -> tuple[float, float, float, float]:
     """(wall time after interpreter start, time after ``import jax``, of which
-    in the garbage collector) of one fresh process."""
-    return tuple(_child(CHILD.format(root=root, name=name, src=src, cache=cache, cuda=cuda)))
+    in the garbage collector, and from the child's last statement until this
+    process sees it exit) of one fresh process (``time.perf_counter`` is one
+    clock for all processes of the machine)."""
+    total, after, collector, last = _child(CHILD.format(root=root, name=name, src=src, cache=cache, cuda=cuda))
+    return total, after, collector, time.perf_counter() - last
 
 
 # --phases: the warm load's steps, timed one by one in a fresh process (kernix's
@@ -185,6 +197,25 @@ if {cuda!r}:
     jax.devices()
 print(json.dumps([before, statistics.median(work() for _ in range(15))]))
 """
+# --modules: each module a warm load imports, imported alone in the order the
+# warm load completed them (so each one's own imports are done before it), with
+# the collector on and off.
+MODULES = """
+import sys, time, json, gc
+import jax, jax.numpy
+if {cuda!r}:
+    jax.devices()
+sys.path.insert(0, {root!r})
+if {no_gc!r}:
+    gc.disable()
+T = time.perf_counter
+times = []
+for name in {names!r}:
+    t = T()
+    __import__(name)
+    times.append(T() - t)
+print(json.dumps(times))
+"""
 PHASE_NAMES = ("imports", "request", "inline source", "fingerprint", "direct + entry look-up", "dlopen",
                "module + register")
 
@@ -222,20 +253,43 @@ def phases(root: str, name: str, src: str, cache: str, cuda: bool, repeat: int) 
           + f"; {fastest * 1e3:.2f} ms in the fastest process: the gap is the machine's noise)")
 
 
+def modules(root: str, name: str, src: str, cache: str, cuda: bool, repeat: int) -> None:
+    """Print the median import time of each module a warm load imports (fresh
+    processes after ``import jax``), with the garbage collector on and off."""
+    # (an import statement for the loaders: -X importtime does not see kernix.__getattr__'s import_module)
+    names = _kernix_imports(f"import sys\nsys.path.insert(0, {root!r})\nfrom kernix import loaders\n"
+                            f"(loaders.load_cuda_inline if {cuda!r} else loaders.load_cpp_inline)"
+                            f"({name!r}, {src!r}, build_directory={cache!r})")
+    rows = {no_gc: [_child(MODULES.format(root=root, cuda=cuda, names=names, no_gc=no_gc)) for _ in range(repeat)]
+            for no_gc in (False, True)}
+    print(f"\neach module a warm load imports, imported alone in that order (median of {repeat} fresh processes):")
+    print(f"  {'':32}{'gc on':>10}{'gc off':>10}")
+    for i, module in enumerate(names):
+        on, off = (statistics.median(r[i] for r in rows[no_gc]) for no_gc in (False, True))
+        print(f"  {module:32}{on * 1e3:7.3f} ms{off * 1e3:7.3f} ms")
+    on, off = (statistics.median(sum(r) for r in rows[no_gc]) for no_gc in (False, True))
+    print(f"  {'in all':32}{on * 1e3:7.3f} ms{off * 1e3:7.3f} ms")
+
+
+def _kernix_imports(code: str) -> list[str]:
+    """The kernix modules a fresh process running ``code`` imports, in the
+    order their imports completed (``python -X importtime``)."""
+    err = subprocess.run([sys.executable, "-X", "importtime", "-c", code], check=True, capture_output=True,
+                         text=True, env=CHILD_ENV).stderr
+    names = [line.rsplit("|", 1)[1].strip() for line in err.splitlines() if line.startswith("import time:")]
+    return [n for n in names if n == "kernix" or n.startswith("kernix.")]
+
+
 def _one_file(root: str) -> list[tuple[str, str, bool, bytes]]:
     """(name, file, is a package, marshalled code) of each kernix module the
     imports step imports, in the order the imports completed."""
-    err = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import sys\nsys.path.insert(0, {root!r})\n"
-                          + IMPORTS], check=True, capture_output=True, text=True, env=CHILD_ENV).stderr
-    names = [line.rsplit("|", 1)[1].strip() for line in err.splitlines() if line.startswith("import time:")]
     out = []
-    for name in names:
-        if name == "kernix" or name.startswith("kernix."):
-            path = Path(root, *name.split("."))
-            is_package = path.is_dir()
-            origin = str(path / "__init__.py" if is_package else path.with_suffix(".py"))
-            code = compile(Path(origin).read_text(), origin, "exec")
-            out.append((name, origin, is_package, marshal.dumps(code)))
+    for name in _kernix_imports(f"import sys\nsys.path.insert(0, {root!r})\n" + IMPORTS):
+        path = Path(root, *name.split("."))
+        is_package = path.is_dir()
+        origin = str(path / "__init__.py" if is_package else path.with_suffix(".py"))
+        code = compile(Path(origin).read_text(), origin, "exec")
+        out.append((name, origin, is_package, marshal.dumps(code)))
     return out
 
 
@@ -251,6 +305,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=21)
     ap.add_argument("--compare", default=None, help="another kernix checkout to time the same way")
     ap.add_argument("--phases", action="store_true", help="also time each step of the warm load")
+    ap.add_argument("--modules", action="store_true", help="also time each module the warm load imports")
     ap.add_argument("--cuda", action="store_true", help="a CUDA module (needs nvcc and a GPU)")
     args = ap.parse_args()
     src = (cuda_source if args.cuda else cpp_source)(args.functions)
@@ -267,34 +322,35 @@ def main() -> None:
         print(f"built {label} ({root}) in {time.perf_counter() - t0:.1f} s")
         run(root, name, src, caches[label], args.cuda)
     reference = "import jax, devices()" if args.cuda else "import jax"
-    samples: dict[str, list[tuple[float, float, float]]] = {reference: [], **{k: [] for k in roots}}
+    samples: dict[str, list[tuple[float, float, float, float]]] = {reference: [], **{k: [] for k in roots}}
     for i in range(args.repeat):
         samples[reference].append(run("", "", "", "", args.cuda))
         for label, root in (list(roots.items()) if i % 2 == 0 else list(roots.items())[::-1]):  # each first in turn
             samples[label].append(run(root, name, src, caches[label], args.cuda))
     print(f"\n{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"{args.functions} {'CUDA' if args.cuda else 'C++'} functions, median of {args.repeat} fresh processes")
-    base = statistics.median(t for t, _, _ in samples[reference])
-    print(f"{'':28}{'whole process':>16}{'after import jax':>20}{'of which in gc':>18}{'over import jax':>18}")
+    base = statistics.median(row[0] for row in samples[reference])
+    print(f"{'':28}{'whole process':>16}{'after import jax':>20}{'of which in gc':>18}{'over import jax':>18}"
+          f"{'exit':>14}")
     for label, rows in samples.items():
-        total = statistics.median(t for t, _, _ in rows)
-        after = statistics.median(a for _, a, _ in rows)
-        collector = statistics.median(c for _, _, c in rows)
+        total, after, collector, exit_ = (statistics.median(row[i] for row in rows) for i in range(4))
         print(f"{label:28}{total * 1e3:13.1f} ms{after * 1e3:17.2f} ms{collector * 1e3:15.2f} ms"
-              f"{(total - base) * 1e3:15.2f} ms")
+              f"{(total - base) * 1e3:15.2f} ms{exit_ * 1e3:11.1f} ms")
     if args.compare:
         paired(samples["kernix"], samples["compare"])
     if args.phases:
         phases(roots["kernix"], name, src, caches["kernix"], args.cuda, args.repeat)
+    if args.modules:
+        modules(roots["kernix"], name, src, caches["kernix"], args.cuda, args.repeat)
 
 
-def paired(ours: list[tuple[float, float, float]], theirs: list[tuple[float, float, float]]) -> None:
+def paired(ours: list[tuple[float, ...]], theirs: list[tuple[float, ...]]) -> None:
     """Print the median and quartiles of the per-round difference after ``import jax``.
 
     The two checkouts run one after the other in each round, so a machine
     whose speed drifts over minutes moves both; the median of the differences
     is steadier than the difference of the medians."""
-    diffs = [a - b for (_, a, _), (_, b, _) in zip(ours, theirs)]
+    diffs = [a[1] - b[1] for a, b in zip(ours, theirs)]
     q1, q2, q3 = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else (diffs[0],) * 3
     print(f"kernix - compare, round by round (after import jax): median {q2 * 1e3:+.2f} ms,"
           f" quartiles {q1 * 1e3:+.2f} .. {q3 * 1e3:+.2f} ms")

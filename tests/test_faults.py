@@ -407,31 +407,27 @@ def test_depfile_reads_gccs_own_escaping_of_backslashes(tmp_path: Path) -> None:
     assert read_depfile(tmp_path / "m.d")[-len(names):] == names
 
 
-def test_source_under_a_path_with_dollar_hash_space_unicode(tmp_path: Path) -> None:
-    """Was: the build succeeded and publishing failed with a CacheError (``$$`` in the path)."""
-    proj = tmp_path / "we$ird #dir \u00fcn"
+@pytest.mark.parametrize(
+    "project, cache",
+    [
+        # Was: the build succeeded and publishing failed with a CacheError (``$$`` in the path).
+        pytest.param("we$ird #dir \u00fcn", "c$a #c", id="dollar-hash-space-unicode"),
+        # Was: a CompilationError from the generated unit, whose ``#include`` escaped the path as a
+        # string literal (a header name takes ``\\`` as it is, and cannot hold ``"`` in ``"..."``).
+        pytest.param('say "hi" \\ back\\slash', "cache", id="double-quote-backslash"),
+    ],
+)
+def test_source_under_an_odd_path_builds_and_tracks_its_header(tmp_path: Path, project: str, cache: str) -> None:
+    proj = tmp_path / project
     (proj / "inc").mkdir(parents=True)
     (proj / "kernel.cpp").write_text(KERNEL)
     (proj / "inc" / "value.h").write_text("#define K 2.0f\n")
-    cache, name = tmp_path / "c$a #c", unique_name("oddpath")
-    assert _values(_load(proj, cache, name)) == [2.0] * 3
-    manifest = json.loads(next((cache / "modules" / name).glob("*/manifest.json")).read_text())
+    cache_dir, name = tmp_path / cache, unique_name("oddpath")
+    assert _values(_load(proj, cache_dir, name)) == [2.0] * 3
+    manifest = json.loads(next((cache_dir / "modules" / name).glob("*/manifest.json")).read_text())
     assert str(proj / "inc" / "value.h") in [d[0] for d in manifest["dependencies"]]
     (proj / "inc" / "value.h").write_text("#define K 4.0f\n")
-    assert _values(_load(proj, cache, name)) == [4.0] * 3
-
-
-def test_source_under_a_path_with_a_double_quote_and_a_backslash(tmp_path: Path) -> None:
-    """Was: a CompilationError from the generated unit, whose ``#include`` escaped the path as a
-    string literal (a header name takes ``\\`` as it is, and cannot hold ``"`` in ``"..."``)."""
-    proj = tmp_path / 'say "hi" \\ back\\slash'
-    (proj / "inc").mkdir(parents=True)
-    (proj / "kernel.cpp").write_text(KERNEL)
-    (proj / "inc" / "value.h").write_text("#define K 2.0f\n")
-    cache, name = tmp_path / "cache", unique_name("quotepath")
-    assert _values(_load(proj, cache, name)) == [2.0] * 3
-    (proj / "inc" / "value.h").write_text("#define K 4.0f\n")
-    assert _values(_load(proj, cache, name)) == [4.0] * 3
+    assert _values(_load(proj, cache_dir, name)) == [4.0] * 3
 
 
 def test_source_path_no_include_can_name_is_refused_naming_it(tmp_path: Path) -> None:
