@@ -4,7 +4,8 @@
                                        miss -> lock, infer (libclang), generate, build (ninja), publish
 
 :mod:`kernix.pipeline` comes here only when the direct index has no usable
-answer, or when a cached library failed to load; a warm load never imports
+answer, when a cached library failed to load, or when an entry's specs
+turn out damaged; a warm load never imports
 this module, the toolchain, libclang or the code generator.
 """
 
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
     from .backend import codegen
     from .backend.flags import BuildConfig
 
-__all__ = ["build_config", "toolchain_stamp", "cache_key", "store_inline_source", "keyed_entry", "reload"]
+__all__ = ["build_config", "toolchain_stamp", "cache_key", "store_inline_source", "keyed_entry", "reload", "discard",
+           "exported_units"]
 
 
 def build_config(request: LoadRequest) -> BuildConfig:
@@ -153,7 +155,9 @@ def _entry(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
         return _build(request, config, key, fresh=fresh)
 
 
-def _discard(request: LoadRequest, manifest: Manifest) -> None:
+def discard(request: LoadRequest, manifest: Manifest) -> None:
+    """Remove ``request``'s entry ``manifest`` from the cache, under the
+    module's build lock: never a hit again, the next load rebuilds it."""
     from .store.lock import build_lock
 
     with build_lock(request.root, request.name, verbose=request.verbose):
@@ -186,32 +190,41 @@ def reload(request: LoadRequest, manifest: Manifest, exc: OSError) -> Manifest:
         raise CacheError(f"cannot load the compiled library {manifest.so_path} ({exc}): {noexec}") from exc
     damaged = manifest.so_path.exists()  # else: cleared between look-up and load
     if damaged:
-        _discard(request, manifest)
+        discard(request, manifest)
         report.note(f"{request.name}: the library {manifest.so_path} failed to load ({exc}); rebuilding it",
                     verbose=True)
     manifest = _entry(request, build_config(request), manifest.key, fresh=damaged)
     try:
         registry.load_library(manifest.so_path)
     except RegistrationError as again:
-        _discard(request, manifest)
+        discard(request, manifest)
         raise _load_failed(request, manifest, again) from again
     return manifest
 
 
-def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) -> Manifest:
+def exported_units(request: LoadRequest) -> list[tuple[str, list[codegen.ExportedFunction]]]:
+    """``request``'s sources inferred (:func:`kernix.frontend.units.infer_units`)
+    and numbered for code generation: ``(source, functions)`` per file, every
+    function's index unique in the module (its generated symbols are)."""
     from .backend import codegen, toolchain
-    from .backend.ninja import OutputError
     from .frontend.units import infer_units
+
+    toolchain.check_host_compiler()  # before inference, whose parse would only miss its standard headers
+    units = infer_units(request.sources, request.functions, language=request.language,
+                        flags=request.parse_flags, cache_dir=request.root)
+    index = itertools.count()
+    return [(str(src), [codegen.ExportedFunction(next(index), f) for f in fns]) for src, fns in units]
+
+
+def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) -> Manifest:
+    from .backend import codegen
+    from .backend.ninja import OutputError
 
     noexec = noexec_problem(request.root)
     if noexec is not None:  # a build there could never be loaded
         raise CacheError(noexec)
-    toolchain.check_host_compiler()  # before inference, whose parse would only miss its standard headers
-    units = infer_units(request.sources, request.functions, language=request.language,
-                        flags=request.parse_flags, cache_dir=request.root)
-    check_function_names([f for _, fns in units for f in fns])
-    index = itertools.count()  # module-wide: every generated symbol is unique
-    exported = [(str(src), [codegen.ExportedFunction(next(index), f) for f in fns]) for src, fns in units]
+    exported = exported_units(request)
+    check_function_names([e.spec for _, es in exported for e in es])
     stamp = toolchain_stamp(config)
     try:
         so_path, inputs = _build_in_work_dir(request, config, exported, stamp, fresh=fresh)

@@ -113,11 +113,10 @@ def _specs_of(request: LoadRequest, manifest: Manifest) -> Callable[[], tuple[Fu
         try:
             return manifest.specs()
         except ManifestError as exc:
+            from .build import discard
             from .errors import CacheError
-            from .store.lock import build_lock
 
-            with build_lock(request.root, request.name, verbose=request.verbose):
-                entries.discard(manifest)  # never a hit again: the next load rebuilds it
+            discard(request, manifest)
             raise CacheError(
                 f"the cache entry {manifest.directory} of module {request.name!r} is damaged ({exc}), so it was "
                 "removed from the cache: load the module again to rebuild it."

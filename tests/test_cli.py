@@ -120,6 +120,18 @@ def test_stubs_reports_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "the module exports no function 'nothing'" in capsys.readouterr().err
 
 
+def test_stubs_and_inspect_parse_as_a_default_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Was: ``kernix stubs`` parsed without -O3 (``inspect`` and a load with it), so code
+    under ``#ifdef __OPTIMIZE__`` got another type in the stub than in the module."""
+    src = tmp_path / "macros.cpp"
+    src.write_text('#include "kernix/common.h"\n#ifdef __OPTIMIZE__\ntypedef double T;\n#else\ntypedef float T;\n'
+                   '#endif\n// @BE k\nvoid k(const BE::Tensor& x, BE::Tensor& y, T a) {}\n')
+    assert main(["stubs", str(src)]) == 0
+    assert "(passed as float64)" in capsys.readouterr().out
+    assert main(["inspect", "--json", str(src)]) == 0
+    assert '"attr.a:float64"' in capsys.readouterr().out
+
+
 def test_inspect_a_directory_in_parallel_reports_totals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A directory stands for its sources; misses parse in worker processes; the totals close the run."""
     for i in range(3):

@@ -97,7 +97,7 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
     cxx = toolchain.find_host_compiler().path
     opt = f"-O{config.optimization_level}"
     # Handlers depend on the specs alone: they never see the user's include paths.
-    handlers = [cxx, "-std=c++17", opt, "-fPIC", "-fvisibility=hidden", *_kernix_include_flags()]
+    handlers = [cxx, f"-std={toolchain.CXX_STANDARD}", opt, "-fPIC", "-fvisibility=hidden", *_kernix_include_flags()]
     # An undefined symbol is a link error naming it, not a dlopen failure later.
     link = [cxx, "-shared", "-Wl,--exclude-libs,ALL", "-Wl,--no-undefined"]
     if config.platform == "cuda":
@@ -110,7 +110,7 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
         gencode.append(f"--generate-code=arch=compute_{newest},code=[compute_{newest},sm_{newest}]")
         user = [
             nvcc, f"-ccbin={cxx}",  # one host compiler (and C++ ABI) for every object
-            "-std=c++17", opt, f"-Xptxas=-O{config.optimization_level}",
+            f"-std={toolchain.CXX_STANDARD}", opt, f"-Xptxas=-O{config.optimization_level}",
             *gencode,
             "-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=hidden",
             "--expt-relaxed-constexpr", "--extended-lambda",
@@ -120,7 +120,7 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
         link += [f"-L{d}" for d in _cuda_lib_dirs()]
         link_tail = ["-l:libcudart_static.a", "-ldl", "-lrt", "-lpthread"]
     else:
-        user = [cxx, "-std=c++17", opt, "-fPIC", "-fvisibility=hidden"]
+        user = [cxx, f"-std={toolchain.CXX_STANDARD}", opt, "-fPIC", "-fvisibility=hidden"]
         if config.use_fast_math:
             user.append("-ffast-math")
         link_tail = []

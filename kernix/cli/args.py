@@ -120,6 +120,14 @@ def language_option(args: dict[str, Any]) -> str | None:
     return "cuda" if args["cuda"] else "cpp" if args["cpp"] else None
 
 
+def inference_options(args: dict[str, Any]) -> dict[str, Any]:
+    """:func:`~kernix.frontend.infer.infer_file`'s options for a command's
+    sources: parsed as a load with the default ``optimization_level`` parses
+    them (``-O3``, and with it ``__OPTIMIZE__``)."""
+    return {"language": language_option(args), "include_dirs": args["include_dirs"], "defines": args["defines"],
+            "flags": ("-O3",)}
+
+
 def parse_fast(command: Command, argv: Sequence[str]) -> dict[str, Any] | None:
     """The values of ``command``'s arguments in ``argv`` (which follows the
     command's name), or ``None`` where argparse must read it: help, errors,

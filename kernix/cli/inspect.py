@@ -8,7 +8,7 @@ import os
 import sys
 
 from ..filenames import printable, utf8_problem
-from .args import Arg, Command, language_option, source_args
+from .args import Arg, Command, inference_options, source_args
 from .checks import source_problem
 from .output import error_line, print_error
 
@@ -106,7 +106,9 @@ def _unparsable(path: str, options: dict[str, Any]) -> dict[str, Any] | None:
     from ..languages import language_of
 
     path = os.path.abspath(path)
-    error = {"message": problem, "file": path, "line": 0, "column": 0, "function": None, "parameter": None}
+    from ..errors import SourceError
+
+    error = SourceError(problem, file=path).to_json()
     return {"path": path, "language": options["language"] or language_of(path), "functions": [],
             "errors": [error], "dependencies": []}
 
@@ -169,13 +171,7 @@ def run(args: dict[str, Any]) -> int:
     import time
 
     start = time.perf_counter()
-    options = {
-        "language": language_option(args),
-        "include_dirs": args["include_dirs"],
-        "defines": args["defines"],
-        "flags": ("-O3",),  # as a load with the default optimization_level (its __OPTIMIZE__)
-        "use_cache": not args["no_cache"],
-    }
+    options = {**inference_options(args), "use_cache": not args["no_cache"]}
     files = _source_files(args["files"])
     if not files:
         print("kernix inspect: no C++ or CUDA source files found", file=sys.stderr)

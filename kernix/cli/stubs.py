@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .args import Arg, Command, language_option, source_args
+from .args import Arg, Command, inference_options, language_option, source_args
 from .checks import output_file_problem, source_problem
 from .output import error_line, print_error
 
@@ -50,8 +50,7 @@ def run(args: dict[str, Any]) -> int:
     failed = False
     for path in files:
         try:
-            result = infer_file(path, language=language_option(args), include_dirs=args["include_dirs"],
-                                defines=args["defines"])
+            result = infer_file(path, **inference_options(args))
         except KernixError as exc:
             print_error("stubs", str(exc))
             return 2

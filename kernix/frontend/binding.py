@@ -208,7 +208,7 @@ def _name_problem(name: str) -> str:
 
 
 def annotated_targets(
-    path: str, annotations: list[Annotation], bound: dict[int, Any], cursors: list[Any], raw: bytes = b""
+    path: str, annotations: list[Annotation], bound: dict[int, Any], cursors: list[Any], raw: bytes
 ) -> tuple[list[Target], list[SourceError]]:
     """The functions the annotations export, and an error for each one that cannot be.
 
@@ -229,7 +229,7 @@ def annotated_targets(
             errors.append(SourceError(f"`// @BE {a.name}`: {_name_problem(a.name)}", function=a.name, **where))
             continue
         cursor = bound.get(a.line)
-        instantiation = explicit_instantiation(raw, a) if cursor is None and raw else None
+        instantiation = explicit_instantiation(raw, a) if cursor is None else None
         if instantiation is not None:
             errors.append(_instantiation_error(a, instantiation, where))
             continue
@@ -307,7 +307,7 @@ def _in_user_header(tu: Any, path: str, name: str) -> Any | None:
                 return c
         return None
 
-    return None if tu is None else find(tu.cursor)
+    return find(tu.cursor)
 
 
 def _header_hint(tu: Any, path: str, name: str) -> str:
@@ -333,7 +333,7 @@ def requested_targets(
     annotations: list[Annotation],
     bound: dict[int, Any],
     cursors: list[Any],
-    tu: Any = None,
+    tu: Any,
 ) -> tuple[list[Target], list[SourceError]]:
     """The functions a ``functions=`` argument names, and an error for each one that cannot be
     (``tu``, the parsed file, lets a name that only an included header declares say so); the

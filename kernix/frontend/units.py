@@ -91,9 +91,8 @@ def infer_units(
     errors = check_unique_names(specs)
     if errors:
         raise InferenceError(errors)
-    seen = {f.name: f for f in specs}
-    raise_for_vjp_pairs(seen.values())
-    if not seen:
+    raise_for_vjp_pairs(specs)  # (names unique: checked above)
+    if not specs:
         where = sources[0] if single else f"{len(sources)} files"
         raise KernixError(
             f"no function to export in {where}: annotate each entry point with a `// @BE name` "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import itertools
 import os
 import re
 import shutil
@@ -212,10 +211,9 @@ def build_module(
         Before any work, for a source given twice or an ``output_dir`` that
         cannot be a directory (a file in its place or in its path).
     """
-    from ..build import build_config
+    from ..build import build_config, exported_units
     from ..backend import codegen, toolchain
     from ..backend.ninja import build_module as ninja_build
-    from ..frontend.units import infer_units
     from ..loaders import default_module_name
     from ..request import make_request
     from ..store.files import file_digest
@@ -257,11 +255,7 @@ def build_module(
     request = make_request(name, srcs, lang, functions, options)
     config = build_config(request)
 
-    toolchain.check_host_compiler()  # before inference, as for a load
-    units = infer_units(request.sources, request.functions, language=request.language,
-                        flags=request.parse_flags, cache_dir=request.root)
-    index = itertools.count()
-    exported = [(str(src), [codegen.ExportedFunction(next(index), f) for f in fns]) for src, fns in units]
+    exported = exported_units(request)  # (the host compiler checked first, as for a load)
     all_fns = [e for _, es in exported for e in es]
     try:
         output.mkdir(parents=True, exist_ok=True)

@@ -229,14 +229,10 @@ class PrebuiltManifest:
 
     def write(self) -> None:
         """Write the manifest into :attr:`directory` (indented: it is meant to be read)."""
-        path = self.directory / MANIFEST_NAME
-        tmp = path.with_name(f".{MANIFEST_NAME}.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(json.dumps(self.to_json(), indent=1) + "\n")
-            os.replace(tmp, path)
-        finally:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
+        from ..store.files import atomic_write
+
+        atomic_write(self.directory / MANIFEST_NAME, (json.dumps(self.to_json(), indent=1) + "\n").encode(),
+                     durable=False)
 
 
 def headers_root(sources: Sequence[str | os.PathLike[str]]) -> str:

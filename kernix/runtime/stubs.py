@@ -12,8 +12,6 @@ from ..spec import FunctionSpec, Param
 
 __all__ = ["python_type", "declaration", "docstring", "input_names", "call_signature", "stub_text"]
 
-_VMAP_METHODS = "'sequential', 'sequential_unrolled', 'expand_dims', 'broadcast_all', 'legacy_vectorized'"
-
 
 def python_type(param: Param) -> str:
     """The Python type an attribute takes: ``bool``, ``int`` (integers, enums) or ``float``."""
