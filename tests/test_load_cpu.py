@@ -118,6 +118,35 @@ def test_two_outputs_and_prefix_names(ops):
     np.testing.assert_array_equal(ops.split_impl(x), -x)
 
 
+def test_one_output_is_an_array_however_out_is_given(ops):
+    """Was: a one-output function without a shape signature returned a 1-tuple for
+    ``out=[struct]`` (an array with a signature, and as its stub declares)."""
+    x = jnp.arange(4, dtype=jnp.float32)
+    struct = jax.ShapeDtypeStruct((4,), jnp.float32)
+    for out in (None, struct, [struct], (struct,)):
+        y = ops.typed_square(x, out=out)
+        assert isinstance(y, jax.Array), out
+        np.testing.assert_array_equal(y, x * x)
+
+
+def test_signature_and_stub_require_out_where_the_call_does(ops):
+    """Was: every signature and stub had ``out=None``, though a call without a shape
+    signature and with two outputs fails without ``out=``."""
+    import inspect
+
+    from kernix.runtime.stubs import stub_text
+
+    assert str(inspect.signature(ops.split)) == "(x, /, *, out, vmap_method: str = 'sequential')"
+    with pytest.raises(kernix.CallError, match="pass out= with the shape and dtype of its 2 outputs"):
+        ops.split(jnp.arange(6, dtype=jnp.float32))
+    assert "split(x, /, *, out, vmap_method='sequential')" in ops.split.__doc__
+    assert str(inspect.signature(ops.typed_square)).startswith("(x, /, *, out=None,")  # one output: like x
+    text = stub_text([ops.split.spec, ops.typed_square.spec])
+    assert ("def split(x: ArrayLike, /, *, out: Sequence[jax.ShapeDtypeStruct], vmap_method: str = 'sequential')"
+            " -> tuple[jax.Array, jax.Array]:") in text
+    assert "def typed_square(x: ArrayLike, /, *, out: _Out | None = None," in text
+
+
 def test_typed_ffi_buffer(ops):
     x = jnp.arange(4, dtype=jnp.float32)
     np.testing.assert_array_equal(ops.typed_square(x), x * x)

@@ -198,7 +198,7 @@ class KernelFunction:
     def __deepcopy__(self, memo: Any) -> "KernelFunction":
         return self
 
-    def _out_specs(self, out: Any, inputs: Sequence[Any]) -> tuple[list[Any], bool]:
+    def _out_specs(self, out: Any, inputs: Sequence[Any]) -> list[Any]:
         import numpy as np
 
         n_out = len(self.spec.outputs)
@@ -208,14 +208,13 @@ class KernelFunction:
                     f"{self.spec.name}(): pass out= with the shape and dtype of its {n_out} outputs "
                     "(a jax.ShapeDtypeStruct or a list of them)"
                 )
-            return output_structs([(np.shape(inputs[0]), inputs[0].dtype)], inputs), True
-        single = not isinstance(out, (list, tuple))
-        outs = [out] if single else list(out)
+            return output_structs([(np.shape(inputs[0]), inputs[0].dtype)], inputs)
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
         if len(outs) != n_out:
             raise CallError(f"{self.spec.name}(): out= describes {len(outs)} outputs, the function has {n_out}")
         for o, p in zip(outs, self.spec.outputs):
             self._check_buffer(p, o, "output")
-        return outs, single
+        return outs
 
     def _check_buffer(self, param: Param, value: Any, what: str) -> None:
         import numpy as np
@@ -298,8 +297,7 @@ class KernelFunction:
         try:
             if spec.signature is not None:  # checked shapes, batching, gradients, sharding
                 return self.operation(inputs, coerced, attrs, out, vmap_method)
-            outs, single = self._out_specs(out, inputs)
-            call = jax.ffi.ffi_call(self.target, outs, vmap_method=vmap_method)
+            call = jax.ffi.ffi_call(self.target, self._out_specs(out, inputs), vmap_method=vmap_method)
             result = call(*inputs, **coerced)
         except ValueError as e:
             if f"FFI call to `{self.target}` cannot be differentiated" in str(e):  # JAX's jvp rule of ffi_call
@@ -307,7 +305,7 @@ class KernelFunction:
 
                 raise no_backward(spec, self.module.backward_name(spec.name)) from None
             raise
-        return result[0] if single else tuple(result)
+        return result[0] if len(spec.outputs) == 1 else tuple(result)  # as with a shape signature
 
 
 KernelFunction.__doc__ = _Docstring(KernelFunction.__doc__ or "")  # type: ignore[assignment]

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 from ..spec import FunctionSpec, Param
 
-__all__ = ["python_type", "declaration", "docstring", "input_names", "call_signature", "stub_text"]
+__all__ = ["python_type", "declaration", "docstring", "input_names", "out_required", "call_signature", "stub_text"]
 
 
 def python_type(param: Param) -> str:
@@ -33,13 +33,19 @@ def _returns(spec: FunctionSpec) -> str:
     return "jax.Array" if n == 1 else "tuple[" + ", ".join(["jax.Array"] * n) + "]"
 
 
+def out_required(spec: FunctionSpec) -> bool:
+    """Whether a call must pass ``out=``: the function has no shape signature
+    and several outputs, or no input to take the one output's shape from."""
+    return spec.signature is None and (len(spec.outputs) > 1 or not spec.inputs)
+
+
 def _python_params(spec: FunctionSpec) -> str:
-    parts = [p.name for p in spec.inputs]
+    parts = input_names(spec)
     if parts:
         parts.append("/")
     parts.append("*")
     parts += [f"{p.name}: {python_type(p)}" for p in spec.attrs]
-    parts += ["out=None", "vmap_method='sequential'"]
+    parts += ["out" if out_required(spec) else "out=None", "vmap_method='sequential'"]
     return ", ".join(parts)
 
 
@@ -64,9 +70,15 @@ def docstring(spec: FunctionSpec, *, backward: str | None = None) -> str:
         lines += [f"{p.name} : array_like", f"    Input ``{p.type}``{extra}."]
     for p in spec.attrs:
         lines += [f"{p.name} : {python_type(p)}", f"    Attribute ``{p.type}`` (passed as {p.dtype})."]
+    if spec.signature:
+        out = "The output shapes and dtypes (must agree with the signature)."
+    elif out_required(spec):
+        out = "The output shapes and dtypes, one for each output."
+    else:
+        out = "The output's shape and dtype (default: the first input's)."
     lines += [
-        "out : jax.ShapeDtypeStruct or sequence of them, optional",
-        "    The output shapes and dtypes" + (" (must agree with the signature)." if spec.signature else "."),
+        "out : jax.ShapeDtypeStruct or sequence of them" + ("" if out_required(spec) else ", optional"),
+        "    " + out,
         "vmap_method : str, optional",
         "    How jax.vmap runs the kernel when it cannot batch it as one call.",
         "",
@@ -104,7 +116,8 @@ def call_signature(spec: FunctionSpec) -> Any:
     types = {"bool": bool, "int": int, "float": float}
     params = [P(name, P.POSITIONAL_ONLY) for name in input_names(spec)]
     params += [P(p.name, P.KEYWORD_ONLY, annotation=types[python_type(p)]) for p in spec.attrs]
-    params += [P("out", P.KEYWORD_ONLY, default=None), P("vmap_method", P.KEYWORD_ONLY, default="sequential", annotation=str)]
+    params += [P("out", P.KEYWORD_ONLY, default=P.empty if out_required(spec) else None),
+               P("vmap_method", P.KEYWORD_ONLY, default="sequential", annotation=str)]
     return inspect.Signature(params)
 
 
@@ -124,7 +137,7 @@ def stub_text(specs: Iterable[FunctionSpec], *, source: str = "") -> str:
         "import jax",
         "from jax.typing import ArrayLike",
         "",
-        "_Out = jax.ShapeDtypeStruct | Sequence[jax.ShapeDtypeStruct] | None",
+        "_Out = jax.ShapeDtypeStruct | Sequence[jax.ShapeDtypeStruct]",
         "",
     ]
     body: list[str] = []
@@ -133,7 +146,8 @@ def stub_text(specs: Iterable[FunctionSpec], *, source: str = "") -> str:
         inputs = [f"{name}: ArrayLike" for name in input_names(s)]  # NumPy arrays and scalars too
         params = inputs + (["/"] if inputs else []) + ["*"]
         params += [f"{p.name}: {python_type(p)}" for p in s.attrs]
-        params += ["out: _Out = None", "vmap_method: str = 'sequential'"]
+        out = "Sequence[jax.ShapeDtypeStruct]" if len(s.outputs) > 1 else "_Out"  # (one output: an array either way)
+        params += [f"out: {out}" if out_required(s) else f"out: {out} | None = None", "vmap_method: str = 'sequential'"]
         doc = docstring(s, backward=backward.get(s.name)).replace("\\", "\\\\").replace('"""', "'''")
         sig = f"def {s.name}({', '.join(params)}) -> {_returns(s)}:"
         body += [sig, _indent(f'"""{doc}\n"""'), "    ...", "", ""]
