@@ -336,6 +336,20 @@ def test_build_of_mixed_languages_names_the_command_line_flags(tmp_path: Path,
     assert "with --cuda or --cpp" in err and "language=" not in err
 
 
+def test_build_module_names_its_keyword_for_mixed_languages(tmp_path: Path) -> None:
+    """build_module words its argument checks for Python (the command line's own words above)."""
+    import kernix
+
+    (tmp_path / "a.cu").write_text(_annotated("f"))
+    (tmp_path / "b.cpp").write_text(_annotated("g"))
+    with pytest.raises(kernix.OptionError, match="with language='cuda' or language='cpp'$"):
+        kernix.build_module([tmp_path / "a.cu", tmp_path / "b.cpp"], tmp_path / "out")
+    (tmp_path / "k.txt").write_text(_annotated("h"))
+    with pytest.raises(kernix.OptionError, match=r"pass language='cuda' or language='cpp'$"):
+        kernix.build_module(tmp_path / "k.txt", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("command", [["stubs"], ["build", "-o", "OUT"]])
 def test_a_name_exported_by_two_files_is_refused(command: list[str], tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:

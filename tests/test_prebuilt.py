@@ -307,8 +307,10 @@ def test_cli_build_reports_errors(tmp_path, monkeypatch, capsys):
     assert main(["build", str(src), "-o", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err
     assert "bad.cpp:" in err and "error:" in err
-    assert main(["build", str(src), "-o", str(tmp_path / "o"), "--cpp", "--arch", "sm_90"]) == 1
-    assert "arch is for CUDA builds" in capsys.readouterr().err
+    assert main(["build", str(src), "-o", str(tmp_path / "o"), "--cpp", "--arch", "sm_90"]) == 2  # usage
+    assert "error: --arch is for CUDA builds; a C++ (CPU) module has no GPU architecture" in capsys.readouterr().err
+    with pytest.raises(kernix.OptionError, match="^arch is for CUDA builds"):
+        kernix.build_module(src, tmp_path / "o", language="cpp", arch="sm_90")
 
 
 LINKED = textwrap.dedent(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 
 from .args import Arg, Command, language_option, source_args
-from .checks import output_dir_problem, source_problem
 from .output import error_line, human_size, print_error
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
@@ -43,16 +42,11 @@ COMMAND = Command(
 
 def run(args: dict[str, Any]) -> int:
     """Run ``kernix build`` with the parsed ``args``; returns the exit status."""
-    from ..errors import InferenceError, KernixError, SourceNotFoundError
+    from ..errors import InferenceError, KernixError, OptionError, SourceNotFoundError
     from ..prebuilt.build import build_module
 
-    problem = source_problem(args["sources"], language_option(args), once=True, one_language=True)
-    if problem is None:
-        problem = output_dir_problem(args["output"])
-    if problem is None and "" in (*args["library_dirs"], *args["libraries"]):
-        problem = "-L and -l take a value: -L DIR (a directory), -l NAME (libNAME.so or libNAME.a)"
-    if problem is not None:
-        print_error("build", problem)
+    if "" in (*args["library_dirs"], *args["libraries"]):
+        print_error("build", "-L and -l take a value: -L DIR (a directory), -l NAME (libNAME.so or libNAME.a)")
         return 2
     try:
         manifest = build_module(
@@ -67,7 +61,8 @@ def run(args: dict[str, Any]) -> int:
         return 1
     except KernixError as exc:
         print_error("build", str(exc))
-        return 2 if isinstance(exc, SourceNotFoundError) else 1  # a missing source: a usage error, as for inspect
+        # (build_module checks its arguments before any work, in the command line's words)
+        return 2 if isinstance(exc, (SourceNotFoundError, OptionError)) else 1
     archs = ", ".join([*manifest.sass, *manifest.ptx])
     print(f"built {manifest.name} ({manifest.platform}{': ' + archs if archs else ''}) into {manifest.directory}")
     print(f"  {manifest.library}  {human_size(manifest.library_size)}  sha256 {manifest.library_sha256[:16]}...")

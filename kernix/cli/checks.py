@@ -1,6 +1,8 @@
-"""Checks of a command line's paths, made before any work and worded for
-the command line: the sources' languages (``--cuda`` / ``--cpp``), a source
-given twice, and the place ``-o`` names."""
+"""Checks of ``kernix inspect`` and ``kernix stubs``' paths, made before any
+work and worded for the command line: the sources' languages (``--cuda`` /
+``--cpp``), a source given twice, and the file ``-o`` names.  (``kernix
+build``'s are :func:`kernix.build_module`'s own, worded for the command line
+when it runs one.)"""
 
 from __future__ import annotations
 
@@ -10,11 +12,10 @@ TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run 
 if TYPE_CHECKING:
     from typing import Sequence
 
-__all__ = ["source_problem", "output_dir_problem", "output_file_problem"]
+__all__ = ["source_problem", "output_file_problem"]
 
 
-def source_problem(paths: Sequence[str], language: str | None, *, once: bool = False,
-                   one_language: bool = False) -> str | None:
+def source_problem(paths: Sequence[str], language: str | None, *, once: bool = False) -> str | None:
     """Why ``paths`` cannot be read as a command's sources, or ``None``.
 
     Parameters
@@ -25,44 +26,24 @@ def source_problem(paths: Sequence[str], language: str | None, *, once: bool = F
         The language ``--cuda`` / ``--cpp`` ask for (``None``: by extension).
     once
         Whether each file may be given only once (one module's sources).
-    one_language
-        Whether the files must be of one language by their extensions (one
-        module built by one compiler).
 
     Returns
     -------
     str or None
-        The message: an extension that names no language, or CUDA and C++
-        files mixed in one module, each fixed by ``--cuda`` / ``--cpp``; a
-        source given twice.
+        The message: an extension that names no language (fixed by
+        ``--cuda`` / ``--cpp``); a source given twice.
     """
     if language is None:
         from ..languages import LANGUAGES_BY_EXTENSION, unknown_extension
 
-        found = set()
         for path in paths:
-            found.add(LANGUAGES_BY_EXTENSION.get(os.path.splitext(path)[1].lower()))
-            if None in found:
+            if os.path.splitext(path)[1].lower() not in LANGUAGES_BY_EXTENSION:
                 return unknown_extension(path, "pass --cuda or --cpp")
-        if one_language and len(found) > 1:
-            return (f"the sources mix CUDA and C++ files ({', '.join(paths)}): build them as one language "
-                    "with --cuda or --cpp")
     if once:
         from ..filenames import repeated_source
 
         return repeated_source(paths)
     return None
-
-
-def output_dir_problem(path: str) -> str | None:
-    """Why ``-o PATH`` cannot be the module directory ``kernix build`` writes
-    (created when missing), or ``None``."""
-    from ..filenames import directory_problem
-
-    problem = directory_problem(path)
-    if problem is None:
-        return None
-    return f"cannot write the module into {path}: {problem}; give -o a directory (a missing one is created)"
 
 
 def output_file_problem(path: str, name: str, sources: Sequence[str] = ()) -> str | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from .. import __version__
-from ..errors import KernixError, PrebuiltError, SourceNotFoundError
+from ..errors import KernixError, OptionError, PrebuiltError, SourceNotFoundError
 from ..languages import Language, language_of
 from ..filenames import directory_problem, repeated_source
 from .format import MANIFEST_NAME, PrebuiltManifest, ffi_api_of, headers_root
@@ -26,18 +26,39 @@ from .format import MANIFEST_NAME, PrebuiltManifest, ffi_api_of, headers_root
 __all__ = ["build_module"]
 
 
-def _language(sources: Sequence[Path], language: str | None) -> Language:
-    if language is not None:
-        if language not in ("cuda", "cpp"):
-            raise KernixError(f"language must be 'cuda' or 'cpp', not {language!r}")
-        return language  # type: ignore[return-value]
-    found = {language_of(str(s)) for s in sources}
-    if len(found) != 1:
-        raise KernixError(
-            f"the sources mix CUDA and C++ files ({', '.join(map(str, sources))}): build them as one "
-            "language with language='cuda' (--cuda) or language='cpp' (--cpp)"
-        )
-    return found.pop()
+def _arguments_problem(paths: Sequence[str], language: str | None, arch: object, output: str) -> str | None:
+    """Why ``paths``, ``language``, ``arch`` and ``output`` cannot be one
+    module's sources, language, GPU architectures and directory, or ``None``;
+    worded for the interface in use (``language='cuda'`` or ``--cuda``,
+    ``output_dir`` or ``-o``) and naming the paths as given.  Missing sources
+    are checked before."""
+    from ..interface import running_command
+    from ..languages import LANGUAGES_BY_EXTENSION, unknown_extension
+
+    command_line = running_command() is not None
+    if language is None:
+        found = set()
+        for path in paths:
+            found.add(LANGUAGES_BY_EXTENSION.get(os.path.splitext(path)[1].lower()))
+            if None in found:
+                return unknown_extension(path, "pass --cuda or --cpp" if command_line
+                                         else "pass language='cuda' or language='cpp'")
+        if len(found) > 1:
+            flags = "--cuda or --cpp" if command_line else "language='cuda' or language='cpp'"
+            return f"the sources mix CUDA and C++ files ({', '.join(paths)}): build them as one language with {flags}"
+        language = found.pop()
+    elif language not in ("cuda", "cpp"):
+        return f"language must be 'cuda' or 'cpp', not {language!r}"
+    if language == "cpp" and arch:
+        return f"{'--arch' if command_line else 'arch'} is for CUDA builds; a C++ (CPU) module has no GPU architecture"
+    problem = repeated_source(paths)
+    if problem is not None:
+        return problem
+    problem = directory_problem(os.path.expanduser(output))
+    if problem is None:
+        return None
+    remedy = "give -o a directory" if command_line else "choose another output directory"
+    return f"cannot write the module into {output}: {problem}; {remedy} (a missing one is created)"
 
 
 def source_headers(sources: Sequence[Path], dependencies: Sequence[str]) -> tuple[tuple[str, str], ...]:
@@ -207,9 +228,13 @@ def build_module(
     ------
     kernix.InferenceError, kernix.CompilationError, kernix.ToolchainError
         As a JIT load would.
-    kernix.KernixError
-        Before any work, for a source given twice or an ``output_dir`` that
-        cannot be a directory (a file in its place or in its path).
+    kernix.SourceNotFoundError
+        Before any work, for a source that is not a file.
+    kernix.OptionError
+        Before any work, for a source given twice, an extension that names no
+        language, CUDA and C++ sources without ``language``, ``arch`` for C++
+        sources, or an ``output_dir`` that cannot be a directory (a file in its
+        place or in its path).
     """
     from ..build import build_config, exported_units
     from ..backend import codegen, toolchain
@@ -218,23 +243,19 @@ def build_module(
     from ..request import make_request
     from ..store.files import file_digest
 
-    paths = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
+    paths = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else list(map(os.fspath, sources))
+    if not paths:
+        raise OptionError("build_module needs at least one source file")
     srcs = [Path(s).expanduser().absolute() for s in paths]
-    if not srcs:
-        raise KernixError("build_module needs at least one source file")
     for s in srcs:
         if not s.is_file():
             raise SourceNotFoundError(f"source file not found: {s}")
-    repeated = repeated_source(srcs)
-    if repeated is not None:
-        raise KernixError(repeated)
-    lang = _language(srcs, language)
-    sources = tuple((s.name, file_digest(s)) for s in srcs)  # before the build: an edit during it shows as stale
-    output = Path(output_dir).expanduser().absolute()
-    problem = directory_problem(output)
+    problem = _arguments_problem(paths, language, arch, os.fspath(output_dir))
     if problem is not None:
-        raise KernixError(f"cannot write the module into {output}: {problem}; "
-                          "choose another output directory (a missing one is created)")
+        raise OptionError(problem)
+    output = Path(output_dir).expanduser().absolute()
+    lang: Language = language or language_of(paths[0])
+    sources = tuple((s.name, file_digest(s)) for s in srcs)  # before the build: an edit during it shows as stale
     if name is None:
         name = default_module_name(srcs[0] if len(srcs) == 1 else output)
     cflags = [*(f"-D{d}" for d in defines), *extra_cflags]
@@ -250,8 +271,6 @@ def build_module(
     if lang == "cuda":
         options["compute_capability"] = arch
         options["allow_cuda_graph"] = allow_cuda_graph
-    elif arch:
-        raise KernixError("arch is for CUDA builds; a C++ (CPU) module has no GPU architecture")
     request = make_request(name, srcs, lang, functions, options)
     config = build_config(request)
 
