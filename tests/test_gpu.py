@@ -198,6 +198,16 @@ def test_host_check_failure_is_a_python_error(checks):
     np.testing.assert_array_equal(checks.fill(x, value=2.0, threads=128), np.full(8, 2.0))
 
 
+def test_a_typed_pointer_of_the_wrong_size_is_a_python_error(checks):
+    """fill reads out as float: a float64 out (like x) would be half written; the host's data_ptr<float>()
+    refuses it before the launch."""
+    x = jnp.zeros(8, jnp.float64)
+    with pytest.raises(Exception, match=r"kernix: fill: BE::Tensor::data_ptr<float>\(\): the tensor holds float64 "
+                                        r"\(8-byte elements, shape \[8\]\), not 4-byte float"):
+        checks.fill(x, value=1.0, threads=128).block_until_ready()
+    np.testing.assert_array_equal(checks.fill(x.astype(jnp.float32), value=2.0, threads=128), np.full(8, 2.0))
+
+
 def test_kernel_launch_error_is_a_python_error(checks):
     x = jnp.zeros(8, jnp.float32)
     with pytest.raises(Exception, match=r"cudaGetLastError\(\) returned cudaError"):

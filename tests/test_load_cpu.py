@@ -147,6 +147,41 @@ def test_signature_and_stub_require_out_where_the_call_does(ops):
     assert "def typed_square(x: ArrayLike, /, *, out: _Out | None = None," in text
 
 
+TYPED_POINTERS = """
+#include "kernix/common.h"
+// @BE twice
+void twice(const BE::Tensor& x, BE::Tensor& y) {
+  const double* a = x.data_ptr<double>();
+  double* o = y.data_ptr<double>();
+  for (int64_t i = 0; i < x.numel(); ++i) o[i] = 2 * a[i];
+}
+// @BE bytes
+void bytes(const BE::Tensor& x, BE::Tensor& y) {  // unchecked: one-byte, void, untyped, half a complex element
+  const unsigned char* a = x.data_ptr<unsigned char>();
+  (void)x.data_ptr<void>();
+  float* o = static_cast<float*>(y.data_ptr());
+  for (int64_t i = 0; i < x.nbytes(); ++i) reinterpret_cast<unsigned char*>(o)[i] = a[i];
+  if (x.dtype() == BE::DType::Complex64) o[1] = x.data_ptr<float>()[1];
+}
+"""
+
+
+def test_a_typed_pointer_of_the_wrong_size_is_an_error_not_an_overrun(tmp_path):
+    """Was: x.data_ptr<double>() of a float32 tensor read and wrote past the buffers."""
+    mod = kernix.load_cpp_inline(unique_name("typed_ptrs"), TYPED_POINTERS, build_directory=tmp_path)
+    x = jnp.arange(3, dtype=jnp.float32)
+    with pytest.raises(Exception, match=r"kernix: twice: BE::Tensor::data_ptr<double>\(\): the tensor holds "
+                                        r"float32 \(4-byte elements, shape \[3\]\), not 8-byte double: reading "
+                                        r"numel\(\) of them would run past the buffer. Read it as data_ptr<float>\(\)"):
+        jax.block_until_ready(mod.twice(x))
+    with pytest.raises(Exception, match=r"the tensor holds int16 \(2-byte elements, shape \[2, 3\]\)"):
+        jax.block_until_ready(mod.twice(jnp.ones((2, 3), jnp.int16)))
+    np.testing.assert_array_equal(mod.twice(jnp.arange(3, dtype=jnp.float64)), [0, 2, 4])
+    np.testing.assert_array_equal(mod.bytes(x), x)
+    z = jnp.array([1 + 2j, 3 - 4j], jnp.complex64)
+    np.testing.assert_array_equal(mod.bytes(z), z)
+
+
 def test_typed_ffi_buffer(ops):
     x = jnp.arange(4, dtype=jnp.float32)
     np.testing.assert_array_equal(ops.typed_square(x), x * x)

@@ -259,6 +259,54 @@ struct Raise {
 
 }  // namespace detail
 
+namespace detail {
+
+// sizeof(T) where a typed data pointer checks it against the element size:
+// arithmetic types of more than one byte; 0 (unchecked) for the others.
+template <typename T, bool = std::is_arithmetic<T>::value>
+struct checked_size {
+  static constexpr size_t value = 0;
+};
+template <typename T>
+struct checked_size<T, true> {
+  static constexpr size_t value = sizeof(T) > 1 ? sizeof(T) : 0;
+};
+
+KERNIX_HD inline bool is_complex(DType t) { return t == DType::Complex64 || t == DType::Complex128; }
+
+// The C++ name of an arithmetic type from its size and kind, for messages.
+inline const char* arithmetic_name(size_t size, bool floating, bool is_signed) {
+  if (floating) return size == 4 ? "float" : size == 8 ? "double" : "long double";
+  switch (size) {
+    case 2: return is_signed ? "int16_t" : "uint16_t";
+    case 4: return is_signed ? "int32_t" : "uint32_t";
+    case 8: return is_signed ? "int64_t" : "uint64_t";
+  }
+  return "T";
+}
+
+// The C++ type that reads one element of `t`, or nullptr.
+inline const char* element_type_name(DType t) {
+  switch (t) {
+    case DType::Float32: return "float";
+    case DType::Float64: return "double";
+    case DType::Int16: return "int16_t";
+    case DType::Int32: return "int32_t";
+    case DType::Int64: return "int64_t";
+    case DType::UInt16: return "uint16_t";
+    case DType::UInt32: return "uint32_t";
+    case DType::UInt64: return "uint64_t";
+    case DType::Float16: return "__half";
+    case DType::BFloat16: return "__nv_bfloat16";
+    case DType::Bool: return "bool";
+    case DType::Int8: return "int8_t";
+    case DType::UInt8: return "uint8_t";
+    default: return nullptr;
+  }
+}
+
+}  // namespace detail
+
 // A non-owning view of one XLA buffer: a dense, row-major array.
 //
 // kernix builds one per `BE::Tensor` parameter.  Declare inputs `const`
@@ -286,13 +334,29 @@ class Tensor {
 
   // Untyped data pointer.
   KERNIX_HD void* data_ptr() const { return data_; }
-  // Typed data pointer: `x.data_ptr<float>()`.  The type is not checked against
-  // dtype(); use BE_CHECK(x.dtype() == BE::DType::Float32) or a dispatch macro.
+  // Typed data pointer: `x.data_ptr<float>()`.  On the host, an arithmetic T
+  // whose size is not the element size (double for a float32 tensor: reading
+  // numel() of them runs past the buffer) throws BE::Error; one-byte types,
+  // non-arithmetic ones (__half, float4, structs) and half a complex element
+  // (float for complex64) are not checked, nor is static_cast<T*>(data_ptr()).
+  // The size is all it checks: use BE_CHECK(x.dtype() == ...) or a dispatch
+  // macro for the type itself.
   template <typename T>
-  KERNIX_HD T* data_ptr() const { return static_cast<T*>(data_); }
+  KERNIX_HD T* data_ptr() const {
+#ifndef __CUDA_ARCH__
+    constexpr size_t size = detail::checked_size<T>::value;
+    if constexpr (size != 0) {
+      size_t have = dtype_size(dtype_);
+      if (have != size && have != 0 && !(detail::is_complex(dtype_) && have == 2 * size)) {
+        wrong_element_size(size, std::is_floating_point<T>::value, std::is_signed<T>::value);
+      }
+    }
+#endif
+    return static_cast<T*>(data_);
+  }
   KERNIX_HD void* data() const { return data_; }
   template <typename T>
-  KERNIX_HD T* data() const { return static_cast<T*>(data_); }
+  KERNIX_HD T* data() const { return data_ptr<T>(); }
 
   KERNIX_HD int64_t ndim() const { return ndim_; }
   KERNIX_HD int64_t dim() const { return ndim_; }
@@ -351,6 +415,9 @@ class Tensor {
   const char* dtype_name() const { return BE::dtype_name(dtype_); }
 
  private:
+  [[noreturn]] __attribute__((cold, noinline)) void wrong_element_size(size_t size, bool floating,
+                                                                      bool is_signed) const;
+
   KERNIX_HD int64_t wrap(int64_t i) const {
     int64_t j = i < 0 ? i + ndim_ : i;
 #ifndef __CUDA_ARCH__
@@ -370,6 +437,22 @@ class Tensor {
   int64_t inline_dims_[kMaxDim] = {};
   mutable int64_t strides_[kMaxDim] = {};
 };
+
+inline void Tensor::wrong_element_size(size_t size, bool floating, bool is_signed) const {
+  const char* read = detail::arithmetic_name(size, floating, is_signed);
+  detail::Message m;
+  m << "BE::Tensor::data_ptr<" << read << ">(): the tensor holds " << dtype_ << " (" << dtype_size(dtype_)
+    << "-byte elements, shape [";
+  for (int64_t d = 0; d < ndim_; ++d) m << (d ? ", " : "") << sizes()[d];
+  m << "]), not " << static_cast<int64_t>(size) << "-byte " << read
+    << (size > dtype_size(dtype_) ? ": reading numel() of them would run past the buffer"
+                                  : ": its values would be misread")
+    << ". Read it as ";
+  if (const char* type = detail::element_type_name(dtype_)) m << "data_ptr<" << type << ">(), ";
+  m << "check dtype() first (BE_CHECK) or dispatch on it (BE_DISPATCH_*); "
+       "static_cast<T*>(data_ptr()) reinterprets the bytes unchecked";
+  throw Error(m.c_str());
+}
 
 }  // namespace BE
 
