@@ -107,7 +107,7 @@ def test_stubs_writes_pyi(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert main(["stubs", str(FIXTURES / "ops" / "ops_cpu.cpp"), "-o", str(out)]) == 0
     text = out.read_text()
     compile(text, str(out), "exec")
-    assert "def head(x: ArrayLike, /, *, k: int, out: _Out | None = None, vmap_method: str = 'sequential') -> jax.Array:" in text
+    assert "def head(x: ArrayLike, /, *, k: int | np.integer, out: _Out | None = None, vmap_method: str = 'sequential') -> jax.Array:" in text
     assert "Shape signature: ``(n)->(k)``" in text
     assert main(["stubs", str(FIXTURES / "ops" / "ops_cpu.cpp")]) == 0
     assert capsys.readouterr().out == text

@@ -236,7 +236,7 @@ def test_stub_text_is_valid_python(ops):
 
     text = stub_text(ops.functions.values(), source="ops_cpu.cpp")
     compile(text, "ops.pyi", "exec")
-    assert "def rms_norm(x: ArrayLike, w: ArrayLike, /, *, eps: float," in text
+    assert "def rms_norm(x: ArrayLike, w: ArrayLike, /, *, eps: float | np.floating," in text
     assert "-> tuple[jax.Array, jax.Array]" in text  # rms_norm_bwd
     assert "class Module(Protocol)" in text
     # Inputs take what the call takes (NumPy arrays, as in the tutorial), not only jax.Array:
@@ -249,6 +249,8 @@ def test_stub_text_is_valid_python(ops):
         hints = typing.get_type_hints(fn)
         assert {np.ndarray, jax.Array} <= set(typing.get_args(hints["x"])), hints["x"]
         assert hints["return"] is jax.Array
+        # Attributes too: the call takes NumPy scalars (np.float32(1e-6)), as the stub must say.
+        assert set(typing.get_args(hints["eps"])) == {float, np.floating}, hints["eps"]
 
 
 def test_inputs_python_cannot_name_are_renamed_in_signature_and_stub():

@@ -121,6 +121,10 @@ def call_signature(spec: FunctionSpec) -> Any:
     return inspect.Signature(params)
 
 
+# An attribute's type in a stub: what the call accepts (NumPy scalars too; an int where a float goes).
+_STUB_TYPES = {"bool": "bool | np.bool_", "int": "int | np.integer", "float": "float | np.floating"}
+
+
 def _indent(text: str, by: str = "    ") -> str:
     return "\n".join((by + ln) if ln else ln for ln in text.split("\n"))
 
@@ -135,6 +139,7 @@ def stub_text(specs: Iterable[FunctionSpec], *, source: str = "") -> str:
         "from typing import Protocol, Sequence",
         "",
         "import jax",
+        "import numpy as np",
         "from jax.typing import ArrayLike",
         "",
         "_Out = jax.ShapeDtypeStruct | Sequence[jax.ShapeDtypeStruct]",
@@ -145,7 +150,7 @@ def stub_text(specs: Iterable[FunctionSpec], *, source: str = "") -> str:
     for s in specs:
         inputs = [f"{name}: ArrayLike" for name in input_names(s)]  # NumPy arrays and scalars too
         params = inputs + (["/"] if inputs else []) + ["*"]
-        params += [f"{p.name}: {python_type(p)}" for p in s.attrs]
+        params += [f"{p.name}: {_STUB_TYPES[python_type(p)]}" for p in s.attrs]
         out = "Sequence[jax.ShapeDtypeStruct]" if len(s.outputs) > 1 else "_Out"  # (one output: an array either way)
         params += [f"out: {out}" if out_required(s) else f"out: {out} | None = None", "vmap_method: str = 'sequential'"]
         doc = docstring(s, backward=backward.get(s.name)).replace("\\", "\\\\").replace('"""', "'''")
