@@ -75,7 +75,8 @@ class SourceError(KernixError):
         A short machine-readable cause, for code that acts on one kind of
         error: ``"not_declared"`` (a name ``functions=`` asks for that the
         file does not declare, which a module of several sources looks up in
-        the others); ``None`` for the rest.
+        the others), or ``"declared_in_header"`` (the same, where a header
+        the file includes declares it); ``None`` for the rest.
     """
 
     def __init__(

@@ -416,6 +416,68 @@ def test_functions_dict_checks_explicit_spec(tmp_path: Path) -> None:
     assert "no 'ret' token" in bad.errors[0].message
 
 
+def _count_calls(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[tuple]:
+    """Record each call of ``owner.name`` (its arguments), still calling it."""
+    calls: list[tuple] = []
+    real = getattr(owner, name)
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def test_functions_across_sources_check_an_explicit_arg_spec_once(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was: an unannotated function's explicit arg_spec was checked by the look-up in
+    the sources, then again.  A name a file annotates and another declares (to call
+    it) is the annotated one; another file's static function of that name is not asked."""
+    import kernix.spec
+    from kernix.frontend import infer as infer_mod
+    from kernix.frontend.units import infer_units
+
+    a, b = tmp_path / "a.cpp", tmp_path / "b.cpp"
+    a.write_text('#include "kernix/common.h"\n// @BE f\nvoid f(const BE::Tensor& x, BE::Tensor& y) {}\n'
+                 "static int h(int n) { return n; }\n")
+    b.write_text('#include "kernix/common.h"\nvoid f(const BE::Tensor& x, BE::Tensor& y);\n'
+                 "void g(const BE::Tensor& x, BE::Tensor& y, float k) {}\nstatic int h(int n) { return -n; }\n")
+    checks = [_count_calls(monkeypatch, m, "check_spec_matches") for m in (infer_mod, kernix.spec)]
+    units = infer_units([a, b], {"f": None, "g": ("arg", "ret", "attr.k")}, language="cpp", flags=(),
+                        cache_dir=tmp_path / "cache")
+    assert [(src, [(s.name, s.line, s.arg_spec) for s in specs]) for src, specs in units] == [
+        (a, [("f", 3, ("arg", "ret"))]), (b, [("g", 3, ("arg", "ret", "attr.k:float32"))])]
+    assert [kw.get("source") for calls in checks for _, kw in calls] == ["explicit"]
+
+
+def test_functions_across_sources_name_the_header_that_declares_a_function(tmp_path: Path) -> None:
+    """Was: "no source file of the module declares them" alone, though one file
+    includes a header that declares the function (a single file said so)."""
+    from kernix.frontend.units import infer_units
+
+    (tmp_path / "ops.hpp").write_text(
+        '#pragma once\n#include "kernix/common.h"\nnamespace ops {\n'
+        "inline void scale(const BE::Tensor& x, BE::Tensor& y, double k) {}\n}\n")
+    a, b = tmp_path / "a.cpp", tmp_path / "b.cpp"
+    a.write_text('#include "kernix/common.h"\n// @BE f\nvoid f(const BE::Tensor& x, BE::Tensor& y) {}\n')
+    b.write_text('#include "ops.hpp"\n')
+    with pytest.raises(KernixError) as info:
+        infer_units([a, b], {"scale": None}, language="cpp", flags=(), cache_dir=tmp_path / "cache")
+    message = str(info.value)
+    assert message.startswith(f"functions names ['scale'], but no source file of the module declares them; "
+                              f"the files: {a}, {b}\n{b}: no function named 'scale' in this file")
+    assert f"declared in {tmp_path / 'ops.hpp'}:4, which this file includes" in message
+    assert message.endswith(
+        "`namespace ops {`, `// @BE scale` then `void scale(const BE::Tensor & x, BE::Tensor & y, double k);`, `}`")
+    b.write_text('#include "ops.hpp"\nnamespace ops {\n'
+                 "void scale(const BE::Tensor & x, BE::Tensor & y, double k);\n}\n")
+    ((src, specs),) = [u for u in infer_units([a, b], {"scale": None}, language="cpp", flags=(),
+                                              cache_dir=tmp_path / "cache") if u[1]]
+    assert src == b and [(s.qualified_name, s.arg_spec) for s in specs] == [
+        ("ops::scale", ("arg", "ret", "attr.k:float64"))]
+
+
 def test_include_dirs_and_defines(tmp_path: Path) -> None:
     inc = tmp_path / "inc"
     inc.mkdir()

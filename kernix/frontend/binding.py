@@ -20,6 +20,7 @@ from .tu import in_file
 
 __all__ = [
     "Target", "function_cursors", "bind_annotations", "annotated_targets", "requested_targets", "NOT_DECLARED",
+    "DECLARED_IN_HEADER",
 ]
 
 
@@ -113,10 +114,24 @@ _INSTANTIATION = re.compile(rb"(?:extern\s+)?template(?![\w<])\s*(?!<)(?P<decl>[
 _TEMPLATE_ID = re.compile(r"(?P<name>[A-Za-z_]\w*)\s*(?:<(?P<args>[^()]*)>)?\s*\(")
 
 
-def explicit_instantiation(raw: bytes, annotation: Annotation) -> str | None:
+def explicit_instantiation(raw: bytes, starts_of: list[int], annotation: Annotation) -> str | None:
     """The explicit instantiation right after ``annotation`` (its declaration,
-    single-spaced, without ``template``), or ``None`` when something else follows."""
-    starts_of = line_starts(raw)
+    single-spaced, without ``template``), or ``None`` when something else follows.
+
+    Parameters
+    ----------
+    raw
+        The file's bytes.
+    starts_of
+        Where each line of ``raw`` starts (:func:`line_starts`).
+    annotation
+        An annotation of ``raw``.
+
+    Returns
+    -------
+    str or None
+        The instantiation's declaration, or ``None``.
+    """
     after = starts_of[annotation.end_line] if annotation.end_line < len(starts_of) else len(raw)
     rest = raw[after:]
     skipped = re.match(rb"(?:\s+|//[^\r\n]*|/\*.*?\*/|\[\[.*?\]\])*", rest, re.DOTALL)
@@ -219,6 +234,7 @@ def annotated_targets(
     targets: list[Target] = []
     seen: dict[str, tuple[Annotation, Any]] = {}
     by_name = _by_name(cursors)
+    starts_of: list[int] | None = None  # (only an annotation bound to nothing needs them)
     for a in annotations:
         where = dict(file=path, line=a.line, column=a.column)
         if not a.name:
@@ -229,11 +245,13 @@ def annotated_targets(
             errors.append(SourceError(f"`// @BE {a.name}`: {_name_problem(a.name)}", function=a.name, **where))
             continue
         cursor = bound.get(a.line)
-        instantiation = explicit_instantiation(raw, a) if cursor is None else None
-        if instantiation is not None:
-            errors.append(_instantiation_error(a, instantiation, where))
-            continue
         if cursor is None:
+            if starts_of is None:
+                starts_of = line_starts(raw)
+            instantiation = explicit_instantiation(raw, starts_of, a)
+            if instantiation is not None:
+                errors.append(_instantiation_error(a, instantiation, where))
+                continue
             hint = ""
             if a.name in by_name:
                 hint = f" (function {a.name!r} is declared at line {by_name[a.name][0].location.line})"
@@ -288,6 +306,9 @@ def annotated_targets(
 #: The ``reason`` of :func:`requested_targets`' error for a name the file does not declare
 #: (expected when a module's sources are searched for an unannotated function).
 NOT_DECLARED = "not_declared"
+#: The ``reason`` of that error where a header the file includes declares the name (the
+#: message says where, and what to declare in the file).
+DECLARED_IN_HEADER = "declared_in_header"
 
 
 def _in_user_header(tu: Any, path: str, name: str) -> Any | None:
@@ -337,7 +358,8 @@ def requested_targets(
 ) -> tuple[list[Target], list[SourceError]]:
     """The functions a ``functions=`` argument names, and an error for each one that cannot be
     (``tu``, the parsed file, lets a name that only an included header declares say so); the
-    error for a name the file does not declare has the reason :data:`NOT_DECLARED`."""
+    error for a name the file does not declare has the reason :data:`NOT_DECLARED`, or
+    :data:`DECLARED_IN_HEADER` where an included header declares it."""
     errors: list[SourceError] = []
     targets: list[Target] = []
     annotated = {a.name: (a, bound[a.line]) for a in annotations if a.line in bound and bound[a.line].spelling == a.name}
@@ -350,9 +372,10 @@ def requested_targets(
             cands = by_name.get(name, [])
             if not cands:
                 available = ", ".join(sorted(by_name)) or "none"
+                hint = _header_hint(tu, path, name)
                 errors.append(SourceError(
-                    f"no function named {name!r} in this file; the functions it declares are: {available}"
-                    + _header_hint(tu, path, name), file=path, function=name, reason=NOT_DECLARED))
+                    f"no function named {name!r} in this file; the functions it declares are: {available}{hint}",
+                    file=path, function=name, reason=DECLARED_IN_HEADER if hint else NOT_DECLARED))
                 continue
             distinct: dict[int, Any] = {}
             for c in cands:

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["make_key", "load", "store", "entry_path"]
 
 # 6: specs carry the function type; 7: dependencies record ctime_ns; 8: clang sees the type flags;
-# 9: an error records its reason (a requested name the file does not declare: "not_declared")
-_FORMAT = 9
+# 9: an error records its reason (a requested name the file does not declare: "not_declared");
+# 10: one only an included header declares has its own reason ("declared_in_header")
+_FORMAT = 10
 
 
 def make_key(parts: Iterable[Any], source: bytes) -> str:

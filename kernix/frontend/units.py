@@ -84,7 +84,7 @@ def infer_units(
             units = _find_unannotated(units, {n: functions[n] for n in missing}, found, headers,
                                       language=language, flags=flags, cache_dir=cache_dir)
         for fname, tokens in functions.items():
-            if tokens is not None:
+            if tokens is not None and fname not in missing:  # (the look-up inferred the others with them)
                 found[fname] = check_spec_matches(tokens, found[fname], source="explicit")
         units = [(src, [found[f.name] for f in fns if f.name in functions]) for src, fns in units]
     specs = [f for _, fns in units for f in fns]
@@ -119,17 +119,20 @@ def _find_unannotated(
     ------
     KernixError
         For a name no source declares (naming the annotations in the included
-        ``headers``, which are not read), or that several do (the fix: annotate
-        the one to export).
+        ``headers``, which are not read, and each file whose included header
+        declares it, with the declaration to add), or that several do (the fix:
+        annotate the one to export).
     """
-    from .binding import NOT_DECLARED
+    from .binding import DECLARED_IN_HEADER, NOT_DECLARED
     from .infer import infer_file
 
     where: dict[str, list[tuple[int, FunctionSpec]]] = {n: [] for n in wanted}
     errors: list[SourceError] = []
+    in_headers: list[SourceError] = []
     for i, (src, _) in enumerate(units):
         result = infer_file(src, language=language, flags=flags, functions=wanted, cache_dir=cache_dir)
-        errors += [e for e in result.errors if e.reason != NOT_DECLARED]
+        errors += [e for e in result.errors if e.reason not in (NOT_DECLARED, DECLARED_IN_HEADER)]
+        in_headers += [e for e in result.errors if e.reason == DECLARED_IN_HEADER]
         for spec in result.functions:
             where[spec.name].append((i, spec))
     if errors:
@@ -139,6 +142,7 @@ def _find_unannotated(
         raise KernixError(
             f"functions names {nowhere}, but no source file of the module declares them; "
             f"the files: {', '.join(str(src) for src, _ in units)}" + _header_annotations_hint(headers)
+            + "".join("\n" + e.format() for e in in_headers if e.function in nowhere)
         )
     for name, hits in where.items():
         if len(hits) > 1:
