@@ -408,12 +408,17 @@ def test_module_others_can_write_is_refused(prebuilt, tmp_path, what):
 
 
 def test_module_through_a_symbolic_link_is_checked_where_it_lies(prebuilt, tmp_path):
+    """The manifest read names the real directory, which the trust checks look at
+    (not the link's), and from which the library is loaded."""
     d = _copy(prebuilt, tmp_path)
     (tmp_path / "link").symlink_to(d)
+    assert PrebuiltManifest.read(tmp_path / "link").directory == Path(os.path.realpath(d))
     kernix.load_prebuilt(tmp_path / "link", target_prefix=unique_name("ln"))
     d.chmod(0o777)
     with pytest.raises(kernix.PrebuiltError, match=f"other users can write to {d}"):
         kernix.load_prebuilt(tmp_path / "link", target_prefix=unique_name("ln"))
+    with pytest.raises(kernix.PrebuiltError, match=f"other users can write to {d}"):
+        kernix.prebuilt.load_or_build(tmp_path / "link", [tmp_path / "missing.cpp"], quiet=True)
     d.chmod(0o755)
 
 

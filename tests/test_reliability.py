@@ -910,3 +910,92 @@ def test_cache_info_of_an_unreadable_directory_says_so(tmp_path: Path, monkeypat
     expected = f"cannot read {re.escape(str(unreadable))} .*chmod -R u\\+rwX {re.escape(str(r))}"
     with pytest.raises(CacheError, match=expected):
         kernix.cache_info(root=r)
+
+
+def _cache_of_three_modules(r: Path) -> dict[Path, int]:
+    """A cache of modules ``ops``, ``mm`` and ``nn`` with what each leaves in every
+    module area, a shared area, and a file outside any entry; the bytes of each entry."""
+    sizes = {}
+    for i, name in enumerate(("ops", "mm", "nn")):
+        entry = r / "modules" / name / f"{i}123"
+        (entry / "sub").mkdir(parents=True)
+        (entry / "manifest.json").write_text("{")  # (damaged: listed, with its size)
+        (entry / "module.so").write_bytes(b"x" * (100 + i))
+        (entry / "sub" / "more").write_bytes(b"y" * 10)
+        sizes[entry] = 1 + 100 + i + 10
+        for made in (r / "build" / name / "shim.o", r / "build" / f".{name}.stale-1-2" / "x.o",
+                     r / "sources" / f"{name}-0123456789abcdef.cpp", r / "direct" / name / "0123.rec"):
+            made.parent.mkdir(parents=True, exist_ok=True)
+            made.write_bytes(b"z")
+    (r / "modules" / "ops" / "loose").write_bytes(b"w" * 7)
+    (r / "specs" / "ab").mkdir(parents=True)
+    (r / "specs" / "ab" / "ab12.rec").write_bytes(b"s" * 5)
+    return sizes
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, *functions: str) -> dict[tuple[str, str], int]:
+    """Count the calls of each ``os.<function>`` by ``(function, the path it is given)``."""
+    calls: dict[tuple[str, str], int] = {}
+    for function in functions:
+        real = getattr(os, function)
+
+        def counted(path=".", *args, _real=real, _function=function, **kwargs):
+            key = (_function, os.fsdecode(path) if not isinstance(path, int) else f"fd {path}")
+            calls[key] = calls.get(key, 0) + 1
+            return _real(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, function, counted)
+    return calls
+
+
+def test_cache_info_reads_each_directory_and_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One walk gives the total and each entry's size: no directory is listed and
+    no file looked at twice, and the entries' sizes are their files' bytes."""
+    r = tmp_path / "c"
+    sizes = _cache_of_three_modules(r)
+    calls = _count_calls(monkeypatch, "scandir", "stat", "lstat")
+    info = kernix.cache_info(root=r)
+    monkeypatch.undo()
+    assert {call: n for call, n in calls.items() if n > 1 and call[1].startswith(str(r))} == {}
+    assert {Path(m["path"]): m["size_bytes"] for m in info["modules"]} == sizes
+    assert [m["name"] for m in info["modules"]] == ["mm", "nn", "ops"]
+    assert info["total_bytes"] == sum(sizes.values()) + 7 + 5 + 3 * 4
+
+
+def test_a_clear_of_every_module_lists_each_area_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clear of every module lists each cache area once, not once per module,
+    and still removes each module's entries, work directories, sources and records."""
+    r = tmp_path / "c"
+    _cache_of_three_modules(r)
+    calls = _count_calls(monkeypatch, "scandir")
+    assert kernix.clear_cache(root=r) == 3
+    monkeypatch.undo()
+    assert {area: calls.get(("scandir", str(r / area)), 0) for area in ("modules", "build", "sources", "direct")} == {
+        "modules": 1, "build": 1, "sources": 1, "direct": 1}
+    assert kernix.cache_info(root=r) == {"root": str(r), "total_bytes": 0, "modules": []}
+    assert [os.listdir(r / a) for a in ("modules", "build", "sources")] == [[], [], []]
+
+
+def test_a_clear_of_every_module_removes_what_a_build_made_while_it_waited(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a build publishes while the clear of every module waits for its lock (a
+    module directory, a work directory, records: named after the module) is removed
+    and counted, though the areas were listed before."""
+    from kernix.store import admin
+
+    r = tmp_path / "c"
+    files.write_source(r, "late", "int a;", "cpp")  # all the listing finds of `late`
+    real = admin.build_lock
+    made = [r / "modules" / "late" / "0123" / "manifest.json", r / "build" / "late" / "x.o",
+            r / "direct" / "late" / "0123.rec"]
+
+    def build_lock(root, name, **kwargs):
+        for path in made if name == "late" else ():  # as the build holding the lock publishes
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}")
+        return real(root, name, **kwargs)
+
+    monkeypatch.setattr(admin, "build_lock", build_lock)
+    assert kernix.clear_cache(root=r) == 1
+    assert not any(os.path.lexists(r / area / "late") for area in ("modules", "build", "direct"))
+    assert list((r / "sources").iterdir()) == []

@@ -83,7 +83,7 @@ def load_or_build(
     paths = [Path(s) for s in sources]
     manifest = None
     try:
-        manifest = PrebuiltManifest.read(os.path.realpath(Path(prebuilt_dir).expanduser()))
+        manifest = PrebuiltManifest.read(prebuilt_dir)
         module = load_manifest(manifest, target_prefix=target_prefix, sources=paths)
         _reasons[key] = "prebuilt"
         return module

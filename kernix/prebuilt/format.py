@@ -207,12 +207,17 @@ class PrebuiltManifest:
     def read(cls, directory: str | os.PathLike[str]) -> "PrebuiltManifest":
         """Read ``directory/kernix-prebuilt.json``.
 
+        ``directory`` is resolved first (``~`` expanded, symbolic links
+        followed), and :attr:`directory` is that real path: the manifest read
+        here, the library loaded from beside it and the trust checks of a load
+        all name the same files, whatever a link on the way points to later.
+
         Raises
         ------
         PrebuiltError
             ``reason="missing"`` when there is no manifest, ``"format"`` when it is not valid.
         """
-        d = Path(directory).expanduser().absolute()
+        d = Path(os.path.realpath(Path(directory).expanduser()))
         try:
             raw = (d / MANIFEST_NAME).read_bytes()
         except OSError as exc:

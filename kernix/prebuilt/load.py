@@ -267,7 +267,7 @@ def load_prebuilt(
         ``"format"``, ``"trust"``, ``"version"``, ``"ffi_api"``, ``"platform"``,
         ``"arch"``, ``"hash"`` or ``"load"`` (``dlopen`` failed).
     """
-    manifest = PrebuiltManifest.read(os.path.realpath(Path(directory).expanduser()))
+    manifest = PrebuiltManifest.read(directory)
     return load_manifest(manifest, target_prefix=target_prefix, auto_register=auto_register)
 
 

@@ -17,7 +17,7 @@ import shutil
 import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ..errors import CacheError
 from ..filenames import printable
@@ -91,14 +91,15 @@ class _Clearing:
         self.removed = 0
         self.failures: list[tuple[str, OSError]] = []
 
-    def names(self) -> list[str]:
-        """Every name that something in the cache's module areas belongs to (see
-        :func:`_owner`): module names, and the names of entries no module owns."""
-        names: set[str] = set()
+    def owned(self) -> dict[str, list[tuple[str, str]]]:
+        """What the cache's module areas hold, by the name it belongs to (see
+        :func:`_owner`: a module name, or the name of an entry no module owns):
+        ``(area, entry name)`` pairs, from one listing of each area."""
+        owned: dict[str, list[tuple[str, str]]] = {}
         for area in _MODULE_AREAS:
-            names.update(_owner(area, e.name) for e in self._listing(self.base / area))
-        names.discard(".parse")  # direct/.parse: the inference set-ups, no module's (see shared())
-        return sorted(names)
+            for e in self._listing(self.base / area):
+                owned.setdefault(_owner(area, e.name), []).append((area, e.name))
+        return owned
 
     def _failed(self, function: Any, path: str, exc: Any) -> None:
         """:func:`shutil.rmtree`'s error handler: remember what could not be removed."""
@@ -143,29 +144,39 @@ class _Clearing:
         if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid()):
             self.remove(lock)
 
-    def module(self, name: str) -> None:
+    def module(self, name: str, found: list[tuple[str, str]] | None = None) -> None:
         """Remove what belongs to ``name`` in the module areas: under its build
         lock when it is a module name (a build of it may be running), else at once
-        (no load uses a name that is not a module name)."""
+        (no load uses a name that is not a module name).
+
+        ``found`` is what :meth:`owned` found of ``name``'s before the lock was
+        taken (a clear of every module lists each area once for all names);
+        ``None``: the areas are listed once the lock is held.
+        """
         if not is_module_name(name):
-            self._module_files(name)
+            self._module_files(name, found)
             return
         self._usable_lock(name)
         with build_lock(self.base, name):
-            self._module_files(name)
+            self._module_files(name, found)
 
-    def _module_files(self, name: str) -> None:
+    def _module_files(self, name: str, found: list[tuple[str, str]] | None) -> None:
         """Remove ``name``'s entries (counting each directory ``modules/<name>/<key>``
-        removed), work directories, inline sources and direct records."""
+        removed), work directories, inline sources and direct records: those in
+        ``found`` (``None``: listed now), and those named ``name`` itself, which a
+        build that held the lock may have made since ``found`` was listed."""
         modules = self.base / "modules"
         for entry in self._listing(modules / name) if _is_real_dir(modules) else ():  # (never through a link)
             was_entry = entry.is_dir(follow_symlinks=False)
             if self.remove(entry.path) and was_entry:
                 self.removed += 1
+        if found is None:
+            found = self.owned().get(name, [])
+        own = [(area, name) for area in _MODULE_AREAS if _owner(area, name) == name]
         for area in _MODULE_AREAS:
-            for entry in self._listing(self.base / area):
-                if entry.name.startswith((name, f".{name}.")) and _owner(area, entry.name) == name:
-                    self.remove(entry.path)
+            if _is_real_dir(self.base / area):  # (never through a link, even one made since the listing)
+                for entry in dict.fromkeys(e for a, e in (*found, *own) if a == area):
+                    self.remove(self.base / area / entry)
 
     def _listing(self, directory: Path) -> list[os.DirEntry[str]]:
         """:func:`_listing`, remembering a directory that cannot be read."""
@@ -270,16 +281,27 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
     if name is not None:
         clearing.module(check_module_name(name))
     else:
-        for n in clearing.names():
-            clearing.module(n)
+        owned = clearing.owned()
+        owned.pop(".parse", None)  # direct/.parse: the inference set-ups, no module's (see shared())
+        for n in sorted(owned):
+            clearing.module(n, owned[n])
         clearing.shared()
     clearing.check(name)
     return clearing.removed
 
 
-def _tree_size(top: Path) -> int:
-    """Bytes of the regular files at or under ``top``, no symbolic link followed;
-    what is removed meanwhile counts nothing.
+def _unreadable(exc: OSError) -> None:
+    """:func:`os.walk`'s error handler: what is removed meanwhile is skipped, anything else raised."""
+    if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        raise exc
+
+
+def _directories(top: Path) -> Iterator[tuple[str, list[str], int]]:
+    """``(path, names, size)`` for ``top`` and each directory below it, no
+    symbolic link followed: the names in the directory, and the bytes of the
+    regular files among them (for a ``top`` that is not a directory, no names
+    and its own bytes if it is a regular file); what is removed meanwhile
+    counts nothing.
 
     Raises
     ------
@@ -288,40 +310,18 @@ def _tree_size(top: Path) -> int:
     """
     st = _lstat(top)
     if st is None or not stat.S_ISDIR(st.st_mode):
-        return st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
-
-    def unreadable(exc: OSError) -> None:
-        if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
-            raise exc
-
-    total = 0
-    for directory, _, files in os.walk(top, onerror=unreadable):
+        yield os.fspath(top), [], st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
+        return
+    for directory, dirs, files in os.walk(top, onerror=_unreadable):
+        size = 0
         for f in files:
             st = _lstat(os.path.join(directory, f))
-            total += st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
-    return total
+            size += st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
+        yield directory, dirs + files, size
 
 
-def _entries(modules: Path) -> list[Path]:
-    """The module entries: directories ``<name>/<key>`` of ``modules`` that hold a
-    ``manifest.json``, in path order, no symbolic link followed.
-
-    Raises
-    ------
-    OSError
-        When a directory cannot be read.
-    """
-    found = []
-    for module in _listing(modules):
-        for entry in _listing(Path(module.path)):
-            if entry.is_dir(follow_symlinks=False) and _lstat(os.path.join(entry.path, "manifest.json")) is not None:
-                found.append(Path(entry.path))
-    return sorted(found)
-
-
-def _describe(entry: Path) -> dict[str, Any]:
-    """What ``cache_info`` says of one entry."""
-    size = _tree_size(entry)
+def _describe(entry: Path, size: int) -> dict[str, Any]:
+    """What ``cache_info`` says of one entry, whose files hold ``size`` bytes."""
     try:
         m = Manifest.read(entry)
     except (OSError, ManifestError):
@@ -335,6 +335,32 @@ def _describe(entry: Path) -> dict[str, Any]:
         "size_bytes": size,
         "created": m.created,
     }
+
+
+def _survey(base: Path) -> tuple[int, dict[Path, int]]:
+    """The bytes of the regular files in the cache's areas, and those of each
+    module entry (a directory ``modules/<name>/<key>`` that holds a
+    ``manifest.json``), from one walk that follows no symbolic link.
+
+    Raises
+    ------
+    OSError
+        When a directory or file cannot be read.
+    """
+    total = 0
+    sizes: dict[str, int] = {}  # the bytes below each directory modules/<name>/<key>
+    entries = []
+    modules = os.fspath(base / "modules")
+    for area in _AREAS:
+        for directory, names, size in _directories(base / area):
+            total += size
+            below = directory[len(modules) + 1:].split(os.sep) if directory.startswith(modules + os.sep) else []
+            if len(below) >= 2:
+                entry = os.path.join(modules, below[0], below[1])
+                sizes[entry] = sizes.get(entry, 0) + size
+                if len(below) == 2 and "manifest.json" in names:
+                    entries.append(entry)
+    return total, {Path(entry): sizes[entry] for entry in entries}
 
 
 def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
@@ -364,8 +390,8 @@ def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """
     base = Path(root) if root is not None else cache_root()
     try:
-        total = sum(_tree_size(base / area) for area in _AREAS)
-        entries = [_describe(entry) for entry in _entries(base / "modules")]
+        total, sizes = _survey(base)
+        entries = [_describe(entry, sizes[entry]) for entry in sorted(sizes)]
     except OSError as exc:
         where = printable(exc.filename if exc.filename is not None else base)
         raise CacheError(
