@@ -7,9 +7,12 @@ macro-generated entry points once (per checkout), then alternates,
 
 * ``import jax, jax.numpy``                                   (the reference)
 * ``import jax, jax.numpy; import kernix; kernix.load_cpp_inline(...)``
+* the same with ``KERNIX_WARM_BUNDLE=0`` (every kernix module imported from
+  its own file, not from the warm bundle: see kernix.warmstart), and the
+  median of the round-by-round differences
 * the same with the checkout given by ``--compare`` (e.g. an older kernix),
-  when given (the two take turns at going first), and then the median of
-  their round-by-round differences
+  when given (the kernix rows take turns at going first), and then the
+  median of their round-by-round differences
 
 With ``--cuda`` each of them also starts JAX's GPU backend
 (``jax.devices()``) before the clock's second reading, as a program that runs
@@ -96,12 +99,14 @@ print(json.dumps([t2 - t0, t2 - t1, sum(collecting[1::2]) - sum(collecting[0::2]
 CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def run(root: str, name: str, src: str, cache: str, cuda: bool) -> tuple[float, float, float, float]:
+def run(root: str, name: str, src: str, cache: str, cuda: bool, bundle: bool = True) -> tuple[float, float, float, float]:
     """(wall time after interpreter start, time after ``import jax``, of which
     in the garbage collector, and from the child's last statement until this
     process sees it exit) of one fresh process (``time.perf_counter`` is one
-    clock for all processes of the machine)."""
-    total, after, collector, last = _child(CHILD.format(root=root, name=name, src=src, cache=cache, cuda=cuda))
+    clock for all processes of the machine); ``bundle=False``: with
+    ``KERNIX_WARM_BUNDLE=0``."""
+    env = None if bundle else {**CHILD_ENV, "KERNIX_WARM_BUNDLE": "0"}
+    total, after, collector, last = _child(CHILD.format(root=root, name=name, src=src, cache=cache, cuda=cuda), env)
     return total, after, collector, time.perf_counter() - last
 
 
@@ -128,8 +133,11 @@ modules = sum(1 for m in sys.modules if m == "kernix" or m.startswith("kernix.")
 print(json.dumps([[b - a for a, b in zip(t, t[1:])], modules]))
 """
 
-# The imports step: the modules a warm load imports before it runs.
-IMPORTS = """from kernix import loaders, pipeline
+# The imports step: the modules a warm load imports before it runs (through the
+# public entry, as a load does: from the warm bundle when there is one).
+IMPORTS = """import kernix
+kernix.load_cpp_inline
+from kernix import loaders, pipeline
 from kernix.request import make_request
 from kernix.runtime import registry
 from kernix.runtime.module import CompiledModule
@@ -216,6 +224,7 @@ for name in {names!r}:
     times.append(T() - t)
 print(json.dumps(times))
 """
+NO_BUNDLE = "kernix, no warm bundle"
 PHASE_NAMES = ("imports", "request", "inline source", "fingerprint", "direct + entry look-up", "dlopen",
                "module + register")
 
@@ -293,9 +302,10 @@ def _one_file(root: str) -> list[tuple[str, str, bool, bytes]]:
     return out
 
 
-def _child(code: str) -> Any:
+def _child(code: str, env: dict[str, str] | None = None) -> Any:
     """What a fresh process running ``code`` prints last, as JSON."""
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=CHILD_ENV)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         env=env or CHILD_ENV)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -322,11 +332,14 @@ def main() -> None:
         print(f"built {label} ({root}) in {time.perf_counter() - t0:.1f} s")
         run(root, name, src, caches[label], args.cuda)
     reference = "import jax, devices()" if args.cuda else "import jax"
-    samples: dict[str, list[tuple[float, float, float, float]]] = {reference: [], **{k: [] for k in roots}}
+    # (label, root, cache, warm bundle) of each kernix row
+    rows = [(label, root, caches[label], True) for label, root in roots.items()]
+    rows.insert(1, (NO_BUNDLE, roots["kernix"], caches["kernix"], False))
+    samples: dict[str, list[tuple[float, float, float, float]]] = {reference: [], **{r[0]: [] for r in rows}}
     for i in range(args.repeat):
         samples[reference].append(run("", "", "", "", args.cuda))
-        for label, root in (list(roots.items()) if i % 2 == 0 else list(roots.items())[::-1]):  # each first in turn
-            samples[label].append(run(root, name, src, caches[label], args.cuda))
+        for label, root, cache, bundle in (rows if i % 2 == 0 else rows[::-1]):  # each first in turn
+            samples[label].append(run(root, name, src, cache, args.cuda, bundle))
     print(f"\n{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"{args.functions} {'CUDA' if args.cuda else 'C++'} functions, median of {args.repeat} fresh processes")
     base = statistics.median(row[0] for row in samples[reference])
@@ -336,23 +349,24 @@ def main() -> None:
         total, after, collector, exit_ = (statistics.median(row[i] for row in rows) for i in range(4))
         print(f"{label:28}{total * 1e3:13.1f} ms{after * 1e3:17.2f} ms{collector * 1e3:15.2f} ms"
               f"{(total - base) * 1e3:15.2f} ms{exit_ * 1e3:11.1f} ms")
+    paired(samples["kernix"], samples[NO_BUNDLE], "kernix - no warm bundle")
     if args.compare:
-        paired(samples["kernix"], samples["compare"])
+        paired(samples["kernix"], samples["compare"], "kernix - compare")
     if args.phases:
         phases(roots["kernix"], name, src, caches["kernix"], args.cuda, args.repeat)
     if args.modules:
         modules(roots["kernix"], name, src, caches["kernix"], args.cuda, args.repeat)
 
 
-def paired(ours: list[tuple[float, ...]], theirs: list[tuple[float, ...]]) -> None:
+def paired(ours: list[tuple[float, ...]], theirs: list[tuple[float, ...]], label: str) -> None:
     """Print the median and quartiles of the per-round difference after ``import jax``.
 
-    The two checkouts run one after the other in each round, so a machine
+    The two rows run one after the other in each round, so a machine
     whose speed drifts over minutes moves both; the median of the differences
     is steadier than the difference of the medians."""
     diffs = [a[1] - b[1] for a, b in zip(ours, theirs)]
     q1, q2, q3 = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else (diffs[0],) * 3
-    print(f"kernix - compare, round by round (after import jax): median {q2 * 1e3:+.2f} ms,"
+    print(f"{label}, round by round (after import jax): median {q2 * 1e3:+.2f} ms,"
           f" quartiles {q1 * 1e3:+.2f} .. {q3 * 1e3:+.2f} ms")
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 __version__ = "0.2.0"
 
 
-
 def register_ffi_target(module: "CompiledModule", target_prefix: str | None = None) -> list[str]:
     """Register every function of a module loaded with ``auto_register=False``.
 
@@ -83,6 +82,10 @@ def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'kernix' has no attribute {name!r}")
+    if module == "kernix.loaders":  # a load: its modules come from the warm bundle when there is one
+        from . import warmstart
+
+        warmstart.install()
     import importlib
 
     value = getattr(importlib.import_module(module), name)
