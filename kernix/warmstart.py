@@ -24,15 +24,17 @@ one :mod:`marshal`'d dict::
 Rules, as for a ``.pyc`` file and stricter:
 
 * it is used only while every source file still has the recorded size, mtime
-  and ctime (checked when it is read: like a module already imported, one
-  served later in the process is the code of that moment);
+  and ctime (checked when it is read, at a process's first load: a module
+  served later in that process is the code of that moment, as a module
+  imported then would be);
 * it is written again (atomically) when it is missing, unreadable, of another
   format, interpreter or module list, or when a source changed;
   never when ``sys.dont_write_bytecode`` is set (``PYTHONDONTWRITEBYTECODE``)
   or its directory cannot be written, and then the modules import as usual;
 * it is read only when its owner is this user, root or the owner of the
   kernix package directory, and other users cannot write it (the rule of
-  :func:`kernix.store.trust.foreign_writer`): it holds code.
+  :func:`kernix.store.trust.foreign_writer`): it holds code.  Its directory
+  is the one the interpreter already reads kernix's bytecode from.
 
 ``KERNIX_WARM_BUNDLE=0`` turns it off (the modules import from their files).
 Every decision is a :func:`kernix.report.note` (``KERNIX_VERBOSE=1``).
@@ -173,7 +175,8 @@ class _BundledLoader(SourceFileLoader):
 
 class _BundleFinder:
     """A :data:`sys.meta_path` finder for the bundle's modules, each served
-    once; it leaves ``sys.meta_path`` once it has nothing left to serve."""
+    once; it leaves ``sys.meta_path`` once it has nothing left to serve (a
+    process that loads no CUDA module keeps it, holding :mod:`kernix.arch`)."""
 
     def __init__(self, records: dict[str, tuple[str, Any]]) -> None:
         self._records = records
@@ -213,4 +216,4 @@ def install() -> None:
         sys.meta_path.insert(0, _BundleFinder(records))
     from . import report
 
-    report.note(f"warm bundle {path}: {why or 'used'}", verbose=False)
+    report.note(f"warm bundle {path}: {why or 'used'}")
