@@ -66,11 +66,16 @@ def _bundle(package: Path) -> Path:
     return found
 
 
+def _path_first(package: Path) -> str:
+    """``PYTHONPATH`` with the copy's directory first (what else it names, libclang say, stays)."""
+    return os.pathsep.join(p for p in (str(package.parent), os.environ.get("PYTHONPATH")) if p)
+
+
 def _warm(package: Path, cache: Path, **env: str) -> tuple[dict, str]:
     """One warm load in a fresh process: (what it printed, its stderr)."""
     code = CHILD.format(source=str(SOURCE), name=NAME, cache=str(cache))
     environ = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    environ.update(PYTHONPATH=str(package.parent), KERNIX_VERBOSE="1", **env)
+    environ.update(PYTHONPATH=_path_first(package), KERNIX_VERBOSE="1", **env)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, cwd=package.parent)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
@@ -195,7 +200,7 @@ print("ok")
 """
     environ = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**environ, "PYTHONPATH": str(package.parent)}, cwd=package.parent)
+                          env={**environ, "PYTHONPATH": _path_first(package)}, cwd=package.parent)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
@@ -211,7 +216,7 @@ def test_a_warm_cuda_load_serves_the_architecture_module_too(package: Path, tmp_
         " and type(m.__spec__.loader).__name__ == '_BundledLoader')))\n"
     )
     environ = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    environ.update(PYTHONPATH=str(package.parent), KERNIX_CUDA_ARCH="sm_90", JAX_PLATFORMS="cpu")
+    environ.update(PYTHONPATH=_path_first(package), KERNIX_CUDA_ARCH="sm_90", JAX_PLATFORMS="cpu")
     environ.pop("KERNIX_CUDA_ARCH_LIST", None)
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, check=True,
                            cwd=package.parent)
