@@ -34,6 +34,8 @@ def register_ffi_target(module: "CompiledModule", target_prefix: str | None = No
     return module.register(target_prefix)
 
 
+from os import environ as _environ
+
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
     from .runtime.module import CompiledModule
@@ -82,8 +84,8 @@ def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'kernix' has no attribute {name!r}")
-    if module == "kernix.loaders":  # a load: its modules come from the warm bundle when there is one
-        from . import warmstart
+    if module == "kernix.loaders" and _environ.get("KERNIX_WARM_BUNDLE") != "0":
+        from . import warmstart  # a load: its modules come from the warm bundle when there is one
 
         warmstart.install()
     import importlib

@@ -36,7 +36,8 @@ Rules, as for a ``.pyc`` file and stricter:
   :func:`kernix.store.trust.foreign_writer`): it holds code.  Its directory
   is the one the interpreter already reads kernix's bytecode from.
 
-``KERNIX_WARM_BUNDLE=0`` turns it off (the modules import from their files).
+``KERNIX_WARM_BUNDLE=0`` turns it off: the package does not import this
+module, and the modules import from their files.
 Every decision is a :func:`kernix.report.note` (``KERNIX_VERBOSE=1``).
 """
 
@@ -206,7 +207,7 @@ def install() -> None:
         return
     _installed = True
     path = bundle_path()
-    if path is None or os.environ.get("KERNIX_WARM_BUNDLE") == "0":
+    if path is None:
         return
     records, why = _read(path)
     if records is None:

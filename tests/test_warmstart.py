@@ -167,6 +167,12 @@ def test_no_bundle_is_written_without_bytecode(package: Path, cache: Path) -> No
     assert not list((package / "__pycache__").glob("kernix-warm.*"))
 
 
+def test_the_bundle_can_be_turned_off(package: Path, cache: Path) -> None:
+    out, err = _warm(package, cache, KERNIX_WARM_BUNDLE="0")
+    assert out["served"] == [] and "kernix.warmstart" not in out["imported"] and "warm bundle" not in err
+    assert not list((package / "__pycache__").glob("kernix-warm.*"))
+
+
 @pytest.mark.skipif(os.getuid() == 0, reason="root writes to any directory: a read-only one needs another user")
 def test_no_bundle_is_written_where_the_package_cannot_be_written(package: Path, cache: Path) -> None:
     pycache = package / "__pycache__"
