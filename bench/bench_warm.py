@@ -333,12 +333,12 @@ def main() -> None:
         run(root, name, src, caches[label], args.cuda)
     reference = "import jax, devices()" if args.cuda else "import jax"
     # (label, root, cache, warm bundle) of each kernix row
-    rows = [(label, root, caches[label], True) for label, root in roots.items()]
-    rows.insert(1, (NO_BUNDLE, roots["kernix"], caches["kernix"], False))
-    samples: dict[str, list[tuple[float, float, float, float]]] = {reference: [], **{r[0]: [] for r in rows}}
+    kernix_rows = [(label, root, caches[label], True) for label, root in roots.items()]
+    kernix_rows.insert(1, (NO_BUNDLE, roots["kernix"], caches["kernix"], False))
+    samples: dict[str, list[tuple[float, float, float, float]]] = {reference: [], **{r[0]: [] for r in kernix_rows}}
     for i in range(args.repeat):
         samples[reference].append(run("", "", "", "", args.cuda))
-        for label, root, cache, bundle in (rows if i % 2 == 0 else rows[::-1]):  # each first in turn
+        for label, root, cache, bundle in (kernix_rows if i % 2 == 0 else kernix_rows[::-1]):  # each first in turn
             samples[label].append(run(root, name, src, cache, args.cuda, bundle))
     print(f"\n{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"{args.functions} {'CUDA' if args.cuda else 'C++'} functions, median of {args.repeat} fresh processes")

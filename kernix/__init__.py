@@ -24,6 +24,8 @@ from __future__ import annotations
 #: packaging reads it without importing kernix).
 __version__ = "0.2.0"
 
+from os import environ as _environ  # (KERNIX_WARM_BUNDLE, read at the first load)
+
 
 def register_ffi_target(module: "CompiledModule", target_prefix: str | None = None) -> list[str]:
     """Register every function of a module loaded with ``auto_register=False``.
@@ -33,8 +35,6 @@ def register_ffi_target(module: "CompiledModule", target_prefix: str | None = No
     """
     return module.register(target_prefix)
 
-
-from os import environ as _environ
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:
