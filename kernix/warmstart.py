@@ -139,6 +139,10 @@ def _write(path: str) -> tuple[dict[str, tuple[str, Any]] | None, str]:
     directory = os.path.dirname(path)
     if sys.dont_write_bytecode:
         return None, "not written: sys.dont_write_bytecode is set"
+    try:
+        os.makedirs(directory, exist_ok=True)  # (as the interpreter makes it for a .pyc file)
+    except OSError as exc:
+        return None, f"not written: cannot create {directory} ({exc.strerror or exc})"
     if not os.access(directory, os.W_OK):
         return None, f"not written: {directory} is not writable"
     modules = []

@@ -167,6 +167,15 @@ def test_no_bundle_is_written_without_bytecode(package: Path, cache: Path) -> No
     assert not list((package / "__pycache__").glob("kernix-warm.*"))
 
 
+def test_the_bundle_follows_the_pycache_prefix(package: Path, cache: Path, tmp_path: Path) -> None:
+    prefix = tmp_path / "pycache-prefix"
+    _warm(package, cache, PYTHONPYCACHEPREFIX=str(prefix))
+    out, _ = _warm(package, cache, PYTHONPYCACHEPREFIX=str(prefix))
+    assert out["served"] == C_PLUS_PLUS_MODULES
+    assert len(list(prefix.rglob("kernix-warm.*.bundle"))) == 1
+    assert not list(package.rglob("kernix-warm.*"))
+
+
 def test_the_bundle_can_be_turned_off(package: Path, cache: Path) -> None:
     out, err = _warm(package, cache, KERNIX_WARM_BUNDLE="0")
     assert out["served"] == [] and "kernix.warmstart" not in out["imported"] and "warm bundle" not in err
