@@ -25,8 +25,8 @@ Rules, as for a ``.pyc`` file and stricter:
 
 * it is used only while every source file still has the recorded size, mtime
   and ctime (checked when it is read, at a process's first load: a module
-  served later in that process is the code of that moment, as a module
-  imported then would be);
+  that process imports later, :mod:`kernix.arch` say, is the code the
+  sources held at that first load);
 * it is written again (atomically) when it is missing, unreadable, of another
   format, interpreter or module list, or when a source changed;
   never when ``sys.dont_write_bytecode`` is set (``PYTHONDONTWRITEBYTECODE``)
