@@ -26,7 +26,7 @@ NAME = unique_name("warmstart")
 CHILD = """
 import json, sys, inspect
 import kernix
-m = kernix.load_cpp_file({source!r}, name={name!r}, build_directory={cache!r}, auto_register=False)
+m = kernix.load_cpp_file({source!r}, name={name!r}, build_directory={cache!r})
 served = sorted(n for n, mod in sys.modules.items()
                 if n.startswith("kernix") and type(mod.__spec__.loader).__name__ == "_BundledLoader")
 request = sys.modules["kernix.request"]
@@ -35,6 +35,7 @@ print(json.dumps({{
     "served": served,
     "imported": sorted(n for n in sys.modules if n == "kernix" or n.startswith("kernix.")),
     "functions": list(m.functions),
+    "add_one": [float(v) for v in m.add_one(__import__("numpy").arange(3, dtype="float32"))],
     "origin_is_file": all(mod.__spec__.origin == mod.__file__ for n, mod in sys.modules.items() if n.startswith("kernix.")),
     "cached": request.__cached__,
     "source_line": inspect.getsource(request.make_request).splitlines()[0],
@@ -80,6 +81,7 @@ def _warm(package: Path, cache: Path, **env: str) -> tuple[dict, str]:
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["package"] == str(package / "__init__.py") and out["functions"] == ["add_one"]
+    assert out["add_one"] == [1.0, 2.0, 3.0]
     return out, done.stderr
 
 
