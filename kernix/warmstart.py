@@ -1,9 +1,10 @@
 """The modules a warm load imports, served to the import system from one file.
 
 A warm CUDA load imports seventeen small kernix modules besides the package
-(:data:`WARM_MODULES`; a C++ load sixteen of them).  Importing a module from the file system costs the import machinery's search,
-a few ``stat`` calls and a read of its ``.pyc`` file: 0.05 ms on a fast
-machine, 0.1 ms on slower ones, more than most of these modules' own code.
+(:data:`WARM_MODULES`; a C++ load sixteen of them).  Importing a module from
+the file system costs the import machinery's search, a few ``stat`` calls
+and a read of its ``.pyc`` file: 0.05 ms on a fast machine, 0.1 ms on slower
+ones, more than most of these modules' own code.
 So kernix keeps their bytecode in one *warm bundle* beside the package's own
 ``.pyc`` files, and the first load of a process puts a finder in front of
 :data:`sys.meta_path` that serves them from it.  They are imported as usual
