@@ -130,7 +130,7 @@ def _read(path: str) -> tuple[dict[str, tuple[str, Any]] | None, str]:
                 return None, "damaged"
             if _identity(source) != identity:
                 return None, f"{name} changed"
-        return {name: (source, code) for name, source, _, code in modules}, ""
+        return _records(modules), ""
     except (EOFError, ValueError, TypeError, KeyError, IndexError):
         return None, "damaged"
 
@@ -163,7 +163,12 @@ def _write(path: str) -> tuple[dict[str, tuple[str, Any]] | None, str]:
         atomic_write(path, BUNDLE_MAGIC + marshal.dumps(value, 4), durable=False)
     except OSError as exc:
         return None, f"not written: {exc.strerror or exc}"
-    return {name: (source, code) for name, source, _, code in modules}, ""
+    return _records(modules), ""
+
+
+def _records(modules: list[list[Any]]) -> dict[str, tuple[str, Any]]:
+    """name -> (source, code) of the bundle's ``modules`` entries."""
+    return {name: (source, code) for name, source, _, code in modules}
 
 
 class _BundledLoader(SourceFileLoader):
@@ -219,8 +224,9 @@ def install() -> None:
     if records is None:
         records, failed = _write(path)
         why = f"{why}; {failed or 'written'}"
-    if records is not None:
-        sys.meta_path.insert(0, _BundleFinder(records))
+    pending = {name: record for name, record in (records or {}).items() if name not in sys.modules}
+    if pending:  # (what the process imported already, the writing of the bundle say, is not waited for)
+        sys.meta_path.insert(0, _BundleFinder(pending))
     from . import report
 
     report.note(f"warm bundle {path}: {why or 'used'}")
