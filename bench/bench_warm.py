@@ -2,8 +2,8 @@
 fresh process, over ``import jax`` alone.
 
 Builds a C++ module (with ``--cuda``, a CUDA module) of ``--functions``
-macro-generated entry points once (per checkout), then alternates,
-``--repeat`` times, three fresh processes:
+macro-generated entry points once (per checkout), then runs, ``--repeat``
+rounds, one fresh process of each row:
 
 * ``import jax, jax.numpy``                                   (the reference)
 * ``import jax, jax.numpy; import kernix; kernix.load_cpp_inline(...)``
@@ -11,8 +11,13 @@ macro-generated entry points once (per checkout), then alternates,
   its own file, not from the warm bundle: see kernix.warmstart), and the
   median of the round-by-round differences
 * the same with the checkout given by ``--compare`` (e.g. an older kernix),
-  when given (the kernix rows take turns at going first), and then the
-  median of their round-by-round differences
+  when given, and then the median of their round-by-round differences
+
+Each round starts one row later than the one before, so that every row
+takes every place in a round equally often when ``--repeat`` is a multiple
+of the number of rows (3, or 4 with ``--compare``): on some machines a
+process started right after another one is measurably slower or faster,
+which a fixed order would charge to one row.
 
 With ``--cuda`` each of them also starts JAX's GPU backend
 (``jax.devices()``) before the clock's second reading, as a program that runs
@@ -322,46 +327,49 @@ def main() -> None:
     roots = {"kernix": str(HERE.parent)}
     if args.compare:
         roots["compare"] = str(Path(args.compare).resolve())
-    work = Path(tempfile.mkdtemp(prefix="kernix-warm-"))
-    name = f"warm_{'cuda_' if args.cuda else ''}{args.functions}"
-    caches = {}
-    for label, root in roots.items():
-        caches[label] = str(work / label)
-        t0 = time.perf_counter()
-        run(root, name, src, caches[label], args.cuda)  # builds, and writes .pyc files
-        print(f"built {label} ({root}) in {time.perf_counter() - t0:.1f} s")
-        run(root, name, src, caches[label], args.cuda)
-    reference = "import jax, devices()" if args.cuda else "import jax"
-    # (label, root, cache, warm bundle) of each kernix row
-    kernix_rows = [(label, root, caches[label], True) for label, root in roots.items()]
-    kernix_rows.insert(1, (NO_BUNDLE, roots["kernix"], caches["kernix"], False))
-    samples: dict[str, list[tuple[float, float, float, float]]] = {reference: [], **{r[0]: [] for r in kernix_rows}}
-    for i in range(args.repeat):
-        samples[reference].append(run("", "", "", "", args.cuda))
-        for label, root, cache, bundle in (kernix_rows if i % 2 == 0 else kernix_rows[::-1]):  # each first in turn
-            samples[label].append(run(root, name, src, cache, args.cuda, bundle))
-    print(f"\n{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"{args.functions} {'CUDA' if args.cuda else 'C++'} functions, median of {args.repeat} fresh processes")
-    base = statistics.median(row[0] for row in samples[reference])
-    print(f"{'':28}{'whole process':>16}{'after import jax':>20}{'of which in gc':>18}{'over import jax':>18}"
-          f"{'exit':>14}")
-    for label, rows in samples.items():
-        total, after, collector, exit_ = (statistics.median(row[i] for row in rows) for i in range(4))
-        print(f"{label:28}{total * 1e3:13.1f} ms{after * 1e3:17.2f} ms{collector * 1e3:15.2f} ms"
-              f"{(total - base) * 1e3:15.2f} ms{exit_ * 1e3:11.1f} ms")
-    paired(samples["kernix"], samples[NO_BUNDLE], "kernix - no warm bundle")
-    if args.compare:
-        paired(samples["kernix"], samples["compare"], "kernix - compare")
-    if args.phases:
-        phases(roots["kernix"], name, src, caches["kernix"], args.cuda, args.repeat)
-    if args.modules:
-        modules(roots["kernix"], name, src, caches["kernix"], args.cuda, args.repeat)
+    with tempfile.TemporaryDirectory(prefix="kernix-warm-") as tmp:  # (the caches: removed at the end)
+        work = Path(tmp)
+        name = f"warm_{'cuda_' if args.cuda else ''}{args.functions}"
+        caches = {}
+        for label, root in roots.items():
+            caches[label] = str(work / label)
+            t0 = time.perf_counter()
+            run(root, name, src, caches[label], args.cuda)  # builds, and writes .pyc files
+            print(f"built {label} ({root}) in {time.perf_counter() - t0:.1f} s")
+            run(root, name, src, caches[label], args.cuda)
+        reference = "import jax, devices()" if args.cuda else "import jax"
+        # (label, root, cache, warm bundle) of each kernix row
+        kernix_rows = [(label, root, caches[label], True) for label, root in roots.items()]
+        kernix_rows.insert(1, (NO_BUNDLE, roots["kernix"], caches["kernix"], False))
+        rows = [(reference, "", "", True), *kernix_rows]
+        samples: dict[str, list[tuple[float, float, float, float]]] = {row[0]: [] for row in rows}
+        for i in range(args.repeat):
+            # each round starts one row later: every row takes every place in a round equally often (when
+            # --repeat is a multiple of the number of rows), so none is always the one after another
+            for label, root, cache, bundle in rows[i % len(rows):] + rows[:i % len(rows)]:
+                samples[label].append(run(root, name, src, cache, args.cuda, bundle))
+        print(f"\n{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+              f"{args.functions} {'CUDA' if args.cuda else 'C++'} functions, median of {args.repeat} fresh processes")
+        base = statistics.median(row[0] for row in samples[reference])
+        print(f"{'':28}{'whole process':>16}{'after import jax':>20}{'of which in gc':>18}{'over import jax':>18}"
+              f"{'exit':>14}")
+        for label, timings in samples.items():
+            total, after, collector, exit_ = (statistics.median(t[i] for t in timings) for i in range(4))
+            print(f"{label:28}{total * 1e3:13.1f} ms{after * 1e3:17.2f} ms{collector * 1e3:15.2f} ms"
+                  f"{(total - base) * 1e3:15.2f} ms{exit_ * 1e3:11.1f} ms")
+        paired(samples["kernix"], samples[NO_BUNDLE], "kernix - no warm bundle")
+        if args.compare:
+            paired(samples["kernix"], samples["compare"], "kernix - compare")
+        if args.phases:
+            phases(roots["kernix"], name, src, caches["kernix"], args.cuda, args.repeat)
+        if args.modules:
+            modules(roots["kernix"], name, src, caches["kernix"], args.cuda, args.repeat)
 
 
 def paired(ours: list[tuple[float, ...]], theirs: list[tuple[float, ...]], label: str) -> None:
     """Print the median and quartiles of the per-round difference after ``import jax``.
 
-    The two rows run one after the other in each round, so a machine
+    The two rows run in the same round, so a machine
     whose speed drifts over minutes moves both; the median of the differences
     is steadier than the difference of the medians."""
     diffs = [a[1] - b[1] for a, b in zip(ours, theirs)]
