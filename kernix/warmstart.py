@@ -5,18 +5,24 @@ A warm CUDA load imports seventeen small kernix modules besides the package
 the file system costs the import machinery's search, a few ``stat`` calls
 and a read of its ``.pyc`` file: 0.05 ms on a fast machine, 0.1 ms on slower
 ones, more than most of these modules' own code.
-So kernix keeps their bytecode in one *warm bundle* beside the package's own
-``.pyc`` files, and the first load of a process puts a finder in front of
+So kernix keeps their bytecode in one *warm bundle* beside the package, and
+the first load of a process puts a finder in front of
 :data:`sys.meta_path` that serves them from it.  They are imported as usual
 (module locks, ``__spec__``, ``__file__``, parent packages, ``python -X
 importtime``); only the search and the per-module reads are gone, and the
 code objects are the ones the interpreter would compile from the same
 sources.  :func:`install` is called by ``kernix.load_*`` on first use.
 
-The bundle, ``kernix/__pycache__/kernix-warm.<cache tag>[.opt-N].bundle``
-(where :func:`importlib.util.cache_from_source` puts the package's bytecode,
-so ``sys.pycache_prefix`` is followed), is :data:`BUNDLE_MAGIC` followed by
-one :mod:`marshal`'d dict::
+The bundle is ``__pycache__/kernix-warm.<cache tag>[.opt-N].bundle`` in the
+directory that holds the package (``site-packages``, say): where
+:func:`importlib.util.cache_from_source` puts the bytecode of a module
+beside ``kernix``, so ``sys.pycache_prefix`` is followed.  It is not inside
+``kernix/`` because ``pip uninstall`` removes only the files it installed
+and their ``.pyc`` files: a file of ours left there would keep the
+``kernix`` directory, and ``import kernix`` would then find an empty
+namespace package instead of failing.  (An uninstall leaves the bundle;
+deleting it is safe.)  It is :data:`BUNDLE_MAGIC` followed by one
+:mod:`marshal`'d dict::
 
     format    1 (:data:`BUNDLE_FORMAT`)
     magic     importlib.util.MAGIC_NUMBER of the interpreter that wrote it
@@ -35,7 +41,7 @@ Rules, as for a ``.pyc`` file and stricter:
 * it is read only when its owner is this user, root or the owner of the
   kernix package directory, and other users cannot write it (the rule of
   :func:`kernix.store.trust.foreign_writer`): it holds code.  Its directory
-  is the one the interpreter already reads kernix's bytecode from.
+  is one the interpreter already reads bytecode from.
 
 ``KERNIX_WARM_BUNDLE=0`` turns it off: the package does not import this
 module, and the modules import from their files.
@@ -75,12 +81,12 @@ _installed = False
 
 def bundle_path() -> str | None:
     """Where this interpreter keeps the bundle (``None`` when it keeps no bytecode at all)."""
-    try:
-        cached = cache_from_source(os.path.join(_PACKAGE, "__init__.py"))
+    try:  # (the bytecode a module kernix.py beside the package would have)
+        cached = cache_from_source(os.path.join(os.path.dirname(_PACKAGE), "kernix.py"))
     except NotImplementedError:  # sys.implementation.cache_tag is None
         return None
-    directory, name = os.path.split(cached)  # __init__.cpython-312[.opt-1].pyc
-    return os.path.join(directory, f"kernix-warm.{name[len('__init__.'):-len('.pyc')]}.bundle")
+    directory, name = os.path.split(cached)  # kernix.cpython-312[.opt-1].pyc
+    return os.path.join(directory, f"kernix-warm.{name[len('kernix.'):-len('.pyc')]}.bundle")
 
 
 # (_identity and _trusted are small on purpose: the store's own helpers live in modules this bundle serves)

@@ -5,6 +5,7 @@ of its own, so that it can edit, damage and chmod the copy."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -62,8 +63,13 @@ def package(tmp_path: Path, cache: Path) -> Path:
     return copy
 
 
+def _pycache(package: Path) -> Path:
+    """Where the bundle goes: the ``__pycache__`` of the directory holding the package."""
+    return package.parent / "__pycache__"
+
+
 def _bundle(package: Path) -> Path:
-    (found,) = (package / "__pycache__").glob("kernix-warm.*.bundle")
+    (found,) = _pycache(package).glob("kernix-warm.*.bundle")
     return found
 
 
@@ -104,6 +110,17 @@ def test_a_warm_load_imports_its_modules_from_the_bundle_as_ordinary_modules(pac
     assert out["origin_is_file"] and out["cached"].endswith(".pyc")
     assert out["source_line"].startswith("def make_request(")
     assert stat.S_IMODE(_bundle(package).stat().st_mode) == 0o644
+
+
+def test_a_load_leaves_in_the_package_only_what_pip_uninstall_removes(package: Path, cache: Path) -> None:
+    """``pip uninstall`` removes the files it installed and the ``.pyc`` file of each ``.py`` among them: any other
+    file in ``kernix/`` would keep the directory, and ``import kernix`` would then find an empty namespace package.
+    (``.ci/run`` checks the same with pip itself.)"""
+    installed = {p for p in package.rglob("*") if p.is_file()}
+    _served_warm(package, cache)
+    removed = installed | {Path(importlib.util.cache_from_source(str(p))) for p in installed if p.suffix == ".py"}
+    assert {p for p in package.rglob("*") if p.is_file()} <= removed
+    assert _bundle(package).is_file()
 
 
 def test_the_bundle_lists_what_a_warm_load_imports(package: Path, cache: Path) -> None:
@@ -166,7 +183,7 @@ def test_no_bundle_is_written_without_bytecode(package: Path, cache: Path) -> No
     for _ in range(2):
         out, err = _warm(package, cache, PYTHONDONTWRITEBYTECODE="1")
         assert out["served"] == [] and "not written: sys.dont_write_bytecode is set" in err
-    assert not list((package / "__pycache__").glob("kernix-warm.*"))
+    assert not list(_pycache(package).glob("kernix-warm.*"))
 
 
 def test_the_bundle_follows_the_pycache_prefix(package: Path, cache: Path, tmp_path: Path) -> None:
@@ -175,18 +192,18 @@ def test_the_bundle_follows_the_pycache_prefix(package: Path, cache: Path, tmp_p
     out, _ = _warm(package, cache, PYTHONPYCACHEPREFIX=str(prefix))
     assert out["served"] == C_PLUS_PLUS_MODULES
     assert len(list(prefix.rglob("kernix-warm.*.bundle"))) == 1
-    assert not list(package.rglob("kernix-warm.*"))
+    assert not list(package.parent.rglob("kernix-warm.*"))
 
 
 def test_the_bundle_can_be_turned_off(package: Path, cache: Path) -> None:
     out, err = _warm(package, cache, KERNIX_WARM_BUNDLE="0")
     assert out["served"] == [] and "kernix.warmstart" not in out["imported"] and "warm bundle" not in err
-    assert not list((package / "__pycache__").glob("kernix-warm.*"))
+    assert not list(_pycache(package).glob("kernix-warm.*"))
 
 
 @pytest.mark.skipif(os.getuid() == 0, reason="root writes to any directory: a read-only one needs another user")
 def test_no_bundle_is_written_where_the_package_cannot_be_written(package: Path, cache: Path) -> None:
-    pycache = package / "__pycache__"
+    pycache = _pycache(package)
     pycache.mkdir(exist_ok=True)
     pycache.chmod(0o555)
     try:
