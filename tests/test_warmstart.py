@@ -1,6 +1,6 @@
 """The warm bundle (kernix.warmstart): the modules a warm load imports, served
-from one file beside the package's bytecode, only while it is current and
-private.  Each test runs fresh processes against a copy of the kernix package
+from one file in the ``__pycache__`` beside the package, only while it is
+current and private.  Each test runs fresh processes against a copy of the kernix package
 of its own, so that it can edit, damage and chmod the copy."""
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def test_the_bundle_can_be_turned_off(package: Path, cache: Path) -> None:
 
 
 @pytest.mark.skipif(os.getuid() == 0, reason="root writes to any directory: a read-only one needs another user")
-def test_no_bundle_is_written_where_the_package_cannot_be_written(package: Path, cache: Path) -> None:
+def test_no_bundle_is_written_where_its_directory_cannot_be_written(package: Path, cache: Path) -> None:
     pycache = _pycache(package)
     pycache.mkdir(exist_ok=True)
     pycache.chmod(0o555)
