@@ -30,12 +30,15 @@ deleting it is safe.)  It is :data:`BUNDLE_MAGIC` followed by one
 
 Rules, as for a ``.pyc`` file and stricter:
 
-* it is used only while every source file still has the recorded size, mtime
-  and ctime (checked when it is read, at a process's first load: a module
-  that process imports later, :mod:`kernix.arch` say, is the code the
-  sources held at that first load);
+* it is used only while every source file it names is this package's own
+  and still has the recorded size, mtime and ctime (checked when it is read,
+  at a process's first load: a module that process imports later,
+  :mod:`kernix.arch` say, is the code the sources held at that first load).
+  A copied installation (a virtual environment copied whole, say) carries a
+  bundle naming the original's files: it is not used there;
 * it is written again (atomically) when it is missing, unreadable, of another
-  format, interpreter or module list, or when a source changed;
+  format, interpreter or module list, of another copy of kernix, or when a
+  source changed;
   never when ``sys.dont_write_bytecode`` is set (``PYTHONDONTWRITEBYTECODE``)
   or its directory cannot be written, and then the modules import as usual;
 * it is read only when its owner is this user, root or the owner of the
@@ -98,10 +101,16 @@ def _identity(path: str) -> list[int] | None:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
+def _sources(name: str) -> tuple[str, str]:
+    """The two files that could be the source of the kernix module ``name``: ``<name>.py``, ``<name>/__init__.py``."""
+    path = os.path.join(_PACKAGE, *name.split(".")[1:])
+    return path + ".py", os.path.join(path, "__init__.py")
+
+
 def _source(name: str) -> str:
     """The source file of the kernix module ``name``."""
-    path = os.path.join(_PACKAGE, *name.split(".")[1:])
-    return os.path.join(path, "__init__.py") if os.path.isdir(path) else path + ".py"
+    module, package = _sources(name)
+    return package if os.path.isdir(os.path.dirname(package)) else module
 
 
 def _trusted(st: os.stat_result) -> bool:
@@ -134,6 +143,8 @@ def _read(path: str) -> tuple[dict[str, tuple[str, Any]] | None, str]:
         for name, source, identity, code in modules:
             if type(code) is not CodeType:
                 return None, "damaged"
+            if source not in _sources(name):  # (a copy of the installation: its own sources decide)
+                return None, f"written for another copy of kernix ({source})"
             if _identity(source) != identity:
                 return None, f"{name} changed"
         return _records(modules), ""

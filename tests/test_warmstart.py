@@ -73,16 +73,18 @@ def _bundle(package: Path) -> Path:
     return found
 
 
-def _path_first(package: Path) -> str:
-    """``PYTHONPATH`` with the copy's directory first (what else it names, libclang say, stays)."""
-    return os.pathsep.join(p for p in (str(package.parent), os.environ.get("PYTHONPATH")) if p)
+def _child_env(package: Path, **env: str) -> dict[str, str]:
+    """A child's environment: bytecode on (an installed package has its ``.pyc`` files), the copy's directory
+    first on ``PYTHONPATH`` (what else it names, libclang say, stays), then ``env``."""
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    path = os.pathsep.join(p for p in (str(package.parent), os.environ.get("PYTHONPATH")) if p)
+    return {**environ, "PYTHONPATH": path, **env}
 
 
 def _warm(package: Path, cache: Path, **env: str) -> tuple[dict, str]:
     """One warm load in a fresh process: (what it printed, its stderr)."""
     code = CHILD.format(source=str(SOURCE), name=NAME, cache=str(cache))
-    environ = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    environ.update(PYTHONPATH=_path_first(package), KERNIX_VERBOSE="1", **env)
+    environ = _child_env(package, KERNIX_VERBOSE="1", **env)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, cwd=package.parent)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
@@ -147,6 +149,23 @@ def test_an_edited_source_is_imported_from_the_source_and_the_bundle_written_aga
         assert out["edited"] == 2 and "kernix.report changed; written" in err
     again, _ = _warm(package, cache)
     assert again["edited"] == out["edited"] and again["served"] == C_PLUS_PLUS_MODULES
+
+
+def test_a_copied_installation_does_not_use_the_bundle_of_the_original(package: Path, cache: Path) -> None:
+    """A directory copied whole (a virtual environment, an image layer) carries the bundle, which names the
+    original's sources; the copy's own sources decide, edited or not."""
+    _served_warm(package, cache)
+    copy = package.parent.parent / "copied-site" / "kernix"
+    shutil.copytree(package.parent, copy.parent)
+    report = copy / "report.py"
+    report.write_text(report.read_text() + "EDITED = 1\n")
+    out, err = _warm(copy, cache)
+    assert out["edited"] == 1 and f"written for another copy of kernix ({package}{os.sep}" in err and "; written" in err
+    assert out["cached"].startswith(str(copy.parent))
+    again, err = _warm(copy, cache)
+    assert again["served"] == C_PLUS_PLUS_MODULES and ": used" in err and again["edited"] == 1
+    original, _ = _warm(package, cache)  # (the original keeps its own)
+    assert original["served"] == C_PLUS_PLUS_MODULES and original["edited"] is None
 
 
 @pytest.mark.parametrize("damage", ["truncated", "another file", "other code"])
@@ -232,9 +251,8 @@ assert not errors, errors
 assert len(mods) == 8 and all(type(m) is CompiledModule for m in mods)
 print("ok")
 """
-    environ = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**environ, "PYTHONPATH": _path_first(package)}, cwd=package.parent)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_child_env(package),
+                          cwd=package.parent)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
@@ -249,8 +267,7 @@ def test_a_warm_cuda_load_serves_the_architecture_module_too(package: Path, tmp_
         "print(json.dumps(sorted(n for n, m in sys.modules.items() if n.startswith('kernix.')"
         " and type(m.__spec__.loader).__name__ == '_BundledLoader')))\n"
     )
-    environ = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    environ.update(PYTHONPATH=_path_first(package), KERNIX_CUDA_ARCH="sm_90", JAX_PLATFORMS="cpu")
+    environ = _child_env(package, KERNIX_CUDA_ARCH="sm_90", JAX_PLATFORMS="cpu")
     environ.pop("KERNIX_CUDA_ARCH_LIST", None)
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, check=True,
                            cwd=package.parent)
