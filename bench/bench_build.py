@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import kernix  # noqa: E402
 from kernix.backend import codegen, toolchain  # noqa: E402
-from kernix.arch import detect_compute_capability  # noqa: E402
+from kernix.backend.arch import detect_compute_capability  # noqa: E402
 from kernix.backend.flags import BuildConfig, compile_flags  # noqa: E402
 
 

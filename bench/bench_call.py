@@ -104,7 +104,7 @@ ITERS = 1000
 def build_hand(platform_: str, workdir: Path) -> Path:
     """Compile the hand-written handler the way one would by hand: one TU, -O3."""
     from kernix.backend import toolchain
-    from kernix.arch import detect_compute_capability
+    from kernix.backend.arch import detect_compute_capability
 
     src = workdir / ("hand.cu" if platform_ == "cuda" else "hand.cpp")
     src.write_text(HAND_CUDA if platform_ == "cuda" else HAND_CPU)

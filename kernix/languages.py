@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import os
+from typing import Literal
+
+from .errors import KernixError
+
+#: Where a module's handlers run: ``"cuda"`` (user code built by nvcc) or ``"cpu"``.
+Platform = Literal["cuda", "cpu"]
+#: How a source file is parsed and compiled.
+Language = Literal["cuda", "cpp"]
 
 __all__ = ["Platform", "Language", "LANGUAGES_BY_EXTENSION", "language_of", "unknown_extension", "platform_of",
            "JAX_PLATFORMS"]
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    from typing import Literal
-
-    #: Where a module's handlers run: ``"cuda"`` (user code built by nvcc) or ``"cpu"``.
-    Platform = Literal["cuda", "cpu"]
-    #: How a source file is parsed and compiled.
-    Language = Literal["cuda", "cpp"]
-else:  # the same strings at run time
-    Platform = Language = str
 
 #: File extension -> language.
 LANGUAGES_BY_EXTENSION: dict[str, Language] = {
@@ -45,8 +43,6 @@ def language_of(path: str) -> Language:
     try:
         return LANGUAGES_BY_EXTENSION[os.path.splitext(path)[1].lower()]
     except KeyError:
-        from .errors import KernixError
-
         raise KernixError(unknown_extension(path, "pass language='cuda' or language='cpp'")) from None
 
 

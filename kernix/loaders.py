@@ -15,10 +15,13 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from .errors import KernixError, OptionError, SourceNotFoundError
 from .languages import LANGUAGES_BY_EXTENSION, Language
 from .names import check_module_name
+from .pipeline import load
 from .request import make_request
 from .runtime.module import CompiledModule
+from .store.files import write_source
 
 __all__ = [
     "load_cuda_inline",
@@ -199,13 +202,10 @@ def _load_dir(
 
 
 def _load(sources: list[Path], name: str, language: Language, functions: Any, options: Mapping[str, Any]) -> CompiledModule:
-    from .pipeline import load
 
     defaults = _CUDA_OPTIONS if language == "cuda" else _CPP_OPTIONS
     unknown = sorted(set(options) - set(defaults))
     if unknown:
-        from .errors import OptionError
-
         raise OptionError(f"unexpected option(s): {', '.join(unknown)}; accepted: {', '.join(sorted(defaults))}")
     return load(make_request(name, sources, language, functions, {**defaults, **options}))
 
@@ -214,9 +214,7 @@ def _load_inline(
     name: str, sources: Any, what: str, language: Language, functions: Any, options: Mapping[str, Any]
 ) -> CompiledModule:
     """Validate an inline load's names, store its source, then load it."""
-    from .store.files import write_source
 
-    from .pipeline import load
 
     module_name = check_module_name(name)
     request = make_request(module_name, [], language, functions, options)  # every name checked before writing
@@ -230,7 +228,6 @@ def _join_sources(sources: Any, what: str) -> str:
         return sources
     if isinstance(sources, (list, tuple)) and all(isinstance(s, str) for s in sources):
         return "\n".join(sources)
-    from .errors import OptionError
 
     raise OptionError(f"{what} must be a string or a list of strings, not {type(sources).__name__}")
 
@@ -238,12 +235,8 @@ def _join_sources(sources: Any, what: str) -> str:
 def _file(path: str | os.PathLike[str], language: Language) -> Path:
     p = Path(path).expanduser().absolute()
     if not p.is_file():
-        from .errors import SourceNotFoundError
-
         raise SourceNotFoundError(f"{'CUDA' if language == 'cuda' else 'C++'} source file not found: {p}")
     if language == "cpp" and LANGUAGES_BY_EXTENSION.get(p.suffix.lower()) == "cuda":
-        from .errors import KernixError
-
         raise KernixError(f"{p} is a CUDA source: load it with load_cuda_file (load_cpp_file builds for the CPU)")
     return p
 
@@ -258,14 +251,10 @@ def default_module_name(path: Path) -> str:
 
 def _dir_sources(d: Path, language: Language) -> list[Path]:
     if not d.is_dir():
-        from .errors import SourceNotFoundError
-
         raise SourceNotFoundError(f"not a directory: {d}")
     exts = _DIR_EXTENSIONS[language]
     files = sorted(p for p in d.iterdir() if p.suffix in exts and p.is_file())
     if not files:
-        from .errors import KernixError
-
         raise KernixError(f"no {'/'.join(exts)} files in {d}")
     return files
 

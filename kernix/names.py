@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from .errors import InvalidNameError
+
 __all__ = [
     "is_identifier",
     "check_module_name",
@@ -85,7 +87,6 @@ def _module_name_problem(name: object) -> str | None:
 
 
 def _invalid(message: str) -> Exception:
-    from .errors import InvalidNameError  # out of line: a valid name imports no error class
 
     return InvalidNameError(message)
 

@@ -1,33 +1,29 @@
-"""Where kernix keeps and finds things: the cache root, its own C++ headers, jaxlib."""
+"""Where kernix keeps and finds things, and the paths users give it.
+
+The cache root, kernix's own C++ headers and the running jaxlib; the names of
+the files a user gives, shown safely and checked before use; and the walk up
+a path to where it exists (which those checks, the cache's mount check and
+the prebuilt trust check share).
+"""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    from pathlib import Path
+from .errors import ToolchainError
 
-__all__ = ["cache_root", "cache_root_str", "absolute", "set_cache_dir", "include_dir", "jaxlib_install"]
+__all__ = ["cache_root", "absolute", "set_cache_dir", "include_dir", "jaxlib_install", "printable", "utf8_problem",
+           "directory_problem", "repeated_source", "ancestors", "nearest_existing"]
 
 _override: str | None = None
 
 
-def _as_pathlib_spells(path: str) -> str:
-    """``path`` with empty and ``.`` components dropped and exactly two
-    leading slashes kept, as :mod:`pathlib` parses it."""
-    lead = "//" if path.startswith("//") and not path.startswith("///") else "/" if path.startswith("/") else ""
-    return lead + "/".join(part for part in path.split("/") if part not in ("", "."))
-
-
 def absolute(path: str | os.PathLike[str]) -> str:
-    """``str(Path(path).expanduser().absolute())`` without :mod:`pathlib`:
-    ``~`` expanded, made absolute against the current directory, empty and
-    ``.`` components dropped (``..`` is kept, as pathlib keeps it)."""
-    p = os.path.expanduser(_as_pathlib_spells(os.fspath(path)))
-    if not os.path.isabs(p):
-        p = os.path.join(os.getcwd(), p)
-    return _as_pathlib_spells(p)
+    """``path`` with ``~`` expanded, made absolute against the current directory
+    (``..`` kept: no link is resolved), as text."""
+    return str(Path(path).expanduser().absolute())
 
 
 def set_cache_dir(path: str | os.PathLike[str] | None) -> None:
@@ -42,28 +38,21 @@ def set_cache_dir(path: str | os.PathLike[str] | None) -> None:
 
 def cache_root() -> Path:
     """The cache root: :func:`set_cache_dir`, else ``$KERNIX_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/kernix`` (an absolute ``$XDG_CACHE_HOME``), else ``~/.cache/kernix``."""
-    from pathlib import Path
-
-    return Path(cache_root_str())
-
-
-def cache_root_str() -> str:
-    """:func:`cache_root` as a string, for the start-up paths that need no :mod:`pathlib`.
+    ``$XDG_CACHE_HOME/kernix`` (an absolute ``$XDG_CACHE_HOME``), else ``~/.cache/kernix``.
 
     A relative ``$XDG_CACHE_HOME`` is ignored, as the XDG Base Directory
     specification requires: it would put a cache in every directory a
     program starts from.
     """
     if _override is not None:
-        return _override
+        return Path(_override)
     env = os.environ.get("KERNIX_CACHE_DIR")
     if env:
-        return absolute(env)
+        return Path(absolute(env))
     xdg = os.environ.get("XDG_CACHE_HOME")
     if not (xdg and os.path.isabs(xdg)):
         xdg = os.path.join(os.path.expanduser("~"), ".cache")
-    return absolute(os.path.join(xdg, "kernix"))
+    return Path(absolute(os.path.join(xdg, "kernix")))
 
 
 def include_dir() -> Path:
@@ -75,10 +64,6 @@ def include_dir() -> Path:
     kernix.ToolchainError
         When the headers are missing (a broken install), saying how to repair it.
     """
-    from pathlib import Path
-
-    from .errors import ToolchainError
-
     here = Path(__file__).resolve().parent
     candidate = here / "include"
     if (candidate / "kernix" / "common.h").is_file():
@@ -100,3 +85,148 @@ def jaxlib_install() -> tuple[str, str]:
 
     version = getattr(jaxlib, "__version__", None) or jaxlib.version.__version__
     return str(version), os.path.dirname(os.path.abspath(jaxlib.__file__ or ""))
+
+
+def printable(path: str | os.PathLike[str]) -> str:
+    """``path`` as text any output can take.
+
+    Parameters
+    ----------
+    path
+        A path as :func:`os.fsdecode` gives it: each byte of a name that is
+        not valid UTF-8 held as a lone surrogate.
+
+    Returns
+    -------
+    str
+        ``path`` with each such byte written ``\\xNN``, as a Python bytes
+        literal writes it; other paths unchanged.
+    """
+    path = os.fspath(path)
+    if _is_utf8(path):
+        return path
+    try:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file name decodes to
+        return path.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def utf8_problem(path: str) -> str | None:
+    """Why ``path`` cannot be handed to libclang, or ``None``.
+
+    Parameters
+    ----------
+    path
+        A file's path (as :func:`os.fsdecode` gives it).
+
+    Returns
+    -------
+    str or None
+        The message naming the first part of ``path`` that is not valid UTF-8
+        (libclang, and the build files, take UTF-8 paths), and the fix.
+    """
+    if _is_utf8(path):
+        return None
+    part = next(p for p in reversed(path.split(os.sep)) if not _is_utf8(p))
+    return f"{printable(part)} is not a valid UTF-8 name, and libclang opens files only by UTF-8 paths: rename it"
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (holds no undecodable byte of a file name)."""
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def directory_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why files cannot be written into the directory ``path``, which is
+    created if missing, or ``None``.
+
+    Parameters
+    ----------
+    path
+        The directory.
+
+    Returns
+    -------
+    str or None
+        ``"X is not a directory"`` where ``path``, or the nearest of its
+        ancestors that exists, is something else (a file), ``"X is not
+        writable"`` where that directory cannot be written, else ``None``.
+    """
+    p = nearest_existing(absolute(path))  # itself, or where it would be made
+    if not os.path.isdir(p):
+        return f"{p} is not a directory"
+    if not os.access(p, os.W_OK | os.X_OK):
+        return f"{p} is not writable"
+    return None
+
+
+def ancestors(path: str) -> Iterator[str]:
+    """``path``, then each directory above it, up to the top.
+
+    Parameters
+    ----------
+    path
+        A path; only its text is read, nothing is looked up.
+
+    Yields
+    ------
+    str
+        ``path``, its :func:`os.path.dirname`, and so on, up to the first that
+        is its own parent (``/``, or ``""`` for a relative path).
+    """
+    while True:
+        yield path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+
+
+def nearest_existing(path: str, exists: Callable[[str], bool] = os.path.lexists) -> str:
+    """The first of ``path`` and its :func:`ancestors` that ``exists``: where a
+    path not made yet would be made (the top one, when none exists).
+
+    Parameters
+    ----------
+    path
+        A path.
+    exists
+        The test: :func:`os.path.lexists` (a link counts, where it points does
+        not matter), or :func:`os.path.exists` (a dangling link does not count).
+    """
+    for p in ancestors(path):
+        if exists(p):
+            return p
+    return p
+
+
+def repeated_source(paths: Sequence[str | os.PathLike[str]]) -> str | None:
+    """Why ``paths``, one module's sources, name a file twice, or ``None``.
+
+    Parameters
+    ----------
+    paths
+        The source files, as given; ones that do not exist are skipped.
+
+    Returns
+    -------
+    str or None
+        The message naming the first file given again (the same path, the
+        same path spelled differently, or a link to it), as given both times.
+    """
+    seen: dict[tuple[int, int], str] = {}
+    for path in map(os.fspath, paths):
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            also = "" if seen[key] == path else f" (also as {seen[key]})"
+            return f"the source {path} is given twice{also}: give each file once"
+        seen[key] = path
+    return None

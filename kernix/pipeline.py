@@ -1,11 +1,11 @@
 """The load pipeline, from a :class:`~kernix.request.LoadRequest` to a loaded module::
 
     request -> fingerprint -> direct index -> look-up  hit  -> load the library, register
-                                                       miss -> kernix.build: cache key (toolchain), lock, infer
+                                                       miss -> kernix.compilation: cache key (toolchain), lock, infer
                                                                (libclang), generate, build (ninja), publish
 
 A warm load (a hit) runs no compiler, does not import libclang, the miss
-path (:mod:`kernix.build`) or the error classes, and does not look for the
+path (:mod:`kernix.compilation`) or the error classes, and does not look for the
 toolchain: the direct index (:mod:`kernix.store.direct`) gives the entry key
 remembered for the request, and the specs are in the entry's manifest (read
 when a function is first used).  Every look-up says hit or miss-and-why
@@ -14,7 +14,7 @@ through :func:`kernix.report.note`.
 A library that fails to load is never left as a cache hit: its entry is
 discarded and the module is rebuilt once from an empty work directory; if
 that library fails to load as well, the error says what to do
-(:func:`kernix.build.reload`).
+(:func:`kernix.compilation.reload`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import sys
 from typing import TYPE_CHECKING, Callable
 
 from . import __version__, report
+from .backend.arch import detect_compute_capability
+from .errors import CacheError
 from .paths import jaxlib_install
 from .request import LoadRequest
 from .runtime import registry
@@ -43,7 +45,7 @@ def load(request: LoadRequest) -> CompiledModule:
     fp = fingerprint(request)
     manifest = None if request.force_rebuild else _direct_hit(request, fp)
     if manifest is None:
-        from .build import keyed_entry
+        from .compilation import keyed_entry
 
         manifest = keyed_entry(request, fp)
     # Map the library now: once loaded it stays usable even if another
@@ -51,7 +53,7 @@ def load(request: LoadRequest) -> CompiledModule:
     try:
         registry.open_library(manifest.so_path)
     except OSError as exc:
-        from .build import reload
+        from .compilation import reload
 
         manifest = reload(request, manifest, exc)
     module = CompiledModule(
@@ -65,7 +67,6 @@ def load(request: LoadRequest) -> CompiledModule:
 
 def _arch(request: LoadRequest) -> str:
     """The GPU architecture(s) a CUDA request is built for (given, else detected)."""
-    from .arch import detect_compute_capability
 
     return detect_compute_capability(request.compute_capability)
 
@@ -113,8 +114,7 @@ def _specs_of(request: LoadRequest, manifest: Manifest) -> Callable[[], tuple[Fu
         try:
             return manifest.specs()
         except ManifestError as exc:
-            from .build import discard
-            from .errors import CacheError
+            from .compilation import discard
 
             discard(request, manifest)
             raise CacheError(

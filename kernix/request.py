@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from .compiler_flags import PREPROCESSOR_FLAGS, split_flags
+from .errors import OptionError
 from .languages import Language, Platform, platform_of
 from .names import check_module_name, check_target_prefix
 from .paths import cache_root
@@ -21,35 +23,14 @@ from .paths import cache_root
 if TYPE_CHECKING:
     from .spec import Requested
 
-__all__ = ["LoadRequest", "make_request", "preprocessor_flags"]
+__all__ = ["LoadRequest", "make_request"]
 
 # Flags whose value is a path (``-I DIR`` or ``-IDIR``): made absolute once.
 _PATH_FLAGS = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-L")
-# Flags inference must see too, because they change what the preprocessor does.
-_PREPROCESSOR_FLAGS = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-D", "-U")
-
-
-def _split(flags: Sequence[str]) -> list[tuple[str, str | None]]:
-    """``[(flag, value)]``: joined (``-IDIR``) and separate (``-I DIR``) forms alike."""
-    out: list[tuple[str, str | None]] = []
-    it = iter(flags)
-    for flag in it:
-        for opt in sorted(_PREPROCESSOR_FLAGS + ("-L",), key=len, reverse=True):
-            if flag == opt:
-                out.append((opt, next(it, "")))
-                break
-            if flag.startswith(opt):
-                out.append((opt, flag[len(opt):]))
-                break
-        else:
-            out.append((flag, None))
-    return out
-
-
 def _absolute_flags(flags: Sequence[str]) -> tuple[str, ...]:
     """``flags`` with every path argument of an include/library flag made absolute."""
     out: list[str] = []
-    for opt, value in _split(flags):
+    for opt, value in split_flags(flags):
         if value is None:
             out.append(opt)
         elif opt in _PATH_FLAGS:
@@ -74,18 +55,6 @@ def _linker_flags(flags: Sequence[str]) -> tuple[str, ...]:
         else:
             out.append(flag)
     return _absolute_flags(out)
-
-
-def preprocessor_flags(flags: Sequence[str]) -> tuple[str, ...]:
-    """The flags of ``flags`` that change preprocessing (``-I``, ``-isystem``,
-    ``-iquote``, ``-idirafter``, ``-include``, ``-D``, ``-U``, ``-std=``), in order."""
-    out: list[str] = []
-    for opt, value in _split(flags):
-        if value is not None and opt in _PREPROCESSOR_FLAGS:
-            out += [opt, value] if opt in ("-isystem", "-iquote", "-idirafter", "-include") else [opt + value]
-        elif value is None and opt.startswith(("-std=", "--std=")):
-            out.append("-std=" + opt.split("=", 1)[1])
-    return tuple(out)
 
 
 class LoadRequest:
@@ -117,7 +86,7 @@ class LoadRequest:
         The text of an inline load's one source, which is stored in the cache
         (``sources``) before the build lock is taken; ``None`` for files.  The
         build stores it again under the lock if ``kernix cache clear`` removed
-        it meanwhile (:func:`kernix.build.keyed_entry`).
+        it meanwhile (:func:`kernix.compilation.keyed_entry`).
     """
 
     # A plain slotted class rather than a NamedTuple: a warm load defines it at import.
@@ -183,29 +152,10 @@ class LoadRequest:
         """Where the handlers run."""
         return platform_of(self.language)
 
-    @property
-    def parse_flags(self) -> tuple[str, ...]:
-        """What inference must see of the build's flags: include directories
-        (user paths first, as for the compiler), defines, undefines, forced
-        includes and the language standard, then the code-generation flags that
-        change the compiler's predefined macros (``-O3``: ``__OPTIMIZE__``,
-        ``-ffast-math``, ``-march=``, ``-fopenmp``, ``-pthread``...; see
-        :func:`kernix.frontend.compiler_view.changes_macros`)."""
-        from .frontend.compiler_view import changes_macros
-
-        build = [f"-O{self.optimization_level}"]
-        if self.use_fast_math and self.language == "cpp":
-            build.append("-ffast-math")
-        codegen = tuple(f for f in [*build, *self.extra_cflags] if changes_macros(f))
-        return tuple(f"-I{d}" for d in self.include_dirs) + preprocessor_flags(self.extra_cflags) + codegen
-
-
 def _strings(value: Any, what: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        from .errors import OptionError
-
         raise OptionError(f"{what} must be a list of strings, not {type(value).__name__}")
     return tuple(os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in value)
 
@@ -221,14 +171,12 @@ def _flags(value: Any, what: str) -> tuple[str, ...]:
         if any(c in flag for c in "\n\r\0"):
             problem = (f"{what}[{i}] = {flag!r} contains a line break or NUL, which no command line can hold; pass "
                        "each flag or path as its own string")
-        elif flag in _PREPROCESSOR_FLAGS + ("-L",) and not (flags[i + 1:i + 2] or ("",))[0]:
+        elif flag in PREPROCESSOR_FLAGS + ("-L",) and not (flags[i + 1:i + 2] or ("",))[0]:
             examples = {"-D": "-DNAME=1", "-U": "-UNAME", "-include": "-include/path/to/file.h"}
             example = examples.get(flag, f"{flag}/path/to/dir")
             problem = (f"{what}[{i}] = {flag!r} has no value after it, so the compiler would take the next "
                        f"flag as its value; write it joined ({example!r}) or give the value as the next item")
         if problem:
-            from .errors import OptionError
-
             raise OptionError(problem)
     return flags
 
@@ -237,7 +185,9 @@ def _functions(functions: Any) -> Requested | None:
     """The normalised ``functions=`` argument (the arg_spec grammar loads only when one is given)."""
     if functions is None:
         return None
-    from .spec import normalize_functions
+    from .spec import (
+        normalize_functions,  # not with the request: a warm load reads no spec (a third of its time)
+    )
 
     return normalize_functions(functions)
 
@@ -265,13 +215,9 @@ def make_request(
         check_target_prefix(prefix)
     level = options.get("optimization_level", 3)
     if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 3:
-        from .errors import OptionError
-
         raise OptionError(f"optimization_level must be an int from 0 to 3, not {level!r}")
     workers = options.get("ninja_workers")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        from .errors import OptionError
-
         raise OptionError(f"ninja_workers must be a positive int or None, not {workers!r}")
     build_directory = options.get("build_directory")
     root = Path(build_directory).expanduser().absolute() if build_directory is not None else cache_root()

@@ -22,12 +22,14 @@ This module is pure Python and imports nothing heavy.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
 from .dtypes import ATTR_DTYPES, BUFFER_DTYPES
 from .errors import ArgSpecError, SignatureError, SourceError
 from .names import check_function_name, is_identifier
+from .signature import check_against_spec, parse_signature
 from .spelling import is_function_type, is_qualified_name, is_type_spelling
 
 __all__ = [
@@ -319,8 +321,6 @@ def _with_operation_fields(spec: FunctionSpec, data: dict[str, Any]) -> Function
     """``spec`` with the ``signature``/``vjp_of``/``doc`` fields of ``data``, validated."""
     signature, vjp_of, doc = data.get("signature"), data.get("vjp_of"), data.get("doc", "")
     if signature is not None:
-        from .signature import check_against_spec, parse_signature
-
         try:
             parsed = parse_signature(signature)
         except SignatureError as exc:
@@ -401,7 +401,6 @@ def check_spec_matches(
     SourceError
         Naming the file, line, function and first disagreeing parameter.
     """
-    import warnings
 
     tokens = parse_arg_spec(declared, function=spec.name)
 

@@ -23,8 +23,7 @@ LAYERS = {
     "kernix.dtypes": 1,
     "kernix.languages": 1,
     "kernix.paths": 1,
-    "kernix.filenames": 1,
-    "kernix.arch": 1,
+    "kernix.compiler_flags": 1,
     "kernix.report": 1,
     "kernix.interface": 1,
     "kernix.spec": 2,
@@ -35,7 +34,7 @@ LAYERS = {
     "kernix.prebuilt": 8,
     "kernix.backend": 4,
     "kernix.request": 5,
-    "kernix.build": 6,
+    "kernix.compilation": 6,
     "kernix.pipeline": 7,
     "kernix.loaders": 8,
     "kernix.cli": 8,
@@ -57,12 +56,18 @@ def _layer(module: str) -> int:
     return LAYERS[module]
 
 
-def _imports(path: Path) -> list[tuple[str, list[str]]]:
-    """(imported module, names) for every import in the file, relative ones resolved."""
+def _imports(path: Path, *, local: bool = False) -> list[tuple[str, list[str]]]:
+    """(imported module, names) for every import in the file, relative ones resolved
+    (with ``local``, only the imports inside functions)."""
     me = _module_name(path)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     out = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    nodes = ast.walk(tree)
+    if local:
+        functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        nodes = (n for f in functions for stmt in f.body for n in ast.walk(stmt))
+    for node in nodes:
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -100,6 +105,64 @@ def test_imports_flow_one_way_and_use_public_names(path: Path) -> None:
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_modules_stay_small(path: Path) -> None:
     assert len(path.read_text().splitlines()) <= 500
+
+
+def test_the_package_stays_small() -> None:
+    assert sum(len(p.read_text().splitlines()) for p in SOURCES) <= 12_500
+
+
+def _graph() -> dict[str, set[str]]:
+    """kernix module -> the kernix modules it imports, at its top or inside a function."""
+    modules = {_module_name(p): p for p in SOURCES}
+    graph: dict[str, set[str]] = {}
+    for me, path in modules.items():
+        targets = set()
+        for mod, names in _imports(path):
+            targets |= {m for m in [mod, *(f"{mod}.{n}" for n in names)] if m in modules and m != me}
+        graph[me] = targets - {"kernix"}  # (the root's version: defined before anything is imported)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (its modules in order), or ``None``."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_no_import_cycle_anywhere() -> None:
+    """Also through imports inside functions: such an import hides a cycle, it does not remove it."""
+    cycle = _cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_error_classes_and_type_checking_come_from_the_top(path: Path) -> None:
+    """Error classes are imported at module top, never inside a function; ``TYPE_CHECKING`` is typing's."""
+    local = [mod for mod, _ in _imports(path, local=True) if mod == "kernix.errors"]
+    assert not local, f"{_module_name(path)} imports kernix.errors inside a function"
+    assert "TYPE_CHECKING = False" not in path.read_text()
 
 
 def test_every_public_exception_is_a_kernix_error() -> None:

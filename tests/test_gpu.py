@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 import kernix
-from kernix import arch
+from kernix.backend import arch
 
 from helpers import FIXTURES, ROOT, unique_name
 

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 import kernix
+from kernix import compilation, loaders
 from kernix.backend import toolchain
 from kernix.store import entries, files, lock, trust
 from kernix.store.files import file_digest
@@ -579,7 +580,7 @@ def test_the_walk_up_a_path_stops_where_it_exists(tmp_path: Path) -> None:
     """The one walk behind the output-directory check, the noexec check of the
     cache and the prebuilt trust check: a dangling link is where a path would
     be made (lexists), but not the file system it would be made on (exists)."""
-    from kernix.filenames import ancestors, nearest_existing
+    from kernix.paths import ancestors, nearest_existing
 
     assert list(ancestors("/a/b/c")) == ["/a/b/c", "/a/b", "/a", "/"]
     assert list(ancestors("a/b")) == ["a/b", "a", ""]
@@ -695,7 +696,7 @@ def test_clear_right_after_an_inline_source_is_stored(tmp_path: Path, monkeypatc
             assert not path.exists()
         return path
 
-    monkeypatch.setattr(files, "write_source", store_then_clear)
+    monkeypatch.setattr(loaders, "write_source", store_then_clear)  # where the load stores it
     _load_despite_the_clear(tmp_path, name, text, cleared)
 
 
@@ -721,7 +722,7 @@ def test_clear_while_a_load_waits_for_the_build_lock(tmp_path: Path, monkeypatch
     """A clear that holds the build lock while an inline load waits for it (so it
     removes the stored source) does not make that load fail."""
     name, text = unique_name("inline_waited"), (REL / "add_one.cpp").read_text()
-    cleared = _clear_after(monkeypatch, lock, "build_lock", tmp_path, name)
+    cleared = _clear_after(monkeypatch, compilation, "build_lock", tmp_path, name)  # where the build takes it
     _load_despite_the_clear(tmp_path, name, text, cleared)
     assert kernix.cache_info(root=tmp_path)["modules"][0]["name"] == name
 

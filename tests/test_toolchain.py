@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from kernix import arch
+from kernix.backend import arch
 from kernix.backend import toolchain
 from kernix.errors import ToolchainError
 
@@ -275,9 +275,9 @@ def test_relative_xdg_cache_home_is_ignored(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", "relative-cache")
-    assert paths.cache_root_str() == str(tmp_path / "home" / ".cache" / "kernix")
+    assert str(paths.cache_root()) == str(tmp_path / "home" / ".cache" / "kernix")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert paths.cache_root_str() == str(tmp_path / "xdg" / "kernix")
+    assert str(paths.cache_root()) == str(tmp_path / "xdg" / "kernix")
 
 
 @pytest.mark.parametrize("broken", ["missing", "no-library"])

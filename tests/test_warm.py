@@ -409,7 +409,7 @@ def test_the_kernix_script_parses_in_worker_processes(tmp_path: Path) -> None:
 def test_the_spec_key_covers_the_kernix_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another kernix may infer differently: its results are not reused, even
     with the same remembered parse set-up."""
-    from kernix.frontend import lookup
+    from kernix.frontend import speccache as lookup
 
     key = lookup.look_up(SOURCE, cache_dir=tmp_path).key
     assert lookup.look_up(SOURCE, cache_dir=tmp_path).key == key

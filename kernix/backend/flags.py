@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .. import arch
 from ..errors import KernixError
 from ..paths import include_dir
-from . import toolchain
+from . import arch, toolchain
 
 __all__ = ["BuildConfig", "compile_flags"]
 

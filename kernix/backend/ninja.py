@@ -19,20 +19,23 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from ..errors import CompilationError, KernixError, ToolchainError
+from ..interface import running_command
 from ..store import elf
 from ..store.files import atomic_write, remembered
 from . import codegen, toolchain
 from .flags import BuildConfig, compile_flags
 
 __all__ = [
-    "BuildConfig", "BuildResult", "OutputError", "compile_flags", "build_module", "ninja_path", "read_depfile",
+    "BuildConfig", "BuildResult", "OutputError", "compile_flags", "compile_library", "ninja_path", "read_depfile",
 ]
 
 
@@ -59,7 +62,6 @@ def ninja_path() -> str:
             return str(cand)
     except ImportError:
         pass
-    import shutil
 
     found = shutil.which("ninja")
     if not found:
@@ -303,7 +305,6 @@ def _link_error_message(build_dir: Path, output: str, sources: Sequence[str]) ->
     missing = _undefined_symbols(output)
     if not missing:
         return None
-    from ..interface import running_command
 
     parts = [f"{sym} (used by {', '.join(sorted(users))})" if users else sym for sym, users in sorted(missing.items())]
     option = "-L DIR -l NAME" if running_command() is not None else "extra_ldflags=['-L<dir>', '-l<name>']"
@@ -328,7 +329,6 @@ def _no_space_message(build_dir: Path, output: str) -> str | None:
     the compilers ran out of disk space (``ENOSPC``), or ``None``."""
     if "No space left on device" not in output and "Disk quota exceeded" not in output:
         return None
-    import tempfile
 
     tmp = tempfile.gettempdir()
     return (
@@ -339,7 +339,7 @@ def _no_space_message(build_dir: Path, output: str) -> str | None:
     )
 
 
-def build_module(
+def compile_library(
     build_dir: Path,
     units: Sequence[tuple[str, Sequence[codegen.ExportedFunction]]],
     config: BuildConfig,

@@ -10,6 +10,7 @@ warm load neither runs nor reads a compiler.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ from typing import NamedTuple
 
 from ..errors import ToolchainError
 from ..paths import jaxlib_install
-from ..store.files import file_digest, remembered
+from ..store.files import FileStat, file_digest, remembered
 
 __all__ = [
     "forget",
@@ -49,13 +50,12 @@ class Compiler(NamedTuple):
 
 def _identity(path: str) -> str:
     """``path``, its ``--version`` banner and the SHA-256 of its content,
-    remembered per (path, size, mtime, ctime)."""
-    st = os.stat(path)
-    return _identity_cached(path, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    remembered per (path, stat)."""
+    return _identity_cached(path, FileStat.of(path))
 
 
 @functools.lru_cache(maxsize=None)
-def _identity_cached(path: str, size: int, mtime_ns: int, ctime_ns: int) -> str:
+def _identity_cached(path: str, stat: FileStat) -> str:
     # The content hash tells apart two executables with one banner: a compiler
     # wrapper edited in place, a rebuilt compiler of the same version.
     def ask() -> str:
@@ -283,7 +283,6 @@ def jax_ffi_include_dir() -> str:
     Found next to the installed ``jaxlib`` without importing it (inference
     runs without jax), else asked from ``jax.ffi.include_dir()``.
     """
-    import importlib.util
 
     spec = importlib.util.find_spec("jaxlib")
     for base in (spec.submodule_search_locations or []) if spec else []:

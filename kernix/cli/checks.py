@@ -40,7 +40,7 @@ def source_problem(paths: Sequence[str], language: str | None, *, once: bool = F
             if os.path.splitext(path)[1].lower() not in LANGUAGES_BY_EXTENSION:
                 return unknown_extension(path, "pass --cuda or --cpp")
     if once:
-        from ..filenames import repeated_source
+        from ..paths import repeated_source
 
         return repeated_source(paths)
     return None
@@ -64,7 +64,7 @@ def output_file_problem(path: str, name: str, sources: Sequence[str] = ()) -> st
     for source in sources:
         if os.path.exists(path) and os.path.exists(source) and os.path.samefile(path, source):
             return f"-o {path} is the source {source}: writing it would overwrite the code; name another file"
-    from ..filenames import directory_problem
+    from ..paths import directory_problem
 
     problem = directory_problem(os.path.dirname(os.path.abspath(path)))
     if problem is None:

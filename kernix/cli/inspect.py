@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..filenames import printable, utf8_problem
+from ..paths import printable, utf8_problem
 from .args import Arg, Command, inference_options, source_args
 from .checks import source_problem
 from .output import error_line, print_error
@@ -125,7 +125,7 @@ def _infer_one(path: str, options: dict[str, Any]) -> dict[str, Any]:
 def _cached(path: str, options: dict[str, Any]) -> dict[str, Any] | None:
     """One file's result from the spec cache, as JSON, or ``None``: neither
     the parser nor the spec classes are imported for it."""
-    from ..frontend.lookup import look_up
+    from ..frontend.speccache import look_up
 
     payload = look_up(path, options["language"], options["include_dirs"], options["defines"], options["flags"]).payload
     if payload is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from ..filenames import printable
+from ..paths import printable
 
 TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
 if TYPE_CHECKING:

@@ -7,6 +7,7 @@ specifiers in between.  Each result is a :class:`Target`.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -15,8 +16,9 @@ from ..errors import ArgSpecError, SourceError
 from ..names import is_identifier
 from ..spec import parse_arg_spec
 from .annotations import Annotation
-from .refusal import MEMBER_KINDS, is_member, refusal
-from .tu import in_file
+from .classify import qualified_name
+from .refusal import MEMBER_KINDS, declaration, is_member, refusal
+from .tu import in_file, in_system_header
 
 __all__ = [
     "Target", "function_cursors", "bind_annotations", "annotated_targets", "requested_targets", "NOT_DECLARED",
@@ -168,7 +170,6 @@ def bind_annotations(raw: bytes, annotations: list[Annotation], cursors: list[An
     comment between the return type and the name takes the annotation's place.)
     Returns annotation line -> cursor.
     """
-    import bisect
 
     starts_of = line_starts(raw)
 
@@ -313,7 +314,6 @@ DECLARED_IN_HEADER = "declared_in_header"
 
 def _in_user_header(tu: Any, path: str, name: str) -> Any | None:
     """A declaration of function ``name`` in a header ``path`` includes (not a system header), or ``None``."""
-    from .tu import in_system_header
 
     def find(scope: Any) -> Any | None:
         for c in scope.get_children():
@@ -333,8 +333,6 @@ def _in_user_header(tu: Any, path: str, name: str) -> Any | None:
 
 def _header_hint(tu: Any, path: str, name: str) -> str:
     """For a requested name only an included header declares: where, and the declaration to add."""
-    from .classify import qualified_name
-    from .refusal import declaration
 
     found = _in_user_header(tu, path, name)
     if found is None:

@@ -36,8 +36,10 @@ libclang-ng 22, g++ 12 and CUDA 13):
 
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -45,8 +47,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import SourceError
-from ..store.files import remembered
+from ..backend.toolchain import cuda_include_dirs, host_compiler_path
+from ..errors import SourceError, ToolchainError
+from ..paths import cache_root, include_dir
+from ..store.files import FileStat, atomic_write, content_key, remembered
+from ..store.trust import is_private, makedirs
 from . import compiler_view
 from .libclang import cindex
 from .prelude import CUDA_PRELUDE_REAL, CUDA_PRELUDE_STUB, SPACE_MARKERS
@@ -58,7 +63,7 @@ __all__ = [
     "parse",
     "host_cxx_include_dirs",
     "ffi_include_dir",
-    "clang_fingerprint",
+    "clang_identity",
     "compiler_view_of",
     "is_under",
     "system_dirs",
@@ -94,8 +99,6 @@ class ParseOptions:
 
 def _cxx() -> str | None:
     """The host compiler the build uses (see :func:`kernix.backend.toolchain.find_host_compiler`)."""
-    from ..backend.toolchain import host_compiler_path
-    from ..errors import ToolchainError
 
     try:
         return host_compiler_path()
@@ -152,21 +155,19 @@ def ffi_include_dir() -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def cuda_dirs() -> tuple[str, ...]:
-    from ..backend.toolchain import cuda_include_dirs
 
     return tuple(cuda_include_dirs())
 
 
 @functools.lru_cache(maxsize=None)
-def clang_fingerprint() -> str:
-    """Identifies the libclang build (path, size, mtime), without loading it."""
+def clang_identity() -> str:
+    """Identifies the libclang build (``path:inode:size:mtime_ns:ctime_ns``), without loading it."""
     spec = importlib.util.find_spec("clang")
     parts = []
     for base in (spec.submodule_search_locations or []) if spec else []:
         lib = os.path.join(base, "native", "libclang.so")
         if os.path.exists(lib):
-            st = os.stat(lib)
-            parts.append(f"{lib}:{st.st_size}:{st.st_mtime_ns}")
+            parts.append(":".join(map(str, [lib, *FileStat.of(lib)])))
     return ",".join(parts)
 
 
@@ -208,7 +209,6 @@ def parse_flags(options: ParseOptions) -> list[str]:
     used: it enforces clang's host/device overloading rules, which nvcc's
     front end does not, and would reject the toolkit's own headers.
     """
-    from ..paths import include_dir
 
     view = compiler_view_of(options)
     if view is None and options.language == "cuda":
@@ -261,7 +261,6 @@ def _index() -> Any:
     """The libclang index every parse uses, disposed of when the interpreter
     exits: left to the interpreter's last clean-up, its finalizer may run
     after libclang's bindings are gone and print an ignored exception."""
-    import atexit
 
     index = cindex().Index.create()
     atexit.register(_index.cache_clear)
@@ -316,7 +315,6 @@ def leading_includes(raw: bytes, quote_dirs: Sequence[str] | None) -> list[str]:
 
 def _quote_dirs(path: str, options: ParseOptions) -> list[str]:
     """Where a ``"..."`` include of ``path`` is looked for, in the compiler's order."""
-    from ..paths import include_dir
 
     dirs = [os.path.dirname(path), *options.include_dirs]
     it = iter(options.flags)
@@ -331,9 +329,8 @@ def _quote_dirs(path: str, options: ParseOptions) -> list[str]:
 
 
 def _pch_path(root: Path, flags: list[str], prelude: str) -> Path:
-    from ..store.files import content_key
 
-    key = content_key(["prelude-pch", 2, clang_fingerprint(), flags], prelude.encode())
+    key = content_key(["prelude-pch", 2, clang_identity(), flags], prelude.encode())
     return root / "toolchain" / f"prelude-{key[:24]}.pch"
 
 
@@ -351,12 +348,9 @@ def _build_pch(flags: list[str], prelude: str, target: Path, toolchain_dirs: tup
     (a user's header): the plain parse then reports it.  The headers it read
     are written beside it, so the spec cache still watches them.
     """
-    import json
 
     import clang.cindex as ci
 
-    from ..store.files import atomic_write
-    from ..store.trust import makedirs
 
     header_flags = ["-x", "c++-header", *flags[2:]]
     tu = _index().parse(PRELUDE_PATH, args=header_flags, unsaved_files=[(PRELUDE_PATH, prelude)],
@@ -382,7 +376,6 @@ def _prelude_pch(flags: tuple[str, ...], prelude: str, toolchain_dirs: tuple[str
                  rebuild: bool = False) -> tuple[str, tuple[str, ...]] | None:
     """A precompiled prelude for ``flags`` and the headers it holds (built once,
     kept beside the toolchain memo under the cache root), or ``None``."""
-    from ..paths import cache_root
 
     if rebuild:  # what this process remembered is stale
         _prelude_pch_in.cache_clear()
@@ -392,9 +385,7 @@ def _prelude_pch(flags: tuple[str, ...], prelude: str, toolchain_dirs: tuple[str
 @functools.lru_cache(maxsize=64)
 def _prelude_pch_in(root: str, flags: tuple[str, ...], prelude: str, toolchain_dirs: tuple[str, ...],
                     rebuild: bool) -> tuple[str, tuple[str, ...]] | None:
-    import json
 
-    from ..store.trust import is_private
 
     base = [f for f in flags if f not in ("-include", PRELUDE_PATH)]
     target = _pch_path(Path(root), base, prelude)

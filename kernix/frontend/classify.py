@@ -9,6 +9,7 @@ names the parameter and says how to fix it.
 
 from __future__ import annotations
 
+import keyword
 import re
 from typing import Any
 
@@ -182,7 +183,6 @@ def _classify(p: Any, index: int, fname: str) -> Param:
         raise _Reject(
             f"{where}: {pname!r} is reserved by the Python callable (its keyword arguments are "
             f"{', '.join(sorted(RESERVED_ATTR_NAMES))}), so it cannot name an attribute; rename the parameter")
-    import keyword
 
     if keyword.iskeyword(pname):
         raise _Reject(

@@ -27,11 +27,15 @@ import os
 import shlex
 import subprocess
 from dataclasses import dataclass
+from typing import Sequence
 
+from ..backend.toolchain import host_compiler_path, nvcc_path_or_none
+from ..compiler_flags import preprocessor_flags
+from ..errors import ToolchainError
 from ..store.files import content_key, remembered
 
 __all__ = [
-    "CompilerView", "NVCC_BUILD_FLAGS", "TYPE_FLAGS", "changes_macros", "changes_types", "host_macros",
+    "CompilerView", "NVCC_BUILD_FLAGS", "TYPE_FLAGS", "inference_flags", "changes_macros", "changes_types", "host_macros",
     "nvcc_host_pass", "view", "macro_flags", "parse_dm", "forget",
 ]
 
@@ -183,6 +187,31 @@ def _split_host_pass(argv: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def inference_flags(
+    include_dirs: Sequence[str], extra_cflags: Sequence[str], optimization_level: int, fast_math: bool
+) -> tuple[str, ...]:
+    """What inference must see of a build's flags: include directories (user
+    paths first, as for the compiler), defines, undefines, forced includes and
+    the language standard, then the code-generation flags that change the
+    compiler's predefined macros (``-O3``: ``__OPTIMIZE__``, ``-ffast-math``,
+    ``-march=``, ``-fopenmp``, ``-pthread``...; see :func:`changes_macros`).
+
+    Parameters
+    ----------
+    include_dirs
+        The build's include directories, absolute.
+    extra_cflags
+        The user's compiler flags (paths absolute).
+    optimization_level
+        The build's ``-O`` level.
+    fast_math
+        Whether the host compiler gets ``-ffast-math`` (a C++ build with ``use_fast_math``).
+    """
+    build = [f"-O{optimization_level}", *(["-ffast-math"] if fast_math else []), *extra_cflags]
+    codegen = tuple(f for f in build if changes_macros(f))
+    return tuple(f"-I{d}" for d in include_dirs) + preprocessor_flags(extra_cflags) + codegen
+
+
 def changes_macros(flag: str) -> bool:
     """Whether ``flag`` is a code-generation flag that can change the host
     compiler's predefined macros (``-O3``: ``__OPTIMIZE__``; ``-ffast-math``:
@@ -220,8 +249,6 @@ def _std_of(flags: tuple[str, ...]) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _view(language: str, std: str, codegen: tuple[str, ...]) -> CompilerView | None:
-    from ..backend.toolchain import host_compiler_path, nvcc_path_or_none
-    from ..errors import ToolchainError
 
     try:
         cxx = host_compiler_path()

@@ -29,8 +29,18 @@ from ..errors import ArgSpecError, InferenceError, SourceError
 from ..languages import LANGUAGES_BY_EXTENSION, language_of
 from ..spec import FunctionSpec, check_spec_matches, normalize_functions
 from . import speccache
-from .clangparse import ParseOptions
-from .lookup import look_up
+from .annotations import find_annotations
+from .binding import (
+    annotated_targets,
+    bind_annotations,
+    function_cursors,
+    requested_targets,
+)
+from .clangparse import ParseOptions, parse
+from .classify import function_spec
+from .signatures import annotate_spec
+from .speccache import look_up
+from .tu import dependencies, error_diagnostics, skipped_ranges
 
 if TYPE_CHECKING:
     from .binding import Target
@@ -162,12 +172,6 @@ def infer_source(
     """
     text = raw.decode("utf-8", errors="replace")
     # The parsing side loads here: a spec-cache hit needs none of it.
-    from .annotations import find_annotations
-    from .binding import annotated_targets, bind_annotations, function_cursors, requested_targets
-    from .classify import function_spec
-    from .clangparse import parse
-    from .signatures import annotate_spec
-    from .tu import dependencies, error_diagnostics, skipped_ranges
 
     tu = parse(path, options, raw=raw)
     errors: list[SourceError] = error_diagnostics(tu, options)

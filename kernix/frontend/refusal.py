@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from ..errors import SourceError
+from .prelude import SPACE_ANNOTATIONS
 
 __all__ = ["MEMBER_KINDS", "is_member", "execution_spaces", "declaration", "refusal"]
 
@@ -45,7 +46,6 @@ def execution_spaces(cursor: Any) -> set[str]:
     leave (:data:`kernix.frontend.prelude.SPACE_ANNOTATIONS`), or from
     clang's own CUDA attributes when the parse runs in clang's CUDA mode.
     """
-    from .prelude import SPACE_ANNOTATIONS
 
     spaces: set[str] = set()
     for child in cursor.get_children():

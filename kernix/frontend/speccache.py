@@ -1,45 +1,145 @@
-"""The on-disk cache of inferred specs.
+"""The spec cache: one file's inferred specs, found again without the parser.
 
-An entry lives at ``<cache root>/specs/<key[:2]>/<key>.rec`` where ``key`` is
-the store's content key (:func:`kernix.store.files.content_key`) over
-everything the parse depends on except the headers: kernix's version, the
-libclang build, the language, the exact flags and the source bytes.  The
-headers the parse read are stored in the entry with their size, ``mtime_ns``
-and sha256; a look-up re-checks them (size and mtime first, the hash only when
-those changed) so an edited header is a miss, without parsing.
+:func:`look_up` reads the source, resolves its options, works out the
+spec-cache key and reads the cached result.  The key is the store's content
+key (:func:`kernix.store.files.content_key`) over everything the parse
+depends on except the headers: kernix's version, the parse set-up (libclang's
+identity, its command line and the CUDA prelude), the language, the
+requested functions and the source bytes.  The headers the parse read are
+stored in the entry (:func:`kernix.store.files.file_versions`); a look-up
+re-checks them so that an edited header is a miss, without parsing.
 
-A cached spec ends up in generated C++, so an entry is read only when no other
-user could have written it (:mod:`kernix.store.trust`), and its specs are
-validated again on the way in (:meth:`kernix.spec.FunctionSpec.from_json`).
-An entry is a record (:mod:`kernix.store.files`): a dict of ``format``,
-``key``, ``dependencies`` (fingerprints) and ``payload`` (the
-:meth:`~kernix.frontend.infer.InferResult.to_json` form).
-Entries are written atomically; a damaged, untrusted or unreadable entry is a
-miss, never an error.  Pure Python: a warm look-up neither imports libclang
-nor runs a compiler.
+The parse set-up needs the toolchain to work out (the host compiler, nvcc,
+the CUDA and jaxlib headers, what the compilers predefine: see
+:mod:`kernix.frontend.compiler_view`), so it is remembered in the direct
+index (:mod:`kernix.store.direct`, records under ``direct/.parse/``) under a
+fingerprint of the options, the kernix, Python and environment that steer the
+search, with the identity of the files it came from.  A warm ``kernix
+inspect`` or load therefore neither searches for tools nor imports libclang
+(:mod:`kernix.frontend.clangparse` is imported only when the set-up is worked
+out: importing libclang's bindings costs about 10 ms).
+
+An entry lives at ``<cache root>/specs/<key[:2]>/<key>.rec``: a record
+(:mod:`kernix.store.files`) holding ``format``, ``key``, ``dependencies`` and
+``payload`` (the :meth:`~kernix.frontend.infer.InferResult.to_json` form).
+A cached spec ends up in generated C++, so an entry is read only when no
+other user could have written it (:mod:`kernix.store.trust`), and its specs
+are validated again on the way in (:meth:`kernix.spec.FunctionSpec.from_json`).
+Entries are written atomically; a damaged, untrusted or stale entry is a
+miss, never an error.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
 
-from ..store.files import content_key, fingerprints, fingerprints_current, read_record, write_record
+from .. import __version__
+from ..backend import toolchain
+from ..errors import KernixError, ToolchainError
+from ..languages import language_of
+from ..paths import absolute, cache_root, printable, utf8_problem
+from ..store import direct
+from ..store.files import (
+    content_key,
+    file_versions,
+    read_record,
+    versions_current,
+    write_record,
+)
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    from typing import Any, Iterable
-
-__all__ = ["make_key", "load", "store", "entry_path"]
+__all__ = ["SpecLookup", "look_up", "load", "store", "entry_path", "parse_setup"]
 
 # 6: specs carry the function type; 7: dependencies record ctime_ns; 8: clang sees the type flags;
 # 9: an error records its reason (a requested name the file does not declare: "not_declared");
-# 10: one only an included header declares has its own reason ("declared_in_header")
-_FORMAT = 10
+# 10: one only an included header declares has its own reason ("declared_in_header");
+# 11: dependencies are file versions (with the inode)
+_FORMAT = 11
+
+_SETUP_SPACE = ".parse"  # the direct index's records of parse set-ups
+
+# Where libclang's Python bindings and jaxlib are found first decides the set-up.
+_BINDINGS = ("clang", "clang.py", "jaxlib")
 
 
-def make_key(parts: Iterable[Any], source: bytes) -> str:
-    """The content key over ``parts`` and the source bytes."""
-    return content_key([_FORMAT, *parts], source)
+@dataclass(frozen=True)
+class SpecLookup:
+    """The outcome of one look-up.
+
+    Attributes
+    ----------
+    path
+        The source file, absolute.
+    language
+        ``"cuda"`` or ``"cpp"``.
+    source
+        Its bytes, as read for the key.
+    include_dirs, defines, flags
+        The parse options, resolved (include directories absolute).
+    root
+        The cache root.
+    key
+        The spec-cache key (``None`` when the cache is not used).
+    payload
+        The cached result (:meth:`kernix.InferResult.to_json` form), or ``None``.
+    """
+
+    path: str
+    language: str
+    source: bytes
+    include_dirs: tuple[str, ...]
+    defines: tuple[str, ...]
+    flags: tuple[str, ...]
+    root: str
+    key: str | None
+    payload: dict[str, Any] | None
+
+
+def look_up(
+    path: str | os.PathLike[str],
+    language: str | None = None,
+    include_dirs: Sequence[str] = (),
+    defines: Sequence[str] = (),
+    flags: Sequence[str] = (),
+    wanted: list[Any] | None = None,
+    use_cache: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> SpecLookup:
+    """Look ``path`` up in the spec cache (arguments as for
+    :func:`kernix.frontend.infer.infer_file`; ``wanted`` is the requested
+    functions in key form, ``[[name, arg_spec or None], ...]``, or ``None``).
+
+    Raises
+    ------
+    KernixError
+        When the file cannot be read, its path is not valid UTF-8 or its
+        language is unknown.
+    """
+    path = os.path.abspath(os.fspath(path))
+    problem = utf8_problem(path)
+    if problem is not None:
+        raise KernixError(f"cannot parse {printable(path)}: {problem}")
+    if language is None:
+        language = language_of(path)
+    elif language not in ("cuda", "cpp"):
+        raise KernixError(f"language must be 'cuda' or 'cpp', not {language!r}")
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError as exc:
+        raise KernixError(f"cannot read {path}: {exc.strerror or exc}") from None
+    include_dirs = tuple(os.path.abspath(d) for d in include_dirs)
+    defines = tuple(str(d) for d in defines)
+    flags = tuple(str(f) for f in flags)
+    root = absolute(cache_dir) if cache_dir is not None else str(cache_root())
+    key = payload = None
+    if use_cache:
+        setup = parse_setup(language, include_dirs, defines, flags, root)
+        key = content_key([_FORMAT, __version__, *setup, path, language, wanted], source)
+        payload = load(root, key)
+    return SpecLookup(path, language, source, include_dirs, defines, flags, root, key, payload)
 
 
 def entry_path(root: str | os.PathLike[str], key: str) -> str:
@@ -47,13 +147,13 @@ def entry_path(root: str | os.PathLike[str], key: str) -> str:
     return os.path.join(root, "specs", key[:2], f"{key}.rec")
 
 
-def load(root: str | os.PathLike[str], key: str) -> dict[str, Any] | None:
+def load(root: str, key: str) -> dict[str, Any] | None:
     """The stored payload for ``key``, or ``None`` (missing, damaged, stale or untrusted)."""
     try:
         data = read_record(entry_path(root, key), root)  # (untrusted: a ValueError)
         if data.get("format") != _FORMAT or data.get("key") != key:
             return None
-        if not fingerprints_current(data["dependencies"]):
+        if not versions_current(data["dependencies"]):
             return None
         return data["payload"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -61,12 +161,74 @@ def load(root: str | os.PathLike[str], key: str) -> dict[str, Any] | None:
 
 
 def store(root: str | os.PathLike[str], key: str, payload: dict[str, Any], dependencies: Iterable[str]) -> None:
-    """Store ``payload`` under ``key``, recording ``dependencies``' fingerprints.
+    """Store ``payload`` under ``key``, recording the version of each file of ``dependencies``.
 
     Failures to write are ignored: the cache is an optimisation only.
     """
     try:
-        prints = fingerprints(dependencies)
+        versions = file_versions(dependencies)
     except OSError:  # a header gone since the parse: nothing to vouch for
         return
-    write_record(entry_path(root, key), {"format": _FORMAT, "key": key, "dependencies": prints, "payload": payload})
+    write_record(entry_path(root, key), {"format": _FORMAT, "key": key, "dependencies": versions, "payload": payload})
+
+
+def parse_setup(
+    language: str, include_dirs: tuple[str, ...], defines: tuple[str, ...], flags: tuple[str, ...], root: str
+) -> list[Any]:
+    """``[libclang identity, parse flags, CUDA prelude text or None]`` for
+    these options (see :func:`kernix.frontend.clangparse.parse_flags`), from
+    the direct index under ``root`` when it holds, else worked out and
+    remembered."""
+    fingerprint = content_key({
+        "direct": direct.DIRECT_FORMAT,
+        "kernix": [__version__, __file__],
+        "python": [sys.implementation.cache_tag, sys.prefix, _import_roots()],
+        "options": [language, include_dirs, defines, flags],
+        "environment": {v: os.environ.get(v) for v in direct.TOOL_ENVIRONMENT},
+    })
+    found = direct.lookup(root, _SETUP_SPACE, fingerprint, valid=_is_setup, what="inference set-up")
+    if found is not None:
+        return found
+    from . import clangparse  # imports libclang: only when the set-up is worked out
+
+    options = clangparse.ParseOptions(language, include_dirs, defines, flags)
+    files = direct.file_stats(_setup_files(clangparse))  # before the answer they vouch for
+    setup = [clangparse.clang_identity(), clangparse.parse_flags(options), clangparse.prelude_text(options)]
+    direct.record(root, _SETUP_SPACE, fingerprint, setup, files, what="inference set-up")
+    return setup
+
+
+def _is_setup(value: Any) -> bool:
+    """``[libclang identity, [flag, ...], prelude or None]``."""
+    return (
+        isinstance(value, list) and len(value) == 3 and isinstance(value[0], str)
+        and isinstance(value[1], list) and all(isinstance(f, str) for f in value[1])
+        and (value[2] is None or isinstance(value[2], str))
+    )
+
+
+def _import_roots() -> list[str]:
+    """The ``sys.path`` entries (absolute) that hold libclang's Python bindings
+    or jaxlib, in order: which of them are found first decides the set-up;
+    the other entries (the current or the script's directory, for one)
+    cannot change it."""
+    roots = []
+    for entry in sys.path:
+        entry = os.path.abspath(entry)
+        if any(os.path.exists(os.path.join(entry, name)) for name in _BINDINGS):
+            roots.append(entry)
+    return roots
+
+
+def _setup_files(clangparse: Any) -> list[str]:
+    """The files the set-up is worked out from: the compilers, libclang,
+    jaxlib's FFI header, and the directories searched for compilers."""
+    files = [part.rsplit(":", 4)[0] for part in clangparse.clang_identity().split(",") if part]
+    ffi = clangparse.ffi_include_dir()
+    if ffi:
+        files.append(os.path.join(ffi, "xla", "ffi", "api", "ffi.h"))
+    try:
+        files += toolchain.compiler_paths(cuda=toolchain.nvcc_path_or_none() is not None)
+    except ToolchainError:  # no host compiler: the parse has no compiler view to vouch for
+        pass
+    return files + direct.search_dirs()

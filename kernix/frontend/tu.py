@@ -3,12 +3,21 @@ what the preprocessor skipped, which files it read."""
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 from typing import Any
 
-from ..errors import SourceError
-from .clangparse import PRELUDE_PATH, ParseOptions, compiler_view_of, is_under, system_dirs
+from ..backend.toolchain import check_host_compiler
+from ..errors import SourceError, ToolchainError
+from ..interface import running_command
+from .clangparse import (
+    PRELUDE_PATH,
+    ParseOptions,
+    compiler_view_of,
+    is_under,
+    system_dirs,
+)
 
 __all__ = ["error_diagnostics", "in_file", "in_system_header", "skipped_ranges", "dependencies"]
 
@@ -55,9 +64,6 @@ def _missing_header_hint(header: str) -> str:
     """Where ``header`` was looked for, and the option that adds a directory; or,
     when the host C++ compiler (which gives the standard headers) does not
     work, what is wrong with it."""
-    from ..backend.toolchain import check_host_compiler
-    from ..errors import ToolchainError
-    from ..interface import running_command
 
     try:
         check_host_compiler()
@@ -73,7 +79,6 @@ def _missing_header_hint(header: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _lib() -> Any:
-    import ctypes
 
     import clang.cindex as ci
 

@@ -4,23 +4,23 @@ per source, then reconciled as one module.
 :func:`infer_units` gives each source's specs; with several sources, the
 functions an explicit ``functions=`` names but no file annotates are looked
 up in whichever source declares them, and every name must be unique across
-the module.  The miss path of a load (:mod:`kernix.build`) and ``kernix
+the module.  The miss path of a load (:mod:`kernix.compilation`) and ``kernix
 build`` (:mod:`kernix.prebuilt.build`) both infer through it.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Sequence
 
-from ..errors import InferenceError, KernixError
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    from pathlib import Path
-    from typing import Sequence
-
-    from ..errors import SourceError
-    from ..spec import FunctionSpec, Requested
+from ..errors import InferenceError, KernixError, SourceError
+from ..paths import include_dir
+from ..spec import FunctionSpec, Requested, check_spec_matches
+from .annotations import find_annotations
+from .binding import DECLARED_IN_HEADER, NOT_DECLARED
+from .infer import infer_file
+from .signatures import check_unique_names, raise_for_vjp_pairs
 
 __all__ = ["infer_units"]
 
@@ -60,9 +60,6 @@ def infer_units(
         When nothing is exported, or a requested function is declared by no
         source or by several.
     """
-    from ..spec import check_spec_matches
-    from .infer import infer_file  # libclang: only when building
-    from .signatures import check_unique_names, raise_for_vjp_pairs
 
     units: list[tuple[Path, list[FunctionSpec]]] = []
     errors: list[SourceError] = []
@@ -123,8 +120,6 @@ def _find_unannotated(
         declares it, with the declaration to add), or that several do (the fix:
         annotate the one to export).
     """
-    from .binding import DECLARED_IN_HEADER, NOT_DECLARED
-    from .infer import infer_file
 
     where: dict[str, list[tuple[int, FunctionSpec]]] = {n: [] for n in wanted}
     errors: list[SourceError] = []
@@ -161,8 +156,6 @@ def _find_unannotated(
 def _header_annotations_hint(headers: list[str]) -> str:
     """What to say of ``// @BE`` annotations in the included ``headers``, which are
     not read (a module exports what its source files annotate); ``""`` if none."""
-    from ..paths import include_dir
-    from .annotations import find_annotations
 
     own = str(include_dir()) + os.sep
     found = []

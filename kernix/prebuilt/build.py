@@ -18,9 +18,17 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from .. import __version__
+from ..backend import codegen, toolchain
+from ..backend.arch import arch_key
+from ..backend.ninja import compile_library
+from ..compilation import build_config, exported_units
 from ..errors import KernixError, OptionError, PrebuiltError, SourceNotFoundError
-from ..languages import Language, language_of
-from ..filenames import directory_problem, repeated_source
+from ..interface import running_command
+from ..languages import LANGUAGES_BY_EXTENSION, Language, language_of, unknown_extension
+from ..loaders import default_module_name
+from ..paths import directory_problem, repeated_source
+from ..request import make_request
+from ..store.files import file_digest
 from .format import MANIFEST_NAME, PrebuiltManifest, ffi_api_of, headers_root
 
 __all__ = ["build_module"]
@@ -32,8 +40,6 @@ def _arguments_problem(paths: Sequence[str], language: str | None, arch: object,
     worded for the interface in use (``language='cuda'`` or ``--cuda``,
     ``output_dir`` or ``-o``) and naming the paths as given.  Missing sources
     are checked before."""
-    from ..interface import running_command
-    from ..languages import LANGUAGES_BY_EXTENSION, unknown_extension
 
     command_line = running_command() is not None
     if language is None:
@@ -68,7 +74,6 @@ def source_headers(sources: Sequence[Path], dependencies: Sequence[str]) -> tupl
     sources; the others (other include directories, the toolchain's and
     jaxlib's headers, kernix's own) are left out, so a module moved to
     another machine names no path of this one."""
-    from ..store.files import file_digest
 
     own = {os.path.abspath(s) for s in sources}
     dirs = tuple(os.path.join(os.path.dirname(p), "") for p in own)
@@ -84,8 +89,6 @@ def source_headers(sources: Sequence[Path], dependencies: Sequence[str]) -> tupl
 def _fatbin_archs(library: Path) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """``(sass, ptx)`` architectures that ``cuobjdump`` finds in ``library``, or
     ``None`` when cuobjdump is not available or fails."""
-    from ..backend import toolchain
-    from ..arch import arch_key
 
     try:
         tool = Path(toolchain.find_nvcc().path).with_name("cuobjdump")
@@ -236,12 +239,6 @@ def build_module(
         sources, or an ``output_dir`` that cannot be a directory (a file in its
         place or in its path).
     """
-    from ..build import build_config, exported_units
-    from ..backend import codegen, toolchain
-    from ..backend.ninja import build_module as ninja_build
-    from ..loaders import default_module_name
-    from ..request import make_request
-    from ..store.files import file_digest
 
     paths = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else list(map(os.fspath, sources))
     if not paths:
@@ -284,7 +281,7 @@ def build_module(
     if config.platform == "cuda":
         compilers.append(toolchain.find_nvcc().identity)
     with tempfile.TemporaryDirectory(prefix=f"kernix-build-{name}-") as work:
-        result = ninja_build(Path(work), exported, config, workers=workers, verbose=verbose)
+        result = compile_library(Path(work), exported, config, workers=workers, verbose=verbose)
         built = result.so_path
         headers = source_headers(srcs, result.dependencies)
         digest = file_digest(built)

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from .. import loaders
 from ..errors import PrebuiltError
 from ..languages import language_of
 from ..runtime.module import CompiledModule
@@ -96,7 +97,6 @@ def load_or_build(
     if not quiet:
         print(f"kernix: the prebuilt module {prebuilt_dir} cannot be used here ({why}); "
               "building it from its sources instead", file=sys.stderr)
-    from .. import loaders
 
     if name is None and manifest is not None:
         name = manifest.name

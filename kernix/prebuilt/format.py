@@ -54,6 +54,7 @@ from ..errors import KernixError, PrebuiltError
 from ..languages import JAX_PLATFORMS
 from ..names import handlers_problem
 from ..spec import FunctionSpec
+from ..store.files import atomic_write
 
 __all__ = [
     "PREBUILT_FORMAT",
@@ -234,7 +235,6 @@ class PrebuiltManifest:
 
     def write(self) -> None:
         """Write the manifest into :attr:`directory` (indented: it is meant to be read)."""
-        from ..store.files import atomic_write
 
         atomic_write(self.directory / MANIFEST_NAME, (json.dumps(self.to_json(), indent=1) + "\n").encode(),
                      durable=False)

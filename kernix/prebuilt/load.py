@@ -15,14 +15,19 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import __version__
-from ..runtime import registry
 from ..errors import PrebuiltError
-from ..filenames import ancestors
+from ..paths import ancestors
+from ..runtime import registry
+from ..runtime.module import CompiledModule
 from ..store import elf, trust
 from ..store.files import file_digest
-from ..runtime.module import CompiledModule
 from .format import (
-    MANIFEST_NAME, PrebuiltManifest, arch_problem, ffi_api_problem, headers_root, kernix_version_problem,
+    MANIFEST_NAME,
+    PrebuiltManifest,
+    arch_problem,
+    ffi_api_problem,
+    headers_root,
+    kernix_version_problem,
     running_ffi_api,
 )
 

@@ -34,6 +34,7 @@ from setuptools import Distribution
 from setuptools.command.build_py import build_py as _build_py
 
 from ..languages import language_of
+from .build import build_module
 
 __all__ = ["build_py", "BinaryDistribution", "kernix_setup_kwargs", "read_modules"]
 
@@ -72,7 +73,6 @@ class build_py(_build_py):
         super().run()
         if os.environ.get("KERNIX_SKIP_PREBUILT") == "1" or getattr(self, "editable_mode", False):
             return
-        from .build import build_module
 
         root = Path.cwd()
         for mod in read_modules(root):

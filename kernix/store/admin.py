@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import CacheError
-from ..filenames import printable
+from ..interface import running_command
 from ..names import check_module_name, is_module_name
-from ..paths import cache_root
+from ..paths import cache_root, printable
 from .files import source_module
 from .lock import build_lock
 from .manifest import Manifest, ManifestError
@@ -207,7 +207,6 @@ class _Clearing:
         """
         if not self.failures:
             return
-        from ..interface import running_command
 
         path, exc = self.failures[0]
         more = len(self.failures) - 1

@@ -35,27 +35,24 @@ anything else about it that is off is a miss, never an error.
 from __future__ import annotations
 
 import os
+from typing import Any, Callable, Iterable, Sequence
 
-from .files import UntrustedRecord, read_record, write_record
+from .. import report
+from .files import FileStat, UntrustedRecord, read_record, write_record
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable, Sequence
-
-__all__ = ["DIRECT_FORMAT", "TOOL_ENVIRONMENT", "identities", "search_dirs", "lookup", "record", "records"]
+__all__ = ["DIRECT_FORMAT", "TOOL_ENVIRONMENT", "file_stats", "search_dirs", "lookup", "record", "records"]
 
 DIRECT_FORMAT = 2
 
 #: The environment variables that steer the search for compilers, CUDA and the GPU architecture.
 TOOL_ENVIRONMENT = ("PATH", "CXX", "KERNIX_NVCC", "CUDA_HOME", "CUDA_PATH", "KERNIX_CUDA_ARCH", "KERNIX_CUDA_ARCH_LIST")
 
-def _identity(path: str) -> list[Any]:
-    """``[path, inode, size, mtime_ns, ctime_ns]`` (inode -1: missing)."""
+def _file_stat(path: str) -> list[Any]:
+    """``[path, inode, size, mtime_ns, ctime_ns]`` (:class:`~kernix.store.files.FileStat`; inode -1: missing)."""
     try:
-        st = os.stat(path)
+        return [path, *FileStat.of(path)]
     except OSError:
         return [path, -1, 0, 0, 0]
-    return [path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def search_dirs() -> list[str]:
@@ -65,9 +62,9 @@ def search_dirs() -> list[str]:
     return list(dict.fromkeys(d for d in os.environ.get("PATH", "").split(os.pathsep) if d))
 
 
-def identities(paths: Iterable[str]) -> list[list[Any]]:
-    """The identity of each path, now: take them *before* computing the key they vouch for."""
-    return [_identity(p) for p in paths]
+def file_stats(paths: Iterable[str]) -> list[list[Any]]:
+    """The stat of each path, now: take them *before* computing the answer they vouch for."""
+    return [_file_stat(p) for p in paths]
 
 
 def records(root: str | os.PathLike[str], space: str) -> str:
@@ -88,8 +85,6 @@ def lookup(
     not usable); a miss is logged as ``"<what>: direct miss: <why>"``."""
     value, why = _read(root, _record_path(root, space, fingerprint), fingerprint, valid)
     if value is None:
-        from .. import report  # (a hit says nothing: the warm paths do not import it for that)
-
         report.note(f"{what}: direct miss: {why}", verbose=verbose)
     return value
 
@@ -113,7 +108,7 @@ def _read(
         if not valid(value):
             return None, "a record without a usable answer"
         for recorded in data["files"]:
-            if _identity(recorded[0]) != recorded:
+            if _file_stat(recorded[0]) != recorded:
                 return None, f"{recorded[0]} changed"
     except (KeyError, TypeError, IndexError):
         return None, "a damaged record"
@@ -125,11 +120,10 @@ def record(
     verbose: bool = False,
 ) -> None:
     """Remember ``value`` for ``fingerprint`` in ``space``; ``files`` are
-    :func:`identities` taken before the value was computed.  Failing to
+    The :func:`file_stats` taken before the value was computed.  Failing to
     remember is not an error."""
     data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": list(files)}
     if not write_record(_record_path(root, space, fingerprint), data):
         return
-    from .. import report
 
     report.note(f"{what}: direct record {fingerprint[:16]}", verbose=verbose)

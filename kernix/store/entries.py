@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .files import atomic_write, file_digest, fingerprints_current
+from ..errors import CacheError
+from .files import FileStat, atomic_write, file_digest, versions_current
 from .manifest import SPECS_FILE, Manifest, ManifestError, entry_dir
 from .trust import check_private, io_message, makedirs
 
@@ -32,8 +33,9 @@ if TYPE_CHECKING:
 __all__ = ["Lookup", "lookup", "publish", "discard"]
 
 
+@dataclass(frozen=True)
 class Lookup:
-    """The outcome of one look-up (a plain class: a warm load defines it at import).
+    """The outcome of one look-up.
 
     Attributes
     ----------
@@ -42,22 +44,18 @@ class Lookup:
     reason
         ``"hit"``, or why the entry was not used: ``"no entry"``, ``"a file the
         build read changed"``, ``"damaged: ..."``.
+    damaged
+        Whether the entry exists but cannot be used as it is (the caller rebuilds it).
     """
 
-    __slots__ = ("manifest", "reason")
-
-    def __init__(self, manifest: Manifest | None, reason: str) -> None:
-        self.manifest = manifest
-        self.reason = reason
+    manifest: Manifest | None
+    reason: str
+    damaged: bool = False
 
     @property
     def hit(self) -> bool:
         """Whether the entry can be used."""
         return self.manifest is not None
-
-
-def _identity_of(st: os.stat_result) -> tuple[int, ...]:
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def lookup(root: Path, name: str, key: str, *, warn: bool = True) -> Lookup:
@@ -72,7 +70,7 @@ def lookup(root: Path, name: str, key: str, *, warn: bool = True) -> Lookup:
         When the entry exists but another user could have written it.
     """
     found = _lookup(root, name, key)
-    if warn and found.reason.startswith("damaged: "):
+    if warn and found.damaged:
         warnings.warn(
             f"kernix: the cache entry {entry_dir(root, name, key)} is {found.reason}; rebuilding it",
             RuntimeWarning, stacklevel=3,
@@ -81,7 +79,7 @@ def lookup(root: Path, name: str, key: str, *, warn: bool = True) -> Lookup:
 
 
 def _damaged(why: str) -> Lookup:
-    return Lookup(None, f"damaged: {why}")
+    return Lookup(None, f"damaged: {why}", damaged=True)
 
 
 def _lookup(root: Path, name: str, key: str) -> Lookup:
@@ -97,17 +95,16 @@ def _lookup(root: Path, name: str, key: str) -> Lookup:
         return _damaged(str(exc))
     if manifest.key != key:
         return _damaged("manifest does not belong to this key")
-    if not fingerprints_current(manifest.dependencies):
+    if not versions_current(manifest.dependencies):
         return Lookup(None, "a file the build read changed since it was cached")
     so_path = manifest.so_path
     check_private(so_path, root)
     try:
-        st = so_path.stat()
-        if st.st_size != manifest.so_size:
-            return _damaged(f"library is {st.st_size} bytes, expected {manifest.so_size}")
-        # Unchanged since it was hashed at publish (same inode, size, mtime and ctime:
-        # any write, replacement or utime() call changes ctime), else hash it again.
-        if _identity_of(st) != manifest.so_identity and file_digest(so_path) != manifest.so_sha256:
+        stat = FileStat.of(so_path)
+        if stat.size != manifest.so_size:
+            return _damaged(f"library is {stat.size} bytes, expected {manifest.so_size}")
+        # Unchanged since it was hashed at publish, else hash it again.
+        if stat != manifest.so_stat and file_digest(so_path) != manifest.so_sha256:
             return _damaged("library content does not match its recorded SHA-256")
     except OSError as exc:
         return _damaged(f"library missing: {exc.strerror or exc}")
@@ -127,7 +124,7 @@ def publish(
 ) -> Manifest:
     """Copy a built library into the cache and write its manifest, atomically.
 
-    ``dependencies`` are the fingerprints (:func:`kernix.store.files.fingerprints`)
+    ``dependencies`` are the file versions (:func:`kernix.store.files.file_versions`)
     of every file the build read.
 
     Hold the module's build lock around this.
@@ -154,7 +151,7 @@ def publish(
             so=so_name,
             so_size=len(data),
             so_sha256=so_sha,
-            so_identity=_identity_of(os.stat(entry / so_name)),
+            so_stat=FileStat.of(entry / so_name),
             handlers=dict(handlers),
             specs_sha256=hashlib.sha256(specs).hexdigest(),
             dependencies=tuple(tuple(d) for d in dependencies),
@@ -167,8 +164,6 @@ def publish(
                 with contextlib.suppress(OSError):
                     old.unlink()
     except OSError as exc:
-        from ..errors import CacheError
-
         raise CacheError(io_message(entry, exc)) from exc
     check_private(entry / so_name, root)
     return manifest

@@ -1,10 +1,11 @@
 """Small file utilities shared by the caches: the content key, hashing,
-fingerprints, atomic writes, records, inline sources stored under a
+file versions, atomic writes, records, inline sources stored under a
 content-derived name, and answers remembered per executable.
 
-A *fingerprint* of a file is ``[path, size, mtime_ns, sha256]``.  A file is
-still *current* when its size and mtime match, or, if only the mtime moved,
-when its content still hashes the same (so ``touch`` alone is not a change).
+A file's *version* is ``[path, inode, size, mtime_ns, ctime_ns, sha256]``: its
+:class:`FileStat` and the hash of its content.  A file is still *current* when
+its stat is unchanged, or, if only the stat moved, when its content still
+hashes the same (so ``touch`` alone is not a change).
 
 A *record* (``*.rec``: the direct index, the spec cache, the tool memos, what
 every warm look-up reads) is :data:`RECORD_MAGIC` followed by one plain value
@@ -20,58 +21,26 @@ validates what it finds, as it would JSON (a wrong shape is a miss).  Manifests 
 
 from __future__ import annotations
 
+import hashlib
 import marshal
 import os
-import sys
+import re
+import tempfile
+from hashlib import sha256
+from pathlib import Path
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
+from ..errors import CacheError, KernixError
+from ..paths import cache_root
 from .trust import check_private, io_message, is_private, makedirs
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    from pathlib import Path
-    from typing import Any, Callable, Iterable, Sequence
-
 __all__ = [
-    "sha256", "content_key", "file_digest", "fingerprints", "fingerprints_current", "atomic_write", "write_source",
+    "sha256", "content_key", "file_digest", "FileStat", "file_versions", "version_current", "versions_current", "atomic_write", "write_source",
     "source_module", "remembered", "RECORD_MAGIC", "encode_record", "write_record", "read_record", "UntrustedRecord",
 ]
 
 RECORD_MAGIC = b"kernix record 1\n"
 """The first bytes of every record file (see the module documentation)."""
-
-
-def _builtin_sha256() -> Any:
-    """CPython's own SHA-256 constructor (3.12+: ``_sha2``; 3.11: ``_sha256``), or ``None``."""
-    try:
-        if sys.version_info >= (3, 12):
-            from _sha2 import sha256
-        else:
-            from _sha256 import sha256
-    except ImportError:
-        return None
-    return sha256
-
-
-_builtin: Any = False  # _builtin_sha256(), looked for on first use
-
-
-def sha256(data: bytes = b"") -> Any:
-    """A SHA-256 hash object over ``data``, as :func:`hashlib.sha256` gives.
-
-    Until something imports :mod:`hashlib` (``import jax`` does), this is
-    CPython's built-in implementation: the same digests, without loading
-    OpenSSL's libcrypto, which costs a command-line start 2-5 ms.  Large
-    files go through :func:`file_digest`, which uses hashlib (faster per byte).
-    """
-    global _builtin
-    if "hashlib" not in sys.modules:
-        if _builtin is False:
-            _builtin = _builtin_sha256()
-        if _builtin is not None:
-            return _builtin(data)
-    import hashlib
-
-    return hashlib.sha256(data)
 
 
 def _canonical(value: Any) -> Any:
@@ -111,7 +80,6 @@ def write_record(path: str | os.PathLike[str], value: Any) -> bool:
     durably: every record is an optimisation, computed again when missing),
     creating its directory.  Whether it was written: failing to (a read-only
     cache, a full disk, a value that is not plain data) is not an error."""
-    from ..errors import CacheError
 
     try:
         makedirs(os.path.dirname(path))
@@ -152,7 +120,6 @@ def read_record(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> A
 
 def file_digest(path: str | os.PathLike[str]) -> str:
     """SHA-256 of a file's bytes, as hex."""
-    import hashlib
 
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -161,32 +128,57 @@ def file_digest(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def fingerprints(paths: Iterable[str]) -> list[list[Any]]:
-    """``[path, size, mtime_ns, ctime_ns, sha256]`` for each path."""
-    out = []
-    for path in paths:
-        st = os.stat(path)
-        out.append([path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, file_digest(path)])
-    return out
+class FileStat(NamedTuple):
+    """What ``stat`` says of a file's version, without reading it.
 
-
-def fingerprints_current(prints: Sequence[Sequence[Any]]) -> bool:
-    """Whether every fingerprinted file still has the recorded content.
-
-    A file is hashed again unless its size, mtime and ctime are all as
-    recorded: a file replaced by one of the same size and mtime (``cp -p``,
-    ``tar x``, ``rsync -a``) has another ctime, which no user can set back.
+    Any write, replacement or ``utime()`` call changes the ctime, which no
+    user can set back, so a file with an equal ``FileStat`` has not changed
+    (a file replaced by one of the same size and mtime, by ``cp -p``, ``tar
+    x`` or ``rsync -a``, has another ctime and inode).
     """
-    for path, size, mtime_ns, ctime_ns, digest in prints:
-        try:
-            st = os.stat(path)
-            if st.st_size != size:
-                return False
-            if (st.st_mtime_ns, st.st_ctime_ns) != (mtime_ns, ctime_ns) and file_digest(path) != digest:
-                return False
-        except OSError:
-            return False
-    return True
+
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str]) -> FileStat:
+        """The stat of ``path`` (following links).
+
+        Raises
+        ------
+        OSError
+            As :func:`os.stat`.
+        """
+        st = os.stat(path)
+        return cls(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def file_versions(paths: Iterable[str]) -> list[list[Any]]:
+    """The version of each file: ``[path, inode, size, mtime_ns, ctime_ns, sha256]``
+    (its :class:`FileStat` and the SHA-256 of its content)."""
+    return [[path, *FileStat.of(path), file_digest(path)] for path in paths]
+
+
+def version_current(version: Sequence[Any]) -> bool:
+    """Whether a file still has the content of its recorded :func:`file_versions` entry.
+
+    The file is hashed again only when its :class:`FileStat` differs and its size does not.
+    """
+    path, *stat, digest = version
+    try:
+        now = FileStat.of(path)
+        if now == FileStat(*stat):
+            return True
+        return now.size == FileStat(*stat).size and file_digest(path) == digest
+    except OSError:
+        return False
+
+
+def versions_current(versions: Sequence[Sequence[Any]]) -> bool:
+    """Whether every file of ``versions`` (:func:`file_versions`) still has the recorded content."""
+    return all(version_current(v) for v in versions)
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
@@ -195,7 +187,6 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, durable: bool = T
     Readers see the old file or the whole new one, never a part.  With
     ``durable`` the data is flushed to disk before the rename.
     """
-    import tempfile  # (only writers need it)
 
     directory, name = os.path.split(os.fspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
@@ -219,7 +210,6 @@ def source_module(file_name: str) -> str | None:
     """The module whose inline source is stored under ``file_name``
     (:func:`write_source`: ``<module>-<16 hex digits>.<ext>``), or ``None``
     when it is no inline source's name: ``ops-v2-<hash>.cpp`` is ``ops-v2``'s."""
-    import re
 
     match = re.fullmatch(r"(.+)-[0-9a-f]{16}\.[a-z]+", file_name)
     return match.group(1) if match else None
@@ -227,13 +217,10 @@ def source_module(file_name: str) -> str | None:
 
 def write_source(root: Path, name: str, text: str, ext: str) -> Path:
     """Store an inline source under a content-derived name in ``root/sources``; return its path."""
-    from pathlib import Path  # (a load imports it anyway; the command line's look-ups do not)
 
     try:
         data = text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError as exc:
-        from ..errors import KernixError
-
         raise KernixError(
             f"the inline source of module {name!r} cannot be written as UTF-8: {exc.reason} at "
             f"character {exc.start} ({text[exc.start:exc.start + 1]!r}). Remove that character."
@@ -249,8 +236,6 @@ def write_source(root: Path, name: str, text: str, ext: str) -> Path:
         except OSError as exc:
             if isinstance(exc, FileNotFoundError) and attempt < 3:
                 continue  # a `kernix cache clear` removed sources/ or the temporary file meanwhile: again
-            from ..errors import CacheError
-
             raise CacheError(io_message(path, exc)) from exc
     check_private(path, root)  # it is about to be compiled
     return path
@@ -264,11 +249,9 @@ def remembered(kind: str, executable: str, compute: Callable[[], Any]) -> Any:
     ``None`` answer (the question failed) is not remembered; failing to
     remember is not an error.
     """
-    from ..paths import cache_root_str
 
-    st = os.stat(executable)
-    stamp = content_key([kind, executable, st.st_size, st.st_mtime_ns, st.st_ctime_ns])[:24]
-    root = cache_root_str()
+    stamp = content_key([kind, executable, *FileStat.of(executable)])[:24]
+    root = str(cache_root())
     memo = os.path.join(root, "toolchain", f"{kind}-{stamp}.rec")
     try:
         return read_record(memo, root)["value"]

@@ -61,13 +61,14 @@ def _open_lock(path: Path) -> int:
     return fd
 
 
-def _holder(fd: int) -> tuple[int, float] | None:
-    """(pid, start time) the holder wrote, if readable."""
+def _holder(fd: int) -> tuple[int, float, str] | None:
+    """(pid, start time) the holder wrote, if readable, and its :func:`_process_state`."""
     try:
         text = os.pread(fd, 256, 0).decode("ascii", "replace").split()
-        return int(text[0]), float(text[1])
+        pid, since = int(text[0]), float(text[1])
     except (OSError, ValueError, IndexError):
         return None
+    return pid, since, _process_state(pid)
 
 
 def _process_state(pid: int) -> str:
@@ -86,28 +87,29 @@ def _process_state(pid: int) -> str:
         return "running"
 
 
-def _describe(fd: int, name: str) -> str:
-    held = _holder(fd)
+def _describe(held: tuple[int, float, str] | None, name: str) -> str:
+    """Who holds the lock (see :func:`_holder`)."""
     if held is None:
         return f"another process building {name!r}"
-    pid, since = held
+    pid, since, state = held
     when = time.strftime("%H:%M:%S", time.localtime(since))
-    return f"process {pid} ({_process_state(pid)}), building {name!r} since {when}"
+    return f"process {pid} ({state}), building {name!r} since {when}"
 
 
 def _timeout_message(fd: int, name: str, path: Path, waited: float) -> str:
     """Why the lock was not had, whom it is held by, and what to do."""
-    holder = _describe(fd, name)
-    if "(stopped)" in holder:
-        state = "held by a stopped process"
+    held = _holder(fd)
+    state = None if held is None else held[2]
+    if state == "stopped":
+        why = "held by a stopped process"
         advice = "Resume it (`kill -CONT <pid>`) or end it, then try again."
-    elif "(gone)" in holder:
-        state = "held by a process that has passed the lock on"
+    elif state == "gone":
+        why = "held by a process that has passed the lock on"
         advice = "Another process holds it now; try again, or raise KERNIX_LOCK_TIMEOUT (seconds)."
     else:
-        state = "held by a live process that is still building"
+        why = "held by a live process that is still building"
         advice = "If that build is stuck, end that process; if it is slow, raise KERNIX_LOCK_TIMEOUT (seconds)."
-    return f"gave up after {waited:.0f} s waiting for the build lock {path}, {state}: {holder}. {advice}"
+    return f"gave up after {waited:.0f} s waiting for the build lock {path}, {why}: {_describe(held, name)}. {advice}"
 
 
 @contextlib.contextmanager
@@ -136,7 +138,7 @@ def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None
             except BlockingIOError:
                 waited = time.monotonic() - start
                 if not announced and (verbose or waited >= ANNOUNCE_AFTER_S):
-                    note(f"waiting for {_describe(fd, name)} (lock {path})", verbose=True)
+                    note(f"waiting for {_describe(_holder(fd), name)} (lock {path})", verbose=True)
                     announced = True
                 if waited > timeout:
                     raise CacheError(_timeout_message(fd, name, path, waited)) from None

@@ -1,19 +1,20 @@
 """The manifest of a cache entry: one class owns its on-disk format.
 
-Format 4 (``manifest.json``, one JSON object; every key is written, readers
+Format 5 (``manifest.json``, one JSON object; every key is written, readers
 refuse an unknown ``format``)::
 
-    format          4
+    format          5
     key             the entry's full key (SHA-256 hex of everything known before compiling)
     name            the module name
     platform        "cuda" or "cpu"
     so              the library's file name, "module-<first 16 hex of its SHA-256>.so"
     so_size         its size in bytes
     so_sha256       its SHA-256 (equal hashes: the same code)
-    so_identity     [inode, size, mtime_ns, ctime_ns] when it was hashed at publish
+    so_stat         [inode, size, mtime_ns, ctime_ns] when it was hashed at publish (a FileStat)
     handlers        function name -> exported handler symbol, in export order
     specs_sha256    the SHA-256 of the entry's ``functions.json``
-    dependencies    [[path, size, mtime_ns, ctime_ns, sha256], ...] every file the build read
+    dependencies    the version of every file the build read: [[path, inode, size, mtime_ns,
+                    ctime_ns, sha256], ...] (kernix.store.files.file_versions)
     created         seconds since the epoch
 
 and beside it ``functions.json``: the JSON list of the functions' specs in
@@ -25,8 +26,7 @@ Reading a manifest checks what a load uses (library name, function names,
 handler symbols); the specs are read, matched against ``specs_sha256`` and
 the handlers, and validated only when :meth:`Manifest.specs` is asked (a hit keeps the
 file's bytes, see :meth:`Manifest.keep_specs`): a
-warm load that calls one function of forty neither parses forty specs nor
-imports :mod:`kernix.spec` to register them.
+warm load that calls one function of forty does not parse forty specs to register them.
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..languages import JAX_PLATFORMS
 from ..names import handlers_problem
-from .files import atomic_write
+from .files import FileStat, atomic_write
 
 if TYPE_CHECKING:
     from ..spec import FunctionSpec
 
 __all__ = ["MANIFEST_FORMAT", "Manifest", "ManifestError", "entry_dir"]
 
-MANIFEST_FORMAT = 4  # 4: dependencies record ctime_ns
+MANIFEST_FORMAT = 5  # 4: dependencies record ctime_ns; 5: file versions and the library's stat hold the inode
 SPECS_FILE = "functions.json"
 
 
@@ -73,13 +73,13 @@ class Manifest:
     ----------
     directory
         The entry's directory (not stored: where the manifest was read).
-    key, name, platform, so, so_size, so_sha256, so_identity, specs_sha256, dependencies, created
+    key, name, platform, so, so_size, so_sha256, so_stat, specs_sha256, dependencies, created
         As stored.
     handlers
         Exported name -> handler symbol, in export order.
     """
 
-    __slots__ = ("directory", "key", "name", "platform", "so", "so_size", "so_sha256", "so_identity",
+    __slots__ = ("directory", "key", "name", "platform", "so", "so_size", "so_sha256", "so_stat",
                  "handlers", "specs_sha256", "dependencies", "created", "_specs_raw")
 
     def __init__(
@@ -92,7 +92,7 @@ class Manifest:
         so: str,
         so_size: int,
         so_sha256: str,
-        so_identity: tuple[int, ...],
+        so_stat: FileStat,
         handlers: dict[str, str],
         specs_sha256: str,
         dependencies: tuple[tuple[Any, ...], ...],
@@ -105,7 +105,7 @@ class Manifest:
         self.so = so
         self.so_size = so_size
         self.so_sha256 = so_sha256
-        self.so_identity = so_identity
+        self.so_stat = so_stat
         self.handlers = handlers
         self.specs_sha256 = specs_sha256
         self.dependencies = dependencies
@@ -142,7 +142,9 @@ class Manifest:
             When the file does not have its recorded hash, its functions are not
             the handlers' in order, or a record is not a valid spec (naming it).
         """
-        from ..spec import FunctionSpec
+        from ..spec import (
+            FunctionSpec,  # not with the manifest: a warm load reads no spec (a third of its time)
+        )
 
         raw = self._specs_raw
         if raw is None:
@@ -176,7 +178,7 @@ class Manifest:
             "so": self.so,
             "so_size": self.so_size,
             "so_sha256": self.so_sha256,
-            "so_identity": list(self.so_identity),
+            "so_stat": list(self.so_stat),
             "handlers": dict(self.handlers),
             "specs_sha256": self.specs_sha256,
             "dependencies": [list(d) for d in self.dependencies],
@@ -221,7 +223,7 @@ class Manifest:
                 so=so,
                 so_size=int(data["so_size"]),
                 so_sha256=str(data["so_sha256"]),
-                so_identity=tuple(int(v) for v in data["so_identity"]),
+                so_stat=FileStat(*(int(v) for v in data["so_stat"])),
                 handlers=handlers,
                 specs_sha256=str(data["specs_sha256"]),
                 dependencies=tuple(tuple(d) for d in data["dependencies"]),

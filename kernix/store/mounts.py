@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ..filenames import nearest_existing
+from ..paths import nearest_existing
 
 __all__ = ["noexec_problem"]
 

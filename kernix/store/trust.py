@@ -13,6 +13,8 @@ import errno
 import os
 import stat
 
+from ..errors import CacheError
+
 __all__ = ["check_private", "makedirs", "io_message", "is_private", "foreign_writer"]
 
 
@@ -65,8 +67,6 @@ def check_private(path: str | os.PathLike[str], root: str | os.PathLike[str], *m
     """
     why = _first_problem(root, (path, *more))
     if why is not None:
-        from ..errors import CacheError
-
         raise CacheError(why)
 
 
@@ -120,8 +120,6 @@ def makedirs(path: str | os.PathLike[str]) -> None:
                 continue
             os.chmod(d, 0o755)
     except OSError as exc:
-        from ..errors import CacheError
-
         raise CacheError(io_message(path, exc)) from exc
 
 

@@ -9,8 +9,8 @@ replaced by a different file with an *older* mtime (``mv``, ``cp -p``,
 an older file) looks up to date to it, and so does every object built by
 another compiler behind the same path.  So after each successful build the
 directory records (``.kernix-inputs.json``) its *stamp* (the compilers' and
-flags' identity) and the fingerprint of every input the compilers read
-(path, size, mtime_ns, ctime_ns, SHA-256).  The next build keeps the
+flags' identity) and the version of every input the compilers read
+(its path, stat and SHA-256).  The next build keeps the
 directory only when the stamp is the same and every input is either
 unchanged or newer than that build (so ninja sees it); otherwise it starts
 from an empty directory.  Editing a kernel body keeps the build incremental.
@@ -29,35 +29,35 @@ from typing import Any, Iterator, Sequence
 
 from ..errors import CacheError
 from ..report import note
-from .files import atomic_write, file_digest
+from .files import FileStat, atomic_write, version_current
 from .trust import check_private, io_message, makedirs
 
-__all__ = ["build_directory", "record_inputs", "stale_reason", "BUILDING_MARKER", "INPUTS_RECORD"]
+__all__ = ["work_directory", "record_inputs", "stale_reason", "BUILDING_MARKER", "INPUTS_RECORD"]
 
 #: A file present while a build runs: found on entry, the last builder died.
 BUILDING_MARKER = ".kernix-building"
 #: What the last successful build in the directory read, and with which tools.
 INPUTS_RECORD = ".kernix-inputs.json"
-_RECORD_FORMAT = 1
+_RECORD_FORMAT = 2  # 2: inputs are file versions (with the inode)
 
 
 def record_inputs(path: Path, stamp: str, prints: Sequence[Sequence[Any]]) -> None:
     """Record, after a successful build in ``path``, the ``stamp`` it was built
-    with and the fingerprint of every input it read
-    (:func:`kernix.store.files.fingerprints`, taken after the build)."""
+    with and the version of every input it read
+    (:func:`kernix.store.files.file_versions`, taken after the build)."""
     record = {"format": _RECORD_FORMAT, "stamp": stamp, "built_ns": time.time_ns(), "inputs": list(prints)}
     atomic_write(path / INPUTS_RECORD, json.dumps(record).encode(), durable=False)
 
 
-def _input_problem(fingerprint: list[Any], built_ns: int) -> str | None:
-    inp, size, mtime_ns, ctime_ns, digest = fingerprint
+def _input_problem(version: list[Any], built_ns: int) -> str | None:
+    inp, *stat, digest = version
     try:
-        st = os.stat(inp)
-        if (st.st_size, st.st_mtime_ns, st.st_ctime_ns) == (size, mtime_ns, ctime_ns):
+        now = FileStat.of(inp)
+        if now == FileStat(*stat):
             return None  # untouched
-        if st.st_mtime_ns > built_ns:
+        if now.mtime_ns > built_ns:
             return None  # newer than every output: ninja rebuilds what reads it
-        if st.st_size == size and file_digest(inp) == digest:
+        if version_current(version):
             return None  # touched or copied back, same content
     except OSError:
         return f"{inp} is gone"
@@ -74,8 +74,8 @@ def stale_reason(path: Path, stamp: str) -> str | None:
         if record["stamp"] != stamp:
             return "the compilers, flags or jaxlib changed since its last build"
         built_ns = int(record["built_ns"])
-        for fingerprint in record["inputs"]:
-            problem = _input_problem(list(fingerprint), built_ns)
+        for version in record["inputs"]:
+            problem = _input_problem(list(version), built_ns)
             if problem is not None:
                 return problem
     except FileNotFoundError:
@@ -97,7 +97,7 @@ def _empty(path: Path, name: str) -> None:
 
 
 @contextlib.contextmanager
-def build_directory(
+def work_directory(
     root: Path, name: str, *, fresh: bool = False, stamp: str | None = None, verbose: bool = False
 ) -> Iterator[Path]:
     """The working directory for building module ``name``; hold :func:`build_lock` around it.

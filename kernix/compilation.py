@@ -17,14 +17,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__, report
+from .backend import codegen, toolchain
+from .backend.arch import detect_compute_capability
+from .backend.flags import BuildConfig, compile_flags
+from .backend.ninja import OutputError, compile_library
 from .errors import CacheError, KernixError, RegistrationError
+from .frontend.compiler_view import inference_flags
+from .frontend.units import infer_units
 from .request import LoadRequest
 from .runtime import registry
 from .runtime.module import check_function_names
 from .store import direct, entries
-from .store.files import content_key, file_digest, fingerprints
+from .store.files import content_key, file_digest, file_versions, write_source
+from .store.lock import build_lock
 from .store.manifest import MANIFEST_FORMAT, Manifest
 from .store.mounts import noexec_problem
+from .store.workdir import record_inputs, work_directory
 
 if TYPE_CHECKING:
     from .backend import codegen
@@ -36,8 +44,6 @@ __all__ = ["build_config", "toolchain_stamp", "cache_key", "store_inline_source"
 
 def build_config(request: LoadRequest) -> BuildConfig:
     """How ``request`` is compiled."""
-    from .arch import detect_compute_capability
-    from .backend.flags import BuildConfig
 
     cuda = request.platform == "cuda"
     return BuildConfig(
@@ -54,8 +60,6 @@ def build_config(request: LoadRequest) -> BuildConfig:
 
 def _toolchain_parts(config: BuildConfig) -> dict[str, object]:
     """What decides how any input is compiled: tools, flags, versions."""
-    from .backend import toolchain
-    from .backend.flags import compile_flags
 
     compilers = [toolchain.find_host_compiler().identity]
     if config.platform == "cuda":
@@ -95,7 +99,6 @@ def cache_key(request: LoadRequest, config: BuildConfig) -> str:
 def _key_files(request: LoadRequest) -> list[str]:
     """The files the entry key is computed from: the sources, the compilers,
     and the directories searched for compilers (``PATH``)."""
-    from .backend import toolchain
 
     compilers = toolchain.compiler_paths(request.platform == "cuda")
     return [str(s) for s in request.sources] + compilers + direct.search_dirs()
@@ -118,7 +121,6 @@ def store_inline_source(request: LoadRequest) -> None:
     """
     if request.inline_source is None:
         return
-    from .store.files import write_source
 
     (path,) = request.sources
     write_source(request.root, request.name, request.inline_source, path.suffix[1:])
@@ -127,7 +129,7 @@ def store_inline_source(request: LoadRequest) -> None:
 def keyed_entry(request: LoadRequest, fp: str) -> Manifest:
     """The entry for ``request`` through its full key, remembered in the direct index."""
     store_inline_source(request)  # a concurrent `kernix cache clear` may have removed it
-    files = direct.identities(_key_files(request))  # before the key they vouch for
+    files = direct.file_stats(_key_files(request))  # before the key they vouch for
     config = build_config(request)
     key = cache_key(request, config)
     manifest = _entry(request, config, key, fresh=request.force_rebuild)
@@ -144,7 +146,6 @@ def _entry(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
         report.note(f"{name}: cache {found.reason} ({key[:16]})", verbose=verbose)
         if found.manifest is not None:
             return found.manifest
-    from .store.lock import build_lock
 
     with build_lock(root, name, verbose=verbose):
         store_inline_source(request)  # removed by a clear while this process waited for the lock?
@@ -158,7 +159,6 @@ def _entry(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
 def discard(request: LoadRequest, manifest: Manifest) -> None:
     """Remove ``request``'s entry ``manifest`` from the cache, under the
     module's build lock: never a hit again, the next load rebuilds it."""
-    from .store.lock import build_lock
 
     with build_lock(request.root, request.name, verbose=request.verbose):
         entries.discard(manifest)
@@ -206,19 +206,17 @@ def exported_units(request: LoadRequest) -> list[tuple[str, list[codegen.Exporte
     """``request``'s sources inferred (:func:`kernix.frontend.units.infer_units`)
     and numbered for code generation: ``(source, functions)`` per file, every
     function's index unique in the module (its generated symbols are)."""
-    from .backend import codegen, toolchain
-    from .frontend.units import infer_units
 
     toolchain.check_host_compiler()  # before inference, whose parse would only miss its standard headers
-    units = infer_units(request.sources, request.functions, language=request.language,
-                        flags=request.parse_flags, cache_dir=request.root)
+    flags = inference_flags(request.include_dirs, request.extra_cflags, request.optimization_level,
+                            fast_math=request.use_fast_math and request.language == "cpp")
+    units = infer_units(request.sources, request.functions, language=request.language, flags=flags,
+                        cache_dir=request.root)
     index = itertools.count()
     return [(str(src), [codegen.ExportedFunction(next(index), f) for f in fns]) for src, fns in units]
 
 
 def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) -> Manifest:
-    from .backend import codegen
-    from .backend.ninja import OutputError
 
     noexec = noexec_problem(request.root)
     if noexec is not None:  # a build there could never be loaded
@@ -250,15 +248,13 @@ def _build_in_work_dir(
 ) -> tuple[Path, list[list[Any]]]:
     """Build in the module's work directory; record its inputs when it succeeds.
 
-    Returns the built library and the fingerprints of every file the compilers
+    Returns the built library and the version of every file the compilers
     read (taken once: the work directory's record and the manifest share them).
     """
-    from .backend.ninja import build_module
-    from .store.workdir import build_directory, record_inputs
 
-    with build_directory(request.root, request.name, fresh=fresh, stamp=stamp, verbose=request.verbose) as build_dir:
+    with work_directory(request.root, request.name, fresh=fresh, stamp=stamp, verbose=request.verbose) as build_dir:
         report.note(f"{request.name}: building in {build_dir}", verbose=request.verbose)
-        result = build_module(build_dir, exported, config, workers=request.ninja_workers, verbose=request.verbose)
-        inputs = fingerprints(result.dependencies)
+        result = compile_library(build_dir, exported, config, workers=request.ninja_workers, verbose=request.verbose)
+        inputs = file_versions(result.dependencies)
         record_inputs(build_dir, stamp, inputs)
     return result.so_path, inputs

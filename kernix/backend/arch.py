@@ -1,33 +1,20 @@
 """The GPU architecture a CUDA module is built for: ``sm_XY`` names, lists of
-them, and where the default comes from.
-
-A warm CUDA load runs :func:`detect_compute_capability` (the architecture is
-part of the request's fingerprint), so this module stays small and out of
-:mod:`kernix.backend`: it parses the names with string methods (no regular
-expression to compile) and imports neither the compiler search
-(:mod:`kernix.backend.toolchain`) nor the error classes until it has an error
-to raise.
-"""
+them, and where the default comes from."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+from typing import Sequence
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    from typing import Sequence
+from ..errors import ToolchainError
 
 __all__ = ["ARCH_ENV", "ARCH_LIST_ENV", "normalize_arch", "normalize_arch_list", "arch_key",
            "detect_compute_capability"]
 
 ARCH_ENV = "KERNIX_CUDA_ARCH"
 ARCH_LIST_ENV = "KERNIX_CUDA_ARCH_LIST"
-
-
-def _error(message: str) -> Exception:
-    from .errors import ToolchainError
-
-    return ToolchainError(message)
 
 
 def _digits(text: str) -> bool:
@@ -64,7 +51,7 @@ def normalize_arch(value: str | int) -> str:
     """
     name = _name(value)
     if name is None:
-        raise _error(f"bad compute capability {value!r}: expected a form like 'sm_90', '90', '9.0' or 'sm_90a'")
+        raise ToolchainError(f"bad compute capability {value!r}: expected a form like 'sm_90', '90', '9.0' or 'sm_90a'")
     return name
 
 
@@ -73,7 +60,7 @@ def arch_key(arch: str) -> tuple[int, int, str]:
     ``sm_100a`` -> ``(10, 0, "a")``.  Sorting by it orders architectures oldest first."""
     parsed = _parse(arch) if arch.startswith("sm_") and "." not in arch else None
     if parsed is None:
-        raise _error(f"not a normalised architecture name: {arch!r} (expected 'sm_XY')")
+        raise ToolchainError(f"not a normalised architecture name: {arch!r} (expected 'sm_XY')")
     digits, suffix = parsed
     return int(digits[:-1]), int(digits[-1]), suffix
 
@@ -100,7 +87,7 @@ def normalize_arch_list(value: str | int | Sequence[str | int]) -> tuple[str, ..
     else:
         items = [t for v in value for t in (_items(v) if isinstance(v, str) else [v])]
     if not items:
-        raise _error(f"empty architecture list {value!r}: give at least one, e.g. 'sm_80,sm_90'")
+        raise ToolchainError(f"empty architecture list {value!r}: give at least one, e.g. 'sm_80,sm_90'")
     return tuple(sorted({normalize_arch(v) for v in items}, key=arch_key))
 
 
@@ -118,9 +105,6 @@ def _arch_from_jax() -> str | None:
 
 
 def _arch_from_nvidia_smi() -> str | None:
-    import shutil
-    import subprocess
-
     smi = shutil.which("nvidia-smi")
     if not smi:
         return None
@@ -161,7 +145,7 @@ def detect_compute_capability(explicit: str | Sequence[str] | None = None) -> st
     arch = _arch_from_jax() or _arch_from_nvidia_smi()
     if arch:
         return arch
-    raise _error(
+    raise ToolchainError(
         "could not detect the GPU's compute capability (no JAX GPU device, no nvidia-smi). "
         "Name the architecture: compute_capability='sm_90' (or a list, ['sm_80', 'sm_90']) for a load, "
         "arch= for build_module, --arch sm_90 (or --arch sm_80,sm_90) for kernix build; "
