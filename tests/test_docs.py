@@ -1,6 +1,6 @@
 """The documentation cannot drift from the code.
 
-Conventions in ``docs/**/*.rst`` (see ``docs/testing-the-docs.rst``):
+Conventions in ``docs/**/*.rst`` (see ``docs/contributing/testing-the-docs.rst``):
 
 * ``.. code-block:: python`` with ``:class: runnable`` is executed.  The
   runnable blocks of one page run in order, in one namespace, in a fresh
