@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import RegistrationError
 from ..spec import FunctionSpec
 from .arguments import check_call
-from .operation import Backward, Operation, make_operation, no_backward
+from .operation import Backward, Operation, make_operation
 from .stubs import call_signature, docstring
 
 __all__ = ["KernelFunction", "unpicklable"]
@@ -104,12 +104,7 @@ class KernelFunction:
                 "module.register() (it was loaded with auto_register=False)"
             )
         arrays, coerced = check_call(self.spec, inputs, attrs, vmap_method, module.platform, module.name)
-        try:
-            return self.operation(arrays, coerced, attrs, out, vmap_method)
-        except ValueError as e:
-            if f"FFI call to `{self.target}` cannot be differentiated" in str(e):  # JAX's jvp rule of ffi_call
-                raise no_backward(self.spec, module.backward_name(self.spec.name)) from None
-            raise
+        return self.operation(arrays, coerced, attrs, out, vmap_method)
 
 
 KernelFunction.__doc__ = _Docstring(KernelFunction.__doc__ or "")  # type: ignore[assignment]

@@ -4,7 +4,8 @@
 :class:`PlainOperation` (no shape signature: the outputs as ``out=`` gives
 them, one ``jax.ffi.ffi_call``) or a :class:`ShapedOperation` (outputs from the
 signature, the call composed of the layers of :mod:`kernix.runtime.layers`,
-built once per set of attribute values).
+built once per set of attribute values).  Either refuses differentiation with
+kernix's error (:func:`no_backward`) where no backward kernel applies.
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ class Operation:
 
         return ffi
 
+    def _refusal(self) -> CallError:
+        return no_backward(self.spec, None if self.backward is None else self.backward.name)
+
 
 class PlainOperation(Operation):
     """A function without a shape signature: one ``jax.ffi.ffi_call``, its
@@ -115,7 +119,7 @@ class PlainOperation(Operation):
         vmap_method: str | None,
     ) -> Any:
         outs = self._outputs(out, inputs)
-        return _unpack(self._ffi(lambda xs: outs, attrs, vmap_method)(*inputs))
+        return _unpack(layers.refusing(self._ffi(lambda xs: outs, attrs, vmap_method), self._refusal)(*inputs))
 
     def _outputs(self, out: Any, inputs: Sequence[Any]) -> list[Any]:
         """``out=`` checked against the spec, or (``None``) the first input's shape and dtype."""
@@ -180,6 +184,7 @@ class ShapedOperation(Operation):
         forward = layers.partitioned(self.signature, ffi)
         if self.signature.batched:
             forward = layers.batched(self.signature, forward, ffi)
+        forward = layers.refusing(forward, self._refusal)
         if self.backward is None:
             return forward
         backward = functools.partial(self.backward.call, **{n: raw_attrs[n] for n in self.backward.attrs})
