@@ -270,13 +270,13 @@ def test_different_content_under_registered_name_raises(ops, tmp_path):
 
 
 def test_a_bool_attribute_must_be_a_scalar():
-    from kernix.runtime.function import _coerce_attr
+    from kernix.runtime.arguments import coerce_attr
     from kernix.spec import Param
 
     flag = Param("neg", "attr", "bool", "bool", "scalar", "bool")
-    assert _coerce_attr("f", flag, True) is np.True_
+    assert coerce_attr("f", flag, True) is np.True_
     with pytest.raises(kernix.CallError, match="'neg' is bool.*expected a scalar, got an array of shape \\(1,\\)"):
-        _coerce_attr("f", flag, np.array([True]))
+        coerce_attr("f", flag, np.array([True]))
 
 
 def test_a_traced_attribute_is_refused_with_the_fix(ops):

@@ -206,16 +206,19 @@ def test_no_backward_no_grad(ops):
         jax.grad(lambda a: jnp.sum(ops.matmul(a, a)))(np.eye(2))
     assert "shape signature" not in str(e.value)  # matmul has one
     x = jnp.ones(4, jnp.float32)
-    for differentiate in (jax.grad, lambda f: jax.jit(jax.grad(f)), lambda f: lambda x: jax.jvp(f, (x,), (x,))):
+    # Also a gradient of a jitted function: its program is differentiated after the kernel call returned.
+    for differentiate in (jax.grad, lambda f: jax.jit(jax.grad(f)), lambda f: jax.grad(jax.jit(f)),
+                          lambda f: lambda x: jax.jvp(f, (x,), (x,))):
         with pytest.raises(kernix.CallError, match=r"plain_copy\(\) cannot be differentiated.*give plain_copy a "
                            r"shape signature \(`// @BE plain_copy \(\.\.\.,n\)->\(\.\.\.,n\)`"):
             differentiate(lambda x: jnp.sum(ops.plain_copy(x)))(x)
     # A backward kernel gives first-order reverse mode only: a gradient of a gradient says so.
     x2, w2 = jnp.ones((2, 3), jnp.float32), jnp.ones(3, jnp.float32)
     loss = lambda x: jnp.sum(ops.rms_norm(x, w2, eps=1e-6) ** 2)
-    with pytest.raises(kernix.CallError, match=r"rms_norm\(\) cannot be differentiated here: its backward kernel "
-                       r"rms_norm_bwd\(\) gives first-order reverse-mode gradients"):
-        jax.grad(lambda x: jnp.sum(jax.grad(loss)(x)))(x2)
+    for inner in (loss, jax.jit(loss)):
+        with pytest.raises(kernix.CallError, match=r"rms_norm\(\) cannot be differentiated here: its backward "
+                           r"kernel rms_norm_bwd\(\) gives first-order reverse-mode gradients"):
+            jax.grad(lambda x: jnp.sum(jax.grad(inner)(x)))(x2)
     # Not differentiated through the kernel: no error.
     assert float(jax.grad(lambda w: jnp.sum(w * jax.lax.stop_gradient(ops.plain_copy(x))))(2.0)) == 4.0
 

@@ -17,6 +17,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import jax
+from jax.extend import core
+
 from ..errors import KernixError
 from . import registry
 
@@ -29,8 +32,6 @@ _VERSIONED_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*@[0-9a-f]{12})\b")
 def _rewrite(value: Any, names: dict[str, str], used: set[str]) -> Any:
     """``value`` (a jaxpr, closed jaxpr, or a tuple/list of them) with every
     ffi_call to a name in ``names`` renamed; other values unchanged."""
-    from jax.extend import core
-
     if core.ClosedJaxpr is not core.Jaxpr and isinstance(value, core.ClosedJaxpr):
         # (jax >= 0.11 merged the two classes: a Jaxpr carries its consts.)
         return core.ClosedJaxpr(_rewrite(value.jaxpr, names, used), value.consts)
@@ -80,15 +81,12 @@ def export(
     jax.export.Exported
         Serialise it with ``.serialize()``; load it back with :func:`deserialize`.
     """
-    import jax
-    from jax.extend.core import jaxpr_as_fun
-
     closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
     names = {t: v for t in registry.list_registered_targets() if (v := registry.versioned_target(t))}
     used: set[str] = set()
     rewritten = _rewrite(closed, names, used)
     out_tree = jax.tree_util.tree_structure(out_shape)
-    run = jaxpr_as_fun(rewritten)
+    run = core.jaxpr_as_fun(rewritten)
 
     def versioned(*a: Any) -> Any:
         return jax.tree_util.tree_unflatten(out_tree, run(*jax.tree_util.tree_leaves(a)))
@@ -177,7 +175,5 @@ def deserialize(data: bytes | bytearray) -> ExportedKernels:
     Load the kernix modules it calls (prebuilt or JIT, same code) before
     calling it; :meth:`ExportedKernels.call` refuses with a clear error otherwise.
     """
-    import jax
-
     exported = jax.export.deserialize(bytearray(data))
     return ExportedKernels(exported, kernix_targets(exported))

@@ -8,6 +8,10 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequenc
 from ..names import check_target_prefix
 from . import registry
 
+# A warm load imports this module, and no more than it runs: not the error
+# classes, the specs or the callables (tests/test_warm.py,
+# test_a_warm_load_imports_only_what_it_needs).  So they are imported where
+# they are used: an error where it is raised, .function when a function is first asked for.
 if TYPE_CHECKING:
     from ..spec import FunctionSpec
     from .function import KernelFunction

@@ -1,155 +1,204 @@
-"""A function with a shape signature as a complete JAX operation.
+"""One FFI target as a JAX operation: what a call runs once its arguments are checked.
 
-For a :class:`~kernix.runtime.function.KernelFunction` whose spec has a shape
-signature (:mod:`kernix.signature`), a call is built from four layers, the
-innermost first:
-
-1. the FFI call itself, its output shapes computed from the signature (and
-   the inputs checked against it) when the call is traced;
-2. on several devices, a ``jax.experimental.custom_partitioning`` of it whose
-   Shardy rule keeps the ``...`` batch dimensions sharded and replicates the
-   core dimensions, so each device runs the kernel on its own shard;
-3. when the signature has ``...`` groups, a ``jax.custom_batching.custom_vmap``
-   whose rule folds a ``vmap`` axis into the batch dimensions (one kernel call
-   for the whole batch) when every batched input and every output has ``...``,
-   and otherwise loops (``vmap_method``, as for functions without a signature);
-4. when a backward kernel declares ``vjp=`` this function, a
-   ``jax.custom_vjp`` whose backward pass calls it.
-
-The layers are built once per set of attribute values and cached on the
-function; checks run when a call is traced, not per execution.
+:func:`make_operation` picks the kind once, from the spec: a
+:class:`PlainOperation` (no shape signature: the outputs as ``out=`` gives
+them, one ``jax.ffi.ffi_call``) or a :class:`ShapedOperation` (outputs from the
+signature, the call composed of the layers of :mod:`kernix.runtime.layers`,
+built once per set of attribute values).  Either refuses differentiation with
+kernix's error (:func:`no_backward`) where no backward kernel applies.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+import functools
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+import jax
+import numpy as np
+
+from ..dtypes import numpy_dtype
 from ..errors import CallError
-from ..signature import Binding, Signature, bind, parse_signature
+from ..signature import bind, parse_signature
+from ..spec import FunctionSpec
+from . import layers
+from .arguments import check_buffer
+from .varying import output_structs
 
-if TYPE_CHECKING:
-    from .function import KernelFunction
-
-__all__ = ["Operation"]
+__all__ = ["Backward", "Operation", "PlainOperation", "ShapedOperation", "make_operation", "no_backward"]
 
 
-def _dtype_name(x: Any) -> str:
-    import numpy as np
+class Backward(NamedTuple):
+    """The backward kernel of an operation (declaring ``vjp=`` it): its name,
+    its callable, and its attributes' names (the forward call's values pass on)."""
 
-    return np.dtype(x.dtype).name
+    name: str
+    call: Callable[..., Any]
+    attrs: tuple[str, ...]
+
+
+def no_backward(spec: FunctionSpec, backward: str | None) -> CallError:
+    """The error for differentiating ``spec``'s function where no rule applies:
+    it has no backward kernel, or (``backward``) it has one, which gives
+    first-order reverse mode only."""
+    name = spec.name
+    if backward is not None:
+        return CallError(
+            f"{name}() cannot be differentiated here: its backward kernel {backward}() gives first-order "
+            f"reverse-mode gradients (jax.grad, jax.vjp), and a gradient of a gradient would differentiate "
+            f"{name}() itself. Neither higher orders nor forward mode (jax.jvp, jax.jacfwd) are available for "
+            f"kernels: for those, differentiate an implementation of {name} written in JAX."
+        )
+    inputs = ", ".join(p.name for p in spec.inputs)
+    outputs = ", ".join(p.name for p in spec.outputs)
+    needs_signature = "" if spec.signature else (
+        f", and give {name} a shape signature (`// @BE {name} (...,n)->(...,n)`, say), which shapes the cotangents")
+    return CallError(
+        f"{name}() cannot be differentiated: no backward kernel declares vjp={name}. For reverse mode "
+        f"(jax.grad, jax.vjp), write one and annotate it `// @BE {name}_bwd vjp={name}` (its inputs: {name}'s "
+        f"inputs ({inputs}), then the cotangents of its outputs ({outputs}); its outputs: the cotangents of "
+        f"{name}'s inputs){needs_signature}, or wrap the call in a jax.custom_vjp whose backward pass is written "
+        "in JAX. Forward mode (jax.jvp, jax.jacfwd) is not available for kernels."
+    )
+
+
+def _listed(spec: FunctionSpec, out: Any) -> list[Any]:
+    """``out=`` as a list of one struct per output."""
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    if len(outs) != len(spec.outputs):
+        raise CallError(f"{spec.name}(): out= describes {len(outs)} outputs, the function has {len(spec.outputs)}")
+    return outs
 
 
 class Operation:
-    """The JAX side of one function with a shape signature.
+    """The JAX operation of one FFI target (a :class:`PlainOperation` or a :class:`ShapedOperation`).
+
+    ``op(inputs, attrs, raw_attrs, out, vmap_method)`` runs it on checked
+    inputs: ``attrs`` are the attributes converted to their exact dtypes,
+    ``raw_attrs`` the caller's values (what a backward kernel is called with).
+    It returns the output array, or a tuple of them when the function has several outputs.
 
     Parameters
     ----------
-    function
-        The :class:`~kernix.runtime.function.KernelFunction` it serves.
+    target
+        The FFI target name.
+    spec
+        The function's spec.
+    backward
+        The backward kernel that declares ``vjp=`` the function, if any.
     """
 
-    def __init__(self, function: "KernelFunction") -> None:
-        self.function = function
-        self.spec = function.spec
-        assert self.spec.signature is not None
-        self.signature: Signature = parse_signature(self.spec.signature)
-        self._built: dict[Any, Callable[..., tuple[Any, ...]]] = {}
+    __slots__ = ("target", "spec", "backward")
 
-    # -- shapes -------------------------------------------------------------------
-    def bind(self, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> Binding:
-        """Check ``inputs`` against the signature; the output shapes and dtypes."""
-        import numpy as np
+    def __init__(self, target: str, spec: FunctionSpec, backward: Backward | None = None) -> None:
+        self.target = target
+        self.spec = spec
+        self.backward = backward
 
-        return bind(self.signature, self.spec, [np.shape(x) for x in inputs], [_dtype_name(x) for x in inputs], attrs)
-
-    def out_structs(self, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[Any]:
-        """``jax.ShapeDtypeStruct`` of each output for ``inputs``."""
-        from ..dtypes import numpy_dtype
-        from .varying import output_structs
-
-        b = self.bind(inputs, attrs)
-        return output_structs([(s, numpy_dtype(d)) for s, d in zip(b.out_shapes, b.out_dtypes)], inputs)
-
-    def check_out(self, out: Any, expected: Sequence[Any]) -> None:
-        """Raise :class:`CallError` if an explicit ``out=`` disagrees with the signature."""
-        import numpy as np
-
-        outs = list(out) if isinstance(out, (list, tuple)) else [out]
-        name = self.spec.name
-        if len(outs) != len(expected):
-            raise CallError(f"{name}(): out= describes {len(outs)} outputs, the function has {len(expected)}")
-        for o, e, p in zip(outs, expected, self.spec.outputs):
-            if tuple(np.shape(o)) != tuple(e.shape) or np.dtype(o.dtype) != np.dtype(e.dtype):
-                raise CallError(
-                    f"{name}(): out= gives output {p.name!r} shape {tuple(np.shape(o))} and dtype "
-                    f"{np.dtype(o.dtype)}, but the signature {self.spec.signature} gives shape "
-                    f"{tuple(e.shape)} and dtype {np.dtype(e.dtype)}"
-                )
-
-    # -- calling ------------------------------------------------------------------
-    def __call__(
-        self, inputs: Sequence[Any], coerced: Mapping[str, Any], raw_attrs: Mapping[str, Any],
-        out: Any, vmap_method: str,
-    ) -> Any:
-        """Run the operation: check, then call the cached composed function."""
-        expected = self.out_structs(inputs, coerced)  # raises CallError before anything runs
-        if out is not None:
-            self.check_out(out, expected)
-        key = (tuple(sorted((k, _hashable(v)) for k, v in coerced.items())), vmap_method)
-        fn = self._built.get(key)
-        if fn is None:
-            fn = self._built[key] = self._build(dict(coerced), dict(raw_attrs), vmap_method)
-        result = fn(*inputs)
-        return result[0] if len(result) == 1 else tuple(result)
-
-    def _build(self, attrs: dict[str, Any], raw_attrs: dict[str, Any], vmap_method: str) -> Callable[..., Any]:
-        import jax
-
-        target = self.function.target
+    def _ffi(
+        self, outs: Callable[[Sequence[Any]], list[Any]], attrs: Mapping[str, Any], vmap_method: str | None,
+    ) -> layers.Call:
+        """The plain FFI call, its output structs ``outs(inputs)``."""
 
         def ffi(*xs: Any) -> tuple[Any, ...]:
-            call = jax.ffi.ffi_call(target, self.out_structs(xs, attrs), vmap_method=vmap_method)
-            return tuple(call(*xs, **attrs))
+            return tuple(jax.ffi.ffi_call(self.target, outs(xs), vmap_method=vmap_method)(*xs, **attrs))
 
-        from .sharding import partitioned
+        return ffi
 
-        inner = partitioned(self, ffi)
-        batched = self._batched(inner, ffi) if self.signature.batched else inner
-        backward = self.function.module.backward_of(self.spec.name)
-        if backward is None:
-            return batched
-        from .gradient import with_vjp
+    def _refusal(self) -> CallError:
+        return no_backward(self.spec, None if self.backward is None else self.backward.name)
 
-        return with_vjp(self, batched, backward, raw_attrs)
 
-    def _batched(self, inner: Callable[..., Any], ffi: Callable[..., Any]) -> Callable[..., Any]:
-        """``inner`` under a custom_vmap: one call over a vmap axis where the signature allows."""
-        import jax
-        import jax.numpy as jnp
+class PlainOperation(Operation):
+    """A function without a shape signature: one ``jax.ffi.ffi_call``, its
+    outputs as ``out=`` gives them, or (one output) like the first input."""
 
-        sig = self.signature
-        all_outputs_batch = all(g.batch for g in sig.outputs)
+    __slots__ = ()
 
-        @jax.custom_batching.custom_vmap
-        def op(*xs: Any) -> tuple[Any, ...]:
-            return inner(*xs)
+    def __call__(
+        self, inputs: Sequence[Any], attrs: Mapping[str, Any], raw_attrs: Mapping[str, Any], out: Any,
+        vmap_method: str | None,
+    ) -> Any:
+        outs = self._outputs(out, inputs)
+        return _unpack(layers.refusing(self._ffi(lambda xs: outs, attrs, vmap_method), self._refusal)(*inputs))
 
-        @op.def_vmap
-        def rule(axis_size: int, in_batched: Sequence[bool], *xs: Any) -> tuple[Any, Any]:
-            in_batched = list(in_batched)
-            foldable = all_outputs_batch and all(g.batch for g, b in zip(sig.inputs, in_batched) if b)
-            if foldable:
-                args = [
-                    x if b or not g.batch else jnp.broadcast_to(x, (axis_size, *jnp.shape(x)))
-                    for x, b, g in zip(xs, in_batched, sig.inputs)
-                ]
-                outs = op(*args)
-            else:
-                axes = [0 if b else None for b in in_batched]
-                outs = jax.vmap(ffi, in_axes=axes, axis_size=axis_size)(*xs)
-            return tuple(outs), (True,) * len(outs)
+    def _outputs(self, out: Any, inputs: Sequence[Any]) -> list[Any]:
+        """``out=`` checked against the spec, or (``None``) the first input's shape and dtype."""
+        spec = self.spec
+        if out is None:
+            if len(spec.outputs) != 1 or not inputs:
+                raise CallError(
+                    f"{spec.name}(): pass out= with the shape and dtype of its {len(spec.outputs)} outputs "
+                    "(a jax.ShapeDtypeStruct or a list of them)"
+                )
+            return output_structs([(np.shape(inputs[0]), inputs[0].dtype)], inputs)
+        outs = _listed(spec, out)
+        for o, p in zip(outs, spec.outputs):
+            check_buffer(spec.name, p, o, "output")
+        return outs
 
-        return op
+
+class ShapedOperation(Operation):
+    """A function with a shape signature: outputs from the signature, and the
+    layers of :mod:`kernix.runtime.layers` around the FFI call."""
+
+    __slots__ = ("signature", "_built")
+
+    def __init__(self, target: str, spec: FunctionSpec, backward: Backward | None = None) -> None:
+        super().__init__(target, spec, backward)
+        assert spec.signature is not None
+        self.signature = parse_signature(spec.signature)
+        self._built: dict[Any, layers.Call] = {}
+
+    def out_structs(self, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[Any]:
+        """Check ``inputs`` against the signature; the ``jax.ShapeDtypeStruct`` of each output."""
+        b = bind(self.signature, self.spec, [np.shape(x) for x in inputs], [np.dtype(x.dtype).name for x in inputs],
+                 attrs)
+        return output_structs([(s, numpy_dtype(d)) for s, d in zip(b.out_shapes, b.out_dtypes)], inputs)
+
+    def __call__(
+        self, inputs: Sequence[Any], attrs: Mapping[str, Any], raw_attrs: Mapping[str, Any], out: Any,
+        vmap_method: str | None,
+    ) -> Any:
+        expected = self.out_structs(inputs, attrs)  # raises CallError before anything runs
+        if out is not None:
+            for o, e, p in zip(_listed(self.spec, out), expected, self.spec.outputs):
+                if tuple(np.shape(o)) != tuple(e.shape) or np.dtype(o.dtype) != np.dtype(e.dtype):
+                    raise CallError(
+                        f"{self.spec.name}(): out= gives output {p.name!r} shape {tuple(np.shape(o))} and dtype "
+                        f"{np.dtype(o.dtype)}, but the signature {self.spec.signature} gives shape "
+                        f"{tuple(e.shape)} and dtype {np.dtype(e.dtype)}"
+                    )
+        key = (tuple(sorted((k, _hashable(v)) for k, v in attrs.items())), vmap_method)
+        fn = self._built.get(key)
+        if fn is None:
+            fn = self._built[key] = self._build(dict(attrs), dict(raw_attrs), vmap_method)
+        return _unpack(fn(*inputs))
+
+    def _build(self, attrs: dict[str, Any], raw_attrs: dict[str, Any], vmap_method: str | None) -> layers.Call:
+        """The layers, innermost first, for these attribute values."""
+
+        def outs(xs: Sequence[Any]) -> list[Any]:
+            return self.out_structs(xs, attrs)
+
+        ffi = self._ffi(outs, attrs, vmap_method)
+        forward = layers.partitioned(self.signature, ffi)
+        if self.signature.batched:
+            forward = layers.batched(self.signature, forward, ffi)
+        forward = layers.refusing(forward, self._refusal)
+        if self.backward is None:
+            return forward
+        backward = functools.partial(self.backward.call, **{n: raw_attrs[n] for n in self.backward.attrs})
+        return layers.with_vjp(forward, backward, outs)
+
+
+def make_operation(target: str, spec: FunctionSpec, backward: Backward | None = None) -> Operation:
+    """The operation of ``spec``'s function: a :class:`ShapedOperation` if it
+    has a shape signature, else a :class:`PlainOperation`."""
+    return (PlainOperation if spec.signature is None else ShapedOperation)(target, spec, backward)
+
+
+def _unpack(result: Sequence[Any]) -> Any:
+    return result[0] if len(result) == 1 else tuple(result)
 
 
 def _hashable(v: Any) -> Any:

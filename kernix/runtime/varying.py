@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
 __all__ = ["varying_axes", "in_shard_map", "output_structs"]
 
 
 def _axes(x: Any) -> tuple[Any, Any, frozenset[str]]:
     """``(aval, manual_axis_type or None, the axes x varies over)``."""
-    import jax
-
     aval = jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x)
     manual = getattr(aval, "manual_axis_type", None)
     return aval, manual, frozenset(manual.varying if manual is not None else getattr(aval, "vma", ()))
@@ -39,14 +40,10 @@ def in_shard_map(inputs: Sequence[Any]) -> bool:
 def output_structs(outputs: Iterable[tuple[Sequence[int], Any]], inputs: Sequence[Any]) -> list[Any]:
     """``jax.ShapeDtypeStruct`` of each ``(shape, dtype)`` in ``outputs``,
     varying over the mesh axes of the first of ``inputs`` that varies."""
-    import jax
-
     keywords: dict[str, Any] = {}
     for x in inputs:
         aval, manual, axes = _axes(x)
         if axes:
-            from jax.sharding import NamedSharding, PartitionSpec
-
             keywords["sharding"] = NamedSharding(aval.sharding.mesh, PartitionSpec())
             keywords.update({"manual_axis_type": manual} if manual is not None else {"vma": axes})
             break
