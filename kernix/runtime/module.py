@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
+from ..errors import RegistrationError, SourceError
 from ..names import check_target_prefix
 from . import registry
 
-# A warm load imports this module, and no more than it runs: not the error
-# classes, the specs or the callables (tests/test_warm.py,
-# test_a_warm_load_imports_only_what_it_needs).  So they are imported where
-# they are used: an error where it is raised, .function when a function is first asked for.
+# .function is imported when a function is first asked for: a callable's call machinery imports
+# jax's transformations (custom_vmap, custom_partitioning...), which a warm load does not need.
 if TYPE_CHECKING:
     from ..spec import FunctionSpec
     from .function import KernelFunction
@@ -81,8 +80,6 @@ class CompiledModule:
         """Read the specs, check them against the handlers and the reserved names, and keep them."""
         specs = list(self._read_specs())
         if [f.name for f in specs] != list(self.handlers):
-            from ..errors import RegistrationError
-
             raise RegistrationError(
                 f"module {self.name!r}: its functions ({', '.join(f.name for f in specs)}) and handlers "
                 f"({', '.join(self.handlers)}) do not match"
@@ -153,8 +150,6 @@ class CompiledModule:
         if target_prefix is not None:
             check_target_prefix(target_prefix)
             if self.registered and target_prefix != self.target_prefix:
-                from ..errors import RegistrationError
-
                 raise RegistrationError(
                     f"module {self.name!r} is already registered under prefix {self.target_prefix!r}"
                 )
@@ -168,7 +163,9 @@ class CompiledModule:
         """The callable of ``item``, made on first use; ``None`` if the module has no such function."""
         found = self._callables.get(item)
         if found is None and item in self.handlers:
-            from .function import KernelFunction
+            from .function import (
+                KernelFunction,  # (its call machinery imports jax's: at the first call)
+            )
 
             found = self._callables[item] = KernelFunction(self, self.functions[item])
         return found
@@ -234,8 +231,6 @@ def check_function_names(functions: Iterable[FunctionSpec]) -> None:
     """
     for fn in functions:
         if fn.name in RESERVED_NAMES:
-            from ..errors import SourceError
-
             raise SourceError(
                 f"function name {fn.name!r} is taken by CompiledModule.{fn.name}, so module.{fn.name} could "
                 f"not reach it. Export a wrapper under another name instead, e.g. `// @BE {fn.name}_op` "

@@ -12,16 +12,14 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
+from ..errors import RegistrationError
 from ..languages import JAX_PLATFORMS
 
-# Imported where used, not here: the error classes (a warm load imports this module and not them:
-# tests/test_warm.py::test_a_warm_load_imports_only_what_it_needs) and jax (kernix.build and
-# kernix.pipeline import this module, and a build that does not register, kernix.build_module or
-# the command line, would pay for importing jax: 0.4 s on the 2-core machine).
-if TYPE_CHECKING:
-    from ..errors import RegistrationError
+# jax is imported where a target is registered, not here: kernix.compilation and kernix.pipeline
+# import this module, and a build that does not register (kernix.build_module, the command line)
+# would pay for importing jax: 0.4 s on the 2-core machine.
 
 __all__ = [
     "loaded_libraries",
@@ -76,14 +74,10 @@ def load_library(path: str | Path) -> ctypes.CDLL:
     try:
         return open_library(path)
     except OSError as exc:
-        from ..errors import RegistrationError
-
         raise RegistrationError(f"cannot load the compiled library {path}: {exc}") from exc
 
 
 def _missing_symbol(library: ctypes.CDLL, symbol: str) -> RegistrationError:
-    from ..errors import RegistrationError
-
     return RegistrationError(
         f"the compiled library {library._name} has no handler symbol {symbol!r}; it is damaged "
         "or was built by another kernix version: rebuild with force_rebuild=True"
@@ -161,8 +155,6 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
 
 
 def _taken(target: str, platform: str, previous: Registration) -> RegistrationError:
-    from ..errors import RegistrationError
-
     return RegistrationError(
         f"FFI target {target!r} ({platform}) is already registered in this process with "
         f"different code (from {previous.library}). XLA cannot replace a registered handler. "
