@@ -24,8 +24,6 @@ from __future__ import annotations
 #: packaging reads it without importing kernix).
 __version__ = "0.2.0"
 
-from os import environ as _environ  # (KERNIX_WARM_BUNDLE, read at the first load)
-
 
 def register_ffi_target(module: "CompiledModule", target_prefix: str | None = None) -> list[str]:
     """Register every function of a module loaded with ``auto_register=False``.
@@ -84,10 +82,6 @@ def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'kernix' has no attribute {name!r}")
-    if module == "kernix.loaders" and _environ.get("KERNIX_WARM_BUNDLE") != "0":
-        from . import warmstart  # a load: its modules come from the warm bundle when there is one
-
-        warmstart.install()
     import importlib
 
     value = getattr(importlib.import_module(module), name)
