@@ -200,11 +200,11 @@ def test_specs_survive_a_cache_clear_while_in_use(tmp_path: Path, warm: bool) ->
 
 
 def test_a_warm_load_imports_only_what_it_needs(tmp_path: Path) -> None:
-    """No toolchain search, flags, spec grammar, inference, libclang, miss path or error classes on the warm path."""
+    """No toolchain search, flags, spec grammar, inference, libclang or miss path on the warm path."""
     name = unique_name("warm_imports")
     _load(tmp_path, name)
     heavy = ("kernix.spec", "kernix.backend.toolchain", "kernix.backend.flags", "kernix.frontend.infer",
-             "kernix.runtime.function", "clang.cindex", "kernix.backend.codegen", "kernix.build", "kernix.errors")
+             "kernix.runtime.function", "clang.cindex", "kernix.backend.codegen", "kernix.build")
     code = (
         "import sys, json, kernix\n"
         f"m = kernix.load_cpp_file({str(SOURCE)!r}, name={name!r}, build_directory={str(tmp_path)!r})\n"
@@ -222,14 +222,14 @@ def test_a_warm_load_imports_only_what_it_needs(tmp_path: Path) -> None:
 @pytest.mark.parametrize("given", ["argument", "environment"])
 def test_a_warm_cuda_load_imports_no_compiler_search(tmp_path: Path, given: str) -> None:
     """The GPU architecture enters a CUDA request's fingerprint: finding it on a
-    warm load imports neither the backend package (the compiler search, the
-    flags) nor the error classes."""
+    warm load imports no part of the backend package (the compiler search,
+    the flags)."""
     name = unique_name("warm_cuda_imports")
     source = FIXTURES / "seed_vector_add.cu"
     env = dict(os.environ, JAX_PLATFORMS="cpu", KERNIX_CUDA_ARCH="sm_90")
     env.pop("KERNIX_CUDA_ARCH_LIST", None)
     option = "compute_capability='sm_90', " if given == "argument" else ""
-    heavy = ("kernix.backend", "kernix.backend.toolchain", "kernix.errors", "kernix.build", "clang.cindex")
+    heavy = ("kernix.backend", "kernix.backend.toolchain", "kernix.build", "clang.cindex")
     code = (
         "import sys, json, kernix\n"
         f"kernix.load_cuda_file({str(source)!r}, name={name!r}, {option}build_directory={str(tmp_path)!r})\n"
