@@ -7,15 +7,12 @@ rounds, one fresh process of each row:
 
 * ``import jax, jax.numpy``                                   (the reference)
 * ``import jax, jax.numpy; import kernix; kernix.load_cpp_inline(...)``
-* the same with ``KERNIX_WARM_BUNDLE=0`` (every kernix module imported from
-  its own file, not from the warm bundle: see kernix.warmstart), and the
-  median of the round-by-round differences
 * the same with the checkout given by ``--compare`` (e.g. an older kernix),
   when given, and then the median of their round-by-round differences
 
 Each round starts one row later than the one before, so that every row
 takes every place in a round equally often when ``--repeat`` is a multiple
-of the number of rows (3, or 4 with ``--compare``): on some machines a
+of the number of rows (2, or 3 with ``--compare``): on some machines a
 process started right after another one is measurably slower or faster,
 which a fixed order would charge to one row.
 
@@ -104,14 +101,12 @@ print(json.dumps([t2 - t0, t2 - t1, sum(collecting[1::2]) - sum(collecting[0::2]
 CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def run(root: str, name: str, src: str, cache: str, cuda: bool, bundle: bool = True) -> tuple[float, float, float, float]:
+def run(root: str, name: str, src: str, cache: str, cuda: bool) -> tuple[float, float, float, float]:
     """(wall time after interpreter start, time after ``import jax``, of which
     in the garbage collector, and from the child's last statement until this
     process sees it exit) of one fresh process (``time.perf_counter`` is one
-    clock for all processes of the machine); ``bundle=False``: with
-    ``KERNIX_WARM_BUNDLE=0``."""
-    env = None if bundle else {**CHILD_ENV, "KERNIX_WARM_BUNDLE": "0"}
-    total, after, collector, last = _child(CHILD.format(root=root, name=name, src=src, cache=cache, cuda=cuda), env)
+    clock for all processes of the machine)."""
+    total, after, collector, last = _child(CHILD.format(root=root, name=name, src=src, cache=cache, cuda=cuda))
     return total, after, collector, time.perf_counter() - last
 
 
@@ -139,7 +134,7 @@ print(json.dumps([[b - a for a, b in zip(t, t[1:])], modules]))
 """
 
 # The imports step: the modules a warm load imports before it runs (through the
-# public entry, as a load does: from the warm bundle when there is one).
+# public entry, as a load does).
 IMPORTS = """import kernix
 kernix.load_cpp_inline
 from kernix import loaders, pipeline
@@ -229,7 +224,6 @@ for name in {names!r}:
     times.append(T() - t)
 print(json.dumps(times))
 """
-NO_BUNDLE = "kernix, no warm bundle"
 PHASE_NAMES = ("imports", "request", "inline source", "fingerprint", "direct + entry look-up", "dlopen",
                "module + register")
 
@@ -307,10 +301,9 @@ def _one_file(root: str) -> list[tuple[str, str, bool, bytes]]:
     return out
 
 
-def _child(code: str, env: dict[str, str] | None = None) -> Any:
+def _child(code: str) -> Any:
     """What a fresh process running ``code`` prints last, as JSON."""
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
-                         env=env or CHILD_ENV)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=CHILD_ENV)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -338,16 +331,14 @@ def main() -> None:
             print(f"built {label} ({root}) in {time.perf_counter() - t0:.1f} s")
             run(root, name, src, caches[label], args.cuda)
         reference = "import jax, devices()" if args.cuda else "import jax"
-        # (label, root, cache, warm bundle) of each kernix row
-        kernix_rows = [(label, root, caches[label], True) for label, root in roots.items()]
-        kernix_rows.insert(1, (NO_BUNDLE, roots["kernix"], caches["kernix"], False))
-        rows = [(reference, "", "", True), *kernix_rows]
+        # (label, root, cache) of each row
+        rows = [(reference, "", ""), *((label, root, caches[label]) for label, root in roots.items())]
         samples: dict[str, list[tuple[float, float, float, float]]] = {row[0]: [] for row in rows}
         for i in range(args.repeat):
             # each round starts one row later: every row takes every place in a round equally often (when
             # --repeat is a multiple of the number of rows), so none is always the one after another
-            for label, root, cache, bundle in rows[i % len(rows):] + rows[:i % len(rows)]:
-                samples[label].append(run(root, name, src, cache, args.cuda, bundle))
+            for label, root, cache in rows[i % len(rows):] + rows[:i % len(rows)]:
+                samples[label].append(run(root, name, src, cache, args.cuda))
         print(f"\n{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
               f"{args.functions} {'CUDA' if args.cuda else 'C++'} functions, median of {args.repeat} fresh processes")
         base = statistics.median(row[0] for row in samples[reference])
@@ -357,7 +348,6 @@ def main() -> None:
             total, after, collector, exit_ = (statistics.median(t[i] for t in timings) for i in range(4))
             print(f"{label:28}{total * 1e3:13.1f} ms{after * 1e3:17.2f} ms{collector * 1e3:15.2f} ms"
                   f"{(total - base) * 1e3:15.2f} ms{exit_ * 1e3:11.1f} ms")
-        paired(samples["kernix"], samples[NO_BUNDLE], "kernix - no warm bundle")
         if args.compare:
             paired(samples["kernix"], samples["compare"], "kernix - compare")
         if args.phases:

@@ -20,45 +20,61 @@ inference), :mod:`kernix.backend` (code generation and the build),
 
 from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING
+
 #: The kernix version (one place: the cache keys import it from here, and the
 #: packaging reads it without importing kernix).
 __version__ = "0.2.0"
 
-from os import environ as _environ  # (KERNIX_WARM_BUNDLE, read at the first load)
+from .errors import (
+    ArgSpecError,
+    CacheError,
+    CallError,
+    CompilationError,
+    InferenceError,
+    InvalidNameError,
+    KernixError,
+    OptionError,
+    PrebuiltError,
+    RegistrationError,
+    SourceError,
+    SourceNotFoundError,
+    ToolchainError,
+)
+from .languages import language_of
+from .paths import cache_root, set_cache_dir
+
+if TYPE_CHECKING:
+    from .runtime.module import CompiledModule
 
 
-def register_ffi_target(module: "CompiledModule", target_prefix: str | None = None) -> list[str]:
+def register_ffi_target(module: CompiledModule, target_prefix: str | None = None) -> list[str]:
     """Register every function of a module loaded with ``auto_register=False``.
 
-    Targets are named ``"<target_prefix or module name>.<function>"``;
-    registering the same code again is a no-op.  Returns the target names.
+    Parameters
+    ----------
+    module
+        The module, as a ``kernix.load_*`` call returned it.
+    target_prefix
+        The prefix of the target names (default: the module's name).
+
+    Returns
+    -------
+    list of str
+        The target names, ``"<target_prefix or module name>.<function>"``;
+        registering the same code again is a no-op.
     """
     return module.register(target_prefix)
 
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    from .runtime.module import CompiledModule
-
-# Public names whose modules load on first use, so that `import kernix` plus a
-# warm load imports only what a warm load runs (not even the error classes:
-# they are imported where an error is raised).
+# Public names whose modules load on first use: `import kernix` imports
+# neither jax nor libclang, and a warm load only what it runs.
 _LAZY = {
-    **dict.fromkeys(
-        (
-            "ArgSpecError", "CacheError", "CallError", "CompilationError", "InferenceError", "InvalidNameError",
-            "KernixError", "OptionError", "PrebuiltError", "RegistrationError", "SourceError",
-            "SourceNotFoundError", "ToolchainError",
-        ),
-        "kernix.errors",
-    ),
     **dict.fromkeys(
         ("load_cuda_inline", "load_cuda_file", "load_cuda_dir", "load_cpp_inline", "load_cpp_file", "load_cpp_dir"),
         "kernix.loaders",
     ),
-    "language_of": "kernix.languages",
-    "cache_root": "kernix.paths",
-    "set_cache_dir": "kernix.paths",
     "KernelFunction": "kernix.runtime.function",
     "CompiledModule": "kernix.runtime.module",
     "list_registered_targets": "kernix.runtime.registry",
@@ -77,20 +93,18 @@ _LAZY = {
 }
 
 
-__all__ = ["__version__", "register_ffi_target", *_LAZY]
+__all__ = [
+    "__version__", "register_ffi_target", "ArgSpecError", "CacheError", "CallError", "CompilationError",
+    "InferenceError", "InvalidNameError", "KernixError", "OptionError", "PrebuiltError", "RegistrationError",
+    "SourceError", "SourceNotFoundError", "ToolchainError", "language_of", "cache_root", "set_cache_dir", *_LAZY,
+]
 
 
 def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'kernix' has no attribute {name!r}")
-    if module == "kernix.loaders" and _environ.get("KERNIX_WARM_BUNDLE") != "0":
-        from . import warmstart  # a load: its modules come from the warm bundle when there is one
-
-        warmstart.install()
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(import_module(module), name)
     globals()[name] = value  # once
     return value
 

@@ -108,7 +108,7 @@ def test_modules_stay_small(path: Path) -> None:
 
 
 def test_the_package_stays_small() -> None:
-    assert sum(len(p.read_text().splitlines()) for p in SOURCES) <= 12_500
+    assert sum(len(p.read_text().splitlines()) for p in SOURCES) <= 12_400  # 13,038 lines in 0.2.0
 
 
 def _graph() -> dict[str, set[str]]:

@@ -10,51 +10,43 @@ the files export (to stdout without ``-o``).
 [NAME]`` deletes cached builds.  ``kernix build SOURCE... -o DIR [--name NAME]
 [--cuda | --cpp] [--arch sm_80,sm_90] [-I DIR] [-D NAME[=VALUE]] [-L DIR]
 [-l NAME] [-O N] [--fast-math]`` writes a prebuilt module that
-:func:`kernix.load_prebuilt` loads without a compiler.
+:func:`kernix.load_prebuilt` loads without a compiler.  ``kernix --version``
+prints the version.
 
 Exit status: 0 when every annotated function was inferred, 1 when any was not
 (each error on stderr as ``FILE:LINE:COL: error: message``), 2 for usage errors.
 
-Each command is a module of this package with a ``COMMAND`` declaration
-(:class:`~kernix.cli.args.Command`) and a ``run(args)`` function; only the
-named command's module is imported, and argparse only for help and usage
-errors (:mod:`kernix.cli.args`).
+Each command is a module of this package with an ``add_parser(subparsers)``
+function, which declares its arguments, and a ``run(args)`` function.  The
+command is installed as the ``kernix`` entry point, and ``python -m kernix``
+runs the same :func:`main`.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+from collections.abc import Sequence
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    import argparse
-    from types import ModuleType
-    from typing import Sequence
+from .. import __version__
+from ..interface import command_line
+from . import build, cache, inspect, stubs
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
-COMMANDS = ("inspect", "stubs", "cache", "build")
-"""The commands, in the order ``kernix --help`` lists them."""
+COMMANDS = {"inspect": inspect, "stubs": stubs, "cache": cache, "build": build}
+"""Each command's module, in the order ``kernix --help`` lists them."""
 
 
-def _module(command: str) -> ModuleType:
-    """The module of ``command`` (imported on first use)."""
-    name = f"{__name__}.{command}"
-    __import__(name)
-    return sys.modules[name]
-
-
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The argparse parser with every command, or with ``command``'s alone.
-
-    :func:`main` needs it only for help, usage errors and the rare forms the
-    fast parse leaves to it; building one command's parser spares the
-    others' message catalogue look-ups.
-    """
-    from .parser import build_parser as build
-
-    return build([_module(name).COMMAND for name in COMMANDS if command in (None, name)])
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of every command (each parse sets ``command`` to the name of the one given)."""
+    parser = argparse.ArgumentParser(prog="kernix", description="Call annotated C++ and CUDA functions from JAX.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in COMMANDS.values():
+        module.add_parser(commands)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,24 +56,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ----------
     argv
         The arguments (without the program name); ``None`` reads ``sys.argv``.
+
+    Returns
+    -------
+    int
+        0 on success, 1 when a command failed, 2 for a usage error (and 0 for
+        ``--help`` and ``--version``).
     """
-    from .args import parse_fast
-
-    argv = sys.argv[1:] if argv is None else list(argv)
-    command = argv[0] if argv and argv[0] in COMMANDS else None
-    args = parse_fast(_module(command).COMMAND, argv[1:]) if command else None
-    if args is None:
-        try:
-            args = vars(build_parser(command).parse_args(argv))
-        except SystemExit as exc:  # argparse exits 2 on usage errors, 0 for --help
-            return int(exc.code or 0)
-    else:
-        args["command"] = command
-    from ..interface import command_line
-
+    try:
+        args = vars(build_parser().parse_args(argv))
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 for --help and --version
+        return int(exc.code or 0)
     try:
         with command_line(args["command"]):  # messages name this command's options
-            return int(_module(args["command"]).run(args))
+            return int(COMMANDS[args["command"]].run(args))
     except BrokenPipeError:  # the reader of our output went away (`kernix cache info | head -1`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush is quiet too
         return 1

@@ -3,47 +3,52 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
+from typing import Any
 
-from .args import Arg, Command, language_option, source_args
+from ..errors import InferenceError, KernixError, OptionError, SourceNotFoundError
+from .args import add_source_args, language_option
 from .output import error_line, human_size, print_error
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    from typing import Any
+__all__ = ["add_parser", "run"]
 
-__all__ = ["COMMAND", "run"]
 
-COMMAND = Command(
-    "build",
-    help="compile sources into a prebuilt module (loaded later without a compiler)",
-    description="Compile C++/CUDA sources into a self-contained module directory: the library "
-                "and kernix-prebuilt.json. kernix.load_prebuilt(DIR) loads it with no compiler.",
-    args=(
-        Arg("sources", kind="positional", nargs="+", metavar="SOURCE", help="C++ or CUDA source files"),
-        Arg("-o", "--output", required=True, metavar="DIR",
-            help="the module directory to write (created, with missing parents, if missing)"),
-        Arg("--name", help="module name and default FFI target prefix (default: the file's stem)"),
-        *source_args("build"),
-        Arg("--arch", metavar="LIST",
-            help="CUDA architectures, e.g. sm_80,sm_90: machine code for each, PTX of the newest "
-                 "(default: $KERNIX_CUDA_ARCH_LIST, $KERNIX_CUDA_ARCH, else this machine's GPU)"),
-        Arg("-L", kind="append", dest="library_dirs", metavar="DIR",
-            help="add a directory the linker searches for -l libraries (repeatable)"),
-        Arg("-l", kind="append", dest="libraries", metavar="NAME",
-            help="link the library libNAME.so or libNAME.a (repeatable)"),
-        Arg("-O", dest="opt", type=int, default=3, choices=range(4), metavar="N",
-            help="optimisation level 0-3 (default 3)"),
-        Arg("--fast-math", kind="flag", help="--use_fast_math (nvcc) / -ffast-math (C++)"),
-        Arg("-v", "--verbose", kind="flag", help="print every compiler command"),
-    ),
-)
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``kernix build`` to the command line.
+
+    Parameters
+    ----------
+    subparsers
+        The ``kernix`` parser's commands (what :meth:`argparse.ArgumentParser.add_subparsers` returned).
+    """
+    p = subparsers.add_parser("build", help="compile sources into a prebuilt module (loaded later without a compiler)",
+                              description="Compile C++/CUDA sources into a self-contained module directory: the "
+                                          "library and kernix-prebuilt.json. kernix.load_prebuilt(DIR) loads it "
+                                          "with no compiler.")
+    p.add_argument("sources", nargs="+", metavar="SOURCE", help="C++ or CUDA source files")
+    p.add_argument("-o", "--output", required=True, metavar="DIR",
+                   help="the module directory to write (created, with missing parents, if missing)")
+    p.add_argument("--name", help="module name and default FFI target prefix (default: the file's stem)")
+    add_source_args(p, "build")
+    p.add_argument("--arch", metavar="LIST",
+                   help="CUDA architectures, e.g. sm_80,sm_90: machine code for each, PTX of the newest "
+                        "(default: $KERNIX_CUDA_ARCH_LIST, $KERNIX_CUDA_ARCH, else this machine's GPU)")
+    p.add_argument("-L", action="append", dest="library_dirs", default=[], metavar="DIR",
+                   help="add a directory the linker searches for -l libraries (repeatable)")
+    p.add_argument("-l", action="append", dest="libraries", default=[], metavar="NAME",
+                   help="link the library libNAME.so or libNAME.a (repeatable)")
+    p.add_argument("-O", dest="opt", type=int, default=3, choices=range(4), metavar="N",
+                   help="optimisation level 0-3 (default 3)")
+    p.add_argument("--fast-math", action="store_true", help="--use_fast_math (nvcc) / -ffast-math (C++)")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every compiler command")
 
 
 def run(args: dict[str, Any]) -> int:
     """Run ``kernix build`` with the parsed ``args``; returns the exit status."""
-    from ..errors import InferenceError, KernixError, OptionError, SourceNotFoundError
-    from ..prebuilt.build import build_module
+    from ..prebuilt.build import (
+        build_module,  # (here: 25 ms that every other command would pay)
+    )
 
     if "" in (*args["library_dirs"], *args["libraries"]):
         print_error("build", "-L and -l take a value: -L DIR (a directory), -l NAME (libNAME.so or libNAME.a)")

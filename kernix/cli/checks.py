@@ -7,10 +7,10 @@ when it runs one.)"""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    from typing import Sequence
+from ..languages import LANGUAGES_BY_EXTENSION, unknown_extension
+from ..paths import directory_problem, repeated_source
 
 __all__ = ["source_problem", "output_file_problem"]
 
@@ -34,14 +34,10 @@ def source_problem(paths: Sequence[str], language: str | None, *, once: bool = F
         ``--cuda`` / ``--cpp``); a source given twice.
     """
     if language is None:
-        from ..languages import LANGUAGES_BY_EXTENSION, unknown_extension
-
         for path in paths:
             if os.path.splitext(path)[1].lower() not in LANGUAGES_BY_EXTENSION:
                 return unknown_extension(path, "pass --cuda or --cpp")
     if once:
-        from ..paths import repeated_source
-
         return repeated_source(paths)
     return None
 
@@ -64,8 +60,6 @@ def output_file_problem(path: str, name: str, sources: Sequence[str] = ()) -> st
     for source in sources:
         if os.path.exists(path) and os.path.exists(source) and os.path.samefile(path, source):
             return f"-o {path} is the source {source}: writing it would overwrite the code; name another file"
-    from ..paths import directory_problem
-
     problem = directory_problem(os.path.dirname(os.path.abspath(path)))
     if problem is None:
         return None

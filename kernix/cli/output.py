@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import sys
 
+from ..errors import SourceError
 from ..paths import printable
-
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING: typing is not imported at run time (start-up cost)
-if TYPE_CHECKING:
-    from ..errors import SourceError
 
 __all__ = ["error_line", "print_error", "human_size"]
 

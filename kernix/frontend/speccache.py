@@ -16,8 +16,9 @@ index (:mod:`kernix.store.direct`, records under ``direct/.parse/``) under a
 fingerprint of the options, the kernix, Python and environment that steer the
 search, with the identity of the files it came from.  A warm ``kernix
 inspect`` or load therefore neither searches for tools nor imports libclang
-(:mod:`kernix.frontend.clangparse` is imported only when the set-up is worked
-out: importing libclang's bindings costs about 10 ms).
+(:mod:`kernix.frontend.clangparse` and :mod:`kernix.backend.toolchain` are
+imported only when the set-up is worked out: they cost a warm command about
+20 ms).
 
 An entry lives at ``<cache root>/specs/<key[:2]>/<key>.rec``: a record
 (:mod:`kernix.store.files`) holding ``format``, ``key``, ``dependencies`` and
@@ -37,7 +38,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .. import __version__
-from ..backend import toolchain
 from ..errors import KernixError, ToolchainError
 from ..languages import language_of
 from ..paths import absolute, cache_root, printable, utf8_problem
@@ -189,10 +189,13 @@ def parse_setup(
     found = direct.lookup(root, _SETUP_SPACE, fingerprint, valid=_is_setup, what="inference set-up")
     if found is not None:
         return found
-    from . import clangparse  # imports libclang: only when the set-up is worked out
+    # Working the set-up out needs libclang and the toolchain search: imported only then (a warm
+    # `kernix inspect` would pay about 10 ms for them).
+    from ..backend import toolchain
+    from . import clangparse
 
     options = clangparse.ParseOptions(language, include_dirs, defines, flags)
-    files = direct.file_stats(_setup_files(clangparse))  # before the answer they vouch for
+    files = direct.file_stats(_setup_files(clangparse, toolchain))  # before the answer they vouch for
     setup = [clangparse.clang_identity(), clangparse.parse_flags(options), clangparse.prelude_text(options)]
     direct.record(root, _SETUP_SPACE, fingerprint, setup, files, what="inference set-up")
     return setup
@@ -220,7 +223,7 @@ def _import_roots() -> list[str]:
     return roots
 
 
-def _setup_files(clangparse: Any) -> list[str]:
+def _setup_files(clangparse: Any, toolchain: Any) -> list[str]:
     """The files the set-up is worked out from: the compilers, libclang,
     jaxlib's FFI header, and the directories searched for compilers."""
     files = [part.rsplit(":", 4)[0] for part in clangparse.clang_identity().split(",") if part]
