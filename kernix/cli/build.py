@@ -15,13 +15,7 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``kernix build`` to the command line.
-
-    Parameters
-    ----------
-    subparsers
-        The ``kernix`` parser's commands (what :meth:`argparse.ArgumentParser.add_subparsers` returned).
-    """
+    """Add ``kernix build`` to ``subparsers``, the ``kernix`` parser\'s commands."""
     p = subparsers.add_parser("build", help="compile sources into a prebuilt module (loaded later without a compiler)",
                               description="Compile C++/CUDA sources into a self-contained module directory: the "
                                           "library and kernix-prebuilt.json. kernix.load_prebuilt(DIR) loads it "

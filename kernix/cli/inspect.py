@@ -25,13 +25,7 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``kernix inspect`` to the command line.
-
-    Parameters
-    ----------
-    subparsers
-        The ``kernix`` parser's commands (what :meth:`argparse.ArgumentParser.add_subparsers` returned).
-    """
+    """Add ``kernix inspect`` to ``subparsers``, the ``kernix`` parser\'s commands."""
     p = subparsers.add_parser("inspect", help="show the arg_spec kernix infers for each // @BE function",
                               description="Parse C++/CUDA files and print the arg_spec of every "
                                           "// @BE-annotated function.")
