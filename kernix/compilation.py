@@ -44,7 +44,6 @@ __all__ = ["build_config", "toolchain_stamp", "cache_key", "store_inline_source"
 
 def build_config(request: LoadRequest) -> BuildConfig:
     """How ``request`` is compiled."""
-
     cuda = request.platform == "cuda"
     return BuildConfig(
         platform=request.platform,
@@ -60,7 +59,6 @@ def build_config(request: LoadRequest) -> BuildConfig:
 
 def _toolchain_parts(config: BuildConfig) -> dict[str, object]:
     """What decides how any input is compiled: tools, flags, versions."""
-
     compilers = [toolchain.find_host_compiler().identity]
     if config.platform == "cuda":
         compilers.append(toolchain.find_nvcc().identity)
@@ -99,7 +97,6 @@ def cache_key(request: LoadRequest, config: BuildConfig) -> str:
 def _key_files(request: LoadRequest) -> list[str]:
     """The files the entry key is computed from: the sources, the compilers,
     and the directories searched for compilers (``PATH``)."""
-
     compilers = toolchain.compiler_paths(request.platform == "cuda")
     return [str(s) for s in request.sources] + compilers + direct.search_dirs()
 
@@ -159,7 +156,6 @@ def _entry(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
 def discard(request: LoadRequest, manifest: Manifest) -> None:
     """Remove ``request``'s entry ``manifest`` from the cache, under the
     module's build lock: never a hit again, the next load rebuilds it."""
-
     with build_lock(request.root, request.name, verbose=request.verbose):
         entries.discard(manifest)
 
@@ -206,7 +202,6 @@ def exported_units(request: LoadRequest) -> list[tuple[str, list[codegen.Exporte
     """``request``'s sources inferred (:func:`kernix.frontend.units.infer_units`)
     and numbered for code generation: ``(source, functions)`` per file, every
     function's index unique in the module (its generated symbols are)."""
-
     toolchain.check_host_compiler()  # before inference, whose parse would only miss its standard headers
     flags = inference_flags(request.include_dirs, request.extra_cflags, request.optimization_level,
                             fast_math=request.use_fast_math and request.language == "cpp")
@@ -251,7 +246,6 @@ def _build_in_work_dir(
     Returns the built library and the version of every file the compilers
     read (taken once: the work directory's record and the manifest share them).
     """
-
     with work_directory(request.root, request.name, fresh=fresh, stamp=stamp, verbose=request.verbose) as build_dir:
         report.note(f"{request.name}: building in {build_dir}", verbose=request.verbose)
         result = compile_library(build_dir, exported, config, workers=request.ninja_workers, verbose=request.verbose)

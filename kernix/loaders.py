@@ -215,7 +215,6 @@ def _load_inline(
 ) -> CompiledModule:
     """Validate an inline load's names, store its source, then load it."""
 
-
     module_name = check_module_name(name)
     request = make_request(module_name, [], language, functions, options)  # every name checked before writing
     text = _join_sources(sources, what)

@@ -67,7 +67,6 @@ def load(request: LoadRequest) -> CompiledModule:
 
 def _arch(request: LoadRequest) -> str:
     """The GPU architecture(s) a CUDA request is built for (given, else detected)."""
-
     return detect_compute_capability(request.compute_capability)
 
 

@@ -401,7 +401,6 @@ def check_spec_matches(
     SourceError
         Naming the file, line, function and first disagreeing parameter.
     """
-
     tokens = parse_arg_spec(declared, function=spec.name)
 
     def fail(msg: str, param: str | None = None) -> None:

@@ -283,7 +283,6 @@ def jax_ffi_include_dir() -> str:
     Found next to the installed ``jaxlib`` without importing it (inference
     runs without jax), else asked from ``jax.ffi.include_dir()``.
     """
-
     spec = importlib.util.find_spec("jaxlib")
     for base in (spec.submodule_search_locations or []) if spec else []:
         candidate = os.path.join(base, "include")

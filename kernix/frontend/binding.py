@@ -170,7 +170,6 @@ def bind_annotations(raw: bytes, annotations: list[Annotation], cursors: list[An
     comment between the return type and the name takes the annotation's place.)
     Returns annotation line -> cursor.
     """
-
     starts_of = line_starts(raw)
 
     def offset(line: int, col: int) -> int:
@@ -333,7 +332,6 @@ def _in_user_header(tu: Any, path: str, name: str) -> Any | None:
 
 def _header_hint(tu: Any, path: str, name: str) -> str:
     """For a requested name only an included header declares: where, and the declaration to add."""
-
     found = _in_user_header(tu, path, name)
     if found is None:
         return ""

@@ -99,7 +99,6 @@ class ParseOptions:
 
 def _cxx() -> str | None:
     """The host compiler the build uses (see :func:`kernix.backend.toolchain.find_host_compiler`)."""
-
     try:
         return host_compiler_path()
     except ToolchainError:
@@ -209,7 +208,6 @@ def parse_flags(options: ParseOptions) -> list[str]:
     used: it enforces clang's host/device overloading rules, which nvcc's
     front end does not, and would reject the toolkit's own headers.
     """
-
     view = compiler_view_of(options)
     if view is None and options.language == "cuda":
         args = ["-x", "cuda", "--cuda-host-only", "-nocudainc", "-nocudalib"]
@@ -261,7 +259,6 @@ def _index() -> Any:
     """The libclang index every parse uses, disposed of when the interpreter
     exits: left to the interpreter's last clean-up, its finalizer may run
     after libclang's bindings are gone and print an ignored exception."""
-
     index = cindex().Index.create()
     atexit.register(_index.cache_clear)
     return index
@@ -315,7 +312,6 @@ def leading_includes(raw: bytes, quote_dirs: Sequence[str] | None) -> list[str]:
 
 def _quote_dirs(path: str, options: ParseOptions) -> list[str]:
     """Where a ``"..."`` include of ``path`` is looked for, in the compiler's order."""
-
     dirs = [os.path.dirname(path), *options.include_dirs]
     it = iter(options.flags)
     for flag in it:
@@ -376,7 +372,6 @@ def _prelude_pch(flags: tuple[str, ...], prelude: str, toolchain_dirs: tuple[str
                  rebuild: bool = False) -> tuple[str, tuple[str, ...]] | None:
     """A precompiled prelude for ``flags`` and the headers it holds (built once,
     kept beside the toolchain memo under the cache root), or ``None``."""
-
     if rebuild:  # what this process remembered is stale
         _prelude_pch_in.cache_clear()
     return _prelude_pch_in(str(cache_root()), flags, prelude, toolchain_dirs, rebuild)

@@ -46,7 +46,6 @@ def execution_spaces(cursor: Any) -> set[str]:
     leave (:data:`kernix.frontend.prelude.SPACE_ANNOTATIONS`), or from
     clang's own CUDA attributes when the parse runs in clang's CUDA mode.
     """
-
     spaces: set[str] = set()
     for child in cursor.get_children():
         kind = child.kind.name

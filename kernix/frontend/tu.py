@@ -64,7 +64,6 @@ def _missing_header_hint(header: str) -> str:
     """Where ``header`` was looked for, and the option that adds a directory; or,
     when the host C++ compiler (which gives the standard headers) does not
     work, what is wrong with it."""
-
     try:
         check_host_compiler()
     except ToolchainError as exc:

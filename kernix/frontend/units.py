@@ -60,7 +60,6 @@ def infer_units(
         When nothing is exported, or a requested function is declared by no
         source or by several.
     """
-
     units: list[tuple[Path, list[FunctionSpec]]] = []
     errors: list[SourceError] = []
     headers: list[str] = []
@@ -120,7 +119,6 @@ def _find_unannotated(
         declares it, with the declaration to add), or that several do (the fix:
         annotate the one to export).
     """
-
     where: dict[str, list[tuple[int, FunctionSpec]]] = {n: [] for n in wanted}
     errors: list[SourceError] = []
     in_headers: list[SourceError] = []
@@ -156,7 +154,6 @@ def _find_unannotated(
 def _header_annotations_hint(headers: list[str]) -> str:
     """What to say of ``// @BE`` annotations in the included ``headers``, which are
     not read (a module exports what its source files annotate); ``""`` if none."""
-
     own = str(include_dir()) + os.sep
     found = []
     for header in dict.fromkeys(headers):

@@ -40,7 +40,6 @@ def _arguments_problem(paths: Sequence[str], language: str | None, arch: object,
     worded for the interface in use (``language='cuda'`` or ``--cuda``,
     ``output_dir`` or ``-o``) and naming the paths as given.  Missing sources
     are checked before."""
-
     command_line = running_command() is not None
     if language is None:
         found = set()
@@ -74,7 +73,6 @@ def source_headers(sources: Sequence[Path], dependencies: Sequence[str]) -> tupl
     sources; the others (other include directories, the toolchain's and
     jaxlib's headers, kernix's own) are left out, so a module moved to
     another machine names no path of this one."""
-
     own = {os.path.abspath(s) for s in sources}
     dirs = tuple(os.path.join(os.path.dirname(p), "") for p in own)
     root = headers_root(sources)
@@ -89,7 +87,6 @@ def source_headers(sources: Sequence[Path], dependencies: Sequence[str]) -> tupl
 def _fatbin_archs(library: Path) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """``(sass, ptx)`` architectures that ``cuobjdump`` finds in ``library``, or
     ``None`` when cuobjdump is not available or fails."""
-
     try:
         tool = Path(toolchain.find_nvcc().path).with_name("cuobjdump")
     except KernixError:
@@ -239,7 +236,6 @@ def build_module(
         sources, or an ``output_dir`` that cannot be a directory (a file in its
         place or in its path).
     """
-
     paths = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else list(map(os.fspath, sources))
     if not paths:
         raise OptionError("build_module needs at least one source file")

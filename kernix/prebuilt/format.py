@@ -235,7 +235,6 @@ class PrebuiltManifest:
 
     def write(self) -> None:
         """Write the manifest into :attr:`directory` (indented: it is meant to be read)."""
-
         atomic_write(self.directory / MANIFEST_NAME, (json.dumps(self.to_json(), indent=1) + "\n").encode(),
                      durable=False)
 

@@ -80,7 +80,6 @@ def write_record(path: str | os.PathLike[str], value: Any) -> bool:
     durably: every record is an optimisation, computed again when missing),
     creating its directory.  Whether it was written: failing to (a read-only
     cache, a full disk, a value that is not plain data) is not an error."""
-
     try:
         makedirs(os.path.dirname(path))
         atomic_write(path, encode_record(value), durable=False)
@@ -120,7 +119,6 @@ def read_record(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> A
 
 def file_digest(path: str | os.PathLike[str]) -> str:
     """SHA-256 of a file's bytes, as hex."""
-
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -187,7 +185,6 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, durable: bool = T
     Readers see the old file or the whole new one, never a part.  With
     ``durable`` the data is flushed to disk before the rename.
     """
-
     directory, name = os.path.split(os.fspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
     try:
@@ -210,14 +207,12 @@ def source_module(file_name: str) -> str | None:
     """The module whose inline source is stored under ``file_name``
     (:func:`write_source`: ``<module>-<16 hex digits>.<ext>``), or ``None``
     when it is no inline source's name: ``ops-v2-<hash>.cpp`` is ``ops-v2``'s."""
-
     match = re.fullmatch(r"(.+)-[0-9a-f]{16}\.[a-z]+", file_name)
     return match.group(1) if match else None
 
 
 def write_source(root: Path, name: str, text: str, ext: str) -> Path:
     """Store an inline source under a content-derived name in ``root/sources``; return its path."""
-
     try:
         data = text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError as exc:
@@ -249,7 +244,6 @@ def remembered(kind: str, executable: str, compute: Callable[[], Any]) -> Any:
     ``None`` answer (the question failed) is not remembered; failing to
     remember is not an error.
     """
-
     stamp = content_key([kind, executable, *FileStat.of(executable)])[:24]
     root = str(cache_root())
     memo = os.path.join(root, "toolchain", f"{kind}-{stamp}.rec")
