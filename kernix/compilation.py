@@ -4,9 +4,9 @@
                                        miss -> lock, infer (libclang), generate, build (ninja), publish
 
 :mod:`kernix.pipeline` comes here only when the direct index has no usable
-answer, when a cached library failed to load, or when an entry's specs
-turn out damaged; a warm load never imports
-this module, the toolchain, libclang or the code generator.
+answer, when a cached library failed to load, or when an entry's specs turn
+out damaged; a warm load imports neither this module nor what it imports (the
+toolchain search, inference, the code generator: about 9 ms).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import __version__, report
 from .backend import codegen, toolchain
@@ -33,10 +33,6 @@ from .store.lock import build_lock
 from .store.manifest import MANIFEST_FORMAT, Manifest
 from .store.mounts import noexec_problem
 from .store.workdir import record_inputs, work_directory
-
-if TYPE_CHECKING:
-    from .backend import codegen
-    from .backend.flags import BuildConfig
 
 __all__ = ["build_config", "toolchain_stamp", "cache_key", "store_inline_source", "keyed_entry", "reload", "discard",
            "exported_units"]
@@ -118,7 +114,6 @@ def store_inline_source(request: LoadRequest) -> None:
     """
     if request.inline_source is None:
         return
-
     (path,) = request.sources
     write_source(request.root, request.name, request.inline_source, path.suffix[1:])
 
@@ -212,7 +207,6 @@ def exported_units(request: LoadRequest) -> list[tuple[str, list[codegen.Exporte
 
 
 def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) -> Manifest:
-
     noexec = noexec_problem(request.root)
     if noexec is not None:  # a build there could never be loaded
         raise CacheError(noexec)

@@ -202,7 +202,6 @@ def _load_dir(
 
 
 def _load(sources: list[Path], name: str, language: Language, functions: Any, options: Mapping[str, Any]) -> CompiledModule:
-
     defaults = _CUDA_OPTIONS if language == "cuda" else _CPP_OPTIONS
     unknown = sorted(set(options) - set(defaults))
     if unknown:

@@ -86,11 +86,6 @@ def _module_name_problem(name: object) -> str | None:
     return None
 
 
-def _invalid(message: str) -> Exception:
-
-    return InvalidNameError(message)
-
-
 def check_module_name(name: object) -> str:
     """Return ``name`` if it is a valid module name, else raise
     :class:`~kernix.errors.InvalidNameError`.
@@ -101,7 +96,7 @@ def check_module_name(name: object) -> str:
     """
     problem = _module_name_problem(name)
     if problem is not None:
-        raise _invalid(problem)
+        raise InvalidNameError(problem)
     return name  # type: ignore[return-value]
 
 
@@ -113,10 +108,10 @@ def is_module_name(name: object) -> bool:
 def check_target_prefix(prefix: object) -> str:
     """Return ``prefix`` if it is a valid FFI target prefix (dotted identifiers)."""
     if not isinstance(prefix, str):
-        raise _invalid(f"target_prefix must be a string, not {type(prefix).__name__}")
+        raise InvalidNameError(f"target_prefix must be a string, not {type(prefix).__name__}")
     parts = prefix.split(".")
     if len(prefix) > _MAX_LEN or not all(map(_is_ascii_identifier, parts)):
-        raise _invalid(
+        raise InvalidNameError(
             f"invalid target_prefix {prefix!r}: use identifiers joined by '.' "
             "(e.g. 'my_module.my_kernels')"
         )
@@ -126,5 +121,5 @@ def check_target_prefix(prefix: object) -> str:
 def check_function_name(name: object) -> str:
     """Return ``name`` if it is a valid exported function name (a C++ identifier, not a keyword)."""
     if not isinstance(name, str) or not is_identifier(name) or len(name) > _MAX_LEN:
-        raise _invalid(f"invalid function name {name!r}: it must be a C++ identifier")
+        raise InvalidNameError(f"invalid function name {name!r}: it must be a C++ identifier")
     return name

@@ -48,11 +48,11 @@ def cache_root() -> Path:
         return Path(_override)
     env = os.environ.get("KERNIX_CACHE_DIR")
     if env:
-        return Path(absolute(env))
+        return Path(env).expanduser().absolute()
     xdg = os.environ.get("XDG_CACHE_HOME")
     if not (xdg and os.path.isabs(xdg)):
         xdg = os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(absolute(os.path.join(xdg, "kernix")))
+    return Path(xdg, "kernix").expanduser().absolute()
 
 
 def include_dir() -> Path:

@@ -154,7 +154,6 @@ def ffi_include_dir() -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def cuda_dirs() -> tuple[str, ...]:
-
     return tuple(cuda_include_dirs())
 
 
@@ -325,7 +324,6 @@ def _quote_dirs(path: str, options: ParseOptions) -> list[str]:
 
 
 def _pch_path(root: Path, flags: list[str], prelude: str) -> Path:
-
     key = content_key(["prelude-pch", 2, clang_identity(), flags], prelude.encode())
     return root / "toolchain" / f"prelude-{key[:24]}.pch"
 
@@ -344,9 +342,7 @@ def _build_pch(flags: list[str], prelude: str, target: Path, toolchain_dirs: tup
     (a user's header): the plain parse then reports it.  The headers it read
     are written beside it, so the spec cache still watches them.
     """
-
     import clang.cindex as ci
-
 
     header_flags = ["-x", "c++-header", *flags[2:]]
     tu = _index().parse(PRELUDE_PATH, args=header_flags, unsaved_files=[(PRELUDE_PATH, prelude)],
@@ -380,8 +376,6 @@ def _prelude_pch(flags: tuple[str, ...], prelude: str, toolchain_dirs: tuple[str
 @functools.lru_cache(maxsize=64)
 def _prelude_pch_in(root: str, flags: tuple[str, ...], prelude: str, toolchain_dirs: tuple[str, ...],
                     rebuild: bool) -> tuple[str, tuple[str, ...]] | None:
-
-
     base = [f for f in flags if f not in ("-include", PRELUDE_PATH)]
     target = _pch_path(Path(root), base, prelude)
     fresh = rebuild or not (target.is_file() and is_private(target, Path(root))

@@ -249,7 +249,6 @@ def _std_of(flags: tuple[str, ...]) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _view(language: str, std: str, codegen: tuple[str, ...]) -> CompilerView | None:
-
     try:
         cxx = host_compiler_path()
     except ToolchainError:

@@ -78,7 +78,6 @@ def _missing_header_hint(header: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _lib() -> Any:
-
     import clang.cindex as ci
 
     lib = ci.conf.lib

@@ -120,7 +120,7 @@ def record(
     verbose: bool = False,
 ) -> None:
     """Remember ``value`` for ``fingerprint`` in ``space``; ``files`` are
-    The :func:`file_stats` taken before the value was computed.  Failing to
+    the :func:`file_stats` taken before the value was computed.  Failing to
     remember is not an error."""
     data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": list(files)}
     if not write_record(_record_path(root, space, fingerprint), data):

@@ -26,7 +26,6 @@ import marshal
 import os
 import re
 import tempfile
-from hashlib import sha256
 from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
@@ -35,8 +34,8 @@ from ..paths import cache_root
 from .trust import check_private, io_message, is_private, makedirs
 
 __all__ = [
-    "sha256", "content_key", "file_digest", "FileStat", "file_versions", "version_current", "versions_current", "atomic_write", "write_source",
-    "source_module", "remembered", "RECORD_MAGIC", "encode_record", "write_record", "read_record", "UntrustedRecord",
+    "content_key", "file_digest", "FileStat", "file_versions", "version_current", "versions_current", "atomic_write",
+    "write_source", "source_module", "remembered", "RECORD_MAGIC", "encode_record", "write_record", "read_record", "UntrustedRecord",
 ]
 
 RECORD_MAGIC = b"kernix record 1\n"
@@ -63,7 +62,7 @@ def content_key(parts: Any, *blobs: bytes) -> str:
     ``str``); the canonical form is the ``repr`` of it with dicts in key
     order and tuples as lists.
     """
-    h = sha256(repr(_canonical(parts)).encode("utf-8", "surrogatepass"))
+    h = hashlib.sha256(repr(_canonical(parts)).encode("utf-8", "surrogatepass"))
     for blob in blobs:
         h.update(b"\0")
         h.update(blob)
@@ -165,11 +164,10 @@ def version_current(version: Sequence[Any]) -> bool:
     The file is hashed again only when its :class:`FileStat` differs and its size does not.
     """
     path, *stat, digest = version
+    recorded = FileStat(*stat)
     try:
         now = FileStat.of(path)
-        if now == FileStat(*stat):
-            return True
-        return now.size == FileStat(*stat).size and file_digest(path) == digest
+        return now == recorded or (now.size == recorded.size and file_digest(path) == digest)
     except OSError:
         return False
 
@@ -220,7 +218,7 @@ def write_source(root: Path, name: str, text: str, ext: str) -> Path:
             f"the inline source of module {name!r} cannot be written as UTF-8: {exc.reason} at "
             f"character {exc.start} ({text[exc.start:exc.start + 1]!r}). Remove that character."
         ) from None
-    digest = sha256(data).hexdigest()[:16]
+    digest = hashlib.sha256(data).hexdigest()[:16]
     path = Path(root, "sources", f"{name}-{digest}.{ext}")
     for attempt in (1, 2, 3):
         try:

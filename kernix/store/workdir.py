@@ -50,17 +50,14 @@ def record_inputs(path: Path, stamp: str, prints: Sequence[Sequence[Any]]) -> No
 
 
 def _input_problem(version: list[Any], built_ns: int) -> str | None:
-    inp, *stat, digest = version
+    inp = version[0]
     try:
-        now = FileStat.of(inp)
-        if now == FileStat(*stat):
-            return None  # untouched
-        if now.mtime_ns > built_ns:
+        if FileStat.of(inp).mtime_ns > built_ns:
             return None  # newer than every output: ninja rebuilds what reads it
-        if version_current(version):
-            return None  # touched or copied back, same content
     except OSError:
         return f"{inp} is gone"
+    if version_current(version):
+        return None  # untouched, or touched or copied back with the same content
     return f"{inp} was replaced by different content with an older modification time"
 
 
