@@ -185,9 +185,8 @@ def _functions(functions: Any) -> Requested | None:
     """The normalised ``functions=`` argument (the arg_spec grammar loads only when one is given)."""
     if functions is None:
         return None
-    from .spec import (
-        normalize_functions,  # not with the request: a warm load reads no spec (a third of its time)
-    )
+    # Not with the request: a warm load reads no spec (a third of its time)
+    from .spec import normalize_functions
 
     return normalize_functions(functions)
 

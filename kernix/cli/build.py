@@ -15,7 +15,7 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``kernix build`` to ``subparsers``, the ``kernix`` parser\'s commands."""
+    """Add ``kernix build`` to ``subparsers``, the ``kernix`` parser's commands."""
     p = subparsers.add_parser("build", help="compile sources into a prebuilt module (loaded later without a compiler)",
                               description="Compile C++/CUDA sources into a self-contained module directory: the "
                                           "library and kernix-prebuilt.json. kernix.load_prebuilt(DIR) loads it "
@@ -40,9 +40,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: dict[str, Any]) -> int:
     """Run ``kernix build`` with the parsed ``args``; returns the exit status."""
-    from ..prebuilt.build import (
-        build_module,  # (here: 25 ms that every other command would pay)
-    )
+    # Imported here: the build backend costs every other command about 25 ms.
+    from ..prebuilt.build import build_module
 
     if "" in (*args["library_dirs"], *args["libraries"]):
         print_error("build", "-L and -l take a value: -L DIR (a directory), -l NAME (libNAME.so or libNAME.a)")

@@ -15,7 +15,7 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``kernix cache`` to ``subparsers``, the ``kernix`` parser\'s commands."""
+    """Add ``kernix cache`` to ``subparsers``, the ``kernix`` parser's commands."""
     p = subparsers.add_parser("cache", help="show or clear the build cache",
                               description="Show the build cache (info) or delete cached builds (clear [NAME]).")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)

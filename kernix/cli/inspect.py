@@ -25,7 +25,7 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``kernix inspect`` to ``subparsers``, the ``kernix`` parser\'s commands."""
+    """Add ``kernix inspect`` to ``subparsers``, the ``kernix`` parser's commands."""
     p = subparsers.add_parser("inspect", help="show the arg_spec kernix infers for each // @BE function",
                               description="Parse C++/CUDA files and print the arg_spec of every "
                                           "// @BE-annotated function.")
@@ -109,9 +109,8 @@ def _unparsable(path: str, options: dict[str, Any]) -> dict[str, Any] | None:
 
 def _infer_one(path: str, options: dict[str, Any]) -> dict[str, Any]:
     """One file's inference, as JSON (in a worker process for parallel runs)."""
-    from ..frontend.infer import (
-        infer_file,  # (here: libclang and the parser, 15-25 ms, are not a cached file's to pay)
-    )
+    # Here: libclang and the parser, 15-25 ms, are not a cached file's to pay
+    from ..frontend.infer import infer_file
 
     with command_line("inspect"):  # (a worker process did not run main())
         return infer_file(path, **options).to_json()

@@ -17,7 +17,7 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``kernix stubs`` to ``subparsers``, the ``kernix`` parser\'s commands."""
+    """Add ``kernix stubs`` to ``subparsers``, the ``kernix`` parser's commands."""
     p = subparsers.add_parser("stubs", help="write a .pyi type stub of the functions the files export",
                               description="Infer the // @BE functions of the files and write a .pyi stub "
                                           "declaring their callables.")

@@ -163,9 +163,8 @@ class CompiledModule:
         """The callable of ``item``, made on first use; ``None`` if the module has no such function."""
         found = self._callables.get(item)
         if found is None and item in self.handlers:
-            from .function import (
-                KernelFunction,  # (its call machinery imports jax's: at the first call)
-            )
+            # Its call machinery imports jax's: at the first call
+            from .function import KernelFunction
 
             found = self._callables[item] = KernelFunction(self, self.functions[item])
         return found

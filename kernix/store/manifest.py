@@ -142,9 +142,8 @@ class Manifest:
             When the file does not have its recorded hash, its functions are not
             the handlers' in order, or a record is not a valid spec (naming it).
         """
-        from ..spec import (
-            FunctionSpec,  # not with the manifest: a warm load reads no spec (a third of its time)
-        )
+        # Not with the manifest: a warm load reads no spec (a third of its time)
+        from ..spec import FunctionSpec
 
         raw = self._specs_raw
         if raw is None:
