@@ -163,7 +163,6 @@ class CompiledModule:
         """The callable of ``item``, made on first use; ``None`` if the module has no such function."""
         found = self._callables.get(item)
         if found is None and item in self.handlers:
-            # Its call machinery imports jax's: at the first call
             from .function import KernelFunction
 
             found = self._callables[item] = KernelFunction(self, self.functions[item])
