@@ -24,7 +24,7 @@ Medians over several runs.  Usage: ``python bench/bench_infer.py [--runs N]``;
 start-up against a bare ``python -c pass``); ``--cli FILE [-I INCLUDE]``
 measures only the CLI's start-up on one file.  Run with the Python of a fresh
 virtual environment holding the installed wheel to time the ``kernix``
-script too, as a user starts it.
+command too, as a user starts it.
 """
 
 from __future__ import annotations
@@ -199,10 +199,10 @@ def cli_start_up(path: Path, inc: list[str], runs: int) -> None:
     ``python -c pass``, alternating; bytecode caching on in the children, as
     for an installed package.  Also timed: what the two ways of starting a
     command cost before kernix runs (``python -m`` on an empty module: runpy;
-    ``python -c "import re"``: what the ``kernix`` script an installer writes
-    imports first), the command started without either (``python -c`` calling
-    ``kernix.cli.main``: kernix's own share), and the ``kernix`` script beside
-    this Python, when there is one."""
+    ``python -c "import re"``: what the ``kernix`` entry point an installer
+    writes imports first), the command started without either (``python -c``
+    calling ``kernix.cli.main``: kernix's own share), and the ``kernix``
+    command beside this Python, when there is one."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     argv = ["inspect", *inc, str(path)]
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as empty:
@@ -218,7 +218,7 @@ def cli_start_up(path: Path, inc: list[str], runs: int) -> None:
         }
         script = Path(sys.executable).with_name("kernix")
         if script.is_file():
-            commands["warm `kernix` script"] = [str(script), "inspect", *inc, str(path)]
+            commands["warm `kernix` command"] = [str(script), "inspect", *inc, str(path)]
         subprocess.run(commands["warm `kernix inspect FILE`"], env=env, stdout=subprocess.DEVNULL, check=True)
         times: dict[str, list[float]] = {label: [] for label in commands}
         for _ in range(max(runs, 15)):
