@@ -11,6 +11,7 @@ toolchain search, inference, the code generator: about 9 ms).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 from pathlib import Path
@@ -141,11 +142,14 @@ def _entry(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
 
     with build_lock(root, name, verbose=verbose):
         store_inline_source(request)  # removed by a clear while this process waited for the lock?
-        if not fresh:
-            found = entries.lookup(root, name, key)  # built by another process meanwhile?
-            if found.manifest is not None:
-                return found.manifest
-        return _build(request, config, key, fresh=fresh)
+        manifest = None if fresh else entries.lookup(root, name, key).manifest  # built by another process meanwhile?
+        if manifest is None:
+            manifest = _build(request, config, key, fresh=fresh)
+        # Mapped before the lock is released, so that a clear waiting for it cannot remove the library
+        # first; a library that does not load fails again where the pipeline maps it (see reload).
+        with contextlib.suppress(OSError):
+            registry.open_library(manifest.so_path)
+        return manifest
 
 
 def discard(request: LoadRequest, manifest: Manifest) -> None:

@@ -201,7 +201,9 @@ def _load_dir(
                  functions, options)
 
 
-def _load(sources: list[Path], name: str, language: Language, functions: Any, options: Mapping[str, Any]) -> CompiledModule:
+def _load(
+    sources: list[Path], name: str, language: Language, functions: Any, options: Mapping[str, Any]
+) -> CompiledModule:
     defaults = _CUDA_OPTIONS if language == "cuda" else _CPP_OPTIONS
     unknown = sorted(set(options) - set(defaults))
     if unknown:

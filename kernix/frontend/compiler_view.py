@@ -35,7 +35,8 @@ from ..errors import ToolchainError
 from ..store.files import content_key, remembered
 
 __all__ = [
-    "CompilerView", "NVCC_BUILD_FLAGS", "TYPE_FLAGS", "inference_flags", "changes_macros", "changes_types", "host_macros",
+    "CompilerView", "NVCC_BUILD_FLAGS", "TYPE_FLAGS", "inference_flags", "changes_macros", "changes_types",
+    "host_macros",
     "nvcc_host_pass", "view", "macro_flags", "parse_dm", "forget",
 ]
 

@@ -13,4 +13,5 @@ from .fallback import last_load_reason, load_or_build
 from .format import MANIFEST_NAME, PREBUILT_FORMAT, PrebuiltManifest
 from .load import load_prebuilt
 
-__all__ = ["load_prebuilt", "load_or_build", "last_load_reason", "PrebuiltError", "PrebuiltManifest", "MANIFEST_NAME", "PREBUILT_FORMAT"]
+__all__ = ["load_prebuilt", "load_or_build", "last_load_reason", "PrebuiltError", "PrebuiltManifest", "MANIFEST_NAME",
+           "PREBUILT_FORMAT"]

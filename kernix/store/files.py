@@ -35,7 +35,8 @@ from .trust import check_private, io_message, is_private, makedirs
 
 __all__ = [
     "content_key", "file_digest", "FileStat", "file_versions", "version_current", "versions_current", "atomic_write",
-    "write_source", "source_module", "remembered", "RECORD_MAGIC", "encode_record", "write_record", "read_record", "UntrustedRecord",
+    "write_source", "source_module", "remembered", "RECORD_MAGIC", "encode_record", "write_record", "read_record",
+    "UntrustedRecord",
 ]
 
 RECORD_MAGIC = b"kernix record 1\n"
