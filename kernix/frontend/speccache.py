@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from .. import __version__
 from ..errors import KernixError, ToolchainError
@@ -64,8 +63,7 @@ _SETUP_SPACE = ".parse"  # the direct index's records of parse set-ups
 _BINDINGS = ("clang", "clang.py", "jaxlib")
 
 
-@dataclass(frozen=True)
-class SpecLookup:
+class SpecLookup(NamedTuple):
     """The outcome of one look-up.
 
     Attributes
