@@ -202,8 +202,8 @@ def test_a_typed_pointer_of_the_wrong_size_is_a_python_error(checks):
     """fill reads out as float: a float64 out (like x) would be half written; the host's data_ptr<float>()
     refuses it before the launch."""
     x = jnp.zeros(8, jnp.float64)
-    with pytest.raises(Exception, match=r"kernix: fill: BE::Tensor::data_ptr<float>\(\): the tensor holds float64 "
-                                        r"\(8-byte elements, shape \[8\]\), not 4-byte float"):
+    with pytest.raises(Exception, match=r"kernix: fill: BE::Tensor::data_ptr<float>\(\): parameter 'out' is float64 "
+                                        r"\(shape \[8\]\), but float views float32 elements \(4 bytes, not 8\)"):
         checks.fill(x, value=1.0, threads=128).block_until_ready()
     np.testing.assert_array_equal(checks.fill(x.astype(jnp.float32), value=2.0, threads=128), np.full(8, 2.0))
 

@@ -134,6 +134,15 @@ def _tensor_local(slot: int) -> str:
     return f"kernix_t{slot}"
 
 
+def _tensor_type(param: Param) -> str:
+    """The tensor type the shim builds for ``param``: ``::BE::TensorOf<T>``
+    for a parameter of that type (its constructor checks the dtype), else
+    ``::BE::Tensor``."""
+    if param.canonical_type.startswith("BE::TensorOf<"):
+        return "::" + param.canonical_type
+    return "::BE::Tensor"
+
+
 def _shim_argument(param: Param, slot: int) -> str:
     """The C++ expression passing slot ``slot`` of the array to ``param``."""
     p = f"p[{slot}]"
@@ -142,7 +151,7 @@ def _shim_argument(param: Param, slot: int) -> str:
         # constness resolve as the signature says; a non-const input (an
         # explicit "arg" for a by-value BE::Tensor) is passed as is.
         if param.role == "arg" and re.search(r"\bconst\b", param.type):
-            return f"static_cast<const ::BE::Tensor&>({_tensor_local(slot)})"
+            return f"static_cast<const {_tensor_type(param)}&>({_tensor_local(slot)})"
         return _tensor_local(slot)
     if param.kind == "ffi":
         return f"*static_cast<{param.canonical_type}*>({p})"
@@ -159,9 +168,10 @@ def _shim_argument(param: Param, slot: int) -> str:
 
 
 def _shim_locals(fn: ExportedFunction) -> list[str]:
-    """The user's ``BE::Tensor`` built from each tensor slot's view."""
+    """The user's ``BE::Tensor`` built from each tensor slot's view (named, for messages)."""
     return [
-        f"  ::BE::Tensor {_tensor_local(i)} = ::kernix::detail::tensor_from<::BE::Tensor>(p[{i}]);"
+        f"  {_tensor_type(param)} {_tensor_local(i)} = "
+        f"::kernix::detail::tensor_from<{_tensor_type(param)}>(p[{i}], {_cxx_string(param.name)});"
         for i, param in enumerate(fn.spec.params)
         if param.kind == "tensor"
     ]

@@ -1,7 +1,8 @@
 """Turning a function declaration into a :class:`~kernix.spec.FunctionSpec`.
 
 Every parameter is classified from its *canonical* type (never its
-spelling): const ``BE::Tensor`` -> ``arg``, non-const -> ``ret``;
+spelling): const ``BE::Tensor`` -> ``arg``, non-const -> ``ret``
+(``BE::TensorOf<T>`` likewise, with the dtype of ``T`` pinned);
 ``cudaStream_t`` -> ``stream``; XLA FFI buffer types -> ``arg``/``ret``;
 named scalars -> ``attr.<name>:<dtype>``.  Anything else is an error that
 names the parameter and says how to fix it.
@@ -113,7 +114,7 @@ def _classify(p: Any, index: int, fname: str) -> Param:
             return Param(synth, "stream", written, "CUstream_st *", "stream")
         if pointee in ("CUstream_st", "struct CUstream_st"):
             raise _Reject(f"{where}: a stream is passed by value or `const&`; take a `cudaStream_t`")
-        if pointee == "BE::Tensor":
+        if pointee == "BE::Tensor" or pointee.startswith("BE::TensorOf<"):
             raise _Reject(f"{where}: a tensor cannot be passed by pointer; {_FIX_TENSOR}")
         raise _Reject(f"{where}: pointers cannot cross the FFI boundary; {_FIX_TENSOR}")
     if c.kind.name in _ARRAY_KINDS:
@@ -121,10 +122,13 @@ def _classify(p: Any, index: int, fname: str) -> Param:
     if c.is_volatile_qualified():
         raise _Reject(f"{where}: volatile parameters are not supported; drop `volatile`")
 
-    if bare == "BE::Tensor":
+    if bare == "BE::Tensor" or bare.startswith("BE::TensorOf<"):
         if ref == "&&":
             raise _Reject(f"{where}: rvalue references are not supported; {_FIX_TENSOR}")
-        return Param(synth, "arg" if is_const else "ret", written, "BE::Tensor", "tensor")
+        role = "arg" if is_const else "ret"
+        if bare == "BE::Tensor":
+            return Param(synth, role, written, "BE::Tensor", "tensor")
+        return Param(synth, role, written, bare, "tensor", _tensor_of_dtype(c, where))
 
     if bare.startswith("xla::ffi::"):
         if ref == "&&":
@@ -189,6 +193,51 @@ def _classify(p: Any, index: int, fname: str) -> Param:
             f"{where}: {pname!r} is a Python keyword, so the Python callable could not take it as a keyword "
             f"argument ({pname}=...); rename the parameter, e.g. to {pname + '_'!r}")
     return Param(pname, "attr", written, bare, "scalar", dtype)
+
+
+#: The class element types of ``BE::TensorOf<T>`` (canonical spelling -> dtype).
+_CLASS_ELEMENTS = {
+    "__half": "float16", "__nv_bfloat16": "bfloat16",
+    "__nv_fp8_e4m3": "float8_e4m3fn", "__nv_fp8_e5m2": "float8_e5m2",
+}
+_STD_COMPLEX = re.compile(r"^std::(?:__\w+::)?complex<(float|double)>$")
+
+
+def _element_dtype(t: Any) -> str | None:
+    """The dtype whose elements are exactly the C++ type ``t`` (see
+    ``BE::element_dtype`` in kernix/common.h), or ``None``."""
+    c = t.get_canonical()
+    kind = c.kind.name
+    if kind == "FLOAT":
+        return "float32"
+    if kind == "DOUBLE":
+        return "float64"
+    if kind in ("BOOL", "CHAR_S", "SCHAR", "SHORT", "INT", "LONG", "LONGLONG",
+                "CHAR_U", "UCHAR", "USHORT", "UINT", "ULONG", "ULONGLONG"):
+        return _integer_dtype(c)
+    if kind == "RECORD":
+        bare = _bare(c.spelling)
+        if bare in _CLASS_ELEMENTS:
+            return _CLASS_ELEMENTS[bare]
+        m = _STD_COMPLEX.match(bare)
+        if m:
+            return "complex64" if m.group(1) == "float" else "complex128"
+    return None
+
+
+def _tensor_of_dtype(c: Any, where: str) -> str:
+    """The dtype ``BE::TensorOf<T>`` (the canonical type ``c``) pins."""
+    element = c.get_template_argument_type(0) if c.get_num_template_arguments() == 1 else None
+    dtype = _element_dtype(element) if element is not None and element.kind.name != "INVALID" else None
+    if dtype is None:
+        what = f"`{_bare(element.get_canonical().spelling)}`" if element is not None else "its element type"
+        raise _Reject(
+            f"{where}: {what} is not the C++ type of a dtype kernix can pin. `BE::TensorOf<T>` takes bool, "
+            "an integer type (int8_t ... uint64_t), float, double, __half, __nv_bfloat16, __nv_fp8_e4m3, "
+            "__nv_fp8_e5m2, std::complex<float> or std::complex<double>; for any other element type take a "
+            "`BE::Tensor` and read it with data_ptr<T>()"
+        )
+    return dtype
 
 
 def _ffi_buffer(bare: str) -> tuple[str, str | None, int | None] | None:

@@ -58,6 +58,18 @@ struct complex128_t {
   double imag;
 };
 
+// The dtypes these types view, for data_ptr<scalar_t>() (BE::element_dtype).
+#if !(defined(__CUDACC__) || defined(__CUDA__))
+template <>
+struct element_dtype<float16_t> : dtype_constant<DType::Float16> {};
+template <>
+struct element_dtype<bfloat16_t> : dtype_constant<DType::BFloat16> {};
+#endif
+template <>
+struct element_dtype<complex64_t> : dtype_constant<DType::Complex64> {};
+template <>
+struct element_dtype<complex128_t> : dtype_constant<DType::Complex128> {};
+
 }  // namespace BE
 
 // One case: bind VAR to TYPE and run the block.

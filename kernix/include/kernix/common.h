@@ -25,6 +25,15 @@
 // Relative to this file: the view kernix's generated code passes.
 #include "detail/tensor_view.h"
 
+// The CUDA element types, declared as CUDA's own headers declare them
+// (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h), so that BE::element_dtype names them
+// without including those headers (each adds about half a second to a CUDA
+// compile).  Where a source never includes them they stay incomplete.
+struct __half;
+struct __nv_bfloat16;
+struct __nv_fp8_e4m3;
+struct __nv_fp8_e5m2;
+
 // Host and device on CUDA compiles, plain functions otherwise.
 #if defined(__CUDACC__) || defined(__CUDA__)
 #define KERNIX_HD __host__ __device__
@@ -259,50 +268,302 @@ struct Raise {
 
 }  // namespace detail
 
+// ---- Which C++ types view which dtype --------------------------------------
+
+// BE::element_dtype<T>::value: the dtype whose elements are exactly T, or
+// DType::Invalid.  const and volatile are ignored.
+//
+//   bool                                     bool
+//   char, signed char, unsigned char, short, the integer dtype of their size
+//   int, long, long long and the unsigned    and signedness: int64_t, `long`
+//   ones                                     and `long long` all view int64;
+//                                            plain char views int8 where char
+//                                            is signed (x86-64), uint8 where it
+//                                            is not (AArch64)
+//   float, double                            float32, float64
+//   __half, __nv_bfloat16                    float16, bfloat16
+//   __nv_fp8_e4m3, __nv_fp8_e5m2             float8_e4m3fn, float8_e5m2
+//   a class with real() returning float or   complex64 / complex128, when
+//   double (std::complex, thrust::complex,   its size is twice that of the
+//   cuda::std::complex), or with members x   part
+//   and y of that type (float2, double2,
+//   cuFloatComplex)
+//
+// Specialise it for a type of your own:
+//   template <> struct BE::element_dtype<MyHalf> : BE::dtype_constant<BE::DType::Float16> {};
+template <DType D>
+struct dtype_constant {
+  static constexpr DType value = D;
+};
+
 namespace detail {
 
-// sizeof(T) where a typed data pointer checks it against the element size:
-// arithmetic types of more than one byte; 0 (unchecked) for the others.
-template <typename T, bool = std::is_arithmetic<T>::value>
-struct checked_size {
-  static constexpr size_t value = 0;
-};
 template <typename T>
-struct checked_size<T, true> {
-  static constexpr size_t value = sizeof(T) > 1 ? sizeof(T) : 0;
-};
+struct is_standard_integer
+    : std::integral_constant<bool, std::is_same<T, char>::value || std::is_same<T, signed char>::value ||
+                                       std::is_same<T, unsigned char>::value || std::is_same<T, short>::value ||
+                                       std::is_same<T, unsigned short>::value || std::is_same<T, int>::value ||
+                                       std::is_same<T, unsigned int>::value || std::is_same<T, long>::value ||
+                                       std::is_same<T, unsigned long>::value || std::is_same<T, long long>::value ||
+                                       std::is_same<T, unsigned long long>::value> {};
 
-KERNIX_HD inline bool is_complex(DType t) { return t == DType::Complex64 || t == DType::Complex128; }
-
-// The C++ name of an arithmetic type from its size and kind, for messages.
-inline const char* arithmetic_name(size_t size, bool floating, bool is_signed) {
-  if (floating) return size == 4 ? "float" : size == 8 ? "double" : "long double";
-  switch (size) {
-    case 2: return is_signed ? "int16_t" : "uint16_t";
-    case 4: return is_signed ? "int32_t" : "uint32_t";
-    case 8: return is_signed ? "int64_t" : "uint64_t";
-  }
-  return "T";
+KERNIX_HD constexpr DType integer_dtype(size_t size, bool is_signed) {
+  return size == 1   ? (is_signed ? DType::Int8 : DType::UInt8)
+         : size == 2 ? (is_signed ? DType::Int16 : DType::UInt16)
+         : size == 4 ? (is_signed ? DType::Int32 : DType::UInt32)
+         : size == 8 ? (is_signed ? DType::Int64 : DType::UInt64)
+                     : DType::Invalid;
 }
 
-// The C++ type that reads one element of `t`, or nullptr.
+// The part type of a complex-like class: what real() returns, else the type
+// of members x and y when they have one type; void when neither.
+template <typename T, typename = void>
+struct xy_part {
+  using type = void;
+};
+template <typename T>
+struct xy_part<T, std::void_t<decltype(std::declval<const T&>().x), decltype(std::declval<const T&>().y)>> {
+  using X = std::remove_cv_t<std::remove_reference_t<decltype(std::declval<const T&>().x)>>;
+  using Y = std::remove_cv_t<std::remove_reference_t<decltype(std::declval<const T&>().y)>>;
+  using type = typename std::conditional<std::is_same<X, Y>::value, X, void>::type;
+};
+template <typename T, typename = void>
+struct complex_part : xy_part<T> {};
+template <typename T>
+struct complex_part<T, std::void_t<decltype(std::declval<const T&>().real())>> {
+  using type = std::remove_cv_t<std::remove_reference_t<decltype(std::declval<const T&>().real())>>;
+};
+
+template <typename T>
+constexpr DType class_dtype() {
+  using P = typename complex_part<T>::type;
+  if constexpr (std::is_same<P, float>::value) {
+    return sizeof(T) == 2 * sizeof(float) ? DType::Complex64 : DType::Invalid;
+  } else if constexpr (std::is_same<P, double>::value) {
+    return sizeof(T) == 2 * sizeof(double) ? DType::Complex128 : DType::Invalid;
+  } else {
+    return DType::Invalid;
+  }
+}
+
+template <typename T>
+constexpr DType default_element_dtype() {
+  if constexpr (std::is_same<T, bool>::value) {
+    return DType::Bool;
+  } else if constexpr (is_standard_integer<T>::value) {
+    return integer_dtype(sizeof(T), std::is_signed<T>::value);
+  } else if constexpr (std::is_same<T, float>::value) {
+    return DType::Float32;
+  } else if constexpr (std::is_same<T, double>::value) {
+    return DType::Float64;
+  } else if constexpr (std::is_class<T>::value) {
+    return class_dtype<T>();
+  } else {
+    return DType::Invalid;
+  }
+}
+
+}  // namespace detail
+
+template <typename T>
+struct element_dtype : dtype_constant<detail::default_element_dtype<T>()> {};
+template <typename T>
+struct element_dtype<const T> : element_dtype<T> {};
+template <typename T>
+struct element_dtype<volatile T> : element_dtype<T> {};
+template <typename T>
+struct element_dtype<const volatile T> : element_dtype<T> {};
+template <>
+struct element_dtype<::__half> : dtype_constant<DType::Float16> {};
+template <>
+struct element_dtype<::__nv_bfloat16> : dtype_constant<DType::BFloat16> {};
+template <>
+struct element_dtype<::__nv_fp8_e4m3> : dtype_constant<DType::Float8E4M3FN> {};
+template <>
+struct element_dtype<::__nv_fp8_e5m2> : dtype_constant<DType::Float8E5M2> {};
+
+namespace detail {
+
+// Whether data_ptr<T>() views elements of dtype `d`: T is the dtype's own
+// type (element_dtype), void, or one of two documented readings of the bytes:
+// uint16_t for float16 and bfloat16 (their bit pattern), and a one-byte
+// integer type (char, int8_t, uint8_t) for bool (0 or 1; write only 0 or 1).
+template <typename T>
+constexpr bool views(DType d) {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_void<U>::value) {
+    return true;
+  } else {
+    if (d != DType::Invalid && element_dtype<U>::value == d) return true;
+    if constexpr (std::is_same<U, uint16_t>::value) return d == DType::Float16 || d == DType::BFloat16;
+    if constexpr (is_standard_integer<U>::value) return sizeof(U) == 1 && d == DType::Bool;
+    return false;
+  }
+}
+
+// sizeof(T), or 0 for void and incomplete types.
+template <typename T, typename = void>
+struct size_or_zero : std::integral_constant<size_t, 0> {};
+template <typename T>
+struct size_or_zero<T, std::void_t<decltype(sizeof(T))>> : std::integral_constant<size_t, sizeof(T)> {};
+
+// The compiler's text naming T ("... [with T = const float]"), for messages.
+template <typename T>
+inline const char* pretty_type() {
+  return __PRETTY_FUNCTION__;
+}
+
+// Appends the type named by pretty_type's text.
+inline void append_type(Message& m, const char* pretty) {
+  const char* s = std::strstr(pretty, "T = ");
+  if (s == nullptr) {
+    m << "T";
+    return;
+  }
+  char name[256];
+  size_t n = 0;
+  int depth = 0;
+  for (s += 4; *s != '\0' && n + 1 < sizeof name; ++s) {
+    char c = *s;
+    if (depth == 0 && (c == ']' || c == ';')) break;
+    if (c == '<' || c == '(' || c == '[') ++depth;
+    if (c == '>' || c == ')' || c == ']') --depth;
+    name[n++] = c;
+  }
+  name[n] = '\0';
+  m << static_cast<const char*>(name);
+}
+
+// The C++ type that views one element of `t`, for messages, or nullptr.
 inline const char* element_type_name(DType t) {
   switch (t) {
-    case DType::Float32: return "float";
-    case DType::Float64: return "double";
+    case DType::Bool: return "bool";
+    case DType::Int8: return "int8_t";
     case DType::Int16: return "int16_t";
     case DType::Int32: return "int32_t";
     case DType::Int64: return "int64_t";
+    case DType::UInt8: return "uint8_t";
     case DType::UInt16: return "uint16_t";
     case DType::UInt32: return "uint32_t";
     case DType::UInt64: return "uint64_t";
     case DType::Float16: return "__half";
     case DType::BFloat16: return "__nv_bfloat16";
-    case DType::Bool: return "bool";
-    case DType::Int8: return "int8_t";
-    case DType::UInt8: return "uint8_t";
+    case DType::Float32: return "float";
+    case DType::Float64: return "double";
+    case DType::Complex64: return "std::complex<float>";
+    case DType::Complex128: return "std::complex<double>";
+    case DType::Float8E4M3FN: return "__nv_fp8_e4m3";
+    case DType::Float8E5M2: return "__nv_fp8_e5m2";
     default: return nullptr;
   }
+}
+
+// What a Tensor tells a message about itself.
+struct TensorFacts {
+  DType dtype;
+  int64_t ndim;
+  const int64_t* dims;
+  const char* name;  // the parameter's name, or nullptr
+};
+
+// "parameter 'x' is int32 (shape [3, 4])".
+inline void describe(Message& m, const TensorFacts& t) {
+  if (t.name != nullptr && *t.name != '\0') {
+    m << "parameter '" << t.name << "'";
+  } else {
+    m << "the tensor";
+  }
+  m << " is " << t.dtype << " (shape [";
+  for (int64_t d = 0; d < t.ndim; ++d) m << (d ? ", " : "") << t.dims[d];
+  m << "])";
+}
+
+// "Give 'x' dtype float32" (or "Give the tensor ...").
+inline void give_dtype(Message& m, const TensorFacts& t, DType want) {
+  m << "Give ";
+  if (t.name != nullptr && *t.name != '\0') {
+    m << "'" << t.name << "'";
+  } else {
+    m << "the tensor";
+  }
+  m << " dtype " << want;
+}
+
+// data_ptr<T>() of a tensor whose dtype T does not view.
+[[noreturn]] __attribute__((cold, noinline)) inline void wrong_element_type(const TensorFacts& t,
+                                                                           const char* pretty, size_t size,
+                                                                           DType own) {
+  Message m;
+  m << "BE::Tensor::data_ptr<";
+  append_type(m, pretty);
+  m << ">(): ";
+  describe(m, t);
+  m << ", but ";
+  append_type(m, pretty);
+  if (own != DType::Invalid) {
+    m << " views " << own << " elements";
+  } else {
+    m << " is the C++ type of no dtype";
+  }
+  size_t have = dtype_size(t.dtype);
+  if (size != 0 && have != 0 && size != have) {
+    m << " (" << static_cast<int64_t>(size) << " bytes, not " << static_cast<int64_t>(have)
+      << (size > have ? ": reading numel() of them would run past the buffer)" : ")");
+  }
+  m << ". ";
+  if (own != DType::Invalid) {
+    give_dtype(m, t, own);
+    m << ", or read";
+  } else {
+    m << "Read";
+  }
+  if (const char* type = element_type_name(t.dtype)) {
+    m << " it as data_ptr<" << type << ">() (or dispatch on its dtype, BE_DISPATCH_*)";
+  } else {
+    m << " it after dispatching on its dtype (BE_DISPATCH_*)";
+  }
+  if (size != 0 && size == have) {
+    m << "; reinterpret_ptr<";
+    append_type(m, pretty);
+    m << ">() views its bytes as ";
+    append_type(m, pretty);
+    m << " on purpose";
+  }
+  throw Error(m.c_str());
+}
+
+// reinterpret_ptr<T>() of a tensor whose elements are not sizeof(T) bytes.
+[[noreturn]] __attribute__((cold, noinline)) inline void wrong_element_size(const TensorFacts& t,
+                                                                           const char* pretty, size_t size) {
+  Message m;
+  m << "BE::Tensor::reinterpret_ptr<";
+  append_type(m, pretty);
+  m << ">(): ";
+  describe(m, t);
+  size_t have = dtype_size(t.dtype);
+  if (have == 0) {
+    m << ", elements of less than a byte";
+  } else {
+    m << ", elements of " << static_cast<int64_t>(have) << " bytes";
+  }
+  m << ", but ";
+  append_type(m, pretty);
+  m << " is " << static_cast<int64_t>(size) << " bytes: reinterpret_ptr<T>() views elements as a type of "
+    << "their own size only. Cast data_ptr() yourself to view the buffer's bytes otherwise";
+  throw Error(m.c_str());
+}
+
+// TensorOf<T> built from a buffer of another dtype.
+[[noreturn]] __attribute__((cold, noinline)) inline void wrong_tensor_dtype(const TensorFacts& t,
+                                                                           const char* pretty, DType own) {
+  Message m;
+  m << "BE::TensorOf<";
+  append_type(m, pretty);
+  m << ">: ";
+  describe(m, t);
+  m << ", not " << own << ". ";
+  give_dtype(m, t, own);
+  throw Error(m.c_str());
 }
 
 }  // namespace detail
@@ -321,9 +582,12 @@ inline const char* element_type_name(DType t) {
 class Tensor {
  public:
   Tensor() = default;
-  // kernix's generated code builds tensors with this constructor.
-  explicit Tensor(const ::kernix::TensorView& view)
-      : Tensor(view.data, static_cast<DType>(view.xla_dtype), view.ndim, view.dims) {}
+  // kernix's generated code builds tensors with this constructor; `name` (the
+  // parameter's name, a string that outlives the tensor) is for messages.
+  explicit Tensor(const ::kernix::TensorView& view, const char* name = nullptr)
+      : Tensor(view.data, static_cast<DType>(view.xla_dtype), view.ndim, view.dims) {
+    name_ = name;
+  }
   Tensor(void* data, DType dtype, int64_t ndim, const int64_t* dims)
       : data_(data), dtype_(dtype), ndim_(ndim), dims_(dims) {
     if (ndim < 0) throw Error("BE::Tensor: negative rank");
@@ -334,22 +598,32 @@ class Tensor {
 
   // Untyped data pointer.
   KERNIX_HD void* data_ptr() const { return data_; }
-  // Typed data pointer: `x.data_ptr<float>()`.  On the host, an arithmetic T
-  // whose size is not the element size (double for a float32 tensor: reading
-  // numel() of them runs past the buffer) throws BE::Error; one-byte types,
-  // non-arithmetic ones (__half, float4, structs) and half a complex element
-  // (float for complex64) are not checked, nor is static_cast<T*>(data_ptr()).
-  // The size is all it checks: use BE_CHECK(x.dtype() == ...) or a dispatch
-  // macro for the type itself.
+  // Typed data pointer: `x.data_ptr<float>()`.  On the host, T must view the
+  // tensor's dtype (BE::element_dtype: float for float32, int32_t for int32,
+  // __half for float16, ...), or be void, or uint16_t for float16/bfloat16
+  // (the bits), or a one-byte integer for bool; any other T throws BE::Error
+  // naming the parameter, its dtype and shape and T (an int32 array read as
+  // float would compute garbage).  A default-constructed Tensor (no buffer)
+  // gives nullptr for any T.  Not checked in device code.
   template <typename T>
   KERNIX_HD T* data_ptr() const {
 #ifndef __CUDA_ARCH__
-    constexpr size_t size = detail::checked_size<T>::value;
-    if constexpr (size != 0) {
-      size_t have = dtype_size(dtype_);
-      if (have != size && have != 0 && !(detail::is_complex(dtype_) && have == 2 * size)) {
-        wrong_element_size(size, std::is_floating_point<T>::value, std::is_signed<T>::value);
-      }
+    if (!detail::views<T>(dtype_) && !(data_ == nullptr && dtype_ == DType::Invalid)) {
+      detail::wrong_element_type(facts(), detail::pretty_type<T>(), detail::size_or_zero<std::remove_cv_t<T>>::value,
+                                 element_dtype<T>::value);
+    }
+#endif
+    return static_cast<T*>(data_);
+  }
+  // The data pointer as T*, whatever the dtype, when sizeof(T) is the element
+  // size: viewing the bytes of float32 elements as uint32_t, of int16 ones as
+  // __half, ... on purpose.  Other sizes throw BE::Error on the host.
+  template <typename T>
+  KERNIX_HD T* reinterpret_ptr() const {
+    static_assert(!std::is_void<std::remove_cv_t<T>>::value, "reinterpret_ptr<void>(): use data_ptr()");
+#ifndef __CUDA_ARCH__
+    if (sizeof(T) != dtype_size(dtype_) || dtype_bits(dtype_) % 8 != 0) {
+      detail::wrong_element_size(facts(), detail::pretty_type<T>(), sizeof(T));
     }
 #endif
     return static_cast<T*>(data_);
@@ -357,6 +631,8 @@ class Tensor {
   KERNIX_HD void* data() const { return data_; }
   template <typename T>
   KERNIX_HD T* data() const { return data_ptr<T>(); }
+  // The parameter's name when kernix built the tensor ("" otherwise).
+  const char* name() const { return name_ != nullptr ? name_ : ""; }
 
   KERNIX_HD int64_t ndim() const { return ndim_; }
   KERNIX_HD int64_t dim() const { return ndim_; }
@@ -414,10 +690,10 @@ class Tensor {
   KERNIX_HD DType dtype() const { return dtype_; }
   const char* dtype_name() const { return BE::dtype_name(dtype_); }
 
- private:
-  [[noreturn]] __attribute__((cold, noinline)) void wrong_element_size(size_t size, bool floating,
-                                                                      bool is_signed) const;
+ protected:
+  detail::TensorFacts facts() const { return {dtype_, ndim_, sizes(), name_}; }
 
+ private:
   KERNIX_HD int64_t wrap(int64_t i) const {
     int64_t j = i < 0 ? i + ndim_ : i;
 #ifndef __CUDA_ARCH__
@@ -434,25 +710,49 @@ class Tensor {
   DType dtype_ = DType::Invalid;
   int64_t ndim_ = 0;
   const int64_t* dims_ = nullptr;  // host memory, valid during the call
+  const char* name_ = nullptr;     // the parameter's name, for messages
   int64_t inline_dims_[kMaxDim] = {};
   mutable int64_t strides_[kMaxDim] = {};
 };
 
-inline void Tensor::wrong_element_size(size_t size, bool floating, bool is_signed) const {
-  const char* read = detail::arithmetic_name(size, floating, is_signed);
-  detail::Message m;
-  m << "BE::Tensor::data_ptr<" << read << ">(): the tensor holds " << dtype_ << " (" << dtype_size(dtype_)
-    << "-byte elements, shape [";
-  for (int64_t d = 0; d < ndim_; ++d) m << (d ? ", " : "") << sizes()[d];
-  m << "]), not " << static_cast<int64_t>(size) << "-byte " << read
-    << (size > dtype_size(dtype_) ? ": reading numel() of them would run past the buffer"
-                                  : ": its values would be misread")
-    << ". Read it as ";
-  if (const char* type = detail::element_type_name(dtype_)) m << "data_ptr<" << type << ">(), ";
-  m << "check dtype() first (BE_CHECK) or dispatch on it (BE_DISPATCH_*); "
-       "static_cast<T*>(data_ptr()) reinterprets the bytes unchecked";
-  throw Error(m.c_str());
-}
+// A Tensor whose dtype is part of its C++ type: `const BE::TensorOf<float>& x`
+// is an input that must be float32.  kernix's inference reads T, the Python
+// callable refuses an array of another dtype before the kernel runs, and on
+// the host the constructor checks the buffer's dtype again.  data_ptr()
+// returns T* without a template argument.  T is the C++ type of a dtype
+// (BE::element_dtype): bool, the integer types, float, double, __half,
+// __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2, std::complex<float> and
+// std::complex<double>.  Declare inputs const and outputs non-const, as for
+// BE::Tensor.
+template <typename T>
+class TensorOf : public Tensor {
+  static_assert(element_dtype<T>::value != DType::Invalid,
+                "BE::TensorOf<T>: T must be the C++ type of a dtype (bool, an integer type, float, double, "
+                "__half, __nv_bfloat16, std::complex<float>, ...; see BE::element_dtype)");
+
+ public:
+  using element_type = T;
+  // The dtype T views.
+  static constexpr DType kDType = element_dtype<T>::value;
+
+  TensorOf() = default;
+  // kernix's generated code builds typed tensors with this constructor.
+  explicit TensorOf(const ::kernix::TensorView& view, const char* name = nullptr) : Tensor(view, name) {
+    check_dtype();
+  }
+  // A typed view of `t`; BE::Error when its dtype is not kDType.
+  explicit TensorOf(const Tensor& t) : Tensor(t) { check_dtype(); }
+
+  using Tensor::data;
+  using Tensor::data_ptr;
+  KERNIX_HD T* data_ptr() const { return static_cast<T*>(Tensor::data_ptr()); }
+  KERNIX_HD T* data() const { return data_ptr(); }
+
+ private:
+  void check_dtype() const {
+    if (dtype() != kDType) detail::wrong_tensor_dtype(facts(), detail::pretty_type<T>(), kDType);
+  }
+};
 
 }  // namespace BE
 

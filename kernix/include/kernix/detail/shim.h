@@ -100,13 +100,17 @@ inline bool user_dtype(int32_t code, E* out) {
 template <typename T>
 using dtype_of = std::decay_t<decltype(std::declval<const T&>().dtype())>;
 
-// Builds a T (the BE::Tensor the user's code sees) describing `view`.
-// Tried in order: T(const kernix::TensorView&) (kernix's own BE::Tensor);
-// T(void* data, const int64_t* shape, int ndim, DType dtype) (the
-// constructor brainevent's BE::Tensor documents).
+// Builds a T (the BE::Tensor the user's code sees) describing `view`, the
+// parameter `name`.  Tried in order: T(const kernix::TensorView&, const char*
+// name) and T(const kernix::TensorView&) (kernix's own BE::Tensor and
+// BE::TensorOf<E>, which check the dtype and name the parameter in messages);
+// T(void* data, const int64_t* shape, int ndim, DType dtype) (the constructor
+// brainevent's BE::Tensor documents).
 template <typename T>
-inline T make_tensor(const TensorView& view) {
-  if constexpr (std::is_constructible<T, const TensorView&>::value) {
+inline T make_tensor(const TensorView& view, const char* name) {
+  if constexpr (std::is_constructible<T, const TensorView&, const char*>::value) {
+    return T(view, name);
+  } else if constexpr (std::is_constructible<T, const TensorView&>::value) {
     return T(view);
   } else {
     using D = dtype_of<T>;
@@ -142,8 +146,8 @@ inline F* opaque(F* f) noexcept {
 // (a few instructions) instead of expanding the constructor and the dtype
 // mapping, which would cost the compiler time for every function.
 template <typename T>
-__attribute__((noinline)) T tensor_from(const void* view) {
-  return make_tensor<T>(*static_cast<const TensorView*>(view));
+__attribute__((noinline)) T tensor_from(const void* view, const char* name) {
+  return make_tensor<T>(*static_cast<const TensorView*>(view), name);
 }
 
 }  // namespace detail
