@@ -4,10 +4,11 @@ An *arg_spec* describes, parameter by parameter, how an XLA FFI call reaches a
 native function.  Each parameter is one token:
 
 ``arg``
-    an input buffer (a ``const BE::Tensor``, ``xla::ffi::AnyBuffer`` or
-    ``xla::ffi::Buffer<T, R>``);
+    an input buffer (a ``const BE::Tensor``, ``const BE::TensorOf<T>``,
+    ``xla::ffi::AnyBuffer`` or ``xla::ffi::Buffer<T, R>``);
 ``ret``
-    an output buffer (a non-const ``BE::Tensor`` or ``xla::ffi::Result<...>``);
+    an output buffer (a non-const ``BE::Tensor`` or ``BE::TensorOf<T>``, or
+    ``xla::ffi::Result<...>``);
 ``stream``
     the platform stream (``cudaStream_t``, or an ``int64_t`` named ``stream``);
 ``attr.<name>`` / ``attr.<name>:<dtype>``
@@ -169,12 +170,12 @@ class Param:
         The fully resolved C++ type, valid after the user's code (e.g.
         ``float`` for ``using real = float``, ``ns::Mode`` for an enum).
     kind
-        How the native function takes the value: ``"tensor"`` (``BE::Tensor``),
-        ``"ffi"`` (an XLA FFI buffer or result type), ``"scalar"`` or
-        ``"stream"``.
+        How the native function takes the value: ``"tensor"`` (``BE::Tensor``
+        or ``BE::TensorOf<T>``), ``"ffi"`` (an XLA FFI buffer or result type),
+        ``"scalar"`` or ``"stream"``.
     dtype
         The attribute dtype (for attributes), or the element dtype a typed FFI
-        buffer fixes; ``None`` when not fixed.
+        buffer or a ``BE::TensorOf<T>`` fixes; ``None`` when not fixed.
     rank
         The rank a typed FFI buffer fixes; ``None`` when not fixed.
     """
@@ -339,6 +340,14 @@ def _with_operation_fields(spec: FunctionSpec, data: dict[str, Any]) -> Function
 _KINDS = ("tensor", "ffi", "scalar", "stream")
 
 
+def _tensor_type_ok(p: Param) -> bool:
+    """A ``BE::Tensor`` takes any dtype and rank; a ``BE::TensorOf<T>``
+    (its canonical type, which the shim builds) pins a dtype and no rank."""
+    if p.canonical_type.startswith("BE::TensorOf<") and p.canonical_type.endswith(">"):
+        return p.dtype is not None and p.rank is None
+    return p.canonical_type in ("", "BE::Tensor") and p.dtype is None and p.rank is None
+
+
 def _checked_param(p: Param) -> Param:
     ok = (
         isinstance(p.name, str) and is_identifier(p.name)
@@ -348,6 +357,7 @@ def _checked_param(p: Param) -> Param:
         and (p.dtype is None or p.dtype in BUFFER_DTYPES)
         and (p.role != "attr" or p.dtype in ATTR_DTYPES)
         and (p.rank is None or (isinstance(p.rank, int) and p.rank >= 0))
+        and (p.kind != "tensor" or _tensor_type_ok(p))
     )
     if not ok:
         raise ValueError(f"bad parameter {p!r}")

@@ -46,6 +46,7 @@ def _table(result: dict[str, Any]) -> str:
         lines.append("  (no functions inferred)")
         return "\n".join(lines)
     with_shapes = any(f.get("signature") or f.get("vjp_of") for f in functions)  # the column only when used
+    with_pins = any(_buffer_pins(f) != "-" for f in functions)  # likewise
     rows = []
     for f in functions:
         attrs = [p for p in f["params"] if p["role"] == "attr"]
@@ -54,13 +55,26 @@ def _table(result: dict[str, Any]) -> str:
         row = [name, str(f["line"]), " ".join(f["arg_spec"])]
         if with_shapes:
             row.append((f.get("signature") or "-") + (f" vjp={f['vjp_of']}" if f.get("vjp_of") else ""))
+        if with_pins:
+            row.append(_buffer_pins(f))
         rows.append((*row, dtypes))
-    header = ("function", "line", "arg_spec", *(("shape signature",) if with_shapes else ()), "attribute dtypes")
+    header = ("function", "line", "arg_spec", *(("shape signature",) if with_shapes else ()),
+              *(("buffer dtypes",) if with_pins else ()), "attribute dtypes")
     n = len(header) - 1
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(n)]
     for r in [header, *rows]:
         lines.append("  " + "  ".join(r[i].ljust(widths[i]) for i in range(n)) + "  " + r[n])
     return "\n".join(lines)
+
+
+def _buffer_pins(function: dict[str, Any]) -> str:
+    """The dtype (and rank) each input or output buffer of ``function`` must
+    have (``BE::TensorOf<T>``, ``xla::ffi::Buffer<T, R>``): ``"x: float32,
+    out: float32 rank 2"``, or ``"-"`` when none is pinned."""
+    pins = [f"{p['name']}: {p['dtype'] or 'any dtype'}" + (f" rank {p['rank']}" if p.get("rank") is not None else "")
+            for p in function["params"]
+            if p["role"] in ("arg", "ret") and (p.get("dtype") or p.get("rank") is not None)]
+    return ", ".join(pins) or "-"
 
 
 def _json_file(result: dict[str, Any]) -> dict[str, Any]:

@@ -107,11 +107,17 @@ def _as_jax(fn: str, param: Param, x: Any) -> Any:
 
 def check_buffer(fn: str, param: Param, value: Any, what: str) -> None:
     """Raise :class:`CallError` unless ``value`` (an array or a
-    ``jax.ShapeDtypeStruct``) has the dtype and rank ``param`` declares."""
+    ``jax.ShapeDtypeStruct``) has the dtype and rank ``param`` declares (a
+    ``BE::TensorOf<T>`` or a typed XLA FFI buffer): the kernel would read its
+    elements as another type."""
     if param.dtype is not None and np.dtype(value.dtype) != np.dtype(numpy_dtype(param.dtype)):
+        hint = x64_hint(param.dtype)
+        if not hint:
+            hint = (f"; convert it first: .astype(jnp.{param.dtype})" if what == "input" else
+                    f"; give it dtype {param.dtype} in out= (jax.ShapeDtypeStruct(shape, jnp.{param.dtype}))")
         raise CallError(
             f"{fn}(): {what} {param.name!r} must be {param.dtype} "
-            f"(C++ type '{param.type}'), got {np.dtype(value.dtype)}{x64_hint(param.dtype)}"
+            f"(C++ type '{param.type}'), got {np.dtype(value.dtype)}{hint}"
         )
     if param.rank is not None and len(np.shape(value)) != param.rank:
         raise CallError(
