@@ -11,7 +11,10 @@ compare each kernel with its dense or pure-JAX reference.  Each directory
 prints its pytest summary, and then its failures, counted by their error.
 
 The package's own loader is used instead with ``--loader brainevent``: the
-same tests, for telling a failure of kernix from one of the package.
+same tests, for telling a failure of kernix from one of the package.  With
+``--headers kernix`` the installed copy's ``include/brainevent/`` directory is
+set aside, so its kernels compile against kernix's own ``brainevent/``
+headers (and their checked ``data_ptr<T>()``) instead of the package's.
 
 Needs a GPU, nvcc and the package's test requirements (``brainstate``,
 ``braintools``, ``brainunit``, ``numba``; pass their wheels with ``--with``
@@ -23,6 +26,7 @@ Usage::
 
     python bench/brainevent_tests.py [--wheel FILE] [--with WHEEL ...] [--dirs _dense _csr ...]
                                      [--jobs 8] [--timeout 540] [-k cuda_raw] [--loader kernix]
+                                     [--headers package|kernix]
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import collections
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -130,6 +135,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=int, default=540, help="seconds for one directory")
     ap.add_argument("-k", dest="keyword", default="cuda_raw", help="pytest -k expression")
     ap.add_argument("--loader", choices=("kernix", "brainevent"), default="kernix")
+    ap.add_argument("--headers", choices=("package", "kernix"), default="package",
+                    help="whose brainevent/ headers the kernels compile against (kernix: the package's are set aside)")
     args = ap.parse_args()
     wheel = Path(args.wheel) if args.wheel else fetch_wheel()
     if wheel is None:
@@ -142,12 +149,19 @@ def main() -> int:
 
 def test(wheel: Path, site: Path, args: argparse.Namespace) -> int:
     """Install into ``site``, run the tests and print their results: the exit status."""
-    if install(wheel.resolve(), [str(Path(w).resolve()) for w in args.extra], site) is None:
+    package = install(wheel.resolve(), [str(Path(w).resolve()) for w in args.extra], site)
+    if package is None:
         return 1
+    if args.headers == "kernix":
+        own, aside = package / "include" / "brainevent", package / "include" / "brainevent.package-headers"
+        if own.is_dir():  # (pip reinstalled it into a kept --site)
+            shutil.rmtree(aside, ignore_errors=True)
+            own.rename(aside)
     env = {**os.environ, "BRAINEVENT_LOADER": args.loader, "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
            "COLUMNS": "1000",  # pytest cuts its summary lines, the failures' messages, to the terminal's width
            "PYTHONPATH": os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    print(f"{wheel.name} in {site}, loader {args.loader}, pytest -k {args.keyword!r}, {args.jobs} directories at once")
+    print(f"{wheel.name} in {site}, loader {args.loader}, {args.headers} headers, pytest -k {args.keyword!r}, "
+          f"{args.jobs} directories at once")
     with ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(lambda d: run_dir(site, d, env, args.keyword, args.timeout), args.dirs))
     failures: collections.Counter[str] = collections.Counter()

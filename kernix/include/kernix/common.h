@@ -3,6 +3,11 @@
 // Include this in every source that kernix compiles.  It gives:
 //   BE::DType        the element types XLA can hand a function, with names;
 //   BE::Tensor       a non-owning view of one XLA buffer (data, dtype, shape);
+//                    data_ptr<T>() takes only the C++ types of its dtype
+//                    (BE::element_dtype), reinterpret_ptr<T>() any type of the
+//                    element's size;
+//   BE::TensorOf<T>  a BE::Tensor whose dtype is fixed by T (inference and the
+//                    Python callable check it);
 //   BE::Error        the exception the checks throw (kernix turns it into a
 //                    JAX error; it never aborts the process);
 //   BE_CHECK(cond) << "message";
