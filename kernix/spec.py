@@ -7,8 +7,7 @@ native function.  Each parameter is one token:
     an input buffer (a ``const BE::Tensor``, ``const BE::TensorOf<T>``,
     ``xla::ffi::AnyBuffer`` or ``xla::ffi::Buffer<T, R>``);
 ``ret``
-    an output buffer (a non-const ``BE::Tensor`` or ``BE::TensorOf<T>``, or
-    ``xla::ffi::Result<...>``);
+    an output buffer (a non-const ``BE::Tensor``, ``BE::TensorOf<T>``, ``xla::ffi::Result<...>``);
 ``stream``
     the platform stream (``cudaStream_t``, or an ``int64_t`` named ``stream``);
 ``attr.<name>`` / ``attr.<name>:<dtype>``
@@ -340,14 +339,6 @@ def _with_operation_fields(spec: FunctionSpec, data: dict[str, Any]) -> Function
 _KINDS = ("tensor", "ffi", "scalar", "stream")
 
 
-def _tensor_type_ok(p: Param) -> bool:
-    """A ``BE::Tensor`` takes any dtype and rank; a ``BE::TensorOf<T>``
-    (its canonical type, which the shim builds) pins a dtype and no rank."""
-    if p.canonical_type.startswith("BE::TensorOf<") and p.canonical_type.endswith(">"):
-        return p.dtype is not None and p.rank is None
-    return p.canonical_type in ("", "BE::Tensor") and p.dtype is None and p.rank is None
-
-
 def _checked_param(p: Param) -> Param:
     ok = (
         isinstance(p.name, str) and is_identifier(p.name)
@@ -357,7 +348,10 @@ def _checked_param(p: Param) -> Param:
         and (p.dtype is None or p.dtype in BUFFER_DTYPES)
         and (p.role != "attr" or p.dtype in ATTR_DTYPES)
         and (p.rank is None or (isinstance(p.rank, int) and p.rank >= 0))
-        and (p.kind != "tensor" or _tensor_type_ok(p))
+        # A BE::Tensor fixes no dtype; a BE::TensorOf<T> (the type the shim builds) fixes one, and no rank.
+        and (p.kind != "tensor" or p.rank is None and (
+            p.dtype is not None if p.canonical_type.startswith("BE::TensorOf<") and p.canonical_type.endswith(">")
+            else p.dtype is None and p.canonical_type in ("", "BE::Tensor")))
     )
     if not ok:
         raise ValueError(f"bad parameter {p!r}")

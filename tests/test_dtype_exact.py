@@ -424,3 +424,15 @@ def test_typed_tensors_and_raw_bits_on_a_gpu(tmp_path) -> None:
     with pytest.raises(Exception, match=r"kernix: copy_bits: BE::Tensor::data_ptr<short unsigned int>\(\): "
                                         r"parameter 'x' is float32 \(shape \[3\]\)"):
         jax.block_until_ready(mod.copy_bits(x.astype(jnp.float32), out=jax.ShapeDtypeStruct((3,), jnp.uint16)))
+
+
+def test_a_typed_tensor_spec_round_trips_and_a_tampered_one_is_refused(mod) -> None:
+    from kernix.spec import FunctionSpec
+
+    spec = mod.add_row.spec
+    assert FunctionSpec.from_json(spec.to_json()) == spec
+    for change in ({"dtype": None}, {"rank": 2}, {"canonical_type": "BE::Tensor"}, {"canonical_type": "Other<float>"}):
+        data = spec.to_json()
+        data["params"][0] = {**data["params"][0], **change}
+        with pytest.raises(ValueError, match="bad parameter"):
+            FunctionSpec.from_json(data)
