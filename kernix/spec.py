@@ -348,10 +348,9 @@ def _checked_param(p: Param) -> Param:
         and (p.dtype is None or p.dtype in BUFFER_DTYPES)
         and (p.role != "attr" or p.dtype in ATTR_DTYPES)
         and (p.rank is None or (isinstance(p.rank, int) and p.rank >= 0))
-        # A BE::Tensor fixes no dtype; a BE::TensorOf<T> (the type the shim builds) fixes one, and no rank.
-        and (p.kind != "tensor" or p.rank is None and (
-            p.dtype is not None if p.canonical_type.startswith("BE::TensorOf<") and p.canonical_type.endswith(">")
-            else p.dtype is None and p.canonical_type in ("", "BE::Tensor")))
+        # A BE::Tensor fixes no dtype; a BE::TensorOf<T> (the type the shim builds) fixes one; neither a rank.
+        and (p.kind != "tensor" or p.rank is None and (p.dtype is not None) == (
+            p.canonical_type.startswith("BE::TensorOf<") and p.canonical_type.endswith(">")))
     )
     if not ok:
         raise ValueError(f"bad parameter {p!r}")

@@ -523,7 +523,9 @@ inline void give_dtype(Message& m, const TensorFacts& t, DType want) {
     m << "Read";
   }
   if (const char* type = element_type_name(t.dtype)) {
-    m << " it as data_ptr<" << type << ">() (or dispatch on its dtype, BE_DISPATCH_*)";
+    m << " it as data_ptr<" << type << ">()";
+    if (t.dtype == DType::Float16 || t.dtype == DType::BFloat16) m << ", or its bits as data_ptr<uint16_t>()";
+    m << " (or dispatch on its dtype, BE_DISPATCH_*)";
   } else {
     m << " it after dispatching on its dtype (BE_DISPATCH_*)";
   }
