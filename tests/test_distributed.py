@@ -297,3 +297,45 @@ def test_two_gpu_processes_share_a_cache_and_shard_a_kernel_with_its_gradient(tm
                       KERNIX_CUDA_ARCH_LIST="") for i in range(2)]
     _two_processes(tmp_path, "cuda", FIXTURES / "ops" / "ops_cuda.cu", envs)
 
+
+
+# -- a shared cache on a file system that refuses locks ---------------------------------------
+
+def test_a_cache_whose_file_system_refuses_flock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As an NFS mount without lock support (flock fails with ENOLCK): a module
+    already built there loads, a build is refused with what to do, and what
+    it suggests (a cache on a local disk) works."""
+    import errno
+    import fcntl
+
+    import jax
+    import numpy as np
+    from helpers import unique_name
+
+    import kernix
+    from kernix.store import lock
+
+    shared, local = tmp_path / "nfs", tmp_path / "local"
+    name = unique_name("on_nfs")
+    first = kernix.load_cpp_inline(name, CPP, build_directory=shared)  # built while locks worked
+    real_flock = fcntl.flock
+
+    def flock(fd: int, operation: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(shared)):
+            raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(lock.fcntl, "flock", flock)
+    again = kernix.load_cpp_inline(name, CPP, build_directory=shared)  # a hit takes no lock
+    assert again.path == first.path
+    x = np.arange(3, dtype=np.float32)
+    np.testing.assert_array_equal(again.add_one(jax.numpy.asarray(x)), x + 1)
+    edited = CPP.replace("+ 1.0f", "+ 3.0f")
+    with pytest.raises(kernix.CacheError, match=r"refuses the lock .*No locks available.*NFS.*"
+                                                r"local disk \(KERNIX_CACHE_DIR, or build_directory=\)") as info:
+        kernix.load_cpp_inline(name + "_v2", edited, build_directory=shared)
+    assert "on_nfs" in str(info.value)
+    with pytest.raises(kernix.CacheError, match="refuses the lock"):
+        kernix.clear_cache(name, root=shared)
+    built = kernix.load_cpp_inline(name + "_v2", edited, build_directory=local)  # the fix it names
+    np.testing.assert_array_equal(built.add_one(jax.numpy.asarray(x)), x + 3)
