@@ -7,7 +7,6 @@ import os
 from typing import Sequence
 
 from ..errors import ToolchainError
-from . import gpus
 
 __all__ = ["ARCH_ENV", "ARCH_LIST_ENV", "normalize_arch", "normalize_arch_list", "arch_key",
            "detect_compute_capability"]
@@ -123,6 +122,8 @@ def detect_compute_capability(explicit: str | Sequence[str] | None = None, *,
     env = os.environ.get(ARCH_ENV)
     if env:
         return normalize_arch(env)
+    from . import gpus  # (a CUDA load's alone: a C++ load does not import it)
+
     found = gpus.survey(root)
     if found.gpus:
         return ",".join(normalize_arch_list([g.arch for g in found.gpus]))

@@ -1,10 +1,11 @@
 """``load_prebuilt``: load a module that ``kernix build`` made, with no compiler.
 
 Nothing here imports :mod:`kernix.frontend` (libclang) or the compilers and
-ninja of :mod:`kernix.backend` (only :mod:`kernix.backend.gpus`, which asks
-the driver, not JAX, for the GPUs), and nothing writes to the kernix cache:
-the manifest, trust checks, a hash and a look at the library's ELF header,
-``dlopen`` and JAX registration are all a load does.
+ninja of :mod:`kernix.backend` (a CUDA module's check imports
+:mod:`kernix.backend.gpus`, which asks the driver, not JAX, for the GPUs),
+and nothing writes to the kernix cache: the manifest, trust checks, a hash
+and a look at the library's ELF header, ``dlopen`` and JAX registration are
+all a load does.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import __version__
-from ..backend import gpus
 from ..errors import PrebuiltError
 from ..paths import ancestors
 from ..runtime import registry
@@ -145,6 +145,8 @@ def _gpus() -> tuple[list[tuple[str, str]], str]:
     """``[(sm_XY, GPU name)]`` of the GPUs this process can use, asked of the
     driver (never of JAX, whose backend stays unstarted; nothing is written to
     the cache), and why there are none."""
+    from ..backend import gpus  # (a CUDA module's check alone)
+
     found = gpus.survey(remember=False)
     return [(g.arch, g.name) for g in found.gpus], found.problem
 
