@@ -199,6 +199,38 @@ def test_no_cuda_load_starts_the_backend(tmp_path: Path, stand_in_driver: dict[s
         assert "sm_90" in json.dumps(prebuilt), prebuilt
 
 
+NO_GPU = textwrap.dedent(
+    """
+    import sys
+    import jax
+    from jax._src import xla_bridge
+    import kernix
+    from kernix.backend import gpus
+
+    # No driver at all, whatever this machine has.
+    gpus.NVML_LIBRARY = gpus.CUDA_LIBRARY = "/nonexistent/libnvidia.so.1"
+    gpus._nvidia_smi = lambda: "nvidia-smi is not on PATH"
+    try:
+        kernix.load_cuda_inline("no_gpu", sys.argv[2])
+    except kernix.ToolchainError as e:
+        assert "could not detect the GPU's compute capability" in str(e) and "KERNIX_CUDA_ARCH=sm_90" in str(e), e
+    else:
+        raise AssertionError("a CUDA load with no GPU and no architecture named did not fail")
+    assert not xla_bridge.backends_are_initialized(), "the failed detection started JAX's backend"
+    jax.distributed.initialize(f"127.0.0.1:{sys.argv[1]}", num_processes=1, process_id=0, initialization_timeout=60)
+    print("OK {}")
+    """
+)
+
+
+def test_a_cuda_load_without_a_gpu_fails_cleanly_and_starts_no_backend(tmp_path: Path) -> None:
+    script = tmp_path / "no_gpu.py"
+    script.write_text(NO_GPU)
+    env = child_env(JAX_PLATFORMS="cpu", KERNIX_CACHE_DIR=str(tmp_path / "cache"), KERNIX_CUDA_ARCH="",
+                    KERNIX_CUDA_ARCH_LIST="")
+    run_all([[sys.executable, str(script), str(free_port()), CUDA]], [env])
+
+
 # -- two processes, one cache, one sharded kernel ---------------------------------------------
 
 SHARDED = textwrap.dedent(

@@ -230,3 +230,11 @@ def test_nvidia_smi_answers_when_neither_library_loads(driver, monkeypatch, tmp_
                                                       gpus._Device("sm_90", "NVIDIA H100", "GPU-6")])
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-6")
     assert gpus.survey() == gpus.Survey((gpus.Gpu("sm_90", "NVIDIA H100"),), "nvidia-smi", "")
+
+
+def test_the_cuda_driver_showing_no_gpu_names_cuda_visible_devices(driver, monkeypatch):
+    monkeypatch.setattr(gpus, "NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1")
+    monkeypatch.setenv("FAKE_GPUS", H100)
+    monkeypatch.setenv("FAKE_CUDA_GPUS", "")  # as the driver answers CUDA_VISIBLE_DEVICES=""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpus.survey().problem == "no GPU is visible with CUDA_VISIBLE_DEVICES='' (cuda driver)"

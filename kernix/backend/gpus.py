@@ -246,8 +246,12 @@ def _ask() -> Survey:
         if gpus:
             return Survey(gpus, source, "")
         hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
-        why = (f"CUDA_VISIBLE_DEVICES={hidden!r} shows none of the {len(answer)} GPUs ({source})"
-               if hidden is not None and answer else f"the driver lists no GPU ({source})")
+        if hidden is None:
+            why = f"the driver lists no GPU ({source})"
+        elif answer:
+            why = f"CUDA_VISIBLE_DEVICES={hidden!r} shows none of the {len(answer)} GPUs ({source})"
+        else:
+            why = f"no GPU is visible with CUDA_VISIBLE_DEVICES={hidden!r} ({source})"
         return Survey((), source, why)
     return Survey((), "", "no NVIDIA driver answered: " + "; ".join(problems))
 
