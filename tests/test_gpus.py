@@ -238,3 +238,25 @@ def test_the_cuda_driver_showing_no_gpu_names_cuda_visible_devices(driver, monke
     monkeypatch.setenv("FAKE_CUDA_GPUS", "")  # as the driver answers CUDA_VISIBLE_DEVICES=""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert gpus.survey().problem == "no GPU is visible with CUDA_VISIBLE_DEVICES='' (cuda driver)"
+
+
+def _real_gpus() -> tuple[gpus.Gpu, ...]:
+    gpus.forget()
+    return gpus.survey(remember=False).gpus
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _real_gpus(), reason="needs an NVIDIA GPU and its driver")
+def test_every_way_of_asking_the_real_driver_agrees_with_jax():
+    import jax
+
+    from kernix.backend.arch import normalize_arch
+
+    want = sorted(normalize_arch(d.compute_capability) for d in jax.devices("gpu"))
+    nvml, cuda = gpus._nvml(), gpus._cuda_driver()
+    assert not isinstance(nvml, str) and not isinstance(cuda, str), (nvml, cuda)
+    assert sorted(d.arch for d in gpus.visible(nvml)) == want
+    assert sorted(g.arch for g in cuda) == want
+    smi = gpus._nvidia_smi()
+    if not isinstance(smi, str):  # (an older nvidia-smi lacks compute_cap)
+        assert sorted(d.arch for d in gpus.visible(smi)) == want
