@@ -18,6 +18,7 @@ from ..errors import SourceError
 from ..names import is_identifier
 from ..spec import FunctionSpec, Param
 from ..spelling import is_function_type
+from .returns import return_kind
 
 __all__ = ["function_spec", "qualified_name", "RESERVED_ATTR_NAMES"]
 
@@ -231,6 +232,9 @@ def function_spec(cursor: Any, path: str) -> tuple[FunctionSpec | None, list[Sou
         errors.append(SourceError(
             f"function {name!r} is variadic (`...`): a variadic function cannot be called through "
             "the FFI; list every parameter explicitly", file=path, line=fline, column=loc.column, function=name))
+    returns, problem = return_kind(cursor)
+    if returns is None:
+        errors.append(SourceError(problem, file=path, line=fline, column=loc.column, function=name))
     params: list[Param] = []
     for i, p in enumerate(cursor.get_arguments()):
         try:
@@ -254,10 +258,10 @@ def function_spec(cursor: Any, path: str) -> tuple[FunctionSpec | None, list[Sou
             f"function {name!r} has no output tensor: every exported function must write at least one "
             "output. Add a non-const `BE::Tensor& out` parameter (inputs are `const BE::Tensor&`)",
             file=path, line=fline, column=loc.column, function=name))
-    if errors:
+    if errors or returns is None:
         return None, errors
     spec = FunctionSpec(name=name, qualified_name=qualified_name(cursor), params=tuple(params), file=path, line=fline,
-                        function_type=_function_type(cursor))
+                        function_type=_function_type(cursor), returns=returns)
     return spec, errors
 
 
