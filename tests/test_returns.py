@@ -223,7 +223,7 @@ def _gpus() -> list:
 
 
 @pytest.mark.skipif(not has_nvcc(), reason="needs nvcc and the CUDA headers")
-def test_cuda_inference_records_error_and_refuses_a_cuda_status(tmp_path: Path):
+def test_cuda_inference_and_build_record_error_and_refuse_a_cuda_status(tmp_path: Path):
     src = tmp_path / "checked.cu"
     src.write_text(CUDA_SOURCE)
     result = infer_file(src, use_cache=False)
@@ -231,6 +231,11 @@ def test_cuda_inference_records_error_and_refuses_a_cuda_status(tmp_path: Path):
     (error,) = result.errors
     assert error.function == "cuda_refused" and "returns `cudaError_t`" in error.message
     assert "would be dropped" in error.message
+    # nvcc compiles the checking shim (running it needs a GPU: the test below).
+    src.write_text(CUDA_SOURCE.split("// @BE cuda_refused")[0])
+    mod = kernix.load_cuda_file(src, name=unique_name("cuda_checked"), compute_capability="sm_80",
+                                auto_register=False, build_directory=tmp_path / "cache")
+    assert mod.functions["cuda_checked"].returns == "error"
 
 
 @pytest.mark.gpu
