@@ -27,8 +27,8 @@ BAD_BACKWARDS = {
                       "void bwd(const BE::Tensor& x, const BE::Tensor& g, BE::Tensor& dx) {}\n",
                       "the module exports no function 'nosuch'; it exports: fwd, bwd"),
     "too_few_inputs": (FORWARD + "// @BE bwd vjp=fwd\nvoid bwd(const BE::Tensor& g, BE::Tensor& dx) {}\n",
-                       "a backward kernel takes the forward's 1 input(s) then the cotangents of its 1 output(s): "
-                       "2 inputs, but it takes 1"),
+                       ("a backward kernel takes the forward's 1 input(s) then the cotangents of its 1 output(s): "
+                       "2 inputs, but it takes 1")),
     "attribute_dtype": (FORWARD + "// @BE bwd vjp=fwd\n"
                         "void bwd(const BE::Tensor& x, const BE::Tensor& g, BE::Tensor& dx, double scale) {}\n",
                         "attribute 'scale' is float64 here but float32 in 'fwd'"),
