@@ -36,8 +36,6 @@ __all__ = [
     "ATTR_DTYPES",
     "BUFFER_DTYPES",
     "Role",
-    "ReturnKind",
-    "RETURN_KINDS",
     "Token",
     "Param",
     "FunctionSpec",
@@ -49,11 +47,6 @@ __all__ = [
 ]
 
 Role = Literal["arg", "ret", "stream", "attr"]
-
-#: What an exported function may return: nothing, or an ``xla::ffi::Error``
-#: whose failure the call reports (:attr:`FunctionSpec.returns`).
-ReturnKind = Literal["void", "error"]
-RETURN_KINDS: tuple[str, ...] = ("void", "error")
 
 _ALIASES = {"args": "arg", "rets": "ret", "ctx.stream": "stream"}
 
@@ -232,11 +225,8 @@ class FunctionSpec:
         of that type, so the compiler does not compile the function's body a
         second time inside the shim.  Not part of a spec's identity
         (comparisons ignore it).
-    returns
-        What the function returns: ``"void"``, or ``"error"`` for an
-        ``xla::ffi::Error`` (a failure it returns becomes a JAX error naming the
-        function, with the error's code and message).  No other return type is
-        exported (see :data:`RETURN_KINDS`).
+    returns_error
+        The function returns an ``xla::ffi::Error``, whose failure the call reports (else ``void``).
     """
 
     name: str
@@ -248,7 +238,7 @@ class FunctionSpec:
     vjp_of: str | None = None
     doc: str = ""
     function_type: str = dataclasses.field(default="", compare=False)
-    returns: ReturnKind = "void"
+    returns_error: bool = False
 
     @property
     def arg_spec(self) -> tuple[str, ...]:
@@ -278,9 +268,9 @@ class FunctionSpec:
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict; stable key order, round-trips via :meth:`from_json`.
 
-        ``signature``, ``vjp_of``, ``doc`` and ``function_type`` appear only
-        when set, and ``returns`` only when not ``"void"``, so a spec without
-        them has the same JSON form as before they existed.
+        ``signature``, ``vjp_of``, ``doc``, ``function_type`` and ``returns_error``
+        appear only when set, so a spec without them has the same JSON form as
+        before they existed.
         """
         data: dict[str, Any] = {
             "name": self.name,
@@ -290,11 +280,9 @@ class FunctionSpec:
             "arg_spec": list(self.arg_spec),
             "params": [dataclasses.asdict(p) for p in self.params],
         }
-        for key in ("signature", "vjp_of", "doc", "function_type"):
+        for key in ("signature", "vjp_of", "doc", "function_type", "returns_error"):
             if getattr(self, key):
                 data[key] = getattr(self, key)
-        if self.returns != "void":
-            data["returns"] = self.returns
         return data
 
     @classmethod
@@ -319,9 +307,6 @@ class FunctionSpec:
         function_type = data.get("function_type", "")
         if not (isinstance(function_type, str) and is_function_type(function_type)):
             raise ValueError(f"bad function type {function_type!r}")
-        returns = data.get("returns", "void")
-        if returns not in RETURN_KINDS:
-            raise ValueError(f"bad return kind {returns!r} (known: {', '.join(RETURN_KINDS)})")
         spec = cls(
             name=name,
             qualified_name=qualified,
@@ -329,7 +314,7 @@ class FunctionSpec:
             file=str(data.get("file", "")),
             line=int(data.get("line", 0)),
             function_type=function_type,
-            returns=returns,
+            returns_error=data.get("returns_error", False) is True,  # (only JSON's true, nothing else)
         )
         if data.get("signature") is None and data.get("vjp_of") is None and not data.get("doc"):
             return spec  # the common case: no operation fields to check

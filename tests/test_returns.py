@@ -65,11 +65,11 @@ def cpu_module(tmp_path_factory):
 
 def test_the_spec_records_an_error_return(cpu_module):
     specs = cpu_module.functions
-    assert specs["checked_double"].returns == "error"
-    assert specs["typed_checked"].returns == "error"  # through a `using` alias
-    assert specs["plain"].returns == "void"
-    assert specs["checked_double"].to_json()["returns"] == "error"
-    assert "returns" not in specs["plain"].to_json()  # a void spec's JSON is as before
+    assert specs["checked_double"].returns_error
+    assert specs["typed_checked"].returns_error  # through a `using` alias
+    assert not specs["plain"].returns_error
+    assert specs["checked_double"].to_json()["returns_error"] is True
+    assert "returns_error" not in specs["plain"].to_json()  # a void spec's JSON is as before
 
 
 def test_success_writes_the_outputs(cpu_module):
@@ -105,7 +105,7 @@ def test_a_returned_failure_reaches_the_caller(cpu_module, jit, function, fail, 
 def test_generated_shim_checks_only_error_returns():
     x, y = Param("x", "arg"), Param("y", "ret")
     unit = codegen.shim_unit("/src/f.cpp", [
-        codegen.ExportedFunction(0, FunctionSpec("f", "f", (x, y), returns="error")),
+        codegen.ExportedFunction(0, FunctionSpec("f", "f", (x, y), returns_error=True)),
         codegen.ExportedFunction(1, FunctionSpec("g", "g", (x, y))),
     ])
     f_body = unit.split("kernix_shim_0_f")[1].split("}")[0]
@@ -114,12 +114,12 @@ def test_generated_shim_checks_only_error_returns():
     assert "check_returned" not in g_body and "::g(" in g_body
 
 
-def test_spec_json_validates_the_return_kind():
-    spec = FunctionSpec("f", "f", (Param("y", "ret"),), returns="error")
+def test_spec_json_records_the_return_kind():
+    spec = FunctionSpec("f", "f", (Param("y", "ret"),), returns_error=True)
     assert FunctionSpec.from_json(spec.to_json()) == spec
     assert spec != FunctionSpec("f", "f", (Param("y", "ret"),))  # what it returns is part of the spec
-    with pytest.raises(ValueError, match="bad return kind 'int'"):
-        FunctionSpec.from_json({**spec.to_json(), "returns": "int"})
+    # Only JSON's true says so (a tampered value is no reason to generate the check).
+    assert not FunctionSpec.from_json({**spec.to_json(), "returns_error": "yes"}).returns_error
 
 
 # ------------------------------------------------------------------ refusals
@@ -227,7 +227,7 @@ def test_cuda_inference_and_build_record_error_and_refuse_a_cuda_status(tmp_path
     src = tmp_path / "checked.cu"
     src.write_text(CUDA_SOURCE)
     result = infer_file(src, use_cache=False)
-    assert [(f.name, f.returns) for f in result.functions] == [("cuda_checked", "error")]
+    assert [(f.name, f.returns_error) for f in result.functions] == [("cuda_checked", True)]
     (error,) = result.errors
     assert error.function == "cuda_refused" and "returns `cudaError_t`" in error.message
     assert "would be dropped" in error.message
@@ -235,7 +235,7 @@ def test_cuda_inference_and_build_record_error_and_refuse_a_cuda_status(tmp_path
     src.write_text(CUDA_SOURCE.split("// @BE cuda_refused")[0])
     mod = kernix.load_cuda_file(src, name=unique_name("cuda_checked"), compute_capability="sm_80",
                                 auto_register=False, build_directory=tmp_path / "cache")
-    assert mod.functions["cuda_checked"].returns == "error"
+    assert mod.functions["cuda_checked"].returns_error
 
 
 @pytest.mark.gpu
@@ -268,8 +268,24 @@ def test_a_prebuilt_module_records_and_reports_the_error(tmp_path: Path):
     out = tmp_path / "out"
     kernix.build_module(src, out, name="prebuilt_returns")
     manifest = json.loads(next(out.glob("*.json")).read_text())
-    assert [f.get("returns") for f in manifest["functions"]] == ["error"]
+    assert [f.get("returns_error") for f in manifest["functions"]] == [True]
     mod = kernix.load_prebuilt(out, target_prefix=unique_name("prebuilt_returns"))
-    assert mod.functions["checked_double"].returns == "error"
+    assert mod.functions["checked_double"].returns_error
     with pytest.raises(RuntimeError, match="kernix: checked_double: index 7 is out of range"):
         jax.block_until_ready(mod.checked_double(jnp.zeros(2, jnp.float32), fail=2))
+
+
+def test_inspect_shows_the_return_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    import json
+
+    from kernix.cli import main
+
+    src = tmp_path / "returns.cpp"
+    src.write_text(CPU_SOURCE)
+    assert main(["inspect", "--json", str(src)]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["files"]
+    assert {f["name"]: f["returns_error"] for f in entry["functions"]} == {
+        "checked_double": True, "typed_checked": True, "plain": False}
+    src.write_text(REFUSED)
+    assert main(["inspect", str(src)]) == 1
+    assert f"{src}:6:5: error: function 'returns_int' returns `int`" in capsys.readouterr().err

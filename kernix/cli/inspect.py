@@ -69,7 +69,7 @@ def _json_file(result: dict[str, Any]) -> dict[str, Any]:
     return {
         "path": result["path"],
         "language": result["language"],
-        "functions": [{**{k: f.get(k) for k in keys}, "returns": f.get("returns", "void")}
+        "functions": [{**{k: f.get(k) for k in keys}, "returns_error": f.get("returns_error", False)}
                       for f in result["functions"]],
         "errors": result["errors"],
         "warnings": result.get("warnings", []),

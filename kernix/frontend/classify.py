@@ -232,8 +232,8 @@ def function_spec(cursor: Any, path: str) -> tuple[FunctionSpec | None, list[Sou
         errors.append(SourceError(
             f"function {name!r} is variadic (`...`): a variadic function cannot be called through "
             "the FFI; list every parameter explicitly", file=path, line=fline, column=loc.column, function=name))
-    returns, problem = return_kind(cursor)
-    if returns is None:
+    returns_error, problem = return_kind(cursor)
+    if problem:
         errors.append(SourceError(problem, file=path, line=fline, column=loc.column, function=name))
     params: list[Param] = []
     for i, p in enumerate(cursor.get_arguments()):
@@ -258,10 +258,10 @@ def function_spec(cursor: Any, path: str) -> tuple[FunctionSpec | None, list[Sou
             f"function {name!r} has no output tensor: every exported function must write at least one "
             "output. Add a non-const `BE::Tensor& out` parameter (inputs are `const BE::Tensor&`)",
             file=path, line=fline, column=loc.column, function=name))
-    if errors or returns is None:
+    if errors:
         return None, errors
     spec = FunctionSpec(name=name, qualified_name=qualified_name(cursor), params=tuple(params), file=path, line=fline,
-                        function_type=_function_type(cursor), returns=returns)
+                        function_type=_function_type(cursor), returns_error=returns_error)
     return spec, errors
 
 

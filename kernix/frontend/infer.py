@@ -71,9 +71,9 @@ class InferResult:
     dependencies
         Absolute paths of every other file the parse read (headers).
     warnings
-        Comments that look like ``// @BE`` annotations but are not (see
-        :func:`~kernix.frontend.annotations.find_near_misses`), each at its
-        file and line, saying what to write instead; a load reports them as
+        Comments that look like ``// @BE`` annotations but are not
+        (``// @Be f``, ``/* @BE f */``, ``/// @BE f``), each at its file and
+        line, saying what to write instead; a load reports them as
         :class:`~kernix.AnnotationWarning` (:meth:`warn`).
     """
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..spec import ReturnKind
-
 __all__ = ["ERROR_TYPE", "return_kind"]
 
 #: The canonical spelling of XLA's FFI error type.
@@ -30,7 +28,7 @@ _FIX = ("return `void` and write results to a `BE::Tensor&` output, or return `x
         "(from \"xla/ffi/api/ffi.h\") to report a failure")
 
 
-def return_kind(cursor: Any) -> tuple[ReturnKind | None, str]:
+def return_kind(cursor: Any) -> tuple[bool, str]:
     """How the function at ``cursor`` returns.
 
     Parameters
@@ -41,9 +39,10 @@ def return_kind(cursor: Any) -> tuple[ReturnKind | None, str]:
     Returns
     -------
     tuple
-        ``("void", "")`` or ``("error", "")`` for what can be exported, else
-        ``(None, message)`` with the message that names the type and says what
-        to write instead (the caller places it at the function).
+        Whether it returns ``xla::ffi::Error`` (:attr:`kernix.FunctionSpec.returns_error`),
+        and ``""`` when it can be exported (``void`` or that), else the message
+        that names the type and says what to write instead (the caller places
+        it at the function).
     """
     name = cursor.spelling
     written_type = cursor.result_type
@@ -51,20 +50,20 @@ def return_kind(cursor: Any) -> tuple[ReturnKind | None, str]:
     canonical = written_type.get_canonical()
     kind = canonical.kind.name
     if kind == "VOID":
-        return "void", ""
+        return False, ""
     where = f"function {name!r} returns `{written}`"
     if kind in ("LVALUEREFERENCE", "RVALUEREFERENCE"):
         pointee = _CV.sub("", canonical.get_pointee().get_canonical().spelling.strip())
         if pointee == ERROR_TYPE:
-            return None, f"{where}, a reference: return `xla::ffi::Error` by value"
+            return False, f"{where}, a reference: return `xla::ffi::Error` by value"
     bare = _CV.sub("", canonical.spelling.strip())
     if bare == ERROR_TYPE:
-        return "error", ""
+        return True, ""
     if bare.startswith(ERROR_TYPE + "Or<"):
-        return None, (f"{where}: the value an `xla::ffi::ErrorOr<T>` carries cannot reach JAX (results are "
+        return False, (f"{where}: the value an `xla::ffi::ErrorOr<T>` carries cannot reach JAX (results are "
                       f"written to outputs); return `xla::ffi::Error` and write the value to a `BE::Tensor&` output")
     if kind in ("AUTO", "UNEXPOSED") and "auto" in written.split():
-        return None, (f"{where}, and no body that deduces it is in this file; write the return type out: "
+        return False, (f"{where}, and no body that deduces it is in this file; write the return type out: "
                       f"{_FIX}")
-    return None, (f"{where}: a return value cannot reach JAX, and its value would be dropped "
+    return False, (f"{where}: a return value cannot reach JAX, and its value would be dropped "
                   f"(a status returned this way would be ignored); {_FIX}")
