@@ -132,3 +132,36 @@ def test_blanking_keeps_every_position(tmp_path: Path) -> None:
 )
 def test_only_directives_beyond_doubt_are_taken(raw: bytes, expected: list[str]) -> None:
     assert leading_includes(raw, None) == expected
+
+
+def _gpus() -> list:
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:
+        return []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")
+def test_cuda_call_of_a_header_without_guards(tmp_path: Path) -> None:
+    text = textwrap.dedent(
+        """\
+        #include "unguarded.h"
+        #include "kernix/common.h"
+
+        __global__ void twice_kernel(const float* x, float* y, int64_t n, scale_t extra) {
+          int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+          if (i < n) y[i] = 2 * x[i] + extra;
+        }
+
+        // @BE twice_all
+        void twice_all(const BE::Tensor& x, BE::Tensor& y, scale_t extra, cudaStream_t stream) {
+          int64_t n = x.numel();
+          twice_kernel<<<(n + 255) / 256, 256, 0, stream>>>(x.data_ptr<float>(), y.data_ptr<float>(), n, extra);
+        }
+        """
+    )
+    src = _write(tmp_path, "cuda", text)
+    mod = kernix.load_cuda_file(src, name=unique_name("unguarded_gpu"))
+    x = jnp.arange(5, dtype=jnp.float32, device=_gpus()[0])
+    np.testing.assert_array_equal(jax.block_until_ready(mod.twice_all(x, extra=1.0)), 2 * np.arange(5) + 1)

@@ -112,7 +112,7 @@ class InferResult:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> InferResult:
+    def from_json(cls, data: Mapping[str, Any]) -> "InferResult":
         """Rebuild a result from :meth:`to_json` output."""
         return cls(
             path=data["path"],

@@ -11,8 +11,8 @@ build`` (:mod:`kernix.prebuilt.build`) both infer through it.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Sequence
 
 from ..errors import InferenceError, KernixError, SourceError
 from ..paths import include_dir
