@@ -225,6 +225,8 @@ class FunctionSpec:
         of that type, so the compiler does not compile the function's body a
         second time inside the shim.  Not part of a spec's identity
         (comparisons ignore it).
+    returns_error
+        The function returns an ``xla::ffi::Error``, whose failure the call reports (else ``void``).
     """
 
     name: str
@@ -236,6 +238,7 @@ class FunctionSpec:
     vjp_of: str | None = None
     doc: str = ""
     function_type: str = dataclasses.field(default="", compare=False)
+    returns_error: bool = False
 
     @property
     def arg_spec(self) -> tuple[str, ...]:
@@ -265,9 +268,9 @@ class FunctionSpec:
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict; stable key order, round-trips via :meth:`from_json`.
 
-        ``signature``, ``vjp_of``, ``doc`` and ``function_type`` appear only
-        when set, so a spec without them has the same JSON form as before they
-        existed.
+        ``signature``, ``vjp_of``, ``doc``, ``function_type`` and ``returns_error``
+        appear only when set, so a spec without them has the same JSON form as
+        before they existed.
         """
         data: dict[str, Any] = {
             "name": self.name,
@@ -277,7 +280,7 @@ class FunctionSpec:
             "arg_spec": list(self.arg_spec),
             "params": [dataclasses.asdict(p) for p in self.params],
         }
-        for key in ("signature", "vjp_of", "doc", "function_type"):
+        for key in ("signature", "vjp_of", "doc", "function_type", "returns_error"):
             if getattr(self, key):
                 data[key] = getattr(self, key)
         return data
@@ -311,6 +314,7 @@ class FunctionSpec:
             file=str(data.get("file", "")),
             line=int(data.get("line", 0)),
             function_type=function_type,
+            returns_error=data.get("returns_error", False) is True,  # (only JSON's true, nothing else)
         )
         if data.get("signature") is None and data.get("vjp_of") is None and not data.get("doc"):
             return spec  # the common case: no operation fields to check
