@@ -16,16 +16,19 @@ of the number of rows (2, or 3 with ``--compare``): on some machines a
 process started right after another one is measurably slower or faster,
 which a fixed order would charge to one row.
 
-With ``--cuda`` each of them also starts JAX's GPU backend
-(``jax.devices()``) before the clock's second reading, as a program that runs
-a CUDA kernel does anyway; a warm CUDA load asks it for the GPU's
-architecture.
+With ``--cuda`` the module is a CUDA one: its load asks the driver, not
+JAX, for the GPU's architecture (remembered per driver and GPUs), so no row
+starts JAX's backend; each process says whether its backend was started by
+the time the load returned (the table's "backend" column: in how many
+processes), and the architecture's look-up is timed on its own, each way
+(NVML, the CUDA driver API, nvidia-smi, and the remembered answer), in
+fresh processes.
 
 It prints the medians of the whole process' wall time and of the part
 after ``import jax`` (import kernix + the load call), side by side, and how
 much of that part the garbage collector took: a collection that falls in it
-traverses the process' young objects, most of them left by ``import jax``
-(and ``jax.devices()``), so whether one falls there depends on where the
+traverses the process' young objects, most of them left by ``import jax``,
+so whether one falls there depends on where the
 interpreter's allocation counters stood when kernix started.
 
 The children run with bytecode caching on (``PYTHONDONTWRITEBYTECODE`` is
@@ -80,8 +83,7 @@ CHILD = """
 import sys, time, json, gc
 t0 = time.perf_counter()
 import jax, jax.numpy
-if {cuda!r}:
-    jax.devices()
+from jax._src import xla_bridge
 collecting = []
 def collector(phase, info):
     collecting.append(time.perf_counter())
@@ -94,20 +96,22 @@ if {root!r}:
     load({name!r}, {src!r}, build_directory={cache!r})  # registered, as by default
 t2 = time.perf_counter()
 gc.callbacks.remove(collector)
-print(json.dumps([t2 - t0, t2 - t1, sum(collecting[1::2]) - sum(collecting[0::2]), time.perf_counter()]))
+started = xla_bridge.backends_are_initialized()
+print(json.dumps([t2 - t0, t2 - t1, sum(collecting[1::2]) - sum(collecting[0::2]), started, time.perf_counter()]))
 """
 
 
 CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def run(root: str, name: str, src: str, cache: str, cuda: bool) -> tuple[float, float, float, float]:
+def run(root: str, name: str, src: str, cache: str, cuda: bool) -> tuple[float, float, float, float, bool]:
     """(wall time after interpreter start, time after ``import jax``, of which
-    in the garbage collector, and from the child's last statement until this
-    process sees it exit) of one fresh process (``time.perf_counter`` is one
-    clock for all processes of the machine)."""
-    total, after, collector, last = _child(CHILD.format(root=root, name=name, src=src, cache=cache, cuda=cuda))
-    return total, after, collector, time.perf_counter() - last
+    in the garbage collector, from the child's last statement until this
+    process sees it exit, whether JAX's backend was started) of one fresh
+    process (``time.perf_counter`` is one clock for all processes of the machine)."""
+    total, after, collector, started, last = _child(CHILD.format(root=root, name=name, src=src, cache=cache,
+                                                                 cuda=cuda))
+    return total, after, collector, time.perf_counter() - last, started
 
 
 # --phases: the warm load's steps, timed one by one in a fresh process (kernix's
@@ -115,8 +119,6 @@ def run(root: str, name: str, src: str, cache: str, cuda: bool) -> tuple[float, 
 PHASES = """
 import sys, time, json
 import jax, jax.numpy
-if {cuda!r}:
-    jax.devices()
 T = time.perf_counter
 t = [T()]
 sys.path.insert(0, {root!r})
@@ -149,8 +151,6 @@ from kernix.store import files"""
 ONE_FILE = """
 import sys, time, json, marshal, types
 import jax, jax.numpy
-if {cuda!r}:
-    jax.devices()
 sys.path.insert(0, {root!r})
 t0 = time.perf_counter()
 for name, origin, is_package, code in marshal.loads(open({blob!r}, "rb").read()):
@@ -172,8 +172,6 @@ print(json.dumps(time.perf_counter() - t0))
 EMPTY = """
 import sys, time, json
 import jax, jax.numpy
-if {cuda!r}:
-    jax.devices()
 sys.path.insert(0, {where!r})
 t0 = time.perf_counter()
 import empty_pkg
@@ -211,8 +209,6 @@ print(json.dumps([before, statistics.median(work() for _ in range(15))]))
 MODULES = """
 import sys, time, json, gc
 import jax, jax.numpy
-if {cuda!r}:
-    jax.devices()
 sys.path.insert(0, {root!r})
 if {no_gc!r}:
     gc.disable()
@@ -259,6 +255,31 @@ def phases(root: str, name: str, src: str, cache: str, cuda: bool, repeat: int) 
           f" times, 20,000 additions -- takes {before * 1e3:.2f} ms"
           + (f", {after * 1e3:.2f} ms after jax.devices()" if cuda else "")
           + f"; {fastest * 1e3:.2f} ms in the fastest process: the gap is the machine's noise)")
+
+
+# --cuda: the GPU architecture's look-up, each way, in a fresh process after import jax.
+ARCH = """
+import sys, time, json
+import jax
+sys.path.insert(0, {root!r})
+from kernix.backend import gpus
+t = time.perf_counter()
+found = {{"nvml": gpus._nvml, "cuda": gpus._cuda_driver, "smi": gpus._nvidia_smi,
+          "memo": lambda: gpus.survey({cache!r})}}[{way!r}]()
+took = time.perf_counter() - t
+found = found if isinstance(found, str) else [list(g)[:2] for g in getattr(found, "gpus", found)]
+print(json.dumps([took, found]))
+"""
+
+
+def arch_lookup(root: str, cache: str, repeat: int) -> None:
+    """Print the median time of each way of finding the GPUs' architectures
+    (fresh processes), and what each found."""
+    print(f"\nthe GPU architecture's look-up, each way (median of {repeat} fresh processes, after import jax):")
+    for way, label in (("nvml", "NVML"), ("cuda", "CUDA driver API (cuInit)"), ("smi", "nvidia-smi"),
+                       ("memo", "the remembered answer")):
+        rows = [_child(ARCH.format(root=root, cache=cache, way=way)) for _ in range(repeat)]
+        print(f"  {label:28}{statistics.median(r[0] for r in rows) * 1e3:9.3f} ms   {rows[0][1]}")
 
 
 def modules(root: str, name: str, src: str, cache: str, cuda: bool, repeat: int) -> None:
@@ -330,10 +351,10 @@ def main() -> None:
             run(root, name, src, caches[label], args.cuda)  # builds, and writes .pyc files
             print(f"built {label} ({root}) in {time.perf_counter() - t0:.1f} s")
             run(root, name, src, caches[label], args.cuda)
-        reference = "import jax, devices()" if args.cuda else "import jax"
+        reference = "import jax"
         # (label, root, cache) of each row
         rows = [(reference, "", ""), *((label, root, caches[label]) for label, root in roots.items())]
-        samples: dict[str, list[tuple[float, float, float, float]]] = {row[0]: [] for row in rows}
+        samples: dict[str, list[tuple[float, float, float, float, bool]]] = {row[0]: [] for row in rows}
         for i in range(args.repeat):
             # each round starts one row later: every row takes every place in a round equally often (when
             # --repeat is a multiple of the number of rows), so none is always the one after another
@@ -343,11 +364,15 @@ def main() -> None:
               f"{args.functions} {'CUDA' if args.cuda else 'C++'} functions, median of {args.repeat} fresh processes")
         base = statistics.median(row[0] for row in samples[reference])
         print(f"{'':28}{'whole process':>16}{'after import jax':>20}{'of which in gc':>18}{'over import jax':>18}"
-              f"{'exit':>14}")
+              f"{'exit':>14}{'backend':>10}")
         for label, timings in samples.items():
             total, after, collector, exit_ = (statistics.median(t[i] for t in timings) for i in range(4))
+            started = sum(t[4] for t in timings)
             print(f"{label:28}{total * 1e3:13.1f} ms{after * 1e3:17.2f} ms{collector * 1e3:15.2f} ms"
-                  f"{(total - base) * 1e3:15.2f} ms{exit_ * 1e3:11.1f} ms")
+                  f"{(total - base) * 1e3:15.2f} ms{exit_ * 1e3:11.1f} ms{started:>6}/{len(timings)}")
+        print("(backend: in how many processes JAX's backend had been started when the load returned)")
+        if args.cuda:
+            arch_lookup(roots["kernix"], caches["kernix"], args.repeat)
         if args.compare:
             paired(samples["kernix"], samples["compare"], "kernix - compare")
         if args.phases:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 __version__ = "0.2.0"
 
 from .errors import (
+    AnnotationWarning,
     ArgSpecError,
     CacheError,
     CallError,
@@ -94,9 +95,10 @@ _LAZY = {
 
 
 __all__ = [
-    "__version__", "register_ffi_target", "ArgSpecError", "CacheError", "CallError", "CompilationError",
-    "InferenceError", "InvalidNameError", "KernixError", "OptionError", "PrebuiltError", "RegistrationError",
-    "SourceError", "SourceNotFoundError", "ToolchainError", "language_of", "cache_root", "set_cache_dir", *_LAZY,
+    "__version__", "register_ffi_target", "AnnotationWarning", "ArgSpecError", "CacheError", "CallError",
+    "CompilationError", "InferenceError", "InvalidNameError", "KernixError", "OptionError", "PrebuiltError",
+    "RegistrationError", "SourceError", "SourceNotFoundError", "ToolchainError", "language_of", "cache_root",
+    "set_cache_dir", *_LAZY,
 ]
 
 

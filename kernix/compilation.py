@@ -49,7 +49,7 @@ def build_config(request: LoadRequest) -> BuildConfig:
         extra_cflags=request.extra_cflags,
         extra_ldflags=request.extra_ldflags,
         include_dirs=request.include_dirs,
-        arch=detect_compute_capability(request.compute_capability) if cuda else None,
+        arch=detect_compute_capability(request.compute_capability, root=request.root) if cuda else None,
         allow_cuda_graph=request.allow_cuda_graph,
     )
 

@@ -24,6 +24,7 @@ __all__ = [
     "CacheError",
     "RegistrationError",
     "PrebuiltError",
+    "AnnotationWarning",
     *(
         "BrainEventError KernelError KernelCompilationError KernelToolchainError NvccNotFoundError "
         "HostCompilerNotFoundError HeaderNotFoundError GpuArchDetectionError UnsupportedArchError "
@@ -203,6 +204,14 @@ class PrebuiltError(KernixError):
 
 class RegistrationError(KernixError):
     """An FFI target could not be registered with JAX."""
+
+
+class AnnotationWarning(KernixError, UserWarning):
+    """A comment that looks like a ``// @BE`` annotation but is not one
+    (``// @Be f``, ``/* @BE f */``, ``/// @BE f``): the function it seems to
+    export is not exported.  The message names the file and line and what to
+    write instead.  A :class:`KernixError` too, so that with warnings turned
+    into errors it is caught like the others."""
 
 
 # brainevent's names for the same errors, so code written against it catches

@@ -66,8 +66,9 @@ def load(request: LoadRequest) -> CompiledModule:
 
 
 def _arch(request: LoadRequest) -> str:
-    """The GPU architecture(s) a CUDA request is built for (given, else detected)."""
-    return detect_compute_capability(request.compute_capability)
+    """The GPU architecture(s) a CUDA request is built for (given, else asked
+    of the driver, never of JAX: the backend stays unstarted)."""
+    return detect_compute_capability(request.compute_capability, root=request.root)
 
 
 def fingerprint(request: LoadRequest) -> str:

@@ -169,9 +169,8 @@ class Param:
         The fully resolved C++ type, valid after the user's code (e.g.
         ``float`` for ``using real = float``, ``ns::Mode`` for an enum).
     kind
-        How the native function takes the value: ``"tensor"`` (``BE::Tensor``
-        or ``BE::TensorOf<T>``), ``"ffi"`` (an XLA FFI buffer or result type),
-        ``"scalar"`` or ``"stream"``.
+        How the native function takes the value: ``"tensor"`` (``BE::Tensor``,
+        ``BE::TensorOf<T>``), ``"ffi"`` (an XLA FFI buffer or result type), ``"scalar"`` or ``"stream"``.
     dtype
         The attribute dtype (for attributes), or the element dtype a typed FFI
         buffer or a ``BE::TensorOf<T>`` fixes; ``None`` when not fixed.
@@ -225,6 +224,8 @@ class FunctionSpec:
         of that type, so the compiler does not compile the function's body a
         second time inside the shim.  Not part of a spec's identity
         (comparisons ignore it).
+    returns_error
+        The function returns an ``xla::ffi::Error``, whose failure the call reports (else ``void``).
     """
 
     name: str
@@ -236,6 +237,7 @@ class FunctionSpec:
     vjp_of: str | None = None
     doc: str = ""
     function_type: str = dataclasses.field(default="", compare=False)
+    returns_error: bool = False
 
     @property
     def arg_spec(self) -> tuple[str, ...]:
@@ -265,9 +267,9 @@ class FunctionSpec:
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict; stable key order, round-trips via :meth:`from_json`.
 
-        ``signature``, ``vjp_of``, ``doc`` and ``function_type`` appear only
-        when set, so a spec without them has the same JSON form as before they
-        existed.
+        ``signature``, ``vjp_of``, ``doc``, ``function_type`` and ``returns_error``
+        appear only when set, so a spec without them has the same JSON form as
+        before they existed.
         """
         data: dict[str, Any] = {
             "name": self.name,
@@ -277,7 +279,7 @@ class FunctionSpec:
             "arg_spec": list(self.arg_spec),
             "params": [dataclasses.asdict(p) for p in self.params],
         }
-        for key in ("signature", "vjp_of", "doc", "function_type"):
+        for key in ("signature", "vjp_of", "doc", "function_type", "returns_error"):
             if getattr(self, key):
                 data[key] = getattr(self, key)
         return data
@@ -311,6 +313,7 @@ class FunctionSpec:
             file=str(data.get("file", "")),
             line=int(data.get("line", 0)),
             function_type=function_type,
+            returns_error=data.get("returns_error", False) is True,  # (only JSON's true, nothing else)
         )
         if data.get("signature") is None and data.get("vjp_of") is None and not data.get("doc"):
             return spec  # the common case: no operation fields to check
@@ -348,8 +351,7 @@ def _checked_param(p: Param) -> Param:
         and (p.dtype is None or p.dtype in BUFFER_DTYPES)
         and (p.role != "attr" or p.dtype in ATTR_DTYPES)
         and (p.rank is None or (isinstance(p.rank, int) and p.rank >= 0))
-        # A BE::Tensor fixes no dtype; a BE::TensorOf<T> (the type the shim builds) fixes one; neither a rank.
-        and (p.kind != "tensor" or p.rank is None and (p.dtype is not None) == (
+        and (p.kind != "tensor" or p.rank is None and (p.dtype is not None) == (  # only BE::TensorOf<T> fixes a dtype
             p.canonical_type.startswith("BE::TensorOf<") and p.canonical_type.endswith(">")))
     )
     if not ok:

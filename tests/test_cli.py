@@ -415,12 +415,11 @@ def test_an_undetected_gpu_architecture_names_the_arch_flag(tmp_path: Path, monk
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """A CUDA build on a machine with no GPU to ask: each caller is told its own spelling."""
     import kernix
-    from kernix.backend import arch
+    from kernix.backend import gpus
 
     for name in ("KERNIX_CUDA_ARCH", "KERNIX_CUDA_ARCH_LIST"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(arch, "_arch_from_jax", lambda: None)
-    monkeypatch.setattr(arch, "_arch_from_nvidia_smi", lambda: None)
+    monkeypatch.setattr(gpus, "survey", lambda *a, **k: gpus.Survey((), "", "no NVIDIA driver answered"))
     src = tmp_path / "k.cu"
     src.write_text(_annotated("f"))
     assert main(["build", str(src), "-o", str(tmp_path / "out")]) == 1

@@ -114,6 +114,7 @@ def test_real_cuda_is_accepted(accepted: InferResult) -> None:
         "fill_f64": ("ret", "attr.value:float64", "stream"),
         "axpy_f64": ("arg", "ret", "attr.a:float64", "stream"),
     }
+    assert [f.name for f in accepted.functions if f.returns_error] == ["scale_bf16"]
 
 
 def test_cudacc_guards_follow_nvcc(accepted: InferResult) -> None:
@@ -229,8 +230,8 @@ def test_cr_only_line_endings(tmp_path: Path) -> None:
         "void first(const BE::Tensor& x, BE::Tensor& y) {}\n"
         "\n"
         "// @BE second\n"
-        "[[nodiscard]]\n"
-        "int second(const BE::Tensor& x, BE::Tensor& y, int n) { return n; }\n"
+        "[[deprecated]]\n"
+        "void second(const BE::Tensor& x, BE::Tensor& y, int n) {}\n"
     )
     r = _infer(_write(tmp_path, "cr.cu", text.replace("\n", "\r").encode()))
     assert r.errors == (), [str(e) for e in r.errors]

@@ -238,6 +238,7 @@ def test_unnamed_scalar_is_named_by_position(scalar: str, tmp_path: Path) -> Non
 CUDA_PRELUDE = """\
 #include <cstdint>
 #include <cuda_runtime.h>
+#include <xla/ffi/api/ffi.h>
 #include "kernix/common.h"
 #define LB(n) __launch_bounds__(n)
 #define PASTE_LB(a, b) __launch_bounds__(a##b)
@@ -293,8 +294,9 @@ def cuda_unit(draw: st.DrawFn) -> tuple[str, dict[str, tuple[str, ...]]]:
                 expected.update({f"{n}_x": spec for n in names})
         else:
             attribute = draw(st.sampled_from(CUDA_ATTRIBUTES))
-            ret = "int" if "nodiscard" in attribute else "void"
-            body = "{ return 0; }" if ret == "int" else "{}"
+            # [[nodiscard]] wants a result: the one kind an exported function may return.
+            ret = "xla::ffi::Error" if "nodiscard" in attribute else "void"
+            body = "{ return xla::ffi::Error::Success(); }" if "nodiscard" in attribute else "{}"
             lines += [f"// @BE f{i}", attribute.rstrip("\n"),
                       f"{ret} f{i}(const BE::Tensor& x, BE::Tensor& y, {ctype} a, cudaStream_t stream) {body}"]
             if active(major):

@@ -105,29 +105,22 @@ def test_bad_arch_is_an_error(value):
 
 
 def test_compute_capability_order(monkeypatch):
-    monkeypatch.setattr(arch, "_arch_from_jax", lambda: "sm_80")
-    monkeypatch.setattr(arch, "_arch_from_nvidia_smi", lambda: "sm_70")
+    """An explicit architecture, then the variables, then the GPUs the driver
+    shows (tests/test_gpus.py: how it is asked), else an error naming the fixes."""
+    from kernix.backend import gpus
+
+    found = gpus.Survey((gpus.Gpu("sm_80", "NVIDIA A100"),), "nvml", "")
+    monkeypatch.setattr(gpus, "survey", lambda *a, **k: found)
+    monkeypatch.delenv("KERNIX_CUDA_ARCH_LIST", raising=False)
     monkeypatch.setenv("KERNIX_CUDA_ARCH", "sm_86")
     assert arch.detect_compute_capability("sm_90") == "sm_90"
     assert arch.detect_compute_capability() == "sm_86"
     monkeypatch.delenv("KERNIX_CUDA_ARCH")
     assert arch.detect_compute_capability() == "sm_80"
-    monkeypatch.setattr(arch, "_arch_from_jax", lambda: None)
-    assert arch.detect_compute_capability() == "sm_70"
-    monkeypatch.setattr(arch, "_arch_from_nvidia_smi", lambda: None)
-    with pytest.raises(ToolchainError, match="compute_capability='sm_90'.*KERNIX_CUDA_ARCH"):
+    found = gpus.Survey((), "", "no NVIDIA driver answered: libnvidia-ml.so.1 cannot be loaded")
+    with pytest.raises(ToolchainError, match="libnvidia-ml.so.1 cannot be loaded.*compute_capability='sm_90'"
+                                             ".*KERNIX_CUDA_ARCH"):
         arch.detect_compute_capability()
-
-
-@pytest.mark.parametrize("answer,expected", [("9.0", "sm_90"), ("\n12.0\n8.6", "sm_120"), ("N/A", None), ("", None)])
-def test_nvidia_smi_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: str, expected: str | None):
-    """Without a JAX GPU device, the first GPU nvidia-smi lists decides; an answer
-    that is not a compute capability is no answer (not an error)."""
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text(f"#!/bin/sh\nprintf '{answer}\\n'\n")
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", str(tmp_path))
-    assert arch._arch_from_nvidia_smi() == expected
 
 
 _ARCH_GRAMMAR = re.compile(r"(?:sm_|compute_)?([0-9]+)(?:\.([0-9]+))?([af]?)")

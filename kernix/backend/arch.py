@@ -4,8 +4,6 @@ them, and where the default comes from."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from typing import Sequence
 
 from ..errors import ToolchainError
@@ -91,48 +89,30 @@ def normalize_arch_list(value: str | int | Sequence[str | int]) -> tuple[str, ..
     return tuple(sorted({normalize_arch(v) for v in items}, key=arch_key))
 
 
-def _arch_from_jax() -> str | None:
-    try:
-        import jax
-
-        for dev in jax.devices("gpu"):
-            cc = getattr(dev, "compute_capability", None)
-            if cc:
-                return normalize_arch(cc)
-    except Exception:  # no GPU backend: not an error here
-        return None
-    return None
-
-
-def _arch_from_nvidia_smi() -> str | None:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return None
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    for line in out.splitlines():
-        if line.strip():
-            return _name(line)
-    return None
-
-
-def detect_compute_capability(explicit: str | Sequence[str] | None = None) -> str:
+def detect_compute_capability(explicit: str | Sequence[str] | None = None, *,
+                              root: str | os.PathLike[str] | None = None) -> str:
     """The GPU architecture(s) to build for: ``sm_XY``, or ``sm_XY,sm_ZW,...``
     (sorted, oldest first) for a multi-architecture build.
 
     Looks, in order, at ``explicit`` (one architecture or a list, see
     :func:`normalize_arch_list`), ``$KERNIX_CUDA_ARCH_LIST``,
-    ``$KERNIX_CUDA_ARCH``, the JAX GPU devices and ``nvidia-smi``.
+    ``$KERNIX_CUDA_ARCH``, then the GPUs this process can use, asked of the
+    driver (:func:`kernix.backend.gpus.survey`: NVML, the CUDA driver API,
+    ``nvidia-smi``; never JAX, whose backend stays unstarted): the
+    architectures of every GPU that ``CUDA_VISIBLE_DEVICES`` shows, so a
+    module runs on whichever of them JAX uses.
+
+    Parameters
+    ----------
+    explicit
+        The architecture(s) a caller gave.
+    root
+        The cache root where the driver's answer is remembered (default: the cache root).
 
     Raises
     ------
     ToolchainError
-        When none of them gives one, saying how to set it.
+        When none of them gives one, saying why and how to set it.
     """
     if explicit:
         return ",".join(normalize_arch_list(explicit))
@@ -142,11 +122,13 @@ def detect_compute_capability(explicit: str | Sequence[str] | None = None) -> st
     env = os.environ.get(ARCH_ENV)
     if env:
         return normalize_arch(env)
-    arch = _arch_from_jax() or _arch_from_nvidia_smi()
-    if arch:
-        return arch
+    from . import gpus  # (a CUDA load's alone: a C++ load does not import it)
+
+    found = gpus.survey(root)
+    if found.gpus:
+        return ",".join(normalize_arch_list([g.arch for g in found.gpus]))
     raise ToolchainError(
-        "could not detect the GPU's compute capability (no JAX GPU device, no nvidia-smi). "
+        f"could not detect the GPU's compute capability: {found.problem}. "
         "Name the architecture: compute_capability='sm_90' (or a list, ['sm_80', 'sm_90']) for a load, "
         "arch= for build_module, --arch sm_90 (or --arch sm_80,sm_90) for kernix build; "
         f"or set ${ARCH_ENV}=sm_90 (or ${ARCH_LIST_ENV}=sm_80,sm_90)."

@@ -10,6 +10,9 @@ types (namespaces, enums, overloads and ``__half`` resolve there).  A shim is
 the call and little else (each tensor is built by one out-of-line helper per
 tensor type, and what the call throws is caught by the handler), so it adds
 little to the compile of the user's file, the one unit no core count shortens.
+A function returning ``xla::ffi::Error`` (``FunctionSpec.returns_error``)
+has its result checked: a failure is thrown, and the handler reports it with
+the error's own code and message, prefixed with the function's name.
 
 *handler units*, compiled by the host compiler: one XLA FFI handler per
 function, each calling its shim.  They depend only on the specs, so editing a
@@ -200,11 +203,15 @@ def shim_unit(user_source: str, functions: Sequence[ExportedFunction]) -> str:
         callee = "::" + fn.spec.qualified_name.lstrip(":")
         if fn.spec.function_type:
             callee = f"::kernix::detail::opaque<{fn.spec.function_type}>(&{callee})"
+        call = f"{callee}({args})"
+        if fn.spec.returns_error:
+            # A failure it returns is thrown for the handler to report (shim.h).
+            call = f"::kernix::detail::check_returned({call})"
         lines += [
             f"KERNIX_SHIM_EXPORT void {shim_symbol(fn)}(void* const* p) {{",
             "  (void)p;",
             *_shim_locals(fn),
-            f"  {callee}({args});",
+            f"  {call};",
             "}",
             "",
         ]

@@ -83,14 +83,47 @@ def _json_file(result: dict[str, Any]) -> dict[str, Any]:
     return {
         "path": result["path"],
         "language": result["language"],
-        "functions": [{k: f.get(k) for k in keys} for f in result["functions"]],
+        "functions": [{**{k: f.get(k) for k in keys}, "returns_error": f.get("returns_error", False)}
+                      for f in result["functions"]],
         "errors": result["errors"],
+        "warnings": result.get("warnings", []),
     }
 
 
-def _errors(result: dict[str, Any]) -> list[SourceError]:
-    """The :class:`~kernix.errors.SourceError` of each error record of ``result``."""
-    return [SourceError.from_json(e) for e in result["errors"]]
+def _errors(result: dict[str, Any], key: str = "errors") -> list[SourceError]:
+    """The :class:`~kernix.errors.SourceError` of each error record of ``result``
+    (``key="warnings"``: of each warning record)."""
+    return [SourceError.from_json(e) for e in result.get(key, [])]
+
+
+def _check_vjp(results: list[dict[str, Any]]) -> None:
+    """Add to each result the errors a load finds in its ``vjp=`` declarations
+    (:func:`kernix.frontend.signatures.check_vjp_pairs`, the same check).
+
+    Each file is checked as a module of its own, as a load of it is; a forward
+    function another inspected file declares (one module's sources given
+    together) is looked up there.  A file with errors is not checked (a load
+    stops at its errors).  Nothing is imported when no function declares
+    ``vjp=``.
+    """
+    if not any(f.get("vjp_of") for r in results for f in r["functions"]):
+        return
+    from ..frontend.signatures import check_vjp_pairs
+    from ..spec import FunctionSpec
+
+    specs = [[FunctionSpec.from_json(f) for f in r["functions"]] for r in results]
+    elsewhere: dict[str, list[Any]] = {}
+    for file_specs in specs:
+        for spec in file_specs:
+            elsewhere.setdefault(spec.name, []).append(spec)
+    for result, file_specs in zip(results, specs):
+        if result["errors"]:
+            continue
+        own = {s.name for s in file_specs}
+        wanted = {s.vjp_of for s in file_specs if s.vjp_of and s.vjp_of not in own}
+        borrowed = [elsewhere[n][0] for n in sorted(wanted) if len(elsewhere.get(n, ())) == 1]
+        errors = [e for e in check_vjp_pairs([*file_specs, *borrowed]) if e.function in own]
+        result["errors"] = [*result["errors"], *(e.to_json() for e in errors)]
 
 
 def _source_files(paths: Sequence[str]) -> list[str]:
@@ -139,6 +172,7 @@ def _cached(path: str, options: dict[str, Any]) -> dict[str, Any] | None:
     try:
         _table(payload)
         _errors(payload)
+        _errors(payload, "warnings")
     except (KeyError, TypeError, AttributeError, ValueError):  # not a result this kernix wrote: parse again
         return None
     return payload
@@ -190,6 +224,10 @@ def run(args: dict[str, Any]) -> int:
     except KernixError as exc:
         print_error("inspect", str(exc))
         return 2
+    _check_vjp(results)
+    for result in results:
+        for warning in _errors(result, "warnings"):  # comments that look like annotations but are not
+            print(printable(f"{warning.location()}: warning: {warning.message}"), file=sys.stderr)
     failed = [r for r in results if r["errors"]]
     if failed:
         for result in failed:

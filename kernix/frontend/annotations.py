@@ -13,6 +13,14 @@ comments, so that ``"// @BE x"`` inside a string, ``/* // @BE x */`` and
 ``#if`` regions, and which declaration each one belongs to, is decided by
 :mod:`kernix.frontend.binding` with libclang's help.
 
+:func:`find_near_misses` finds the comments that look like an annotation but
+are not one, so that the function they seem to export is not silently left
+out: ``// @Be f`` or ``//@be f`` (the marker is ``@BE``, in capitals), ``/* @BE
+f */`` (a block comment, also a line of a ``/** ... */`` doc comment) and
+``/// @BE f`` or ``//! @BE f`` (documentation comments).  Only a comment whose
+text *starts* with the marker counts, followed by a blank or the comment's end:
+``@brief``, ``@BEGIN``, ``@be.example`` or an e-mail address are ordinary text.
+
 Pure Python, no dependencies: the warm path never needs it.
 """
 
@@ -21,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Annotation", "find_annotations"]
+__all__ = ["Annotation", "NearMiss", "find_annotations", "find_near_misses", "scan"]
 
 # One alternation; the first matching branch wins at each position.  Only the
 # ``line`` group matters; the others exist to skip text that may contain "//".
@@ -40,6 +48,11 @@ _LEXER = re.compile(
 )
 
 _ANNOTATION = re.compile(r"//[ \t]*@BE(?![\w.])(?P<rest>.*)\Z", re.DOTALL)
+
+# A comment's text that starts with the marker in any case, then a blank or its end.
+_MARKER = re.compile(r"@(?i:be)(?=[ \t\n]|\Z)(?P<rest>.*)\Z", re.DOTALL)
+# A line comment's opening: `//`, or a documentation comment's `///` / `//!`.
+_LINE_OPENING = re.compile(r"//[/!]*[ \t]*")
 
 
 @dataclass(frozen=True)
@@ -70,6 +83,40 @@ class Annotation:
         return " ".join(("// @BE", self.name, *self.tokens)).rstrip()
 
 
+@dataclass(frozen=True)
+class NearMiss:
+    """A comment that looks like a ``// @BE`` annotation but is not one.
+
+    Attributes
+    ----------
+    written
+        The comment's text as written (its first line, spaces collapsed).
+    name
+        The function name it seems to export (``""`` when none).
+    tokens
+        What follows the name.
+    why
+        Why it is not an annotation.
+    line, column
+        1-based position of the comment's marker line.
+    """
+
+    written: str
+    name: str
+    tokens: tuple[str, ...]
+    why: str
+    line: int
+    column: int
+
+    @property
+    def message(self) -> str:
+        """What is wrong and what to write instead."""
+        fix = " ".join(("// @BE", self.name or "<function_name>", *self.tokens))
+        what = f"{self.name!r} is not exported" if self.name else "it exports nothing"
+        return (f"`{self.written}` is not a kernix annotation ({self.why}), so {what}: write `{fix}` instead, "
+                "on the line before the function (or reword the comment if no annotation was meant)")
+
+
 def find_annotations(source: str) -> list[Annotation]:
     """Return every ``// @BE`` annotation in ``source``, in source order.
 
@@ -84,10 +131,67 @@ def find_annotations(source: str) -> list[Annotation]:
         Annotations in inactive preprocessor regions are included; the caller
         filters them.
     """
-    if "@BE" not in source:
-        return []
+    return scan(source, near_misses=False)[0]
+
+
+def find_near_misses(source: str) -> list[NearMiss]:
+    """Return every comment in ``source`` that looks like an annotation but is
+    not one (see the module docstring), in source order.
+
+    Like annotations, those in inactive preprocessor regions are included;
+    the caller filters them.
+    """
+    return scan(source)[1]
+
+
+def _near_miss(text: str, written: str, why: str, line: int, column: int) -> NearMiss:
+    """The near miss whose marker starts ``text`` (``@be f ...``), written as ``written``."""
+    m = _MARKER.match(text)
+    assert m is not None
+    words = re.sub(r"\\\n", " ", m.group("rest")).split()
+    name = words[0] if words else ""
+    return NearMiss(" ".join(written.split("\n", 1)[0].split()), name, tuple(words[1:]), why, line, column)
+
+
+def _block_near_misses(chunk: str, line: int, column: int) -> list[NearMiss]:
+    """The lines of a block comment whose text starts with the marker."""
+    out = []
+    body = chunk[2:-2] if chunk.endswith("*/") else chunk[2:]
+    for k, text in enumerate(body.split("\n")):
+        stripped = text.lstrip(" \t").lstrip("*!").lstrip(" \t")
+        if _MARKER.match(stripped):
+            col = column + 2 + (len(text) - len(stripped)) if k == 0 else len(text) - len(stripped) + 1
+            written = chunk if "\n" not in chunk else text
+            out.append(_near_miss(stripped, written, "an annotation is a `//` line comment, not a block comment",
+                                  line + k, col))
+    return out
+
+
+def _line_near_miss(chunk: str, line: int, column: int) -> NearMiss | None:
+    """The near miss a line comment that is no annotation holds, if any."""
+    opening = _LINE_OPENING.match(chunk)
+    assert opening is not None
+    text = chunk[opening.end():]
+    if not _MARKER.match(text):
+        return None
+    if chunk[2:3] in ("/", "!"):
+        why = "an annotation is a plain `//` comment, not a `///` or `//!` documentation comment"
+    else:
+        why = "the marker is `@BE`, in capitals"
+    return _near_miss(text, chunk, why, line, column)
+
+
+def scan(source: str, *, near_misses: bool = True) -> tuple[list[Annotation], list[NearMiss]]:
+    """The annotations of ``source`` (:func:`find_annotations`) and, unless
+    ``near_misses`` is false, its near misses (:func:`find_near_misses`), in
+    one pass."""
+    if near_misses and re.search(r"@[Bb][Ee]", source) is None:
+        return [], []
+    if not near_misses and "@BE" not in source:
+        return [], []
     text = source.replace("\r\n", "\n").replace("\r", "\n")
     found: list[Annotation] = []
+    missed: list[NearMiss] = []
     line = 1
     line_start = 0
     for m in _LEXER.finditer(text):
@@ -98,6 +202,14 @@ def find_annotations(source: str) -> list[Annotation]:
                 line_start = m.end()
             continue
         chunk = m.group()
+        if near_misses and kind in ("line", "block") and re.search(r"@[Bb][Ee]", chunk):
+            column = m.start() - line_start + 1
+            if kind == "block":
+                missed += _block_near_misses(chunk, line, column)
+            elif _ANNOTATION.match(chunk) is None:
+                near = _line_near_miss(chunk, line, column)
+                if near is not None:
+                    missed.append(near)
         if kind == "line" and "@BE" in chunk:
             am = _ANNOTATION.match(chunk)
             if am is not None:
@@ -117,4 +229,4 @@ def find_annotations(source: str) -> list[Annotation]:
         if newlines:
             line += newlines
             line_start = m.start() + chunk.rfind("\n") + 1
-    return found
+    return found, missed

@@ -21,7 +21,10 @@ libclang-ng 22, g++ 12 and CUDA 13):
   precompiled once per toolchain and flag set under the cache root: with
   ``__CUDACC__`` defined, ``cuda_runtime.h`` costs ~0.5 s to parse and
   ``<cub/cub.cuh>`` several seconds; through the PCH a file parses in tens
-  of milliseconds.  Without nvcc or CUDA headers, clang's CUDA mode and a
+  of milliseconds.  The file itself is then parsed with those lines blanked
+  out (:mod:`kernix.frontend.leading`): each header is read once, as nvcc
+  reads it, so one without include guards means what it means to nvcc.
+  Without nvcc or CUDA headers, clang's CUDA mode and a
   stub prelude declare the few CUDA names a signature can use.
 * Function bodies are skipped (``PARSE_SKIP_FUNCTION_BODIES``): signatures
   are all inference needs; it saves ~30% and keeps ``<<<...>>>`` launches and
@@ -41,7 +44,6 @@ import functools
 import importlib.util
 import json
 import os
-import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +55,7 @@ from ..paths import cache_root, include_dir
 from ..store.files import FileStat, atomic_write, content_key, remembered
 from ..store.trust import is_private, makedirs
 from . import compiler_view
+from .leading import leading, leading_includes, leading_system_includes, without_leading
 from .libclang import cindex
 from .prelude import CUDA_PRELUDE_REAL, CUDA_PRELUDE_STUB, SPACE_MARKERS
 
@@ -265,50 +268,6 @@ def _index() -> Any:
 
 _PCH_FLAGS = ["-Xclang", "-fallow-pch-with-compiler-errors"]
 
-# The opening of a file: blank lines, comments, `#pragma once` and `#include <...>` / `"..."` lines.
-_LEADING = re.compile(
-    rb"""\A(?:[ \t\r\n]+|//[^\r\n]*|/\*.*?\*/|\#[ \t]*pragma[ \t]+once\b[^\r\n]*
-         |(?P<inc>\#[ \t]*include[ \t]*(?:<(?P<sys>[^>\r\n]+)>|"(?P<quoted>[^"\r\n]+)"))[^\r\n]*)""",
-    re.DOTALL | re.VERBOSE,
-)
-
-
-def leading_system_includes(raw: bytes) -> list[str]:
-    """The ``#include <...>`` lines a file opens with, before any other code
-    (stopping at the first other include or code)."""
-    return leading_includes(raw, quote_dirs=None)
-
-
-def leading_includes(raw: bytes, quote_dirs: Sequence[str] | None) -> list[str]:
-    """The ``#include`` lines a file opens with, before any other code.
-
-    They are precompiled together with the CUDA prelude: headers such as
-    ``<cub/cub.cuh>`` or a project's common header that pulls in
-    ``cuda_fp16.h`` cost hundreds of milliseconds to seconds to parse, and
-    nothing in the file can change how they read (no macro is defined before
-    them).  A ``"..."`` include is looked up as the compiler looks it up (the
-    file's directory first, then ``quote_dirs``) and written with its absolute
-    path; one that is not found there ends the list (``quote_dirs=None``: the
-    first ``"..."`` include does).
-    """
-    out: list[str] = []
-    pos = 0
-    while True:
-        m = _LEADING.match(raw[pos:])
-        if m is None or not m.group():
-            return out
-        if m.group("sys"):
-            out.append(m.group("inc").decode("utf-8", errors="replace"))
-        elif m.group("quoted"):
-            name = m.group("quoted").decode("utf-8", errors="replace")
-            found = None if quote_dirs is None else next(
-                (os.path.join(d, name) for d in quote_dirs if os.path.isfile(os.path.join(d, name))), None)
-            if found is None:
-                return out
-            out.append(f'#include "{os.path.abspath(found)}"')
-        pos += m.end()
-
-
 def _quote_dirs(path: str, options: ParseOptions) -> list[str]:
     """Where a ``"..."`` include of ``path`` is looked for, in the compiler's order."""
     dirs = [os.path.dirname(path), *options.include_dirs]
@@ -443,8 +402,12 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
             if raw is None:
                 with open(path, "rb") as f:
                     raw = f.read()
-            leading = leading_includes(raw, _quote_dirs(path, options))
-            full = prelude + "".join(line + "\n" for line in leading)
+            opening = leading(raw, _quote_dirs(path, options))
+            full = prelude + "".join(inc.line + "\n" for inc in opening)
+            # The PCH holds the opening includes: the file is parsed without them, so that
+            # each header is read once, as the compiler reads it (not twice: a header
+            # without include guards would give redefinition errors nvcc never gives).
+            main = [(path, without_leading(raw, opening))] if opening else []
             for rebuild in (False, True):
                 found = _prelude_pch(tuple(flags), full, system_dirs(options), rebuild)
                 if found is None:
@@ -453,7 +416,7 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
                 if not os.path.isfile(pch):  # removed since: build it again
                     continue
                 try:
-                    tu = _index().parse(path, args=_with_pch(flags, pch), options=opts)
+                    tu = _index().parse(path, args=_with_pch(flags, pch), unsaved_files=main, options=opts)
                 except ci.TranslationUnitLoadError:  # a stale PCH (a header changed since): rebuild
                     continue
                 if not _pch_failed(tu):

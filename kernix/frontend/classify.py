@@ -19,6 +19,7 @@ from ..errors import SourceError
 from ..names import is_identifier
 from ..spec import FunctionSpec, Param
 from ..spelling import is_function_type
+from .returns import return_kind
 
 __all__ = ["function_spec", "qualified_name", "RESERVED_ATTR_NAMES"]
 
@@ -280,6 +281,9 @@ def function_spec(cursor: Any, path: str) -> tuple[FunctionSpec | None, list[Sou
         errors.append(SourceError(
             f"function {name!r} is variadic (`...`): a variadic function cannot be called through "
             "the FFI; list every parameter explicitly", file=path, line=fline, column=loc.column, function=name))
+    returns_error, problem = return_kind(cursor)
+    if problem:
+        errors.append(SourceError(problem, file=path, line=fline, column=loc.column, function=name))
     params: list[Param] = []
     for i, p in enumerate(cursor.get_arguments()):
         try:
@@ -306,7 +310,7 @@ def function_spec(cursor: Any, path: str) -> tuple[FunctionSpec | None, list[Sou
     if errors:
         return None, errors
     spec = FunctionSpec(name=name, qualified_name=qualified_name(cursor), params=tuple(params), file=path, line=fline,
-                        function_type=_function_type(cursor))
+                        function_type=_function_type(cursor), returns_error=returns_error)
     return spec, errors
 
 

@@ -22,14 +22,16 @@ unchanged file neither parses it nor imports libclang.
 from __future__ import annotations
 
 import os
+import sys
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from ..errors import ArgSpecError, InferenceError, SourceError
+from ..errors import AnnotationWarning, ArgSpecError, InferenceError, SourceError
 from ..languages import LANGUAGES_BY_EXTENSION, language_of
 from ..spec import FunctionSpec, check_spec_matches, normalize_functions
 from . import speccache
-from .annotations import find_annotations
+from .annotations import scan
 from .binding import (
     annotated_targets,
     bind_annotations,
@@ -46,6 +48,9 @@ if TYPE_CHECKING:
     from .binding import Target
 
 __all__ = ["InferResult", "infer_file", "language_of", "LANGUAGES_BY_EXTENSION"]
+
+#: The kernix package's directory (its frames are not where a warning points).
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,11 @@ class InferResult:
         where known.
     dependencies
         Absolute paths of every other file the parse read (headers).
+    warnings
+        Comments that look like ``// @BE`` annotations but are not
+        (``// @Be f``, ``/* @BE f */``, ``/// @BE f``), each at its file and
+        line, saying what to write instead; a load reports them as
+        :class:`~kernix.AnnotationWarning` (:meth:`warn`).
     """
 
     path: str
@@ -72,6 +82,18 @@ class InferResult:
     functions: tuple[FunctionSpec, ...]
     errors: tuple[SourceError, ...]
     dependencies: tuple[str, ...]
+    warnings: tuple[SourceError, ...] = ()
+
+    def warn(self) -> None:
+        """Issue each of :attr:`warnings` as an :class:`~kernix.AnnotationWarning`,
+        attributed to the first caller outside kernix (the user's load)."""
+        if not self.warnings:
+            return
+        level, frame = 2, sys._getframe(1)  # (stacklevel 2: the frame calling warn)
+        while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+            level, frame = level + 1, frame.f_back
+        for w in self.warnings:
+            warnings.warn(w.format(), AnnotationWarning, stacklevel=level)
 
     def raise_for_errors(self) -> None:
         """Raise :class:`~kernix.errors.InferenceError` holding every error, if any."""
@@ -86,6 +108,7 @@ class InferResult:
             "functions": [f.to_json() for f in self.functions],
             "errors": [e.to_json() for e in self.errors],
             "dependencies": list(self.dependencies),
+            "warnings": [w.to_json() for w in self.warnings],
         }
 
     @classmethod
@@ -97,6 +120,7 @@ class InferResult:
             functions=tuple(FunctionSpec.from_json(f) for f in data["functions"]),
             errors=tuple(SourceError.from_json(e) for e in data["errors"]),
             dependencies=tuple(data["dependencies"]),
+            warnings=tuple(SourceError.from_json(w) for w in data.get("warnings", ())),
         )
 
 
@@ -181,17 +205,18 @@ def infer_source(
     bad_lines = [e.line for e in errors if e.file == path and e.line]
 
     cursors = function_cursors(tu, path)
-    annotations = find_annotations(text)
+    annotations, near_misses = scan(text)  # and the comments that look like annotations but are not
 
     bound = bind_annotations(raw, annotations, cursors) if annotations else {}
 
     unbound = [a for a in annotations if a.line not in bound]
-    if unbound:
+    if unbound or near_misses:  # those in inactive #if regions are not the compiler's code
         detailed = parse(path, options, detailed=True, raw=raw)
         skipped = skipped_ranges(detailed, path)
         unbound = [a for a in unbound if not any(lo <= a.line <= hi for lo, hi in skipped)]
         active = {a.line for a in unbound} | set(bound)
         annotations = [a for a in annotations if a.line in active]
+        near_misses = [n for n in near_misses if not any(lo <= n.line <= hi for lo, hi in skipped)]
 
     targets: list[Target]
     if wanted is None:
@@ -243,6 +268,8 @@ def infer_source(
         functions=tuple(specs),
         errors=tuple(errors),
         dependencies=tuple(dependencies(tu, path)),
+        warnings=tuple(SourceError(n.message, file=path, line=n.line, column=n.column, function=n.name or None)
+                       for n in near_misses),
     )
     return result, clean
 

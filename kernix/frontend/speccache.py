@@ -54,9 +54,10 @@ __all__ = ["SpecLookup", "look_up", "load", "store", "entry_path", "parse_setup"
 # 6: specs carry the function type; 7: dependencies record ctime_ns; 8: clang sees the type flags;
 # 9: an error records its reason (a requested name the file does not declare: "not_declared");
 # 10: one only an included header declares has its own reason ("declared_in_header");
-# 11: dependencies are file versions (with the inode);
-# 12: a BE::TensorOf<T> parameter is a tensor whose dtype the spec pins
-_FORMAT = 12
+# 11: dependencies are file versions (with the inode); 12: specs record what the function returns
+# (xla::ffi::Error), other return types and near-miss annotations are reported, and opening includes are
+# read once; 13: a BE::TensorOf<T> parameter is a tensor whose dtype the spec pins
+_FORMAT = 13
 
 _SETUP_SPACE = ".parse"  # the direct index's records of parse set-ups
 

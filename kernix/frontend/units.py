@@ -63,11 +63,14 @@ def infer_units(
     units: list[tuple[Path, list[FunctionSpec]]] = []
     errors: list[SourceError] = []
     headers: list[str] = []
+    near_misses: list[SourceError] = []
     single = len(sources) == 1
     for src in sources:
         result = infer_file(
             src, language=language, flags=flags, functions=functions if single else None, cache_dir=cache_dir,
         )
+        result.warn()  # comments that look like annotations but are not
+        near_misses.extend(result.warnings)
         errors.extend(result.errors)
         units.append((src, list(result.functions)))
         headers.extend(result.dependencies)
@@ -94,6 +97,7 @@ def infer_units(
             f"no function to export in {where}: annotate each entry point with a `// @BE name` "
             "comment on the line before it (or, from Python, name them with functions=[...])"
             + _header_annotations_hint(headers)
+            + "".join("\n" + w.format() for w in near_misses)
         )
     return units
 

@@ -1,9 +1,11 @@
 """``load_prebuilt``: load a module that ``kernix build`` made, with no compiler.
 
-Nothing here imports :mod:`kernix.frontend` (libclang) or
-:mod:`kernix.backend` (compilers, ninja), and nothing writes to the kernix
-cache: the manifest, trust checks, a hash and a look at the library's ELF
-header, ``dlopen`` and JAX registration are all a load does.
+Nothing here imports :mod:`kernix.frontend` (libclang) or the compilers and
+ninja of :mod:`kernix.backend` (a CUDA module's check imports
+:mod:`kernix.backend.gpus`, which asks the driver, not JAX, for the GPUs),
+and nothing writes to the kernix cache: the manifest, trust checks, a hash
+and a look at the library's ELF header, ``dlopen`` and JAX registration are
+all a load does.
 """
 
 from __future__ import annotations
@@ -139,21 +141,14 @@ def elf_problem(path: str | os.PathLike[str], data: bytes) -> tuple[str, str] | 
     return None
 
 
-def _gpus() -> list[tuple[str, str]]:
-    """``[(sm_XY, device kind)]`` of the JAX GPU devices (empty without a GPU backend)."""
-    try:
-        import jax
+def _gpus() -> tuple[list[tuple[str, str]], str]:
+    """``[(sm_XY, GPU name)]`` of the GPUs this process can use, asked of the
+    driver (never of JAX, whose backend stays unstarted; nothing is written to
+    the cache), and why there are none."""
+    from ..backend import gpus  # (a CUDA module's check alone)
 
-        devices = jax.devices("gpu")
-    except Exception:  # no GPU backend is not an error here
-        return []
-    out = []
-    for dev in devices:
-        cc = str(getattr(dev, "compute_capability", "") or "")
-        major, _, minor = cc.partition(".")
-        if major.isdigit() and (minor or "0").isdigit():
-            out.append((f"sm_{major}{minor or '0'}", str(getattr(dev, "device_kind", "GPU"))))
-    return out
+    found = gpus.survey(remember=False)
+    return [(g.arch, g.name) for g in found.gpus], found.problem
 
 
 def stale_problem(manifest: PrebuiltManifest, sources: Sequence[Path]) -> str | None:
@@ -222,14 +217,15 @@ def check_prebuilt(manifest: PrebuiltManifest) -> None:
         )
     if manifest.platform != "cuda":
         return
-    gpus = _gpus()
-    if not gpus:
+    present, why = _gpus()
+    if not present:
         raise PrebuiltError(
-            f"cannot load the prebuilt module {manifest.name!r} from {where}: it runs on CUDA GPUs and "
-            "JAX sees none here (install jax[cuda] and check that `jax.devices('gpu')` lists your GPU)",
+            f"cannot load the prebuilt module {manifest.name!r} from {where}: it runs on NVIDIA GPUs and "
+            f"none is usable here ({why}). Run it on a machine with a GPU and its driver (check with "
+            "`nvidia-smi`), or load a CPU build of the module.",
             "platform",
         )
-    for arch, kind in gpus:
+    for arch, kind in present:
         problem = arch_problem(arch, kind, manifest.sass, manifest.ptx)
         if problem:
             raise PrebuiltError(

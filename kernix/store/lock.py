@@ -7,6 +7,9 @@ so no other user can take it (``flock`` needs only an open descriptor, and a
 readable file would let anyone stall this user's builds).  The holder writes
 its pid and start time into the file; a waiter names it after a few seconds
 and, when it gives up, says whether that process is alive, stopped or gone.
+A file system that refuses ``flock`` (``ENOLCK``: NFS without lock support)
+is a :class:`~kernix.errors.CacheError` saying what to do; a load that finds
+its module built needs no lock.
 """
 
 from __future__ import annotations
@@ -112,6 +115,17 @@ def _timeout_message(fd: int, name: str, path: Path, waited: float) -> str:
     return f"gave up after {waited:.0f} s waiting for the build lock {path}, {why}: {_describe(held, name)}. {advice}"
 
 
+def _refused_message(path: Path, root: Path, name: str, exc: OSError) -> str:
+    """What to do when the file system refuses ``flock`` itself."""
+    return (
+        f"the file system of the kernix cache {root} refuses the lock {path} ({exc.strerror or exc}), as an NFS "
+        f"mount without lock support does. kernix holds it to build or remove module {name!r}, so that two "
+        "processes never mix their files. Put the cache on a local disk (KERNIX_CACHE_DIR, or build_directory=), "
+        "mount the share with locking (NFSv4, or NFSv3 with lockd running), or ship prebuilt modules "
+        "(`kernix build`); modules already built in this cache load without the lock."
+    )
+
+
 @contextlib.contextmanager
 def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None]:
     """Hold the build lock of module ``name`` under cache root ``root``.
@@ -143,6 +157,8 @@ def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None
                 if waited > timeout:
                     raise CacheError(_timeout_message(fd, name, path, waited)) from None
                 time.sleep(0.05)
+            except OSError as exc:  # ENOLCK, EOPNOTSUPP...: building without it could mix two builds
+                raise CacheError(_refused_message(path, root, name, exc)) from exc
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()} {time.time():.3f}\n".encode(), 0)

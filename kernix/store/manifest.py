@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MANIFEST_FORMAT", "Manifest", "ManifestError", "entry_dir"]
 
-MANIFEST_FORMAT = 5  # 4: dependencies record ctime_ns; 5: file versions and the library's stat hold the inode
+MANIFEST_FORMAT = 6  # 4: dependencies record ctime_ns; 5: file versions and the library's stat hold the inode;
+# 6: specs record a returned xla::ffi::Error (a library built before checks none)
 SPECS_FILE = "functions.json"
 
 

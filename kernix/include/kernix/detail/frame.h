@@ -175,12 +175,12 @@ KERNIX_COLD inline Message& start(Message& m, const FunctionDesc& fn) noexcept {
   return m.add("kernix: ").add(fn.name).add(": ");
 }
 
-// The shim's error, with the text the ffi.h handlers give it.
+// The shim's error, with the text and code the ffi.h handlers give it.
 KERNIX_COLD inline XLA_FFI_Error* shim_error(const XLA_FFI_Api* api, const FunctionDesc& fn,
-                                             const char* message) noexcept {
+                                             const char* message, int code) noexcept {
   Message m;
   start(m, fn).add(message);
-  return make_error(api, XLA_FFI_Error_Code_INTERNAL, m);
+  return make_error(api, static_cast<XLA_FFI_Error_Code>(code), m);
 }
 
 KERNIX_COLD inline XLA_FFI_Error* count_error(const XLA_FFI_Api* api, const FunctionDesc& fn, const char* what,
@@ -285,7 +285,7 @@ KERNIX_COLD inline int64_t find_attr(const XLA_FFI_Attrs& attrs, const ParamDesc
 // ---------------------------------------------------------------------------
 
 // Decodes `frame` as `fn` describes, calls `shim` and returns what it threw,
-// if anything, as an FFI error.  The handler passes the storage, sized for its
+// if anything (a failure the function returned included), as an FFI error.  The handler passes the storage, sized for its
 // function on its own stack: `slots` (one per parameter: the shim's array)
 // and `views` (one per buffer).  Compiled once per handler unit (noinline):
 // every handler of the unit shares it.
@@ -370,7 +370,8 @@ __attribute__((noinline)) inline XLA_FFI_Error* dispatch(XLA_FFI_CallFrame* fram
     if (XLA_FFI_Error* err = api->XLA_FFI_Stream_Get(&args)) return err;
     stream = args.stream;
   }
-  if (const char* message = run_shim(shim, slots)) return shim_error(api, fn, message);
+  int code = kErrorInternal;
+  if (const char* message = run_shim(shim, slots, &code)) return shim_error(api, fn, message, code);
   return nullptr;
 }
 

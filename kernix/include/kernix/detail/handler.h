@@ -38,10 +38,12 @@ inline TensorView to_view(const xla::ffi::AnyBuffer& buffer) {
                     static_cast<int64_t>(dims.size()), dims.begin()};
 }
 
-// Calls a shim and turns what it threw, if anything, into an FFI error.
+// Calls a shim and turns what it threw, if anything, into an FFI error: the
+// code of an xla::ffi::Error the function returned, else INTERNAL.
 inline xla::ffi::Error call_shim(ShimFn shim, void* const* params, const char* function) {
-  if (const char* message = run_shim(shim, params)) {
-    return xla::ffi::Error(xla::ffi::ErrorCode::kInternal,
+  int code = kErrorInternal;
+  if (const char* message = run_shim(shim, params, &code)) {
+    return xla::ffi::Error(static_cast<XLA_FFI_Error_Code>(code),
                            std::string("kernix: ") + function + ": " + message);
   }
   return xla::ffi::Error::Success();

@@ -17,10 +17,12 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
 // Relative to this file: a user's header named kernix/... cannot shadow it.
+#include "returned_error.h"
 #include "tensor_view.h"
 
 #define KERNIX_SHIM_EXPORT extern "C" __attribute__((visibility("hidden")))
@@ -140,6 +142,34 @@ template <typename F>
 inline F* opaque(F* f) noexcept {
   __asm__("" : "+r"(f));
   return f;
+}
+
+// ---- a returned xla::ffi::Error -> ReturnedError ---------------------------
+//
+// A function returning xla::ffi::Error reports failure by returning one; its
+// shim passes the result to check_returned, which throws it as a
+// ReturnedError (returned_error.h) for the handler to turn into an XLA error
+// with the same code.  Written against the members every ffi.h version has
+// (success(), errc(), message()), so this header needs no XLA header.
+
+// The code as its number: errc() is std::optional<ErrorCode> in some ffi.h
+// versions and ErrorCode in others.
+template <typename C>
+inline int error_code_number(const std::optional<C>& code) noexcept {
+  return code ? static_cast<int>(*code) : 2;  // XLA_FFI_Error_Code_UNKNOWN
+}
+template <typename C, typename = std::enable_if_t<std::is_enum<C>::value>>
+inline int error_code_number(C code) noexcept {
+  return static_cast<int>(code);
+}
+
+[[noreturn]] __attribute__((cold, noinline)) inline void raise_returned(int code, const char* message) {
+  throw ReturnedError(code, message);
+}
+
+template <typename E>
+inline void check_returned(const E& error) {
+  if (__builtin_expect(!error.success(), 0)) raise_returned(error_code_number(error.errc()), error.message().c_str());
 }
 
 // make_tensor out of line, compiled once per tensor type: each shim calls it

@@ -1,0 +1,130 @@
+"""The ``#include`` lines a source file opens with, which inference precompiles.
+
+Headers such as ``<cub/cub.cuh>``, or a project's common header that pulls in
+``cuda_fp16.h``, cost hundreds of milliseconds to seconds to parse; the ones a
+file includes before any other code are precompiled together with the CUDA
+prelude (see :func:`kernix.frontend.clangparse.parse`), since nothing in the
+file can change how they read (no macro is defined before them).
+
+The precompiled prelude must not change what the file means: the file is then
+parsed with those directives blanked out (:func:`without_leading`), so each
+header is read once, where the compiler reads it.  Parsed as written, a header
+without include guards would be read twice, and clang would report every
+definition in it as a redefinition that nvcc never reports.
+
+A directive is taken only when nothing about it is in doubt: a line comment
+continued by a backslash, or anything but a ``//`` comment after the header
+name, ends the list there (the rest of the file is parsed as written).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import NamedTuple
+
+__all__ = ["LeadingInclude", "leading", "leading_includes", "leading_system_includes", "without_leading"]
+
+# One item of a file's opening: blank space, a comment, `#pragma once` or an `#include`.
+_ITEM = re.compile(
+    rb"""(?P<space>[ \t\r\n]+)
+       | (?P<comment>//[^\r\n]*)
+       | (?P<block>/\*.*?\*/)
+       | (?P<pragma>\#[ \t]*pragma[ \t]+once\b)(?P<pragma_rest>[^\r\n]*)
+       | (?P<inc>\#[ \t]*include[ \t]*(?:<(?P<sys>[^>\r\n]+)>|"(?P<quoted>[^"\r\n]+)"))(?P<rest>[^\r\n]*)""",
+    re.DOTALL | re.VERBOSE,
+)
+
+# What may follow a directive on its line: blanks, then perhaps a `//` comment.
+_REST = re.compile(rb"[ \t]*(?://[^\r\n]*)?")
+
+
+class LeadingInclude(NamedTuple):
+    """One opening ``#include``.
+
+    Attributes
+    ----------
+    line
+        The directive for the precompiled prelude: ``#include <...>`` as
+        written, or a ``"..."`` include by its absolute path.
+    start, end
+        Its bytes in the file (the whole directive, up to the line's end).
+    """
+
+    line: str
+    start: int
+    end: int
+
+
+def _continued(text: bytes) -> bool:
+    """Whether a line ends in a backslash (a line splice: the next line joins it)."""
+    return text.rstrip(b" \t").endswith(b"\\")
+
+
+def leading(raw: bytes, quote_dirs: Sequence[str] | None) -> list[LeadingInclude]:
+    """The ``#include`` directives a file opens with, before any other code.
+
+    Parameters
+    ----------
+    raw
+        The file's bytes.
+    quote_dirs
+        Where a ``"..."`` include is looked for, in the compiler's order (the
+        file's directory first); one found nowhere ends the list.  ``None``:
+        the first ``"..."`` include ends it.
+
+    Returns
+    -------
+    list of LeadingInclude
+        In file order.
+    """
+    out: list[LeadingInclude] = []
+    pos = 0
+    while True:
+        m = _ITEM.match(raw, pos)
+        if m is None or not m.group():
+            return out
+        if m.group("comment") is not None and _continued(m.group()):
+            return out
+        if m.group("pragma") is not None:
+            rest = m.group("pragma_rest")
+            if _REST.fullmatch(rest) is None or _continued(rest):
+                return out
+        if m.group("inc"):
+            rest = m.group("rest")
+            if _REST.fullmatch(rest) is None or _continued(rest):
+                return out
+            if m.group("sys"):
+                line = m.group("inc").decode("utf-8", errors="replace")
+            else:
+                name = m.group("quoted").decode("utf-8", errors="replace")
+                found = None if quote_dirs is None else next(
+                    (os.path.join(d, name) for d in quote_dirs if os.path.isfile(os.path.join(d, name))), None)
+                if found is None:
+                    return out
+                line = f'#include "{os.path.abspath(found)}"'
+            out.append(LeadingInclude(line, m.start(), m.end()))
+        pos = m.end()
+
+
+def leading_includes(raw: bytes, quote_dirs: Sequence[str] | None) -> list[str]:
+    """The directive lines of :func:`leading` (for the precompiled prelude)."""
+    return [inc.line for inc in leading(raw, quote_dirs)]
+
+
+def leading_system_includes(raw: bytes) -> list[str]:
+    """The ``#include <...>`` lines a file opens with, before any other code
+    (stopping at the first other include or code)."""
+    return leading_includes(raw, quote_dirs=None)
+
+
+def without_leading(raw: bytes, includes: Sequence[LeadingInclude]) -> bytes:
+    """``raw`` with each of ``includes`` replaced by spaces: the same length and
+    lines, so every position in the file stays where it was."""
+    if not includes:
+        return raw
+    text = bytearray(raw)
+    for inc in includes:
+        text[inc.start:inc.end] = b" " * (inc.end - inc.start)
+    return bytes(text)
