@@ -21,7 +21,7 @@ from .names import check_module_name, check_target_prefix
 from .paths import cache_root
 
 if TYPE_CHECKING:
-    from .spec import Requested
+    from .requested import Requested
 
 __all__ = ["LoadRequest", "make_request"]
 
@@ -186,7 +186,7 @@ def _functions(functions: Any) -> Requested | None:
     if functions is None:
         return None
     # Not with the request: a warm load reads no spec (a third of its time)
-    from .spec import normalize_functions
+    from .requested import normalize_functions
 
     return normalize_functions(functions)
 

@@ -28,6 +28,7 @@ LAYERS = {
     "kernix.interface": 1,
     "kernix.spec": 2,
     "kernix.signature": 2,
+    "kernix.requested": 2,
     "kernix.store": 3,
     "kernix.runtime": 3,
     "kernix.frontend": 4,

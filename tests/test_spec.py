@@ -8,12 +8,12 @@ import json
 import pytest
 
 from kernix.errors import ArgSpecError, SourceError
+from kernix.requested import check_spec_matches
 from kernix.spec import (
     ATTR_DTYPES,
     FunctionSpec,
     Param,
     Token,
-    check_spec_matches,
     is_identifier,
     parse_arg_spec,
     parse_token,
@@ -239,7 +239,7 @@ def test_explicit_arg_for_a_non_const_by_value_tensor_is_an_input() -> None:
 
 
 def test_explicit_arg_for_a_non_const_reference_warns() -> None:
-    from kernix.spec import InputDeclaredOnNonConstTensor
+    from kernix.requested import InputDeclaredOnNonConstTensor
 
     base = _by_value_spec()
     spec = dataclasses.replace(base, params=(*base.params, Param("z", "ret", "BE::Tensor", "BE::Tensor", "tensor")))

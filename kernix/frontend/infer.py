@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..errors import AnnotationWarning, ArgSpecError, InferenceError, SourceError
 from ..languages import LANGUAGES_BY_EXTENSION, language_of
-from ..spec import FunctionSpec, check_spec_matches, normalize_functions
+from ..requested import check_spec_matches, normalize_functions
+from ..spec import FunctionSpec
 from . import speccache
 from .annotations import scan
 from .binding import (

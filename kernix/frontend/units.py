@@ -16,7 +16,8 @@ from typing import Sequence
 
 from ..errors import InferenceError, KernixError, SourceError
 from ..paths import include_dir
-from ..spec import FunctionSpec, Requested, check_spec_matches
+from ..requested import Requested, check_spec_matches
+from ..spec import FunctionSpec
 from .annotations import find_annotations
 from .binding import DECLARED_IN_HEADER, NOT_DECLARED
 from .infer import infer_file
