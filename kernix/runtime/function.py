@@ -77,7 +77,7 @@ class KernelFunction:
         backward = self.module.backward_of(self.spec.name)
         if backward is not None:
             backward = Backward(backward.spec.name, backward, tuple(p.name for p in backward.spec.attrs))
-        return make_operation(self.target, self.spec, backward)
+        return make_operation(self.target, self.spec, backward, self.module.name)
 
     @property
     def target(self) -> str:

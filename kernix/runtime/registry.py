@@ -29,6 +29,7 @@ __all__ = [
     "handler_address",
     "register_targets",
     "list_registered_targets",
+    "platforms_of",
     "versioned_name",
     "versioned_target",
 ]
@@ -194,6 +195,13 @@ def versioned_target(target: str) -> str | None:
                 alias = Registration(versioned, platform, reg.digest, reg.library, reg.symbol)
                 _register(alias, *_capsules([alias]))
         return versioned
+
+
+def platforms_of(target: str) -> list[str]:
+    """The kernix platforms (``"cpu"``, ``"cuda"``) on which ``target`` has a
+    handler registered by kernix, sorted."""
+    with _lock:
+        return sorted(p for p, jax_platform in JAX_PLATFORMS.items() if (target, jax_platform) in _targets)
 
 
 def list_registered_targets() -> dict[str, str]:
