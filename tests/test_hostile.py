@@ -174,7 +174,7 @@ void flag_length(const BE::Tensor x, BE::Tensor out) {
   out.data_ptr<int64_t>()[0] = static_cast<int64_t>(sizeof(s) - 1);
 }
 
-// @BE affine
+// @BE affine (...)->(...)
 void affine(const BE::Tensor x, BE::Tensor out, float factor, int32_t offset, bool negate) {
   const float* in = x.data_ptr<float>();
   float* o = out.data_ptr<float>();
@@ -184,7 +184,7 @@ void affine(const BE::Tensor x, BE::Tensor out, float factor, int32_t offset, bo
   }
 }
 
-// @BE typed_double
+// @BE typed_double (n)->(n)
 void typed_double(xla::ffi::Buffer<xla::ffi::DataType::F32, 1> x,
                   xla::ffi::ResultBuffer<xla::ffi::DataType::F32, 1> out) {
   for (size_t i = 0; i < x.element_count(); ++i) out->typed_data()[i] = 2 * x.typed_data()[i];

@@ -264,7 +264,7 @@ def test_inputs_python_cannot_name_are_renamed_in_signature_and_stub():
     from kernix.spec import FunctionSpec, Param
 
     spec = FunctionSpec("f", "f", (Param("in", "arg"), Param("out", "arg"), Param("self", "arg"), Param("y", "ret")))
-    assert str(call_signature(spec)) == "(in_, out_, self_, /, *, out=None, vmap_method: str = 'sequential')"
+    assert str(call_signature(spec)) == "(in_, out_, self_, /, *, out, vmap_method: str = 'sequential')"
     text = stub_text([spec])
     compile(text, "f.pyi", "exec")
     assert "def f(self, in_: ArrayLike, out_: ArrayLike, self_: ArrayLike, /, *," in text

@@ -21,12 +21,12 @@ import numpy as np
 
 from ..dtypes import numpy_dtype
 from ..errors import CallError
-from ..names import is_identifier
 from ..signature import bind, parse_signature
 from ..spec import FunctionSpec
 from . import layers
 from .arguments import check_buffer
 from .primitives import check_platform
+from .stubs import input_names
 from .varying import in_shard_map, output_structs
 
 __all__ = [
@@ -84,10 +84,6 @@ def forward_mode(spec: FunctionSpec, backward: str) -> CallError:
 _DIM_NAMES = "nmkpqrstuvwabcdefghij"
 
 
-def _call_name(p: Any, i: int) -> str:
-    return p.name if is_identifier(p.name) else f"x{i}"
-
-
 def missing_out(spec: FunctionSpec, inputs: Sequence[Any]) -> CallError:
     """The error for calling ``spec``'s function, which has no shape
     signature, without ``out=``: the ``out=`` call and the annotation to
@@ -102,12 +98,12 @@ def missing_out(spec: FunctionSpec, inputs: Sequence[Any]) -> CallError:
         groups.append("(" + ",".join(dims.setdefault(d, next(free, f"d{d}")) for d in np.shape(x)) + ")")
     outputs = ",".join([groups[0] if groups else "(n)"] * len(spec.outputs))
     annotation = f"// @BE {name} {','.join(groups)}->{outputs}"
-    args = [_call_name(p, i) for i, p in enumerate(spec.inputs)]
+    args = input_names(spec)
     first = args[0] if args else None
     struct = f"jax.ShapeDtypeStruct({first}.shape, {first}.dtype)" if first else "jax.ShapeDtypeStruct(SHAPE, DTYPE)"
     out = struct if len(spec.outputs) == 1 else "[" + ", ".join([struct] * len(spec.outputs)) + "]"
     call = f"{name}({', '.join(args + [f'{p.name}=...' for p in spec.attrs] + [f'out={out}'])})"
-    where = f" ({spec.file}:{spec.line})" if spec.file else ""
+    where = f" (above {spec.file}:{spec.line})" if spec.file else ""
     shapes = ", ".join(str(tuple(np.shape(x))) for x in inputs) or "none"
     outs = ", ".join(repr(p.name) for p in spec.outputs)
     return CallError(

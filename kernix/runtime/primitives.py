@@ -2,9 +2,8 @@
 late or in its own words.
 
 ``kernix_platform`` (:func:`check_platform`) passes a kernel's inputs through
-unchanged and lowers to nothing; its lowering rule, chosen by JAX per
-lowering platform, raises :class:`~kernix.errors.CallError` where the kernel's
-FFI target has no handler for that platform (XLA would fail at compile time
+unchanged and lowers to nothing; its lowering rule raises :class:`~kernix.errors.CallError` where the kernel's
+FFI target has no handler for a platform it is lowered for (XLA would fail at compile time
 with ``No FFI handler registered``), under ``jax.jit`` and ``jax.export`` as
 well as eagerly.
 
@@ -17,7 +16,6 @@ mode does, raises kernix's error instead of JAX's message about
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, Sequence
 
 import jax
@@ -50,41 +48,46 @@ def check_platform(xs: Sequence[Any], *, target: str, function: str, module: str
     return tuple(_platform_p.bind(*xs, target=target, function=function, module=module))
 
 
-def _lower_platform(lowering: str | None, ctx: Any, *xs: Any, target: str, function: str, module: str) -> Any:
+def _lower_platform(ctx: Any, *xs: Any, target: str, function: str, module: str) -> Any:
+    # The platforms this equation is lowered for: one, or several for jax.export(platforms=[...]).
+    lowering = tuple(getattr(ctx, "platforms", None) or ctx.module_context.platforms)
     have = platforms_of(target)
-    platform = _KERNIX_PLATFORM.get(lowering or "")
-    if platform is not None and platform in have:
-        return xs
-    built = " and ".join(_LABELS[p] for p in have) or "no platform (the target is not registered)"
-    where = lowering or "a platform other than " + ", ".join(sorted(_KERNIX_PLATFORM))
-    if have == ["cuda"]:
-        fix = (
-            "run it on a GPU: put the inputs there (jax.device_put(x, jax.devices('gpu')[0])), "
-            "or jit it for the GPU (jax.jit(f, device=jax.devices('gpu')[0]) or "
-            "`with jax.default_device(jax.devices('gpu')[0]):`)"
+    for p in lowering:
+        if _KERNIX_PLATFORM.get(p) not in have:
+            _refuse(p, have, target=target, function=function, module=module)
+    return xs
+
+
+def _refuse(lowering: str, have: list[str], *, target: str, function: str, module: str) -> None:
+    where = _LABELS.get(lowering, lowering)
+    if not have:
+        raise CallError(
+            f"{function}() of module {module!r} cannot be compiled: its target {target!r} is registered on no "
+            "platform; call the module's register() first"
         )
-    elif have == ["cpu"]:
-        fix = (
-            "run it on the CPU: put the inputs there (jax.device_put(x, jax.devices('cpu')[0])), "
-            "or create them inside `with jax.default_device(jax.devices('cpu')[0]):`"
+    built = " and ".join(_LABELS[p] for p in have)
+    fixes = []
+    if len(have) == 1:
+        device = "gpu" if have == ["cuda"] else "cpu"
+        fixes.append(
+            f"run the computation on {_LABELS[have[0]]}: put its inputs there with jax.device_put(x, "
+            f"jax.devices({device!r})[0]), or create them inside `with jax.default_device(jax.devices({device!r})[0]):`"
         )
-    else:
-        fix = "run it on a platform the module was built for"
-    other = "a C++ build" if lowering == "cpu" else "a CUDA build" if lowering == "cuda" else None
-    also = (
-        f"; or load {other} of the same functions under the same target prefix ({target.rpartition('.')[0]!r}), "
-        f"which gives {function}() a handler for {lowering} too" if other else ""
-    )
+    if lowering in _KERNIX_PLATFORM:
+        loader = "kernix.load_cpp_file" if lowering == "cpu" else "kernix.load_cuda_file"
+        fixes.append(
+            f"also load a build of these functions for {where} ({loader}(..., target_prefix="
+            f"{target.rpartition('.')[0]!r})), which gives {function}() a handler there"
+        )
+    fixes.append(f"with kernix.export, pass platforms={have!r}")
     raise CallError(
-        f"{function}() of module {module!r} cannot be compiled for {where}: the module was built for {built}, "
-        f"and XLA has no handler of its target {target!r} there. To fix it, {fix}{also}; for kernix.export, "
-        f"pass platforms={[p for p in have] or ['cpu']!r}."
+        f"{function}() of module {module!r} cannot be compiled for {where}: the module was built for {built}, so "
+        f"XLA has no handler of its target {target!r} there (it would fail with 'No FFI handler registered'). "
+        "To fix it: " + "; or ".join(fixes) + "."
     )
 
 
-for _name in _KERNIX_PLATFORM:
-    mlir.register_lowering(_platform_p, functools.partial(_lower_platform, _name), platform=_name)
-mlir.register_lowering(_platform_p, functools.partial(_lower_platform, None))  # any other platform
+mlir.register_lowering(_platform_p, _lower_platform)
 
 
 # -- the reverse-mode tangent of a kernel ------------------------------------------------------
