@@ -25,12 +25,14 @@ SRC = textwrap.dedent(
     // @BE add_rows
     void add_rows(const BE::Tensor& x, const BE::Tensor& b, BE::Tensor& y) {
       const int64_t n = b.numel();
-      for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = x.data_ptr<float>()[i] + b.data_ptr<float>()[i % n];
+      const float* a = x.data_ptr<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = a[i] + b.data_ptr<float>()[i % n];
     }
     // @BE halves
     void halves(const BE::Tensor& x, BE::Tensor& lo, BE::Tensor& hi) {
       const int64_t h = x.numel() / 2;
-      for (int64_t i = 0; i < h; ++i) { lo.data_ptr<float>()[i] = x.data_ptr<float>()[i]; hi.data_ptr<float>()[i] = x.data_ptr<float>()[h + i]; }
+      const float* a = x.data_ptr<float>();
+      for (int64_t i = 0; i < h; ++i) { lo.data_ptr<float>()[i] = a[i]; hi.data_ptr<float>()[i] = a[h + i]; }
     }
     """
 )

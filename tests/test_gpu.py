@@ -102,7 +102,8 @@ def test_load_cuda_file_under_jit(cuda_ops):
     np.testing.assert_allclose(jax.jit(partial(cuda_ops.typed_axpy, a=2.0, out=like(a)))(a, b), 2 * np.arange(3000) + 1)
     for dtype in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64):
         x = jnp.arange(10).astype(dtype)
-        np.testing.assert_allclose(np.asarray(cuda_ops.scale_by(x, scale_factor=0.5, out=like(x)), np.float64), np.arange(10) * 0.5)
+        y = cuda_ops.scale_by(x, scale_factor=0.5, out=like(x))
+        np.testing.assert_allclose(np.asarray(y, np.float64), np.arange(10) * 0.5)
     h16 = jnp.arange(4, dtype=jnp.float16)
     h = cuda_ops.half_scale(h16, k=np.float16(1.5), out=like(h16))
     np.testing.assert_array_equal(np.asarray(h, np.float32), [0, 1.5, 3, 4.5])
@@ -236,7 +237,8 @@ def test_shard_map_over_two_gpus(cuda_ops):
     devices = np.array(_gpus()[:2])
     mesh = Mesh(devices, ("x",))
     x = jax.device_put(jnp.arange(2048, dtype=jnp.float32), NamedSharding(mesh, P("x")))
-    f = jax.jit(shard_map(lambda v: cuda_ops.scale_by(v, scale_factor=2.0, out=like(v)), mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+    f = jax.jit(shard_map(lambda v: cuda_ops.scale_by(v, scale_factor=2.0, out=like(v)), mesh=mesh,
+                          in_specs=P("x"), out_specs=P("x")))
     out = f(x)
     np.testing.assert_array_equal(np.asarray(out), 2 * np.arange(2048, dtype=np.float32))
     assert {s.device for s in out.addressable_shards} == set(devices.tolist())

@@ -204,7 +204,8 @@ def test_typed_ffi_buffer(ops):
 
 def test_failed_check_raises_with_message(ops):
     with pytest.raises(Exception, match="a has 3 elements, b has 4") as info:
-        ops.vector_add(jnp.zeros(3, jnp.float32), jnp.zeros(4, jnp.float32), out=jax.ShapeDtypeStruct((3,), jnp.float32)).block_until_ready()
+        ops.vector_add(jnp.zeros(3, jnp.float32), jnp.zeros(4, jnp.float32),
+                       out=jax.ShapeDtypeStruct((3,), jnp.float32)).block_until_ready()
     assert "cpu_ops.cpp" in str(info.value)
     # The process and the backend keep working.
     ones = jnp.ones(2, jnp.float32)
