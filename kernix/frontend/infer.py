@@ -38,11 +38,12 @@ from .binding import (
     function_cursors,
     requested_targets,
 )
-from .clangparse import ParseOptions, parse
+from .clangparse import ParseOptions, parse, parsed_versions
 from .classify import function_spec
 from .signatures import annotate_spec
 from .speccache import look_up
 from .tu import dependencies, error_diagnostics, skipped_ranges
+from .versions import merge_versions
 
 if TYPE_CHECKING:
     from .binding import Target
@@ -180,26 +181,29 @@ def infer_file(
         except (ValueError, KeyError, TypeError):  # not a valid result (damaged or tampered): a miss
             pass
     options = ParseOptions(found.language, found.include_dirs, found.defines, found.flags)
-    result, clean = infer_source(found.path, found.source, options, wanted)
-    if found.key is not None and clean:
-        speccache.store(found.root, found.key, result.to_json(), result.dependencies)
+    result, versions = infer_source(found.path, found.source, options, wanted)
+    if found.key is not None and versions is not None:
+        speccache.store(found.root, found.key, result.to_json(), versions)
     return result
 
 
 def infer_source(
     path: str, raw: bytes, options: ParseOptions, wanted: dict[str, tuple[str, ...] | None] | None
-) -> tuple[InferResult, bool]:
+) -> tuple[InferResult, list[list[Any]] | None]:
     """Parse ``raw`` (the bytes of ``path``) and infer, without the spec cache.
 
-    Returns the result and whether clang reported no error (only a clean
-    result is cached).
+    Returns the result and, when it may be cached, the version of every
+    header the parse read, as it read them
+    (:func:`kernix.frontend.clangparse.parsed_versions`); ``None`` when clang
+    reported an error (only a clean result is cached) or a header changed
+    while it was read.
     """
     text = raw.decode("utf-8", errors="replace")
     # The parsing side loads here: a spec-cache hit needs none of it.
 
     tu = parse(path, options, raw=raw)
     errors: list[SourceError] = error_diagnostics(tu, options)
-    clean = not errors
+    versions = parsed_versions(tu, path) if not errors else None
     # Lines of the user's file with a clang error: a function whose declaration
     # covers one is not inferred (clang may have typed a broken parameter as int).
     bad_lines = [e.line for e in errors if e.file == path and e.line]
@@ -212,6 +216,8 @@ def infer_source(
     unbound = [a for a in annotations if a.line not in bound]
     if unbound or near_misses:  # those in inactive #if regions are not the compiler's code
         detailed = parse(path, options, detailed=True, raw=raw)
+        if versions is not None:  # (both parses must have read the same headers)
+            versions = merge_versions(versions, parsed_versions(detailed, path))
         skipped = skipped_ranges(detailed, path)
         unbound = [a for a in unbound if not any(lo <= a.line <= hi for lo, hi in skipped)]
         active = {a.line for a in unbound} | set(bound)
@@ -271,6 +277,6 @@ def infer_source(
         warnings=tuple(SourceError(n.message, file=path, line=n.line, column=n.column, function=n.name or None)
                        for n in near_misses),
     )
-    return result, clean
+    return result, versions
 
 
