@@ -126,7 +126,7 @@ def test_the_parse_reads_the_bytes_the_cache_is_keyed_by(tmp_path: Path, monkeyp
     parse: the result stored under the key is the one of the bytes read."""
     from kernix.frontend import infer
 
-    header, src = _sources(tmp_path, "cpp")
+    _, src = _sources(tmp_path, "cpp")
     real_parse = infer.parse
     edited = []
 

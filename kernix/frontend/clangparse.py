@@ -45,7 +45,7 @@ import importlib.util
 import os
 import subprocess
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from ..backend.toolchain import cuda_include_dirs, host_compiler_path
 from ..errors import SourceError, ToolchainError
@@ -279,7 +279,15 @@ def _quote_dirs(path: str, options: ParseOptions) -> list[str]:
     return [d for d in dirs if d]
 
 
-def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: bytes | None = None) -> Any:
+class _UsedPrelude(NamedTuple):
+    """The precompiled prelude a parse used (``tu.kernix_pch``)."""
+
+    text: str
+    prelude: pch.Prelude
+
+
+def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: bytes | None = None,
+          same_as: Any = None) -> Any:
     """Parse ``path`` and return the ``clang.cindex.TranslationUnit``.
 
     For CUDA sources with nvcc's view, the prelude (``cuda_runtime.h`` with
@@ -287,8 +295,8 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
     ~0.5 s to several seconds of parsing) is precompiled once per toolchain,
     flag set and include list, and stored under the cache root; a file then
     parses in tens of milliseconds.  A stale or unreadable PCH is rebuilt once.
-    The versions of the headers held by the PCH are ``tu.kernix_pch_versions``
-    (see :func:`parsed_versions`).
+    The precompiled prelude used, and the versions of the headers it holds,
+    are ``tu.kernix_pch`` (see :func:`parsed_versions`).
 
     Parameters
     ----------
@@ -301,6 +309,11 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
         :func:`skipped_ranges`; slower).
     raw
         The file's bytes, if already read (for its leading includes).
+    same_as
+        An earlier parse of the same file in the same inference: the
+        precompiled prelude it used is used again without checking its
+        headers a second time (it is the one whose versions the inference
+        records).
 
     Raises
     ------
@@ -329,9 +342,13 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
             # without include guards would give redefinition errors nvcc never gives).
             main = [(path, without_leading(raw, opening))]
             base = [f for f in flags if f not in ("-include", PRELUDE_PATH)]
+            earlier = getattr(same_as, "kernix_pch", None)
             for rebuild in (False, True):
-                found = pch.prelude_pch(_index(), cache_root(), base, full, PRELUDE_PATH, system_dirs(options),
-                                        clang_identity(), rebuild=rebuild)
+                if earlier is not None and not rebuild and earlier.text == full:  # (checked for that parse)
+                    found = earlier.prelude
+                else:
+                    found = pch.prelude_pch(_index(), cache_root(), base, full, PRELUDE_PATH, system_dirs(options),
+                                            clang_identity(), rebuild=rebuild)
                 if found is None:
                     break
                 try:
@@ -340,7 +357,7 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
                 except ci.TranslationUnitLoadError:  # the PCH removed or refused: build it again
                     continue
                 if not pch.pch_failed(tu):
-                    tu.kernix_pch_versions = found.versions
+                    tu.kernix_pch = _UsedPrelude(full, found)
                     return tu
         # The bytes read are the ones parsed (and the ones a cached result is keyed by).
         unsaved = [(PRELUDE_PATH, prelude)] if prelude is not None else []
@@ -355,7 +372,8 @@ def parsed_versions(tu: Any, path: str) -> list[list[Any]] | None:
     build read them, and the others as this parse read them
     (:func:`kernix.frontend.versions.read_versions`); ``None`` when one of
     them changed while it was being read."""
-    return merge_versions(getattr(tu, "kernix_pch_versions", []), read_versions(tu, skip=(path, PRELUDE_PATH)))
+    used = getattr(tu, "kernix_pch", None)
+    return merge_versions(used.prelude.versions if used else [], read_versions(tu, skip=(path, PRELUDE_PATH)))
 
 
 def is_under(path: str, dirs: Sequence[str]) -> bool:

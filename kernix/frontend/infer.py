@@ -21,6 +21,7 @@ unchanged file neither parses it nor imports libclang.
 
 from __future__ import annotations
 
+import bisect
 import os
 import sys
 import warnings
@@ -40,7 +41,7 @@ from .binding import (
 )
 from .clangparse import ParseOptions, parse, parsed_versions
 from .classify import function_spec
-from .signatures import annotate_spec
+from .signatures import SourceLines, annotate_spec
 from .speccache import look_up
 from .tu import dependencies, error_diagnostics, skipped_ranges
 from .versions import merge_versions
@@ -206,7 +207,8 @@ def infer_source(
     versions = parsed_versions(tu, path) if not errors else None
     # Lines of the user's file with a clang error: a function whose declaration
     # covers one is not inferred (clang may have typed a broken parameter as int).
-    bad_lines = [e.line for e in errors if e.file == path and e.line]
+    clang_errors = sorted((e for e in errors if e.file == path and e.line), key=lambda e: e.line)
+    bad_lines = [e.line for e in clang_errors]
 
     cursors = function_cursors(tu, path)
     annotations, near_misses = scan(text)  # and the comments that look like annotations but are not
@@ -215,14 +217,14 @@ def infer_source(
 
     unbound = [a for a in annotations if a.line not in bound]
     if unbound or near_misses:  # those in inactive #if regions are not the compiler's code
-        detailed = parse(path, options, detailed=True, raw=raw)
+        detailed = parse(path, options, detailed=True, raw=raw, same_as=tu)
         if versions is not None:  # (both parses must have read the same headers)
             versions = merge_versions(versions, parsed_versions(detailed, path))
-        skipped = skipped_ranges(detailed, path)
-        unbound = [a for a in unbound if not any(lo <= a.line <= hi for lo, hi in skipped)]
+        skipped = _LineRanges(skipped_ranges(detailed, path))
+        unbound = [a for a in unbound if a.line not in skipped]
         active = {a.line for a in unbound} | set(bound)
         annotations = [a for a in annotations if a.line in active]
-        near_misses = [n for n in near_misses if not any(lo <= n.line <= hi for lo, hi in skipped)]
+        near_misses = [n for n in near_misses if n.line not in skipped]
 
     targets: list[Target]
     if wanted is None:
@@ -232,20 +234,22 @@ def infer_source(
         targets, errs = requested_targets(path, wanted, annotations, bound, cursors, tu)
         errors += errs
 
+    lines = SourceLines(text)  # (split once: each function's doc comment costs its own length)
     specs: list[FunctionSpec] = []
     for target in targets:
         name, cursor, ann, explicit = target.name, target.cursor, target.annotation, target.explicit
         start, end = cursor.extent.start.line, cursor.extent.end.line
-        if any(start <= ln <= end for ln in bad_lines):
-            for e in errors:  # already reported by clang: name the function
-                if e.file == path and start <= e.line <= end and e.function is None:
+        first, last = bisect.bisect_left(bad_lines, start), bisect.bisect_right(bad_lines, end)
+        if first < last:
+            for e in clang_errors[first:last]:  # already reported by clang: name the function
+                if e.function is None:
                     e.function = name
             continue
         spec, errs = function_spec(cursor, path)
         errors += errs
         if spec is None:
             continue
-        ann_tokens, spec, errs = annotate_spec(spec, ann, text)  # shape signature, vjp=, doc comment
+        ann_tokens, spec, errs = annotate_spec(spec, ann, lines)  # shape signature, vjp=, doc comment
         errors += errs
         ok = not errs
         for tokens, source in ((ann_tokens, "annotation"), (explicit or (), "explicit")):
@@ -280,3 +284,21 @@ def infer_source(
     return result, versions
 
 
+
+
+class _LineRanges:
+    """Inclusive line ranges (the preprocessor's skipped regions): ``line in ranges`` in log time."""
+
+    def __init__(self, ranges: Sequence[tuple[int, int]]) -> None:
+        merged: list[list[int]] = []
+        for lo, hi in sorted(ranges):
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        self._starts = [lo for lo, _ in merged]
+        self._ends = [hi for _, hi in merged]
+
+    def __contains__(self, line: int) -> bool:
+        k = bisect.bisect_right(self._starts, line) - 1
+        return k >= 0 and line <= self._ends[k]

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import CacheError
-from ..store.files import content_key, read_record, versions_current, write_record
+from ..store.files import content_key, read_record, version_current, write_record
 from ..store.trust import is_private, makedirs
 from .versions import read_versions
 
@@ -57,8 +57,11 @@ class Prelude(NamedTuple):
     versions: list[list[Any]]
 
 
-# This process's preludes (record path -> Prelude), checked again on each use.
+# This process's preludes (record path -> Prelude), checked again on each use; and
+# those that could not be built (record path -> the versions of the headers that
+# build read: tried again when one of them changes).
 _known: dict[str, Prelude] = {}
+_failed: dict[str, list[list[Any]]] = {}
 _lock = threading.Lock()
 
 
@@ -67,9 +70,23 @@ def _record_path(root: Path, flags: Sequence[str], prelude: str, clang: str) -> 
     return root / "toolchain" / f"prelude-{key[:24]}.rec"
 
 
+def _current(versions: list[list[Any]]) -> bool:
+    """:func:`kernix.store.files.versions_current`, with the common case (every
+    stat as recorded: a thousand headers for ``<cub/cub.cuh>``) cheaper."""
+    for version in versions:
+        try:
+            st = os.stat(version[0])
+        except OSError:
+            return False
+        if ((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != tuple(version[1:5])
+                and not version_current(version)):
+            return False
+    return True
+
+
 def _usable(found: Prelude | None, root: Path) -> bool:
     return (found is not None and os.path.isfile(found.path) and is_private(found.path, root)
-            and versions_current(found.versions))
+            and _current(found.versions))
 
 
 def _read(record: Path, root: Path) -> Prelude | None:
@@ -115,12 +132,18 @@ def prelude_pch(index: Any, root: str | os.PathLike[str], flags: Sequence[str], 
     key = str(record)
     with _lock:
         found = None if rebuild else _known.get(key)
+        failed = None if rebuild else _failed.get(key)
+    if failed is not None and _current(failed):
+        return None  # (as the last try found it: no use trying again)
     if not _usable(found, root):
         found = None if rebuild else _read(record, root)
         if not _usable(found, root):
             old = _read(record, root)
-            found = _build(index, flags, prelude, virtual_path, record, toolchain_dirs)
+            found, read = _build(index, flags, prelude, virtual_path, record, toolchain_dirs)
             if found is None:
+                if read is not None:
+                    with _lock:
+                        _failed[key] = read
                 return None
             if old is not None and old.path != found.path:
                 try:
@@ -129,12 +152,16 @@ def prelude_pch(index: Any, root: str | os.PathLike[str], flags: Sequence[str], 
                     pass
     with _lock:
         _known[key] = found
+        _failed.pop(key, None)
     return found
 
 
 def _build(index: Any, flags: Sequence[str], prelude: str, virtual_path: str, record: Path,
-           toolchain_dirs: Sequence[str]) -> Prelude | None:
-    """Precompile the prelude and write its record; ``None`` when it cannot be used.
+           toolchain_dirs: Sequence[str]) -> tuple[Prelude | None, list[list[Any]] | None]:
+    """Precompile the prelude and write its record.
+
+    Returns the prelude, or ``None`` when it cannot be used, with the versions
+    of the headers the build read (``None`` when a header changed meanwhile).
 
     The toolkit's headers carry a few declarations clang rejects and nvcc's
     front end accepts (constexpr redeclarations of math functions); those are
@@ -148,13 +175,13 @@ def _build(index: Any, flags: Sequence[str], prelude: str, virtual_path: str, re
     header_flags = ["-x", "c++-header", *flags[2:]]
     tu = index.parse(virtual_path, args=header_flags, unsaved_files=[(virtual_path, prelude)],
                      options=ci.TranslationUnit.PARSE_SKIP_FUNCTION_BODIES | ci.TranslationUnit.PARSE_INCOMPLETE)
+    versions = read_versions(tu, skip=[virtual_path])
     for d in tu.diagnostics:
         name = os.path.abspath(d.location.file.name) if d.location.file else ""
         if d.severity >= 4 or (d.severity >= 3 and not (name == virtual_path or _is_under(name, toolchain_dirs))):
-            return None
-    versions = read_versions(tu, skip=[virtual_path])
+            return None, versions
     if versions is None:  # a header changed while it was read: nothing to vouch for
-        return None
+        return None, None
     target = record.with_name(f"{record.stem}-{secrets.token_hex(8)}.pch")
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
@@ -167,14 +194,14 @@ def _build(index: Any, flags: Sequence[str], prelude: str, virtual_path: str, re
             tmp.unlink()
         except OSError:
             pass
-        return None
+        return None, None
     if not write_record(record, {"format": _FORMAT, "pch": target.name, "versions": versions}):
         try:
             target.unlink()
         except OSError:
             pass
-        return None
-    return Prelude(str(target), versions)
+        return None, None
+    return Prelude(str(target), versions), versions
 
 
 def _is_under(path: str, dirs: Sequence[str]) -> bool:
