@@ -135,7 +135,8 @@ def comment(tmp: Path, megabytes: float, ext: str, runs: int) -> None:
         label = "a line of code between comment and function" if gap else "comment directly above a function"
         print(f"comment ({label}):\n"
               f"  {big.stat().st_size / 1e6:.1f} MB file: {t_big:7.3f} s, {s_big / 1e3:9.1f} kB stored   "
-              f"same functions in {small.stat().st_size / 1e3:.1f} kB: {t_small:6.3f} s, {s_small / 1e3:.1f} kB stored   "
+              f"same functions in {small.stat().st_size / 1e3:.1f} kB: {t_small:6.3f} s, "
+              f"{s_small / 1e3:.1f} kB stored   "
               f"(libclang's parse alone of the big file: {t_parse:.3f} s)")
 
 

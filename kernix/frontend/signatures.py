@@ -16,7 +16,10 @@ from ..errors import InferenceError, SignatureError, SourceError
 from ..names import is_identifier
 from ..signature import check_against_spec, parse_signature, split_annotation
 
-__all__ = ["DOC_LIMIT", "SourceLines", "leading_comment", "annotate_spec", "check_unique_names", "check_vjp_pairs", "raise_for_vjp_pairs"]
+__all__ = [
+    "DOC_LIMIT", "SourceLines", "leading_comment", "annotate_spec", "check_unique_names", "check_vjp_pairs",
+    "raise_for_vjp_pairs",
+]
 
 
 #: The most characters of a doc comment a spec keeps (the rest is marked ``[...]``):
@@ -141,7 +144,9 @@ def leading_comment(text: str | SourceLines, first_line: int, decl_line: int = 0
     return "\n".join(kept).strip()
 
 
-def annotate_spec(spec: Any, annotation: Any, source_text: str | SourceLines) -> tuple[tuple[str, ...], Any, list[SourceError]]:
+def annotate_spec(
+    spec: Any, annotation: Any, source_text: str | SourceLines
+) -> tuple[tuple[str, ...], Any, list[SourceError]]:
     """Attach an annotation's shape signature, ``vjp=`` and doc comment to ``spec``.
 
     Parameters
