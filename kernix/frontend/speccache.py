@@ -41,6 +41,7 @@ from ..errors import KernixError, ToolchainError
 from ..languages import language_of
 from ..paths import absolute, cache_root, printable, utf8_problem
 from ..store import direct
+from ..store.identity import code_identity
 from ..store.files import (
     content_key,
     file_versions,
@@ -135,7 +136,7 @@ def look_up(
     key = payload = None
     if use_cache:
         setup = parse_setup(language, include_dirs, defines, flags, root)
-        key = content_key([_FORMAT, __version__, *setup, path, language, wanted], source)
+        key = content_key([_FORMAT, __version__, code_identity(), *setup, path, language, wanted], source)
         payload = load(root, key)
     return SpecLookup(path, language, source, include_dirs, defines, flags, root, key, payload)
 
