@@ -28,6 +28,7 @@ import marshal
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
@@ -214,18 +215,36 @@ def stale_file(versions: Sequence[Sequence[Any]]) -> str | None:
     return None
 
 
-def filesystem_now(directory: str | os.PathLike[str]) -> int:
-    """The file system's clock in ``directory``, in nanoseconds: the modification
-    time of a file created there now (and deleted).  Compared with the times
-    the same file system gives files, unlike :func:`time.time_ns`, whose clock
-    may be another machine's (a network file system) or finer than the file
-    system's.
+def filesystem_now(directory: str | os.PathLike[str], *, settle_s: float = 2.0) -> int:
+    """The file system's clock in ``directory``, in nanoseconds, read so that
+    every file written before the call has an earlier time and every file
+    written after it returns a later or equal one.
+
+    A reading is the modification time of a file created in ``directory``
+    (and deleted): the clock that stamps files there, unlike
+    :func:`time.time_ns`, whose clock may be another machine's (a network
+    file system) or finer than the file system's.  File systems stamp with a
+    coarse clock (a few milliseconds; a second or two on some), so a file
+    written just before a reading may carry the same time: the clock is read
+    until it moves past the first reading (at most ``settle_s`` seconds;
+    where it does not move by then, the first later-or-equal reading is
+    returned, and a file written just before may then count as written after).
 
     Raises
     ------
     OSError
         When no file can be created in ``directory``.
     """
+    first = _clock_reading(directory)
+    deadline = time.monotonic() + settle_s
+    while True:
+        now = _clock_reading(directory)
+        if now > first or time.monotonic() > deadline:
+            return now
+        time.sleep(0.001)
+
+
+def _clock_reading(directory: str | os.PathLike[str]) -> int:
     fd, path = tempfile.mkstemp(dir=directory, prefix=".clock-", suffix=".tmp")
     try:
         return os.fstat(fd).st_mtime_ns
