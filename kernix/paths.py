@@ -203,7 +203,7 @@ def regular_file_problem(path: str | os.PathLike[str]) -> str | None:
 
 def _name_problem(path: str) -> str | None:
     problem = utf8_problem(path)
-    return None if problem is None else f"cannot read {printable(path)}: {problem}"
+    return None if problem is None else f"cannot parse {printable(path)}: {problem}"
 
 
 def check_source(path: str | os.PathLike[str], **options: Sequence[str]) -> None:

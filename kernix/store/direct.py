@@ -39,13 +39,7 @@ import os
 from typing import Any, Callable, Iterable, Sequence
 
 from .. import report
-from .files import (
-    COMPILER_ENVIRONMENT,
-    FileStat,
-    UntrustedRecord,
-    read_record,
-    write_record,
-)
+from .files import COMPILER_ENVIRONMENT, UntrustedRecord, read_record, write_record
 from .identity import code_stats
 
 __all__ = ["DIRECT_FORMAT", "TOOL_ENVIRONMENT", "file_stats", "search_dirs", "lookup", "record", "records"]
@@ -63,9 +57,10 @@ TOOL_ENVIRONMENT = (
 def _file_stat(path: str) -> list[Any]:
     """``[path, inode, size, mtime_ns, ctime_ns]`` (:class:`~kernix.store.files.FileStat`; inode -1: missing)."""
     try:
-        return [path, *FileStat.of(path)]
+        st = os.stat(path)  # (not through FileStat: a warm load checks every file of its record)
     except OSError:
         return [path, -1, 0, 0, 0]
+    return [path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def search_dirs() -> list[str]:

@@ -99,7 +99,10 @@ def _lookup(root: Path, name: str, key: str) -> Lookup:
         return _damaged(str(exc))
     if manifest.key != key:
         return _damaged("manifest does not belong to this key")
-    stale = stale_file(manifest.dependencies)
+    try:
+        stale = stale_file(manifest.dependencies)
+    except (ValueError, TypeError):  # (not a list of file versions)
+        return _damaged("its record of the files the build read is malformed")
     if stale is not None:
         return Lookup(None, stale + ("" if stale.endswith(UNSETTLED) else " since it was cached"))
     so_path = manifest.so_path

@@ -191,11 +191,12 @@ def version_current(version: Sequence[Any]) -> bool:
     The file is hashed again only when its :class:`FileStat` differs and its
     size does not.  An unsettled version (:func:`settled_versions`) is never current.
     """
-    path, *stat, digest = version
-    recorded = FileStat(*stat)
+    path, inode, size, mtime_ns, ctime_ns, digest = version
     try:
-        now = FileStat.of(path)
-        return now == recorded or (now.size == recorded.size and file_digest(path) == digest)
+        st = os.stat(path)  # (compared field by field: every warm load checks each file the build read)
+        if st.st_ino == inode and st.st_size == size and st.st_mtime_ns == mtime_ns and st.st_ctime_ns == ctime_ns:
+            return True
+        return st.st_size == size and file_digest(path) == digest
     except OSError:
         return False
 
