@@ -13,8 +13,10 @@ entries, inferred specs) cover the content of:
   ``languages.py`` and ``compiler_flags.py``;
 * every file under ``kernix/include/`` (the C++ headers each unit includes).
 
-The identity is worked out once per process, when first needed (a miss),
-from the files as they are then: the process runs the modules it imported.
+The identity is worked out once per process, when first needed (a miss, a
+spec-cache look-up), from the files as they are then: the process runs the
+modules it imported.  Their digest is remembered under the cache root
+(``toolchain/kernix-code-*.rec``) per the files' stats.
 A direct-index record (:mod:`kernix.store.direct`) vouches for the stat of
 each of these files taken before their content was read, so a warm load
 notices an edited generator or header by ``stat`` alone.
@@ -26,7 +28,8 @@ import functools
 import os
 from typing import Any
 
-from .files import FileStat, content_key
+from ..paths import cache_root
+from .files import FileStat, content_key, read_record, write_record
 
 __all__ = ["code_files", "code_identity", "code_stats", "forget"]
 
@@ -48,14 +51,26 @@ def code_files() -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def _identity() -> tuple[str, tuple[tuple[Any, ...], ...]]:
-    """``(SHA-256 over the files' names and content, their stats taken before reading them)``."""
+    """``(SHA-256 over the files' names and content, their stats taken before
+    reading them)``; the digest is remembered under the cache root per stats
+    (reading and hashing the files costs a warm ``kernix inspect`` about 2 ms)."""
     paths = code_files()
     stats = tuple((p, *FileStat.of(p)) for p in paths)
+    root = str(cache_root())
+    memo = os.path.join(root, "toolchain", f"kernix-code-{content_key(list(stats))[:24]}.rec")
+    try:
+        digest = read_record(memo, root)
+        if isinstance(digest, str) and len(digest) == 64:
+            return digest, stats
+    except (OSError, ValueError):  # (missing, damaged, or another user's: computed again)
+        pass
     blobs = []
     for p in paths:
         with open(p, "rb") as f:
             blobs.append(f.read())
-    return content_key(["kernix code", [os.path.relpath(p, _PACKAGE) for p in paths]], *blobs), stats
+    digest = content_key(["kernix code", [os.path.relpath(p, _PACKAGE) for p in paths]], *blobs)
+    write_record(memo, digest)
+    return digest, stats
 
 
 def code_identity() -> str:
