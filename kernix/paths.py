@@ -16,8 +16,8 @@ from typing import Callable, Iterator, Sequence
 from .errors import KernixError, SourceNotFoundError, ToolchainError
 
 __all__ = ["cache_root", "absolute", "set_cache_dir", "include_dir", "jaxlib_install", "printable", "utf8_problem",
-           "text_problem", "source_problem", "regular_file_problem", "check_source", "directory_problem", "repeated_source", "ancestors",
-           "nearest_existing"]
+           "text_problem", "source_problem", "regular_file_problem", "check_source", "directory_problem",
+           "repeated_source", "ancestors", "nearest_existing"]
 
 _override: str | None = None
 

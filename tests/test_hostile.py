@@ -472,39 +472,44 @@ def test_commands_refuse_a_source_that_is_not_a_regular_file(tmp_path: Path, com
 
 # --------------------------------------------------------------------- paths and flags that are not UTF-8
 
-NOT_UTF8 = os.fsdecode(b"/tmp/kernix-\xff")  # a name's byte that is not UTF-8, as Python holds it
+def _not_utf8(tmp_path: Path) -> str:
+    """A path under ``tmp_path`` whose last name holds a byte that is not UTF-8, as Python holds it."""
+    return os.fsdecode(os.fsencode(tmp_path) + b"/kernix-\xff")
 
 
 @pytest.mark.parametrize("option, value, shown", [
-    ("extra_include_paths", [NOT_UTF8], "extra_include_paths[0] = '/tmp/kernix-\\xff'"),
-    ("extra_cflags", ["-DX=\udcff"], "extra_cflags[0] = '-DX=\\xff'"),
-    ("extra_cflags", ["-isystem", NOT_UTF8], "extra_cflags[1] = '/tmp/kernix-\\xff'"),
-    ("extra_ldflags", ["-L" + NOT_UTF8], "extra_ldflags[0] = '-L/tmp/kernix-\\xff'"),
-    ("build_directory", NOT_UTF8, "build_directory = '/tmp/kernix-\\xff'"),
+    ("extra_include_paths", lambda bad: [bad], "extra_include_paths[0] = '{}'"),
+    ("extra_cflags", lambda bad: ["-DX=\udcff"], "extra_cflags[0] = '-DX=\\xff'"),
+    ("extra_cflags", lambda bad: ["-isystem", bad], "extra_cflags[1] = '{}'"),
+    ("extra_ldflags", lambda bad: ["-L" + bad], "extra_ldflags[0] = '-L{}'"),
+    ("build_directory", lambda bad: bad, "build_directory = '{}'"),
 ])
 def test_a_path_or_flag_that_is_not_utf8_is_refused_naming_it(tmp_path: Path, option: str, value, shown: str) -> None:
     """Was: a raw UnicodeEncodeError from deep inside the build."""
     src = tmp_path / "k.cpp"
     src.write_text(ADD_ONE)
-    kw = {"build_directory": tmp_path / "c", option: value}
-    with pytest.raises(kernix.OptionError, match=re.escape(shown) + ".* not valid UTF-8"):
+    bad = _not_utf8(tmp_path)
+    kw = {"build_directory": tmp_path / "c", option: value(bad)}
+    expected = re.escape(shown.format(f"{tmp_path}/kernix-\\xff")) + ".* not valid UTF-8"
+    with pytest.raises(kernix.OptionError, match=expected):
         kernix.load_cpp_file(src, name=unique_name("utf8"), **kw)
-    assert not os.path.lexists(os.fsencode(NOT_UTF8))
+    assert not os.path.lexists(os.fsencode(bad))  # nothing was made there
 
 
-@pytest.mark.parametrize("option, value", [("include_dirs", [NOT_UTF8]), ("defines", ["X=\udcff"]),
-                                           ("flags", ["-I" + NOT_UTF8])])
-def test_infer_file_refuses_an_option_that_is_not_utf8(tmp_path: Path, option: str, value: list[str]) -> None:
+@pytest.mark.parametrize("option, value", [
+    ("include_dirs", lambda bad: [bad]), ("defines", lambda bad: ["X=\udcff"]), ("flags", lambda bad: ["-I" + bad]),
+])
+def test_infer_file_refuses_an_option_that_is_not_utf8(tmp_path: Path, option: str, value) -> None:
     src = tmp_path / "k.cpp"
     src.write_text(ADD_ONE)
     with pytest.raises(KernixError, match=re.escape(f"{option}[0] = '") + ".*\\\\xff.* not valid UTF-8"):
-        infer_file(src, **{option: value}, cache_dir=tmp_path / "c")
+        infer_file(src, **{option: value(_not_utf8(tmp_path))}, cache_dir=tmp_path / "c")
 
 
 @pytest.mark.parametrize("flag", ["-I", "-D"])
 def test_commands_refuse_an_option_that_is_not_utf8(tmp_path: Path, flag: str) -> None:
     (tmp_path / "k.cpp").write_text(ADD_ONE)
-    value = b"/tmp/kernix-\xff" if flag == "-I" else b"X=\xff"
+    value = os.fsencode(tmp_path) + b"/kernix-\xff" if flag == "-I" else b"X=\xff"
     code = ("import os, sys; from kernix.cli import main; "
             f"sys.exit(main(['inspect', {flag!r}, os.fsdecode({value!r}), 'k.cpp']))")
     out = _run(["-c", code], tmp_path)

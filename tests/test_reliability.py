@@ -314,8 +314,8 @@ def test_sixteen_processes_load_while_the_cache_is_cleared_again_and_again(root:
     CacheErrors a run, from a clear between reading an entry's manifest and
     its specs."""
     name = unique_name("storm")
-    built = subprocess.run([sys.executable, "-c", f"import kernix; kernix.load_cpp_file({str(source)!r}, name={name!r})"],
-                           capture_output=True, text=True, timeout=300, check=False)
+    code = f"import kernix; kernix.load_cpp_file({str(source)!r}, name={name!r})"
+    built = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert built.returncode == 0, built.stderr[-3000:]
     go = tmp_path / "go"
     procs = [

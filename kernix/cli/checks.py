@@ -12,13 +12,22 @@ import os
 from collections.abc import Mapping, Sequence
 
 from ..languages import LANGUAGES_BY_EXTENSION, unknown_extension
-from ..paths import directory_problem, regular_file_problem, repeated_source, text_problem
+from ..paths import (
+    directory_problem,
+    regular_file_problem,
+    repeated_source,
+    text_problem,
+)
 
 __all__ = ["source_problem", "output_file_problem"]
 
 
 def source_problem(
-    paths: Sequence[str], language: str | None, *, once: bool = False, options: Mapping[str, Sequence[str]] | None = None,
+    paths: Sequence[str],
+    language: str | None,
+    *,
+    once: bool = False,
+    options: Mapping[str, Sequence[str]] | None = None,
 ) -> str | None:
     """Why ``paths`` cannot be read as a command's sources, or ``None``.
 

@@ -41,7 +41,6 @@ from ..errors import KernixError, ToolchainError
 from ..languages import language_of
 from ..paths import absolute, cache_root, printable, utf8_problem
 from ..store import direct
-from ..store.identity import code_identity
 from ..store.files import (
     content_key,
     file_versions,
@@ -49,6 +48,7 @@ from ..store.files import (
     versions_current,
     write_record,
 )
+from ..store.identity import code_identity
 
 __all__ = ["SpecLookup", "look_up", "load", "store", "entry_path", "parse_setup"]
 
