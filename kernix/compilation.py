@@ -79,8 +79,9 @@ def _toolchain_parts(config: BuildConfig) -> dict[str, object]:
     if config.platform == "cuda":
         compilers.append(toolchain.find_nvcc().identity)
         profile = _nvcc_profile()
-        with contextlib.suppress(OSError, TypeError):
-            compilers.append(f"{profile}\nsha256:{file_digest(profile)}")  # type: ignore[arg-type]
+        if profile is not None:
+            with contextlib.suppress(OSError):  # (no profile: nvcc's defaults)
+                compilers.append(f"{profile}\nsha256:{file_digest(profile)}")
     return {
         "kernix": [__version__, code_identity()],
         "platform": config.platform,

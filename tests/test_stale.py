@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -281,6 +282,21 @@ esac
         assert _values(mod) == [7.0] * 3
     finally:
         toolchain.forget()
+
+
+def test_a_header_dated_in_the_future_settles(source: Path, tmp_path: Path,
+                                               capfd: pytest.CaptureFixture[str]) -> None:
+    """A header whose modification time was set ahead (``touch -d``, an archive
+    from a machine whose clock runs ahead) before the build is not taken for
+    one that changed during it: the next load is a hit, not a rebuild forever."""
+    inc = _header_dir(tmp_path, "inc", 3.0)
+    ahead = time.time_ns() + 86_400 * 10**9
+    os.utime(inc / "value.h", ns=(ahead, ahead))
+    cache, name = tmp_path / "cache", unique_name("future")
+    assert _values(_load(source, cache, name, extra_include_paths=[str(inc)])) == [3.0] * 3
+    capfd.readouterr()
+    _load(source, cache, name, extra_include_paths=[str(inc)], verbose=True)
+    assert f"{name}: cache hit" in capfd.readouterr().err
 
 
 def test_the_build_clock_is_the_file_systems(tmp_path: Path) -> None:

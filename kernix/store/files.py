@@ -263,9 +263,14 @@ def settled_versions(paths: Iterable[str], started_ns: int, fixed: dict[str, str
     known: its version is *unsettled* (``[path, -1, -1, -1, -1, UNSETTLED]``),
     which is never current, so the entry that records it misses next time and
     says why (ccache refuses to record such a file the same way).  So is a
-    file that is gone.  ``fixed`` maps paths whose content cannot change to
-    the SHA-256 it must have (an inline source, stored under its content's
-    hash): one of them is settled whenever it still has that content.
+    file that is gone.  A modification time later than the file's own
+    status-change time was set by hand (``touch -d``, an archive dated in the
+    future) and says nothing of when the file changed: there the
+    status-change time, which every change sets to the clock's time, decides
+    (else such a file would never settle).  ``fixed`` maps paths whose
+    content cannot change to the SHA-256 it must have (an inline source,
+    stored under its content's hash): one of them is settled whenever it
+    still has that content.
     """
     out: list[list[Any]] = []
     for path in paths:
@@ -275,7 +280,7 @@ def settled_versions(paths: Iterable[str], started_ns: int, fixed: dict[str, str
         except OSError:
             out.append([path, -1, -1, -1, -1, UNSETTLED])
             continue
-        moved = stat.mtime_ns >= started_ns or stat.ctime_ns >= started_ns
+        moved = stat.ctime_ns >= started_ns or started_ns <= stat.mtime_ns <= stat.ctime_ns
         settled = digest == fixed[path] if fixed and path in fixed else not moved
         out.append([path, *stat, digest] if settled else [path, -1, -1, -1, -1, UNSETTLED])
     return out
