@@ -211,4 +211,4 @@ def test_verbose_load_says_why_the_cache_missed(tmp_path: Path, capfd: pytest.Ca
     assert f"{name}: cache hit" in capfd.readouterr().err
     (inc / "scale.h").write_text("constexpr float kScale = 3.0f;  // edited\n")
     kernix.load_cpp_file(src, **options)
-    assert f"{name}: cache a file the build read changed" in capfd.readouterr().err
+    assert f"{name}: cache {inc / 'scale.h'} changed since it was cached" in capfd.readouterr().err
