@@ -40,7 +40,7 @@ from helpers import FIXTURES, has_nvcc, unique_name
 
 KERNEL = """#include "kernix/common.h"
 #include <value.h>
-// @BE add_k
+// @BE add_k (...)->(...)
 void add_k(const BE::Tensor x, BE::Tensor out) {
   for (int64_t i = 0; i < x.numel(); ++i) out.data_ptr<float>()[i] = x.data_ptr<float>()[i] + K;
 }
@@ -331,7 +331,7 @@ MARKED = """#include "kernix/common.h"
 #ifndef KERNIX_TEST_GENERATOR_MARK
 #define KERNIX_TEST_GENERATOR_MARK 0
 #endif
-// @BE add_k
+// @BE add_k (...)->(...)
 void add_k(const BE::Tensor x, BE::Tensor out) {
   for (int64_t i = 0; i < x.numel(); ++i)
     out.data_ptr<float>()[i] = 1.0f + KERNIX_TEST_HEADER_MARK + 2.0f * KERNIX_TEST_GENERATOR_MARK;
