@@ -109,11 +109,13 @@ def test_a_batch_dependent_result_is_caught(kernels):
 
 def test_a_write_past_the_end_of_an_output_is_caught(kernels):
     report = kernix.check(kernels.copy_past, lambda x: x, X, strict=False)
-    assert statuses(report)["eager"] == "passed"
     buffers = report["buffers"]
     assert buffers.failed and buffers.parameter == "y"
     assert "wrote past the end of output 'y' (float32[4], 16 bytes): 4 guard byte(s) changed, from byte 0 to byte 3" \
         in buffers.detail
+    # Under XLA the same write would land in memory XLA uses: the other checks do not run it.
+    assert [r.name for r in report if r.status != "n/a"] == ["buffers"]
+    assert "writes outside its buffers (see 'buffers')" in report["eager"].detail
 
 
 def test_a_kernel_that_writes_into_its_input_is_caught(kernels):

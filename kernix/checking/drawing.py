@@ -130,9 +130,12 @@ def check_drawn(
         given = sizes.get(name, DEFAULT_SIZES)
         return st.just(int(given)) if isinstance(given, (int, np.integer)) else st.sampled_from(list(given))
 
+    # A typed XLA FFI buffer of fixed rank (xla::ffi::Buffer<T, R>) in a '...' group fixes the batch rank.
+    ranks = {p.rank - len(g.dims) for p, g in zip(s.spec.inputs, sig.inputs) if g.batch and p.rank is not None}
+    low, high = (min(ranks), min(ranks)) if ranks else (0, 2)
     strategy = st.tuples(
         st.fixed_dictionaries({n: choices(n) for n in names}),
-        st.lists(st.sampled_from(BATCH_SIZES), max_size=2) if s.batch_inputs else st.just([]),
+        st.lists(st.sampled_from(BATCH_SIZES), min_size=low, max_size=high) if s.batch_inputs else st.just([]),
         st.sampled_from(list(dtype_combos)),
         st.integers(0, 2**32 - 1),
     )
@@ -169,6 +172,10 @@ def check_drawn(
         except Exception:
             hypothesis.reject()  # not an input the reference takes
         state["run"] += 1
+        problems = buffers(xs) if buffers is not None else []
+        for p in problems:  # first: a kernel writing outside its buffers would corrupt XLA's memory
+            if p.unsafe:
+                fail(p.message, xs, described, p.parameter)
         floating = [n for n, x in zip(s.input_names, args) if np.issubdtype(x.dtype, np.inexact)]
         cts = cotangents(s, args) if grads and floating else None
         try:
@@ -185,10 +192,8 @@ def check_drawn(
             found = s.mismatch(got_grads, want_grads, scale=GRAD_SCALE, names=floating, kind="gradient of input")
             if found:
                 fail(found[0].message, xs, described, found[1], found[0].difference, found[0].index)
-        if buffers is not None:
-            problems = buffers(xs)
-            if problems:
-                fail(problems[0].message, xs, described, problems[0].parameter)
+        if problems:
+            fail(problems[0].message, xs, described, problems[0].parameter)
 
     settings = hypothesis.settings(
         max_examples=examples, deadline=None, database=None, derandomize=seed is None,

@@ -46,10 +46,29 @@ _XLA_NUMPY = {d.xla: d.name for d in DTYPES}
 
 @dataclass(frozen=True)
 class Problem:
-    """One problem a guarded run found: the parameter (``None``: the call) and what."""
+    """One problem a guarded run found.
+
+    Attributes
+    ----------
+    parameter
+        The input or output concerned (``None``: the call).
+    message
+        What was found.
+    kind
+        ``"outside"`` (a write before or past a buffer), ``"fault"`` (the GPU
+        kernel faulted), ``"input"`` (a write into an input), ``"unwritten"``
+        (an output depends on its buffer's old contents), ``"error"`` (the
+        kernel returned an error).
+    """
 
     parameter: str | None
     message: str
+    kind: str = "outside"
+
+    @property
+    def unsafe(self) -> bool:
+        """Whether running the kernel under XLA on the same inputs could corrupt memory."""
+        return self.kind in ("outside", "fault")
 
 
 def _back_guard(nbytes: int) -> int:
@@ -124,11 +143,11 @@ def _run(
         error = harness.call(handler, args, rets, [(n, x, v.ctypes.data) for n, x, v in attrs], memory.stream)
         fault = memory.synchronize()
         if error is not None:
-            return [], [Problem(None, f"the kernel returned an error on guarded buffers: {error}")]
+            return [], [Problem(None, f"the kernel returned an error on guarded buffers: {error}", "error")]
         if fault is not None:
             problems.append(Problem(None, (
                 f"the kernel faulted on guarded buffers ({fault}); a write or read outside its buffers is the "
-                "usual cause. This process's CUDA context cannot be used after such a fault")))
+                "usual cause. This process's CUDA context cannot be used after such a fault"), "fault"))
             return [], problems
         raws = [memory.read(s.address, s.total) for s in slots]
     finally:
@@ -149,7 +168,7 @@ def _run(
                     f"wrote into input {s.name!r}, which it does not declare as an output: element {_element(s, b)} "
                     f"changed from {_value(s.content, s, b)} to {_value(data, s, b)} ({changed.size} byte(s) "
                     "changed). XLA may share an input's buffer with other arrays, and they would change too: write "
-                    "results to an output (a non-const BE::Tensor&) instead")))
+                    "results to an output (a non-const BE::Tensor&) instead"), "input"))
         contents.append(data)
     return contents, problems
 
@@ -216,5 +235,5 @@ def buffer_problems(
                 f"output {p.name!r} depends on what its buffer held before the call: element {i} is "
                 f"{show(first[i])} after a run whose outputs started as 0x{FILLS[0]:02x} bytes and {show(second[i])} after "
                 f"one whose outputs started as 0x{FILLS[1]:02x} bytes. The kernel leaves it unwritten, or reads "
-                "the output before writing it: XLA does not clear output buffers")))
+                "the output before writing it: XLA does not clear output buffers"), "unwritten"))
     return problems
