@@ -100,9 +100,9 @@ _LAZY = {
 
 __all__ = [
     "__version__", "register_ffi_target", "AnnotationWarning", "ArgSpecError", "CacheError", "CallError",
-    "CheckError", "CompilationError", "InferenceError", "InvalidNameError", "KernixError", "OptionError", "PrebuiltError",
-    "RegistrationError", "SourceError", "SourceNotFoundError", "ToolchainError", "language_of", "cache_root",
-    "set_cache_dir", *_LAZY,
+    "CheckError", "CompilationError", "InferenceError", "InvalidNameError", "KernixError", "OptionError",
+    "PrebuiltError", "RegistrationError", "SourceError", "SourceNotFoundError", "ToolchainError", "language_of",
+    "cache_root", "set_cache_dir", *_LAZY,
 ]
 
 

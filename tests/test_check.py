@@ -265,7 +265,7 @@ def test_sharded_over_two_cpu_devices(tmp_path):
     script = tmp_path / "sharded.py"
     script.write_text(SHARDED)
     proc = subprocess.run([sys.executable, str(script), str(KERNELS), str(tmp_path / "cache")], env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
 
 

@@ -15,7 +15,14 @@ from .compare import Tolerance
 from .drawing import check_drawn, require_hypothesis
 from .report import CHECKS, CheckReport, CheckResult
 from .subject import Subject, describe
-from .transforms import check_eager, check_export, check_grad, check_jit, check_sharded, check_vmap
+from .transforms import (
+    check_eager,
+    check_export,
+    check_grad,
+    check_jit,
+    check_sharded,
+    check_vmap,
+)
 
 __all__ = ["check", "OPTIONS"]
 
@@ -118,7 +125,7 @@ def _check_buffers(s: Subject, run: Callable[[Sequence[Any]], list[Any]] | None,
         return CheckResult("buffers", "n/a", why), False
     try:
         problems = run(s.example)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - what the kernel raised is the finding
         return CheckResult("buffers", "failed", f"raised {describe(exc)}"), False
     if problems:
         detail = "; ".join(p.message for p in problems)
@@ -213,7 +220,8 @@ def check(
     fn = _kernel_function(fn)
     unknown = sorted(set(checks or ()) - set(CHECKS))
     if unknown:
-        raise CallError(f"kernix.check: unknown check(s) {', '.join(map(repr, unknown))}; the checks: {', '.join(CHECKS)}")
+        raise CallError(f"kernix.check: unknown check(s) {', '.join(map(repr, unknown))}; the checks: "
+                        f"{', '.join(CHECKS)}")
     wanted = set(CHECKS) if checks is None else set(checks)
     all_attrs = _attrs(fn, attrs, kernel_attrs)
     if examples and "drawn" in wanted and fn.spec.signature is not None:

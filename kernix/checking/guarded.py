@@ -233,7 +233,8 @@ def buffer_problems(
             i = mismatch.index
             problems.append(Problem(p.name, (
                 f"output {p.name!r} depends on what its buffer held before the call: element {i} is "
-                f"{show(first[i])} after a run whose outputs started as 0x{FILLS[0]:02x} bytes and {show(second[i])} after "
+                f"{show(first[i])} after a run whose outputs started as 0x{FILLS[0]:02x} bytes and "
+                f"{show(second[i])} after "
                 f"one whose outputs started as 0x{FILLS[1]:02x} bytes. The kernel leaves it unwritten, or reads "
                 "the output before writing it: XLA does not clear output buffers"), "unwritten"))
     return problems

@@ -185,8 +185,9 @@ class Harness:
         self._call = call
 
     def call(
-        self, handler: int, args: Sequence[tuple[str, Sequence[int], int]], rets: Sequence[tuple[str, Sequence[int], int]],
-        attrs: Sequence[tuple[str, str, int]], stream: int | None = None,
+        self, handler: int, args: Sequence[tuple[str, Sequence[int], int]],
+        rets: Sequence[tuple[str, Sequence[int], int]], attrs: Sequence[tuple[str, str, int]],
+        stream: int | None = None,
     ) -> str | None:
         """Call ``handler`` (its address) once.
 
@@ -239,7 +240,8 @@ def _compile() -> Harness:
             f.write(HARNESS_SOURCE)
         argv = [compiler, f"-std={toolchain.CXX_STANDARD}", "-O1", "-shared", "-fPIC", "-fvisibility=hidden",
                 f"-DKERNIX_DTYPE_NAMES={rows}", "-isystem", include, source, "-o", library]
-        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL)
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL,
+                              check=False)
         if proc.returncode != 0:
             raise KernixError(
                 "kernix.check could not compile its guarded-call harness with "

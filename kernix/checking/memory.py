@@ -10,7 +10,7 @@ the one JAX uses, made current on this thread while the memory is in use.
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -30,10 +30,10 @@ class HostMemory:
     def __init__(self) -> None:
         self._arrays: dict[int, np.ndarray] = {}
 
-    def __enter__(self) -> HostMemory:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._arrays.clear()
 
     def allocate(self, nbytes: int) -> int:
@@ -92,12 +92,12 @@ class CudaMemory:
         if rc:
             raise KernixError(self._error(name, rc))
 
-    def __enter__(self) -> CudaMemory:
+    def __enter__(self) -> Self:
         self._call("cuDevicePrimaryCtxRetain", ctypes.byref(self._context), self._device)
         self._call("cuCtxPushCurrent_v2", self._context)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         popped = ctypes.c_void_p()
         self._lib.cuCtxPopCurrent_v2(ctypes.byref(popped))
         self._lib.cuDevicePrimaryCtxRelease_v2(self._device)

@@ -96,8 +96,8 @@ class Subject:
                 flat = int(np.flatnonzero(after.reshape(-1).view(np.uint8) != e.reshape(-1).view(np.uint8))[0])
                 i = np.unravel_index(flat // max(e.itemsize, 1), e.shape) if e.shape else ()
                 i = tuple(int(k) for k in i)
-                return (f"the kernel changed its input {name!r} (element {i}: {show(e[i])} became {show(after[i])}), which it "
-                        "does not declare as an output: the caller's array changed")
+                return (f"the kernel changed its input {name!r} (element {i}: {show(e[i])} became "
+                        f"{show(after[i])}), which it does not declare as an output: the caller's array changed")
         return None
 
     @property
