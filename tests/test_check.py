@@ -210,6 +210,16 @@ def test_misuse_is_a_call_error(kernels):
         kernix.check(kernels.twice, lambda x, y: x, X, X)
 
 
+def test_a_reference_that_takes_no_drawn_input_says_so(kernels):
+    def picky(x):
+        if x.shape != (6,):  # a size never drawn
+            raise ValueError("only the example's shape")
+        return 2 * x
+
+    report = kernix.check(kernels.twice, picky, np.ones(6, np.float32), strict=False, checks=["drawn"], examples=3)
+    assert report["drawn"].failed and "the reference raised on every drawn input" in report["drawn"].detail
+
+
 def test_check_error_is_an_assertion_error():
     assert issubclass(kernix.CheckError, AssertionError) and issubclass(kernix.CheckError, kernix.KernixError)
 

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 
 from ..dtypes import numpy_dtype
-from ..errors import CallError, KernixError
+from ..errors import CallError, KernixError, RegistrationError
 from ..runtime.arguments import check_call, coerce_attr
 from .compare import Tolerance
 from .drawing import check_drawn, require_hypothesis
@@ -99,19 +99,19 @@ def _buffers_runner(s: Subject) -> tuple[Callable[[Sequence[Any]], list[Any]] | 
     from .harness import load
     from .memory import CudaMemory, HostMemory
 
+    ordinal = getattr(s.device, "local_hardware_id", None)
+    ordinal = s.device.id if ordinal is None else ordinal
     try:
         harness = load()
+        memory = HostMemory() if s.fn.module.platform == "cpu" else CudaMemory(ordinal)
     except KernixError as exc:
         return None, f"no guarded run: {exc}"
     handler = ctypes.cast(s.fn.module.get_handler(s.spec.name), ctypes.c_void_p).value
     coerced = {p.name: coerce_attr(s.spec.name, p, s.attrs[p.name]) for p in s.spec.attrs}
-    cuda = s.fn.module.platform != "cpu"
-    ordinal = getattr(s.device, "local_hardware_id", None)
-    ordinal = s.device.id if ordinal is None else ordinal
 
     def run(xs: Sequence[Any]) -> list[Any]:
         outputs = [(o.shape, o.dtype) for o in s.out_structs(xs)]
-        with (CudaMemory(ordinal) if cuda else HostMemory()) as memory:
+        with memory:
             return buffer_problems(harness, memory, handler, s.spec, [np.asarray(x) for x in xs], outputs, coerced,
                                    s.tolerance)
 
@@ -218,6 +218,9 @@ def check(
     """
     __tracebackhide__ = True  # pytest: show the failure, not this frame
     fn = _kernel_function(fn)
+    if not fn.module.registered:
+        raise RegistrationError(f"kernix.check: module {fn.module.name!r} is not registered; call "
+                                "module.register() first (it was loaded with auto_register=False)")
     unknown = sorted(set(checks or ()) - set(CHECKS))
     if unknown:
         raise CallError(f"kernix.check: unknown check(s) {', '.join(map(repr, unknown))}; the checks: "

@@ -204,17 +204,19 @@ def check_drawn(
     test = hypothesis.given(strategy)(one)
     if seed is not None:
         test = hypothesis.seed(seed)(test)
+    refused = CheckResult("drawn", "failed", "the reference raised on every drawn input: constrain the sizes "
+                          "(sizes={name: [...]}) or the values (values={input: f}) to inputs it takes")
     try:
         settings(test)()
     except Exception as exc:  # noqa: BLE001 - what the kernel raised is the finding
         f = state["failure"]
         if f is None:
-            return CheckResult("drawn", "failed", f"drawing inputs failed: {describe(exc)}")
+            return refused if state["run"] == 0 else CheckResult("drawn", "failed",
+                                                                 f"drawing inputs failed: {describe(exc)}")
         return CheckResult("drawn", "failed", f"{f.detail}; on drawn inputs {f.described}", f.difference, f.index,
                            f.parameter, f.example)
     if state["run"] == 0:
-        return CheckResult("drawn", "failed", "the reference raised on every drawn input: constrain the sizes "
-                           "(sizes={name: [...]}) or the values (values={input: f}) to inputs it takes")
+        return refused
     what = " and gradients" if grads else ""
     guarded = ", on guarded buffers" if buffers is not None else ""
     batches = ", empty batches included" if s.batch_inputs else ""

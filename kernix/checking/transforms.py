@@ -80,7 +80,8 @@ def _vmap_axes(s: Subject) -> list[tuple[str, list[int | None]]]:
 def _vmap_values(s: Subject, examples: list[tuple[np.ndarray, ...]], how: str, axes: list[int | None]) -> CheckResult:
     stacked = [s.put(stack(examples, i)) if a == 0 else s.args[i] for i, a in enumerate(axes)]
     got = jax.vmap(s.kernel, in_axes=axes)(*stacked)
-    per = [s.ref(*[s.put(e[i]) if a == 0 else s.args[i] for i, a in enumerate(axes)]) for e in examples]
+    ref = jax.jit(s.ref)  # one compile for the examples' common shapes
+    per = [ref(*[s.put(e[i]) if a == 0 else s.args[i] for i, a in enumerate(axes)]) for e in examples]
     want = [np.stack([np.asarray(p[k]) for p in per]) for k in range(len(s.output_names))]
     return _compared("vmap", s, got, want, "", f" under jax.vmap over {how}")
 
