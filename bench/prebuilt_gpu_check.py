@@ -33,7 +33,7 @@ KERNEL = textwrap.dedent(
       int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
       if (i < n) o[i] = x[i] * f;
     }
-    // @BE scale
+    // @BE scale (...)->(...)
     void scale(const BE::Tensor& x, BE::Tensor& out, float factor, cudaStream_t stream) {
       int64_t n = x.numel();
       scale_kernel<<<(n + 255) / 256, 256, 0, stream>>>(x.data_ptr<float>(), out.data_ptr<float>(), factor, n);

@@ -20,7 +20,7 @@ __global__ void axpy_kernel(float alpha, const float* x, const float* y, float* 
   if (i < n) out[i] = alpha * x[i] + y[i];
 }
 
-// @BE axpy
+// @BE axpy (n),(n)->(n)
 void axpy(const BE::Tensor& x, const BE::Tensor& y, BE::Tensor& out, float alpha, cudaStream_t stream) {
   BE_CHECK(x.numel() == y.numel()) << "x and y differ in size";
   int64_t n = x.numel();
@@ -33,7 +33,7 @@ void axpy(const BE::Tensor& x, const BE::Tensor& y, BE::Tensor& out, float alpha
 CPP_SOURCE = r"""
 #include "kernix/common.h"
 
-// @BE axpy
+// @BE axpy (n),(n)->(n)
 void axpy(const BE::Tensor& x, const BE::Tensor& y, BE::Tensor& out, float alpha) {
   BE_CHECK(x.numel() == y.numel()) << "x and y differ in size";
   const float* xs = x.data_ptr<float>();

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import jax
 import jax.numpy as jnp
 
 import kernix
@@ -24,7 +25,7 @@ from helpers import FIXTURES, ROOT, has_nvcc, unique_name
 
 ADD_ONE = """
 #include "kernix/common.h"
-// @BE add_one
+// @BE add_one (...)->(...)
 void add_one(const BE::Tensor x, BE::Tensor out) {
   for (int64_t i = 0; i < x.numel(); ++i) out.data_ptr<float>()[i] = x.data_ptr<float>()[i] + 1.0f;
 }
@@ -77,7 +78,7 @@ def test_functions_list_selects_and_unannotated_names_work(tmp_path):
     )
     mod = kernix.load_cpp_inline(unique_name("subset"), src, functions=["plain"], build_directory=tmp_path)
     assert list(mod.functions) == ["plain"]
-    np.testing.assert_array_equal(mod.plain(jnp.zeros(2, jnp.float32), k=4.0), [4, 4])
+    np.testing.assert_array_equal(mod.plain(jnp.zeros(2, jnp.float32), k=4.0, out=jax.ShapeDtypeStruct((2,), jnp.float32)), [4, 4])
 
 
 def test_auto_register_false(tmp_path):
@@ -123,7 +124,7 @@ def test_functions_names_unannotated_functions_across_a_directory(tmp_path):
     assert list(mod.functions) == ["add_one", "fill"]
     assert list(mod.specs["fill"]) == ["arg", "ret", "attr.k:float32"]
     x = jnp.zeros(2, jnp.float32)
-    np.testing.assert_array_equal(mod.fill(x, k=3.0), [3, 3])
+    np.testing.assert_array_equal(mod.fill(x, k=3.0, out=jax.ShapeDtypeStruct(x.shape, x.dtype)), [3, 3])
     np.testing.assert_array_equal(mod.add_one(x), [1, 1])
     mod = kernix.load_cpp_dir(src, name=unique_name("dirfn"), build_directory=cache,
                               functions={"fill": ["arg", "ret", "attr.k"]})
@@ -151,7 +152,7 @@ def test_annotations_in_an_included_header_are_named_with_the_fix(tmp_path):
         kernix.load_cpp_file(src, name=unique_name("hdr"), build_directory=tmp_path / "cache")
     src.write_text('#include "ops.hpp"\n// @BE seven\nvoid seven(const BE::Tensor x, BE::Tensor out);\n')
     mod = kernix.load_cpp_file(src, name=unique_name("hdr"), build_directory=tmp_path / "cache")
-    np.testing.assert_array_equal(mod.seven(jnp.zeros(1, jnp.float32)), [7])
+    np.testing.assert_array_equal(mod.seven(jnp.zeros(1, jnp.float32), out=jax.ShapeDtypeStruct((1,), jnp.float32)), [7])
 
 
 def test_functions_across_sources_name_the_annotations_of_an_included_header(tmp_path):
@@ -173,7 +174,7 @@ def test_functions_across_sources_name_the_annotations_of_an_included_header(tmp
     (src / "b.cpp").write_text('#include "../ops.hpp"\nvoid seven(const BE::Tensor x, BE::Tensor out);\n')
     mod = kernix.load_cpp_dir(src, name=unique_name("dirhdr"), build_directory=tmp_path / "cache",
                               functions=["seven", "add_one"])
-    np.testing.assert_array_equal(mod.seven(jnp.zeros(1, jnp.float32)), [7])
+    np.testing.assert_array_equal(mod.seven(jnp.zeros(1, jnp.float32), out=jax.ShapeDtypeStruct((1,), jnp.float32)), [7])
 
 
 def test_options_are_validated(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -153,4 +154,4 @@ def test_linker_options_as_the_reference_writes_them_reach_the_linker(tmp_path: 
     )
     mod = kernix.load_cpp_inline(unique_name("vendor"), src, extra_ldflags=[str(lib), f"-rpath={lib_dir}"],
                                  build_directory=tmp_path / "cache")
-    assert np.asarray(mod.vendor_fill(jnp.ones(3, jnp.float32))).tolist() == [3.0, 3.0, 3.0]
+    assert np.asarray(mod.vendor_fill(jnp.ones(3, jnp.float32), out=jax.ShapeDtypeStruct((3,), jnp.float32))).tolist() == [3.0, 3.0, 3.0]

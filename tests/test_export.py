@@ -129,3 +129,128 @@ def test_jit_module_round_trip(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[[3.0, 3.0], [3.0, 3.0]]"
+
+
+# -- one artifact for the CPU and CUDA: each platform's library is recorded and checked -----------
+
+def _gpus() -> list:
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:
+        return []
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    """A C++ build of `scale` (x * factor), prebuilt, and the loader call of a CUDA build
+    of it under the same module name (load_prebuilt wants a GPU for a CUDA module; the
+    JIT loader builds and registers one without)."""
+    from helpers import has_nvcc
+    from test_prebuilt import CUDA_SCALE
+
+    if not has_nvcc():
+        pytest.skip("needs nvcc to build the CUDA module (it runs no kernel without a GPU)")
+    base = tmp_path_factory.mktemp("both")
+    cpp = kernix.build_module(write_source(base / "cpp"), base / "cpp_build", name="mpops", defines=["OFFSET=0"])
+    arch = "sm_" + _gpus()[0].compute_capability.replace(".", "") if _gpus() else "sm_90"
+    src = write_source(base / "cuda", CUDA_SCALE, "scale.cu")
+    load_cuda = (f"kernix.load_cuda_file({str(src)!r}, name='mpops', compute_capability={arch!r}, "
+                 f"build_directory={str(base / 'cuda_cache')!r})")
+    cuda = eval(load_cuda)
+    return cpp, cuda, load_cuda
+
+
+def _export_both(both, tmp_path):
+    cpp, cuda, _ = both
+    cpp_mod = kernix.load_prebuilt(cpp.directory)
+    assert cpp_mod.targets == cuda.targets == {"scale": "mpops.scale"}
+    fn = jax.jit(lambda x: cpp_mod.scale(x, factor=2.0) * 10)
+    exp = kernix.export(fn, jax.ShapeDtypeStruct((3,), jnp.float32), platforms=["cpu", "cuda"])
+    path = tmp_path / "both.jax"
+    path.write_bytes(exp.serialize())
+    return exp, path
+
+
+def test_export_for_two_platforms_names_each_library(both, tmp_path):
+    cpp, cuda, _ = both
+    exp, _ = _export_both(both, tmp_path)
+    assert tuple(exp.platforms) == ("cpu", "cuda")
+    name = f"mpops.scale@cpu:{cpp.library_sha256[:12]},cuda:{cuda.digest[:12]}"
+    assert kernix.runtime.export.kernix_targets(exp) == (name,)
+    with jax.default_device(jax.devices("cpu")[0]):
+        np.testing.assert_allclose(exp.call(jnp.arange(3, dtype=jnp.float32)), [0, 20, 40])
+    # By default, the platforms on which every kernel the function calls has a handler: both here.
+    mod = kernix.load_prebuilt(cpp.directory)
+    default = kernix.export(jax.jit(lambda x: mod.scale(x, factor=2.0)), jax.ShapeDtypeStruct((3,), jnp.float32))
+    assert tuple(default.platforms) == ("cpu", "cuda")
+    assert kernix.runtime.export.kernix_targets(default) == (name,)
+
+
+_ONE_PLATFORM = """
+import jax, jax.numpy as jnp, kernix
+{load}
+fn = kernix.deserialize(open({path!r}, "rb").read())
+for platform in ("cpu", "cuda"):
+    try:
+        fn.check(platform)
+        print(platform, "ok")
+    except kernix.KernixError as exc:
+        print(platform, "refused:", exc)
+try:
+    print("call", fn(jnp.arange(3, dtype=jnp.float32)).tolist())
+except kernix.KernixError as exc:
+    print("call refused:", exc)
+"""
+
+
+def _run_one_platform(load: str, path, platforms: str | None = None):
+    """Run _ONE_PLATFORM in a new process (with ``JAX_PLATFORMS=platforms``, or every
+    platform JAX finds: a GPU where there is one); its output lines."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    if platforms:
+        env["JAX_PLATFORMS"] = platforms
+    proc = run_python(_ONE_PLATFORM.format(load=load, path=str(path)), env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def test_a_process_with_only_the_cuda_build_accepts_it_for_cuda(both, tmp_path):
+    """Was: one library's hash stood for both platforms, and a process that loaded only
+    the CUDA build refused the artifact as other code."""
+    cpp, cuda, load_cuda = both
+    _, path = _export_both(both, tmp_path)
+    lines = _run_one_platform(load_cuda, path)
+    assert "cuda ok" in lines, lines
+    assert not any("other code" in line for line in lines), lines
+    cpu_line = next(line for line in lines if line.startswith("cpu "))
+    assert "no loaded module provides 'mpops.scale' for CPU" in cpu_line and cpp.library_sha256[:12] in cpu_line
+    if not _gpus():  # the call runs on the CPU here, where only the CUDA build is loaded: refused, not XLA's error
+        assert any(line.startswith("call refused: ") and "for CPU" in line for line in lines), lines
+    else:
+        assert "call [0.0, 20.0, 40.0]" in lines, lines
+
+
+def test_a_process_with_only_the_cpp_build_runs_it_on_the_cpu(both, tmp_path):
+    cpp, cuda, _ = both
+    _, path = _export_both(both, tmp_path)
+    lines = _run_one_platform(f"kernix.load_prebuilt({str(cpp.directory)!r})", path, "cpu")
+    assert "cpu ok" in lines and "call [0.0, 20.0, 40.0]" in lines, lines
+    assert any(line.startswith("cuda refused:") and cuda.digest[:12] in line for line in lines), lines
+
+
+def test_other_code_for_one_platform_is_refused(both, tmp_path):
+    _, path = _export_both(both, tmp_path)
+    other = kernix.build_module(write_source(tmp_path / "other"), tmp_path / "other_build", name="mpops",
+                                defines=["OFFSET=7"])
+    lines = _run_one_platform(f"kernix.load_prebuilt({str(other.directory)!r})", path, "cpu")
+    assert any("is loaded with other code for CPU" in line for line in lines), lines
+    assert any(line.startswith("call refused") for line in lines), lines
+
+
+def test_exporting_a_kernel_for_a_platform_it_has_no_build_for_is_refused(built):
+    one, _ = built
+    mod = kernix.load_prebuilt(one.directory)
+    with pytest.raises(kernix.CallError, match=r"scale\(\) of module 'exops' cannot be compiled for CUDA GPUs: "
+                                               r"the module was built for the CPU.*platforms=\['cpu'\]"):
+        kernix.export(jax.jit(lambda x: mod.scale(x, factor=2.0)), jax.ShapeDtypeStruct((3,), jnp.float32),
+                      platforms=["cuda"])

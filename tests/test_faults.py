@@ -41,7 +41,7 @@ REL = FIXTURES / "reliability"
 
 KERNEL = """#include "kernix/common.h"
 #include "value.h"
-// @BE add_k
+// @BE add_k (...)->(...)
 void add_k(const BE::Tensor x, BE::Tensor out) {
   for (int64_t i = 0; i < x.numel(); ++i) out.data_ptr<float>()[i] = x.data_ptr<float>()[i] + K;
 }
@@ -313,7 +313,7 @@ def test_inference_sees_the_builds_preprocessor_flags(tmp_path: Path) -> None:
         "#ifndef KX_FORCED\n#error not forced\n#endif\n"
         "#ifdef KX_GONE\n#error not undefined\n#endif\n"
         "#if __cplusplus < 201703L\n#error not C++17\n#endif\n"
-        "// @BE scale\n"
+        "// @BE scale (...)->(...)\n"
         "void scale(const BE::Tensor x, BE::Tensor out, real_t k) {\n"
         "  for (int64_t i = 0; i < x.numel(); ++i) out.data_ptr<float>()[i] = x.data_ptr<float>()[i] * k;\n}\n"
     )
@@ -573,7 +573,7 @@ def test_symbol_defined_in_two_sources_is_a_link_error_naming_both_files(tmp_pat
         f.write_text(f.read_text().replace("float scale", "static float scale"))
     mod = kernix.load_cpp_dir(src, name=unique_name("twice"), build_directory=tmp_path / "cache")
     with jax.default_device(jax.devices("cpu")[0]):
-        assert [float(getattr(mod, fn)(jnp.zeros(1, jnp.float32))[0]) for fn in ("fa", "fb")] == [2.0, 3.0]
+        assert [float(getattr(mod, fn)(jnp.zeros(1, jnp.float32), out=jax.ShapeDtypeStruct((1,), jnp.float32))[0]) for fn in ("fa", "fb")] == [2.0, 3.0]
 
 
 def test_device_linker_definition_clash_names_the_sources() -> None:

@@ -33,6 +33,11 @@ def _gpus() -> list:
         return []
 
 
+def like(x):
+    """``out=`` for an output shaped and typed like ``x`` (functions without a shape signature need one)."""
+    return jax.ShapeDtypeStruct(jnp.shape(x), x.dtype)
+
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")]
 
 # Seed tutorial 002's sources, verbatim (sections 1 and 2, plus the FAQ's entry point).
@@ -87,24 +92,26 @@ def test_seed_scale_by_and_compiler_options(fast_math):
     a = jnp.ones(1024, dtype=jnp.float32)
     result = jax.ffi.ffi_call(f"{name}.scale_by", jax.ShapeDtypeStruct(a.shape, a.dtype))(a, scale_factor=np.float32(3.0))
     np.testing.assert_array_equal(result[:5], [3.0] * 5)
-    np.testing.assert_array_equal(mod.scale_by(a, scale_factor=3.0), np.full(1024, 3.0, np.float32))
+    np.testing.assert_array_equal(mod.scale_by(a, scale_factor=3.0, out=like(a)), np.full(1024, 3.0, np.float32))
 
 
 def test_load_cuda_file_under_jit(cuda_ops):
     a = jnp.arange(3000, dtype=jnp.float32)
     b = jnp.ones(3000, dtype=jnp.float32)
-    np.testing.assert_array_equal(jax.jit(cuda_ops.vector_add)(a, b), np.arange(3000) + 1.0)
-    np.testing.assert_allclose(jax.jit(partial(cuda_ops.typed_axpy, a=2.0))(a, b), 2 * np.arange(3000) + 1)
+    np.testing.assert_array_equal(jax.jit(partial(cuda_ops.vector_add, out=like(a)))(a, b), np.arange(3000) + 1.0)
+    np.testing.assert_allclose(jax.jit(partial(cuda_ops.typed_axpy, a=2.0, out=like(a)))(a, b), 2 * np.arange(3000) + 1)
     for dtype in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64):
         x = jnp.arange(10).astype(dtype)
-        np.testing.assert_allclose(np.asarray(cuda_ops.scale_by(x, scale_factor=0.5), np.float64), np.arange(10) * 0.5)
-    h = cuda_ops.half_scale(jnp.arange(4, dtype=jnp.float16), k=np.float16(1.5))
+        y = cuda_ops.scale_by(x, scale_factor=0.5, out=like(x))
+        np.testing.assert_allclose(np.asarray(y, np.float64), np.arange(10) * 0.5)
+    h16 = jnp.arange(4, dtype=jnp.float16)
+    h = cuda_ops.half_scale(h16, k=np.float16(1.5), out=like(h16))
     np.testing.assert_array_equal(np.asarray(h, np.float32), [0, 1.5, 3, 4.5])
 
 
 def test_vmap(cuda_ops):
     a = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)
-    np.testing.assert_array_equal(jax.vmap(cuda_ops.vector_add)(a, a), 2 * np.asarray(a))
+    np.testing.assert_array_equal(jax.vmap(lambda v: cuda_ops.vector_add(v, v, out=like(v)))(a), 2 * np.asarray(a))
 
 
 ALL_DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
@@ -123,7 +130,7 @@ def test_every_tensor_dtype_passes_through(checks, dtype):
     )
     np.testing.assert_array_equal(np.asarray(out), host)
     assert int(code[0]) == XLA_CODES[dtype]
-    np.testing.assert_array_equal(np.asarray(checks.copy_any(x)), host)
+    np.testing.assert_array_equal(np.asarray(checks.copy_any(x, out=like(x))), host)
 
 
 def test_every_attribute_dtype_arrives(checks):
@@ -143,11 +150,11 @@ def _loop(fn, n):
 def test_inside_fori_loop_and_scan(graphs):
     mod = kernix.load_cuda_inline(unique_name("loop_ops"), SEED_SOURCE, ["scale_by"], allow_cuda_graph=graphs)
     x = jnp.ones(256, jnp.float32)
-    out = _loop(lambda v: mod.scale_by(v, scale_factor=1.5), 8)(x)
+    out = _loop(lambda v: mod.scale_by(v, scale_factor=1.5, out=like(v)), 8)(x)
     np.testing.assert_allclose(out, np.full(256, 1.5**8, np.float32), rtol=1e-6)
 
     def step(carry, _):
-        y = mod.scale_by(carry, scale_factor=2.0)
+        y = mod.scale_by(carry, scale_factor=2.0, out=like(carry))
         return y, y[0]
 
     carry, ys = jax.jit(lambda c: jax.lax.scan(step, c, None, length=5))(x)
@@ -195,7 +202,7 @@ def test_host_check_failure_is_a_python_error(checks):
     with pytest.raises(Exception, match="x is 32 bytes, out is 16"):
         checks.copy_tensor(x, out=[jax.ShapeDtypeStruct((4,), jnp.float32),
                                    jax.ShapeDtypeStruct((1,), jnp.int32)])[0].block_until_ready()
-    np.testing.assert_array_equal(checks.fill(x, value=2.0, threads=128), np.full(8, 2.0))
+    np.testing.assert_array_equal(checks.fill(x, value=2.0, threads=128, out=like(x)), np.full(8, 2.0))
 
 
 def test_a_typed_pointer_of_the_wrong_size_is_a_python_error(checks):
@@ -204,16 +211,17 @@ def test_a_typed_pointer_of_the_wrong_size_is_a_python_error(checks):
     x = jnp.zeros(8, jnp.float64)
     with pytest.raises(Exception, match=r"kernix: fill: BE::Tensor::data_ptr<float>\(\): parameter 'out' is float64 "
                                         r"\(shape \[8\]\), but float views float32 elements \(4 bytes, not 8\)"):
-        checks.fill(x, value=1.0, threads=128).block_until_ready()
-    np.testing.assert_array_equal(checks.fill(x.astype(jnp.float32), value=2.0, threads=128), np.full(8, 2.0))
+        checks.fill(x, value=1.0, threads=128, out=like(x)).block_until_ready()
+    x32 = x.astype(jnp.float32)
+    np.testing.assert_array_equal(checks.fill(x32, value=2.0, threads=128, out=like(x32)), np.full(8, 2.0))
 
 
 def test_kernel_launch_error_is_a_python_error(checks):
     x = jnp.zeros(8, jnp.float32)
     with pytest.raises(Exception, match=r"cudaGetLastError\(\) returned cudaError"):
-        checks.fill(x, value=1.0, threads=4096).block_until_ready()
+        checks.fill(x, value=1.0, threads=4096, out=like(x)).block_until_ready()
     # The GPU stays usable.
-    np.testing.assert_array_equal(checks.fill(x, value=3.0, threads=256), np.full(8, 3.0))
+    np.testing.assert_array_equal(checks.fill(x, value=3.0, threads=256, out=like(x)), np.full(8, 3.0))
     np.testing.assert_array_equal(jnp.arange(4) + 1, [1, 2, 3, 4])
 
 
@@ -229,7 +237,8 @@ def test_shard_map_over_two_gpus(cuda_ops):
     devices = np.array(_gpus()[:2])
     mesh = Mesh(devices, ("x",))
     x = jax.device_put(jnp.arange(2048, dtype=jnp.float32), NamedSharding(mesh, P("x")))
-    f = jax.jit(shard_map(lambda v: cuda_ops.scale_by(v, scale_factor=2.0), mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+    f = jax.jit(shard_map(lambda v: cuda_ops.scale_by(v, scale_factor=2.0, out=like(v)), mesh=mesh,
+                          in_specs=P("x"), out_specs=P("x")))
     out = f(x)
     np.testing.assert_array_equal(np.asarray(out), 2 * np.arange(2048, dtype=np.float32))
     assert {s.device for s in out.addressable_shards} == set(devices.tolist())

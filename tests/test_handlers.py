@@ -30,7 +30,7 @@ TENSOR_ONLY = textwrap.dedent(
     #include <cstdint>
     #include "kernix/common.h"
 
-    // @BE affine
+    // @BE affine (...)->(...)
     void affine(const BE::Tensor x, BE::Tensor out, float factor, int32_t offset, bool negate) {
       const float* in = x.data_ptr<float>();
       float* o = out.data_ptr<float>();
@@ -57,7 +57,7 @@ TENSOR_ONLY = textwrap.dedent(
       }
     }
 
-    // @BE fails
+    // @BE fails (...)->(...)
     void fails(const BE::Tensor x, BE::Tensor out) {
       throw std::runtime_error("the kernel said no");
     }
@@ -68,7 +68,7 @@ TYPED = textwrap.dedent(
     """
     #include "xla/ffi/api/ffi.h"
 
-    // @BE typed_double
+    // @BE typed_double (n)->(n)
     void typed_double(xla::ffi::Buffer<xla::ffi::DataType::F32, 1> x,
                       xla::ffi::ResultBuffer<xla::ffi::DataType::F32, 1> out) {
       for (size_t i = 0; i < x.element_count(); ++i) out->typed_data()[i] = 2 * x.typed_data()[i];

@@ -174,7 +174,7 @@ void flag_length(const BE::Tensor x, BE::Tensor out) {
   out.data_ptr<int64_t>()[0] = static_cast<int64_t>(sizeof(s) - 1);
 }
 
-// @BE affine
+// @BE affine (...)->(...)
 void affine(const BE::Tensor x, BE::Tensor out, float factor, int32_t offset, bool negate) {
   const float* in = x.data_ptr<float>();
   float* o = out.data_ptr<float>();
@@ -222,7 +222,7 @@ def test_flags_are_arguments_not_shell_text(mod, shell_markers: Path) -> None:
 def test_non_utf8_source_builds_and_runs(mod) -> None:
     x = jnp.arange(3, dtype=jnp.float32)
     np.testing.assert_allclose(mod.affine(x, factor=2.0, offset=1, negate=True), -(2 * np.arange(3) + 1))
-    np.testing.assert_array_equal(mod.typed_double(x), 2 * np.arange(3))
+    np.testing.assert_array_equal(mod.typed_double(x, out=jax.ShapeDtypeStruct(x.shape, x.dtype)), 2 * np.arange(3))
 
 
 @pytest.mark.parametrize(
@@ -284,7 +284,7 @@ def test_pickling_a_module_or_function_says_what_to_do_instead(mod) -> None:
     # copy.copy / copy.deepcopy of a function still work (they share the loaded module).
     x = jnp.arange(3, dtype=jnp.float32)
     for c in (copy.copy(mod.typed_double), copy.deepcopy(mod.typed_double)):
-        np.testing.assert_array_equal(c(x), 2 * np.arange(3))
+        np.testing.assert_array_equal(c(x, out=jax.ShapeDtypeStruct(x.shape, x.dtype)), 2 * np.arange(3))
 
 
 # --------------------------------------------------------------------- sources

@@ -21,6 +21,11 @@ from helpers import FIXTURES, unique_name
 CPU_OPS = FIXTURES / "build" / "cpu_ops.cpp"
 
 
+def like(x):
+    """``out=`` for an output shaped and typed like ``x`` (functions without a shape signature need one)."""
+    return jax.ShapeDtypeStruct(jnp.shape(x), x.dtype)
+
+
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory):
     """One module with many functions, compiled once for this file."""
@@ -46,9 +51,10 @@ def test_module_object(ops):
 def test_vector_add_jit_and_vmap(ops):
     a = np.arange(10, dtype=np.float32)
     b = np.linspace(0, 1, 10, dtype=np.float32)
-    np.testing.assert_array_equal(jax.jit(ops.vector_add)(a, b), a + b)
+    add = lambda a, b: ops.vector_add(a, b, out=like(a))  # noqa: E731
+    np.testing.assert_array_equal(jax.jit(add)(a, b), a + b)
     batch_a, batch_b = np.stack([a, 2 * a, 3 * a]), np.stack([b, b, -b])
-    np.testing.assert_array_equal(jax.vmap(ops.vector_add)(batch_a, batch_b), batch_a + batch_b)
+    np.testing.assert_array_equal(jax.vmap(add)(batch_a, batch_b), batch_a + batch_b)
 
 
 def test_seed_style_ffi_call(ops):
@@ -88,8 +94,8 @@ def test_64_bit_attributes_are_exact(ops):
 
 def test_enum_attribute(ops):
     x = jnp.arange(3, dtype=jnp.float32)
-    np.testing.assert_array_equal(ops.with_mode(x, mode=1), x + 1)
-    np.testing.assert_array_equal(ops.with_mode(x, mode=2), x * 2)
+    np.testing.assert_array_equal(ops.with_mode(x, mode=1, out=like(x)), x + 1)
+    np.testing.assert_array_equal(ops.with_mode(x, mode=2, out=like(x)), x * 2)
 
 
 @pytest.mark.parametrize(
@@ -115,7 +121,7 @@ def test_two_outputs_and_prefix_names(ops):
     lo, hi = ops.split(x, out=[jax.ShapeDtypeStruct((2,), jnp.float32), jax.ShapeDtypeStruct((4,), jnp.float32)])
     np.testing.assert_array_equal(lo, [0, 1])
     np.testing.assert_array_equal(hi, [2, 3, 4, 5])
-    np.testing.assert_array_equal(ops.split_impl(x), -x)
+    np.testing.assert_array_equal(ops.split_impl(x, out=like(x)), -x)
 
 
 def test_one_output_is_an_array_however_out_is_given(ops):
@@ -123,7 +129,7 @@ def test_one_output_is_an_array_however_out_is_given(ops):
     ``out=[struct]`` (an array with a signature, and as its stub declares)."""
     x = jnp.arange(4, dtype=jnp.float32)
     struct = jax.ShapeDtypeStruct((4,), jnp.float32)
-    for out in (None, struct, [struct], (struct,)):
+    for out in (struct, [struct], (struct,)):
         y = ops.typed_square(x, out=out)
         assert isinstance(y, jax.Array), out
         np.testing.assert_array_equal(y, x * x)
@@ -137,14 +143,17 @@ def test_signature_and_stub_require_out_where_the_call_does(ops):
     from kernix.runtime.stubs import stub_text
 
     assert str(inspect.signature(ops.split)) == "(x, /, *, out, vmap_method: str = 'sequential')"
-    with pytest.raises(kernix.CallError, match="pass out= with the shape and dtype of its 2 outputs"):
+    with pytest.raises(kernix.CallError, match=r"(?s)split\(\) has no shape signature.*out=\[jax.ShapeDtypeStruct"):
         ops.split(jnp.arange(6, dtype=jnp.float32))
     assert "split(x, /, *, out, vmap_method='sequential')" in ops.split.__doc__
-    assert str(inspect.signature(ops.typed_square)).startswith("(x, /, *, out=None,")  # one output: like x
+    # One output without a shape signature: out= is required too (no shape is guessed).
+    assert str(inspect.signature(ops.typed_square)) == "(x, /, *, out, vmap_method: str = 'sequential')"
+    with pytest.raises(kernix.CallError, match=r"typed_square\(\) has no shape signature"):
+        ops.typed_square(jnp.arange(4, dtype=jnp.float32))
     text = stub_text([ops.split.spec, ops.typed_square.spec])
     assert ("def split(x: ArrayLike, /, *, out: Sequence[jax.ShapeDtypeStruct], vmap_method: str = 'sequential')"
             " -> tuple[jax.Array, jax.Array]:") in text
-    assert "def typed_square(x: ArrayLike, /, *, out: _Out | None = None," in text
+    assert "def typed_square(x: ArrayLike, /, *, out: _Out, vmap_method" in text
 
 
 TYPED_POINTERS = """
@@ -172,30 +181,34 @@ def test_a_typed_pointer_of_the_wrong_size_is_an_error_not_an_overrun(tmp_path):
                                         r"float32 \(shape \[3\]\), but double views float64 elements \(8 bytes, not "
                                         r"4: reading numel\(\) of them would run past the buffer\)\. Give 'x' dtype "
                                         r"float64, or read it as data_ptr<float>\(\)"):
-        jax.block_until_ready(mod.twice(x))
+        jax.block_until_ready(mod.twice(x, out=like(x)))
     with pytest.raises(Exception, match=r"parameter 'x' is int16 \(shape \[2, 3\]\)"):
-        jax.block_until_ready(mod.twice(jnp.ones((2, 3), jnp.int16)))
-    np.testing.assert_array_equal(mod.twice(jnp.arange(3, dtype=jnp.float64)), [0, 2, 4])
-    np.testing.assert_array_equal(mod.bytes(x), x)
+        i16 = jnp.ones((2, 3), jnp.int16)
+        jax.block_until_ready(mod.twice(i16, out=like(i16)))
+    f64 = jnp.arange(3, dtype=jnp.float64)
+    np.testing.assert_array_equal(mod.twice(f64, out=like(f64)), [0, 2, 4])
+    np.testing.assert_array_equal(mod.bytes(x, out=like(x)), x)
     z = jnp.array([1 + 2j, 3 - 4j], jnp.complex64)
-    np.testing.assert_array_equal(mod.bytes(z), z)
+    np.testing.assert_array_equal(mod.bytes(z, out=like(z)), z)
 
 
 def test_typed_ffi_buffer(ops):
     x = jnp.arange(4, dtype=jnp.float32)
-    np.testing.assert_array_equal(ops.typed_square(x), x * x)
+    np.testing.assert_array_equal(ops.typed_square(x, out=like(x)), x * x)
     with pytest.raises(kernix.CallError, match="'x' must be float32"):
-        ops.typed_square(x.astype(jnp.float64))
+        ops.typed_square(x.astype(jnp.float64), out=like(x))
     with pytest.raises(kernix.CallError, match="rank 1"):
-        ops.typed_square(x.reshape(2, 2))
+        ops.typed_square(x.reshape(2, 2), out=like(x))
 
 
 def test_failed_check_raises_with_message(ops):
     with pytest.raises(Exception, match="a has 3 elements, b has 4") as info:
-        ops.vector_add(jnp.zeros(3, jnp.float32), jnp.zeros(4, jnp.float32), out=jax.ShapeDtypeStruct((3,), jnp.float32)).block_until_ready()
+        ops.vector_add(jnp.zeros(3, jnp.float32), jnp.zeros(4, jnp.float32),
+                       out=jax.ShapeDtypeStruct((3,), jnp.float32)).block_until_ready()
     assert "cpu_ops.cpp" in str(info.value)
     # The process and the backend keep working.
-    np.testing.assert_array_equal(ops.vector_add(jnp.ones(2, jnp.float32), jnp.ones(2, jnp.float32)), [2.0, 2.0])
+    ones = jnp.ones(2, jnp.float32)
+    np.testing.assert_array_equal(ops.vector_add(ones, ones, out=like(ones)), [2.0, 2.0])
 
 
 def test_call_errors_name_function_and_parameter(ops):
@@ -223,7 +236,8 @@ def test_same_content_again_is_a_noop(ops):
         build_directory=ops.path.parents[3],
     )
     assert again.path == ops.path
-    np.testing.assert_array_equal(again.vector_add(jnp.ones(2, jnp.float32), jnp.ones(2, jnp.float32)), [2.0, 2.0])
+    ones = jnp.ones(2, jnp.float32)
+    np.testing.assert_array_equal(again.vector_add(ones, ones, out=like(ones)), [2.0, 2.0])
 
 
 def test_a_conflict_registers_none_of_the_module(ops, tmp_path):
@@ -265,7 +279,8 @@ def test_different_content_under_registered_name_raises(ops, tmp_path):
     # Under another prefix it loads, and the first module still works.
     other = kernix.load_cpp_inline(ops.name, src, build_directory=tmp_path, target_prefix=unique_name("other"))
     assert other.targets["vector_add"] != ops.targets["vector_add"]
-    np.testing.assert_array_equal(ops.vector_add(jnp.ones(2, jnp.float32), jnp.ones(2, jnp.float32)), [2.0, 2.0])
+    ones = jnp.ones(2, jnp.float32)
+    np.testing.assert_array_equal(ops.vector_add(ones, ones, out=like(ones)), [2.0, 2.0])
 
 
 def test_a_bool_attribute_must_be_a_scalar():
@@ -282,7 +297,7 @@ def test_a_traced_attribute_is_refused_with_the_fix(ops):
     """Was: a traced value reached np.asarray, and the CallError carried JAX's
     conversion error instead of saying that attributes are constants."""
     x = np.arange(3, dtype=np.float32)
-    scale = lambda x, s: ops.scale_by(x, scale_factor=s)  # noqa: E731
+    scale = lambda x, s: ops.scale_by(x, scale_factor=s, out=like(x))  # noqa: E731
     with pytest.raises(kernix.CallError, match="attribute 'scale_factor'.*this value is traced.*static_argnames"):
         jax.jit(scale)(x, 2.0)
     with pytest.raises(kernix.CallError, match="this value is traced"):
@@ -311,7 +326,8 @@ def test_inference_sees_the_macros_of_the_builds_optimization_level(tmp_path, le
     mod = kernix.load_cpp_inline(unique_name("macros"), MACRO_TYPED, optimization_level=level,
                                  build_directory=tmp_path)
     assert mod.k.spec.arg_spec == ("arg", "ret", f"attr.a:{dtype}")
-    np.testing.assert_array_equal(mod.k(jnp.ones(2, jnp.float32), a=2.0), [2.0, 2.0])
+    ones = jnp.ones(2, jnp.float32)
+    np.testing.assert_array_equal(mod.k(ones, a=2.0, out=like(ones)), [2.0, 2.0])
 
 
 TYPE_FLAGS_SRC = """#include "kernix/common.h"

@@ -111,10 +111,11 @@ def test_out_must_agree_with_signature(ops):
         ops.matmul(a, b, out=jax.ShapeDtypeStruct((3, 4), jnp.float64))
 
 
-def test_without_signature_unchanged(ops):
+def test_without_signature_out_gives_the_outputs(ops):
     x = jnp.arange(4, dtype=jnp.float32)
-    np.testing.assert_array_equal(ops.plain_copy(x), x)
     np.testing.assert_array_equal(ops.plain_copy(x, out=jax.ShapeDtypeStruct((4,), jnp.float32)), x)
+    with pytest.raises(kernix.CallError, match=r"plain_copy\(\) has no shape signature"):
+        ops.plain_copy(x)  # no output shape is guessed
 
 
 def test_seed_style_ffi_call_still_works(ops):
@@ -211,7 +212,7 @@ def test_no_backward_no_grad(ops):
                           lambda f: lambda x: jax.jvp(f, (x,), (x,))):
         with pytest.raises(kernix.CallError, match=r"plain_copy\(\) cannot be differentiated.*give plain_copy a "
                            r"shape signature \(`// @BE plain_copy \(\.\.\.,n\)->\(\.\.\.,n\)`"):
-            differentiate(lambda x: jnp.sum(ops.plain_copy(x)))(x)
+            differentiate(lambda x: jnp.sum(ops.plain_copy(x, out=jax.ShapeDtypeStruct(x.shape, x.dtype))))(x)
     # A backward kernel gives first-order reverse mode only: a gradient of a gradient says so.
     x2, w2 = jnp.ones((2, 3), jnp.float32), jnp.ones(3, jnp.float32)
     loss = lambda x: jnp.sum(ops.rms_norm(x, w2, eps=1e-6) ** 2)
@@ -220,7 +221,8 @@ def test_no_backward_no_grad(ops):
                            r"kernel rms_norm_bwd\(\) gives first-order reverse-mode gradients"):
             jax.grad(lambda x: jnp.sum(jax.grad(inner)(x)))(x2)
     # Not differentiated through the kernel: no error.
-    assert float(jax.grad(lambda w: jnp.sum(w * jax.lax.stop_gradient(ops.plain_copy(x))))(2.0)) == 4.0
+    copied = jax.lax.stop_gradient(ops.plain_copy(x, out=jax.ShapeDtypeStruct(x.shape, x.dtype)))
+    assert float(jax.grad(lambda w: jnp.sum(w * copied))(2.0)) == 4.0
 
 
 def test_every_operation_passes_kernix_check(ops):
@@ -282,7 +284,7 @@ def test_inputs_python_cannot_name_are_renamed_in_signature_and_stub():
     from kernix.spec import FunctionSpec, Param
 
     spec = FunctionSpec("f", "f", (Param("in", "arg"), Param("out", "arg"), Param("self", "arg"), Param("y", "ret")))
-    assert str(call_signature(spec)) == "(in_, out_, self_, /, *, out=None, vmap_method: str = 'sequential')"
+    assert str(call_signature(spec)) == "(in_, out_, self_, /, *, out, vmap_method: str = 'sequential')"
     text = stub_text([spec])
     compile(text, "f.pyi", "exec")
     assert "def f(self, in_: ArrayLike, out_: ArrayLike, self_: ArrayLike, /, *," in text
@@ -339,7 +341,8 @@ SHARDED = textwrap.dedent(
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-10)
     x32 = jax.device_put(np.float32(x), NamedSharding(mesh, P("b", None)))
-    copied = jax.shard_map(lambda v: jax.lax.psum(jnp.sum(ops.plain_copy(v)), "b"), mesh=mesh,
+    copy = lambda v: ops.plain_copy(v, out=jax.ShapeDtypeStruct(v.shape, v.dtype))
+    copied = jax.shard_map(lambda v: jax.lax.psum(jnp.sum(copy(v)), "b"), mesh=mesh,
                            in_specs=P("b", None), out_specs=P())
     np.testing.assert_allclose(jax.jit(copied)(x32), np.sum(np.float32(x)), rtol=1e-5)
     # jax.export cannot serialise the per-shard layer: a clear error, and the shard_map it suggests exports
@@ -443,7 +446,8 @@ EAGER = textwrap.dedent(
     }
     ''', build_directory=sys.argv[1])
     a = np.arange(4, dtype=np.float64)  # JAX passes it as float32, with or without jit
-    eager, jitted = m.copy_elems(a), jax.jit(m.copy_elems)(a)
+    copy = lambda x: m.copy_elems(x, out=jax.ShapeDtypeStruct(np.shape(x), jnp.float32))
+    eager, jitted = copy(a), jax.jit(copy)(a)
     assert eager.dtype == jitted.dtype == jnp.float32, (eager.dtype, jitted.dtype)
     np.testing.assert_array_equal(eager, [0, 1, 2, 3])
     for call in (m.pick, jax.jit(m.pick)):

@@ -28,7 +28,7 @@ from helpers import unique_name
 SCALE = textwrap.dedent(
     """\
     #include "kernix/common.h"
-    // @BE scale
+    // @BE scale (...)->(...)
     void scale(const BE::Tensor& x, BE::Tensor& out, float factor) {
       const float* a = x.data_ptr<float>();
       float* o = out.data_ptr<float>();
@@ -44,7 +44,7 @@ CUDA_SCALE = textwrap.dedent(
       int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
       if (i < n) o[i] = x[i] * f;
     }
-    // @BE scale
+    // @BE scale (...)->(...)
     void scale(const BE::Tensor& x, BE::Tensor& out, float factor, cudaStream_t stream) {
       int64_t n = x.numel();
       scale_kernel<<<(n + 255) / 256, 256, 0, stream>>>(x.data_ptr<float>(), out.data_ptr<float>(), factor, n);
@@ -322,7 +322,7 @@ LINKED = textwrap.dedent(
     #include <cmath>
     #include "kernix/common.h"
     extern "C" float kxcli_offset(float);   // in libkxcli.so, built by the test
-    // @BE shifted
+    // @BE shifted (...)->(...)
     void shifted(const BE::Tensor& x, BE::Tensor& out) {
       const float* a = x.data_ptr<float>();
       float* o = out.data_ptr<float>();

@@ -3,12 +3,14 @@
 XLA serialises a custom call by its target name alone, and ``jax.export``
 refuses non-builtin targets unless told they are safe.  A target name like
 ``"ops.scale"`` does not say which code it stands for, so :func:`export`
-writes content-versioned names instead: every kernix target is also
-registered as ``"<prefix>.<function>@<12 hex of the library's SHA-256>"``
+writes content-versioned names instead: every kernix target it calls is also
+registered as ``"<prefix>.<function>@<12 hex of the library's SHA-256>"``, or,
+exported for several platforms whose libraries differ (a C++ and a CUDA build
+under one target prefix), ``"<prefix>.<function>@cpu:<12 hex>,cuda:<12 hex>"``
 (see :func:`kernix.runtime.registry.versioned_name`), and the exported module
 calls those.  A deserialised artifact therefore runs only where the very same
-library is loaded; :func:`deserialize` checks that before a call and says
-which module to load when it is not.
+library is loaded for the platform it runs on; :func:`deserialize` checks that
+before a call and says which module to load when it is not.
 """
 
 from __future__ import annotations
@@ -26,28 +28,41 @@ from . import registry
 __all__ = ["export", "deserialize", "ExportedKernels", "kernix_targets"]
 
 # A content-versioned kernix target inside a StableHLO module's text.
-_VERSIONED_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*@[0-9a-f]{12})\b")
+_VERSIONED_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*@(?:[0-9a-f]{12}|[a-z]+:[0-9a-f]{12}(?:,[a-z]+:[0-9a-f]{12})*))\b")
 
 
-def _rewrite(value: Any, names: dict[str, str], used: set[str]) -> Any:
+def _rewrite(value: Any, rename: Callable[[str], str | None]) -> Any:
     """``value`` (a jaxpr, closed jaxpr, or a tuple/list of them) with every
-    ffi_call to a name in ``names`` renamed; other values unchanged."""
+    ffi_call target renamed to ``rename(target)`` where that is not ``None``;
+    other values unchanged."""
     if core.ClosedJaxpr is not core.Jaxpr and isinstance(value, core.ClosedJaxpr):
         # (jax >= 0.11 merged the two classes: a Jaxpr carries its consts.)
-        return core.ClosedJaxpr(_rewrite(value.jaxpr, names, used), value.consts)
+        return core.ClosedJaxpr(_rewrite(value.jaxpr, rename), value.consts)
     if isinstance(value, core.Jaxpr):
         eqns = []
         for eqn in value.eqns:
-            params = {k: _rewrite(v, names, used) for k, v in eqn.params.items()}
-            target = params.get("target_name")
-            if eqn.primitive.name == "ffi_call" and target in names:
-                params["target_name"] = names[target]
-                used.add(names[target])
+            params = {k: _rewrite(v, rename) for k, v in eqn.params.items()}
+            if eqn.primitive.name == "ffi_call" and (new := rename(params["target_name"])) is not None:
+                params["target_name"] = new
             eqns.append(eqn.replace(params=params))
         return value.replace(eqns=eqns)
     if isinstance(value, (tuple, list)) and any(isinstance(v, (core.Jaxpr, core.ClosedJaxpr)) for v in value):
-        return type(value)(_rewrite(v, names, used) for v in value)
+        return type(value)(_rewrite(v, rename) for v in value)
     return value
+
+
+def _platforms(targets: set[str]) -> list[str]:
+    """The platforms on which every one of ``targets`` has a handler (the
+    default of :func:`export`)."""
+    have = {t: registry.platforms_of(t) for t in sorted(targets)}
+    common = sorted(set.intersection(*(set(p) for p in have.values())))
+    if not common:
+        listed = "; ".join(f"{t}: {', '.join(p)}" for t, p in have.items())
+        raise KernixError(
+            f"cannot export: no platform has a handler of every kernel the function calls ({listed}). Load a build "
+            "of each module for one platform under the same target prefix, or pass platforms= to choose"
+        )
+    return common
 
 
 def export(
@@ -59,7 +74,8 @@ def export(
     """Export ``fn(*args)`` with :func:`jax.export.export`, kernix calls made safe.
 
     Every kernix kernel that ``fn`` calls is written into the artifact under
-    its content-versioned target name, and the custom-call safety check is
+    its content-versioned target name, which names the library of each
+    platform it is exported for, and the custom-call safety check is
     disabled for exactly those names.
 
     Parameters
@@ -70,9 +86,12 @@ def export(
     *args
         Example arguments: arrays or ``jax.ShapeDtypeStruct`` (pytrees allowed).
     platforms : sequence of str, optional
-        Lowering platforms (``["cpu"]``, ``["cuda"]``); default: those of the
-        kernix modules ``fn`` calls (a C++ module's kernels run on the CPU
-        even where a GPU is the default backend), else the default backend's.
+        Lowering platforms (``["cpu"]``, ``["cuda"]``, ``["cpu", "cuda"]``).
+        Each kernel needs a handler on each of them: for ``["cpu", "cuda"]``,
+        a C++ and a CUDA build of its module loaded under one target prefix.
+        Default: the platforms on which every kernel ``fn`` calls has one (a
+        C++ module's kernels run on the CPU even where a GPU is the default
+        backend), else (no kernel) the default backend's.
     disabled_checks : sequence, optional
         Further :class:`jax.export.DisabledSafetyCheck` values.
 
@@ -80,11 +99,23 @@ def export(
     -------
     jax.export.Exported
         Serialise it with ``.serialize()``; load it back with :func:`deserialize`.
+
+    Raises
+    ------
+    CallError
+        Where a kernel has no handler on one of ``platforms``.
+    KernixError
+        Where no platform has a handler of every kernel (no ``platforms``),
+        or the function runs a kernel per shard (see the message).
     """
     closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
-    names = {t: v for t in registry.list_registered_targets() if (v := registry.versioned_target(t))}
-    used: set[str] = set()
-    rewritten = _rewrite(closed, names, used)
+    registered = registry.list_registered_targets()
+    calls: set[str] = set()
+    _rewrite(closed, lambda t: calls.add(t) if t in registered else None)
+    if platforms is None and calls:
+        platforms = _platforms(calls)
+    names = {t: v for t in calls if (v := registry.versioned_target(t, platforms))}
+    rewritten = _rewrite(closed, names.get)
     out_tree = jax.tree_util.tree_structure(out_shape)
     run = core.jaxpr_as_fun(rewritten)
 
@@ -92,10 +123,8 @@ def export(
         return jax.tree_util.tree_unflatten(out_tree, run(*jax.tree_util.tree_leaves(a)))
 
     versioned.__name__ = getattr(fn, "__name__", "kernix_exported")
-    if platforms is None and used:
-        registered = registry.list_registered_targets()
-        platforms = sorted({registered[t].lower() for t in used if t in registered}) or None
-    checks = [jax.export.DisabledSafetyCheck.custom_call(t) for t in sorted(used)] + list(disabled_checks)
+    checks = [jax.export.DisabledSafetyCheck.custom_call(t) for t in sorted(set(names.values()))]
+    checks += list(disabled_checks)
     try:
         return jax.export.export(jax.jit(versioned), platforms=platforms, disabled_checks=checks)(*args)
     except NotImplementedError as exc:
@@ -114,22 +143,56 @@ def kernix_targets(exported: Any) -> tuple[str, ...]:
     return tuple(sorted(set(_VERSIONED_RE.findall(exported.mlir_module()))))
 
 
-def _problem(target: str) -> str | None:
-    base, _, version = target.rpartition("@")
-    loaded = registry.versioned_target(base)  # registers the versioned name on first use
-    if loaded == target:
-        return None
-    if loaded is not None:
-        return (
-            f"{base!r} is loaded with other code (library version {loaded.rpartition('@')[2]}) than the "
-            f"artifact was exported with ({version}): load the same build of the module the artifact was "
+_LABELS = {"cpu": "CPU", "cuda": "CUDA"}
+
+
+def _problem(name: str, exported_for: Sequence[str], platform: str | None) -> str | None:
+    """What keeps the artifact's call of ``name`` (a content-versioned
+    target) from running on ``platform`` here (``None``: any platform it was
+    exported for), or ``None`` when nothing does (the name is then
+    registered for each platform whose library matches)."""
+    base, recorded = registry.parse_versioned(name)
+    if None in recorded:  # one library, named without its platform
+        recorded = {p: recorded[None] for p in (exported_for or _LABELS)}
+    loaded = {p: d[:12] for p, d in registry.registered_digests(base).items() if p in recorded}
+    matching = [p for p, d in loaded.items() if recorded[p] == d]
+    if matching:
+        registry.register_alias(name, base, matching)
+    other = [p for p, d in loaded.items() if recorded[p] != d]
+    if other:
+        return "; ".join(
+            f"{base!r} is loaded with other code for {_LABELS.get(p, p)} (library version {loaded[p]}) than the "
+            f"artifact was exported with ({recorded[p]}): load the same build of the module the artifact was "
             "exported with (the same prebuilt directory, or the same sources and options)"
+            for p in other
         )
+    wanted = [platform] if platform is not None else list(recorded)
+    if any(p in matching for p in wanted):
+        return None
+    missing = " or ".join(f"{_LABELS.get(p, p)} (code version {recorded[p]})" for p in wanted if p in recorded)
+    if not missing:
+        return f"{base!r} was exported for {', '.join(map(_LABELS.get, recorded))} only, not for {platform}"
+    prefix = base.rpartition(".")[0]
     return (
-        f"no loaded module provides {base!r} (code version {version}): load the module first, e.g. "
-        f"kernix.load_prebuilt(DIR, target_prefix={base.rpartition('.')[0]!r}) or the load_* call that "
-        "made it, with the same sources and options"
+        f"no loaded module provides {base!r} for {missing}: load the module first, e.g. "
+        f"kernix.load_prebuilt(DIR, target_prefix={prefix!r}) or the load_* call that made it, with the same "
+        "sources and options"
     )
+
+
+def _call_platform(args: Any) -> str | None:
+    """The platform a call of an artifact with ``args`` runs on: the device of
+    its first array argument, else JAX's default device (``None`` where
+    neither says)."""
+    for x in jax.tree_util.tree_leaves(args):
+        if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+            devices = x.devices()
+            if len(devices) >= 1:
+                platform = next(iter(devices)).platform
+                return "cuda" if platform == "gpu" else platform
+    default = jax.config.jax_default_device
+    platform = getattr(default, "platform", default) if default is not None else jax.default_backend()
+    return "cuda" if platform == "gpu" else platform if isinstance(platform, str) else None
 
 
 @dataclass(eq=False)  # hashable by identity, as a function is: jax.jit(artifact) works
@@ -147,23 +210,28 @@ class ExportedKernels:
     exported: Any
     targets: tuple[str, ...]
 
-    def check(self) -> None:
-        """Raise unless every kernix target of the artifact is loaded with the same code.
+    def check(self, platform: str | None = None) -> None:
+        """Raise unless every kernix target of the artifact is loaded with the
+        same code for ``platform`` (``"cpu"``, ``"cuda"``; ``None``: for one
+        of the platforms the artifact was exported for), and no target is
+        loaded with other code.
 
         Raises
         ------
         KernixError
             Naming each missing or different module and what to load.
         """
-        problems = [p for t in self.targets if (p := _problem(t))]
+        exported_for = tuple(getattr(self.exported, "platforms", ()) or ())
+        problems = [p for t in self.targets if (p := _problem(t, exported_for, platform))]
         if problems:
             raise KernixError(
                 "this exported function cannot run here, so it was not called: " + "; ".join(problems)
             )
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
-        """Check (:meth:`check`), then run the artifact (``Exported.call``)."""
-        self.check()
+        """Check (:meth:`check`, for the platform the call runs on), then run
+        the artifact (``Exported.call``)."""
+        self.check(_call_platform((args, kwargs)))
         return self.exported.call(*args, **kwargs)
 
     __call__ = call

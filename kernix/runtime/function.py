@@ -47,8 +47,9 @@ class KernelFunction:
     or a tuple when the function has several outputs.
 
     Without a shape signature, ``out`` gives the output shapes and dtypes (a
-    ``jax.ShapeDtypeStruct`` or a sequence of them); when omitted and the
-    function has one output, it is like the first input.  Works under
+    ``jax.ShapeDtypeStruct`` or a sequence of them), and must be given: a
+    call without it is a :class:`~kernix.errors.CallError` that shows the
+    ``out=`` call and a shape signature to add.  Works under
     ``jax.jit`` and ``jax.vmap`` (vmap runs the kernel once per batch element
     unless ``vmap_method`` says otherwise).
 
@@ -77,7 +78,7 @@ class KernelFunction:
         backward = self.module.backward_of(self.spec.name)
         if backward is not None:
             backward = Backward(backward.spec.name, backward, tuple(p.name for p in backward.spec.attrs))
-        return make_operation(self.target, self.spec, backward)
+        return make_operation(self.target, self.spec, backward, self.module.name)
 
     @property
     def target(self) -> str:

@@ -4,8 +4,11 @@ parsed :class:`~kernix.signature.Signature`, callables).
 :mod:`kernix.runtime.operation` composes them, innermost first:
 :func:`partitioned` (per shard, on several devices), :func:`batched` (a
 ``custom_vmap`` folding a vmap axis into the ``...`` dimensions),
-:func:`refusing` (a ``custom_jvp`` that raises kernix's error) and
-:func:`with_vjp` (a ``custom_vjp`` through a backward kernel).
+:func:`refusing` (a ``custom_jvp`` that raises kernix's error) or, for a
+kernel with a backward kernel, :func:`reverse_only` (a ``custom_jvp`` whose
+tangents only reverse mode can use, through the backward kernel).  Either is
+the outermost layer, so every differentiation, however the call is reached
+(``jax.jit``, ``jax.vmap``, several devices), meets kernix's rule first.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from jax.experimental.custom_partitioning import (
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ..signature import Group, Signature
-from .varying import in_shard_map, output_structs, varying_axes
+from .primitives import pullback_tangents
+from .varying import aval, in_shard_map, output_structs, varying_axes
 
-__all__ = ["partitioned", "sharding_rule", "batched", "refusing", "with_vjp"]
+__all__ = ["partitioned", "sharding_rule", "batched", "refusing", "reverse_only"]
 
 Call = Callable[..., tuple[Any, ...]]  # arrays -> tuple of arrays
 
@@ -171,8 +175,24 @@ def _summed(g: Any, x: Any) -> Any:
     return jax.lax.psum(g, tuple(sorted(extra))) if extra else g
 
 
-def with_vjp(forward: Call, backward: Callable[..., Any], out_structs: Callable[[Sequence[Any]], list[Any]]) -> Call:
-    """``forward`` as a ``jax.custom_vjp`` whose backward pass runs ``backward``.
+def _inexact(x: Any) -> bool:
+    return bool(jnp.issubdtype(x.dtype, jnp.inexact))
+
+
+def reverse_only(
+    forward: Call, backward: Callable[..., Any], out_structs: Callable[[Sequence[Any]], list[Any]],
+    higher_order: Callable[[], Exception], forward_mode: Callable[[], Exception],
+) -> Call:
+    """``forward``, differentiable in reverse mode through ``backward``.
+
+    A ``jax.custom_jvp`` whose rule gives the outputs' tangents as a
+    :func:`~kernix.runtime.primitives.pullback_tangents`: reverse mode
+    (``jax.grad``, ``jax.vjp``, ``jax.jacrev``) transposes it into a call of
+    ``backward``; forward mode (``jax.jvp``, ``jax.jacfwd``) raises
+    ``forward_mode()`` when it would evaluate or compile it.  The rule
+    computes the outputs through :func:`refusing` with ``higher_order``, so a
+    derivative of the derivative (``jax.hessian``, a gradient of a gradient)
+    raises that.
 
     Parameters
     ----------
@@ -184,7 +204,9 @@ def with_vjp(forward: Call, backward: Callable[..., Any], out_structs: Callable[
         and dtypes; returns the input cotangents (an array for one input).
     out_structs
         The ``jax.ShapeDtypeStruct`` of each output for given inputs (an
-        integer output's ``float0`` cotangent becomes zeros of its type).
+        integer output's cotangent is zeros of its type).
+    higher_order, forward_mode
+        The errors to raise.
 
     Returns
     -------
@@ -192,25 +214,26 @@ def with_vjp(forward: Call, backward: Callable[..., Any], out_structs: Callable[
         Differentiable in reverse mode; integer inputs get ``float0`` cotangents.
     """
 
-    @jax.custom_vjp
-    def f(*xs: Any) -> tuple[Any, ...]:
-        return forward(*xs)
-
-    def f_fwd(*xs: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        return forward(*xs), xs
-
-    def f_bwd(xs: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
-        cts = tuple(
-            jnp.zeros(o.shape, o.dtype) if ct.dtype == jax.dtypes.float0 else ct
-            for ct, o in zip(cts, out_structs(xs))
-        )
-        grads = backward(*xs, *cts, out=output_structs([(jnp.shape(x), x.dtype) for x in xs], xs))
+    def pullback(xs: Sequence[Any], cts: Sequence[Any]) -> list[Any]:
+        given = iter(cts)
+        full = [next(given) if _inexact(o) else jnp.zeros(o.shape, o.dtype) for o in out_structs(xs)]
+        grads = backward(*xs, *full, out=output_structs([(jnp.shape(x), x.dtype) for x in xs], xs))
         if not isinstance(grads, tuple):  # one input: one output, returned as it is
             grads = (grads,)
-        return tuple(
-            _summed(g, x) if jnp.issubdtype(x.dtype, jnp.inexact) else np.zeros(jnp.shape(x), jax.dtypes.float0)
-            for g, x in zip(grads, xs)
-        )
+        return [_summed(g, x) for g, x in zip(grads, xs) if _inexact(x)]
 
-    f.defvjp(f_fwd, f_bwd)
-    return f
+    primal = refusing(forward, higher_order)
+    differentiable = jax.custom_jvp(forward)
+
+    @differentiable.defjvp
+    def rule(primals: Any, tangents: Any) -> Any:
+        outs = tuple(primal(*primals))
+        linear = [t for t, x in zip(tangents, primals) if _inexact(x)]
+        avals = [aval(o).to_tangent_aval() for o in outs if _inexact(o)]
+        lin = iter(pullback_tangents(primals, linear, out_avals=avals, pullback=pullback, error=forward_mode))
+        return outs, tuple(next(lin) if _inexact(o) else np.zeros(jnp.shape(o), jax.dtypes.float0) for o in outs)
+
+    def call(*xs: Any) -> tuple[Any, ...]:
+        return differentiable(*xs) if any(isinstance(x, jax.core.Tracer) for x in xs) else forward(*xs)
+
+    return call

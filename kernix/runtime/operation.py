@@ -2,10 +2,13 @@
 
 :func:`make_operation` picks the kind once, from the spec: a
 :class:`PlainOperation` (no shape signature: the outputs as ``out=`` gives
-them, one ``jax.ffi.ffi_call``) or a :class:`ShapedOperation` (outputs from the
-signature, the call composed of the layers of :mod:`kernix.runtime.layers`,
-built once per set of attribute values).  Either refuses differentiation with
-kernix's error (:func:`no_backward`) where no backward kernel applies.
+them, which it must, one ``jax.ffi.ffi_call``) or a :class:`ShapedOperation`
+(outputs from the signature, the call composed of the layers of
+:mod:`kernix.runtime.layers`, built once per set of attribute values).  Either
+refuses differentiation with kernix's error (:func:`no_backward`,
+:func:`forward_mode`) where no backward kernel applies, and compiling the call
+for a platform its target has no handler on
+(:func:`~kernix.runtime.primitives.check_platform`).
 """
 
 from __future__ import annotations
@@ -22,9 +25,14 @@ from ..signature import bind, parse_signature
 from ..spec import FunctionSpec
 from . import layers
 from .arguments import check_buffer
-from .varying import output_structs
+from .primitives import check_platform
+from .stubs import input_names
+from .varying import in_shard_map, output_structs
 
-__all__ = ["Backward", "Operation", "PlainOperation", "ShapedOperation", "make_operation", "no_backward"]
+__all__ = [
+    "Backward", "Operation", "PlainOperation", "ShapedOperation", "make_operation", "no_backward", "forward_mode",
+    "missing_out",
+]
 
 
 class Backward(NamedTuple):
@@ -61,6 +69,52 @@ def no_backward(spec: FunctionSpec, backward: str | None) -> CallError:
     )
 
 
+def forward_mode(spec: FunctionSpec, backward: str) -> CallError:
+    """The error for forward-mode differentiation of ``spec``'s function,
+    whose backward kernel ``backward`` gives reverse mode only."""
+    name = spec.name
+    return CallError(
+        f"{name}() cannot be differentiated in forward mode (jax.jvp, jax.jacfwd, jax.hessian, or calling the "
+        f"function jax.linearize returns): its backward kernel {backward}() gives reverse mode only. Write "
+        f"jax.jacrev instead of jax.jacfwd, and jax.vjp (vector-Jacobian products) instead of jax.jvp; for "
+        f"forward mode or second derivatives, differentiate an implementation of {name} written in JAX."
+    )
+
+
+_DIM_NAMES = "nmkpqrstuvwabcdefghij"
+
+
+def missing_out(spec: FunctionSpec, inputs: Sequence[Any]) -> CallError:
+    """The error for calling ``spec``'s function, which has no shape
+    signature, without ``out=``: the ``out=`` call and the annotation to
+    write, both guessed from this call's inputs (each output like the first
+    input), as a start to correct."""
+    name = spec.name
+    taken = {p.name for p in spec.attrs}
+    free = iter(c for c in _DIM_NAMES if c not in taken)
+    dims: dict[int, str] = {}
+    groups = []
+    for x in inputs:
+        groups.append("(" + ",".join(dims.setdefault(d, next(free, f"d{d}")) for d in np.shape(x)) + ")")
+    outputs = ",".join([groups[0] if groups else "(n)"] * len(spec.outputs))
+    annotation = f"// @BE {name} {','.join(groups)}->{outputs}"
+    args = input_names(spec)
+    first = args[0] if args else None
+    struct = f"jax.ShapeDtypeStruct({first}.shape, {first}.dtype)" if first else "jax.ShapeDtypeStruct(SHAPE, DTYPE)"
+    out = struct if len(spec.outputs) == 1 else "[" + ", ".join([struct] * len(spec.outputs)) + "]"
+    call = f"{name}({', '.join(args + [f'{p.name}=...' for p in spec.attrs] + [f'out={out}'])})"
+    where = f" (above {spec.file}:{spec.line})" if spec.file else ""
+    shapes = ", ".join(str(tuple(np.shape(x))) for x in inputs) or "none"
+    outs = ", ".join(repr(p.name) for p in spec.outputs)
+    return CallError(
+        f"{name}() has no shape signature, so kernix does not know the shape and dtype of its output(s) {outs} "
+        f"and will not guess them (a kernel that writes another size would write past the buffer). Pass them "
+        f"with out=, e.g.\n    {call}\nor declare them with a shape signature at the end of its annotation"
+        f"{where}, e.g.\n    {annotation}\n(this call's input shapes: {shapes}; the output shapes above are a "
+        f"guess: write the shapes the kernel writes, ... for leading batch dimensions, e.g. (...,n)->(...,n))."
+    )
+
+
 def _listed(spec: FunctionSpec, out: Any) -> list[Any]:
     """``out=`` as a list of one struct per output."""
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
@@ -85,32 +139,43 @@ class Operation:
         The function's spec.
     backward
         The backward kernel that declares ``vjp=`` the function, if any.
+    module
+        The name of the module that loaded it (for error messages).
     """
 
-    __slots__ = ("target", "spec", "backward")
+    __slots__ = ("target", "spec", "backward", "module")
 
-    def __init__(self, target: str, spec: FunctionSpec, backward: Backward | None = None) -> None:
+    def __init__(self, target: str, spec: FunctionSpec, backward: Backward | None = None, module: str = "") -> None:
         self.target = target
         self.spec = spec
         self.backward = backward
+        self.module = module or target.rpartition(".")[0]
 
     def _ffi(
         self, outs: Callable[[Sequence[Any]], list[Any]], attrs: Mapping[str, Any], vmap_method: str | None,
     ) -> layers.Call:
-        """The plain FFI call, its output structs ``outs(inputs)``."""
+        """The plain FFI call, its output structs ``outs(inputs)``, behind the platform check."""
+        where = {"target": self.target, "function": self.spec.name, "module": self.module}
 
         def ffi(*xs: Any) -> tuple[Any, ...]:
-            return tuple(jax.ffi.ffi_call(self.target, outs(xs), vmap_method=vmap_method)(*xs, **attrs))
+            structs = outs(xs)
+            checked = check_platform(xs, **where) if any(isinstance(x, jax.core.Tracer) for x in xs) else xs
+            return tuple(jax.ffi.ffi_call(self.target, structs, vmap_method=vmap_method)(*checked, **attrs))
 
         return ffi
 
     def _refusal(self) -> CallError:
         return no_backward(self.spec, None if self.backward is None else self.backward.name)
 
+    def _forward_mode(self) -> CallError:
+        assert self.backward is not None
+        return forward_mode(self.spec, self.backward.name)
+
 
 class PlainOperation(Operation):
     """A function without a shape signature: one ``jax.ffi.ffi_call``, its
-    outputs as ``out=`` gives them, or (one output) like the first input."""
+    outputs as ``out=`` gives them (a call without ``out=`` is refused:
+    :func:`missing_out`)."""
 
     __slots__ = ()
 
@@ -122,18 +187,16 @@ class PlainOperation(Operation):
         return _unpack(layers.refusing(self._ffi(lambda xs: outs, attrs, vmap_method), self._refusal)(*inputs))
 
     def _outputs(self, out: Any, inputs: Sequence[Any]) -> list[Any]:
-        """``out=`` checked against the spec, or (``None``) the first input's shape and dtype."""
+        """``out=`` checked against the spec (as structs that vary over the
+        inputs' mesh axes inside ``jax.shard_map``)."""
         spec = self.spec
         if out is None:
-            if len(spec.outputs) != 1 or not inputs:
-                raise CallError(
-                    f"{spec.name}(): pass out= with the shape and dtype of its {len(spec.outputs)} outputs "
-                    "(a jax.ShapeDtypeStruct or a list of them)"
-                )
-            return output_structs([(np.shape(inputs[0]), inputs[0].dtype)], inputs)
+            raise missing_out(spec, inputs)
         outs = _listed(spec, out)
         for o, p in zip(outs, spec.outputs):
             check_buffer(spec.name, p, o, "output")
+        if in_shard_map(inputs):  # the outputs vary over the mesh axes the inputs vary over
+            return output_structs([(tuple(np.shape(o)), o.dtype) for o in outs], inputs)
         return outs
 
 
@@ -143,8 +206,8 @@ class ShapedOperation(Operation):
 
     __slots__ = ("signature", "_built")
 
-    def __init__(self, target: str, spec: FunctionSpec, backward: Backward | None = None) -> None:
-        super().__init__(target, spec, backward)
+    def __init__(self, target: str, spec: FunctionSpec, backward: Backward | None = None, module: str = "") -> None:
+        super().__init__(target, spec, backward, module)
         assert spec.signature is not None
         self.signature = parse_signature(spec.signature)
         self._built: dict[Any, layers.Call] = {}
@@ -184,17 +247,17 @@ class ShapedOperation(Operation):
         forward = layers.partitioned(self.signature, ffi)
         if self.signature.batched:
             forward = layers.batched(self.signature, forward, ffi)
-        forward = layers.refusing(forward, self._refusal)
         if self.backward is None:
-            return forward
+            return layers.refusing(forward, self._refusal)
         backward = functools.partial(self.backward.call, **{n: raw_attrs[n] for n in self.backward.attrs})
-        return layers.with_vjp(forward, backward, outs)
+        return layers.reverse_only(forward, backward, outs, self._refusal, self._forward_mode)
 
 
-def make_operation(target: str, spec: FunctionSpec, backward: Backward | None = None) -> Operation:
-    """The operation of ``spec``'s function: a :class:`ShapedOperation` if it
-    has a shape signature, else a :class:`PlainOperation`."""
-    return (PlainOperation if spec.signature is None else ShapedOperation)(target, spec, backward)
+def make_operation(target: str, spec: FunctionSpec, backward: Backward | None = None, module: str = "") -> Operation:
+    """The operation of ``spec``'s function (loaded by the module named
+    ``module``): a :class:`ShapedOperation` if it has a shape signature,
+    else a :class:`PlainOperation`."""
+    return (PlainOperation if spec.signature is None else ShapedOperation)(target, spec, backward, module)
 
 
 def _unpack(result: Sequence[Any]) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ..errors import RegistrationError
 from ..languages import JAX_PLATFORMS
@@ -29,14 +29,17 @@ __all__ = [
     "handler_address",
     "register_targets",
     "list_registered_targets",
+    "platforms_of",
     "versioned_name",
     "versioned_target",
+    "parse_versioned",
+    "register_alias",
+    "registered_digests",
 ]
 
 _lock = threading.RLock()
 _libraries: dict[str, ctypes.CDLL] = {}
 _targets: dict[tuple[str, str], "Registration"] = {}
-_versioned: dict[str, str] = {}  # target -> its content-versioned name
 _new_capsule = None  # PyCapsule_New, typed for our calls (made on first use)
 
 
@@ -121,10 +124,10 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
     symbols
         FFI target name (``"<prefix>.<function>"``) -> handler symbol.
 
-    Each handler is also known as :func:`versioned_name`
-    (``"<target>@<12 hex of the digest>"``), the name that
-    :func:`kernix.export` writes into exported artifacts; that name is
-    registered with XLA when first asked for (:func:`versioned_target`).
+    Each handler is also known by a content-versioned name
+    (:func:`versioned_name`), the name that :func:`kernix.export` writes
+    into exported artifacts; that name is registered with XLA when first
+    asked for (:func:`versioned_target`).
 
     Returns
     -------
@@ -150,7 +153,6 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
         capsules = _capsules(new)  # every symbol found before XLA is touched
         for reg, capsule in zip(new, capsules):
             _register(reg, capsule)
-            _versioned[reg.target] = versioned_name(reg.target, digest)
         return [reg.target for reg in new]
 
 
@@ -175,25 +177,68 @@ def _register(reg: Registration, capsule: object) -> None:
     _targets[(reg.target, reg.platform)] = reg
 
 
-def versioned_name(target: str, digest: str) -> str:
-    """``"<target>@<first 12 hex digits of the library's SHA-256>"``: the
-    target name that also names the code."""
-    return f"{target}@{digest[:12]}"
+def versioned_name(target: str, digests: str | Mapping[str, str]) -> str:
+    """The target name that also names the code: ``"<target>@<first 12 hex
+    digits of the library's SHA-256>"`` for one library (``digests`` a
+    digest, or a mapping of one platform to it), and for libraries of
+    several platforms ``"<target>@cpu:<12 hex>,cuda:<12 hex>"``."""
+    if isinstance(digests, str):
+        return f"{target}@{digests[:12]}"
+    if len(set(digests.values())) == 1:
+        return f"{target}@{next(iter(digests.values()))[:12]}"
+    return f"{target}@" + ",".join(f"{p}:{d[:12]}" for p, d in sorted(digests.items()))
 
 
-def versioned_target(target: str) -> str | None:
-    """The content-versioned name of a target kernix registered (registered
-    with XLA now if it was not yet), or ``None``."""
+def parse_versioned(name: str) -> tuple[str, dict[str | None, str]]:
+    """``(target, {platform: 12 hex})`` of a :func:`versioned_name`; the
+    platform is ``None`` in the one-library form, which does not name it."""
+    target, _, version = name.rpartition("@")
+    if ":" not in version:
+        return target, {None: version}
+    return target, {p: d for p, _, d in (part.partition(":") for part in version.split(","))}
+
+
+def versioned_target(target: str, platforms: Sequence[str] | None = None) -> str | None:
+    """The content-versioned name of a target kernix registered, for the
+    libraries registered under it on ``platforms`` (``"cpu"``, ``"cuda"``;
+    default: every platform it has); ``None`` where it has none of them.
+
+    The name is registered with XLA now, on each of those platforms, for
+    that platform's library, if it was not yet.
+    """
     with _lock:
-        versioned = _versioned.get(target)
-        if versioned is None:
+        regs = {p: r for p, jp in JAX_PLATFORMS.items() if (r := _targets.get((target, jp))) is not None
+                and (platforms is None or p in platforms)}
+        if not regs:
             return None
-        for platform in JAX_PLATFORMS.values():
-            reg = _targets.get((target, platform))
-            if reg is not None and (versioned, platform) not in _targets:
-                alias = Registration(versioned, platform, reg.digest, reg.library, reg.symbol)
-                _register(alias, *_capsules([alias]))
+        versioned = versioned_name(target, {p: r.digest for p, r in regs.items()})
+        register_alias(versioned, target, list(regs))
         return versioned
+
+
+def register_alias(name: str, target: str, platforms: Sequence[str]) -> None:
+    """Register ``name`` with XLA for the handler of ``target`` on each of
+    ``platforms`` (kernix platforms where ``target`` is registered), unless
+    it is already."""
+    with _lock:
+        for p in platforms:
+            reg = _targets[(target, JAX_PLATFORMS[p])]
+            if (name, reg.platform) not in _targets:
+                alias = Registration(name, reg.platform, reg.digest, reg.library, reg.symbol)
+                _register(alias, *_capsules([alias]))
+
+
+def registered_digests(target: str) -> dict[str, str]:
+    """The SHA-256 of the library registered under ``target``, by kernix platform."""
+    with _lock:
+        return {p: r.digest for p, jp in JAX_PLATFORMS.items() if (r := _targets.get((target, jp))) is not None}
+
+
+def platforms_of(target: str) -> list[str]:
+    """The kernix platforms (``"cpu"``, ``"cuda"``) on which ``target`` has a
+    handler registered by kernix, sorted."""
+    with _lock:
+        return sorted(p for p, jax_platform in JAX_PLATFORMS.items() if (target, jax_platform) in _targets)
 
 
 def list_registered_targets() -> dict[str, str]:

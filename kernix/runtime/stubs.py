@@ -35,8 +35,8 @@ def _returns(spec: FunctionSpec) -> str:
 
 def out_required(spec: FunctionSpec) -> bool:
     """Whether a call must pass ``out=``: the function has no shape signature
-    and several outputs, or no input to take the one output's shape from."""
-    return spec.signature is None and (len(spec.outputs) > 1 or not spec.inputs)
+    (kernix does not guess output shapes)."""
+    return spec.signature is None
 
 
 def _python_params(spec: FunctionSpec) -> str:
@@ -72,10 +72,8 @@ def docstring(spec: FunctionSpec, *, backward: str | None = None) -> str:
         lines += [f"{p.name} : {python_type(p)}", f"    Attribute ``{p.type}`` (passed as {p.dtype})."]
     if spec.signature:
         out = "The output shapes and dtypes (must agree with the signature)."
-    elif out_required(spec):
-        out = "The output shapes and dtypes, one for each output."
     else:
-        out = "The output's shape and dtype (default: the first input's)."
+        out = "The output shapes and dtypes, one for each output (required: no shape signature gives them)."
     lines += [
         "out : jax.ShapeDtypeStruct or sequence of them" + ("" if out_required(spec) else ", optional"),
         "    " + out,

@@ -17,14 +17,19 @@ from typing import Any, Iterable, Sequence
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
-__all__ = ["varying_axes", "in_shard_map", "output_structs"]
+__all__ = ["aval", "varying_axes", "in_shard_map", "output_structs"]
 
 
 def _axes(x: Any) -> tuple[Any, Any, frozenset[str]]:
     """``(aval, manual_axis_type or None, the axes x varies over)``."""
-    aval = jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x)
-    manual = getattr(aval, "manual_axis_type", None)
-    return aval, manual, frozenset(manual.varying if manual is not None else getattr(aval, "vma", ()))
+    a = aval(x)
+    manual = getattr(a, "manual_axis_type", None)
+    return a, manual, frozenset(manual.varying if manual is not None else getattr(a, "vma", ()))
+
+
+def aval(x: Any) -> Any:
+    """The abstract value of ``x`` (``jax.typeof``, where JAX has it)."""
+    return jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x)
 
 
 def varying_axes(x: Any) -> frozenset[str]:

@@ -2,8 +2,8 @@
 #include <cstdint>
 #include "kernix/common.h"
 
-// y = a * x + y0
-// @BE axpy
+// y = a * x + y0 (any shape: the shape signature gives y the shape of x)
+// @BE axpy (...),(...)->(...)
 void axpy(const BE::Tensor& x, const BE::Tensor& y0, BE::Tensor& y, float a) {
   BE_CHECK(x.numel() == y0.numel()) << "x has " << x.numel() << " elements, y0 has " << y0.numel();
   const float* px = x.data_ptr<float>();

@@ -1,0 +1,270 @@
+"""JAX transformations of kernel calls: what works gives the right numbers, and
+every transformation kernix does not support is a CallError that names the
+function and what to write instead -- on one device, on several CPU devices
+(in a subprocess, ``--xla_force_host_platform_device_count``), and on GPUs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import kernix
+
+from helpers import unique_name
+
+# Two elementwise kernels over any leading dimensions: `twice` has no backward
+# kernel, `cube` has one.  The same code as C++ and as CUDA.
+CPP = textwrap.dedent(
+    """\
+    #include "kernix/common.h"
+    // @BE twice (...,n)->(...,n)
+    void twice(const BE::Tensor& x, BE::Tensor& y) {
+      for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = 2 * x.data_ptr<float>()[i];
+    }
+    // @BE cube (...,n)->(...,n)
+    void cube(const BE::Tensor& x, BE::Tensor& y) {
+      const float* a = x.data_ptr<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = a[i] * a[i] * a[i];
+    }
+    // @BE cube_bwd (...,n),(...,n)->(...,n) vjp=cube
+    void cube_bwd(const BE::Tensor& x, const BE::Tensor& g, BE::Tensor& dx) {
+      const float* a = x.data_ptr<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) dx.data_ptr<float>()[i] = 3 * a[i] * a[i] * g.data_ptr<float>()[i];
+    }
+    """
+)
+
+CUDA = textwrap.dedent(
+    """\
+    #include "kernix/common.h"
+    __global__ void twice_k(const float* x, float* y, int64_t n) {
+      int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+      if (i < n) y[i] = 2 * x[i];
+    }
+    __global__ void cube_k(const float* x, float* y, int64_t n) {
+      int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+      if (i < n) y[i] = x[i] * x[i] * x[i];
+    }
+    __global__ void cube_bwd_k(const float* x, const float* g, float* dx, int64_t n) {
+      int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+      if (i < n) dx[i] = 3 * x[i] * x[i] * g[i];
+    }
+    static int blocks(int64_t n) { return (int)((n + 255) / 256); }
+    // @BE twice (...,n)->(...,n)
+    void twice(const BE::Tensor& x, BE::Tensor& y, cudaStream_t s) {
+      twice_k<<<blocks(x.numel()), 256, 0, s>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    }
+    // @BE cube (...,n)->(...,n)
+    void cube(const BE::Tensor& x, BE::Tensor& y, cudaStream_t s) {
+      cube_k<<<blocks(x.numel()), 256, 0, s>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    }
+    // @BE cube_bwd (...,n),(...,n)->(...,n) vjp=cube
+    void cube_bwd(const BE::Tensor& x, const BE::Tensor& g, BE::Tensor& dx, cudaStream_t s) {
+      cube_bwd_k<<<blocks(x.numel()), 256, 0, s>>>(x.data_ptr<float>(), g.data_ptr<float>(), dx.data_ptr<float>(),
+                                                   x.numel());
+    }
+    """
+)
+
+NO_BACKWARD = r"twice\(\) cannot be differentiated: no backward kernel declares vjp=twice\. For reverse mode"
+FORWARD_MODE = (r"cube\(\) cannot be differentiated in forward mode \(jax\.jvp, jax\.jacfwd, jax\.hessian.*"
+                r"backward kernel cube_bwd\(\) gives reverse mode only\. Write jax\.jacrev instead of jax\.jacfwd")
+HIGHER_ORDER = r"cube\(\) cannot be differentiated here: its backward kernel cube_bwd\(\) gives first-order"
+
+
+def _transforms(f):
+    """name -> a callable of one array that applies a transformation to ``f`` (an array -> array function)."""
+    loss = lambda x: jnp.sum(f(x))  # noqa: E731
+    return {
+        "grad": jax.grad(loss),
+        "jit(grad)": jax.jit(jax.grad(loss)),
+        "grad(jit)": jax.grad(jax.jit(loss)),
+        "vjp": lambda x: jax.vjp(f, x)[1](jnp.ones_like(x))[0],
+        "jacrev": lambda x: jax.jacrev(f)(x),
+        "vmap(grad)": jax.vmap(jax.grad(loss)),
+        "grad(vmap)": jax.grad(lambda x: jnp.sum(jax.vmap(f)(x))),
+        "jit(vmap(grad))": jax.jit(jax.vmap(jax.grad(loss))),
+        "checkpoint": jax.grad(jax.checkpoint(loss)),
+        "jvp": lambda x: jax.jvp(f, (x,), (x,))[1],
+        "jit(jvp)": jax.jit(lambda x: jax.jvp(f, (x,), (x,))[1]),
+        "jvp(jit)": lambda x: jax.jvp(jax.jit(f), (x,), (x,))[1],
+        "jacfwd": jax.jacfwd(f),
+        "jit(jacfwd)": jax.jit(jax.jacfwd(f)),
+        "linearize": lambda x: jax.linearize(f, x)[1](x),
+        "hessian": jax.hessian(loss),
+        "jit(hessian)": jax.jit(jax.hessian(loss)),
+        "hessian(jit)": jax.hessian(jax.jit(loss)),
+        "grad(grad)": jax.grad(lambda x: jnp.sum(jax.grad(loss)(x))),
+        "grad(jit(grad))": jax.grad(lambda x: jnp.sum(jax.jit(jax.grad(loss))(x))),
+    }
+
+
+REVERSE = ("grad", "jit(grad)", "grad(jit)", "vjp", "jacrev", "vmap(grad)", "grad(vmap)", "jit(vmap(grad))",
+           "checkpoint")
+FORWARD = ("jvp", "jit(jvp)", "jvp(jit)", "jacfwd", "jit(jacfwd)", "linearize")
+SECOND = ("hessian", "jit(hessian)", "hessian(jit)", "grad(grad)", "grad(jit(grad))")
+
+
+def check_transforms(mod, x) -> list[str]:
+    """Run every transformation of ``mod.twice`` and ``mod.cube`` on ``x``
+    (a float32 array of shape (b, n), maybe sharded along b); return the
+    names of those checked (raises AssertionError on the first wrong one)."""
+    import re
+
+    done = []
+    want_grad = 3 * np.asarray(x, np.float64) ** 2
+    for name, fn in _transforms(mod.cube).items():
+        if name in REVERSE:
+            got = np.asarray(fn(x))
+            want = want_grad
+            if name == "jacrev":  # d cube(x)[i,j] / d x[k,l] = 3 x[i,j]^2 where (i,j) == (k,l), else 0
+                want = np.zeros(x.shape * 2)
+                for i, j in np.ndindex(*x.shape):
+                    want[i, j, i, j] = want_grad[i, j]
+            np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=name)
+        else:
+            pattern = FORWARD_MODE if name in FORWARD else HIGHER_ORDER
+            try:
+                fn(x)
+            except kernix.CallError as e:
+                assert re.search(pattern, str(e), re.S), f"cube, {name}: {e}"
+            else:
+                raise AssertionError(f"cube, {name}: no error")
+        done.append(f"cube {name}")
+    for name, fn in _transforms(mod.twice).items():
+        try:
+            fn(x)
+        except kernix.CallError as e:
+            assert re.search(NO_BACKWARD, str(e)), f"twice, {name}: {e}"
+        else:
+            raise AssertionError(f"twice, {name}: no error")
+        done.append(f"twice {name}")
+    return done
+
+
+@pytest.fixture(scope="module")
+def cpu_mod(tmp_path_factory):
+    return kernix.load_cpp_inline(unique_name("transforms"), CPP,
+                                  build_directory=tmp_path_factory.mktemp("cache"))
+
+
+def test_transforms_on_one_device(cpu_mod):
+    x = jnp.asarray(np.random.default_rng(0).uniform(0.5, 1.5, (2, 3)), jnp.float32)
+    done = check_transforms(cpu_mod, x)
+    assert len(done) == 2 * len(_transforms(cpu_mod.cube))
+
+
+def test_forward_call_is_unchanged_under_every_layer(cpu_mod):
+    x = jnp.asarray(np.arange(6).reshape(2, 3), jnp.float32)
+    np.testing.assert_array_equal(cpu_mod.cube(x), np.asarray(x) ** 3)
+    np.testing.assert_array_equal(jax.jit(cpu_mod.cube)(x), np.asarray(x) ** 3)
+    np.testing.assert_array_equal(jax.vmap(cpu_mod.twice)(x), 2 * np.asarray(x))
+    # Not differentiated through the kernel (stop_gradient, or a zero tangent): no error.
+    g = jax.grad(lambda w: jnp.sum(w * jax.lax.stop_gradient(cpu_mod.twice(x))))(1.0)
+    assert float(g) == float(np.sum(2 * np.asarray(x)))
+    primal, tangent = jax.jvp(lambda w: w * cpu_mod.cube(x), (2.0,), (1.0,))
+    np.testing.assert_array_equal(tangent, np.asarray(x) ** 3)
+
+
+def test_error_says_what_to_write_and_that_works(cpu_mod):
+    """The forward-mode error says jax.jacrev for jax.jacfwd: that gives the Jacobian."""
+    x = jnp.asarray([[0.5, 1.0, 2.0]], jnp.float32)
+    with pytest.raises(kernix.CallError, match="Write jax.jacrev instead of jax.jacfwd") as e:
+        jax.jacfwd(cpu_mod.cube)(x)
+    assert isinstance(e.value, TypeError)  # what JAX raised for forward mode of a custom_vjp, as before
+    jac = jax.jacrev(cpu_mod.cube)(x)
+    np.testing.assert_allclose(jac[0, :, 0, :], np.diag(3 * np.asarray(x[0]) ** 2), rtol=1e-6)
+
+
+SEVERAL = textwrap.dedent(
+    """
+    import re, sys
+    sys.path.insert(0, sys.argv[1])
+    import numpy as np
+    import jax, jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import kernix
+    import test_transforms as t
+    assert jax.device_count() == int(sys.argv[3]), jax.devices()
+    mod = kernix.load_cpp_inline("several_transforms", t.CPP, build_directory=sys.argv[2])
+    x = np.random.default_rng(0).uniform(0.5, 1.5, (4, 3)).astype(np.float32)
+    done = t.check_transforms(mod, jnp.asarray(x))  # unsharded: the kernels run through custom_partitioning
+    mesh = Mesh(np.array(jax.devices()), ("b",))
+    xs = jax.device_put(x, NamedSharding(mesh, P("b", None)))
+    done += t.check_transforms(mod, xs)  # sharded along the batch dimension
+    f = jax.jit(jax.grad(lambda v: jnp.sum(mod.cube(v))))
+    assert "all-gather" not in f.lower(xs).compile().as_text()  # the backward runs per shard too
+    # Inside jax.shard_map, each device calls the kernels on its own shard.
+    in_shards = lambda k: jax.shard_map(k, mesh=mesh, in_specs=P("b", None), out_specs=P("b", None))
+    g = jax.jit(jax.grad(lambda v: jnp.sum(in_shards(mod.cube)(v))))(xs)
+    np.testing.assert_allclose(g, 3 * x.astype(np.float64) ** 2, rtol=1e-5)
+    for k, pattern in ((mod.cube, t.FORWARD_MODE), (mod.twice, t.NO_BACKWARD)):
+        try:
+            jax.jit(lambda v: jax.jvp(in_shards(k), (v,), (v,))[1])(xs)
+        except kernix.CallError as e:
+            assert re.search(pattern, str(e), re.S), e
+        else:
+            raise AssertionError("jvp through shard_map: no error")
+    print("OK", len(done))
+    """
+)
+
+
+def test_transforms_on_several_cpu_devices(tmp_path, devices=2):
+    script = tmp_path / "several.py"
+    script.write_text(SEVERAL)
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, str(script), str(Path(__file__).parent), str(tmp_path / "cache"), str(devices)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert proc.stdout.split()[-1] == str(2 * 2 * len(_transforms(lambda x: x)))
+
+
+# -- on GPUs -------------------------------------------------------------------------------------
+
+def _gpus() -> list:
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:
+        return []
+
+
+@pytest.fixture(scope="module")
+def cuda_mod():
+    return kernix.load_cuda_inline(unique_name("transforms_cuda"), CUDA)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")
+def test_transforms_on_one_gpu(cuda_mod):
+    x = jax.device_put(np.random.default_rng(0).uniform(0.5, 1.5, (2, 3)).astype(np.float32), _gpus()[0])
+    with jax.default_device(_gpus()[0]):
+        done = check_transforms(cuda_mod, x)
+    assert len(done) == 2 * len(_transforms(cuda_mod.cube))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(len(_gpus()) < 2, reason="needs 2 GPUs")
+def test_transforms_on_two_gpus(cuda_mod, cpu_mod):
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    gpus = _gpus()[:2]
+    x = np.random.default_rng(0).uniform(0.5, 1.5, (4, 3)).astype(np.float32)
+    with jax.default_device(gpus[0]):
+        check_transforms(cuda_mod, jnp.asarray(x))
+        mesh = Mesh(np.array(gpus), ("b",))
+        check_transforms(cuda_mod, jax.device_put(x, NamedSharding(mesh, P("b", None))))
+    # A C++ module's kernels on the CPU of a machine with 2 GPUs (jax.device_count() counts the GPUs).
+    with jax.default_device(jax.devices("cpu")[0]):
+        check_transforms(cpu_mod, jnp.asarray(x))
