@@ -185,8 +185,12 @@ def test_sizes_and_values_constrain_drawn_inputs(ops):
     assert kernix.check(ops.head, lambda x, k: x[:k], x, k=3, sizes={"n": 5}, values={"x": ramp}, examples=3,
                         checks=["drawn"]).ok
     assert seen and set(seen) == {5}
-    with pytest.raises(kernix.KernixError, match=r"sizes= names 'm', which the signature \(n\)->\(k\) does not draw"):
+    with pytest.raises(kernix.CallError, match=r"sizes= names 'm', which the signature \(n\)->\(k\) does not draw"):
         kernix.check(ops.head, lambda x, k: x[:k], x, k=3, sizes={"m": 2}, checks=["drawn"])
+    with pytest.raises(kernix.CallError, match=r"values= names 'y', which head\(\) does not take.*its inputs: x"):
+        kernix.check(ops.head, lambda x, k: x[:k], x, k=3, values={"y": ramp}, checks=["drawn"])
+    with pytest.raises(kernix.CallError, match=r"dtypes= holds 'float33', which is not a dtype"):
+        kernix.check(ops.head, lambda x, k: x[:k], x, k=3, dtypes=["float33"], checks=["drawn"])
 
 
 def test_without_a_shape_signature(kernels):

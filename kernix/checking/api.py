@@ -72,13 +72,21 @@ def _dtype_combos(s: Subject, dtypes: Sequence[Any] | None) -> list[tuple[np.dty
     example = [np.dtype(a.dtype) for a in s.args]
     entries = list(dtypes) if dtypes is not None else [None]
     combos = []
+
+    def dtype(d: Any) -> np.dtype:
+        try:
+            return np.dtype(numpy_dtype(np.dtype(d).name))
+        except (TypeError, ValueError, AttributeError):
+            raise CallError(f"kernix.check: dtypes= holds {d!r}, which is not a dtype (write 'float32', "
+                            "jnp.float32, ...)") from None
+
     for entry in entries:
         if entry is None:
             wanted = example
         elif isinstance(entry, (str, np.dtype, type)):
-            wanted = [np.dtype(numpy_dtype(np.dtype(entry).name))] * len(example)
+            wanted = [dtype(entry)] * len(example)
         else:
-            wanted = [np.dtype(numpy_dtype(np.dtype(d).name)) for d in entry]
+            wanted = [dtype(d) for d in entry]
             if len(wanted) != len(example):
                 raise CallError(f"kernix.check: dtypes= entry {entry!r} gives {len(wanted)} dtypes, the kernel has "
                                 f"{len(example)} inputs")

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from ..errors import KernixError
+from ..errors import CallError, KernixError
 from .report import CheckResult
 from .subject import Subject, describe
 from .transforms import GRAD_SCALE, cotangents, gradients
@@ -123,8 +123,12 @@ def check_drawn(
     names = [n for n in sig.names if n not in fixed and any(n in g.dims for g in sig.inputs)]
     unknown = sorted(set(sizes) - set(names))
     if unknown:
-        raise KernixError(f"kernix.check: sizes= names {', '.join(map(repr, unknown))}, which the signature "
-                          f"{sig} does not draw (it draws: {', '.join(names) or 'none'})")
+        raise CallError(f"kernix.check: sizes= names {', '.join(map(repr, unknown))}, which the signature "
+                        f"{sig} does not draw (it draws: {', '.join(names) or 'none'})")
+    unknown = sorted(set(values) - set(s.input_names))
+    if unknown:
+        raise CallError(f"kernix.check: values= names {', '.join(map(repr, unknown))}, which {s.spec.name}() "
+                        f"does not take as an input (its inputs: {', '.join(s.input_names) or 'none'})")
 
     def choices(name: str) -> Any:
         given = sizes.get(name, DEFAULT_SIZES)
