@@ -39,6 +39,7 @@ LAYERS = {
     "kernix.pipeline": 7,
     "kernix.loaders": 8,
     "kernix.cli": 8,
+    "kernix.checking": 8,
     "kernix": 9,
 }
 
