@@ -12,7 +12,8 @@ from typing import Any, Iterable
 
 from ..errors import InferenceError, SignatureError, SourceError
 from ..names import is_identifier
-from ..signature import check_against_spec, parse_signature, split_annotation
+from ..signature import check_against_spec, int_attr_names, parse_signature, split_annotation
+from ..sizes import size_names
 
 __all__ = ["leading_comment", "annotate_spec", "check_unique_names", "check_vjp_pairs", "raise_for_vjp_pairs"]
 
@@ -82,13 +83,21 @@ def annotate_spec(spec: Any, annotation: Any, source_text: str) -> tuple[tuple[s
     line = annotation.line if annotation is not None else spec.line
     doc = leading_comment(source_text, line, spec.line)
     if annotation is None:
-        return (), replace(spec, doc=doc), []
-    tokens, sig_text, vjp = split_annotation(annotation.tokens)
+        errors = []
+        if spec.has("scratch"):
+            errors.append(_no_scratch_size(spec, spec.line))
+        return (), replace(spec, doc=doc), errors
+    words = [t for t in annotation.tokens if t != "has_side_effect" and not t.startswith("scratch=")]
+    sizes = [t[len("scratch="):] for t in annotation.tokens if t.startswith("scratch=")]
+    tokens, sig_text, vjp = split_annotation(words)
     errors: list[SourceError] = []
 
     def error(msg: str) -> None:
         errors.append(SourceError(msg, file=spec.file, line=annotation.line, column=annotation.column,
                                   function=spec.name))
+
+    if annotation.tokens.count("has_side_effect") > 1 or len(sizes) > 1:
+        error("an annotation says has_side_effect and scratch= at most once each")
 
     signature = None
     if sig_text is not None:
@@ -102,7 +111,46 @@ def annotate_spec(spec: Any, annotation: Any, source_text: str) -> tuple[tuple[s
             signature = str(sig)
     if vjp is not None and not is_identifier(vjp):
         error(f"vjp={vjp!r}: the forward function's name must be an identifier")
-    return tokens, replace(spec, signature=signature, vjp_of=vjp, doc=doc), errors
+    scratch = sizes[0] if sizes else None
+    if scratch is None and spec.has("scratch"):
+        errors.append(_no_scratch_size(spec, annotation.line, annotation.column))
+    elif scratch is not None:
+        problem = _scratch_problem(scratch, spec, parse_signature(signature) if signature else None)
+        if problem:
+            error(problem)
+    spec = replace(spec, signature=signature, vjp_of=vjp, doc=doc,
+                   has_side_effect="has_side_effect" in annotation.tokens, scratch=scratch)
+    return tokens, spec, errors
+
+
+def _no_scratch_size(spec: Any, line: int, column: int = 0) -> SourceError:
+    p = next(p for p in spec.params if p.role == "scratch")
+    return SourceError(
+        f"{spec.name!r} takes scratch memory ({p.name!r}, `{p.type}`), but its annotation does not say how many "
+        f"bytes: add `scratch=EXPR` to it, e.g. `// @BE {spec.name} (...,n)->(...,n) scratch=n*4` (bytes per "
+        "problem: an expression of the shape signature's dimensions and integer attributes, without spaces)",
+        file=spec.file, line=line, column=column, function=spec.name, parameter=p.name)
+
+
+def _scratch_problem(text: str, spec: Any, sig: Any) -> str | None:
+    """Why ``scratch=text`` does not fit ``spec`` (with shape signature ``sig``), or ``None``."""
+    if not spec.has("scratch"):
+        return (f"scratch={text} but {spec.name!r} takes no scratch memory: add a `BE::Scratch& scratch` "
+                "parameter, or drop scratch=")
+    try:
+        names = size_names(text)
+    except ValueError as exc:
+        return f"scratch={exc}"
+    known = set(int_attr_names(spec))
+    if sig is not None:
+        known |= {d for g in sig.inputs for d in g.dims if isinstance(d, str)}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        have = ", ".join(sorted(known)) or "none"
+        hint = "" if sig is not None else " (without a shape signature only integer attributes can be named)"
+        return (f"scratch={text} names {', '.join(map(repr, unknown))}, which is no dimension of the shape "
+                f"signature's inputs and no integer attribute{hint}; it can name: {have}")
+    return None
 
 
 def check_unique_names(specs: Iterable[Any]) -> list[SourceError]:

@@ -56,8 +56,9 @@ __all__ = ["SpecLookup", "look_up", "load", "store", "entry_path", "parse_setup"
 # 10: one only an included header declares has its own reason ("declared_in_header");
 # 11: dependencies are file versions (with the inode); 12: specs record what the function returns
 # (xla::ffi::Error), other return types and near-miss annotations are reported, and opening includes are
-# read once; 13: a BE::TensorOf<T> parameter is a tensor whose dtype the spec pins
-_FORMAT = 13
+# read once; 13: a BE::TensorOf<T> parameter is a tensor whose dtype the spec pins; 14: in-place tensors,
+# array and string attributes, scratch, state and thread-pool parameters, has_side_effect and scratch=
+_FORMAT = 14
 
 _SETUP_SPACE = ".parse"  # the direct index's records of parse set-ups
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..errors import RegistrationError
 from ..languages import JAX_PLATFORMS
@@ -40,20 +40,23 @@ __all__ = [
 _lock = threading.RLock()
 _libraries: dict[str, ctypes.CDLL] = {}
 _targets: dict[tuple[str, str], "Registration"] = {}
+_state_types: set[tuple[str, str]] = set()  # (type name, platform) registered with XLA
 _new_capsule = None  # PyCapsule_New, typed for our calls (made on first use)
 
 
 class Registration:
     """One registered FFI target (a plain class: a warm load defines it at import)."""
 
-    __slots__ = ("target", "platform", "digest", "library", "symbol")
+    __slots__ = ("target", "platform", "digest", "library", "symbol", "stateful")
 
-    def __init__(self, target: str, platform: str, digest: str, library: str, symbol: str) -> None:
+    def __init__(self, target: str, platform: str, digest: str, library: str, symbol: str,
+                 stateful: bool = False) -> None:
         self.target = target
         self.platform = platform
         self.digest = digest  # the library's SHA-256: equal digest and symbol = same code
         self.library = library
         self.symbol = symbol
+        self.stateful = stateful  # the handler has an instantiate stage (BE::State<T>)
 
 
 def open_library(path: str | Path) -> ctypes.CDLL:
@@ -98,18 +101,15 @@ def handler_address(library: ctypes.CDLL, symbol: str) -> ctypes._CFuncPtr:  # t
 def _capsule(library: ctypes.CDLL, symbol: str) -> object:
     """A ``PyCapsule`` holding the address of ``symbol`` (what XLA registers),
     made without a ctypes function object per handler."""
-    global _new_capsule
     try:
         address = ctypes.addressof(ctypes.c_char.in_dll(library, symbol))
     except ValueError:
         raise _missing_symbol(library, symbol) from None
-    if _new_capsule is None:  # a prototype of our own: jax.ffi.pycapsule retypes the shared one
-        prototype = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
-        _new_capsule = prototype(("PyCapsule_New", ctypes.pythonapi))
-    return _new_capsule(address, None, None)
+    return _capsule_maker()(address, None, None)
 
 
-def register_targets(platform: str, library_path: str | Path, digest: str, symbols: Mapping[str, str]) -> list[str]:
+def register_targets(platform: str, library_path: str | Path, digest: str, symbols: Mapping[str, str],
+                     stateful: Sequence[str] = ()) -> list[str]:
     """Register the handlers of one library as FFI targets, all or none.
 
     Parameters
@@ -123,6 +123,10 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
         symbol is the same code, and is left as it is.
     symbols
         FFI target name (``"<prefix>.<function>"``) -> handler symbol.
+    stateful
+        The targets whose function keeps a state (``BE::State<T>``): each is
+        registered with its instantiate handler too, and the library's state
+        type with XLA.
 
     Each handler is also known by a content-versioned name
     (:func:`versioned_name`), the name that :func:`kernix.export` writes
@@ -147,7 +151,7 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
         for target, symbol in symbols.items():
             previous = _targets.get((target, jax_platform))
             if previous is None:
-                new.append(Registration(target, jax_platform, digest, library, symbol))
+                new.append(Registration(target, jax_platform, digest, library, symbol, target in stateful))
             elif previous.digest != digest or previous.symbol != symbol:
                 raise _taken(target, jax_platform, previous)
         capsules = _capsules(new)  # every symbol found before XLA is touched
@@ -166,8 +170,49 @@ def _taken(target: str, platform: str, previous: Registration) -> RegistrationEr
 
 
 def _capsules(regs: list[Registration]) -> list[object]:
-    """The handler capsule of each registration (raises for a missing symbol)."""
-    return [_capsule(load_library(reg.library), reg.symbol) for reg in regs]
+    """The handler capsule of each registration (raises for a missing symbol);
+    for a stateful one, the capsules of its instantiate and execute stages."""
+    capsules: list[object] = []
+    for reg in regs:
+        library = load_library(reg.library)
+        execute = _capsule(library, reg.symbol)
+        if reg.stateful:
+            _register_state_type(library, reg)
+            rest = reg.symbol.removeprefix("kernix_handler_")
+            capsules.append({"instantiate": _capsule(library, "kernix_instantiate_" + rest), "execute": execute})
+        else:
+            capsules.append(execute)
+    return capsules
+
+
+def _register_state_type(library: ctypes.CDLL, reg: Registration) -> None:
+    """Register the state type of ``reg``'s library with XLA (once per library and platform)."""
+    import jax.ffi
+
+    symbol = "kernix_statetype_" + reg.symbol.removeprefix("kernix_handler_")
+    try:
+        accessor = getattr(library, symbol)
+    except AttributeError:
+        raise _missing_symbol(library, symbol) from None
+    accessor.restype, accessor.argtypes = ctypes.c_void_p, [ctypes.c_int]
+    type_id, type_info = accessor(0), accessor(1)
+    name = f"kernix.state.{type_id:x}"  # one type object per loaded library
+    if (name, reg.platform) in _state_types:
+        return
+    new_capsule = _capsule_maker()
+    jax.ffi.register_ffi_type(
+        name, {"type_id": new_capsule(type_id, None, None), "type_info": new_capsule(type_info, None, None)},
+        platform=reg.platform)
+    _state_types.add((name, reg.platform))
+
+
+def _capsule_maker() -> Any:
+    """``PyCapsule_New``, with a prototype of our own (``jax.ffi.pycapsule`` retypes the shared one)."""
+    global _new_capsule
+    if _new_capsule is None:
+        prototype = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+        _new_capsule = prototype(("PyCapsule_New", ctypes.pythonapi))
+    return _new_capsule
 
 
 def _register(reg: Registration, capsule: object) -> None:
@@ -224,7 +269,7 @@ def register_alias(name: str, target: str, platforms: Sequence[str]) -> None:
         for p in platforms:
             reg = _targets[(target, JAX_PLATFORMS[p])]
             if (name, reg.platform) not in _targets:
-                alias = Registration(name, reg.platform, reg.digest, reg.library, reg.symbol)
+                alias = Registration(name, reg.platform, reg.digest, reg.library, reg.symbol, reg.stateful)
                 _register(alias, *_capsules([alias]))
 
 
