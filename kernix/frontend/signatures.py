@@ -106,7 +106,7 @@ def annotate_spec(spec: Any, annotation: Any, source_text: str) -> tuple[tuple[s
         except SignatureError as exc:
             error(str(exc))
         else:
-            for msg in check_against_spec(sig, spec):
+            for msg in check_against_spec(sig, _declared_roles(spec, tokens)):
                 error(f"shape signature of {spec.name!r} disagrees with its C++ signature: {msg}")
             signature = str(sig)
     if vjp is not None and not is_identifier(vjp):
@@ -121,6 +121,25 @@ def annotate_spec(spec: Any, annotation: Any, source_text: str) -> tuple[tuple[s
     spec = replace(spec, signature=signature, vjp_of=vjp, doc=doc,
                    has_side_effect="has_side_effect" in annotation.tokens, scratch=scratch)
     return tokens, spec, errors
+
+
+def _declared_roles(spec: Any, tokens: tuple[str, ...]) -> Any:
+    """``spec`` with the roles its annotation's tokens give a non-const tensor
+    (``inout``, ``arg``: see :func:`kernix.requested.check_spec_matches`,
+    which checks the tokens afterwards), so the shape signature is checked
+    against the inputs and outputs the call will have."""
+    from ..errors import ArgSpecError
+    from ..spec import parse_arg_spec
+
+    if len(tokens) != len(spec.params):
+        return spec
+    try:
+        parsed = parse_arg_spec(tokens, function=spec.name)
+    except ArgSpecError:
+        return spec
+    params = tuple(replace(p, role=t.role) if p.kind == "tensor" and p.role == "ret" and t.role in ("inout", "arg")
+                   else p for p, t in zip(spec.params, parsed))
+    return replace(spec, params=params)
 
 
 def _no_scratch_size(spec: Any, line: int, column: int = 0) -> SourceError:
