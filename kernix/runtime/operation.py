@@ -165,9 +165,9 @@ class Operation:
     ) -> layers.Call:
         """The plain FFI call, the structs of its results ``results(inputs)``,
         behind the platform check; it returns the outputs (no scratch)."""
-        where = {"target": self.target, "function": self.spec.name, "module": self.module}
         aliases = self.results.aliases or None
         effect = self.spec.has_side_effect
+        where = {"target": self.target, "function": self.spec.name, "module": self.module, "side_effect": effect}
 
         def ffi(*xs: Any) -> tuple[Any, ...]:
             structs = results(xs)
@@ -275,7 +275,9 @@ class ShapedOperation(Operation):
             return self.out_structs(xs, attrs)
 
         ffi = self._ffi(lambda xs: self._structs(xs, attrs), attrs, vmap_method)
-        forward = layers.partitioned(self.signature, ffi)
+        # custom_partitioning carries no effects (JAX would drop an unused call): a kernel with side
+        # effects is not partitioned (the platform check refuses it where XLA would have to).
+        forward = ffi if self.spec.has_side_effect else layers.partitioned(self.signature, ffi)
         if self.signature.batched:
             forward = layers.batched(self.signature, forward, ffi)
         if self.backward is None:
