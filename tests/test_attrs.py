@@ -264,3 +264,18 @@ def test_explicit_arg_spec_tokens():
         parse_arg_spec("ret attr.v:bool[]")
     with pytest.raises(kernix.ArgSpecError, match="unknown attribute dtype 'string'"):
         parse_arg_spec("ret attr.v:string")
+
+
+def test_stubs_and_signature(mod):
+    import inspect
+    from typing import Sequence
+
+    from kernix.runtime.stubs import stub_text
+
+    text = stub_text([mod.gather.spec])
+    assert ("idx: Sequence[int] | np.ndarray, weights: Sequence[float] | np.ndarray, tag: str, "
+            "out: Sequence[jax.ShapeDtypeStruct] | None = None") in text
+    compile(text, "stub.pyi", "exec")
+    params = inspect.signature(mod.gather).parameters
+    assert params["idx"].annotation == Sequence[int] and params["tag"].annotation is str
+    assert "A tuple, list or 1-D NumPy array, passed as int64" in mod.gather.__doc__.replace("(a", "A")

@@ -228,3 +228,13 @@ def test_cuda_in_place_with_donation():
     kept = jax.device_put(jnp.ones(8, jnp.float32), gpu)
     np.testing.assert_array_equal(mod.axpy(kept, kept, a=1.0), np.full(8, 2.0))
     np.testing.assert_array_equal(kept, np.ones(8))
+
+
+def test_stubs(mod):
+    from kernix.runtime.stubs import out_required, stub_text
+
+    assert not out_required(mod.increment.spec) and not out_required(mod.axpy.spec)
+    text = stub_text([mod.increment.spec, mod.clip_and_count.spec])
+    assert "def increment(counts: ArrayLike, /, *, out: _Out | None = None" in text
+    assert "def clip_and_count(x: ArrayLike, /, *, limit: float | np.floating, out: _Out | None = None" in text
+    assert "Updated in place (its new value is returned)" in mod.axpy.__doc__
