@@ -155,6 +155,8 @@ CUDA = textwrap.dedent(
       ~Blas() { cublasDestroy(handle); }
     };
 
+    __global__ void store(int64_t* to, int64_t value) { *to = value; }
+
     // y = a * x + y (cuBLAS saxpy, in place); handle: the handle's address, as bits.
     // @BE saxpy (n),(n)->(n),(1):int64
     void saxpy(const BE::Tensor& x, BE::InOut& y, BE::Tensor& handle, float a, BE::State<Blas>& blas,
@@ -162,9 +164,8 @@ CUDA = textwrap.dedent(
       BE_CHECK(cublasSetStream(blas->handle, s) == CUBLAS_STATUS_SUCCESS) << "cublasSetStream failed";
       BE_CHECK(cublasSaxpy(blas->handle, static_cast<int>(x.numel()), &a, x.data_ptr<float>(), 1,
                            y.data_ptr<float>(), 1) == CUBLAS_STATUS_SUCCESS) << "cublasSaxpy failed";
-      int64_t bits = reinterpret_cast<int64_t>(blas->handle);
-      BE_CUDA_CHECK(cudaMemcpyAsync(handle.data_ptr(), &bits, sizeof bits, cudaMemcpyHostToDevice, s));
-      BE_CUDA_CHECK(cudaStreamSynchronize(s));  // (bits lives on this stack)
+      store<<<1, 1, 0, s>>>(handle.data_ptr<int64_t>(), reinterpret_cast<int64_t>(blas->handle));
+      BE_CHECK_KERNEL_LAUNCH();
     }
     """
 )

@@ -25,10 +25,12 @@ kernel body leaves them, and their object files, unchanged.  Two kinds:
   XLA's C API.  It never includes XLA's C++ ``ffi.h``, so it compiles in a
   fraction of the time and memory.
 * an *ffi.h* unit (:func:`ffi_handler_unit`) for functions that take typed XLA
-  FFI types (``xla::ffi::Buffer<T, R>``, ``AnyBuffer``, ``Result<...>``), which
-  only ffi.h can build: one ``XLA_FFI_DEFINE_HANDLER_SYMBOL`` binding per
-  function (exact ``Attr<T>`` types, the platform stream, the command-buffer
-  trait).
+  FFI types (``xla::ffi::Buffer<T, R>``, ``AnyBuffer``, ``Result<...>``), an
+  in-place tensor, an array or string attribute, scratch, state or the thread
+  pool (their parts: :mod:`kernix.backend.bindings`): one
+  ``XLA_FFI_DEFINE_HANDLER_SYMBOL`` binding per function (exact ``Attr<T>``
+  types, the platform stream, the command-buffer trait), and for a function
+  with state an instantiate handler beside it.
 
 Every parameter crosses from handler to shim as one ``void*`` in an array: a
 ``kernix::TensorView*``, a pointer to the decoded FFI buffer/result, a pointer

@@ -250,8 +250,8 @@ def check_vjp_pairs(specs: Iterable[Any]) -> list[SourceError]:
             if p.name not in fattrs:
                 error(f"attribute {p.name!r} is not an attribute of {fwd.name!r} "
                       f"(it has: {', '.join(fattrs) or 'none'})")
-            elif fattrs[p.name].dtype != p.dtype:
-                error(f"attribute {p.name!r} is {p.dtype} here but {fattrs[p.name].dtype} in {fwd.name!r}")
+            elif fattrs[p.name].attr_type != p.attr_type:
+                error(f"attribute {p.name!r} is {p.attr_type} here but {fattrs[p.name].attr_type} in {fwd.name!r}")
         if fwd.signature is None:
             error(f"{fwd.name!r} has no shape signature; declare one (e.g. '// @BE {fwd.name} (...,n)->(...,n)') "
                   "so that the shapes of its outputs, and so of their cotangents, are known")
