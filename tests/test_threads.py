@@ -159,3 +159,9 @@ def test_cuda_source_infers(tmp_path):
     path.write_text(CUDA)
     result = infer_file(str(path))
     assert result.errors == () and result.functions[0].arg_spec == ("arg", "ret", "threads", "stream")
+
+
+def test_export(mod):
+    exp = kernix.export(jax.jit(lambda x: mod.twice(x, grain=8)[0]), jax.ShapeDtypeStruct((100,), jnp.float32))
+    again = kernix.deserialize(exp.serialize())
+    np.testing.assert_array_equal(again.call(jnp.arange(100, dtype=jnp.float32)), 2 * np.arange(100))
