@@ -269,7 +269,7 @@ class FunctionSpec:
         results are unused, and two identical calls are never merged.
     scratch
         The size expression of the ``scratch`` parameter, in bytes per problem
-        (``scratch=n*4`` in the annotation; see :mod:`kernix.sizes`), or ``None``.
+        (``scratch=n*4`` in the annotation; see ``kernix.sizes``), or ``None``.
     """
 
     name: str

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Iterable
 
-from ..errors import InferenceError, SignatureError, SourceError
+from ..errors import ArgSpecError, InferenceError, SignatureError, SourceError
 from ..names import is_identifier
 from ..signature import check_against_spec, int_attr_names, parse_signature, split_annotation
 from ..sizes import size_names
+from ..spec import parse_arg_spec
 
 __all__ = ["leading_comment", "annotate_spec", "check_unique_names", "check_vjp_pairs", "raise_for_vjp_pairs"]
 
@@ -128,9 +129,6 @@ def _declared_roles(spec: Any, tokens: tuple[str, ...]) -> Any:
     (``inout``, ``arg``: see :func:`kernix.requested.check_spec_matches`,
     which checks the tokens afterwards), so the shape signature is checked
     against the inputs and outputs the call will have."""
-    from ..errors import ArgSpecError
-    from ..spec import parse_arg_spec
-
     if len(tokens) != len(spec.params):
         return spec
     try:

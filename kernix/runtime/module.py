@@ -155,8 +155,7 @@ class CompiledModule:
                 )
             self.target_prefix = target_prefix
         symbols = {f"{self.target_prefix}.{fn}": symbol for fn, symbol in self.handlers.items()}
-        stateful = [f"{self.target_prefix}.{fn}" for fn in self.handlers if self.functions[fn].has("state")]
-        registry.register_targets(self.platform, self.path, self.digest, symbols, stateful)
+        registry.register_targets(self.platform, self.path, self.digest, symbols)
         self.registered = True
         return list(symbols)
 

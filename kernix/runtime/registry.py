@@ -49,14 +49,13 @@ class Registration:
 
     __slots__ = ("target", "platform", "digest", "library", "symbol", "stateful")
 
-    def __init__(self, target: str, platform: str, digest: str, library: str, symbol: str,
-                 stateful: bool = False) -> None:
+    def __init__(self, target: str, platform: str, digest: str, library: str, symbol: str) -> None:
         self.target = target
         self.platform = platform
         self.digest = digest  # the library's SHA-256: equal digest and symbol = same code
         self.library = library
         self.symbol = symbol
-        self.stateful = stateful  # the handler has an instantiate stage (BE::State<T>)
+        self.stateful = False  # the handler has an instantiate stage (BE::State<T>), found at registration
 
 
 def open_library(path: str | Path) -> ctypes.CDLL:
@@ -108,8 +107,7 @@ def _capsule(library: ctypes.CDLL, symbol: str) -> object:
     return _capsule_maker()(address, None, None)
 
 
-def register_targets(platform: str, library_path: str | Path, digest: str, symbols: Mapping[str, str],
-                     stateful: Sequence[str] = ()) -> list[str]:
+def register_targets(platform: str, library_path: str | Path, digest: str, symbols: Mapping[str, str]) -> list[str]:
     """Register the handlers of one library as FFI targets, all or none.
 
     Parameters
@@ -123,10 +121,10 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
         symbol is the same code, and is left as it is.
     symbols
         FFI target name (``"<prefix>.<function>"``) -> handler symbol.
-    stateful
-        The targets whose function keeps a state (``BE::State<T>``): each is
-        registered with its instantiate handler too, and the library's state
-        type with XLA.
+
+    A handler with an instantiate stage beside it in the library (a function
+    with state, ``BE::State<T>``) is registered with it, and the library's
+    state type with XLA.
 
     Each handler is also known by a content-versioned name
     (:func:`versioned_name`), the name that :func:`kernix.export` writes
@@ -151,7 +149,7 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
         for target, symbol in symbols.items():
             previous = _targets.get((target, jax_platform))
             if previous is None:
-                new.append(Registration(target, jax_platform, digest, library, symbol, target in stateful))
+                new.append(Registration(target, jax_platform, digest, library, symbol))
             elif previous.digest != digest or previous.symbol != symbol:
                 raise _taken(target, jax_platform, previous)
         capsules = _capsules(new)  # every symbol found before XLA is touched
@@ -176,13 +174,23 @@ def _capsules(regs: list[Registration]) -> list[object]:
     for reg in regs:
         library = load_library(reg.library)
         execute = _capsule(library, reg.symbol)
-        if reg.stateful:
+        instantiate = _instantiate_address(library, reg.symbol)
+        reg.stateful = instantiate is not None
+        if instantiate is not None:
             _register_state_type(library, reg)
-            rest = reg.symbol.removeprefix("kernix_handler_")
-            capsules.append({"instantiate": _capsule(library, "kernix_instantiate_" + rest), "execute": execute})
+            capsules.append({"instantiate": _capsule_maker()(instantiate, None, None), "execute": execute})
         else:
             capsules.append(execute)
     return capsules
+
+
+def _instantiate_address(library: ctypes.CDLL, symbol: str) -> int | None:
+    """The address of the instantiate handler beside handler ``symbol``, or ``None`` (a function without state)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.in_dll(library, "kernix_instantiate_" + symbol.removeprefix(
+            "kernix_handler_")))
+    except ValueError:
+        return None
 
 
 def _register_state_type(library: ctypes.CDLL, reg: Registration) -> None:
@@ -269,7 +277,7 @@ def register_alias(name: str, target: str, platforms: Sequence[str]) -> None:
         for p in platforms:
             reg = _targets[(target, JAX_PLATFORMS[p])]
             if (name, reg.platform) not in _targets:
-                alias = Registration(name, reg.platform, reg.digest, reg.library, reg.symbol, reg.stateful)
+                alias = Registration(name, reg.platform, reg.digest, reg.library, reg.symbol)
                 _register(alias, *_capsules([alias]))
 
 
