@@ -37,7 +37,7 @@ def _source(language: str) -> str:
         #include "unguarded.h"
         #include "kernix/common.h"
 
-        // @BE twice_all
+        // @BE twice_all (...)->(...)
         void twice_all(const BE::Tensor& x, BE::Tensor& y, scale_t extra{stream}) {{
           Pair p{{1, 2}};
           (void)p;
@@ -90,7 +90,7 @@ def test_cpp_build_and_call_of_a_header_without_guards(tmp_path: Path) -> None:
         #include "unguarded.h"
         #include "kernix/common.h"
 
-        // @BE twice_all
+        // @BE twice_all (...)->(...)
         void twice_all(const BE::Tensor& x, BE::Tensor& y, scale_t extra) {
           for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = twice(x.data_ptr<float>()[i]) + extra;
         }
@@ -154,7 +154,7 @@ def test_cuda_call_of_a_header_without_guards(tmp_path: Path) -> None:
           if (i < n) y[i] = 2 * x[i] + extra;
         }
 
-        // @BE twice_all
+        // @BE twice_all (...)->(...)
         void twice_all(const BE::Tensor& x, BE::Tensor& y, scale_t extra, cudaStream_t stream) {
           int64_t n = x.numel();
           twice_kernel<<<(n + 255) / 256, 256, 0, stream>>>(x.data_ptr<float>(), y.data_ptr<float>(), n, extra);

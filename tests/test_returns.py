@@ -30,7 +30,7 @@ CPU_SOURCE = textwrap.dedent(
     namespace ffi = xla::ffi;
     using Status = xla::ffi::Error;
 
-    // @BE checked_double
+    // @BE checked_double (...)->(...)
     ffi::Error checked_double(const BE::Tensor& x, BE::Tensor& y, int32_t fail) {
       if (fail == 1) return ffi::Error::InvalidArgument("fail=1 asked for an invalid-argument error");
       if (fail == 2) return ffi::Error(ffi::ErrorCode::kOutOfRange, "index 7 is out of range");
@@ -39,7 +39,7 @@ CPU_SOURCE = textwrap.dedent(
       return ffi::Error::Success();
     }
 
-    // @BE typed_checked
+    // @BE typed_checked (n)->(n)
     Status typed_checked(ffi::Buffer<ffi::DataType::F32, 1> x, ffi::ResultBuffer<ffi::DataType::F32, 1> y,
                          int32_t fail) {
       if (fail) return ffi::Error(ffi::ErrorCode::kFailedPrecondition, "typed: precondition not met");
@@ -47,7 +47,7 @@ CPU_SOURCE = textwrap.dedent(
       return ffi::Error::Success();
     }
 
-    // @BE plain
+    // @BE plain (...)->(...)
     void plain(const BE::Tensor& x, BE::Tensor& y) {
       for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = x.data_ptr<float>()[i] + 1;
     }
@@ -130,7 +130,7 @@ REFUSED = textwrap.dedent(
     #include "kernix/common.h"
     #include "xla/ffi/api/ffi.h"
 
-    // @BE returns_int
+    // @BE returns_int (...)->(...)
     int returns_int(const BE::Tensor& x, BE::Tensor& y) { return 0; }
 
     // @BE returns_error_or
@@ -199,7 +199,7 @@ CUDA_SOURCE = textwrap.dedent(
       if (i < n) y[i] = 2 * x[i];
     }
 
-    // @BE cuda_checked
+    // @BE cuda_checked (...)->(...)
     xla::ffi::Error cuda_checked(const BE::Tensor& x, BE::Tensor& y, int32_t fail, cudaStream_t stream) {
       if (fail) return xla::ffi::Error::InvalidArgument("cuda: fail was set");
       int64_t n = x.numel();

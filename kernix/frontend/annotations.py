@@ -29,21 +29,32 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Annotation", "NearMiss", "find_annotations", "find_near_misses", "scan"]
+__all__ = ["SHOWN", "Annotation", "NearMiss", "find_annotations", "find_near_misses", "scan"]
 
-# One alternation; the first matching branch wins at each position.  Only the
-# ``line`` group matters; the others exist to skip text that may contain "//".
+# The comments that cannot hold an annotation, the C++ tokens that can hold
+# "//" or "/*" without starting a comment (raw strings, identifiers, numbers
+# with digit separators, strings, character literals), and every other
+# character; the first that matches at a position wins, as in a lexer (only
+# the comments, which start with '/', could be moved ahead of the rest).
+_TOKEN = r"""
+      [^\w$"'/.]+                                            # nothing that starts a token
+    | //[^\n@\\]*+(?![^\n])                                   # a line comment without '@' or '\'
+    | /\*(?:[^*@]|\*(?!/))*+(?:\*/|\Z)                        # a block comment without '@'
+    | (?:u8|[uUL])?R"(?P<delim>[^()\\\s"]{0,16})\((?:.|\n)*?\)(?P=delim)"   # a raw string
+    | [A-Za-z_$][\w$]*                                        # an identifier
+    | \.?\d(?:[eEpP][+-]|'(?=\w)|[\w.])*                     # a number (1'000 has no character literal)
+    | "(?:\\(?:.|\n)|[^"\\\n])*"                               # a string
+    | '(?:\\(?:.|\n)|[^'\\\n])*'                               # a character literal
+    | [^/] | /(?![/*])                                        # any other character
+"""
+
+# Runs of tokens and comments that cannot hold an annotation (each run one
+# match: a file's size costs no Python work per line), and the comments that
+# may (containing '@', or a line comment continued by a backslash).
 _LEXER = re.compile(
-    r"""
-      (?P<raw>(?:u8|[uUL])?R"(?P<delim>[^()\\\s"]{0,16})\((?:.|\n)*?\)(?P=delim)")
-    | (?P<ident>[A-Za-z_$][\w$]*)
-    | (?P<number>\.?\d(?:[eEpP][+-]|'(?=\w)|[\w.])*)
-    | (?P<string>"(?:\\(?:.|\n)|[^"\\\n])*")
-    | (?P<char>'(?:\\(?:.|\n)|[^'\\\n])*')
-    | (?P<block>/\*(?:.|\n)*?(?:\*/|\Z))
-    | (?P<line>//(?:\\\r?\n|[^\n])*)
-    | (?P<other>.|\n)
-    """,
+    rf"""(?P<skip>(?:{_TOKEN})++)
+       | (?P<block>/\*(?:.|\n)*?(?:\*/|\Z))
+       | (?P<line>//(?:\\\r?\n|[^\n])*)""",
     re.VERBOSE,
 )
 
@@ -79,8 +90,9 @@ class Annotation:
 
     @property
     def text(self) -> str:
-        """The annotation as written, normalised to single spaces."""
-        return " ".join(("// @BE", self.name, *self.tokens)).rstrip()
+        """The annotation as written, normalised to single spaces (at most
+        :data:`SHOWN` characters of it: this is what messages quote)."""
+        return _shorten(" ".join(("// @BE", self.name, *self.tokens)).rstrip())
 
 
 @dataclass(frozen=True)
@@ -90,11 +102,13 @@ class NearMiss:
     Attributes
     ----------
     written
-        The comment's text as written (its first line, spaces collapsed).
+        The comment's text as written (its first line, spaces collapsed; at
+        most :data:`SHOWN` characters, then ``...``).
     name
         The function name it seems to export (``""`` when none).
     tokens
-        What follows the name.
+        What follows the name (as many words as fit in :data:`SHOWN`
+        characters, then ``"..."``).
     why
         Why it is not an annotation.
     line, column
@@ -144,13 +158,30 @@ def find_near_misses(source: str) -> list[NearMiss]:
     return scan(source)[1]
 
 
+#: The most characters of a comment a message quotes (a warning is kept with
+#: the file's inferred specs: its size must not follow the comment's).
+SHOWN = 200
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= SHOWN else text[:SHOWN].rstrip() + " ..."
+
+
 def _near_miss(text: str, written: str, why: str, line: int, column: int) -> NearMiss:
     """The near miss whose marker starts ``text`` (``@be f ...``), written as ``written``."""
     m = _MARKER.match(text)
     assert m is not None
     words = re.sub(r"\\\n", " ", m.group("rest")).split()
     name = words[0] if words else ""
-    return NearMiss(" ".join(written.split("\n", 1)[0].split()), name, tuple(words[1:]), why, line, column)
+    tokens: list[str] = []
+    size = len(name)
+    for word in words[1:]:  # (as many as a message quotes)
+        size += len(word) + 1
+        if size > SHOWN:
+            tokens.append("...")
+            break
+        tokens.append(word)
+    return NearMiss(_shorten(" ".join(written.split("\n", 1)[0].split())), name, tuple(tokens), why, line, column)
 
 
 def _block_near_misses(chunk: str, line: int, column: int) -> list[NearMiss]:
@@ -189,21 +220,23 @@ def scan(source: str, *, near_misses: bool = True) -> tuple[list[Annotation], li
         return [], []
     if not near_misses and "@BE" not in source:
         return [], []
-    text = source.replace("\r\n", "\n").replace("\r", "\n")
+    text = source.replace("\r\n", "\n").replace("\r", "\n") if "\r" in source else source
     found: list[Annotation] = []
     missed: list[NearMiss] = []
     line = 1
     line_start = 0
     for m in _LEXER.finditer(text):
-        kind = m.lastgroup
-        if kind == "other":
-            if m.group() == "\n":
-                line += 1
-                line_start = m.end()
+        start, end = m.span()
+        if m.lastgroup == "skip":
+            newlines = text.count("\n", start, end)
+            if newlines:
+                line += newlines
+                line_start = text.rfind("\n", start, end) + 1
             continue
         chunk = m.group()
-        if near_misses and kind in ("line", "block") and re.search(r"@[Bb][Ee]", chunk):
-            column = m.start() - line_start + 1
+        kind = m.lastgroup
+        if near_misses and re.search(r"@[Bb][Ee]", chunk):
+            column = start - line_start + 1
             if kind == "block":
                 missed += _block_near_misses(chunk, line, column)
             elif _ANNOTATION.match(chunk) is None:
@@ -221,12 +254,12 @@ def scan(source: str, *, near_misses: bool = True) -> tuple[list[Annotation], li
                         name=name,
                         tokens=tuple(words[1:]),
                         line=line,
-                        column=m.start() - line_start + 1,
+                        column=start - line_start + 1,
                         end_line=line + chunk.count("\n"),
                     )
                 )
         newlines = chunk.count("\n")
         if newlines:
             line += newlines
-            line_start = m.start() + chunk.rfind("\n") + 1
+            line_start = start + chunk.rfind("\n") + 1
     return found, missed

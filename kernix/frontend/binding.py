@@ -8,6 +8,7 @@ specifiers in between.  Each result is a :class:`Target`.
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -100,7 +101,11 @@ _ATTRIBUTE_SPECIFIER = re.compile(rb"\[\[.*?\]\]", re.DOTALL)
 
 def line_starts(raw: bytes) -> list[int]:
     """Byte offsets where each line of ``raw`` starts, with clang's line breaks (LF, CRLF, CR)."""
-    return [0] + [m.end() for m in re.finditer(rb"\r\n|\r|\n", raw)]
+    # (bytes.splitlines breaks at exactly those: the work stays in C, whatever the file's size)
+    starts = [0, *itertools.accumulate(map(len, raw.splitlines(keepends=True)))]
+    if raw and not raw.endswith((b"\n", b"\r")):
+        starts.pop()  # the last line has no break: no line starts after it
+    return starts
 
 
 def _between_is_specifiers(text: bytes) -> bool:
@@ -113,6 +118,7 @@ def _between_is_specifiers(text: bytes) -> bool:
 # An explicit instantiation (``template void f<float>(...);``, ``extern template ...``):
 # ``template`` not followed by ``<``.  libclang gives it no declaration of its own.
 _INSTANTIATION = re.compile(rb"(?:extern\s+)?template(?![\w<])\s*(?!<)(?P<decl>[^;{]*)")
+_BEFORE_DECLARATION = re.compile(rb"(?:\s+|//[^\r\n]*|/\*.*?\*/|\[\[.*?\]\])*", re.DOTALL)
 _TEMPLATE_ID = re.compile(r"(?P<name>[A-Za-z_]\w*)\s*(?:<(?P<args>[^()]*)>)?\s*\(")
 
 
@@ -135,9 +141,8 @@ def explicit_instantiation(raw: bytes, starts_of: list[int], annotation: Annotat
         The instantiation's declaration, or ``None``.
     """
     after = starts_of[annotation.end_line] if annotation.end_line < len(starts_of) else len(raw)
-    rest = raw[after:]
-    skipped = re.match(rb"(?:\s+|//[^\r\n]*|/\*.*?\*/|\[\[.*?\]\])*", rest, re.DOTALL)
-    m = _INSTANTIATION.match(rest, skipped.end() if skipped else 0)
+    skipped = _BEFORE_DECLARATION.match(raw, after)
+    m = _INSTANTIATION.match(raw, skipped.end() if skipped else after)
     if m is None:
         return None
     return " ".join(m.group("decl").decode("utf-8", errors="replace").split())
@@ -235,6 +240,7 @@ def annotated_targets(
     seen: dict[str, tuple[Annotation, Any]] = {}
     by_name = _by_name(cursors)
     starts_of: list[int] | None = None  # (only an annotation bound to nothing needs them)
+    by_start: dict[tuple[int, int], list[Any]] | None = None
     for a in annotations:
         where = dict(file=path, line=a.line, column=a.column)
         if not a.name:
@@ -260,7 +266,14 @@ def annotated_targets(
                 "Put it on the line right before the function it exports, with only comments in between",
                 function=a.name, **where))
             continue
-        together = generated_together(cursor, cursors) if cursor.spelling != a.name else [cursor]
+        if cursor.spelling == a.name:
+            together = [cursor]
+        else:
+            if by_start is None:  # (grouped once: one look-up per annotation, not one pass over the file)
+                by_start = {}
+                for c in cursors:
+                    by_start.setdefault(_start(c), []).append(c)
+            together = by_start[_start(cursor)]
         if len(together) > 1:
             found = ", ".join(repr(c.spelling) for c in together)
             errors.append(SourceError(

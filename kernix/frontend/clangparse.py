@@ -42,28 +42,27 @@ from __future__ import annotations
 import atexit
 import functools
 import importlib.util
-import json
 import os
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from ..backend.toolchain import cuda_include_dirs, host_compiler_path
 from ..errors import SourceError, ToolchainError
 from ..paths import cache_root, include_dir
-from ..store.files import FileStat, atomic_write, content_key, remembered
-from ..store.trust import is_private, makedirs
-from . import compiler_view
+from ..store.files import FileStat, remembered
+from . import compiler_view, pch
 from .leading import leading, leading_includes, leading_system_includes, without_leading
 from .libclang import cindex
 from .prelude import CUDA_PRELUDE_REAL, CUDA_PRELUDE_STUB, SPACE_MARKERS
+from .versions import merge_versions, read_versions
 
 __all__ = [
     "PRELUDE_PATH",
     "ParseOptions",
     "parse_flags",
     "parse",
+    "parsed_versions",
     "host_cxx_include_dirs",
     "ffi_include_dir",
     "clang_identity",
@@ -266,8 +265,6 @@ def _index() -> Any:
     return index
 
 
-_PCH_FLAGS = ["-Xclang", "-fallow-pch-with-compiler-errors"]
-
 def _quote_dirs(path: str, options: ParseOptions) -> list[str]:
     """Where a ``"..."`` include of ``path`` is looked for, in the compiler's order."""
     dirs = [os.path.dirname(path), *options.include_dirs]
@@ -282,88 +279,15 @@ def _quote_dirs(path: str, options: ParseOptions) -> list[str]:
     return [d for d in dirs if d]
 
 
-def _pch_path(root: Path, flags: list[str], prelude: str) -> Path:
-    key = content_key(["prelude-pch", 2, clang_identity(), flags], prelude.encode())
-    return root / "toolchain" / f"prelude-{key[:24]}.pch"
+class _UsedPrelude(NamedTuple):
+    """The precompiled prelude a parse used (``tu.kernix_pch``)."""
+
+    text: str
+    prelude: pch.Prelude
 
 
-def _deps_path(pch: Path) -> Path:
-    return pch.with_name(pch.name[: -len(".pch")] + ".deps.json")
-
-
-def _build_pch(flags: list[str], prelude: str, target: Path, toolchain_dirs: tuple[str, ...]) -> bool:
-    """Precompile the prelude into ``target``; ``False`` when it cannot be used.
-
-    The toolkit's headers carry a few declarations clang rejects and nvcc's
-    front end accepts (constexpr redeclarations of math functions); those are
-    kept in the header (``-fallow-pch-with-compiler-errors``).  A fatal error
-    (a missing header) is not, nor is any error outside ``toolchain_dirs``
-    (a user's header): the plain parse then reports it.  The headers it read
-    are written beside it, so the spec cache still watches them.
-    """
-    import clang.cindex as ci
-
-    header_flags = ["-x", "c++-header", *flags[2:]]
-    tu = _index().parse(PRELUDE_PATH, args=header_flags, unsaved_files=[(PRELUDE_PATH, prelude)],
-                        options=ci.TranslationUnit.PARSE_SKIP_FUNCTION_BODIES | ci.TranslationUnit.PARSE_INCOMPLETE)
-    for d in tu.diagnostics:
-        name = os.path.abspath(d.location.file.name) if d.location.file else ""
-        if d.severity >= 4 or (d.severity >= 3 and not (name == PRELUDE_PATH or is_under(name, toolchain_dirs))):
-            return False
-    try:
-        makedirs(target.parent)
-        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-        tu.save(str(tmp))
-        deps = sorted({os.path.abspath(i.include.name) for i in tu.get_includes()} - {PRELUDE_PATH})
-        atomic_write(_deps_path(target), json.dumps(deps).encode(), durable=False)
-        atomic_write(target, tmp.read_bytes(), durable=False)
-        tmp.unlink()
-    except Exception:  # the PCH is an optimisation only
-        return False
-    return True
-
-
-def _prelude_pch(flags: tuple[str, ...], prelude: str, toolchain_dirs: tuple[str, ...],
-                 rebuild: bool = False) -> tuple[str, tuple[str, ...]] | None:
-    """A precompiled prelude for ``flags`` and the headers it holds (built once,
-    kept beside the toolchain memo under the cache root), or ``None``."""
-    if rebuild:  # what this process remembered is stale
-        _prelude_pch_in.cache_clear()
-    return _prelude_pch_in(str(cache_root()), flags, prelude, toolchain_dirs, rebuild)
-
-
-@functools.lru_cache(maxsize=64)
-def _prelude_pch_in(root: str, flags: tuple[str, ...], prelude: str, toolchain_dirs: tuple[str, ...],
-                    rebuild: bool) -> tuple[str, tuple[str, ...]] | None:
-    base = [f for f in flags if f not in ("-include", PRELUDE_PATH)]
-    target = _pch_path(Path(root), base, prelude)
-    fresh = rebuild or not (target.is_file() and is_private(target, Path(root))
-                            and is_private(_deps_path(target), Path(root)))
-    if fresh and not _build_pch(base, prelude, target, toolchain_dirs):
-        return None
-    try:
-        deps = tuple(str(d) for d in json.loads(_deps_path(target).read_text()))
-    except (OSError, ValueError, TypeError):
-        return None
-    return str(target), deps
-
-
-def _with_pch(flags: list[str], pch: str) -> list[str]:
-    out = []
-    it = iter(flags)
-    for f in it:
-        if f == "-include" and next(it, None) == PRELUDE_PATH:
-            out += ["-include-pch", pch, *_PCH_FLAGS]
-        else:
-            out.append(f)
-    return out
-
-
-def _pch_failed(tu: Any) -> bool:
-    return any(d.severity >= 4 and ("precompiled" in d.spelling or "PCH" in d.spelling) for d in tu.diagnostics)
-
-
-def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: bytes | None = None) -> Any:
+def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: bytes | None = None,
+          same_as: Any = None) -> Any:
     """Parse ``path`` and return the ``clang.cindex.TranslationUnit``.
 
     For CUDA sources with nvcc's view, the prelude (``cuda_runtime.h`` with
@@ -371,7 +295,8 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
     ~0.5 s to several seconds of parsing) is precompiled once per toolchain,
     flag set and include list, and stored under the cache root; a file then
     parses in tens of milliseconds.  A stale or unreadable PCH is rebuilt once.
-    The headers held by the PCH are listed in ``tu.kernix_pch_dependencies``.
+    The precompiled prelude used, and the versions of the headers it holds,
+    are ``tu.kernix_pch`` (see :func:`parsed_versions`).
 
     Parameters
     ----------
@@ -384,6 +309,11 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
         :func:`skipped_ranges`; slower).
     raw
         The file's bytes, if already read (for its leading includes).
+    same_as
+        An earlier parse of the same file in the same inference: the
+        precompiled prelude it used is used again without checking its
+        headers a second time (it is the one whose versions the inference
+        records).
 
     Raises
     ------
@@ -397,35 +327,53 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
     opts = ci.TranslationUnit.PARSE_SKIP_FUNCTION_BODIES
     if detailed:
         opts |= ci.TranslationUnit.PARSE_DETAILED_PROCESSING_RECORD
+    if raw is None:
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError as exc:
+            raise SourceError(f"cannot read this file: {exc.strerror or exc}", file=path) from None
     try:
         if prelude is not None and compiler_view_of(options) is not None:
-            if raw is None:
-                with open(path, "rb") as f:
-                    raw = f.read()
             opening = leading(raw, _quote_dirs(path, options))
             full = prelude + "".join(inc.line + "\n" for inc in opening)
             # The PCH holds the opening includes: the file is parsed without them, so that
             # each header is read once, as the compiler reads it (not twice: a header
             # without include guards would give redefinition errors nvcc never gives).
-            main = [(path, without_leading(raw, opening))] if opening else []
+            main = [(path, without_leading(raw, opening))]
+            base = [f for f in flags if f not in ("-include", PRELUDE_PATH)]
+            earlier = getattr(same_as, "kernix_pch", None)
             for rebuild in (False, True):
-                found = _prelude_pch(tuple(flags), full, system_dirs(options), rebuild)
+                if earlier is not None and not rebuild and earlier.text == full:  # (checked for that parse)
+                    found = earlier.prelude
+                else:
+                    found = pch.prelude_pch(_index(), cache_root(), base, full, PRELUDE_PATH, system_dirs(options),
+                                            clang_identity(), rebuild=rebuild)
                 if found is None:
                     break
-                pch, deps = found
-                if not os.path.isfile(pch):  # removed since: build it again
-                    continue
                 try:
-                    tu = _index().parse(path, args=_with_pch(flags, pch), unsaved_files=main, options=opts)
-                except ci.TranslationUnitLoadError:  # a stale PCH (a header changed since): rebuild
+                    tu = _index().parse(path, args=pch.with_pch(flags, found.path, PRELUDE_PATH),
+                                        unsaved_files=main, options=opts)
+                except ci.TranslationUnitLoadError:  # the PCH removed or refused: build it again
                     continue
-                if not _pch_failed(tu):
-                    tu.kernix_pch_dependencies = deps
+                if not pch.pch_failed(tu):
+                    tu.kernix_pch = _UsedPrelude(full, found)
                     return tu
+        # The bytes read are the ones parsed (and the ones a cached result is keyed by).
         unsaved = [(PRELUDE_PATH, prelude)] if prelude is not None else []
-        return _index().parse(path, args=flags, unsaved_files=unsaved, options=opts)
+        return _index().parse(path, args=flags, unsaved_files=[*unsaved, (path, raw)], options=opts)
     except ci.TranslationUnitLoadError as exc:
         raise SourceError(f"libclang could not parse this file ({exc})", file=path) from None
+
+
+def parsed_versions(tu: Any, path: str) -> list[list[Any]] | None:
+    """The version of every file ``tu`` (a parse of ``path``) read besides
+    ``path`` itself: the headers its precompiled prelude holds, as the PCH's
+    build read them, and the others as this parse read them
+    (:func:`kernix.frontend.versions.read_versions`); ``None`` when one of
+    them changed while it was being read."""
+    used = getattr(tu, "kernix_pch", None)
+    return merge_versions(used.prelude.versions if used else [], read_versions(tu, skip=(path, PRELUDE_PATH)))
 
 
 def is_under(path: str, dirs: Sequence[str]) -> bool:

@@ -21,6 +21,7 @@ unchanged file neither parses it nor imports libclang.
 
 from __future__ import annotations
 
+import bisect
 import os
 import sys
 import warnings
@@ -39,11 +40,12 @@ from .binding import (
     function_cursors,
     requested_targets,
 )
-from .clangparse import ParseOptions, parse
+from .clangparse import ParseOptions, parse, parsed_versions
 from .classify import function_spec
-from .signatures import annotate_spec
+from .signatures import SourceLines, annotate_spec
 from .speccache import look_up
 from .tu import dependencies, error_diagnostics, skipped_ranges
+from .versions import merge_versions
 
 if TYPE_CHECKING:
     from .binding import Target
@@ -181,29 +183,33 @@ def infer_file(
         except (ValueError, KeyError, TypeError):  # not a valid result (damaged or tampered): a miss
             pass
     options = ParseOptions(found.language, found.include_dirs, found.defines, found.flags)
-    result, clean = infer_source(found.path, found.source, options, wanted)
-    if found.key is not None and clean:
-        speccache.store(found.root, found.key, result.to_json(), result.dependencies)
+    result, versions = infer_source(found.path, found.source, options, wanted)
+    if found.key is not None and versions is not None:
+        speccache.store(found.root, found.key, result.to_json(), versions)
     return result
 
 
 def infer_source(
     path: str, raw: bytes, options: ParseOptions, wanted: dict[str, tuple[str, ...] | None] | None
-) -> tuple[InferResult, bool]:
+) -> tuple[InferResult, list[list[Any]] | None]:
     """Parse ``raw`` (the bytes of ``path``) and infer, without the spec cache.
 
-    Returns the result and whether clang reported no error (only a clean
-    result is cached).
+    Returns the result and, when it may be cached, the version of every
+    header the parse read, as it read them
+    (:func:`kernix.frontend.clangparse.parsed_versions`); ``None`` when clang
+    reported an error (only a clean result is cached) or a header changed
+    while it was read.
     """
     text = raw.decode("utf-8", errors="replace")
     # The parsing side loads here: a spec-cache hit needs none of it.
 
     tu = parse(path, options, raw=raw)
     errors: list[SourceError] = error_diagnostics(tu, options)
-    clean = not errors
+    versions = parsed_versions(tu, path) if not errors else None
     # Lines of the user's file with a clang error: a function whose declaration
     # covers one is not inferred (clang may have typed a broken parameter as int).
-    bad_lines = [e.line for e in errors if e.file == path and e.line]
+    clang_errors = sorted((e for e in errors if e.file == path and e.line), key=lambda e: e.line)
+    bad_lines = [e.line for e in clang_errors]
 
     cursors = function_cursors(tu, path)
     annotations, near_misses = scan(text)  # and the comments that look like annotations but are not
@@ -212,12 +218,14 @@ def infer_source(
 
     unbound = [a for a in annotations if a.line not in bound]
     if unbound or near_misses:  # those in inactive #if regions are not the compiler's code
-        detailed = parse(path, options, detailed=True, raw=raw)
-        skipped = skipped_ranges(detailed, path)
-        unbound = [a for a in unbound if not any(lo <= a.line <= hi for lo, hi in skipped)]
+        detailed = parse(path, options, detailed=True, raw=raw, same_as=tu)
+        if versions is not None:  # (both parses must have read the same headers)
+            versions = merge_versions(versions, parsed_versions(detailed, path))
+        skipped = _LineRanges(skipped_ranges(detailed, path))
+        unbound = [a for a in unbound if a.line not in skipped]
         active = {a.line for a in unbound} | set(bound)
         annotations = [a for a in annotations if a.line in active]
-        near_misses = [n for n in near_misses if not any(lo <= n.line <= hi for lo, hi in skipped)]
+        near_misses = [n for n in near_misses if n.line not in skipped]
 
     targets: list[Target]
     if wanted is None:
@@ -227,20 +235,22 @@ def infer_source(
         targets, errs = requested_targets(path, wanted, annotations, bound, cursors, tu)
         errors += errs
 
+    lines = SourceLines(text)  # (split once: each function's doc comment costs its own length)
     specs: list[FunctionSpec] = []
     for target in targets:
         name, cursor, ann, explicit = target.name, target.cursor, target.annotation, target.explicit
         start, end = cursor.extent.start.line, cursor.extent.end.line
-        if any(start <= ln <= end for ln in bad_lines):
-            for e in errors:  # already reported by clang: name the function
-                if e.file == path and start <= e.line <= end and e.function is None:
+        first, last = bisect.bisect_left(bad_lines, start), bisect.bisect_right(bad_lines, end)
+        if first < last:
+            for e in clang_errors[first:last]:  # already reported by clang: name the function
+                if e.function is None:
                     e.function = name
             continue
         spec, errs = function_spec(cursor, path)
         errors += errs
         if spec is None:
             continue
-        ann_tokens, spec, errs = annotate_spec(spec, ann, text)  # shape signature, vjp=, doc comment
+        ann_tokens, spec, errs = annotate_spec(spec, ann, lines)  # shape signature, vjp=, doc comment
         errors += errs
         ok = not errs
         for tokens, source in ((ann_tokens, "annotation"), (explicit or (), "explicit")):
@@ -272,6 +282,24 @@ def infer_source(
         warnings=tuple(SourceError(n.message, file=path, line=n.line, column=n.column, function=n.name or None)
                        for n in near_misses),
     )
-    return result, clean
+    return result, versions
 
 
+
+
+class _LineRanges:
+    """Inclusive line ranges (the preprocessor's skipped regions): ``line in ranges`` in log time."""
+
+    def __init__(self, ranges: Sequence[tuple[int, int]]) -> None:
+        merged: list[list[int]] = []
+        for lo, hi in sorted(ranges):
+            if merged and lo <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        self._starts = [lo for lo, _ in merged]
+        self._ends = [hi for _, hi in merged]
+
+    def __contains__(self, line: int) -> bool:
+        k = bisect.bisect_right(self._starts, line) - 1
+        return k >= 0 and line <= self._ends[k]

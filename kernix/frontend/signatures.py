@@ -7,6 +7,8 @@ The grammar itself (and binding at call time) is :mod:`kernix.signature`.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from dataclasses import replace
 from typing import Any, Iterable
 
@@ -16,53 +18,137 @@ from ..signature import check_against_spec, int_attr_names, parse_signature, spl
 from ..sizes import size_names
 from ..spec import parse_arg_spec
 
-__all__ = ["leading_comment", "annotate_spec", "check_unique_names", "check_vjp_pairs", "raise_for_vjp_pairs"]
+__all__ = [
+    "DOC_LIMIT", "SourceLines", "leading_comment", "annotate_spec", "check_unique_names", "check_vjp_pairs",
+    "raise_for_vjp_pairs",
+]
 
 
-def leading_comment(text: str, first_line: int, decl_line: int = 0) -> str:
+#: The most characters of a doc comment a spec keeps (the rest is marked ``[...]``):
+#: a spec's size follows its function, not the comments above it.
+DOC_LIMIT = 4000
+
+
+class SourceLines:
+    """A file's lines, split once, for :func:`leading_comment` on each of its functions.
+
+    Where each comment above a line starts is remembered, so that annotations
+    stacked under one long comment find its start once between them.
+    """
+
+    def __init__(self, text: str) -> None:
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        self.lines = text.split("\n")
+        self._tops: dict[tuple[str, int], int] = {}
+
+    def top(self, kind: str, i: int) -> int:
+        """The first line (0-based) of the comment that ends at line ``i``: the
+        run of ``//`` lines above it (``kind`` ``"line"``; line ``i`` is one) or
+        the ``/* */`` block (``"block"``: the nearest line at or above ``i``
+        holding ``/*``, else the first line)."""
+        key = (kind, i)
+        top = self._tops.get(key)
+        if top is None:
+            top = self._tops[key] = self._find_top(kind, i)
+        return top
+
+    def _find_top(self, kind: str, i: int) -> int:
+        # Lines are examined upwards in growing windows, each test in C (map,
+        # compress, next): a comment of a million lines costs no Python work per line.
+        lines, tops = self.lines, self._tops
+        hi, width = i + 1, 16
+        while hi > 0:
+            lo = max(0, hi - width)
+            window = lines[lo:hi]
+            window.reverse()
+            if kind == "block":
+                hits = map(operator.contains, window, itertools.repeat("/*"))
+                found = next(itertools.compress(itertools.count(), hits), None)
+                if found is not None:
+                    return hi - 1 - found
+            else:
+                ends = map(operator.not_, map(_STARTS_COMMENT, map(str.lstrip, window)))
+                found = next(itertools.compress(itertools.count(), ends), None)
+                if found is not None:
+                    return hi - found
+                known = tops.get((kind, lo))  # (a run already walked: another annotation's)
+                if known is not None:
+                    return known
+            hi, width = lo, width * 4
+        return 0
+
+
+_STARTS_COMMENT = operator.methodcaller("startswith", "//")
+
+
+def _clean(line: str) -> str | None:
+    """A ``//`` comment line's text without its markers; ``None`` for other lines and ``// @BE`` lines."""
+    s = line.strip()
+    if s.startswith("//"):
+        body = s.lstrip("/").lstrip("!")
+        return None if body.lstrip().startswith("@BE") else body.strip()
+    return None
+
+
+def leading_comment(text: str | SourceLines, first_line: int, decl_line: int = 0, limit: int = DOC_LIMIT) -> str:
     """The ``//`` or ``/* */`` comment directly above line ``first_line`` (1-based).
 
     Other ``// @BE`` lines are skipped; comment lines between ``first_line``
     and ``decl_line`` (the declaration) are added after.  Markers (``///``,
-    ``//!``, ``/**``, leading ``*``) are stripped.
+    ``//!``, ``/**``, leading ``*``) are stripped.  At most ``limit``
+    characters are kept, from the top: a longer comment ends with ``[...]``.
+    ``text`` is the file's text, or its :class:`SourceLines` (split once for
+    all of its functions: the time then follows the comment's length, not the
+    file's).
     """
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    source = text if isinstance(text, SourceLines) else SourceLines(text)
+    lines = source.lines
+    kept: list[str] = []
+    size = 0
 
-    def clean(line: str) -> str | None:
-        s = line.strip()
-        if s.startswith("//"):
-            body = s.lstrip("/").lstrip("!")
-            return None if body.lstrip().startswith("@BE") else body.strip()
-        return None
+    def keep(line: str) -> bool:
+        """Add ``line``; whether there is room for more."""
+        nonlocal size
+        size += len(line) + 1
+        if size > limit + 1:
+            kept.append("[...]")
+            return False
+        kept.append(line)
+        return True
 
-    above: list[str] = []
     i = first_line - 2
+    room = True
     if 0 <= i < len(lines) and lines[i].strip().endswith("*/"):
-        block: list[str] = []
-        while i >= 0:
-            block.insert(0, lines[i])
-            if "/*" in lines[i]:
+        top = source.top("block", i)
+        for k in range(top, i + 1):
+            ln = lines[k]
+            if k == i:
+                ln = ln[:ln.rfind("*/")]
+            if k == top:
+                ln = ln[ln.find("/*") + 2:]
+            room = keep(ln.strip().lstrip("*!").strip())
+            if not room:
                 break
-            i -= 1
-        body = "\n".join(block)
-        body = body[body.find("/*") + 2: body.rfind("*/")]
-        above = [ln.strip().lstrip("*!").strip() for ln in body.split("\n")]
-    else:
-        while i >= 0 and lines[i].strip().startswith("//"):
-            c = clean(lines[i])
+    elif 0 <= i < len(lines) and lines[i].strip().startswith("//"):
+        for k in range(source.top("line", i), i + 1):
+            c = _clean(lines[k])
             if c is not None:
-                above.insert(0, c)
-            i -= 1
-    below = []
+                room = keep(c)
+                if not room:
+                    break
     for j in range(first_line, max(first_line, decl_line - 1)):
-        if j < len(lines):
-            c = clean(lines[j])
-            if c is not None:
-                below.append(c)
-    return "\n".join(ln for ln in (*above, *below)).strip()
+        if not room or j >= len(lines):
+            break
+        c = _clean(lines[j])
+        if c is not None:
+            room = keep(c)
+    return "\n".join(kept).strip()
 
 
-def annotate_spec(spec: Any, annotation: Any, source_text: str) -> tuple[tuple[str, ...], Any, list[SourceError]]:
+def annotate_spec(
+    spec: Any, annotation: Any, source_text: str | SourceLines
+) -> tuple[tuple[str, ...], Any, list[SourceError]]:
     """Attach an annotation's shape signature, ``vjp=`` and doc comment to ``spec``.
 
     Parameters
@@ -72,7 +158,7 @@ def annotate_spec(spec: Any, annotation: Any, source_text: str) -> tuple[tuple[s
     annotation
         Its :class:`~kernix.frontend.annotations.Annotation`, or ``None``.
     source_text
-        The file's text (for the comment above the declaration).
+        The file's text, or its :class:`SourceLines` (for the comment above the declaration).
 
     Returns
     -------

@@ -5,9 +5,11 @@ spec-cache key and reads the cached result.  The key is the store's content
 key (:func:`kernix.store.files.content_key`) over everything the parse
 depends on except the headers: kernix's version, the parse set-up (libclang's
 identity, its command line and the CUDA prelude), the language, the
-requested functions and the source bytes.  The headers the parse read are
-stored in the entry (:func:`kernix.store.files.file_versions`); a look-up
-re-checks them so that an edited header is a miss, without parsing.
+requested functions and the source bytes (the very bytes parsed).  The
+headers the parse read are stored in the entry with their versions as the
+parse read them (:func:`kernix.frontend.versions.read_versions`; a result
+whose headers changed during the parse is not stored); a look-up re-checks
+them so that an edited header is a miss, without parsing.
 
 The parse set-up needs the toolchain to work out (the host compiler, nvcc,
 the CUDA and jaxlib headers, what the compilers predefine: see
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from .. import __version__
 from ..errors import KernixError, ToolchainError
@@ -43,7 +45,6 @@ from ..paths import absolute, cache_root, printable, utf8_problem
 from ..store import direct
 from ..store.files import (
     content_key,
-    file_versions,
     read_record,
     versions_current,
     write_record,
@@ -56,9 +57,10 @@ __all__ = ["SpecLookup", "look_up", "load", "store", "entry_path", "parse_setup"
 # 10: one only an included header declares has its own reason ("declared_in_header");
 # 11: dependencies are file versions (with the inode); 12: specs record what the function returns
 # (xla::ffi::Error), other return types and near-miss annotations are reported, and opening includes are
-# read once; 13: a BE::TensorOf<T> parameter is a tensor whose dtype the spec pins; 14: in-place tensors,
-# array and string attributes, scratch, state and thread-pool parameters, has_side_effect and scratch=
-_FORMAT = 14
+# read once; 13: a BE::TensorOf<T> parameter is a tensor whose dtype the spec pins; 14: dependencies are the
+# versions the parse read (a header saved during it is not recorded); 15: in-place tensors, array and string
+# attributes, scratch, state and thread-pool parameters, has_side_effect and scratch=
+_FORMAT = 15
 
 _SETUP_SPACE = ".parse"  # the direct index's records of parse set-ups
 
@@ -161,15 +163,14 @@ def load(root: str, key: str) -> dict[str, Any] | None:
         return None
 
 
-def store(root: str | os.PathLike[str], key: str, payload: dict[str, Any], dependencies: Iterable[str]) -> None:
-    """Store ``payload`` under ``key``, recording the version of each file of ``dependencies``.
+def store(root: str | os.PathLike[str], key: str, payload: dict[str, Any], versions: list[list[Any]]) -> None:
+    """Store ``payload`` under ``key`` with ``versions``, the version of every
+    header the parse read as it read them (:func:`kernix.frontend.clangparse.parsed_versions`:
+    taken from the bytes clang parsed, not from the files after the parse, so
+    a header saved during the parse is not recorded as what it came from).
 
     Failures to write are ignored: the cache is an optimisation only.
     """
-    try:
-        versions = file_versions(dependencies)
-    except OSError:  # a header gone since the parse: nothing to vouch for
-        return
     write_record(entry_path(root, key), {"format": _FORMAT, "key": key, "dependencies": versions, "payload": payload})
 
 

@@ -140,7 +140,8 @@ def skipped_ranges(tu: Any, path: str) -> list[tuple[int, int]]:
 def dependencies(tu: Any, path: str) -> list[str]:
     """Absolute paths of every file ``tu`` read besides ``path`` and the prelude
     (those held by its precompiled prelude included)."""
-    seen: dict[str, None] = dict.fromkeys(getattr(tu, "kernix_pch_dependencies", ()))
+    used = getattr(tu, "kernix_pch", None)  # (see kernix.frontend.clangparse.parse)
+    seen: dict[str, None] = dict.fromkeys(v[0] for v in (used.prelude.versions if used else ()))
     for inc in tu.get_includes():
         name = inc.include.name
         if name == PRELUDE_PATH:

@@ -1,0 +1,128 @@
+"""The versions of the files a parse read, as the parse read them.
+
+A cached inference result, or a precompiled prelude, is only as current as
+the headers it came from, so each of those headers is recorded with its
+*version* (:func:`kernix.store.files.file_versions`: the stat and the SHA-256
+of its content) and checked before the result is used again.
+
+Taking those versions *after* the parse would vouch for whatever the file
+holds by then: a header saved while clang read it would be recorded as the
+new content, and every later look-up would accept results from the old one.
+So :func:`read_versions` hashes the bytes clang itself read
+(``clang_getFileContents``) and records a file only when the file on disk
+still holds exactly those bytes, its stat unchanged while it was hashed.
+Anything else -- a file that changed during the parse, one clang did not
+keep -- means the parse cannot be vouched for, and nothing is recorded.
+
+A file modified within :data:`RACY_NS` of the moment it is recorded is
+recorded with a ctime of 0: a later rewrite in the same timestamp tick, with
+the same size, would leave its stat as recorded, so such a file is always
+checked by content (:func:`kernix.store.files.version_current` hashes a file
+whose stat moved).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ..store.files import FileStat
+
+__all__ = ["RACY_NS", "merge_versions", "read_versions"]
+
+#: How recent a modification makes a file's stat untrustworthy (file systems
+#: with one- or two-second timestamps, and the kernel's coarse clock).
+RACY_NS = 3_000_000_000
+
+
+@functools.cache
+def _lib() -> Any:
+    import clang.cindex as ci
+
+    lib = ci.conf.lib
+    lib.clang_getFileContents.restype = ctypes.c_void_p
+    lib.clang_getFileContents.argtypes = [ci.TranslationUnit, ci.File, ctypes.POINTER(ctypes.c_size_t)]
+    return lib
+
+
+def _read_by_clang(tu: Any, file: Any) -> bytes | None:
+    """The bytes of ``file`` (a ``clang.cindex.File`` of ``tu``) that ``tu`` was parsed from,
+    or ``None`` when it holds none."""
+    size = ctypes.c_size_t(0)
+    data = _lib().clang_getFileContents(tu, file, ctypes.byref(size))
+    if not data:
+        return None
+    return ctypes.string_at(data, size.value)
+
+
+def read_versions(tu: Any, skip: Iterable[str] = ()) -> list[list[Any]] | None:
+    """The version of each file ``tu`` included, as ``tu`` read it.
+
+    Parameters
+    ----------
+    tu
+        A parsed ``clang.cindex.TranslationUnit``.
+    skip
+        Absolute paths left out (the main file, whose bytes the caller
+        keys by, and virtual files).
+
+    Returns
+    -------
+    list or None
+        ``[path, inode, size, mtime_ns, ctime_ns, sha256]`` per file, paths
+        absolute (the form of :func:`kernix.store.files.file_versions`), or
+        ``None`` when one of them no longer holds what the parse read,
+        changed while it was being hashed, or is gone: the parse's result
+        must not be recorded as current.
+    """
+    left_out = set(skip)
+    out: dict[str, list[Any]] = {}
+    for inclusion in tu.get_includes():
+        file = inclusion.include
+        path = os.path.abspath(file.name)
+        if path in left_out or path in out:
+            continue
+        content = _read_by_clang(tu, file)
+        if content is None:
+            return None
+        try:
+            before = FileStat.of(path)
+            on_disk = _read(path) if before.size == len(content) else None
+            after = FileStat.of(path)
+        except OSError:
+            return None
+        if on_disk != content or after != before:
+            return None
+        out[path] = [path, *_trusted_stat(before), hashlib.sha256(content).hexdigest()]
+    return list(out.values())
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _trusted_stat(stat: FileStat) -> FileStat:
+    """``stat``, with a ctime of 0 when the file changed too recently for its stat to tell a later rewrite."""
+    if time.time_ns() - max(stat.mtime_ns, stat.ctime_ns) < RACY_NS:
+        return stat._replace(ctime_ns=0)
+    return stat
+
+
+def merge_versions(*groups: list[list[Any]] | None) -> list[list[Any]] | None:
+    """The versions of several parses of one file, each file once; ``None`` when
+    one group is ``None`` or two parses read different contents of one file."""
+    merged: dict[str, list[Any]] = {}
+    for group in groups:
+        if group is None:
+            return None
+        for version in group:
+            seen = merged.setdefault(version[0], version)
+            if seen[-1] != version[-1]:
+                return None
+    return list(merged.values())

@@ -1,0 +1,178 @@
+"""Inference is linear in the size of a file and its annotations, and what it
+stores follows the functions, not the file's size (kernix/frontend/annotations.py,
+signatures.py, binding.py, infer.py).  ``bench/bench_infer_scale.py`` measures
+the same at full size."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernix import infer_file
+from kernix.frontend.annotations import (
+    _ANNOTATION,
+    SHOWN,
+    Annotation,
+    NearMiss,
+    _block_near_misses,
+    _line_near_miss,
+    scan,
+)
+from kernix.frontend.binding import line_starts
+from kernix.frontend.signatures import DOC_LIMIT, SourceLines, leading_comment
+
+
+def _annotated(n: int) -> str:
+    parts = ['#include "kernix/common.h"\n']
+    for i in range(n):
+        parts.append(f"// Scales x by a{i} into y:\n// y = a{i} * x, elementwise,\n// for any shape.\n"
+                     f"// @BE f{i}\nvoid f{i}(const BE::Tensor& x, BE::Tensor& y, float a{i}) {{}}\n")
+    return "\n".join(parts)
+
+
+def _best_time(path: Path, runs: int = 2) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        r = infer_file(path, use_cache=False)
+        best = min(best, time.perf_counter() - t0)
+    assert not r.errors, [str(e) for e in r.errors][:3]
+    return best
+
+
+def test_ten_times_the_annotations_take_about_ten_times_as_long(tmp_path: Path) -> None:
+    """Linear: 3,000 annotated functions in one file take ~8x the time of 300
+    (a file costs a fixed parse on top), where each function's work grew with
+    the file (its doc comment looked up in the whole text) and took 25x.
+    The bound, 16x, leaves room for a loaded machine."""
+    small, big = tmp_path / "small.cpp", tmp_path / "big.cpp"
+    small.write_text(_annotated(300))
+    big.write_text(_annotated(3000))
+    _best_time(small, runs=1)  # (libclang loaded, the toolchain's answers remembered)
+    t_small, t_big = _best_time(small), _best_time(big)
+    assert t_big < 16 * t_small, f"300 annotations: {t_small:.3f} s, 3,000: {t_big:.3f} s ({t_big / t_small:.1f}x)"
+
+
+def _entry_size(root: Path, src: Path) -> int:
+    infer_file(src, cache_dir=root)
+    return sum(p.stat().st_size for p in (root / "specs").rglob("*.rec"))
+
+
+def test_what_is_stored_does_not_grow_with_the_comments(tmp_path: Path) -> None:
+    """A 3 MB comment directly above a function, another between its annotation
+    and its declaration, and a near-miss annotation a megabyte long: the stored
+    specs stay the size of the same functions' without them."""
+    line = "// " + "lorem ipsum dolor sit amet " * 3 + "\n"
+    huge = line * (3_000_000 // len(line))
+    plain = ('#include "kernix/common.h"\n// Scales.\n// @BE f\n'
+             "void f(const BE::Tensor& x, BE::Tensor& y, float a) {}\n"
+             "// @BE g\nvoid g(const BE::Tensor& x, BE::Tensor& y) {}\n")
+    padded = ('#include "kernix/common.h"\n// Scales.\n' + huge + "// @BE f\n" + huge
+              + "void f(const BE::Tensor& x, BE::Tensor& y, float a) {}\n"
+              + "// @Be h" + " x" * 500_000 + "\n"
+              + "// @BE g\nvoid g(const BE::Tensor& x, BE::Tensor& y) {}\n")
+    (tmp_path / "plain.cpp").write_text(plain)
+    (tmp_path / "padded.cpp").write_text(padded)
+    small = _entry_size(tmp_path / "c1", tmp_path / "plain.cpp")
+    large = _entry_size(tmp_path / "c2", tmp_path / "padded.cpp")
+    assert large < small + 2 * DOC_LIMIT + 4 * SHOWN + 2000, (small, large)
+
+    r = infer_file(tmp_path / "padded.cpp", use_cache=False)
+    assert [s.name for s in r.functions] == ["f", "g"]
+    doc = r.functions[0].doc
+    assert doc.startswith("Scales.\nlorem ipsum") and doc.endswith("\n[...]") and len(doc) <= DOC_LIMIT + 6
+    (warning,) = r.warnings
+    assert warning.line == 3 + 2 * huge.count("\n") + 2 and len(warning.message) < 3 * SHOWN + 400
+
+
+def test_a_long_doc_comment_keeps_its_beginning() -> None:
+    text = "// first\n" + "// more\n" * 5000 + "// @BE f\nvoid f();\n"
+    lines = SourceLines(text)
+    doc = leading_comment(lines, 5002, 5003)
+    assert doc.startswith("first\nmore\n") and doc.endswith("more\n[...]") and len(doc) <= DOC_LIMIT + 6
+    assert leading_comment(text, 5002, 5003) == doc
+    assert leading_comment("// a\n// b\n// @BE f\nvoid f();\n", 3, 4, limit=2) == "a\n[...]"
+
+
+def test_stacked_annotations_under_one_long_comment_find_its_start_once() -> None:
+    """Each annotation of a stack under a long comment gets the same doc, the
+    comment's start remembered between them."""
+    stack = "".join(f"// @BE f{i}\n" for i in range(2000))
+    text = "int x;\n// doc\n" + "// more\n" * 20_000 + stack + "void f();\n"
+    lines = SourceLines(text)
+    first = 2 + 20_000 + 1
+    docs = {leading_comment(lines, first + i, first + 2000) for i in range(2000)}
+    assert len(docs) == 1 and next(iter(docs)).startswith("doc\nmore")
+
+
+def test_line_starts_follow_clangs_line_breaks() -> None:
+    for raw in [b"", b"a", b"a\n", b"a\nb", b"a\r\nb\rc\n", b"\n\n", b"x\r", b"\r\n"]:
+        expected = [0] + [m.end() for m in re.finditer(rb"\r\n|\r|\n", raw)]
+        assert line_starts(raw) == expected, raw
+
+
+# ------------------------------------------------------------------ the lexer, against a plain one
+
+# One token per match, the first branch that matches winning: the lexer as it
+# was written before runs of uninteresting tokens were matched at once.
+_REFERENCE = re.compile(
+    r"""
+      (?P<raw>(?:u8|[uUL])?R"(?P<delim>[^()\\\s"]{0,16})\((?:.|\n)*?\)(?P=delim)")
+    | (?P<ident>[A-Za-z_$][\w$]*)
+    | (?P<number>\.?\d(?:[eEpP][+-]|'(?=\w)|[\w.])*)
+    | (?P<string>"(?:\\(?:.|\n)|[^"\\\n])*")
+    | (?P<char>'(?:\\(?:.|\n)|[^'\\\n])*')
+    | (?P<block>/\*(?:.|\n)*?(?:\*/|\Z))
+    | (?P<line>//(?:\\\r?\n|[^\n])*)
+    | (?P<other>.|\n)
+    """,
+    re.VERBOSE,
+)
+
+
+def _reference_scan(text: str) -> tuple[list[Annotation], list[NearMiss]]:
+    """:func:`scan` with the one-token-at-a-time lexer (each comment read as scan reads it)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    found: list[Annotation] = []
+    missed: list[NearMiss] = []
+    line, line_start = 1, 0
+    for m in _REFERENCE.finditer(text):
+        chunk, kind = m.group(), m.lastgroup
+        column = m.start() - line_start + 1
+        if kind in ("line", "block") and re.search(r"@[Bb][Ee]", chunk):
+            if kind == "block":
+                missed += _block_near_misses(chunk, line, column)
+            elif _ANNOTATION.match(chunk) is None:
+                near = _line_near_miss(chunk, line, column)
+                if near is not None:
+                    missed.append(near)
+        if kind == "line" and "@BE" in chunk:
+            am = _ANNOTATION.match(chunk)
+            if am is not None:
+                words = re.sub(r"\\\n", " ", am.group("rest")).split()
+                found.append(Annotation(words[0] if words else "", tuple(words[1:]), line, column,
+                                        line + chunk.count("\n")))
+        if "\n" in chunk:
+            line += chunk.count("\n")
+            line_start = m.start() + chunk.rfind("\n") + 1
+    return found, missed
+
+
+_PIECES = [
+    "// @BE f\n", "// @BE g arg ret\n", "// @Be h\n", "/* @BE k */", "/// @BE m\n", "// plain\n", "/* plain */",
+    "// @BE c \\\n continued\n", '"// @BE s"', "'/'", "'\\''", "R\"x(// @BE raw)x\"", "u8R\"(/* @BE )\"",
+    "1'000", "0x1'F", "a.b", ".5e+3", "x/y", "/*@BE*/", "@BE", "\n", "\r\n", " ", "\t", "void f();", "int", "é",
+    '"unterminated', "'", "/", "*", "R", "u8", "\\", "// tail", "/* open", "#if 0\n", "// @BE q\r\n",
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=40))
+def test_the_lexer_finds_what_a_token_at_a_time_lexer_finds(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    assert scan(text) == _reference_scan(text)
+    assert scan(text, near_misses=False)[0] == _reference_scan(text)[0]
