@@ -21,6 +21,7 @@ LAYERS = {
     "kernix.names": 1,
     "kernix.spelling": 1,
     "kernix.dtypes": 1,
+    "kernix.sizes": 1,
     "kernix.languages": 1,
     "kernix.paths": 1,
     "kernix.compiler_flags": 1,
