@@ -254,3 +254,43 @@ def test_exporting_a_kernel_for_a_platform_it_has_no_build_for_is_refused(built)
                                                r"the module was built for the CPU.*platforms=\['cpu'\]"):
         kernix.export(jax.jit(lambda x: mod.scale(x, factor=2.0)), jax.ShapeDtypeStruct((3,), jnp.float32),
                       platforms=["cuda"])
+
+
+ADD_ONE = """#include "kernix/common.h"
+// @BE add_one (...)->(...)
+void add_one(const BE::Tensor& x, BE::Tensor& y) {
+  for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = x.data_ptr<float>()[i] + 1;
+}
+"""
+
+
+def test_a_module_named_with_a_dash_exports_and_runs_again(tmp_path):
+    """Was: the artifact of a module named 'my-ops' (a valid load) was refused
+    as calling no loaded module (the versioned name was read as 'ops...')."""
+    name = unique_name("my-ops")
+    mod = kernix.load_cpp_inline(name, ADD_ONE, build_directory=tmp_path)
+    x = jnp.ones(3, jnp.float32)
+    artifact = kernix.deserialize(kernix.export(jax.jit(mod.add_one), x).serialize())
+    assert [t.partition("@")[0] for t in artifact.targets] == [f"{name}.add_one"]
+    np.testing.assert_array_equal(artifact.call(x), [2, 2, 2])
+
+
+def test_an_artifact_calling_a_kernix_target_by_its_plain_name_is_refused(tmp_path):
+    """Was: an artifact made by raw jax.export, calling "<prefix>.add_one",
+    was accepted and ran whatever code has that name now."""
+    name = unique_name("plain")
+    mod = kernix.load_cpp_inline(name, ADD_ONE, build_directory=tmp_path)
+    target = f"{name}.add_one"
+
+    def raw(x):
+        return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    x = jnp.ones(3, jnp.float32)
+    exported = jax.export.export(jax.jit(raw), disabled_checks=[
+        jax.export.DisabledSafetyCheck.custom_call(target)])(x)
+    with pytest.raises(kernix.KernixError, match=rf"calls the kernix target\(s\) '{target}' by plain name.*"
+                                                 r"kernix\.export"):
+        kernix.deserialize(exported.serialize())
+    # The same function exported by kernix runs.
+    np.testing.assert_array_equal(kernix.deserialize(kernix.export(jax.jit(mod.add_one), x).serialize()).call(x),
+                                  [2, 2, 2])

@@ -27,8 +27,10 @@ from . import registry
 
 __all__ = ["export", "deserialize", "ExportedKernels", "kernix_targets"]
 
-# A content-versioned kernix target inside a StableHLO module's text.
-_VERSIONED_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*@(?:[0-9a-f]{12}|[a-z]+:[0-9a-f]{12}(?:,[a-z]+:[0-9a-f]{12})*))\b")
+# A custom call's target in a StableHLO module's text (MLIR quotes a name with characters such as '-').
+_CUSTOM_CALL_RE = re.compile(r'custom_call @(?:"([^"]*)"|([A-Za-z0-9_.$]+))')
+# A content-versioned kernix target name.
+_VERSIONED_RE = re.compile(r"[^@\s\"]+@(?:[0-9a-f]{12}|[a-z]+:[0-9a-f]{12}(?:,[a-z]+:[0-9a-f]{12})*)")
 
 
 def _rewrite(value: Any, rename: Callable[[str], str | None]) -> Any:
@@ -138,9 +140,27 @@ def export(
         ) from exc
 
 
+def _custom_call_targets(exported: Any) -> set[str]:
+    """Every custom-call target an exported module calls."""
+    return {quoted or bare for quoted, bare in _CUSTOM_CALL_RE.findall(exported.mlir_module())}
+
+
 def kernix_targets(exported: Any) -> tuple[str, ...]:
     """The content-versioned kernix targets an exported module calls."""
-    return tuple(sorted(set(_VERSIONED_RE.findall(exported.mlir_module()))))
+    return tuple(sorted(t for t in _custom_call_targets(exported) if _VERSIONED_RE.fullmatch(t)))
+
+
+def _unpinned(names: Sequence[str]) -> str | None:
+    """The problem with an artifact that calls kernix targets by plain names
+    (``names``: its targets that are not content-versioned), or ``None``."""
+    plain = [n for n in names if registry.platforms_of(n)]
+    if not plain:
+        return None
+    return (
+        f"it calls the kernix target(s) {', '.join(map(repr, plain))} by plain name, which names whatever code "
+        "is loaded under that name now, not the code it was made with: export it with kernix.export(...), which "
+        "calls content-versioned names"
+    )
 
 
 _LABELS = {"cpu": "CPU", "cuda": "CUDA"}
@@ -205,10 +225,14 @@ class ExportedKernels:
         The :class:`jax.export.Exported`.
     targets
         The content-versioned kernix targets it calls.
+    other_targets
+        Its other custom-call targets (a kernix target among them, called by
+        its plain name, is refused).
     """
 
     exported: Any
     targets: tuple[str, ...]
+    other_targets: tuple[str, ...] = ()
 
     def check(self, platform: str | None = None) -> None:
         """Raise unless every kernix target of the artifact is loaded with the
@@ -223,6 +247,8 @@ class ExportedKernels:
         """
         exported_for = tuple(getattr(self.exported, "platforms", ()) or ())
         problems = [p for t in self.targets if (p := _problem(t, exported_for, platform))]
+        if unpinned := _unpinned(self.other_targets):
+            problems.append(unpinned)
         if problems:
             raise KernixError(
                 "this exported function cannot run here, so it was not called: " + "; ".join(problems)
@@ -244,4 +270,8 @@ def deserialize(data: bytes | bytearray) -> ExportedKernels:
     calling it; :meth:`ExportedKernels.call` refuses with a clear error otherwise.
     """
     exported = jax.export.deserialize(bytearray(data))
-    return ExportedKernels(exported, kernix_targets(exported))
+    targets = kernix_targets(exported)
+    result = ExportedKernels(exported, targets, tuple(sorted(_custom_call_targets(exported) - set(targets))))
+    if unpinned := _unpinned(result.other_targets):
+        raise KernixError(f"this artifact cannot be trusted: {unpinned}")
+    return result
