@@ -257,7 +257,7 @@ def infer_source(
                     e.function = name
             continue
         spec, errs = function_spec(cursor, path)
-        errors += errs
+        errors += target.explain(errs) if isinstance(target, InstanceTarget) else errs
         if spec is None:
             continue
         if isinstance(target, InstanceTarget):

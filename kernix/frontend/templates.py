@@ -49,6 +49,15 @@ class InstanceTarget(Target):
     qualified: str = ""
     template_args: tuple[tuple[str, str, str], ...] = ()
 
+    def explain(self, errors: list[SourceError]) -> list[SourceError]:
+        """``errors`` found in the instantiation, each saying which one it is."""
+        line = self.annotation.line if self.annotation is not None else 0
+        args = ", ".join(f"{p} = {w}" for p, w, _ in self.template_args)
+        return [SourceError(f"{e.message} (in `{self.qualified}`, {args}, which the annotation at line {line} "
+                            "asks for: remove that argument from its list, or make the template accept it)",
+                            file=e.file, line=e.line, column=e.column, function=self.name, parameter=e.parameter)
+                for e in errors]
+
     def specialize(self, spec: FunctionSpec) -> FunctionSpec:
         """The instantiation's spec under its exported name, calling the instantiation."""
         return replace(spec, name=self.name, qualified_name=self.qualified, template_args=self.template_args)
@@ -130,6 +139,16 @@ def _probes(path: str, a: Annotation, tl: TemplateList, cursor: Any) -> tuple[li
         return [], SourceError(f"annotation `{a.text}` leaves {missing[0]!r} out but lists a later parameter: "
                                "template arguments are given in order, so only the last parameters may be left "
                                f"to their defaults; list {missing[0]!r} too", **where)
+    listed_text = "".join(f"{p}: {', '.join(groups[p])}; " for p in listed)
+    for c in [c for c in cursor.get_children() if c.kind.name in _PARAMETER_KINDS][len(listed):]:
+        words = {t.spelling for t in c.get_tokens()}
+        if "=" not in words and "..." not in words:
+            return [], SourceError(
+                f"annotation `{a.text}` gives no argument for template parameter {c.spelling!r} of {tl.name!r} "
+                f"(line {c.location.line}), which has no default: an exported instantiation is never called "
+                f"with arguments it could be deduced from. List it: `// @BE {tl.name}<{listed_text}{c.spelling}: "
+                f"<arguments>>`, "
+                "or give it a default", **where)
     probes = [_Probe(a, cursor, tuple(zip(listed, combo, strict=True)))
               for combo in itertools.product(*(groups[p] for p in listed))]
     return probes, None

@@ -1,0 +1,208 @@
+"""Function templates exported per instantiation, and one callable per per-dtype family."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import kernix
+from kernix.frontend.infer import infer_file
+from kernix.instances import instance_name, parse_template_list
+from kernix.runtime.stubs import stub_text
+from kernix.spec import FunctionSpec
+
+from helpers import FIXTURES, has_nvcc, unique_name
+
+jax.config.update("jax_enable_x64", True)
+
+CPU = FIXTURES / "templates" / "templates_cpu.cpp"
+CUDA = FIXTURES / "templates" / "templates_cuda.cu"
+
+
+# ---- the annotation's template list -------------------------------------------------------------
+
+def test_template_list_grammar():
+    tl = parse_template_list("tile<T:", ("float,", "std::complex<float>;", "BLOCK:", "128,", "-2>", "(n)->(n)"))
+    assert tl.name == "tile"
+    assert tl.groups == (("T", ("float", "std::complex<float>")), ("BLOCK", ("128", "-2")))
+    assert tl.rest == ("(n)->(n)",)
+    one = parse_template_list("scale<float,", ("ns::half_t>", "vjp=f"))
+    assert one.groups == (("", ("float", "ns::half_t")),) and one.rest == ("vjp=f",)
+    assert parse_template_list("scale", ("arg",)) is None
+    for name, tokens, match in [("f<float", (), "no closing"), ("f<float>arg", (), "space after"),
+                                ("f<T: float; double>", (), "each names"), ("f<float,,double>", (), "empty"),
+                                ("f<T: a; T: b>", (), "two groups"), ("f<float)+g(>", (), "cannot be written")]:
+        with pytest.raises(ValueError, match=match):
+            parse_template_list(name, tokens)
+
+
+def test_instance_names():
+    assert instance_name("scale", ["float32"]) == "scale_float32"
+    assert instance_name("tile", ["int32", "-3"]) == "tile_int32_m3"
+    assert instance_name("f", ["ns::Vec<3>"]) == "f_ns_Vec_3"
+
+
+def test_spec_round_trip_and_validation():
+    r = infer_file(CPU)
+    spec = next(f for f in r.functions if f.name == "tile_float32_m3")
+    again = FunctionSpec.from_json(json.loads(json.dumps(spec.to_json())))
+    assert again == spec and again.template_args == (("T", "float", "float32"), ("BLOCK", "-3", "-3"))
+    for bad in ({"template_args": [["T", "float); evil(", "x"]]},
+                {"qualified_name": "ops::tile<float>; evil"}, {"template_args": [["T", "float"]]}):
+        with pytest.raises(ValueError):
+            FunctionSpec.from_json({**spec.to_json(), **bad})
+
+
+# ---- inference -----------------------------------------------------------------------------------
+
+def test_each_instantiation_is_inferred_under_its_name():
+    r = infer_file(CPU)
+    assert not r.errors
+    by = {f.name: f for f in r.functions}
+    assert list(by) == ["scale_float32", "scale_float64", "scale_bwd_float32", "scale_bwd_float64",
+                        "tile_float32_2", "tile_float32_m3", "tile_int32_2", "tile_int32_m3",
+                        "negate_f32", "negate_f64"]
+    assert by["scale_float64"].arg_spec == ("arg", "ret", "attr.factor:float64")
+    assert by["scale_float64"].qualified_name == "ops::scale<double>"
+    assert by["scale_float64"].doc == "Multiplies x by factor."
+    assert by["scale_bwd_float32"].vjp_of == "scale_float32"  # the backward template's same instance
+    assert [p.dtype for p in by["tile_int32_2"].params] == ["int32", "int32"]  # TensorOf<T> pinned per instance
+    assert by["tile_int32_2"].qualified_name == "ops::tile<int32_t, 2>"  # OFFSET keeps its default
+
+
+def _errors(tmp_path, body: str) -> list[str]:
+    path = tmp_path / "t.cpp"
+    path.write_text('#include "kernix/common.h"\n' + body)
+    return [e.format() for e in infer_file(path, use_cache=False).errors]
+
+
+@pytest.mark.parametrize(("body", "line", "match"), [
+    ("// @BE plain<float>\nvoid plain(const BE::Tensor& x, BE::Tensor& out) {}\n", 2,
+     r"not a function template: write `// @BE plain`"),
+    ("// @BE two<float>\ntemplate <typename T, typename U>\nvoid two(const BE::Tensor& x, BE::Tensor& o, U u) {}\n",
+     2, r"'U' .* no default.*`// @BE two<T: float; U: <arguments>>`"),
+    ("// @BE unk<X: float>\ntemplate <typename T>\nvoid unk(const BE::Tensor& x, BE::Tensor& o) {}\n", 2,
+     r"'X', which is not a template parameter of 'unk'; its parameters are: T"),
+    ("// @BE later<B: 1>\ntemplate <typename T, int B>\nvoid later(const BE::Tensor& x, BE::Tensor& o) {}\n", 2,
+     r"leaves 'T' out .* list 'T' too"),
+    ("// @BE refuses<float, Missing>\ntemplate <typename T>\nvoid refuses(const BE::Tensor& x, BE::Tensor& o, T f) {}\n",
+     2, r"cannot be instantiated with T = Missing .*undeclared identifier 'Missing'"),
+    ("// @BE ptr<float, char*>\ntemplate <typename T>\nvoid ptr(const BE::Tensor& x, BE::Tensor& o, T f) {}\n",
+     4, r"parameter 'f' of 'ptr' is `char \*`: pointers .*\(in `ptr<char\*>`, T = char\*, which the annotation at line 2"),
+])
+def test_what_cannot_be_instantiated_is_an_error_at_its_line(tmp_path, body, line, match):
+    errors = _errors(tmp_path, body)
+    assert len(errors) == 1, errors
+    assert f"t.cpp:{line}:" in errors[0]
+    assert __import__("re").search(match, errors[0]), errors[0]
+
+
+def test_the_suggested_fix_for_a_parameter_without_argument_works(tmp_path):
+    body = ("// @BE two<T: float; U: int>\ntemplate <typename T, typename U>\n"
+            "void two(const BE::Tensor& x, BE::Tensor& o, U u) {}\n")
+    path = tmp_path / "t.cpp"
+    path.write_text('#include "kernix/common.h"\n' + body)
+    r = infer_file(path, use_cache=False)
+    assert not r.errors and [f.name for f in r.functions] == ["two_float32_int32"]
+
+
+def test_a_plain_annotation_on_a_template_is_still_refused(tmp_path):
+    errors = _errors(tmp_path, "// @BE t\ntemplate <typename T>\nvoid t(const BE::Tensor& x, BE::Tensor& o) {}\n")
+    assert len(errors) == 1 and "template" in errors[0]
+
+
+# ---- a module: instances and the dispatching callable ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def mod(tmp_path_factory):
+    return kernix.load_cpp_file(CPU, name=unique_name("templates"), build_directory=tmp_path_factory.mktemp("b"))
+
+
+def test_instances_run(mod):
+    x = jnp.arange(4, dtype=jnp.float32)
+    np.testing.assert_array_equal(mod.scale_float32(x, factor=2.0), np.arange(4) * 2.0)
+    np.testing.assert_array_equal(mod.tile_int32_m3(x.astype(jnp.int32)), np.arange(4) - 3 + 100)
+    assert mod.targets["scale_float64"].endswith(".scale_float64")
+
+
+def test_one_callable_dispatches_on_dtype_and_static_arguments(mod):
+    x = jnp.arange(4, dtype=jnp.float32)
+    y = mod.scale(x, factor=2.0)
+    assert y.dtype == jnp.float32
+    z = mod.scale(x.astype(jnp.float64), factor=0.5)
+    assert z.dtype == jnp.float64 and np.allclose(z, np.arange(4) * 0.5)
+    np.testing.assert_array_equal(mod.tile(x, BLOCK=2), np.arange(4) + 102.0)
+    np.testing.assert_array_equal(mod.tile(x.astype(jnp.int32), BLOCK=-3), np.arange(4) + 97)
+    assert mod.tile(x.astype(jnp.int32), BLOCK=-3).dtype == jnp.int32
+    assert mod["scale"] is mod.scale
+
+
+def test_dispatch_under_jit_vmap_and_grad(mod):
+    x = jnp.arange(6, dtype=jnp.float64).reshape(2, 3)
+    np.testing.assert_allclose(jax.jit(lambda a: mod.scale(a, factor=3.0))(x), x * 3.0)
+    np.testing.assert_allclose(jax.vmap(lambda a: mod.scale(a, factor=3.0))(x), x * 3.0)
+    g = jax.grad(lambda a: mod.scale(a, factor=3.0).sum())(x)  # through scale_bwd<double>
+    np.testing.assert_allclose(g, np.full((2, 3), 3.0))
+    g32 = jax.grad(lambda a: mod.scale(a, factor=-1.5).sum())(x.astype(jnp.float32))
+    assert g32.dtype == jnp.float32 and np.allclose(g32, -1.5)
+
+
+def test_dispatch_refuses_what_no_instantiation_fits(mod):
+    x = jnp.arange(4, dtype=jnp.float32)
+    with pytest.raises(kernix.CallError, match=r"no instantiation fits inputs of dtype int16.*scale_float32 "
+                                               r"\(T=float\); scale_float64 \(T=double\)"):
+        mod.scale(x.astype(jnp.int16), factor=1.0)
+    with pytest.raises(kernix.CallError, match=r"fit several instantiations.*pass BLOCK=\.\.\. to choose"):
+        mod.tile(x)
+    with pytest.raises(kernix.CallError, match=r"no instantiation fits inputs of dtype float32, BLOCK=7"):
+        mod.tile(x, BLOCK=7)
+    with pytest.raises(AttributeError):
+        mod.no_such_family  # noqa: B018
+
+
+def test_functions_named_with_a_dtype_suffix_form_a_family(mod):
+    x = jnp.arange(3, dtype=jnp.float64)
+    y = mod.negate(x)
+    assert y.dtype == jnp.float64 and np.array_equal(y, -np.arange(3))
+    assert [m.name for m in mod.negate.members] == ["negate_f32", "negate_f64"]
+    with pytest.raises(kernix.CallError, match=r"negate_f32 \(float32\); negate_f64 \(float64\)"):
+        mod.negate(x.astype(jnp.int32))
+
+
+def test_stubs_overload_each_member():
+    text = stub_text(infer_file(CPU).functions)
+    ast.parse(text)
+    assert text.count("@overload\ndef scale(") == 2
+    assert "def tile(x: ArrayLike, /, *, BLOCK: Literal[-3]" in text
+    assert text.count("@overload\ndef negate(") == 2
+    assert "    @overload\n    def scale(self, x: ArrayLike" in text
+
+
+def test_inspect_lists_each_instance(capsys):
+    from kernix.cli import main
+
+    assert main(["inspect", str(CPU)]) == 0
+    out = capsys.readouterr().out
+    assert "scale_float32 (ops::scale<float>)" in out and "tile_int32_m3 (ops::tile<int32_t, -3>)" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("scale_bwd_float64"))
+    assert "arg arg ret attr.factor:float64" in row
+
+
+# ---- CUDA (inference and compile here; runs on a GPU) ---------------------------------------------
+
+@pytest.mark.skipif(not has_nvcc(), reason="nvcc not installed")
+def test_cuda_half_and_bfloat16_instances_infer_and_compile(tmp_path):
+    r = infer_file(CUDA)
+    assert not r.errors, r.errors
+    assert [f.name for f in r.functions] == ["scale_float32", "scale_float16", "scale_bfloat16"]
+    assert [f.arg_spec[-2] for f in r.functions] == ["attr.factor:float32", "attr.factor:float16",
+                                                     "attr.factor:bfloat16"]
+    mod = kernix.load_cuda_file(CUDA, name=unique_name("templates_cuda"), compute_capability="sm_80",
+                                auto_register=False, build_directory=tmp_path)
+    assert set(mod.handlers) == {"scale_float32", "scale_float16", "scale_bfloat16"}
