@@ -206,3 +206,21 @@ def test_cuda_half_and_bfloat16_instances_infer_and_compile(tmp_path):
     mod = kernix.load_cuda_file(CUDA, name=unique_name("templates_cuda"), compute_capability="sm_80",
                                 auto_register=False, build_directory=tmp_path)
     assert set(mod.handlers) == {"scale_float32", "scale_float16", "scale_bfloat16"}
+
+
+# ---- prebuilt modules and kernix.export -----------------------------------------------------------
+
+def test_prebuilt_module_dispatches_and_exports(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "t.cpp").write_text(CPU.read_text())
+    built = kernix.build_module(src / "t.cpp", tmp_path / "out", name=unique_name("tprebuilt"))
+    mod = kernix.load_prebuilt(built.directory)
+    assert "scale_float64" in mod.functions and mod.functions["scale_float64"].template_args == (
+        ("T", "double", "float64"),)
+    x = jnp.arange(3, dtype=jnp.float64)
+    np.testing.assert_allclose(mod.scale(x, factor=2.0), x * 2)
+    exp = kernix.export(jax.jit(lambda a: mod.scale(a, factor=2.0) + 1), jax.ShapeDtypeStruct((3,), jnp.float32))
+    targets = kernix.runtime.export.kernix_targets(exp)
+    assert len(targets) == 1 and ".scale_float32@" in targets[0]
+    np.testing.assert_allclose(exp.call(jnp.arange(3, dtype=jnp.float32)), [1, 3, 5])
