@@ -257,3 +257,15 @@ def test_dispatch_on_sharded_inputs(tmp_path):
     proc = subprocess.run([sys.executable, str(script), str(CPU), str(tmp_path / "cache")], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+
+def test_an_explicit_instantiation_points_to_the_template_list_and_that_works(tmp_path):
+    head = '#include "kernix/common.h"\n'
+    tmpl = "template <typename T> void tf(const BE::Tensor& x, BE::Tensor& y, T v) {}\n"
+    path = tmp_path / "inst.cpp"
+    path.write_text(head + tmpl + "// @BE tf\ntemplate void tf<float>(const BE::Tensor&, BE::Tensor&, float);\n")
+    (err,) = infer_file(path, use_cache=False).errors
+    assert "`// @BE tf<float>` right before its `template <...>`" in err.message
+    path.write_text(head + "// @BE tf<float>\n" + tmpl)
+    r = infer_file(path, use_cache=False)
+    assert not r.errors and [f.name for f in r.functions] == ["tf_float32"]
