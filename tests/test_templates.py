@@ -141,6 +141,7 @@ def test_one_callable_dispatches_on_dtype_and_static_arguments(mod):
     np.testing.assert_array_equal(mod.tile(x.astype(jnp.int32), BLOCK=-3), np.arange(4) + 97)
     assert mod.tile(x.astype(jnp.int32), BLOCK=-3).dtype == jnp.int32
     assert mod["scale"] is mod.scale
+    assert {"scale", "tile", "negate"} <= set(dir(mod)) and "scale_bwd" not in dir(mod)
 
 
 def test_dispatch_under_jit_vmap_and_grad(mod):
@@ -269,3 +270,23 @@ def test_an_explicit_instantiation_points_to_the_template_list_and_that_works(tm
     path.write_text(head + "// @BE tf<float>\n" + tmpl)
     r = infer_file(path, use_cache=False)
     assert not r.errors and [f.name for f in r.functions] == ["tf_float32"]
+
+
+def _gpus() -> list:
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:
+        return []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")
+def test_cuda_template_dispatches_on_the_gpu(tmp_path):
+    mod = kernix.load_cuda_file(CUDA, name=unique_name("templates_gpu"), build_directory=tmp_path)
+    x = jnp.arange(1000, dtype=jnp.float32, device=_gpus()[0])
+    for dtype in (jnp.float32, jnp.float16, jnp.bfloat16):
+        y = jax.jit(lambda v: mod.scale(v, factor=2.0))(x.astype(dtype))  # noqa: B023
+        assert y.dtype == dtype
+        np.testing.assert_allclose(np.asarray(y, np.float32), np.asarray(x.astype(dtype), np.float32) * 2, rtol=1e-2)
+    with pytest.raises(kernix.CallError, match="scale_float32 .*scale_float16 .*scale_bfloat16"):
+        mod.scale(x.astype(jnp.float64), factor=2.0)

@@ -202,7 +202,9 @@ class CompiledModule:
         return len(self.handlers)
 
     def __dir__(self) -> list[str]:
-        return sorted(set(super().__dir__()) | set(self.handlers))
+        from .family_stubs import family_names  # (the per-dtype families' dispatching callables)
+
+        return sorted(set(super().__dir__()) | set(self.handlers) | set(family_names(self.functions.values())))
 
     def __reduce__(self) -> tuple:
         from .function import unpicklable
