@@ -163,3 +163,11 @@ def check_template_args(data: Any) -> tuple[tuple[str, str, str], ...]:
             raise ValueError(f"bad template argument {entry!r}")
         out.append((param, written, key))
     return tuple(out)
+
+
+def annotated_name(spec: Any) -> str:
+    """The name a message's suggested annotation gives ``spec``'s function: its own, or for a
+    template's instantiation the template's with its list elided (``scale<...>``)."""
+    if not getattr(spec, "template_args", ()):
+        return spec.name
+    return spec.qualified_name.partition("<")[0].rpartition("::")[2] + "<...>"

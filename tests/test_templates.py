@@ -290,3 +290,50 @@ def test_cuda_template_dispatches_on_the_gpu(tmp_path):
         np.testing.assert_allclose(np.asarray(y, np.float32), np.asarray(x.astype(dtype), np.float32) * 2, rtol=1e-2)
     with pytest.raises(kernix.CallError, match="scale_float32 .*scale_float16 .*scale_bfloat16"):
         mod.scale(x.astype(jnp.float64), factor=2.0)
+
+
+def test_bool_and_enumerator_arguments_keep_their_spelling(tmp_path):
+    path = tmp_path / "e.cpp"
+    path.write_text('#include "kernix/common.h"\nenum class Mode { Fast, Exact };\n'
+                    "// @BE f<T: float; FLAG: true, false; M: Mode::Fast, Mode::Exact> (n)->(n)\n"
+                    "template <typename T, bool FLAG, Mode M>\n"
+                    "void f(const BE::Tensor& x, BE::Tensor& out) {\n"
+                    "  for (int64_t i = 0; i < x.numel(); ++i)\n"
+                    "    out.data_ptr<T>()[i] = x.data_ptr<T>()[i] + (FLAG ? 10 : 0) + (M == Mode::Exact ? 1 : 0);\n"
+                    "}\n")
+    r = infer_file(path, use_cache=False)
+    assert not r.errors
+    assert [f.name for f in r.functions] == ["f_float32_true_Mode_Fast", "f_float32_true_Mode_Exact",
+                                             "f_float32_false_Mode_Fast", "f_float32_false_Mode_Exact"]
+    mod = kernix.load_cpp_file(path, name=unique_name("flags"), build_directory=tmp_path / "b")
+    x = jnp.zeros(2, jnp.float32)
+    np.testing.assert_array_equal(mod.f(x, FLAG=True, M="Mode::Exact"), [11, 11])
+    np.testing.assert_array_equal(mod.f(x, FLAG=False, M="Mode::Fast"), [0, 0])
+    with pytest.raises(kernix.CallError, match="fit several"):
+        mod.f(x, FLAG=True)
+    assert "FLAG: Literal[True], M: Literal['Mode::Exact']" in stub_text(r.functions)
+
+
+def test_a_missing_out_on_an_instantiation_suggests_the_templates_annotation(tmp_path):
+    path = tmp_path / "n.cpp"
+    body = ("template <typename T> void h(const BE::Tensor& x, BE::Tensor& o) {\n"
+            "  for (int64_t i = 0; i < x.numel(); ++i) o.data_ptr<T>()[i] = x.data_ptr<T>()[i];\n}\n")
+    path.write_text('#include "kernix/common.h"\n// @BE h<float>\n' + body)
+    mod = kernix.load_cpp_file(path, name=unique_name("noout"), build_directory=tmp_path / "b")
+    with pytest.raises(kernix.CallError, match=r"// @BE h<\.\.\.> \(n\)->\(n\)") as e:
+        mod.h(jnp.zeros(3, jnp.float32))
+    with pytest.raises(kernix.CallError, match=r"`// @BE h_bwd<\.\.\.> vjp=h`"):
+        jax.grad(lambda v: mod.h(v, out=jax.ShapeDtypeStruct((3,), jnp.float32)).sum())(jnp.zeros(3, jnp.float32))
+    # the suggested signature, added to the template's annotation, works
+    path.write_text('#include "kernix/common.h"\n// @BE h<float> (n)->(n)\n' + body)
+    mod = kernix.load_cpp_file(path, name=unique_name("noout2"), build_directory=tmp_path / "c")
+    assert mod.h(jnp.ones(3, jnp.float32)).shape == (3,) and "h<" in str(e.value)
+
+
+def test_a_template_annotated_at_prototype_and_definition_is_exported_once(tmp_path):
+    path = tmp_path / "p.cpp"
+    path.write_text('#include "kernix/common.h"\n'
+                    "// @BE g<float>\ntemplate <typename T> void g(const BE::Tensor& x, BE::Tensor& o);\n"
+                    "// @BE g<float>\ntemplate <typename T> void g(const BE::Tensor& x, BE::Tensor& o) {}\n")
+    r = infer_file(path, use_cache=False)
+    assert not r.errors and [f.name for f in r.functions] == ["g_float32"]

@@ -20,6 +20,7 @@ with the arguments as written, in the same file-scope context as the probe.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -167,9 +168,9 @@ def _key(spec_cursor: Any, i: int, written: str) -> str:
     kind = spec_cursor.get_template_argument_kind(i).name
     if kind == "TYPE":
         return element_dtype(spec_cursor.get_template_argument_type(i)) or written
-    if kind == "INTEGRAL":
+    if kind == "INTEGRAL" and re.fullmatch(r"[+-]?\d+[uUlL]*", written):
         return str(spec_cursor.get_template_argument_value(i))
-    return written
+    return written  # (``true``, an enumerator ``Mode::Fast``, a constant: as written)
 
 
 def instance_targets(path: str, raw: bytes, options: ParseOptions, tu: Any, annotations: list[Annotation],
@@ -199,6 +200,7 @@ def instance_targets(path: str, raw: bytes, options: ParseOptions, tu: Any, anno
                 failed.setdefault(loc.line - first, diag.spelling)
                 break
     targets: list[InstanceTarget] = []
+    made: dict[str, Any] = {}  # instance name -> its template
     for k, p in enumerate(probes):
         a = p.annotation
         shown = f"{p.call}"
@@ -221,6 +223,14 @@ def instance_targets(path: str, raw: bytes, options: ParseOptions, tu: Any, anno
             continue
         keys = [_key(spec_cursor, i, w) for i, (_, w) in enumerate(p.args)]
         name = instance_name(lists[a.line].name, keys)
+        if name in made:  # (a prototype and its definition both annotated: one template, once)
+            if made[name] != p.template.canonical:
+                errors.append(SourceError(
+                    f"annotation `{written(a, lists[a.line]).text}`: its instantiation `{shown}` would be exported "
+                    f"as {name!r}, a name another instantiation has: list each argument once, or rename a template",
+                    file=path, line=a.line, column=a.column, function=lists[a.line].name))
+            continue
+        made[name] = p.template.canonical
         suffix = name[len(lists[a.line].name):]
         tokens = tuple(f"{t}{suffix}" if t.startswith("vjp=") else t for t in a.tokens)
         targets.append(InstanceTarget(

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..dtypes import BUFFER_DTYPES
 from ..errors import CallError
 
@@ -96,11 +98,12 @@ def _dtype_name(x: Any) -> str | None:
 
 
 def _same_value(given: Any, key: str) -> bool:
+    """Whether keyword value ``given`` is the template argument whose key is ``key``."""
     if isinstance(given, bool):
+        return key == ("true" if given else "false")
+    if isinstance(given, (int, np.integer)):
         return str(int(given)) == key
-    if isinstance(given, int):
-        return str(given) == key
-    return str(given) == key
+    return isinstance(given, str) and given == key
 
 
 class Dispatcher:

@@ -27,6 +27,13 @@ def family_names(specs: Iterable[FunctionSpec]) -> list[str]:
     return names
 
 
+def _literal(key: str) -> str:
+    """A template argument's key as a Python literal (``128``, ``True``, ``'Mode::Fast'``)."""
+    if key.lstrip("-").isdigit():
+        return key
+    return {"true": "True", "false": "False"}.get(key, repr(key))
+
+
 def family_overloads(specs: Sequence[FunctionSpec], params: dict[str, list[str]], returns: dict[str, str]
                      ) -> tuple[list[str], list[str]]:
     """One ``@overload`` per member of each family: module-level lines, and ``Module`` method lines.
@@ -41,7 +48,7 @@ def family_overloads(specs: Sequence[FunctionSpec], params: dict[str, list[str]]
         members = family(functions, name)
         deco = ["@overload"] if len(members) > 1 else []  # (one alone is no overload)
         for m in members:
-            extra = [f"{p}: Literal[{v}]" if v.lstrip("-").isdigit() else f"{p}: str" for p, v in m.static]
+            extra = [f"{p}: Literal[{_literal(v)}]" for p, v in m.static]
             own = params[m.name]
             star = own.index("*")
             full = [*own[:star + 1], *extra, *own[star + 1:]]
