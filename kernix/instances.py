@@ -21,13 +21,20 @@ Pure Python, no dependencies: a spec read back from the cache is checked here.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from .names import is_identifier
 
-__all__ = ["TemplateList", "parse_template_list", "instance_suffix", "instance_name", "check_template_args",
-           "is_template_argument"]
+__all__ = [
+    "TemplateList",
+    "check_template_args",
+    "instance_name",
+    "instance_suffix",
+    "is_template_argument",
+    "parse_template_list",
+]
 
 # What a template argument written into generated code may hold: identifiers, ::, numbers,
 # nested template brackets, commas, pointers, references, spaces, a sign (no ';', braces,
@@ -105,9 +112,7 @@ def parse_template_list(name: str, tokens: Sequence[str]) -> TemplateList | None
     raw_groups = _split_top(inner, ";")
     for group in raw_groups:
         param, colon, values = group.partition(":")
-        if colon and (values.startswith(":") or param.endswith(":")):  # (a `::` qualified name, no parameter)
-            param, values = "", group
-        elif not colon:
+        if colon and (values.startswith(":") or param.endswith(":")) or not colon:  # (a `::` qualified name, no parameter)
             param, values = "", group
         param = param.strip()
         if param and not is_identifier(param):

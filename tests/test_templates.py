@@ -5,19 +5,17 @@ from __future__ import annotations
 import ast
 import json
 
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import FIXTURES, has_nvcc, unique_name
 
 import kernix
 from kernix.frontend.infer import infer_file
 from kernix.instances import instance_name, parse_template_list
 from kernix.runtime.stubs import stub_text
 from kernix.spec import FunctionSpec
-
-from helpers import FIXTURES, has_nvcc, unique_name
 
 jax.config.update("jax_enable_x64", True)
 
@@ -256,7 +254,7 @@ def test_dispatch_on_sharded_inputs(tmp_path):
     script.write_text(SHARDED)
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, str(script), str(CPU), str(tmp_path / "cache")], env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
 
 
@@ -285,7 +283,7 @@ def test_cuda_template_dispatches_on_the_gpu(tmp_path):
     mod = kernix.load_cuda_file(CUDA, name=unique_name("templates_gpu"), build_directory=tmp_path)
     x = jnp.arange(1000, dtype=jnp.float32, device=_gpus()[0])
     for dtype in (jnp.float32, jnp.float16, jnp.bfloat16):
-        y = jax.jit(lambda v: mod.scale(v, factor=2.0))(x.astype(dtype))  # noqa: B023
+        y = jax.jit(lambda v: mod.scale(v, factor=2.0))(x.astype(dtype))
         assert y.dtype == dtype
         np.testing.assert_allclose(np.asarray(y, np.float32), np.asarray(x.astype(dtype), np.float32) * 2, rtol=1e-2)
     with pytest.raises(kernix.CallError, match="scale_float32 .*scale_float16 .*scale_bfloat16"):

@@ -29,11 +29,11 @@ from ..instances import TemplateList, instance_name, parse_template_list
 from ..spec import FunctionSpec
 from .annotations import Annotation
 from .binding import Target
-from .classify import element_dtype, qualified_name
 from .clangparse import ParseOptions, parse
+from .classify import element_dtype, qualified_name
 from .refusal import execution_spaces, is_member
 
-__all__ = ["InstanceTarget", "split_templated", "instance_targets"]
+__all__ = ["InstanceTarget", "instance_targets", "split_templated"]
 
 _PROBE = "__kernix_probe_"
 _PARAMETER_KINDS = ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER", "TEMPLATE_TEMPLATE_PARAMETER")
@@ -106,7 +106,7 @@ def written(a: Annotation, tl: TemplateList) -> Annotation:
 def _probes(path: str, a: Annotation, tl: TemplateList, cursor: Any) -> tuple[list[_Probe], SourceError | None]:
     """The instantiations annotation ``a`` asks of template ``cursor``, or the error that prevents them."""
     a = written(a, tl)
-    where = dict(file=path, line=a.line, column=a.column, function=tl.name)
+    where: dict[str, Any] = {"file": path, "line": a.line, "column": a.column, "function": tl.name}
     if cursor is None:
         return [], SourceError(f"annotation `{a.text}` is bound to nothing: put it on the line right before "
                                f"`template <...>` of the function template {tl.name!r}", **where)

@@ -33,7 +33,7 @@ from ..errors import CallError
 if TYPE_CHECKING:
     from ..spec import FunctionSpec
 
-__all__ = ["SUFFIX_DTYPES", "Member", "Dispatcher", "family"]
+__all__ = ["SUFFIX_DTYPES", "Dispatcher", "Member", "family"]
 
 #: Name suffix -> dtype, for families of functions written one per dtype (and every dtype's own name).
 SUFFIX_DTYPES: dict[str, str] = {
