@@ -335,3 +335,9 @@ def test_a_template_annotated_at_prototype_and_definition_is_exported_once(tmp_p
                     "// @BE g<float>\ntemplate <typename T> void g(const BE::Tensor& x, BE::Tensor& o) {}\n")
     r = infer_file(path, use_cache=False)
     assert not r.errors and [f.name for f in r.functions] == ["g_float32"]
+
+
+def test_a_template_id_in_functions_points_to_the_annotation(tmp_path):
+    with pytest.raises(kernix.InvalidNameError, match=r"`// @BE tf<float>` right before its `template <\.\.\.>`"):
+        kernix.load_cpp_inline(unique_name("fx"), "void f() {}", functions=["tf<float>"],
+                               build_directory=tmp_path)
