@@ -341,3 +341,24 @@ def test_a_template_id_in_functions_points_to_the_annotation(tmp_path):
     with pytest.raises(kernix.InvalidNameError, match=r"`// @BE tf<float>` right before its `template <\.\.\.>`"):
         kernix.load_cpp_inline(unique_name("fx"), "void f() {}", functions=["tf<float>"],
                                build_directory=tmp_path)
+
+
+def test_a_warm_load_dispatches_without_libclang_or_compiler(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import subprocess, sys\n"
+        "import jax.numpy as jnp\n"
+        "sys.modules['clang'] = None; sys.modules['clang.cindex'] = None\n"
+        "def no_process(*a, **k): raise AssertionError('warm load started a process')\n"
+        "subprocess.Popen = no_process\n"
+        "import kernix\n"
+        f"mod = kernix.load_cpp_file({str(CPU)!r}, name='twarm', build_directory={str(tmp_path)!r})\n"
+        "print(mod.scale(jnp.ones(2, jnp.float64), factor=4.0).tolist(), mod.negate.members[0].name)\n"
+    )
+    kernix.load_cpp_file(CPU, name="twarm", build_directory=tmp_path)  # the cold build
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu", JAX_ENABLE_X64="1"))
+    assert proc.returncode == 0 and "[4.0, 4.0] negate_f32" in proc.stdout, proc.stdout + proc.stderr[-3000:]
