@@ -62,7 +62,7 @@ nitpick_ignore_regex = [
 _PUBLIC_ALIASES = {"kernix.errors.", "kernix.spec.", "kernix.paths.", "kernix.runtime.module.",
                    "kernix.runtime.function.", "kernix.loaders.", "kernix.store.admin.",
                    "kernix.runtime.registry.", "kernix.names.", "kernix.frontend.infer.",
-                   "kernix.languages."}
+                   "kernix.languages.", "kernix.checking.api.", "kernix.checking.report."}
 
 
 def _resolve_alias(app, env, node, contnode):

@@ -32,6 +32,7 @@ from .errors import (
     ArgSpecError,
     CacheError,
     CallError,
+    CheckError,
     CompilationError,
     InferenceError,
     InvalidNameError,
@@ -89,6 +90,9 @@ _LAZY = {
     "export": "kernix.runtime.export",
     "deserialize": "kernix.runtime.export",
     "ExportedKernels": "kernix.runtime.export",
+    "check": "kernix.checking",
+    "CheckReport": "kernix.checking",
+    "CheckResult": "kernix.checking",
     "cache_info": "kernix.store.admin",
     "clear_cache": "kernix.store.admin",
 }
@@ -96,9 +100,9 @@ _LAZY = {
 
 __all__ = [
     "__version__", "register_ffi_target", "AnnotationWarning", "ArgSpecError", "CacheError", "CallError",
-    "CompilationError", "InferenceError", "InvalidNameError", "KernixError", "OptionError", "PrebuiltError",
-    "RegistrationError", "SourceError", "SourceNotFoundError", "ToolchainError", "language_of", "cache_root",
-    "set_cache_dir", *_LAZY,
+    "CheckError", "CompilationError", "InferenceError", "InvalidNameError", "KernixError", "OptionError",
+    "PrebuiltError", "RegistrationError", "SourceError", "SourceNotFoundError", "ToolchainError", "language_of",
+    "cache_root", "set_cache_dir", *_LAZY,
 ]
 
 

@@ -12,6 +12,7 @@ toolchain search, inference, the code generator: about 9 ms).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import sys
 from pathlib import Path
@@ -29,10 +30,20 @@ from .request import LoadRequest
 from .runtime import registry
 from .runtime.module import check_function_names
 from .store import direct, entries
-from .store.files import content_key, file_digest, file_versions, write_source
+from .store.files import (
+    UNSETTLED,
+    compiler_environment,
+    content_key,
+    file_digest,
+    filesystem_now,
+    settled_versions,
+    write_source,
+)
+from .store.identity import code_identity
 from .store.lock import build_lock
 from .store.manifest import MANIFEST_FORMAT, Manifest
 from .store.mounts import noexec_problem
+from .store.trust import io_message, makedirs
 from .store.workdir import record_inputs, work_directory
 
 __all__ = ["build_config", "toolchain_stamp", "cache_key", "store_inline_source", "keyed_entry", "reload", "discard",
@@ -54,16 +65,29 @@ def build_config(request: LoadRequest) -> BuildConfig:
     )
 
 
+def _nvcc_profile() -> str | None:
+    """The CUDA toolkit's ``bin/nvcc.profile``, which nvcc reads (its include and library
+    directories), or ``None`` when no toolkit is found."""
+    home = toolchain.find_cuda_home()
+    return None if home is None else str(home / "bin" / "nvcc.profile")
+
+
 def _toolchain_parts(config: BuildConfig) -> dict[str, object]:
-    """What decides how any input is compiled: tools, flags, versions."""
+    """What decides how any input is compiled: kernix's code, tools, their
+    environment, flags, versions."""
     compilers = [toolchain.find_host_compiler().identity]
     if config.platform == "cuda":
         compilers.append(toolchain.find_nvcc().identity)
+        profile = _nvcc_profile()
+        if profile is not None:
+            with contextlib.suppress(OSError):  # (no profile: nvcc's defaults)
+                compilers.append(f"{profile}\nsha256:{file_digest(profile)}")
     return {
-        "kernix": __version__,
+        "kernix": [__version__, code_identity()],
         "platform": config.platform,
         "flags": compile_flags(config),
         "compilers": compilers,
+        "environment": compiler_environment(),
         "arch": config.arch,
         "allow_cuda_graph": config.allow_cuda_graph,
         "jaxlib": toolchain.jaxlib_version(),
@@ -92,9 +116,11 @@ def cache_key(request: LoadRequest, config: BuildConfig) -> str:
 
 
 def _key_files(request: LoadRequest) -> list[str]:
-    """The files the entry key is computed from: the sources, the compilers,
-    and the directories searched for compilers (``PATH``)."""
-    compilers = toolchain.compiler_paths(request.platform == "cuda")
+    """The files the entry key is computed from: the sources, the compilers
+    (and nvcc's profile), and the directories searched for compilers
+    (``PATH``); kernix's own code is added by :func:`kernix.store.direct.record`."""
+    cuda = request.platform == "cuda"
+    compilers = toolchain.compiler_paths(cuda) + [p for p in [_nvcc_profile() if cuda else None] if p]
     return [str(s) for s in request.sources] + compilers + direct.search_dirs()
 
 
@@ -214,16 +240,21 @@ def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
     noexec = noexec_problem(request.root)
     if noexec is not None:  # a build there could never be loaded
         raise CacheError(noexec)
+    started = _build_started(request)  # before anything reads the sources or headers
     exported = exported_units(request)
     check_function_names([e.spec for _, es in exported for e in es])
     stamp = toolchain_stamp(config)
     try:
-        so_path, inputs = _build_in_work_dir(request, config, exported, stamp, fresh=fresh)
+        so_path, inputs = _build_in_work_dir(request, config, exported, stamp, started, fresh=fresh)
     except OutputError as exc:
         if fresh:
             raise
         report.note(f"{request.name}: {exc}; building again from an empty directory", verbose=True)
-        so_path, inputs = _build_in_work_dir(request, config, exported, stamp, fresh=True)
+        so_path, inputs = _build_in_work_dir(request, config, exported, stamp, started, fresh=True)
+    for version in inputs:
+        if version[-1] == UNSETTLED:
+            report.note(f"{request.name}: {version[0]} changed during the build, so the entry is not used again "
+                        "(the next load builds it anew)", verbose=request.verbose)
     all_fns = [e for _, es in exported for e in es]
     handlers = {e.spec.name: codegen.handler_symbol(e) for e in all_fns}
     return entries.publish(
@@ -231,22 +262,40 @@ def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
     )
 
 
+def _build_started(request: LoadRequest) -> int:
+    """The file system's clock (:func:`kernix.store.files.filesystem_now`) in the
+    cache's ``build/`` directory, now."""
+    directory = request.root / "build"
+    makedirs(directory)
+    try:
+        return filesystem_now(directory)
+    except OSError as exc:
+        raise CacheError(io_message(directory, exc)) from exc
+
+
 def _build_in_work_dir(
     request: LoadRequest,
     config: BuildConfig,
     exported: list[tuple[str, list[codegen.ExportedFunction]]],
     stamp: str,
+    started: int,
     *,
     fresh: bool,
 ) -> tuple[Path, list[list[Any]]]:
     """Build in the module's work directory; record its inputs when it succeeds.
 
     Returns the built library and the version of every file the compilers
-    read (taken once: the work directory's record and the manifest share them).
+    read (taken once: the work directory's record and the manifest share
+    them); a file changed since ``started`` is unsettled
+    (:func:`kernix.store.files.settled_versions`).
     """
+    fixed = {}
+    if request.inline_source is not None:  # stored under its content's hash: it cannot change
+        text = request.inline_source.encode("utf-8", "surrogateescape")
+        fixed[str(request.sources[0])] = hashlib.sha256(text).hexdigest()
     with work_directory(request.root, request.name, fresh=fresh, stamp=stamp, verbose=request.verbose) as build_dir:
         report.note(f"{request.name}: building in {build_dir}", verbose=request.verbose)
         result = compile_library(build_dir, exported, config, workers=request.ninja_workers, verbose=request.verbose)
-        inputs = file_versions(result.dependencies)
-        record_inputs(build_dir, stamp, inputs)
+        inputs = settled_versions(result.dependencies, started, fixed)
+        record_inputs(build_dir, stamp, inputs, started)
     return result.so_path, inputs

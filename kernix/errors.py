@@ -17,6 +17,7 @@ __all__ = [
     "InvalidNameError",
     "SourceNotFoundError",
     "CallError",
+    "CheckError",
     "SourceError",
     "InferenceError",
     "CompilationError",
@@ -55,6 +56,24 @@ class SourceNotFoundError(KernixError, FileNotFoundError):
 
 class CallError(KernixError, TypeError):
     """A kernel was called with the wrong inputs or attributes."""
+
+
+class CheckError(KernixError, AssertionError):
+    """:func:`kernix.check` found a kernel that is not a correct JAX operation.
+
+    An :class:`AssertionError` too, so a plain ``kernix.check(...)`` in a
+    test fails the test with the message: each failed check, what differed and
+    where.
+
+    Attributes
+    ----------
+    report
+        The :class:`kernix.CheckReport`, every check's row.
+    """
+
+    def __init__(self, message: str, report: object = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 class SignatureError(ArgSpecError):

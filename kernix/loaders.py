@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from .errors import KernixError, OptionError, SourceNotFoundError
 from .languages import LANGUAGES_BY_EXTENSION, Language
 from .names import check_module_name
+from .paths import check_source, printable
 from .pipeline import load
 from .request import make_request
 from .runtime.module import CompiledModule
@@ -234,8 +235,13 @@ def _join_sources(sources: Any, what: str) -> str:
 
 def _file(path: str | os.PathLike[str], language: Language) -> Path:
     p = Path(path).expanduser().absolute()
-    if not p.is_file():
-        raise SourceNotFoundError(f"{'CUDA' if language == 'cuda' else 'C++'} source file not found: {p}")
+    what = "CUDA" if language == "cuda" else "C++"
+    if not p.exists():
+        raise SourceNotFoundError(f"{what} source file not found: {printable(p)}")
+    if p.is_dir():
+        raise SourceNotFoundError(f"{printable(p)} is a directory, not a source file: load every "
+                                  f"{'/'.join(_DIR_EXTENSIONS[language])} file in it with load_{language}_dir")
+    check_source(p)  # a regular file (not a FIFO or a device), with a UTF-8 name
     if language == "cpp" and LANGUAGES_BY_EXTENSION.get(p.suffix.lower()) == "cuda":
         raise KernixError(f"{p} is a CUDA source: load it with load_cuda_file (load_cpp_file builds for the CPU)")
     return p
@@ -253,7 +259,9 @@ def _dir_sources(d: Path, language: Language) -> list[Path]:
     if not d.is_dir():
         raise SourceNotFoundError(f"not a directory: {d}")
     exts = _DIR_EXTENSIONS[language]
-    files = sorted(p for p in d.iterdir() if p.suffix in exts and p.is_file())
+    files = sorted(p for p in d.iterdir() if p.suffix in exts and not p.is_dir())
+    for p in files:
+        check_source(p)  # a FIFO or a device named like a source is refused, never read (nor skipped)
     if not files:
         raise KernixError(f"no {'/'.join(exts)} files in {d}")
     return files

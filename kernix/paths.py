@@ -9,13 +9,15 @@ the prebuilt trust check share).
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from .errors import ToolchainError
+from .errors import KernixError, SourceNotFoundError, ToolchainError
 
 __all__ = ["cache_root", "absolute", "set_cache_dir", "include_dir", "jaxlib_install", "printable", "utf8_problem",
-           "directory_problem", "repeated_source", "ancestors", "nearest_existing"]
+           "text_problem", "source_problem", "regular_file_problem", "check_source", "directory_problem",
+           "repeated_source", "ancestors", "nearest_existing"]
 
 _override: str | None = None
 
@@ -129,6 +131,111 @@ def utf8_problem(path: str) -> str | None:
         return None
     part = next(p for p in reversed(path.split(os.sep)) if not _is_utf8(p))
     return f"{printable(part)} is not a valid UTF-8 name, and libclang opens files only by UTF-8 paths: rename it"
+
+
+def text_problem(value: str, what: str) -> str | None:
+    """Why ``value``, a flag or path given as ``what``, cannot reach a
+    compiler, or ``None``.
+
+    Parameters
+    ----------
+    value
+        The flag or path (as :func:`os.fsdecode` gives a path: each byte of
+        a name that is not valid UTF-8 held as a lone surrogate).
+    what
+        How the user gave it (``"extra_cflags[2]"``, ``"-I"``).
+
+    Returns
+    -------
+    str or None
+        The message naming ``what`` and the value (bytes that are not UTF-8
+        written ``\\xNN``) and the fix, when ``value`` is not valid UTF-8
+        text: compiler command lines, build files and libclang take UTF-8.
+    """
+    if _is_utf8(value):
+        return None
+    return (f"{what} = '{printable(value)}' is not valid UTF-8 text, which the compilers' command lines, the "
+            "build files and libclang require: rename the directory or file it names (or link to it from a "
+            "UTF-8 path), or write the value as UTF-8 text")
+
+
+#: What a file that is not a regular file is, by its ``stat`` type.
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def source_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot be read as a source file, or ``None``.
+
+    Parameters
+    ----------
+    path
+        The source file (a symbolic link is followed).
+
+    Returns
+    -------
+    str or None
+        ``"... does not exist"``; ``"... is a FIFO (named pipe), not a regular
+        file ..."`` (or a device, a socket, a directory), found by ``stat``
+        without opening it, which could block (a FIFO) or never end
+        (``/dev/zero``); a name that is not valid UTF-8.
+    """
+    return regular_file_problem(path) or _name_problem(os.fspath(path))
+
+
+def regular_file_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` is not a regular file to read a source from (missing, a
+    FIFO, a device ...: see :func:`source_problem`), or ``None``; its name is
+    not checked."""
+    path = os.fspath(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return f"{printable(path)} does not exist"
+    except (OSError, ValueError) as exc:
+        return f"cannot read {printable(path)}: {getattr(exc, 'strerror', None) or exc}"
+    if stat.S_ISREG(st.st_mode):
+        return None
+    kind = next((k for test, k in _FILE_KINDS if test(st.st_mode)), "not a regular file")
+    return (f"{printable(path)} is {kind}, not a regular file: a source is read several times (hashed, "
+            "parsed, compiled), which only a regular file allows; save the code to a file and give that")
+
+
+def _name_problem(path: str) -> str | None:
+    problem = utf8_problem(path)
+    return None if problem is None else f"cannot parse {printable(path)}: {problem}"
+
+
+def check_source(path: str | os.PathLike[str], **options: Sequence[str]) -> None:
+    """Check a source file and the options it is read with before anything opens it.
+
+    Parameters
+    ----------
+    path
+        The source file: it must be a regular file with a UTF-8 name
+        (:func:`source_problem`).
+    **options
+        Lists of flags or paths by the name the user gave them
+        (``include_dirs=[...]``): each must be valid UTF-8 (:func:`text_problem`).
+
+    Raises
+    ------
+    kernix.SourceNotFoundError
+        When ``path`` does not exist or is not a regular file.
+    kernix.KernixError
+        When a name or a value is not valid UTF-8.
+    """
+    for name, values in options.items():
+        for i, value in enumerate(values):
+            problem = text_problem(os.fspath(value), f"{name}[{i}]") if isinstance(value, (str, os.PathLike)) else None
+            if problem is not None:
+                raise KernixError(problem)
+    problem = regular_file_problem(path)
+    if problem is not None:
+        raise SourceNotFoundError(problem)
+    problem = _name_problem(os.fspath(path))
+    if problem is not None:
+        raise KernixError(problem)
 
 
 def _is_utf8(text: str) -> bool:

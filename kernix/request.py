@@ -18,7 +18,7 @@ from .compiler_flags import PREPROCESSOR_FLAGS, split_flags
 from .errors import OptionError
 from .languages import Language, Platform, platform_of
 from .names import check_module_name, check_target_prefix
-from .paths import cache_root
+from .paths import cache_root, check_source, text_problem
 
 if TYPE_CHECKING:
     from .requested import Requested
@@ -163,15 +163,17 @@ def _strings(value: Any, what: str) -> tuple[str, ...]:
 def _flags(value: Any, what: str) -> tuple[str, ...]:
     """``value`` as a tuple of flags, refused here, before inference, if the
     compiler would misread it: a line break or NUL (no command line holds
-    one), or an include, define or library flag with no value (``-I`` last,
-    or followed by ``""``), which would take the next flag as its value."""
+    one), text that is not valid UTF-8 (a path from a name that is not), or
+    an include, define or library flag with no value (``-I`` last, or
+    followed by ``""``), which would take the next flag as its value."""
     flags = _strings(value, what)
     problem = None
     for i, flag in enumerate(flags):
-        if any(c in flag for c in "\n\r\0"):
+        problem = text_problem(flag, f"{what}[{i}]")
+        if problem is None and any(c in flag for c in "\n\r\0"):
             problem = (f"{what}[{i}] = {flag!r} contains a line break or NUL, which no command line can hold; pass "
                        "each flag or path as its own string")
-        elif flag in PREPROCESSOR_FLAGS + ("-L",) and not (flags[i + 1:i + 2] or ("",))[0]:
+        elif problem is None and flag in PREPROCESSOR_FLAGS + ("-L",) and not (flags[i + 1:i + 2] or ("",))[0]:
             examples = {"-D": "-DNAME=1", "-U": "-UNAME", "-include": "-include/path/to/file.h"}
             example = examples.get(flag, f"{flag}/path/to/dir")
             problem = (f"{what}[{i}] = {flag!r} has no value after it, so the compiler would take the next "
@@ -220,6 +222,11 @@ def make_request(
         raise OptionError(f"ninja_workers must be a positive int or None, not {workers!r}")
     build_directory = options.get("build_directory")
     root = Path(build_directory).expanduser().absolute() if build_directory is not None else cache_root()
+    problem = text_problem(str(root), "build_directory" if build_directory is not None else "the cache root")
+    if problem:
+        raise OptionError(problem)
+    for source in sources:
+        check_source(source)
     cflags = options.get("extra_cuda_cflags") if language == "cuda" else options.get("extra_cflags")
     return LoadRequest(
         name=name,

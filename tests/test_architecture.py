@@ -40,6 +40,7 @@ LAYERS = {
     "kernix.pipeline": 7,
     "kernix.loaders": 8,
     "kernix.cli": 8,
+    "kernix.checking": 8,
     "kernix": 9,
 }
 
@@ -212,4 +213,4 @@ def test_verbose_load_says_why_the_cache_missed(tmp_path: Path, capfd: pytest.Ca
     assert f"{name}: cache hit" in capfd.readouterr().err
     (inc / "scale.h").write_text("constexpr float kScale = 3.0f;  // edited\n")
     kernix.load_cpp_file(src, **options)
-    assert f"{name}: cache a file the build read changed" in capfd.readouterr().err
+    assert f"{name}: cache {inc / 'scale.h'} changed since it was cached" in capfd.readouterr().err

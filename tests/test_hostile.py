@@ -8,6 +8,8 @@ and bad names are rejected before anything touches the disk or a compiler.
 from __future__ import annotations
 
 import faulthandler
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -414,3 +416,102 @@ def near_valid_cpp(draw) -> bytes:
 @given(data=near_valid_cpp())
 def test_fuzz_near_valid_cpp(tmp_path: Path, data: bytes) -> None:
     _infer_outcome(tmp_path, data)
+
+
+# --------------------------------------------------------------------- sources that are not regular files
+
+
+def _not_regular(tmp_path: Path, kind: str) -> Path:
+    """A path named like a C++ source that is no regular file: a FIFO no one
+    writes to (opening it to read blocks), or ``/dev/zero`` (reading it never ends)."""
+    if kind == "fifo":
+        path = tmp_path / "pipe.cpp"
+        os.mkfifo(path)
+        return path
+    path = tmp_path / "zero.cpp"
+    path.symlink_to("/dev/zero")
+    return path
+
+
+def _run(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """A fresh process with a time limit: a hang is a failure, not a stuck run."""
+    env = {**os.environ, "KERNIX_CACHE_DIR": str(tmp_path / "cache")}
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env, timeout=120,
+                          check=False, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("kind, what", [("fifo", "a FIFO"), ("zero", "a character device")])
+def test_loaders_refuse_a_source_that_is_not_a_regular_file(tmp_path: Path, kind: str, what: str) -> None:
+    """Was: "source file not found" for a file that is there."""
+    path = _not_regular(tmp_path, kind)
+    with pytest.raises(kernix.SourceNotFoundError, match=f"{path} is {what}.* not a regular file"):
+        kernix.load_cpp_file(path, name=unique_name("pipe"), build_directory=tmp_path / "c")
+    (tmp_path / "ok.cpp").write_text(ADD_ONE)
+    with pytest.raises(kernix.SourceNotFoundError, match=f"{path} is {what}"):  # not silently left out
+        kernix.load_cpp_dir(tmp_path, name=unique_name("pipe_dir"), build_directory=tmp_path / "c")
+
+
+@pytest.mark.parametrize("kind, what", [("fifo", "a FIFO"), ("zero", "a character device")])
+def test_infer_file_refuses_a_source_that_is_not_a_regular_file(tmp_path: Path, kind: str, what: str) -> None:
+    """Was: infer_file opened the FIFO and waited forever, or read /dev/zero until memory ran out."""
+    path = _not_regular(tmp_path, kind)
+    code = f"import kernix\ntry:\n    kernix.infer_file({str(path)!r})\nexcept kernix.KernixError as e:\n    print(e)\n"
+    out = _run(["-c", code], tmp_path)
+    assert out.returncode == 0 and f"{path} is {what}" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["inspect", "--no-cache"], ["stubs"], ["build", "-o", "out"]])
+@pytest.mark.parametrize("kind, what", [("fifo", "a FIFO"), ("zero", "a character device")])
+def test_commands_refuse_a_source_that_is_not_a_regular_file(tmp_path: Path, command: list[str], kind: str,
+                                                             what: str) -> None:
+    """Was: `kernix inspect` and `kernix stubs` hung on a FIFO and read /dev/zero until memory ran out."""
+    path = _not_regular(tmp_path, kind)
+    out = _run(["-m", "kernix", *command, str(path)], tmp_path)
+    assert out.returncode == 2 and f"{path} is {what}" in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+# --------------------------------------------------------------------- paths and flags that are not UTF-8
+
+def _not_utf8(tmp_path: Path) -> str:
+    """A path under ``tmp_path`` whose last name holds a byte that is not UTF-8, as Python holds it."""
+    return os.fsdecode(os.fsencode(tmp_path) + b"/kernix-\xff")
+
+
+@pytest.mark.parametrize("option, value, shown", [
+    ("extra_include_paths", lambda bad: [bad], "extra_include_paths[0] = '{}'"),
+    ("extra_cflags", lambda bad: ["-DX=\udcff"], "extra_cflags[0] = '-DX=\\xff'"),
+    ("extra_cflags", lambda bad: ["-isystem", bad], "extra_cflags[1] = '{}'"),
+    ("extra_ldflags", lambda bad: ["-L" + bad], "extra_ldflags[0] = '-L{}'"),
+    ("build_directory", lambda bad: bad, "build_directory = '{}'"),
+])
+def test_a_path_or_flag_that_is_not_utf8_is_refused_naming_it(tmp_path: Path, option: str, value, shown: str) -> None:
+    """Was: a raw UnicodeEncodeError from deep inside the build."""
+    src = tmp_path / "k.cpp"
+    src.write_text(ADD_ONE)
+    bad = _not_utf8(tmp_path)
+    kw = {"build_directory": tmp_path / "c", option: value(bad)}
+    expected = re.escape(shown.format(f"{tmp_path}/kernix-\\xff")) + ".* not valid UTF-8"
+    with pytest.raises(kernix.OptionError, match=expected):
+        kernix.load_cpp_file(src, name=unique_name("utf8"), **kw)
+    assert not os.path.lexists(os.fsencode(bad))  # nothing was made there
+
+
+@pytest.mark.parametrize("option, value", [
+    ("include_dirs", lambda bad: [bad]), ("defines", lambda bad: ["X=\udcff"]), ("flags", lambda bad: ["-I" + bad]),
+])
+def test_infer_file_refuses_an_option_that_is_not_utf8(tmp_path: Path, option: str, value) -> None:
+    src = tmp_path / "k.cpp"
+    src.write_text(ADD_ONE)
+    with pytest.raises(KernixError, match=re.escape(f"{option}[0] = '") + ".*\\\\xff.* not valid UTF-8"):
+        infer_file(src, **{option: value(_not_utf8(tmp_path))}, cache_dir=tmp_path / "c")
+
+
+@pytest.mark.parametrize("flag", ["-I", "-D"])
+def test_commands_refuse_an_option_that_is_not_utf8(tmp_path: Path, flag: str) -> None:
+    (tmp_path / "k.cpp").write_text(ADD_ONE)
+    value = os.fsencode(tmp_path) + b"/kernix-\xff" if flag == "-I" else b"X=\xff"
+    code = ("import os, sys; from kernix.cli import main; "
+            f"sys.exit(main(['inspect', {flag!r}, os.fsdecode({value!r}), 'k.cpp']))")
+    out = _run(["-c", code], tmp_path)
+    assert out.returncode == 2 and "\\xff' is not valid UTF-8" in out.stderr and "Traceback" not in out.stderr, \
+        out.stderr

@@ -225,6 +225,26 @@ def test_no_backward_no_grad(ops):
     assert float(jax.grad(lambda w: jnp.sum(w * copied))(2.0)) == 4.0
 
 
+def test_every_operation_passes_kernix_check(ops):
+    """kernix.check: eager, jit, vmap (one call), grad, export, guarded buffers and drawn inputs, against JAX."""
+    rng = np.random.default_rng(0)
+    x, w = rng.uniform(0.5, 1.5, (3, 4)), rng.uniform(0.5, 1.5, 4)
+    v = np.arange(6, dtype=np.float32)
+    cases = [
+        (ops.rms_norm, lambda x, w, eps: x / jnp.sqrt(jnp.mean(x * x, -1, keepdims=True) + eps) * w, (x, w),
+         {"eps": 1e-3}),
+        (ops.scale_rows, lambda x, c: x * c[..., None], (x, np.array([2, -1, 3], np.int32)), {}),
+        (ops.matmul, lambda a, b: a @ b, (x, x.T), {}),
+        (ops.row_sums, lambda m: m.sum(-1), (x,), {}),
+        (ops.head, lambda v, k: v[:k], (v,), {"k": 3, "sizes": {"n": [3, 4, 7]}}),  # the kernel needs n >= k
+        (ops.plain_copy, lambda v: v, (v,), {}),
+    ]
+    for fn, ref, args, attrs in cases:
+        report = kernix.check(fn, ref, *args, **attrs, examples=4)
+        assert report["buffers"].passed, report
+        assert report["grad"].passed == (fn.spec.name in ("rms_norm", "scale_rows")), report
+
+
 # -- Python signatures and stubs ----------------------------------------------------------
 
 def test_python_signature(ops):
@@ -379,6 +399,8 @@ def test_cuda_operation_checks_vmap_and_grad(cuda_ops):
     check_grads(cuda_ops.scale_cols, (x, s), order=1, modes=["rev"])
     g = jax.vmap(jax.grad(lambda s, x: jnp.sum(cuda_ops.scale_cols(x, s) ** 2)), in_axes=(None, 0))(s, x)
     np.testing.assert_allclose(g, 2 * np.sum(np.asarray(x) ** 2, axis=1) * np.asarray(s), rtol=1e-10)
+    report = kernix.check(cuda_ops.scale_cols, lambda x, s: x * s, x, s)
+    assert report["vmap_one_call"].passed and report["buffers"].passed, report
 
 
 @pytest.mark.gpu

@@ -283,6 +283,71 @@ def test_clear_cache_waits_for_a_running_build(wrapper: Wrapper, root: Path, sou
     assert not (root / "modules" / name).exists()
 
 
+STORM_WORKER = """
+import json, os, sys, time
+import numpy as np, jax, jax.numpy as jnp
+import kernix
+src, name, ready, go, seconds = sys.argv[1:6]
+jax.devices()
+open(ready, "w").close()
+while not os.path.exists(go):
+    time.sleep(0.005)
+errors, loads, wrong = [], 0, 0
+end = time.monotonic() + float(seconds)
+while time.monotonic() < end:
+    try:
+        mod = kernix.load_cpp_file(src, name=name)
+        wrong += np.asarray(mod.add_one(jnp.arange(4, dtype=jnp.float32))).tolist() != [1.0, 2.0, 3.0, 4.0]
+        loads += 1
+    except Exception as exc:
+        errors.append(f"{type(exc).__name__}: {exc}"[:500])
+print(json.dumps({"loads": loads, "errors": errors, "wrong": wrong}))
+"""
+
+
+def test_sixteen_processes_load_while_the_cache_is_cleared_again_and_again(root: Path, source: Path,
+                                                                          tmp_path: Path) -> None:
+    """16 processes load a module over and over while this one clears the cache
+    (the module's, then all of it) in a loop: every load is a hit, or a miss
+    and a rebuild; never an error, a warning that an entry is damaged, or a
+    wrong value.  Was: one to three "damaged (cannot read functions.json)"
+    CacheErrors a run, from a clear between reading an entry's manifest and
+    its specs."""
+    name = unique_name("storm")
+    code = f"import kernix; kernix.load_cpp_file({str(source)!r}, name={name!r})"
+    built = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert built.returncode == 0, built.stderr[-3000:]
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen([sys.executable, "-W", "error::RuntimeWarning", "-c", STORM_WORKER, str(source), name,
+                          str(tmp_path / f"ready-{i}"), str(go), "4"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        for i in range(16)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready-{i}").exists() for i in range(16)):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "a worker did not start"
+            time.sleep(0.05)
+        go.touch()
+        clears = 0
+        while any(p.poll() is None for p in procs):
+            kernix.clear_cache(name if clears % 2 else None)
+            clears += 1
+        results = []
+        for p in procs:
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err[-3000:]
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [r["errors"] for r in results] == [[]] * 16
+    assert sum(r["wrong"] for r in results) == 0
+    assert all(r["loads"] > 0 for r in results) and clears > 10
+
+
 # --------------------------------------------------------------------- damaged entries
 
 

@@ -170,20 +170,30 @@ def _rewrite_specs(entry: Path, edit) -> None:
         (lambda d: [{**d[0], "params": 7}], "record of function 'add_one' is not a valid spec"),
         (lambda d: [{**d[0], "name": "other"}], "not the handlers'"),
         (lambda d: {"not": "a list"}, "not a list of spec records"),
-        (None, "cannot read functions.json"),
     ],
 )
 def test_specs_file_problems_are_named(tmp_path: Path, edit, why: str) -> None:
     name = unique_name("spec_file")
     _load(tmp_path, name)
     (entry,) = (tmp_path / "modules" / name).glob("*/")
-    if edit is None:
-        (entry / "functions.json").unlink()
-    else:
-        _rewrite_specs(entry, edit)
+    _rewrite_specs(entry, edit)
     mod = _load(tmp_path, name)  # the load itself reads no spec
     with pytest.raises(kernix.CacheError, match=why):
         mod.add_one
+
+
+def test_a_missing_specs_file_is_damage_the_look_up_finds(tmp_path: Path) -> None:
+    """An entry whose functions.json is gone while its manifest is there is
+    damaged: the look-up (which keeps the file's bytes) says so and rebuilds
+    it, instead of a load that fails at the first call."""
+    name = unique_name("spec_file")
+    _load(tmp_path, name)
+    (entry,) = (tmp_path / "modules" / name).glob("*/")
+    (entry / "functions.json").unlink()
+    with pytest.warns(RuntimeWarning, match="damaged: cannot read functions.json"):
+        mod = _load(tmp_path, name)
+    assert mod.add_one.spec.name == "add_one"
+    assert (entry / "functions.json").is_file()
 
 
 @pytest.mark.parametrize("warm", [False, True])

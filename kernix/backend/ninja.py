@@ -30,9 +30,10 @@ from typing import Sequence
 from ..errors import CompilationError, KernixError, ToolchainError
 from ..interface import running_command
 from ..store import elf
-from ..store.files import atomic_write, remembered
+from ..store.files import atomic_write
 from . import codegen, toolchain
 from .flags import BuildConfig, compile_flags
+from .installation import own_header_dirs
 
 __all__ = [
     "BuildConfig", "BuildResult", "OutputError", "compile_flags", "compile_library", "ninja_path", "read_depfile",
@@ -49,7 +50,7 @@ class BuildResult:
     """What a build produced."""
 
     so_path: Path
-    dependencies: tuple[str, ...] = ()  # every file the compilers read, but the toolchain's own headers
+    dependencies: tuple[str, ...] = ()  # every file the compilers read, but the host compiler's own headers
 
 
 def ninja_path() -> str:
@@ -90,8 +91,8 @@ def _ninja_file(n_units: int, n_handler_units: int, flags: dict[str, list[str]],
         return shlex.join(args).replace("$", "$$")
 
     # -MD: make-style depfiles listing every header read, system directories
-    # included (a user's -isystem DIR is one); the toolchain's own headers are
-    # dropped when recording (see _tracked), the compiler and jaxlib versions cover them.
+    # included (a user's -isystem DIR is one); the host compiler's own headers
+    # are dropped when recording (see _tracked), its identity covers them.
     rules = [
         "ninja_required_version = 1.3",
         "",
@@ -197,36 +198,6 @@ def _unescape(m: re.Match[str]) -> str:
     return "#" if m.group() == "\\#" else "$"
 
 
-def _compiler_include_dirs(compiler: str) -> list[str]:
-    """The directories ``compiler`` searches by itself for ``#include <...>``
-    (asked once per compiler file, then remembered)."""
-
-    def ask() -> list[str] | None:
-        try:
-            proc = subprocess.run(
-                [compiler, "-x", "c++", "-E", "-v", "-"], input="", capture_output=True, text=True, timeout=60,
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        lines = proc.stderr.splitlines()
-        try:
-            start = lines.index("#include <...> search starts here:") + 1
-            end = lines.index("End of search list.", start)
-        except ValueError:
-            return None
-        return [os.path.normpath(ln.strip().split(" (")[0]) for ln in lines[start:end]]
-
-    return list(remembered("include-dirs", compiler, ask) or [])
-
-
-def _toolchain_dirs(config: BuildConfig) -> tuple[str, ...]:
-    """Directories whose headers are covered by the compiler and jaxlib versions."""
-    dirs = [*_compiler_include_dirs(toolchain.find_host_compiler().path), toolchain.jax_ffi_include_dir()]
-    if config.platform == "cuda":
-        dirs += toolchain.cuda_include_dirs()
-    return tuple(os.path.join(os.path.normpath(d), "") for d in dirs)
-
-
 def _user_dirs(config: BuildConfig) -> tuple[str, ...]:
     """The include directories the user named, in any form (``-I``, ``-isystem`` ...)."""
     dirs = list(config.include_dirs)
@@ -241,9 +212,10 @@ def _user_dirs(config: BuildConfig) -> tuple[str, ...]:
 
 
 def _tracked(paths: set[str], config: BuildConfig) -> list[str]:
-    """``paths`` without the toolchain's own headers, unless the user named their directory."""
-    toolchain_dirs, user_dirs = _toolchain_dirs(config), _user_dirs(config)
-    return sorted(p for p in paths if p.startswith(user_dirs) or not p.startswith(toolchain_dirs))
+    """``paths`` without the host compiler's own headers (:mod:`.installation`),
+    unless the user named their directory."""
+    own, user_dirs = own_header_dirs(toolchain.find_host_compiler().path), _user_dirs(config)
+    return sorted(p for p in paths if p.startswith(user_dirs) or not p.startswith(own))
 
 
 def _drop_damaged_outputs(build_dir: Path) -> None:

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ..errors import InferenceError, KernixError, OptionError, SourceNotFoundError
+from ..paths import regular_file_problem
 from .args import add_source_args, language_option
 from .output import error_line, human_size, print_error
 
@@ -43,6 +44,11 @@ def run(args: dict[str, Any]) -> int:
     # Imported here: the build backend costs every other command about 25 ms.
     from ..prebuilt.build import build_module
 
+    for source in args["sources"]:
+        problem = regular_file_problem(source)  # (a FIFO is never opened: build_module would call it not found)
+        if problem is not None:
+            print_error("build", problem)
+            return 2
     if "" in (*args["library_dirs"], *args["libraries"]):
         print_error("build", "-L and -l take a value: -L DIR (a directory), -l NAME (libNAME.so or libNAME.a)")
         return 2

@@ -1,21 +1,34 @@
 """Checks of ``kernix inspect`` and ``kernix stubs``' paths, made before any
 work and worded for the command line: the sources' languages (``--cuda`` /
-``--cpp``), a source given twice, and the file ``-o`` names.  (``kernix
+``--cpp``), a source that is not a regular file (a FIFO, ``/dev/zero``:
+never opened), a source given twice, ``-I`` and ``-D`` values that are not
+UTF-8, and the file ``-o`` names.  (``kernix
 build``'s are :func:`kernix.build_module`'s own, worded for the command line
 when it runs one.)"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..languages import LANGUAGES_BY_EXTENSION, unknown_extension
-from ..paths import directory_problem, repeated_source
+from ..paths import (
+    directory_problem,
+    regular_file_problem,
+    repeated_source,
+    text_problem,
+)
 
 __all__ = ["source_problem", "output_file_problem"]
 
 
-def source_problem(paths: Sequence[str], language: str | None, *, once: bool = False) -> str | None:
+def source_problem(
+    paths: Sequence[str],
+    language: str | None,
+    *,
+    once: bool = False,
+    options: Mapping[str, Sequence[str]] | None = None,
+) -> str | None:
     """Why ``paths`` cannot be read as a command's sources, or ``None``.
 
     Parameters
@@ -26,13 +39,26 @@ def source_problem(paths: Sequence[str], language: str | None, *, once: bool = F
         The language ``--cuda`` / ``--cpp`` ask for (``None``: by extension).
     once
         Whether each file may be given only once (one module's sources).
+    options
+        The values of ``-I`` and ``-D``, by option (``{"-I": [...], "-D": [...]}``).
 
     Returns
     -------
     str or None
-        The message: an extension that names no language (fixed by
-        ``--cuda`` / ``--cpp``); a source given twice.
+        The message: an option value that is not UTF-8; a source that does
+        not exist or is not a regular file (found by ``stat``: a FIFO would
+        block the command, ``/dev/zero`` never end); an extension that names
+        no language (fixed by ``--cuda`` / ``--cpp``); a source given twice.
     """
+    for option, values in (options or {}).items():
+        for value in values:
+            problem = text_problem(value, option)
+            if problem is not None:
+                return problem
+    for path in paths:
+        problem = regular_file_problem(path)
+        if problem is not None:
+            return problem
     if language is None:
         for path in paths:
             if os.path.splitext(path)[1].lower() not in LANGUAGES_BY_EXTENSION:

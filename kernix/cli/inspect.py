@@ -214,7 +214,8 @@ def run(args: dict[str, Any]) -> int:
     if not files:
         print("kernix inspect: no C++ or CUDA source files found", file=sys.stderr)
         return 2
-    problem = source_problem(files, options["language"])
+    problem = source_problem(files, options["language"],
+                             options={"-I": options["include_dirs"], "-D": options["defines"]})
     if problem is not None:
         print_error("inspect", problem)
         return 2

@@ -36,7 +36,8 @@ def run(args: dict[str, Any]) -> int:
 
     files, output = args["files"], args["output"]
     stub_name = os.path.splitext(os.path.basename(files[0]))[0] + ".pyi"
-    problem = source_problem(files, language_option(args), once=True)
+    problem = source_problem(files, language_option(args), once=True,
+                             options={"-I": args["include_dirs"], "-D": args["defines"]})
     if problem is None and output:
         problem = output_file_problem(output, stub_name, files)
     if problem is not None:

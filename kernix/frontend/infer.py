@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..errors import AnnotationWarning, ArgSpecError, InferenceError, SourceError
 from ..languages import LANGUAGES_BY_EXTENSION, language_of
+from ..paths import check_source
 from ..requested import check_spec_matches, normalize_functions
 from ..spec import FunctionSpec
 from . import speccache
@@ -175,6 +176,7 @@ def infer_file(
         When the file cannot be read or the arguments are malformed (problems
         *in* the file are reported in the result instead).
     """
+    check_source(path, include_dirs=include_dirs, defines=defines, flags=flags)  # before anything opens it
     wanted = normalize_functions(functions, parse=False)  # bad specs are reported per function
     wanted_key = None if wanted is None else [[k, None if v is None else list(v)] for k, v in sorted(wanted.items())]
     found = look_up(path, language, include_dirs, defines, flags, wanted_key, use_cache, cache_dir)

@@ -49,6 +49,7 @@ from ..store.files import (
     versions_current,
     write_record,
 )
+from ..store.identity import code_identity
 
 __all__ = ["SpecLookup", "look_up", "load", "store", "entry_path", "parse_setup"]
 
@@ -140,7 +141,7 @@ def look_up(
     key = payload = None
     if use_cache:
         setup = parse_setup(language, include_dirs, defines, flags, root)
-        key = content_key([_FORMAT, __version__, *setup, path, language, wanted], source)
+        key = content_key([_FORMAT, __version__, code_identity(), *setup, path, language, wanted], source)
         payload = load(root, key)
     return SpecLookup(path, language, source, include_dirs, defines, flags, root, key, payload)
 

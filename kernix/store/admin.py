@@ -10,6 +10,7 @@ the path and the fix, rather than leave it out of their answer.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shlex
@@ -168,6 +169,9 @@ class _Clearing:
         modules = self.base / "modules"
         for entry in self._listing(modules / name) if _is_real_dir(modules) else ():  # (never through a link)
             was_entry = entry.is_dir(follow_symlinks=False)
+            if was_entry:  # the manifest first: a reader that then misses a file knows the entry is going
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(entry.path, "manifest.json"))
             if self.remove(entry.path) and was_entry:
                 self.removed += 1
         if found is None:

@@ -20,13 +20,14 @@ Two kinds of records, one format:
   spec-cache key is computed with the source bytes (see
   :mod:`kernix.frontend.setup`).  Module names never start with ``.``.
 
-Format 2 (a record, see :mod:`kernix.store.files`, holding one dict)::
+Format 3 (a record, see :mod:`kernix.store.files`, holding one dict)::
 
-    format       2
+    format       3
     fingerprint  the fingerprint (SHA-256 hex)
     key          the remembered answer (plain data; named for the first kind)
     files        [[path, inode, size, mtime_ns, ctime_ns], ...]; a missing
-                 file is recorded with inode -1
+                 file is recorded with inode -1; kernix's own code files
+                 (:func:`kernix.store.identity.code_stats`) last
 
 A record is trusted only when this user wrote it (see :mod:`kernix.store.trust`);
 anything else about it that is off is a miss, never an error.
@@ -38,21 +39,28 @@ import os
 from typing import Any, Callable, Iterable, Sequence
 
 from .. import report
-from .files import FileStat, UntrustedRecord, read_record, write_record
+from .files import COMPILER_ENVIRONMENT, UntrustedRecord, read_record, write_record
+from .identity import code_stats
 
 __all__ = ["DIRECT_FORMAT", "TOOL_ENVIRONMENT", "file_stats", "search_dirs", "lookup", "record", "records"]
 
-DIRECT_FORMAT = 2
+DIRECT_FORMAT = 3  # 3: records vouch for kernix's code; fingerprints cover the compilers' environment
 
-#: The environment variables that steer the search for compilers, CUDA and the GPU architecture.
-TOOL_ENVIRONMENT = ("PATH", "CXX", "KERNIX_NVCC", "CUDA_HOME", "CUDA_PATH", "KERNIX_CUDA_ARCH", "KERNIX_CUDA_ARCH_LIST")
+#: The environment variables that steer the search for compilers, CUDA and the
+#: GPU architecture, and those that change what the compilers do
+#: (:data:`kernix.store.files.COMPILER_ENVIRONMENT`).
+TOOL_ENVIRONMENT = (
+    "PATH", "CXX", "KERNIX_NVCC", "CUDA_HOME", "CUDA_PATH", "KERNIX_CUDA_ARCH", "KERNIX_CUDA_ARCH_LIST",
+    *COMPILER_ENVIRONMENT,
+)
 
 def _file_stat(path: str) -> list[Any]:
     """``[path, inode, size, mtime_ns, ctime_ns]`` (:class:`~kernix.store.files.FileStat`; inode -1: missing)."""
     try:
-        return [path, *FileStat.of(path)]
+        st = os.stat(path)  # (not through FileStat: a warm load checks every file of its record)
     except OSError:
         return [path, -1, 0, 0, 0]
+    return [path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def search_dirs() -> list[str]:
@@ -120,9 +128,9 @@ def record(
     verbose: bool = False,
 ) -> None:
     """Remember ``value`` for ``fingerprint`` in ``space``; ``files`` are
-    the :func:`file_stats` taken before the value was computed.  Failing to
-    remember is not an error."""
-    data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": list(files)}
+    the :func:`file_stats` taken before the value was computed (the record
+    vouches for kernix's own code as well).  Failing to remember is not an error."""
+    data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": [*files, *code_stats()]}
     if not write_record(_record_path(root, space, fingerprint), data):
         return
 

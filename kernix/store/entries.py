@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import CacheError
-from .files import FileStat, atomic_write, file_digest, versions_current
+from .files import UNSETTLED, FileStat, atomic_write, file_digest, stale_file
 from .manifest import SPECS_FILE, Manifest, ManifestError, entry_dir
 from .trust import check_private, io_message, makedirs
 
@@ -42,8 +42,9 @@ class Lookup:
     manifest
         The usable entry, or ``None`` on a miss.
     reason
-        ``"hit"``, or why the entry was not used: ``"no entry"``, ``"a file the
-        build read changed"``, ``"damaged: ..."``.
+        ``"hit"``, or why the entry was not used: ``"no entry"`` (also for one
+        removed while it was read: a ``kernix cache clear``), ``"P changed
+        since it was cached"``, ``"P changed during the build"``, ``"damaged: ..."``.
     damaged
         Whether the entry exists but cannot be used as it is (the caller rebuilds it).
     """
@@ -82,6 +83,9 @@ def _damaged(why: str) -> Lookup:
     return Lookup(None, f"damaged: {why}", damaged=True)
 
 
+_CLEARED = Lookup(None, "no entry (removed while it was read: a cache clear)")
+
+
 def _lookup(root: Path, name: str, key: str) -> Lookup:
     entry = entry_dir(root, name, key)
     try:
@@ -95,8 +99,12 @@ def _lookup(root: Path, name: str, key: str) -> Lookup:
         return _damaged(str(exc))
     if manifest.key != key:
         return _damaged("manifest does not belong to this key")
-    if not versions_current(manifest.dependencies):
-        return Lookup(None, "a file the build read changed since it was cached")
+    try:
+        stale = stale_file(manifest.dependencies)
+    except (ValueError, TypeError):  # (not a list of file versions)
+        return _damaged("its record of the files the build read is malformed")
+    if stale is not None:
+        return Lookup(None, stale + ("" if stale.endswith(UNSETTLED) else " since it was cached"))
     so_path = manifest.so_path
     check_private(so_path, root)
     try:
@@ -107,9 +115,19 @@ def _lookup(root: Path, name: str, key: str) -> Lookup:
         if stat != manifest.so_stat and file_digest(so_path) != manifest.so_sha256:
             return _damaged("library content does not match its recorded SHA-256")
     except OSError as exc:
-        return _damaged(f"library missing: {exc.strerror or exc}")
-    manifest.keep_specs()  # the entry may be cleared while the module is in use
+        return _CLEARED if _cleared(entry) else _damaged(f"library missing: {exc.strerror or exc}")
+    try:
+        manifest.keep_specs()  # the entry may be cleared while the module is in use
+    except OSError as exc:
+        return _CLEARED if _cleared(entry) else _damaged(f"cannot read {SPECS_FILE}: {exc.strerror or exc}")
     return Lookup(manifest, "hit")
+
+
+def _cleared(entry: Path) -> bool:
+    """Whether the entry's manifest is gone: a file of the entry that could not
+    be read was removed by a ``kernix cache clear`` (which removes an entry's
+    manifest first), not damaged."""
+    return not (entry / "manifest.json").exists()
 
 
 def publish(

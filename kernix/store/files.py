@@ -5,7 +5,9 @@ content-derived name, and answers remembered per executable.
 A file's *version* is ``[path, inode, size, mtime_ns, ctime_ns, sha256]``: its
 :class:`FileStat` and the hash of its content.  A file is still *current* when
 its stat is unchanged, or, if only the stat moved, when its content still
-hashes the same (so ``touch`` alone is not a change).
+hashes the same (so ``touch`` alone is not a change).  A file that changed
+while a build read it (:func:`settled_versions`) is recorded as *unsettled*:
+``[path, -1, -1, -1, -1, UNSETTLED]``, never current.
 
 A *record* (``*.rec``: the direct index, the spec cache, the tool memos, what
 every warm look-up reads) is :data:`RECORD_MAGIC` followed by one plain value
@@ -26,6 +28,7 @@ import marshal
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
@@ -34,10 +37,33 @@ from ..paths import cache_root
 from .trust import check_private, io_message, is_private, makedirs
 
 __all__ = [
-    "content_key", "file_digest", "FileStat", "file_versions", "version_current", "versions_current", "atomic_write",
-    "write_source", "source_module", "remembered", "RECORD_MAGIC", "encode_record", "write_record", "read_record",
+    "content_key", "file_digest", "FileStat", "file_versions", "version_current", "versions_current", "stale_file",
+    "settled_versions", "filesystem_now", "UNSETTLED", "atomic_write", "write_source", "source_module", "remembered",
+    "COMPILER_ENVIRONMENT", "compiler_environment", "RECORD_MAGIC", "encode_record", "write_record", "read_record",
     "UntrustedRecord",
 ]
+
+#: The environment variables that change what a compiler does with the same
+#: arguments: the directories it searches for headers (GCC and clang read
+#: ``CPATH``, ``C_INCLUDE_PATH``, ``CPLUS_INCLUDE_PATH``) and libraries
+#: (``LIBRARY_PATH``), where it finds its own programs (``COMPILER_PATH``,
+#: ``GCC_EXEC_PREFIX``), the date it compiles in (``SOURCE_DATE_EPOCH``),
+#: options clang adds by itself (``CCC_OVERRIDE_OPTIONS``), and the flags and
+#: host compiler nvcc adds by itself (``NVCC_PREPEND_FLAGS``,
+#: ``NVCC_APPEND_FLAGS``, ``NVCC_CCBIN``).  They enter every cache key and
+#: fingerprint, and every answer remembered about a compiler.
+COMPILER_ENVIRONMENT = (
+    "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH", "COMPILER_PATH", "GCC_EXEC_PREFIX",
+    "SOURCE_DATE_EPOCH", "CCC_OVERRIDE_OPTIONS", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN",
+)
+
+#: The digest of an unsettled file version (see the module documentation).
+UNSETTLED = "changed during the build"
+
+
+def compiler_environment() -> dict[str, str | None]:
+    """The value of each of :data:`COMPILER_ENVIRONMENT` (``None``: unset)."""
+    return {v: os.environ.get(v) for v in COMPILER_ENVIRONMENT}
 
 RECORD_MAGIC = b"kernix record 1\n"
 """The first bytes of every record file (see the module documentation)."""
@@ -162,13 +188,15 @@ def file_versions(paths: Iterable[str]) -> list[list[Any]]:
 def version_current(version: Sequence[Any]) -> bool:
     """Whether a file still has the content of its recorded :func:`file_versions` entry.
 
-    The file is hashed again only when its :class:`FileStat` differs and its size does not.
+    The file is hashed again only when its :class:`FileStat` differs and its
+    size does not.  An unsettled version (:func:`settled_versions`) is never current.
     """
-    path, *stat, digest = version
-    recorded = FileStat(*stat)
+    path, inode, size, mtime_ns, ctime_ns, digest = version
     try:
-        now = FileStat.of(path)
-        return now == recorded or (now.size == recorded.size and file_digest(path) == digest)
+        st = os.stat(path)  # (compared field by field: every warm load checks each file the build read)
+        if st.st_ino == inode and st.st_size == size and st.st_mtime_ns == mtime_ns and st.st_ctime_ns == ctime_ns:
+            return True
+        return st.st_size == size and file_digest(path) == digest
     except OSError:
         return False
 
@@ -176,6 +204,86 @@ def version_current(version: Sequence[Any]) -> bool:
 def versions_current(versions: Sequence[Sequence[Any]]) -> bool:
     """Whether every file of ``versions`` (:func:`file_versions`) still has the recorded content."""
     return all(version_current(v) for v in versions)
+
+
+def stale_file(versions: Sequence[Sequence[Any]]) -> str | None:
+    """Why ``versions`` (:func:`file_versions`) are not all current: ``"P changed
+    during the build"`` for an unsettled one, ``"P changed"`` for the first
+    other file that no longer has its recorded content; ``None`` when all do."""
+    for version in versions:
+        if not version_current(version):
+            return f"{version[0]} {UNSETTLED if version[-1] == UNSETTLED else 'changed'}"
+    return None
+
+
+def filesystem_now(directory: str | os.PathLike[str], *, settle_s: float = 2.0) -> int:
+    """The file system's clock in ``directory``, in nanoseconds, read so that
+    every file written before the call has an earlier time and every file
+    written after it returns a later or equal one.
+
+    A reading is the modification time of a file created in ``directory``
+    (and deleted): the clock that stamps files there, unlike
+    :func:`time.time_ns`, whose clock may be another machine's (a network
+    file system) or finer than the file system's.  File systems stamp with a
+    coarse clock (a few milliseconds; a second or two on some), so a file
+    written just before a reading may carry the same time: the clock is read
+    until it moves past the first reading (at most ``settle_s`` seconds;
+    where it does not move by then, the first later-or-equal reading is
+    returned, and a file written just before may then count as written after).
+
+    Raises
+    ------
+    OSError
+        When no file can be created in ``directory``.
+    """
+    first = _clock_reading(directory)
+    deadline = time.monotonic() + settle_s
+    while True:
+        now = _clock_reading(directory)
+        if now > first or time.monotonic() > deadline:
+            return now
+        time.sleep(0.001)
+
+
+def _clock_reading(directory: str | os.PathLike[str]) -> int:
+    fd, path = tempfile.mkstemp(dir=directory, prefix=".clock-", suffix=".tmp")
+    try:
+        return os.fstat(fd).st_mtime_ns
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def settled_versions(paths: Iterable[str], started_ns: int, fixed: dict[str, str] | None = None) -> list[list[Any]]:
+    """The version of each file a build that started at ``started_ns`` (the
+    file system's clock, :func:`filesystem_now`) read, taken after the build.
+
+    A file whose modification or status-change time is at or after the start
+    may have changed while the build read it, so what the build read is not
+    known: its version is *unsettled* (``[path, -1, -1, -1, -1, UNSETTLED]``),
+    which is never current, so the entry that records it misses next time and
+    says why (ccache refuses to record such a file the same way).  So is a
+    file that is gone.  A modification time later than the file's own
+    status-change time was set by hand (``touch -d``, an archive dated in the
+    future) and says nothing of when the file changed: there the
+    status-change time, which every change sets to the clock's time, decides
+    (else such a file would never settle).  ``fixed`` maps paths whose
+    content cannot change to the SHA-256 it must have (an inline source,
+    stored under its content's hash): one of them is settled whenever it
+    still has that content.
+    """
+    out: list[list[Any]] = []
+    for path in paths:
+        try:
+            stat = FileStat.of(path)
+            digest = file_digest(path)
+        except OSError:
+            out.append([path, -1, -1, -1, -1, UNSETTLED])
+            continue
+        moved = stat.ctime_ns >= started_ns or started_ns <= stat.mtime_ns <= stat.ctime_ns
+        settled = digest == fixed[path] if fixed and path in fixed else not moved
+        out.append([path, *stat, digest] if settled else [path, -1, -1, -1, -1, UNSETTLED])
+    return out
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
@@ -239,11 +347,13 @@ def remembered(kind: str, executable: str, compute: Callable[[], Any]) -> Any:
     """``compute()``, remembered on disk per (executable, size, mtime, ctime).
 
     Used for what a compiler reports about itself (its version banner, its
-    include directories), so a warm process never runs a compiler.  A
-    ``None`` answer (the question failed) is not remembered; failing to
+    include directories), so a warm process never runs a compiler.  The
+    answer is remembered per :data:`COMPILER_ENVIRONMENT` too: those variables
+    change what a compiler answers (``CPLUS_INCLUDE_PATH``, its search list).
+    A ``None`` answer (the question failed) is not remembered; failing to
     remember is not an error.
     """
-    stamp = content_key([kind, executable, *FileStat.of(executable)])[:24]
+    stamp = content_key([kind, executable, *FileStat.of(executable), compiler_environment()])[:24]
     root = str(cache_root())
     memo = os.path.join(root, "toolchain", f"{kind}-{stamp}.rec")
     try:

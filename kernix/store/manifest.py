@@ -1,9 +1,9 @@
 """The manifest of a cache entry: one class owns its on-disk format.
 
-Format 5 (``manifest.json``, one JSON object; every key is written, readers
+Format 6 (``manifest.json``, one JSON object; every key is written, readers
 refuse an unknown ``format``)::
 
-    format          5
+    format          6
     key             the entry's full key (SHA-256 hex of everything known before compiling)
     name            the module name
     platform        "cuda" or "cpu"
@@ -13,8 +13,11 @@ refuse an unknown ``format``)::
     so_stat         [inode, size, mtime_ns, ctime_ns] when it was hashed at publish (a FileStat)
     handlers        function name -> exported handler symbol, in export order
     specs_sha256    the SHA-256 of the entry's ``functions.json``
-    dependencies    the version of every file the build read: [[path, inode, size, mtime_ns,
-                    ctime_ns, sha256], ...] (kernix.store.files.file_versions)
+    dependencies    the version of every file the build read but the host compiler's own
+                    headers: [[path, inode, size, mtime_ns, ctime_ns, sha256], ...]; one that
+                    changed while the build ran (or vanished) is unsettled,
+                    [path, -1, -1, -1, -1, "changed during the build"], and never current
+                    (kernix.store.files.settled_versions)
     created         seconds since the epoch
 
 and beside it ``functions.json``: the JSON list of the functions' specs in
@@ -45,8 +48,10 @@ if TYPE_CHECKING:
 
 __all__ = ["MANIFEST_FORMAT", "Manifest", "ManifestError", "entry_dir"]
 
-MANIFEST_FORMAT = 6  # 4: dependencies record ctime_ns; 5: file versions and the library's stat hold the inode;
-# 6: specs record a returned xla::ffi::Error (a library built before checks none)
+# 4: dependencies record ctime_ns; 5: file versions and the library's stat hold the inode;
+# 6: specs record a returned xla::ffi::Error (a library built before checks none); 7: dependencies cover
+# system and CUDA headers and may be unsettled
+MANIFEST_FORMAT = 7
 SPECS_FILE = "functions.json"
 
 
@@ -126,12 +131,14 @@ class Manifest:
     def keep_specs(self) -> None:
         """Read ``functions.json`` into memory now (unchecked), so that :meth:`specs`
         still works after the entry is removed (``kernix cache clear`` while the
-        module is in use); a file that cannot be read is left for :meth:`specs`
-        to report."""
-        try:
-            self._specs_raw = (self.directory / SPECS_FILE).read_bytes()
-        except OSError:
-            pass
+        module is in use).
+
+        Raises
+        ------
+        OSError
+            When it cannot be read (:class:`FileNotFoundError`: removed).
+        """
+        self._specs_raw = (self.directory / SPECS_FILE).read_bytes()
 
     def specs(self) -> "tuple[FunctionSpec, ...]":
         """The functions' specs, read from ``functions.json`` and validated

@@ -12,8 +12,11 @@ directory records (``.kernix-inputs.json``) its *stamp* (the compilers' and
 flags' identity) and the version of every input the compilers read
 (its path, stat and SHA-256).  The next build keeps the
 directory only when the stamp is the same and every input is either
-unchanged or newer than that build (so ninja sees it); otherwise it starts
-from an empty directory.  Editing a kernel body keeps the build incremental.
+unchanged or newer than that build's start (so ninja sees it); otherwise it
+starts from an empty directory, as it does when an input changed while
+that build ran (an unsettled version: ninja may hold an object compiled
+from what the file was before).  Editing a kernel body keeps the build
+incremental.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any, Iterator, Sequence
 
 from ..errors import CacheError
 from ..report import note
-from .files import FileStat, atomic_write, version_current
+from .files import UNSETTLED, FileStat, atomic_write, version_current
 from .trust import check_private, io_message, makedirs
 
 __all__ = ["work_directory", "record_inputs", "stale_reason", "BUILDING_MARKER", "INPUTS_RECORD"]
@@ -38,22 +41,27 @@ __all__ = ["work_directory", "record_inputs", "stale_reason", "BUILDING_MARKER",
 BUILDING_MARKER = ".kernix-building"
 #: What the last successful build in the directory read, and with which tools.
 INPUTS_RECORD = ".kernix-inputs.json"
-_RECORD_FORMAT = 2  # 2: inputs are file versions (with the inode)
+# 2: inputs are file versions (with the inode); 3: started_ns, the build's start by the file
+# system's clock, replaces built_ns (taken by time.time_ns()), and inputs may be unsettled
+_RECORD_FORMAT = 3
 
 
-def record_inputs(path: Path, stamp: str, prints: Sequence[Sequence[Any]]) -> None:
-    """Record, after a successful build in ``path``, the ``stamp`` it was built
-    with and the version of every input it read
-    (:func:`kernix.store.files.file_versions`, taken after the build)."""
-    record = {"format": _RECORD_FORMAT, "stamp": stamp, "built_ns": time.time_ns(), "inputs": list(prints)}
+def record_inputs(path: Path, stamp: str, prints: Sequence[Sequence[Any]], started_ns: int) -> None:
+    """Record, after a successful build in ``path`` that started at
+    ``started_ns`` (the file system's clock), the ``stamp`` it was built with
+    and the version of every input it read
+    (:func:`kernix.store.files.settled_versions`, taken after the build)."""
+    record = {"format": _RECORD_FORMAT, "stamp": stamp, "started_ns": started_ns, "inputs": list(prints)}
     atomic_write(path / INPUTS_RECORD, json.dumps(record).encode(), durable=False)
 
 
-def _input_problem(version: list[Any], built_ns: int) -> str | None:
+def _input_problem(version: list[Any], started_ns: int) -> str | None:
     inp = version[0]
+    if version[-1] == UNSETTLED:
+        return f"{inp} changed while its last build ran"
     try:
-        if FileStat.of(inp).mtime_ns > built_ns:
-            return None  # newer than every output: ninja rebuilds what reads it
+        if FileStat.of(inp).mtime_ns > started_ns:
+            return None  # changed after that build (else it would be unsettled): ninja rebuilds what reads it
     except OSError:
         return f"{inp} is gone"
     if version_current(version):
@@ -70,9 +78,9 @@ def stale_reason(path: Path, stamp: str) -> str | None:
             return "its record of inputs has another format"
         if record["stamp"] != stamp:
             return "the compilers, flags or jaxlib changed since its last build"
-        built_ns = int(record["built_ns"])
+        started_ns = int(record["started_ns"])
         for version in record["inputs"]:
-            problem = _input_problem(list(version), built_ns)
+            problem = _input_problem(list(version), started_ns)
             if problem is not None:
                 return problem
     except FileNotFoundError:

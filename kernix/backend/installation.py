@@ -1,0 +1,92 @@
+"""The host compiler's own installation: the header directories whose files
+a build's record leaves out, because the compiler's identity covers them.
+
+An entry records every file its compilers read (:mod:`kernix.store.entries`)
+except these.  They are derived from the compiler, never from a list of
+known paths, by asking it (once per compiler file, then remembered) with the
+variables that add header directories removed from its environment, so that
+a directory a user adds there (``CPLUS_INCLUDE_PATH``) is never taken for
+the compiler's own:
+
+* the directories it searches for C++ but not for C: its C++ standard
+  library (for g++ 12 on Debian, ``/usr/include/c++/12``,
+  ``/usr/include/x86_64-linux-gnu/c++/12`` and
+  ``/usr/include/c++/12/backward``), shipped and versioned with it;
+* the directories of its search list that lie inside its *installation
+  directory*, the parent of the private ``include`` directory that
+  ``-print-file-name=include`` names (g++: ``/usr/lib/gcc/<triple>/<version>``,
+  holding ``include`` and ``include-fixed``; clang: its resource directory).
+
+Everything else is tracked: ``/usr/local/include``, ``/usr/include`` (the C
+library's headers), the CUDA toolkit's headers, jaxlib's, kernix's own and
+any directory named by a flag or by ``CPATH``, ``C_INCLUDE_PATH`` or
+``CPLUS_INCLUDE_PATH``.  A compiler that does not answer these questions
+has no directories of its own: every file its builds read is tracked.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from ..store.files import remembered
+
+__all__ = ["own_header_dirs", "search_list", "installation_dir"]
+
+#: Variables that add header directories to a compiler's search list; removed when asking for its own.
+_HEADER_ENVIRONMENT = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH",
+                       "OBJCPLUS_INCLUDE_PATH", "CCC_OVERRIDE_OPTIONS")
+
+
+def _clean_environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in _HEADER_ENVIRONMENT}
+
+
+def search_list(compiler: str, language: str, env: dict[str, str] | None = None) -> list[str] | None:
+    """The directories ``compiler`` searches for ``#include <...>`` in
+    ``language`` (``"c"`` or ``"c++"``), normalised, in order (``None``:
+    no answer), as its ``-E -v`` output lists them."""
+    try:
+        proc = subprocess.run([compiler, "-x", language, "-E", "-v", "-"], input="", capture_output=True, check=False,
+                              text=True, errors="surrogateescape", timeout=60, env=env)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = proc.stderr.splitlines()
+    try:
+        start = lines.index("#include <...> search starts here:") + 1
+        end = lines.index("End of search list.", start)
+    except ValueError:
+        return None
+    return [os.path.normpath(ln.strip().removesuffix(" (framework directory)")) for ln in lines[start:end]]
+
+
+def installation_dir(compiler: str, env: dict[str, str] | None = None) -> str | None:
+    """The parent of the private ``include`` directory ``compiler -print-file-name=include``
+    names, or ``None`` when it names none."""
+    try:
+        proc = subprocess.run([compiler, "-print-file-name=include"], capture_output=True, text=True, check=False,
+                              errors="surrogateescape", timeout=60, env=env, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = proc.stdout.strip()
+    if proc.returncode != 0 or not os.path.isabs(found) or not os.path.isdir(found):
+        return None
+    return os.path.dirname(os.path.normpath(found))
+
+
+def own_header_dirs(compiler: str) -> tuple[str, ...]:
+    """The header directories of ``compiler``'s own installation (see the
+    module documentation), each ending in a separator: a path starting with
+    one of them is the compiler's."""
+
+    def ask() -> list[str] | None:
+        env = _clean_environment()
+        cxx, c = search_list(compiler, "c++", env), search_list(compiler, "c", env)
+        if cxx is None or c is None:
+            return None
+        install = installation_dir(compiler, env)
+        inside = os.path.join(install, "") if install else None
+        own = [d for d in cxx if d not in c or (inside and os.path.join(d, "").startswith(inside))]
+        return [os.path.join(d, "") for d in own]
+
+    return tuple(remembered("own-header-dirs", compiler, ask) or ())

@@ -1,0 +1,19 @@
+"""``kernix.check``: the checks that make a kernel a correct JAX operation.
+
+One module per job: :mod:`~kernix.checking.subject` (the kernel, its
+reference and the example), :mod:`~kernix.checking.compare` (tolerances, the
+largest difference and where), :mod:`~kernix.checking.transforms` (eager,
+jit, vmap, grad, sharding, export), :mod:`~kernix.checking.drawing` (inputs
+drawn from the shape signature with hypothesis), :mod:`~kernix.checking.guarded`
+with :mod:`~kernix.checking.harness` and :mod:`~kernix.checking.memory`
+(the kernel on guarded buffers), :mod:`~kernix.checking.report` (the rows and
+the error) and :mod:`~kernix.checking.api` (``check`` itself).
+"""
+
+from __future__ import annotations
+
+from .api import check
+from .compare import TOLERANCES
+from .report import CHECKS, CheckReport, CheckResult
+
+__all__ = ["check", "CheckReport", "CheckResult", "CHECKS", "TOLERANCES"]

@@ -1,0 +1,286 @@
+"""``kernix.check``: one call that proves a kernel is a correct JAX operation."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Callable, Collection, Mapping, Sequence
+
+import jax
+import numpy as np
+
+from ..dtypes import numpy_dtype
+from ..errors import CallError, KernixError, RegistrationError
+from ..runtime.arguments import check_call, coerce_attr
+from .compare import Tolerance
+from .drawing import check_drawn, require_hypothesis
+from .report import CHECKS, CheckReport, CheckResult
+from .subject import Subject, describe
+from .transforms import (
+    check_eager,
+    check_export,
+    check_grad,
+    check_jit,
+    check_sharded,
+    check_vmap,
+)
+
+__all__ = ["check", "OPTIONS"]
+
+#: kernix.check's own keyword arguments (a kernel attribute of one of these names goes in attrs=).
+OPTIONS = ("strict", "rtol", "atol", "examples", "seed", "sizes", "values", "dtypes", "checks", "attrs")
+
+
+def _kernel_function(fn: Any) -> Any:
+    from ..runtime.function import KernelFunction
+
+    if not isinstance(fn, KernelFunction):
+        raise CallError(
+            f"kernix.check(fn, reference, *inputs, **attrs) checks a kernel function (module.name, as a "
+            f"kernix.load_* call returns it), got {type(fn).__name__}: kernix reads its signature, shape "
+            "signature and backward from it. To check a function that calls kernels, check each kernel"
+        )
+    return fn
+
+
+def _device(fn: Any) -> Any:
+    platform = "cpu" if fn.module.platform == "cpu" else "gpu"
+    try:
+        return jax.devices(platform)[0]
+    except RuntimeError:
+        raise CallError(f"kernix.check: {fn.target} is a CUDA kernel and JAX sees no GPU here") from None
+
+
+def _attrs(fn: Any, given: Mapping[str, Any] | None, keywords: Mapping[str, Any]) -> dict[str, Any]:
+    attrs = dict(given or {})
+    both = sorted(set(attrs) & set(keywords))
+    if both:
+        raise CallError(f"kernix.check: attribute(s) {', '.join(map(repr, both))} given both in attrs= and as keywords")
+    attrs.update(keywords)
+    clash = sorted(p.name for p in fn.spec.attrs if p.name in OPTIONS and p.name not in (given or {}))
+    if clash:
+        raise CallError(
+            f"kernix.check: {fn.spec.name}() has attribute(s) {', '.join(map(repr, clash))}, named like "
+            f"kernix.check's own options; pass the kernel's value in attrs=, e.g. attrs={{{clash[0]!r}: ...}}"
+        )
+    return attrs
+
+
+def _dtype_combos(s: Subject, dtypes: Sequence[Any] | None) -> list[tuple[np.dtype, ...]]:
+    """The dtype of each input, per combination to draw: pinned dtypes always; the others from ``dtypes``."""
+    sig = s.signature
+    pinned = [p.dtype or (sig.inputs[i].dtype if sig else None) for i, p in enumerate(s.spec.inputs)]
+    example = [np.dtype(a.dtype) for a in s.args]
+    entries = list(dtypes) if dtypes is not None else [None]
+    combos = []
+
+    def dtype(d: Any) -> np.dtype:
+        try:
+            return np.dtype(numpy_dtype(np.dtype(d).name))
+        except (TypeError, ValueError, AttributeError):
+            raise CallError(f"kernix.check: dtypes= holds {d!r}, which is not a dtype (write 'float32', "
+                            "jnp.float32, ...)") from None
+
+    for entry in entries:
+        if entry is None:
+            wanted = example
+        elif isinstance(entry, (str, np.dtype, type)):
+            wanted = [dtype(entry)] * len(example)
+        else:
+            wanted = [dtype(d) for d in entry]
+            if len(wanted) != len(example):
+                raise CallError(f"kernix.check: dtypes= entry {entry!r} gives {len(wanted)} dtypes, the kernel has "
+                                f"{len(example)} inputs")
+        combo = tuple(np.dtype(numpy_dtype(p)) if p else w for p, w in zip(pinned, wanted))
+        for name, d in zip(s.input_names, combo):
+            if jax.dtypes.canonicalize_dtype(d) != d:
+                raise CallError(f"kernix.check: dtypes= asks for {d.name} input {name!r}, which JAX makes "
+                                f"{jax.dtypes.canonicalize_dtype(d)} unless its 64-bit mode is on: "
+                                "jax.config.update('jax_enable_x64', True)")
+        if combo not in combos:
+            combos.append(combo)
+    return combos
+
+
+def _buffers_runner(s: Subject) -> tuple[Callable[[Sequence[Any]], list[Any]] | None, str]:
+    """A function running the kernel on guarded buffers, or ``None`` and why not."""
+    from .guarded import buffer_problems
+    from .harness import load
+    from .memory import CudaMemory, HostMemory
+
+    ordinal = getattr(s.device, "local_hardware_id", None)
+    ordinal = s.device.id if ordinal is None else ordinal
+    try:
+        harness = load()
+        memory = HostMemory() if s.fn.module.platform == "cpu" else CudaMemory(ordinal)
+    except KernixError as exc:
+        return None, f"no guarded run: {exc}"
+    handler = ctypes.cast(s.fn.module.get_handler(s.spec.name), ctypes.c_void_p).value
+    coerced = {p.name: coerce_attr(s.spec.name, p, s.attrs[p.name]) for p in s.spec.attrs}
+
+    def run(xs: Sequence[Any]) -> list[Any]:
+        outputs = [(o.shape, o.dtype) for o in s.out_structs(xs)]
+        with memory:
+            return buffer_problems(harness, memory, handler, s.spec, [np.asarray(x) for x in xs], outputs, coerced,
+                                   s.tolerance)
+
+    return run, ""
+
+
+def _check_buffers(s: Subject, run: Callable[[Sequence[Any]], list[Any]] | None,
+                   why: str) -> tuple[CheckResult, bool]:
+    """The ``buffers`` row, and whether the kernel writes outside its buffers on the example."""
+    if run is None:
+        return CheckResult("buffers", "n/a", why), False
+    try:
+        problems = run(s.example)
+    except Exception as exc:  # noqa: BLE001 - what the kernel raised is the finding
+        return CheckResult("buffers", "failed", f"raised {describe(exc)}"), False
+    if problems:
+        detail = "; ".join(p.message for p in problems)
+        return (CheckResult("buffers", "failed", detail, parameter=problems[0].parameter),
+                any(p.unsafe for p in problems))
+    return CheckResult("buffers", "passed", "on guarded buffers it leaves its inputs and the memory around every "
+                       "buffer unchanged, and writes every output element"), False
+
+
+def check(
+    fn: Any,
+    reference: Callable[..., Any],
+    *example_args: Any,
+    strict: bool = True,
+    rtol: float | Mapping[str, float] | None = None,
+    atol: float | Mapping[str, float] | None = None,
+    examples: int = 10,
+    seed: int | None = None,
+    sizes: Mapping[str, int | Sequence[int]] | None = None,
+    values: Mapping[str, Callable[..., Any]] | None = None,
+    dtypes: Sequence[Any] | None = None,
+    checks: Collection[str] | None = None,
+    attrs: Mapping[str, Any] | None = None,
+    **kernel_attrs: Any,
+) -> CheckReport:
+    """Check that a kernel is a correct JAX operation, against a pure-JAX reference.
+
+    Compares the kernel with ``reference`` eagerly, under ``jax.jit``,
+    ``jax.vmap`` (and that vmap over ``...`` dimensions is one kernel call),
+    ``jax.grad`` (against the reference's gradients and finite differences),
+    sharded over several devices (against one device), through a
+    :func:`kernix.export` round trip, on guarded buffers (no write into an
+    input or outside an output, every output element written), and on
+    further inputs drawn from the shape signature (hypothesis), a failure
+    shrunk to a small example.
+
+    Parameters
+    ----------
+    fn : KernelFunction
+        The kernel (``module.name``).
+    reference : callable
+        A pure-JAX implementation, called as ``reference(*inputs, **attrs)``;
+        it returns what the kernel returns (an array, or a tuple of them).
+    *example_args
+        The example inputs (arrays; NumPy arrays are converted as JAX converts them).
+    strict : bool, default True
+        Raise :class:`~kernix.errors.CheckError` (an ``AssertionError``)
+        naming each failed check; with ``False``, return the report instead.
+    rtol, atol : float or dict, optional
+        Tolerances: ``|kernel - reference| <= atol + rtol * |reference|``.  A
+        number for every dtype, or ``{dtype name: number}``; the defaults
+        (:data:`kernix.checking.compare.TOLERANCES`) are a few units in the
+        last place of each dtype, ten times that for gradients; integer
+        results must be equal.
+    examples : int, default 10
+        How many inputs to draw from the shape signature (0: none, and no
+        need for hypothesis).
+    seed : int, optional
+        Draw other inputs (default: the same ones every run).
+    sizes : dict, optional
+        Dimension name -> a size, or the sizes to draw it from (default 1, 2,
+        3, 5, 4, 7, 8, 13, 17, 32).
+    values : dict, optional
+        Input name -> ``f(shape, dtype, rng, dims)`` returning the values of
+        that input for drawn examples (e.g. indices within a dimension).
+    dtypes : sequence, optional
+        The dtype combinations to draw: each a dtype (every input whose dtype
+        the kernel does not pin) or a tuple with one per input (default: the
+        example's).
+    checks : collection of str, optional
+        The checks to run (default: all; see :data:`kernix.checking.report.CHECKS`).
+    attrs : dict, optional
+        Kernel attributes, for one named like an option of this function.
+    **kernel_attrs
+        The kernel's attributes (as the kernel takes them).
+
+    Returns
+    -------
+    CheckReport
+        One row per check: passed, failed (with the largest difference and
+        its index), or not applicable and why.
+
+    Raises
+    ------
+    CheckError
+        When a check fails and ``strict`` is true.
+    CallError
+        When the example does not fit the kernel, or the arguments of this
+        function are wrong.
+    """
+    __tracebackhide__ = True  # pytest: show the failure, not this frame
+    fn = _kernel_function(fn)
+    if not fn.module.registered:
+        raise RegistrationError(f"kernix.check: module {fn.module.name!r} is not registered; call "
+                                "module.register() first (it was loaded with auto_register=False)")
+    unknown = sorted(set(checks or ()) - set(CHECKS))
+    if unknown:
+        raise CallError(f"kernix.check: unknown check(s) {', '.join(map(repr, unknown))}; the checks: "
+                        f"{', '.join(CHECKS)}")
+    wanted = set(CHECKS) if checks is None else set(checks)
+    all_attrs = _attrs(fn, attrs, kernel_attrs)
+    if examples and "drawn" in wanted and fn.spec.signature is not None:
+        require_hypothesis()
+    device = _device(fn)
+    with jax.default_device(device):
+        s = Subject(fn, reference, example_args, all_attrs, device, Tolerance(rtol, atol))
+        check_call(fn.spec, s.args, all_attrs, "sequential", fn.module.platform, fn.module.name)  # misuse: raises
+        try:
+            expected = s.ref(*s.args)
+        except CallError:
+            raise
+        except Exception as exc:
+            raise CallError(f"kernix.check: the reference raised on the example: {describe(exc)}") from exc
+        combos = _dtype_combos(s, dtypes)
+        results = _run(s, wanted, expected, examples, seed, sizes or {}, values or {}, combos)
+    report = CheckReport(fn.target, results)
+    if strict and not report.ok:
+        raise report.error()
+    return report
+
+
+def _run(s: Subject, wanted: set[str], expected: Sequence[Any], examples: int, seed: int | None,
+         sizes: Mapping[str, Any], values: Mapping[str, Any], combos: list[tuple[np.dtype, ...]]) -> list[CheckResult]:
+    # The guarded run comes first: a kernel that writes outside its buffers would corrupt XLA's memory (or crash
+    # the process) in the checks that run it under XLA, so those are not run then.
+    runner, why = _buffers_runner(s) if wanted & {"buffers", "drawn"} else (None, "")
+    buffers, unsafe = _check_buffers(s, runner, why) if "buffers" in wanted else (None, False)
+    if unsafe:
+        skipped = ("not run: on the example the kernel writes outside its buffers (see 'buffers'); under XLA that "
+                   "would corrupt memory")
+        return [buffers if name == "buffers" else CheckResult(name, "n/a", skipped)
+                for name in CHECKS if name in wanted]  # type: ignore[misc]
+    rows: list[CheckResult] = []
+    if "eager" in wanted:
+        rows.append(check_eager(s, expected))
+    if "jit" in wanted:
+        rows.append(check_jit(s, expected))
+    if wanted & {"vmap", "vmap_one_call"}:
+        rows += [r for r in check_vmap(s) if r.name in wanted]
+    if wanted & {"grad", "finite_differences"}:
+        rows += [r for r in check_grad(s) if r.name in wanted]
+    if "sharded" in wanted:
+        rows.append(check_sharded(s))
+    if "export" in wanted:
+        rows.append(check_export(s, expected))
+    if buffers is not None:
+        rows.append(buffers)
+    if "drawn" in wanted:
+        rows.append(check_drawn(s, examples, seed, sizes, values, combos, runner if "buffers" in wanted else None))
+    return rows

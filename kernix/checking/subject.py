@@ -1,0 +1,172 @@
+"""The kernel under check, its reference and the example (:class:`Subject`),
+and the helpers every check shares: calling both, comparing their outputs,
+making more examples like the given one."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..dtypes import numpy_dtype
+from ..errors import CallError
+from ..signature import Signature, bind, parse_signature
+from .compare import Mismatch, Tolerance, compare, show
+from .report import CheckResult
+
+__all__ = ["Subject", "as_outputs", "variants", "stack", "failure", "describe"]
+
+
+def as_outputs(result: Any, count: int, who: str) -> tuple[Any, ...]:
+    """``result`` (an array, or a tuple or list of them) as a tuple of ``count`` outputs."""
+    outs = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+    if len(outs) != count:
+        raise CallError(f"{who} returns {len(outs)} array(s), but the kernel has {count} output(s)")
+    return outs
+
+
+def describe(exc: BaseException) -> str:
+    """An exception in one line or a few: its type and the start of its message."""
+    text = str(exc).strip()
+    lines = text.splitlines()
+    if len(lines) > 6:
+        text = "\n".join(lines[:6]) + " ..."
+    return f"{type(exc).__name__}: {text}"
+
+
+def failure(name: str, mismatch: Mismatch, parameter: str | None = None, **extra: Any) -> CheckResult:
+    return CheckResult(name, "failed", mismatch.message, mismatch.difference, mismatch.index, parameter, **extra)
+
+
+class Subject:
+    """A kernel, its pure-JAX reference and the example they are compared on.
+
+    Parameters
+    ----------
+    fn
+        The :class:`~kernix.KernelFunction`.
+    reference
+        Called as ``reference(*inputs, **attrs)``; returns what the kernel
+        returns (an array, or a tuple of them for several outputs).
+    args
+        The example inputs (converted to JAX arrays on ``device``).
+    attrs
+        The kernel's attributes, as given.
+    device
+        Where the kernel runs (a CPU device for C++ modules, a GPU for CUDA ones).
+    tolerance
+        The comparison tolerances.
+    """
+
+    def __init__(
+        self, fn: Any, reference: Callable[..., Any], args: Sequence[Any], attrs: Mapping[str, Any], device: Any,
+        tolerance: Tolerance,
+    ) -> None:
+        self.fn = fn
+        self.spec = fn.spec
+        self.reference = reference
+        self.attrs = dict(attrs)
+        self.device = device
+        self.tolerance = tolerance
+        self.signature: Signature | None = parse_signature(self.spec.signature) if self.spec.signature else None
+        #: The example as NumPy arrays, converted as JAX converts them (float64 is float32 unless 64-bit mode is on).
+        self.example = tuple(np.array(self.put(a)) for a in args)
+        backward = fn.module.backward_name(self.spec.name) if self.signature is not None else None
+        self.backward: str | None = backward
+        self.name = fn.target
+
+    def put(self, x: Any) -> Any:
+        """``x`` as a new JAX array on the subject's device (NumPy float64 is float32 unless 64-bit mode is on);
+        never sharing memory with ``x``, so a kernel that writes into it cannot change ``x``."""
+        with jax.default_device(self.device):
+            return jax.device_put(jnp.array(np.array(x, copy=True)), self.device)
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """Fresh device arrays of the example (a kernel that writes into its inputs cannot change the example)."""
+        return tuple(self.put(x) for x in self.example)
+
+    def changed_input(self, args: Sequence[Any], example: Sequence[np.ndarray] | None = None) -> str | None:
+        """Which of ``args``, after a call, no longer holds ``example`` (default: the example), and how."""
+        for name, a, e in zip(self.input_names, args, self.example if example is None else example):
+            after = np.asarray(a)
+            if after.tobytes() != e.tobytes():
+                flat = int(np.flatnonzero(after.reshape(-1).view(np.uint8) != e.reshape(-1).view(np.uint8))[0])
+                i = np.unravel_index(flat // max(e.itemsize, 1), e.shape) if e.shape else ()
+                i = tuple(int(k) for k in i)
+                return (f"the kernel changed its input {name!r} (element {i}: {show(e[i])} became "
+                        f"{show(after[i])}), which it does not declare as an output: the caller's array changed")
+        return None
+
+    @property
+    def output_names(self) -> list[str]:
+        return [p.name for p in self.spec.outputs]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [p.name for p in self.spec.inputs]
+
+    def ref(self, *xs: Any) -> tuple[Any, ...]:
+        """The reference's outputs, as a tuple."""
+        return as_outputs(self.reference(*xs, **self.attrs), len(self.spec.outputs), "the reference")
+
+    def out_structs(self, xs: Sequence[Any]) -> list[Any]:
+        """The outputs' ``jax.ShapeDtypeStruct`` for inputs ``xs``: from the
+        signature, or (no signature) from the reference's outputs."""
+        if self.signature is not None:
+            b = bind(self.signature, self.spec, [jnp.shape(x) for x in xs], [np.dtype(x.dtype).name for x in xs],
+                     self.attrs)
+            return [jax.ShapeDtypeStruct(s, numpy_dtype(d)) for s, d in zip(b.out_shapes, b.out_dtypes)]
+        structs = [jax.ShapeDtypeStruct(jnp.shape(x), x.dtype) for x in xs]
+        return list(jax.eval_shape(self.ref, *structs))
+
+    def kernel(self, *xs: Any) -> tuple[Any, ...]:
+        """The kernel's outputs, as a tuple (``out=`` from the reference when it has no signature)."""
+        out = None if self.signature is not None else self.out_structs(xs)
+        return as_outputs(self.fn(*xs, out=out, **self.attrs), len(self.spec.outputs), "the kernel")
+
+    def mismatch(self, got: Sequence[Any], want: Sequence[Any], how: str = "", scale: float = 1.0,
+                 names: Sequence[str] | None = None, kind: str = "output",
+                 against: str = "the reference") -> tuple[Mismatch, str] | None:
+        """The first output (or gradient) that differs, and its parameter's name."""
+        tolerance = self.tolerance.scaled(scale)
+        for name, g, w in zip(names or self.output_names, got, want):
+            m = compare(f"{kind} {name!r}{how}", g, w, tolerance, against)
+            if m is not None:
+                return m, name
+        return None
+
+    @property
+    def batch_inputs(self) -> list[int]:
+        """The positions of the inputs whose signature group has ``...``."""
+        if self.signature is None:
+            return []
+        return [i for i, g in enumerate(self.signature.inputs) if g.batch]
+
+
+def _perturbed(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Another array like ``x``: floating values scaled by 0.5 to 1.5 each
+    (signs and magnitudes kept, so a domain like x > 0 is kept), other values
+    shuffled (indices stay valid)."""
+    if x.size == 0:
+        return x.copy()
+    if np.issubdtype(x.dtype, np.inexact) or x.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        factor = rng.uniform(0.5, 1.5, x.shape)
+        return (x.astype(np.float64) * factor).astype(x.dtype)
+    flat = x.reshape(-1).copy()
+    rng.shuffle(flat)
+    return flat.reshape(x.shape)
+
+
+def variants(args: Sequence[Any], count: int, seed: int = 0) -> list[tuple[np.ndarray, ...]]:
+    """``count`` examples like ``args``: ``args`` itself, then perturbed copies."""
+    rng = np.random.default_rng(seed)
+    base = tuple(np.asarray(a) for a in args)
+    return [base] + [tuple(_perturbed(a, rng) for a in base) for _ in range(count - 1)]
+
+
+def stack(examples: Sequence[Sequence[Any]], index: int) -> np.ndarray:
+    """Input ``index`` of every example, stacked along a new leading axis."""
+    return np.stack([np.asarray(e[index]) for e in examples])

@@ -1,0 +1,261 @@
+"""The checks under JAX's transformations: eager, ``jit``, ``vmap`` (and that
+it is one kernel call), ``grad`` against the reference and against finite
+differences, sharding over several devices, and the ``kernix.export`` round
+trip.  Each takes a :class:`~kernix.checking.subject.Subject` and returns
+:class:`~kernix.checking.report.CheckResult` rows; an exception the kernel
+raises is a failure, reported with its message."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .report import CheckResult
+from .subject import Subject, describe, failure, stack, variants
+
+__all__ = ["check_eager", "check_jit", "check_vmap", "check_grad", "check_sharded", "check_export", "count_calls"]
+
+#: How many examples a vmap check batches.
+VMAP_BATCH = 3
+#: Gradients compose two kernels (forward and backward): their default tolerances are this much looser.
+GRAD_SCALE = 10.0
+
+
+def _compared(name: str, s: Subject, got: Sequence[Any], want: Sequence[Any], passed: str, how: str = "",
+              scale: float = 1.0, names: Sequence[str] | None = None, kind: str = "output",
+              against: str = "the reference") -> CheckResult:
+    found = s.mismatch(got, want, how, scale, names, kind, against)
+    if found is not None:
+        return failure(name, found[0], found[1])
+    return CheckResult(name, "passed", passed)
+
+
+def _guarded(name: str, run: Callable[[], CheckResult]) -> CheckResult:
+    try:
+        return run()
+    except Exception as exc:  # noqa: BLE001 - the kernel (or JAX around it) raised: that is the finding
+        return CheckResult(name, "failed", f"raised {describe(exc)}")
+
+
+def _called(name: str, s: Subject, call: Callable[..., Sequence[Any]], expected: Sequence[Any]) -> CheckResult:
+    """``call`` on the example against ``expected``; the inputs must not change."""
+    args = s.args
+    got = call(*args)
+    changed = s.changed_input(args)
+    if changed:
+        return CheckResult(name, "failed", changed, parameter=changed.split("'")[1])
+    return _compared(name, s, got, expected, "matches the reference on the example")
+
+
+def check_eager(s: Subject, expected: Sequence[Any]) -> CheckResult:
+    return _guarded("eager", lambda: _called("eager", s, s.kernel, expected))
+
+
+def check_jit(s: Subject, expected: Sequence[Any]) -> CheckResult:
+    return _guarded("jit", lambda: _called("jit", s, jax.jit(s.kernel), expected))
+
+
+def count_calls(compiled_text: str, target: str) -> tuple[int, bool]:
+    """How many times a compiled HLO module calls custom-call ``target``, and whether it has a loop."""
+    return compiled_text.count(f'custom_call_target="{target}"'), re.search(r"\bwhile\(", compiled_text) is not None
+
+
+def _vmap_axes(s: Subject) -> list[tuple[str, list[int | None]]]:
+    """The in_axes to check: over the '...' inputs (what folds into one call), and over every input."""
+    n = len(s.args)
+    batch = s.batch_inputs
+    out = []
+    if batch:
+        out.append(("its '...' inputs", [0 if i in batch else None for i in range(n)]))
+    if len(batch) < n:
+        out.append(("every input", [0] * n))
+    return out
+
+
+def _vmap_values(s: Subject, examples: list[tuple[np.ndarray, ...]], how: str, axes: list[int | None]) -> CheckResult:
+    stacked = [s.put(stack(examples, i)) if a == 0 else s.args[i] for i, a in enumerate(axes)]
+    got = jax.vmap(s.kernel, in_axes=axes)(*stacked)
+    ref = jax.jit(s.ref)  # one compile for the examples' common shapes
+    per = [ref(*[s.put(e[i]) if a == 0 else s.args[i] for i, a in enumerate(axes)]) for e in examples]
+    want = [np.stack([np.asarray(p[k]) for p in per]) for k in range(len(s.output_names))]
+    return _compared("vmap", s, got, want, "", f" under jax.vmap over {how}")
+
+
+def check_vmap(s: Subject) -> list[CheckResult]:
+    """The ``vmap`` and ``vmap_one_call`` rows."""
+    if not s.args:
+        reason = "the kernel has no inputs to batch"
+        return [CheckResult("vmap", "n/a", reason), CheckResult("vmap_one_call", "n/a", reason)]
+    examples = variants(s.args, VMAP_BATCH, seed=1)
+    rows: list[CheckResult] = []
+    checked = []
+    for how, axes in _vmap_axes(s):
+        row = _guarded("vmap", functools.partial(_vmap_values, s, examples, how, axes))
+        if row.failed:
+            rows.append(row)
+            break
+        checked.append(how)
+    else:
+        rows.append(CheckResult("vmap", "passed", f"a batch of {VMAP_BATCH} examples over {' and over '.join(checked)} "
+                                "matches the reference on each"))
+    rows.append(_guarded("vmap_one_call", lambda: _one_call(s, examples)))
+    return rows
+
+
+def _one_call(s: Subject, examples: list[tuple[np.ndarray, ...]]) -> CheckResult:
+    sig = s.signature
+    if sig is None:
+        return CheckResult("vmap_one_call", "n/a", "no shape signature: jax.vmap runs the kernel once per batch "
+                           "element (vmap_method); a signature with '...' makes it one call")
+    if not s.batch_inputs:
+        return CheckResult("vmap_one_call", "n/a", "no input has '...' batch dimensions: jax.vmap runs the kernel "
+                           "once per batch element")
+    if not all(g.batch for g in sig.outputs):
+        return CheckResult("vmap_one_call", "n/a", "an output has no '...' batch dimensions: jax.vmap runs the "
+                           "kernel once per batch element")
+    how, axes = _vmap_axes(s)[0]
+    stacked = [s.put(stack(examples, i)) if a == 0 else s.args[i] for i, a in enumerate(axes)]
+    text = jax.jit(jax.vmap(s.kernel, in_axes=axes)).lower(*stacked).compile().as_text()
+    calls, loop = count_calls(text, s.name)
+    if calls == 1 and not loop:
+        return CheckResult("vmap_one_call", "passed", f"jax.vmap over {how} compiles to one call of {s.name}, no loop")
+    return CheckResult("vmap_one_call", "failed", f"jax.vmap over {how} compiles to {calls} call(s) of {s.name}"
+                       + (" in a loop" if loop else "") + ", expected one call and no loop")
+
+
+def _floating(x: Any) -> bool:
+    return bool(jnp.issubdtype(jnp.result_type(x), jnp.inexact))
+
+
+def cotangents(s: Subject, args: Sequence[Any], seed: int = 2) -> list[Any]:
+    """Fixed random cotangents for the floating outputs of ``args`` (``None`` for the others)."""
+    rng = np.random.default_rng(seed)
+    return [s.put(rng.uniform(-1, 1, o.shape).astype(o.dtype)) if _floating(o) else None
+            for o in s.out_structs(args)]
+
+
+def gradients(call: Callable[..., Sequence[Any]], args: Sequence[Any], cts: Sequence[Any]) -> list[Any]:
+    """The gradient of ``sum(output * cotangent)`` over the outputs with a
+    cotangent, with respect to each floating input (traceable: jit it)."""
+    which = [i for i, x in enumerate(args) if _floating(x)]
+
+    def loss(*floats: Any) -> Any:
+        full = list(args)
+        for i, v in zip(which, floats):
+            full[i] = v
+        total: Any = 0.0
+        for o, c in zip(call(*full), cts):
+            if c is not None:
+                total = total + jnp.sum(o * c)
+        return total
+
+    return list(jax.grad(loss, argnums=tuple(range(len(which))))(*(args[i] for i in which)))
+
+
+def _grad_na(s: Subject) -> str | None:
+    if s.signature is None:
+        return "no shape signature, so no backward kernel: jax.grad raises kernix.CallError"
+    if s.backward is None:
+        return (f"no backward kernel declares vjp={s.spec.name}: jax.grad of {s.spec.name} raises kernix.CallError "
+                "saying how to add one")
+    if not any(_floating(x) for x in s.args):
+        return "no floating-point input to differentiate"
+    if not any(_floating(o) for o in s.out_structs(s.args)):
+        return "no floating-point output to differentiate"
+    return None
+
+
+def check_grad(s: Subject) -> list[CheckResult]:
+    """The ``grad`` and ``finite_differences`` rows."""
+    reason = _grad_na(s)
+    if reason:
+        return [CheckResult("grad", "n/a", reason), CheckResult("finite_differences", "n/a", reason)]
+    names = [p for p, x in zip(s.input_names, s.args) if _floating(x)]
+
+    def against_reference() -> CheckResult:
+        args = s.args
+        cts = cotangents(s, args)
+        got = jax.jit(functools.partial(gradients, s.kernel))(args, cts)
+        want = jax.jit(functools.partial(gradients, s.ref))(args, cts)
+        return _compared("grad", s, got, want, f"gradients of {', '.join(names)} match the reference's (through "
+                         f"{s.backward})", scale=GRAD_SCALE, names=names, kind="gradient of input")
+
+    return [_guarded("grad", against_reference), _guarded("finite_differences", lambda: _finite_differences(s, names))]
+
+
+def _finite_differences(s: Subject, names: list[str]) -> CheckResult:
+    from jax.test_util import check_grads
+
+    which = [i for i, x in enumerate(s.args) if _floating(x)]
+
+    def floating_outputs(*floats: Any) -> tuple[Any, ...]:
+        full = list(s.args)
+        for i, v in zip(which, floats):
+            full[i] = v
+        return tuple(o for o in s.kernel(*full) if _floating(o))
+
+    try:
+        check_grads(floating_outputs, tuple(s.args[i] for i in which), order=1, modes=["rev"])
+    except AssertionError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if "difference" in ln or "Mismatch" in ln]
+        return CheckResult("finite_differences", "failed", "jax.test_util.check_grads: the reverse-mode gradient "
+                           f"disagrees with finite differences ({'; '.join(lines) or str(exc).strip()})")
+    return CheckResult("finite_differences", "passed", f"gradients of {', '.join(names)} agree with finite "
+                       "differences (jax.test_util.check_grads, JAX's tolerances)")
+
+
+def check_sharded(s: Subject) -> CheckResult:
+    devices = jax.devices(s.device.platform)
+    if len(devices) < 2:
+        hint = (" (on the CPU, start Python with XLA_FLAGS=--xla_force_host_platform_device_count=2 to check "
+                "this)") if s.device.platform == "cpu" else ""
+        return CheckResult("sharded", "n/a", f"one {s.device.platform.upper()} device{hint}")
+    if not s.batch_inputs:
+        return CheckResult("sharded", "n/a", "no input has '...' batch dimensions to shard along")
+    return _guarded("sharded", lambda: _sharded(s, devices))
+
+
+def _sharded(s: Subject, devices: list[Any]) -> CheckResult:
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(devices), ("batch",))
+    examples = variants(s.args, len(devices), seed=3)
+    batch = s.batch_inputs
+    whole = [s.put(stack(examples, i)) if i in batch else a for i, a in enumerate(s.args)]
+    sharded = [jax.device_put(np.asarray(x), NamedSharding(mesh, PartitionSpec("batch") if i in batch
+                                                           else PartitionSpec()))
+               for i, x in enumerate(whole)]
+    f = jax.jit(s.kernel)
+    got = f(*sharded)
+    want = s.kernel(*whole)
+    how = f" with its '...' inputs sharded over {len(devices)} devices"
+    row = _compared("sharded", s, [np.asarray(g) for g in got], want, "", how, against="one device's result")
+    if row.failed:
+        return row
+    assert s.signature is not None
+    if all(g.batch for g in s.signature.outputs):
+        text = f.lower(*sharded).compile().as_text()
+        if "all-gather" in text:
+            return CheckResult("sharded", "failed", f"the compiled program gathers the batch onto every device{how} "
+                               "instead of running the kernel on each device's shard")
+        return CheckResult("sharded", "passed", f"{how[1:]}: each device runs the kernel on its shard, and the "
+                           "result matches one device's")
+    return CheckResult("sharded", "passed", f"{how[1:]}: the result matches one device's (an output without '...' "
+                       "makes XLA gather the inputs)")
+
+
+def check_export(s: Subject, expected: Sequence[Any]) -> CheckResult:
+    from ..runtime.export import deserialize, export
+
+    def run() -> CheckResult:
+        data = export(jax.jit(s.kernel), *s.args).serialize()
+        got = deserialize(data)(*s.args)
+        return _compared("export", s, got, expected, f"kernix.export, serialised ({len(data)} bytes) and "
+                         "deserialised, matches the reference")
+
+    return _guarded("export", run)
