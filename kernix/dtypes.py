@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-__all__ = ["DType", "DTYPES", "ATTR_DTYPES", "BUFFER_DTYPES", "dtype_by_xla_name", "numpy_dtype", "x64_hint"]
+__all__ = [
+    "DType", "DTYPES", "ATTR_DTYPES", "ARRAY_ATTR_DTYPES", "BUFFER_DTYPES", "dtype_by_xla_name", "numpy_dtype",
+    "x64_hint",
+]
 
 
 class DType(NamedTuple):
@@ -56,6 +59,14 @@ DTYPES: tuple[DType, ...] = (
 
 #: Attribute dtypes: name -> (C++ type the FFI handler decodes, numpy dtype name).
 ATTR_DTYPES: dict[str, tuple[str, str]] = {d.name: (d.attr_ctype, d.name) for d in DTYPES if d.attr_ctype}
+
+#: Element dtypes of array attributes (a read-only span of scalars): name -> the C++
+#: element type XLA's FFI decodes an array of (no bool, no 16-bit floats: XLA's FFI
+#: has no array attribute of those).
+ARRAY_ATTR_DTYPES: dict[str, str] = {
+    d.name: d.attr_ctype for d in DTYPES
+    if d.attr_ctype and d.name not in ("bool", "float16", "bfloat16")
+}
 
 #: Buffer element dtypes a typed buffer may fix: name -> XLA FFI ``DataType`` enumerator.
 BUFFER_DTYPES: dict[str, str] = {d.name: d.xla for d in DTYPES}

@@ -30,15 +30,17 @@ def check_spec_matches(
 ) -> FunctionSpec:
     """Check that a declared arg_spec agrees with the real signature.
 
-    Two declarations that differ from what kernix infers are accepted, as the
-    reference's contract accepts them, and the returned spec follows them:
+    Three declarations that differ from what kernix infers are accepted, as the
+    reference's contract accepts the first two, and the returned spec follows them:
 
     * ``"arg"`` for a non-const ``BE::Tensor`` parameter: an input, by the
       caller's explicit word (for a non-const *reference* a
       :class:`InputDeclaredOnNonConstTensor` warning says that the function
       could write to an input buffer);
     * ``attr.x:float16`` / ``attr.x:bfloat16`` for a ``uint16_t`` parameter:
-      the caller passes a float, the function receives its 16 raw bits.
+      the caller passes a float, the function receives its 16 raw bits;
+    * ``"inout"`` for a non-const ``BE::Tensor`` parameter: a buffer updated
+      in place (what ``BE::InOut`` says, for headers that have no ``BE::InOut``).
 
     Parameters
     ----------
@@ -80,7 +82,11 @@ def check_spec_matches(
     params: list[Param] = []
     for i, (tok, param) in enumerate(zip(tokens, spec.params)):
         if tok.role != param.role:
-            if tok.role == "arg" and param.role == "ret" and param.kind == "tensor":
+            if tok.role == "inout" and param.role == "ret" and param.kind == "tensor":
+                # A non-const BE::Tensor declared in place by the caller's word (a BE::Tensor of
+                # another library's headers has no BE::InOut to say it).
+                param = dataclasses.replace(param, role="inout")
+            elif tok.role == "arg" and param.role == "ret" and param.kind == "tensor":
                 if "&" in param.type:
                     warnings.warn(
                         f"{spec.file or '<source>'}:{spec.line}: {source} arg_spec of {spec.name!r} calls "
@@ -97,12 +103,12 @@ def check_spec_matches(
         if tok.role == "attr":
             if tok.name != param.name:
                 fail(f"parameter {i + 1} is named {param.name!r}, not {tok.name!r}", param.name)
-            if tok.dtype is not None and tok.dtype != param.dtype:
+            if tok.dtype is not None and tok.dtype != param.attr_type:
                 if tok.dtype in _HALF_BITS_DTYPES and param.dtype == "uint16" and param.kind == "scalar":
                     param = dataclasses.replace(param, dtype=tok.dtype)
                 else:
                     fail(
-                        f"attribute {param.name!r} has type '{param.type}' (dtype {param.dtype}), "
+                        f"attribute {param.name!r} has type '{param.type}' (dtype {param.attr_type}), "
                         f"not {tok.dtype}"
                         + (" (a float16/bfloat16 attribute may be a uint16_t parameter: it gets the raw bits)"
                            if tok.dtype in _HALF_BITS_DTYPES else ""),

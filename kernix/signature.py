@@ -41,6 +41,7 @@ __all__ = [
     "split_annotation",
     "check_against_spec",
     "bind",
+    "int_attr_names",
 ]
 
 _INT_ATTR_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -192,7 +193,12 @@ def split_annotation(tokens: Sequence[str]) -> tuple[tuple[str, ...], str | None
 
 
 def _int_attrs(spec: Any) -> dict[str, Any]:
-    return {p.name: p for p in spec.attrs if p.dtype in _INT_ATTR_DTYPES}
+    return {p.name: p for p in spec.attrs if p.kind == "scalar" and p.dtype in _INT_ATTR_DTYPES}
+
+
+def int_attr_names(spec: Any) -> list[str]:
+    """The names of ``spec``'s integer scalar attributes (what a dimension or a size may name)."""
+    return list(_int_attrs(spec))
 
 
 def check_against_spec(sig: Signature, spec: Any) -> list[str]:
@@ -236,6 +242,14 @@ def check_against_spec(sig: Signature, spec: Any) -> list[str]:
                     f"dimension {d!r} of input {p.name!r} names attribute {d!r}, which is "
                     f"{attrs[d].dtype}, not an integer"
                 )
+    in_groups = {p.name: g for g, p in zip(sig.inputs, spec.inputs)}
+    for g, p in zip(sig.outputs, spec.outputs):
+        if p.role == "inout" and (g.dims, g.batch) != (in_groups[p.name].dims, in_groups[p.name].batch):
+            problems.append(f"{p.name!r} is updated in place, so its output group must be its input group "
+                            f"{in_groups[p.name]}, not {g}")
+        if p.role == "inout" and g.dtype != in_groups[p.name].dtype:
+            problems.append(f"{p.name!r} is updated in place: its output group cannot pin another dtype than "
+                            f"its input group")
     for g, p in zip((*sig.inputs, *sig.outputs), (*spec.inputs, *spec.outputs)):
         if p.rank is not None and not g.batch and len(g.dims) != p.rank:
             problems.append(f"{p.name!r} has rank {p.rank} ('{p.type}') but its group {g} has {len(g.dims)}")
@@ -348,6 +362,7 @@ def bind(
     out_shapes = []
     out_dtypes = []
     first = dtypes[0] if dtypes else None
+    own = {p.name: d for p, d in zip(spec.inputs, dtypes)}  # an in-place output keeps its input's dtype
     for g, p in zip(sig.outputs, spec.outputs):
         try:
             core = tuple(d if isinstance(d, int) else dims[d] for d in g.dims)
@@ -356,7 +371,7 @@ def bind(
         if any(s < 0 for s in core):
             raise CallError(f"{fn}(): output {p.name!r} would have a negative dimension: {core}")
         out_shapes.append((*batch, *core) if g.batch else core)
-        dtype = g.dtype or p.dtype or first
+        dtype = own[p.name] if p.role == "inout" else (g.dtype or p.dtype or first)
         if dtype is None:
             raise CallError(f"{fn}(): output {p.name!r} has no dtype: pin it in the signature, e.g. (n):float32")
         out_dtypes.append(dtype)

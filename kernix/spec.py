@@ -8,10 +8,25 @@ native function.  Each parameter is one token:
     ``xla::ffi::AnyBuffer`` or ``xla::ffi::Buffer<T, R>``);
 ``ret``
     an output buffer (a non-const ``BE::Tensor``, ``BE::TensorOf<T>``, ``xla::ffi::Result<...>``);
+``inout``
+    a buffer updated in place (``BE::InOut``, ``BE::InOutOf<T>``): an input
+    whose new value is also an output (XLA aliases the two);
 ``stream``
     the platform stream (``cudaStream_t``, or an ``int64_t`` named ``stream``);
 ``attr.<name>`` / ``attr.<name>:<dtype>``
-    a scalar attribute passed by keyword, of one of :data:`ATTR_DTYPES`.
+    a scalar attribute passed by keyword, of one of :data:`ATTR_DTYPES`;
+``attr.<name>:<dtype>[]``
+    an array attribute (a read-only span of scalars: ``BE::Span<const T>``,
+    ``const std::vector<T>&``, ``std::span<const T>``), of one of
+    :data:`ARRAY_ATTR_DTYPES`;
+``attr.<name>:str``
+    a string attribute (``std::string_view``, ``const std::string&``);
+``scratch``
+    scratch memory XLA allocates for the call (``BE::Scratch``);
+``state``
+    the per-instance state (``BE::State<T>``);
+``threads``
+    XLA's intra-op thread pool (``BE::ThreadPool``).
 
 Aliases are accepted and normalised: ``args`` -> ``arg``, ``rets`` -> ``ret``,
 ``ctx.stream`` -> ``stream``, ``attrs.<name>`` -> ``attr.<name>``.
@@ -25,7 +40,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
-from .dtypes import ATTR_DTYPES, BUFFER_DTYPES
+from .dtypes import ARRAY_ATTR_DTYPES, ATTR_DTYPES, BUFFER_DTYPES
 from .errors import ArgSpecError, SignatureError
 from .instances import check_template_args, is_template_argument
 from .names import is_identifier
@@ -34,6 +49,7 @@ from .spelling import is_function_type, is_qualified_name, is_type_spelling
 
 __all__ = [
     "ATTR_DTYPES",
+    "ARRAY_ATTR_DTYPES",
     "BUFFER_DTYPES",
     "Role",
     "Token",
@@ -43,7 +59,11 @@ __all__ = [
     "parse_arg_spec",
 ]
 
-Role = Literal["arg", "ret", "stream", "attr"]
+Role = Literal["arg", "ret", "inout", "stream", "attr", "scratch", "state", "threads"]
+
+#: Roles whose token is the role itself, each at most once per function but ``arg``, ``ret`` and ``inout``.
+_PLAIN_ROLES = ("arg", "ret", "inout", "stream", "scratch", "state", "threads")
+_ONCE = ("stream", "scratch", "state", "threads")
 
 _ALIASES = {"args": "arg", "rets": "ret", "ctx.stream": "stream"}
 
@@ -55,11 +75,13 @@ class Token:
     Attributes
     ----------
     role
-        ``"arg"``, ``"ret"``, ``"stream"`` or ``"attr"``.
+        ``"arg"``, ``"ret"``, ``"inout"``, ``"stream"``, ``"attr"``,
+        ``"scratch"``, ``"state"`` or ``"threads"``.
     name
         The attribute's name (``None`` for the other roles).
     dtype
-        The attribute's dtype when the token pins it, else ``None``.
+        The attribute's type when the token pins it, else ``None``: a dtype
+        (``"float32"``), an array of one (``"int64[]"``) or ``"str"``.
     """
 
     role: Role
@@ -84,7 +106,7 @@ def parse_token(token: str) -> Token:
         raise ArgSpecError(f"arg_spec tokens must be strings, got {token!r} ({type(token).__name__})")
     text = token.strip()
     text = _ALIASES.get(text, text)
-    if text in ("arg", "ret", "stream"):
+    if text in _PLAIN_ROLES:
         return Token(text)  # type: ignore[arg-type]
     for prefix in ("attr.", "attrs."):
         if text.startswith(prefix):
@@ -92,9 +114,9 @@ def parse_token(token: str) -> Token:
             break
     else:
         raise ArgSpecError(
-            f"unknown arg_spec token {token!r}; expected 'arg', 'ret', 'stream', "
-            "'attr.<name>' or 'attr.<name>:<dtype>' (aliases: 'args', 'rets', "
-            "'ctx.stream', 'attrs.<name>')"
+            f"unknown arg_spec token {token!r}; expected 'arg', 'ret', 'inout', 'stream', "
+            "'attr.<name>', 'attr.<name>:<dtype>', 'attr.<name>:<dtype>[]', 'attr.<name>:str', "
+            "'scratch', 'state' or 'threads' (aliases: 'args', 'rets', 'ctx.stream', 'attrs.<name>')"
         )
     name, sep, dtype = body.partition(":")
     if not is_identifier(name):
@@ -103,10 +125,15 @@ def parse_token(token: str) -> Token:
             "C++ identifier (letters, digits, '_', not starting with a digit, not a keyword)"
         )
     if sep:
-        if dtype not in ATTR_DTYPES:
+        if dtype.endswith("[]") and dtype[:-2] not in ARRAY_ATTR_DTYPES:
+            raise ArgSpecError(
+                f"unknown array attribute dtype {dtype[:-2]!r} in arg_spec token {token!r}; "
+                f"expected one of: {', '.join(ARRAY_ATTR_DTYPES)} (XLA has no array attribute of other types)"
+            )
+        if dtype not in ATTR_DTYPES and dtype != "str" and not dtype.endswith("[]"):
             raise ArgSpecError(
                 f"unknown attribute dtype {dtype!r} in arg_spec token {token!r}; "
-                f"expected one of: {', '.join(ATTR_DTYPES)}"
+                f"expected one of: {', '.join(ATTR_DTYPES)}, an array of one (e.g. int64[]) or str"
             )
         return Token("attr", name, dtype)
     return Token("attr", name)
@@ -142,10 +169,13 @@ def parse_arg_spec(tokens: Sequence[str] | str, *, function: str | None = None) 
             seen.add(tok.name)  # type: ignore[arg-type]
     if sum(t.role == "stream" for t in parsed) > 1:
         raise ArgSpecError(f"the arg_spec{where} has more than one 'stream' token; a function takes at most one stream")
-    if not any(t.role == "ret" for t in parsed):
+    for role in _ONCE[1:]:
+        if sum(t.role == role for t in parsed) > 1:
+            raise ArgSpecError(f"the arg_spec{where} has more than one {role!r} token; a function takes at most one")
+    if not any(t.role in ("ret", "inout") for t in parsed):
         raise ArgSpecError(
             f"the arg_spec{where} has no 'ret' token: a function must write at least one "
-            "output buffer (a non-const BE::Tensor)"
+            "output buffer (a non-const BE::Tensor, or a BE::InOut updated in place)"
         )
     return parsed
 
@@ -159,7 +189,8 @@ class Param:
     name
         The parameter's name in the C++ declaration.
     role
-        ``"arg"``, ``"ret"``, ``"stream"`` or ``"attr"``.
+        ``"arg"``, ``"ret"``, ``"inout"``, ``"stream"``, ``"attr"``,
+        ``"scratch"``, ``"state"`` or ``"threads"``.
     type
         The type as written in the source (e.g. ``const BE::Tensor &``).
     canonical_type
@@ -167,10 +198,14 @@ class Param:
         ``float`` for ``using real = float``, ``ns::Mode`` for an enum).
     kind
         How the native function takes the value: ``"tensor"`` (``BE::Tensor``,
-        ``BE::TensorOf<T>``), ``"ffi"`` (an XLA FFI buffer or result type), ``"scalar"`` or ``"stream"``.
+        ``BE::TensorOf<T>``, ``BE::InOut``, ``BE::InOutOf<T>``), ``"ffi"`` (an
+        XLA FFI buffer or result type), ``"scalar"``, ``"array"`` (a span or
+        vector of scalars), ``"string"``, ``"stream"``, ``"scratch"``,
+        ``"state"`` or ``"threads"``.
     dtype
-        The attribute dtype (for attributes), or the element dtype a typed FFI
-        buffer or a ``BE::TensorOf<T>`` fixes; ``None`` when not fixed.
+        The attribute dtype (for scalar attributes; the element dtype for
+        array attributes; ``None`` for strings), or the element dtype a typed
+        FFI buffer or a ``BE::TensorOf<T>`` fixes; ``None`` when not fixed.
     rank
         The rank a typed FFI buffer fixes; ``None`` when not fixed.
     """
@@ -179,15 +214,22 @@ class Param:
     role: Role
     type: str = ""
     canonical_type: str = ""
-    kind: Literal["tensor", "ffi", "scalar", "stream"] = "tensor"
+    kind: Literal["tensor", "ffi", "scalar", "array", "string", "stream", "scratch", "state", "threads"] = "tensor"
     dtype: str | None = None
     rank: int | None = None
+
+    @property
+    def attr_type(self) -> str:
+        """An attribute's type as its token spells it: ``"float32"``, ``"int64[]"`` or ``"str"``."""
+        if self.kind == "string":
+            return "str"
+        return f"{self.dtype}[]" if self.kind == "array" else str(self.dtype)
 
     @property
     def token(self) -> str:
         """The canonical arg_spec token of this parameter."""
         if self.role == "attr":
-            return f"attr.{self.name}:{self.dtype}"
+            return f"attr.{self.name}:{self.attr_type}"
         return self.role
 
 
@@ -223,6 +265,12 @@ class FunctionSpec:
         (comparisons ignore it).
     returns_error
         The function returns an ``xla::ffi::Error``, whose failure the call reports (else ``void``).
+    has_side_effect
+        The annotation says ``has_side_effect``: every call runs, even when its
+        results are unused, and two identical calls are never merged.
+    scratch
+        The size expression of the ``scratch`` parameter, in bytes per problem
+        (``scratch=n*4`` in the annotation; see ``kernix.sizes``), or ``None``.
     """
 
     name: str
@@ -235,6 +283,8 @@ class FunctionSpec:
     doc: str = ""
     function_type: str = dataclasses.field(default="", compare=False)
     returns_error: bool = False
+    has_side_effect: bool = False
+    scratch: str | None = None
     #: For an instantiation of a function template: ``(parameter, argument as written, key)`` per
     #: listed template argument, the key being the dtype, integer value or spelling (see :mod:`kernix.instances`).
     template_args: tuple[tuple[str, str, str], ...] = ()
@@ -246,13 +296,23 @@ class FunctionSpec:
 
     @property
     def inputs(self) -> tuple[Param, ...]:
-        """The ``arg`` parameters, in call order."""
-        return tuple(p for p in self.params if p.role == "arg")
+        """The ``arg`` and ``inout`` parameters, in call order."""
+        return tuple(p for p in self.params if p.role in ("arg", "inout"))
 
     @property
     def outputs(self) -> tuple[Param, ...]:
-        """The ``ret`` parameters, in result order."""
-        return tuple(p for p in self.params if p.role == "ret")
+        """The ``ret`` and ``inout`` parameters, in result order."""
+        return tuple(p for p in self.params if p.role in ("ret", "inout"))
+
+    @property
+    def results(self) -> tuple[Param, ...]:
+        """The buffers XLA allocates for a call, in the call frame's order:
+        the outputs and the ``scratch`` parameter, in declaration order."""
+        return tuple(p for p in self.params if p.role in ("ret", "inout", "scratch"))
+
+    def has(self, role: str) -> bool:
+        """Whether a parameter has ``role`` (``"scratch"``, ``"state"``, ``"threads"``, ...)."""
+        return any(p.role == role for p in self.params)
 
     @property
     def attrs(self) -> tuple[Param, ...]:
@@ -267,9 +327,9 @@ class FunctionSpec:
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict; stable key order, round-trips via :meth:`from_json`.
 
-        ``signature``, ``vjp_of``, ``doc``, ``function_type`` and ``returns_error``
-        appear only when set, so a spec without them has the same JSON form as
-        before they existed.
+        ``signature``, ``vjp_of``, ``doc``, ``function_type``, ``returns_error``,
+        ``has_side_effect`` and ``scratch`` appear only when set, so a spec
+        without them has the same JSON form as before they existed.
         """
         data: dict[str, Any] = {
             "name": self.name,
@@ -279,7 +339,7 @@ class FunctionSpec:
             "arg_spec": list(self.arg_spec),
             "params": [dataclasses.asdict(p) for p in self.params],
         }
-        for key in ("signature", "vjp_of", "doc", "function_type", "returns_error"):
+        for key in ("signature", "vjp_of", "doc", "function_type", "returns_error", "has_side_effect", "scratch"):
             if getattr(self, key):
                 data[key] = getattr(self, key)
         if self.template_args:
@@ -317,6 +377,8 @@ class FunctionSpec:
             line=int(data.get("line", 0)),
             function_type=function_type,
             returns_error=data.get("returns_error", False) is True,  # (only JSON's true, nothing else)
+            has_side_effect=data.get("has_side_effect", False) is True,
+            scratch=_checked_scratch(data.get("scratch"), params),
             template_args=template_args,
         )
         if data.get("signature") is None and data.get("vjp_of") is None and not data.get("doc"):
@@ -351,21 +413,48 @@ def _with_operation_fields(spec: FunctionSpec, data: dict[str, Any]) -> Function
     return dataclasses.replace(spec, signature=signature, vjp_of=vjp_of, doc=doc)
 
 
-_KINDS = ("tensor", "ffi", "scalar", "stream")
+#: Each kind -> the roles a parameter of that kind may have.
+_KIND_ROLES = {
+    "tensor": ("arg", "ret", "inout"), "ffi": ("arg", "ret"), "scalar": ("attr",), "array": ("attr",),
+    "string": ("attr",), "stream": ("stream",), "scratch": ("scratch",), "state": ("state",),
+    "threads": ("threads",),
+}
+#: The types whose template argument fixes a tensor's dtype.
+_TYPED_TENSORS = ("BE::TensorOf<", "BE::InOutOf<")
+
+
+def _attr_ok(p: Param) -> bool:
+    if p.kind == "scalar":
+        return p.dtype in ATTR_DTYPES
+    if p.kind == "array":
+        return p.dtype in ARRAY_ATTR_DTYPES
+    return p.kind != "string" or p.dtype is None
 
 
 def _checked_param(p: Param) -> Param:
     ok = (
         isinstance(p.name, str) and is_identifier(p.name)
-        and p.role in ("arg", "ret", "stream", "attr")
-        and p.kind in _KINDS
+        and p.kind in _KIND_ROLES and p.role in _KIND_ROLES[p.kind]
         and isinstance(p.canonical_type, str) and is_type_spelling(p.canonical_type)
         and (p.dtype is None or p.dtype in BUFFER_DTYPES)
-        and (p.role != "attr" or p.dtype in ATTR_DTYPES)
+        and _attr_ok(p)
         and (p.rank is None or (isinstance(p.rank, int) and p.rank >= 0))
-        and (p.kind != "tensor" or p.rank is None and (p.dtype is not None) == (  # only BE::TensorOf<T> fixes a dtype
-            p.canonical_type.startswith("BE::TensorOf<") and p.canonical_type.endswith(">")))
+        and (p.kind != "tensor" or p.rank is None and (p.dtype is not None) == (  # only a typed tensor fixes a dtype
+            p.canonical_type.startswith(_TYPED_TENSORS) and p.canonical_type.endswith(">")))
     )
     if not ok:
         raise ValueError(f"bad parameter {p!r}")
     return p
+
+
+def _checked_scratch(text: Any, params: Sequence[Param]) -> str | None:
+    """The ``scratch`` field of a spec read back: a size expression exactly when a parameter is scratch."""
+    has_param = any(p.role == "scratch" for p in params)
+    if text is None and not has_param:
+        return None
+    if text is None or not has_param:
+        raise ValueError("a scratch size without a scratch parameter, or the reverse")
+    from .sizes import parse_size
+
+    parse_size(text)  # raises ValueError
+    return str(text)

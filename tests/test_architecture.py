@@ -22,6 +22,7 @@ LAYERS = {
     "kernix.spelling": 1,
     "kernix.instances": 1,
     "kernix.dtypes": 1,
+    "kernix.sizes": 1,
     "kernix.languages": 1,
     "kernix.paths": 1,
     "kernix.compiler_flags": 1,

@@ -417,12 +417,13 @@ def test_typed_tensors_and_raw_bits_on_a_gpu(tmp_path) -> None:
     mod = kernix.load_cuda_file(src, name=unique_name("typed_cuda_run"), build_directory=tmp_path / "b")
     gpu = jax.devices("gpu")[0]
     x = jax.device_put(jnp.array([1.5, -2.0, 3.25], jnp.float16), gpu)
-    np.testing.assert_array_equal(np.asarray(mod.half_twice(x)), np.asarray(x) * 2)
+    np.testing.assert_array_equal(np.asarray(mod.half_twice(x, out=jax.ShapeDtypeStruct((3,), jnp.float16))),
+                                  np.asarray(x) * 2)
     with pytest.raises(kernix.CallError, match=r"half_twice\(\): input 'x' must be float16 .* got bfloat16"):
-        mod.half_twice(x.astype(jnp.bfloat16))
+        mod.half_twice(x.astype(jnp.bfloat16), out=jax.ShapeDtypeStruct((3,), jnp.float16))
     for dtype in (jnp.float16, jnp.bfloat16):
         y = x.astype(dtype)
-        np.testing.assert_array_equal(np.asarray(mod.copy_bits(y)).view(np.uint16), np.asarray(y).view(np.uint16))
+        np.testing.assert_array_equal(np.asarray(mod.copy_bits(y, out=jax.ShapeDtypeStruct((3,), jnp.uint16))).view(np.uint16), np.asarray(y).view(np.uint16))
     with pytest.raises(Exception, match=r"kernix: copy_bits: BE::Tensor::data_ptr<short unsigned int>\(\): "
                                         r"parameter 'x' is float32 \(shape \[3\]\)"):
         jax.block_until_ready(mod.copy_bits(x.astype(jnp.float32), out=jax.ShapeDtypeStruct((3,), jnp.uint16)))

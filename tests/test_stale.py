@@ -342,7 +342,7 @@ void add_k(const BE::Tensor x, BE::Tensor out) {
 def _load_with(top: Path, src: Path, cache: Path, name: str) -> float:
     code = (f"import kernix, jax.numpy as jnp; m = kernix.load_cpp_file({str(src)!r}, name={name!r}); "
             "print(float(m.add_k(jnp.zeros(1, jnp.float32))[0]))")
-    env = {**os.environ, "PYTHONPATH": str(top), "KERNIX_CACHE_DIR": str(cache), "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(top), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]).rstrip(os.pathsep), "KERNIX_CACHE_DIR": str(cache), "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
                          check=False, cwd=top)  # (not the checkout's directory: `-c` imports from the cwd first)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -380,7 +380,7 @@ def test_kernixs_inference_code_is_in_the_spec_key(tmp_path: Path) -> None:
     src, cache = tmp_path / "add_one.cpp", tmp_path / "cache"
     shutil.copy(FIXTURES / "reliability" / "add_one.cpp", src)
     code = f"import kernix; print(kernix.infer_file({str(src)!r}).functions[0].name)"
-    env = {**os.environ, "PYTHONPATH": str(top), "KERNIX_CACHE_DIR": str(cache)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(top), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]).rstrip(os.pathsep), "KERNIX_CACHE_DIR": str(cache)}
 
     def infer() -> int:
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,

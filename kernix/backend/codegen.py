@@ -25,10 +25,12 @@ kernel body leaves them, and their object files, unchanged.  Two kinds:
   XLA's C API.  It never includes XLA's C++ ``ffi.h``, so it compiles in a
   fraction of the time and memory.
 * an *ffi.h* unit (:func:`ffi_handler_unit`) for functions that take typed XLA
-  FFI types (``xla::ffi::Buffer<T, R>``, ``AnyBuffer``, ``Result<...>``), which
-  only ffi.h can build: one ``XLA_FFI_DEFINE_HANDLER_SYMBOL`` binding per
-  function (exact ``Attr<T>`` types, the platform stream, the command-buffer
-  trait).
+  FFI types (``xla::ffi::Buffer<T, R>``, ``AnyBuffer``, ``Result<...>``), an
+  in-place tensor, an array or string attribute, scratch, state or the thread
+  pool (their parts: :mod:`kernix.backend.bindings`): one
+  ``XLA_FFI_DEFINE_HANDLER_SYMBOL`` binding per function (exact ``Attr<T>``
+  types, the platform stream, the command-buffer trait), and for a function
+  with state an instantiate handler beside it.
 
 Every parameter crosses from handler to shim as one ``void*`` in an array: a
 ``kernix::TensorView*``, a pointer to the decoded FFI buffer/result, a pointer
@@ -53,6 +55,7 @@ from ..errors import KernixError
 from ..languages import Platform
 from ..paths import include_dir
 from ..spec import FunctionSpec, Param
+from . import bindings
 
 __all__ = [
     "ExportedFunction",
@@ -139,9 +142,10 @@ def _tensor_local(slot: int) -> str:
 
 def _tensor_type(param: Param) -> str:
     """The tensor type the shim builds for ``param``: ``::BE::TensorOf<T>``
-    for a parameter of that type (its constructor checks the dtype), else
+    for a parameter of that type (its constructor checks the dtype), the
+    in-place types (``BE::InOut``, ``BE::InOutOf<T>``) for theirs, else
     ``::BE::Tensor``."""
-    if param.canonical_type.startswith("BE::TensorOf<"):
+    if param.canonical_type.startswith(("BE::TensorOf<", "BE::InOutOf<")) or param.canonical_type == "BE::InOut":
         return "::" + param.canonical_type
     return "::BE::Tensor"
 
@@ -158,6 +162,8 @@ def _shim_argument(param: Param, slot: int) -> str:
         return _tensor_local(slot)
     if param.kind == "ffi":
         return f"*static_cast<{param.canonical_type}*>({p})"
+    if param.kind in bindings.SPECIAL_KINDS:
+        return bindings.shim_argument(param, slot)
     target = _strip_const(param.canonical_type)
     if param.kind == "stream":
         return f"reinterpret_cast<{target}>(*static_cast<void* const*>({p}))"
@@ -171,13 +177,18 @@ def _shim_argument(param: Param, slot: int) -> str:
 
 
 def _shim_locals(fn: ExportedFunction) -> list[str]:
-    """The user's ``BE::Tensor`` built from each tensor slot's view (named, for messages)."""
-    return [
-        f"  {_tensor_type(param)} {_tensor_local(i)} = "
-        f"::kernix::detail::tensor_from<{_tensor_type(param)}>(p[{i}], {_cxx_string(param.name)});"
-        for i, param in enumerate(fn.spec.params)
-        if param.kind == "tensor"
-    ]
+    """The user's ``BE::Tensor`` built from each tensor slot's view (named, for
+    messages), and the scratch, state and thread pool objects."""
+    lines = []
+    for i, param in enumerate(fn.spec.params):
+        if param.kind == "tensor":
+            lines.append(f"  {_tensor_type(param)} {_tensor_local(i)} = "
+                         f"::kernix::detail::tensor_from<{_tensor_type(param)}>(p[{i}], {_cxx_string(param.name)});")
+        else:
+            local = bindings.shim_local(param, i)
+            if local is not None:
+                lines.append(local)
+    return lines
 
 
 def shim_unit(user_source: str, functions: Sequence[ExportedFunction]) -> str:
@@ -207,6 +218,8 @@ def shim_unit(user_source: str, functions: Sequence[ExportedFunction]) -> str:
         if fn.spec.returns_error:
             # A failure it returns is thrown for the handler to report (shim.h).
             call = f"::kernix::detail::check_returned({call})"
+        if fn.spec.has("state"):
+            lines += bindings.state_shims(fn.spec, fn.index, _slug(fn.spec.name))
         lines += [
             f"KERNIX_SHIM_EXPORT void {shim_symbol(fn)}(void* const* p) {{",
             "  (void)p;",
@@ -248,7 +261,13 @@ def _handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bool) -
     slots: list[str] = []  # what goes in the void* array
     aliases: list[str] = []  # type aliases for typed FFI buffers
     for i, param in enumerate(spec.params):
-        if param.kind == "tensor":
+        if param.role == "inout" or param.kind in bindings.SPECIAL_KINDS:
+            part = bindings.handler_part(param, i, spec, platform)
+            decl += part.decl
+            bind += part.bind
+            prep += part.prep
+            slots.append(part.slot)
+        elif param.kind == "tensor":
             ftype = "ffi::AnyBuffer" if param.role == "arg" else "ffi::Result<ffi::AnyBuffer>"
             decl.append(f"{ftype} b{i}")
             src = f"b{i}" if param.role == "arg" else f"*b{i}"
@@ -278,7 +297,7 @@ def _handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bool) -
             bind.append(_binding(param))
     impl = f"kernix_impl_{fn.index}"
     array = ", ".join(f"static_cast<void*>({s})" for s in slots) or "nullptr"
-    traits = ", {ffi::Traits::kCmdBufferCompatible}" if (platform == "cuda" and allow_cuda_graph) else ""
+    traits = ", {ffi::Traits::kCmdBufferCompatible}" if _graph_ok(spec, platform, allow_cuda_graph) else ""
     chain = "".join(f"\n        {b}" for b in bind)
     return [
         *aliases,
@@ -306,16 +325,25 @@ def ffi_handler_unit(functions: Sequence[ExportedFunction], platform: Platform, 
     ]
     for fn in functions:
         lines += _handler(fn, platform, allow_cuda_graph)
+        if fn.spec.has("state"):
+            lines += bindings.state_handlers(fn.spec, fn.index, _slug(fn.spec.name), handler_symbol(fn))
     return "\n".join(lines)
+
+
+def _graph_ok(spec: FunctionSpec, platform: Platform, allow_cuda_graph: bool) -> bool:
+    """Whether to declare the handler CUDA-graph compatible: a function with
+    side effects runs where it is called, never replayed from a graph."""
+    return platform == "cuda" and allow_cuda_graph and not spec.has_side_effect
 
 
 def has_fast_handler(fn: ExportedFunction) -> bool:
     """Whether ``fn`` can use the C-API handler of :func:`fast_handler_unit`.
 
-    True when every parameter is a ``BE::Tensor``, a scalar attribute or the
-    stream; typed XLA FFI parameters need ffi.h to be built.
+    True when every parameter is a ``BE::Tensor`` (not updated in place), a
+    scalar attribute or the stream; typed XLA FFI parameters, in-place
+    tensors and the kinds of :mod:`kernix.backend.bindings` need ffi.h.
     """
-    return all(p.kind in ("tensor", "scalar", "stream") for p in fn.spec.params)
+    return all(p.kind in ("tensor", "scalar", "stream") and p.role != "inout" for p in fn.spec.params)
 
 
 #: C type of an attribute -> the XLA_FFI_DataType its scalar must have
@@ -360,7 +388,7 @@ def _fast_handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bo
         ]
     count = lambda role: sum(p.role == role for p in params)  # noqa: E731
     stream = platform == "cuda" and any(p.role == "stream" for p in params)
-    cmd_buffer = platform == "cuda" and allow_cuda_graph
+    cmd_buffer = _graph_ok(fn.spec, platform, allow_cuda_graph)
     b = lambda v: "true" if v else "false"  # noqa: E731
     lines += [
         f"static const ::kernix::detail::FunctionDesc {desc} = {{{_cxx_string(fn.spec.name)}, "

@@ -8,9 +8,11 @@ variables that add header directories removed from its environment, so that
 a directory a user adds there (``CPLUS_INCLUDE_PATH``) is never taken for
 the compiler's own:
 
-* the directories it searches for C++ but not for C: its C++ standard
-  library (for g++ 12 on Debian, ``/usr/include/c++/12``,
-  ``/usr/include/x86_64-linux-gnu/c++/12`` and
+* its C++ standard library: the directories it searches for C++ but not
+  for C, and those of its search list that hold the library's own files
+  (``cstddef``, ``bits/c++config.h``, libc++'s ``__config``) -- a wrapper
+  script around g++ may list them for C too (for g++ 12 on Debian,
+  ``/usr/include/c++/12``, ``/usr/include/x86_64-linux-gnu/c++/12`` and
   ``/usr/include/c++/12/backward``), shipped and versioned with it;
 * the directories of its search list that lie inside its *installation
   directory*, the parent of the private ``include`` directory that
@@ -74,6 +76,18 @@ def installation_dir(compiler: str, env: dict[str, str] | None = None) -> str | 
     return os.path.dirname(os.path.normpath(found))
 
 
+#: Files only a C++ standard library's header directories hold (libstdc++'s
+#: main and target directories, libc++'s).
+_CXX_LIBRARY_MARKS = ("cstddef", os.path.join("bits", "c++config.h"), "__config")
+
+
+def _holds_cxx_library(d: str) -> bool:
+    """Whether ``d`` is a directory of a C++ standard library (or its ``backward`` directory)."""
+    if os.path.basename(d) == "backward":
+        d = os.path.dirname(d)
+    return any(os.path.isfile(os.path.join(d, mark)) for mark in _CXX_LIBRARY_MARKS)
+
+
 def own_header_dirs(compiler: str) -> tuple[str, ...]:
     """The header directories of ``compiler``'s own installation (see the
     module documentation), each ending in a separator: a path starting with
@@ -86,7 +100,8 @@ def own_header_dirs(compiler: str) -> tuple[str, ...]:
             return None
         install = installation_dir(compiler, env)
         inside = os.path.join(install, "") if install else None
-        own = [d for d in cxx if d not in c or (inside and os.path.join(d, "").startswith(inside))]
+        own = [d for d in cxx if d not in c or _holds_cxx_library(d)
+               or (inside and os.path.join(d, "").startswith(inside))]
         return [os.path.join(d, "") for d in own]
 
     return tuple(remembered("own-header-dirs", compiler, ask) or ())

@@ -41,7 +41,10 @@ struct XLA_FFI_Error {
   std::string message;
 };
 
-struct XLA_FFI_ExecutionContext {
+// The context the harness passes: only the stream.  XLA declares its
+// context type opaque (and, in newer versions, as an alias of another
+// struct), so the harness keeps its own and casts the pointer.
+struct HarnessContext {
   void* stream;
 };
 
@@ -53,7 +56,7 @@ XLA_FFI_Error* create_error(XLA_FFI_Error_Create_Args* args) {
 void get_message(XLA_FFI_Error_GetMessage_Args* args) { args->message = args->error->message.c_str(); }
 void destroy_error(XLA_FFI_Error_Destroy_Args* args) { delete args->error; }
 XLA_FFI_Error* get_stream(XLA_FFI_Stream_Get_Args* args) {
-  args->stream = args->ctx ? args->ctx->stream : nullptr;
+  args->stream = args->ctx ? reinterpret_cast<HarnessContext*>(args->ctx)->stream : nullptr;
   return nullptr;
 }
 
@@ -134,12 +137,12 @@ extern "C" __attribute__((visibility("default"))) int kernix_guarded_call(
     scalars[static_cast<size_t>(i)] = XLA_FFI_Scalar{static_cast<XLA_FFI_DataType>(attr_dtypes[i]), attr_values[i]};
     attr_ptrs.push_back(&scalars[static_cast<size_t>(i)]);
   }
-  XLA_FFI_ExecutionContext ctx{stream};
+  HarnessContext ctx{stream};
   XLA_FFI_CallFrame frame;
   std::memset(static_cast<void*>(&frame), 0, sizeof frame);
   frame.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE;
   frame.api = &kApi;
-  frame.ctx = &ctx;
+  frame.ctx = reinterpret_cast<XLA_FFI_ExecutionContext*>(&ctx);
   frame.stage = XLA_FFI_ExecutionStage_EXECUTE;
   frame.args = XLA_FFI_Args{XLA_FFI_Args_STRUCT_SIZE, nullptr, n_args, arg_types.data(), arg_ptrs.data()};
   frame.rets = XLA_FFI_Rets{XLA_FFI_Rets_STRUCT_SIZE, nullptr, n_rets, ret_types.data(), ret_ptrs.data()};

@@ -45,16 +45,16 @@ def _table(result: dict[str, Any]) -> str:
     if not functions:
         lines.append("  (no functions inferred)")
         return "\n".join(lines)
-    with_shapes = any(f.get("signature") or f.get("vjp_of") for f in functions)  # the column only when used
+    with_shapes = any(_annotation_extras(f) != "-" for f in functions)  # the column only when used
     with_pins = any(_buffer_pins(f) != "-" for f in functions)  # likewise
     rows = []
     for f in functions:
         attrs = [p for p in f["params"] if p["role"] == "attr"]
-        dtypes = ", ".join(f"{p['name']}: {p['dtype']} ({p['type']})" for p in attrs) or "-"
+        dtypes = ", ".join(f"{p['name']}: {_attr_type(p)} ({p['type']})" for p in attrs) or "-"
         name = f["name"] if f["qualified_name"] == f["name"] else f"{f['name']} ({f['qualified_name']})"
         row = [name, str(f["line"]), " ".join(f["arg_spec"])]
         if with_shapes:
-            row.append((f.get("signature") or "-") + (f" vjp={f['vjp_of']}" if f.get("vjp_of") else ""))
+            row.append(_annotation_extras(f))
         if with_pins:
             row.append(_buffer_pins(f))
         rows.append((*row, dtypes))
@@ -67,13 +67,32 @@ def _table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _attr_type(param: dict[str, Any]) -> str:
+    """An attribute's type as its token spells it (``float32``, ``int64[]``, ``str``)."""
+    kind = param.get("kind")
+    return "str" if kind == "string" else f"{param['dtype']}[]" if kind == "array" else str(param["dtype"])
+
+
+def _annotation_extras(function: dict[str, Any]) -> str:
+    """The shape signature column: the signature, ``vjp=``, ``has_side_effect``
+    and ``scratch=`` as the annotation says them, or ``"-"``."""
+    parts = [function.get("signature") or ("-" if function.get("vjp_of") else "")]
+    if function.get("vjp_of"):
+        parts.append(f"vjp={function['vjp_of']}")
+    if function.get("has_side_effect"):
+        parts.append("has_side_effect")
+    if function.get("scratch"):
+        parts.append(f"scratch={function['scratch']}")
+    return " ".join(p for p in parts if p) or "-"
+
+
 def _buffer_pins(function: dict[str, Any]) -> str:
     """The dtype (and rank) each input or output buffer of ``function`` must
     have (``BE::TensorOf<T>``, ``xla::ffi::Buffer<T, R>``): ``"x: float32,
     out: float32 rank 2"``, or ``"-"`` when none is pinned."""
     pins = [f"{p['name']}: {p['dtype'] or 'any dtype'}" + (f" rank {p['rank']}" if p.get("rank") is not None else "")
             for p in function["params"]
-            if p["role"] in ("arg", "ret") and (p.get("dtype") or p.get("rank") is not None)]
+            if p["role"] in ("arg", "ret", "inout") and (p.get("dtype") or p.get("rank") is not None)]
     return ", ".join(pins) or "-"
 
 
@@ -83,7 +102,8 @@ def _json_file(result: dict[str, Any]) -> dict[str, Any]:
     return {
         "path": result["path"],
         "language": result["language"],
-        "functions": [{**{k: f.get(k) for k in keys}, "returns_error": f.get("returns_error", False)}
+        "functions": [{**{k: f.get(k) for k in keys}, "returns_error": f.get("returns_error", False),
+                       "has_side_effect": f.get("has_side_effect", False), "scratch": f.get("scratch")}
                       for f in result["functions"]],
         "errors": result["errors"],
         "warnings": result.get("warnings", []),

@@ -10,22 +10,17 @@ names the parameter and says how to fix it.
 
 from __future__ import annotations
 
-import keyword
 import re
 from typing import Any
 
 from ..dtypes import dtype_by_xla_name
 from ..errors import SourceError
-from ..names import is_identifier
 from ..spec import FunctionSpec, Param
 from ..spelling import is_function_type
+from .kinds import RESERVED_ATTR_NAMES, Reject, check_attr_name, classify_special
 from .returns import return_kind
 
 __all__ = ["function_spec", "qualified_name", "RESERVED_ATTR_NAMES"]
-
-#: Keyword names the Python callable takes itself (``fn(*inputs, out=..., vmap_method=...)``,
-#: see :meth:`kernix.runtime.function.KernelFunction.__call__`): an attribute cannot use them.
-RESERVED_ATTR_NAMES = frozenset({"self", "out", "vmap_method"})
 
 _FIX_TENSOR = "take a `const BE::Tensor&` for an input buffer or `BE::Tensor&` for an output"
 
@@ -87,8 +82,7 @@ def _integer_dtype(t: Any) -> str | None:
     return None
 
 
-class _Reject(Exception):
-    """A parameter kernix cannot pass; the message says why and how to fix it."""
+_Reject = Reject
 
 
 def _classify(p: Any, index: int, fname: str) -> Param:
@@ -117,16 +111,22 @@ def _classify(p: Any, index: int, fname: str) -> Param:
             raise _Reject(f"{where}: a stream is passed by value or `const&`; take a `cudaStream_t`")
         if pointee == "BE::Tensor" or pointee.startswith("BE::TensorOf<"):
             raise _Reject(f"{where}: a tensor cannot be passed by pointer; {_FIX_TENSOR}")
+        if pointee == "char" and c.get_pointee().is_const_qualified():
+            raise _Reject(f"{where}: pointers cannot cross the FFI boundary; take a `std::string_view` "
+                          "for a string attribute")
         raise _Reject(f"{where}: pointers cannot cross the FFI boundary; {_FIX_TENSOR}")
     if c.kind.name in _ARRAY_KINDS:
         raise _Reject(f"{where}: arrays cannot cross the FFI boundary; {_FIX_TENSOR}")
     if c.is_volatile_qualified():
         raise _Reject(f"{where}: volatile parameters are not supported; drop `volatile`")
 
-    if bare == "BE::Tensor" or bare.startswith("BE::TensorOf<"):
+    special = classify_special(c, ref, is_const, bare, pname, synth, written, where)
+    if special is not None:
+        return special
+    if bare == "BE::Tensor" or bare.startswith(("BE::TensorOf<", "BE::InOutOf<")):
         if ref == "&&":
             raise _Reject(f"{where}: rvalue references are not supported; {_FIX_TENSOR}")
-        role = "arg" if is_const else "ret"
+        role = "inout" if bare.startswith("BE::InOutOf<") else "arg" if is_const else "ret"
         if bare == "BE::Tensor":
             return Param(synth, role, written, "BE::Tensor", "tensor")
         return Param(synth, role, written, bare, "tensor", _tensor_of_dtype(c, where))
@@ -174,25 +174,9 @@ def _classify(p: Any, index: int, fname: str) -> Param:
             raise _Reject(
                 f"{where}: {what} cannot cross the FFI boundary. Inputs and outputs are "
                 f"`BE::Tensor`s; attributes are scalars (integers, bool, float, double, enums, "
-                f"__half, __nv_bfloat16)"
+                f"__half, __nv_bfloat16), arrays of them (`BE::Span<const T>`) or strings (`std::string_view`)"
             )
-    if not pname:
-        raise _Reject(
-            f"{where}: a scalar attribute needs a name; give the parameter a name: it becomes attr.<name>"
-        )
-    if not is_identifier(pname):
-        raise _Reject(
-            f"{where}: attribute names must be ASCII C++ identifiers (the arg_spec `attr.<name>` and the "
-            "Python keyword argument use it); rename the parameter")
-    if pname in RESERVED_ATTR_NAMES:
-        raise _Reject(
-            f"{where}: {pname!r} is reserved by the Python callable (its keyword arguments are "
-            f"{', '.join(sorted(RESERVED_ATTR_NAMES))}), so it cannot name an attribute; rename the parameter")
-
-    if keyword.iskeyword(pname):
-        raise _Reject(
-            f"{where}: {pname!r} is a Python keyword, so the Python callable could not take it as a keyword "
-            f"argument ({pname}=...); rename the parameter, e.g. to {pname + '_'!r}")
+    check_attr_name(pname, where, "a scalar attribute")
     return Param(pname, "attr", written, bare, "scalar", dtype)
 
 
@@ -302,11 +286,19 @@ def function_spec(cursor: Any, path: str) -> tuple[FunctionSpec | None, list[Sou
             f"function {name!r} takes more than one stream ({', '.join(repr(p.name) for p in streams)}); "
             "take a single `cudaStream_t` (or `int64_t stream`)",
             file=path, line=fline, column=loc.column, function=name, parameter=streams[1].name))
-    if not any(p.role == "ret" for p in params):
+    if not any(p.role in ("ret", "inout") for p in params):
         errors.append(SourceError(
             f"function {name!r} has no output tensor: every exported function must write at least one "
             "output. Add a non-const `BE::Tensor& out` parameter (inputs are `const BE::Tensor&`)",
             file=path, line=fline, column=loc.column, function=name))
+    for role in ("scratch", "state", "threads"):
+        several = [p for p in params if p.role == role]
+        if len(several) > 1:
+            why = " (one scratch buffer can hold several arrays)" if role == "scratch" else ""
+            errors.append(SourceError(
+                f"function {name!r} takes more than one {role} parameter "
+                f"({', '.join(repr(p.name) for p in several)}); take one{why}",
+                file=path, line=fline, column=loc.column, function=name, parameter=several[1].name))
     if errors:
         return None, errors
     spec = FunctionSpec(name=name, qualified_name=qualified_name(cursor), params=tuple(params), file=path, line=fline,

@@ -12,9 +12,11 @@ import operator
 from dataclasses import replace
 from typing import Any, Iterable
 
-from ..errors import InferenceError, SignatureError, SourceError
+from ..errors import ArgSpecError, InferenceError, SignatureError, SourceError
 from ..names import is_identifier
-from ..signature import check_against_spec, parse_signature, split_annotation
+from ..signature import check_against_spec, int_attr_names, parse_signature, split_annotation
+from ..sizes import size_names
+from ..spec import parse_arg_spec
 
 __all__ = [
     "DOC_LIMIT", "SourceLines", "leading_comment", "annotate_spec", "check_unique_names", "check_vjp_pairs",
@@ -168,13 +170,21 @@ def annotate_spec(
     line = annotation.line if annotation is not None else spec.line
     doc = leading_comment(source_text, line, spec.line)
     if annotation is None:
-        return (), replace(spec, doc=doc), []
-    tokens, sig_text, vjp = split_annotation(annotation.tokens)
+        errors = []
+        if spec.has("scratch"):
+            errors.append(_no_scratch_size(spec, spec.line))
+        return (), replace(spec, doc=doc), errors
+    words = [t for t in annotation.tokens if t != "has_side_effect" and not t.startswith("scratch=")]
+    sizes = [t[len("scratch="):] for t in annotation.tokens if t.startswith("scratch=")]
+    tokens, sig_text, vjp = split_annotation(words)
     errors: list[SourceError] = []
 
     def error(msg: str) -> None:
         errors.append(SourceError(msg, file=spec.file, line=annotation.line, column=annotation.column,
                                   function=spec.name))
+
+    if annotation.tokens.count("has_side_effect") > 1 or len(sizes) > 1:
+        error("an annotation says has_side_effect and scratch= at most once each")
 
     signature = None
     if sig_text is not None:
@@ -183,12 +193,67 @@ def annotate_spec(
         except SignatureError as exc:
             error(str(exc))
         else:
-            for msg in check_against_spec(sig, spec):
+            for msg in check_against_spec(sig, _declared_roles(spec, tokens)):
                 error(f"shape signature of {spec.name!r} disagrees with its C++ signature: {msg}")
             signature = str(sig)
     if vjp is not None and not is_identifier(vjp):
         error(f"vjp={vjp!r}: the forward function's name must be an identifier")
-    return tokens, replace(spec, signature=signature, vjp_of=vjp, doc=doc), errors
+    scratch = sizes[0] if sizes else None
+    if scratch is None and spec.has("scratch"):
+        errors.append(_no_scratch_size(spec, annotation.line, annotation.column))
+    elif scratch is not None:
+        problem = _scratch_problem(scratch, spec, parse_signature(signature) if signature else None)
+        if problem:
+            error(problem)
+    spec = replace(spec, signature=signature, vjp_of=vjp, doc=doc,
+                   has_side_effect="has_side_effect" in annotation.tokens, scratch=scratch)
+    return tokens, spec, errors
+
+
+def _declared_roles(spec: Any, tokens: tuple[str, ...]) -> Any:
+    """``spec`` with the roles its annotation's tokens give a non-const tensor
+    (``inout``, ``arg``: see :func:`kernix.requested.check_spec_matches`,
+    which checks the tokens afterwards), so the shape signature is checked
+    against the inputs and outputs the call will have."""
+    if len(tokens) != len(spec.params):
+        return spec
+    try:
+        parsed = parse_arg_spec(tokens, function=spec.name)
+    except ArgSpecError:
+        return spec
+    params = tuple(replace(p, role=t.role) if p.kind == "tensor" and p.role == "ret" and t.role in ("inout", "arg")
+                   else p for p, t in zip(spec.params, parsed))
+    return replace(spec, params=params)
+
+
+def _no_scratch_size(spec: Any, line: int, column: int = 0) -> SourceError:
+    p = next(p for p in spec.params if p.role == "scratch")
+    return SourceError(
+        f"{spec.name!r} takes scratch memory ({p.name!r}, `{p.type}`), but its annotation does not say how many "
+        f"bytes: add `scratch=EXPR` to it, e.g. `// @BE {spec.name} (...,n)->(...,n) scratch=n*4` (bytes per "
+        "problem: an expression of the shape signature's dimensions and integer attributes, without spaces)",
+        file=spec.file, line=line, column=column, function=spec.name, parameter=p.name)
+
+
+def _scratch_problem(text: str, spec: Any, sig: Any) -> str | None:
+    """Why ``scratch=text`` does not fit ``spec`` (with shape signature ``sig``), or ``None``."""
+    if not spec.has("scratch"):
+        return (f"scratch={text} but {spec.name!r} takes no scratch memory: add a `BE::Scratch& scratch` "
+                "parameter, or drop scratch=")
+    try:
+        names = size_names(text)
+    except ValueError as exc:
+        return f"scratch={exc}"
+    known = set(int_attr_names(spec))
+    if sig is not None:
+        known |= {d for g in sig.inputs for d in g.dims if isinstance(d, str)}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        have = ", ".join(sorted(known)) or "none"
+        hint = "" if sig is not None else " (without a shape signature only integer attributes can be named)"
+        return (f"scratch={text} names {', '.join(map(repr, unknown))}, which is no dimension of the shape "
+                f"signature's inputs and no integer attribute{hint}; it can name: {have}")
+    return None
 
 
 def check_unique_names(specs: Iterable[Any]) -> list[SourceError]:
@@ -269,8 +334,8 @@ def check_vjp_pairs(specs: Iterable[Any]) -> list[SourceError]:
             if p.name not in fattrs:
                 error(f"attribute {p.name!r} is not an attribute of {fwd.name!r} "
                       f"(it has: {', '.join(fattrs) or 'none'})")
-            elif fattrs[p.name].dtype != p.dtype:
-                error(f"attribute {p.name!r} is {p.dtype} here but {fattrs[p.name].dtype} in {fwd.name!r}")
+            elif fattrs[p.name].attr_type != p.attr_type:
+                error(f"attribute {p.name!r} is {p.attr_type} here but {fattrs[p.name].attr_type} in {fwd.name!r}")
         if fwd.signature is None:
             error(f"{fwd.name!r} has no shape signature; declare one (e.g. '// @BE {fwd.name} (...,n)->(...,n)') "
                   "so that the shapes of its outputs, and so of their cotangents, are known")

@@ -53,15 +53,14 @@ def coerce_attr(fn: str, param: Param, value: Any) -> Any:
     CallError
         Naming the attribute, its type and why ``value`` does not fit it.
     """
+    if param.kind in ("array", "string"):
+        return coerce_array_attr(fn, param, value)
     dtype = param.dtype
     assert dtype is not None
     np_name = ATTR_DTYPES[dtype][1]
     try:
         if isinstance(value, jax.core.Tracer):
-            raise ValueError(
-                "an attribute is a constant of the compiled call, and this value is traced (an argument of "
-                "a jax.jit or jax.vmap function, or computed from one); pass a Python or NumPy number, "
-                "e.g. by making the argument it comes from static: jax.jit(f, static_argnames=...)")
+            raise ValueError(_TRACED)
         if value is None or isinstance(value, (str, bytes)) or np.iscomplexobj(value):
             raise ValueError(f"expected a real number, got {type(value).__name__}")
         arr = np.asarray(value)
@@ -91,6 +90,79 @@ def coerce_attr(fn: str, param: Param, value: Any) -> Any:
             f"{fn}(): attribute {param.name!r} is {dtype} (C++ type '{param.type}'); "
             f"cannot use {value!r}: {exc}"
         ) from None
+
+
+_TRACED = (
+    "an attribute is a constant of the compiled call, and this value is traced (an argument of "
+    "a jax.jit or jax.vmap function, or computed from one); pass a Python or NumPy value, "
+    "e.g. by making the argument it comes from static: jax.jit(f, static_argnames=...)")
+
+
+def coerce_array_attr(fn: str, param: Param, value: Any) -> Any:
+    """An array attribute's ``value`` (a tuple, list or 1-D NumPy array) as a
+    1-D NumPy array of exactly its dtype, or a string attribute's as ``str``.
+
+    Raises
+    ------
+    CallError
+        Naming the attribute, its type and why ``value`` does not fit it: not
+        a sequence of numbers, a float for an integer array, a value out of range.
+    """
+    try:
+        if isinstance(value, jax.core.Tracer):
+            raise ValueError(_TRACED)
+        if param.kind == "string":
+            if not isinstance(value, str):
+                hint = " (decode bytes first: value.decode())" if isinstance(value, bytes) else ""
+                raise ValueError(f"expected a str, got {type(value).__name__}{hint}")
+            return value
+        if isinstance(value, (str, bytes, dict, set, frozenset)) or value is None or np.ndim(value) != 1:
+            raise ValueError("expected a tuple, list or 1-D NumPy array of numbers")
+        assert param.dtype is not None
+        want = np.dtype(param.dtype)
+        integral = _integral(value)
+        if want.kind in "iu":
+            if not integral:
+                raise ValueError("expected integers")
+            ints = [int(v) for v in value]
+            info = np.iinfo(want)
+            bad = next((v for v in ints if not info.min <= v <= info.max), None)
+            if bad is not None:
+                raise ValueError(f"{bad} does not fit in {param.dtype}")
+            return np.array(ints, dtype=want)
+        if not integral and not _real(value):
+            raise ValueError("expected real numbers")
+        exact = np.array([int(v) for v in value], dtype=object) if integral else np.asarray(value, np.float64)
+        with np.errstate(over="ignore"):
+            result = exact.astype(np.float64).astype(want)
+        if np.any(np.isinf(result) & np.isfinite(exact.astype(np.float64))):
+            raise ValueError(f"a value does not fit in {param.dtype}")
+        return result
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise CallError(
+            f"{fn}(): attribute {param.name!r} is {param.attr_type} (C++ type '{param.type}'); "
+            f"cannot use {_short(value)}: {exc}"
+        ) from None
+
+
+def _integral(value: Any) -> bool:
+    """Whether every element of the 1-D ``value`` is an integer (or a bool), exactly."""
+    if isinstance(value, np.ndarray):
+        return value.dtype == np.bool_ or np.issubdtype(value.dtype, np.integer) or (
+            value.dtype == object and all(isinstance(v, (int, np.integer)) for v in value))
+    return all(isinstance(v, (int, np.integer, np.bool_)) for v in value)
+
+
+def _real(value: Any) -> bool:
+    """Whether every element of the 1-D ``value`` is a real number."""
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        return np.issubdtype(value.dtype, np.floating) or np.issubdtype(value.dtype, np.integer)
+    return all(isinstance(v, (int, float, np.integer, np.floating, np.bool_)) for v in value)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _as_jax(fn: str, param: Param, x: Any) -> Any:
@@ -189,6 +261,6 @@ def check_call(
     missing = [n for n in declared if n not in attrs]
     if missing:
         raise CallError(
-            f"{spec.name}() is missing attribute(s) " + ", ".join(f"{n!r} ({declared[n].dtype})" for n in missing)
+            f"{spec.name}() is missing attribute(s) " + ", ".join(f"{n!r} ({declared[n].attr_type})" for n in missing)
         )
     return arrays, {n: coerce_attr(spec.name, declared[n], v) for n, v in attrs.items()}

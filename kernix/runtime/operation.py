@@ -27,6 +27,7 @@ from ..spec import FunctionSpec
 from . import layers
 from .arguments import check_buffer
 from .primitives import check_platform
+from .results import Results
 from .stubs import input_names
 from .varying import in_shard_map, output_structs
 
@@ -94,22 +95,25 @@ def missing_out(spec: FunctionSpec, inputs: Sequence[Any]) -> CallError:
     write, both guessed from this call's inputs (each output like the first
     input), as a start to correct."""
     name = spec.name
+    rets = [p for p in spec.outputs if p.role == "ret"]
     taken = {p.name for p in spec.attrs}
     free = iter(c for c in _DIM_NAMES if c not in taken)
     dims: dict[int, str] = {}
     groups = []
     for x in inputs:
         groups.append("(" + ",".join(dims.setdefault(d, next(free, f"d{d}")) for d in np.shape(x)) + ")")
-    outputs = ",".join([groups[0] if groups else "(n)"] * len(spec.outputs))
+    groups_of = dict(zip([p.name for p in spec.inputs], groups))
+    outputs = ",".join(groups_of[p.name] if p.role == "inout" else (groups[0] if groups else "(n)")
+                       for p in spec.outputs)
     annotation = f"// @BE {annotated_name(spec)} {','.join(groups)}->{outputs}"
     args = input_names(spec)
     first = args[0] if args else None
     struct = f"jax.ShapeDtypeStruct({first}.shape, {first}.dtype)" if first else "jax.ShapeDtypeStruct(SHAPE, DTYPE)"
-    out = struct if len(spec.outputs) == 1 else "[" + ", ".join([struct] * len(spec.outputs)) + "]"
+    out = struct if len(rets) == 1 else "[" + ", ".join([struct] * len(rets)) + "]"
     call = f"{name}({', '.join(args + [f'{p.name}=...' for p in spec.attrs] + [f'out={out}'])})"
     where = f" (above {spec.file}:{spec.line})" if spec.file else ""
     shapes = ", ".join(str(tuple(np.shape(x))) for x in inputs) or "none"
-    outs = ", ".join(repr(p.name) for p in spec.outputs)
+    outs = ", ".join(repr(p.name) for p in rets)
     return CallError(
         f"{name}() has no shape signature, so kernix does not know the shape and dtype of its output(s) {outs} "
         f"and will not guess them (a kernel that writes another size would write past the buffer). Pass them "
@@ -120,10 +124,14 @@ def missing_out(spec: FunctionSpec, inputs: Sequence[Any]) -> CallError:
 
 
 def _listed(spec: FunctionSpec, out: Any) -> list[Any]:
-    """``out=`` as a list of one struct per output."""
+    """``out=`` as a list of one struct per ``ret`` output (an in-place
+    output's shape and dtype are its input's: out= does not list it)."""
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
-    if len(outs) != len(spec.outputs):
-        raise CallError(f"{spec.name}(): out= describes {len(outs)} outputs, the function has {len(spec.outputs)}")
+    n = sum(p.role == "ret" for p in spec.outputs)
+    if len(outs) != n:
+        inplace = sum(p.role == "inout" for p in spec.outputs)
+        also = f" (and {inplace} updated in place, which out= does not list)" if inplace else ""
+        raise CallError(f"{spec.name}(): out= describes {len(outs)} outputs, the function has {n}{also}")
     return outs
 
 
@@ -147,24 +155,30 @@ class Operation:
         The name of the module that loaded it (for error messages).
     """
 
-    __slots__ = ("target", "spec", "backward", "module")
+    __slots__ = ("target", "spec", "backward", "module", "results")
 
     def __init__(self, target: str, spec: FunctionSpec, backward: Backward | None = None, module: str = "") -> None:
         self.target = target
         self.spec = spec
         self.backward = backward
         self.module = module or target.rpartition(".")[0]
+        self.results = Results(spec)
 
     def _ffi(
-        self, outs: Callable[[Sequence[Any]], list[Any]], attrs: Mapping[str, Any], vmap_method: str | None,
+        self, results: Callable[[Sequence[Any]], list[Any]], attrs: Mapping[str, Any], vmap_method: str | None,
     ) -> layers.Call:
-        """The plain FFI call, its output structs ``outs(inputs)``, behind the platform check."""
-        where = {"target": self.target, "function": self.spec.name, "module": self.module}
+        """The plain FFI call, the structs of its results ``results(inputs)``,
+        behind the platform check; it returns the outputs (no scratch)."""
+        aliases = self.results.aliases or None
+        effect = self.spec.has_side_effect
+        where = {"target": self.target, "function": self.spec.name, "module": self.module, "side_effect": effect}
 
         def ffi(*xs: Any) -> tuple[Any, ...]:
-            structs = outs(xs)
+            structs = results(xs)
             checked = check_platform(xs, **where) if any(isinstance(x, jax.core.Tracer) for x in xs) else xs
-            return tuple(jax.ffi.ffi_call(self.target, structs, vmap_method=vmap_method)(*checked, **attrs))
+            call = jax.ffi.ffi_call(self.target, structs, vmap_method=vmap_method, has_side_effect=effect,
+                                    input_output_aliases=aliases)
+            return self.results.outputs(call(*checked, **attrs))
 
         return ffi
 
@@ -188,16 +202,27 @@ class PlainOperation(Operation):
         vmap_method: str | None,
     ) -> Any:
         outs = self._outputs(out, inputs)
-        return _unpack(layers.refusing(self._ffi(lambda xs: outs, attrs, vmap_method), self._refusal)(*inputs))
+
+        def results(xs: Sequence[Any]) -> list[Any]:
+            inplace = {p.name: x for p, x in zip(self.spec.inputs, xs) if p.role == "inout"}
+            given = iter(outs)
+            full = [output_structs([(np.shape(inplace[p.name]), inplace[p.name].dtype)], xs)[0]
+                    if p.role == "inout" else next(given) for p in self.spec.outputs]
+            return self.results.structs(full, xs, attrs)
+
+        return _unpack(layers.refusing(self._ffi(results, attrs, vmap_method), self._refusal)(*inputs))
 
     def _outputs(self, out: Any, inputs: Sequence[Any]) -> list[Any]:
-        """``out=`` checked against the spec (as structs that vary over the
-        inputs' mesh axes inside ``jax.shard_map``)."""
+        """``out=`` checked against the spec: the struct of each ``ret`` output
+        (varying over the inputs' mesh axes inside ``jax.shard_map``)."""
         spec = self.spec
+        rets = [p for p in spec.outputs if p.role == "ret"]
         if out is None:
+            if not rets:  # every output is updated in place: its shape is its input's
+                return []
             raise missing_out(spec, inputs)
         outs = _listed(spec, out)
-        for o, p in zip(outs, spec.outputs):
+        for o, p in zip(outs, rets):
             check_buffer(spec.name, p, o, "output")
         if in_shard_map(inputs):  # the outputs vary over the mesh axes the inputs vary over
             return output_structs([(tuple(np.shape(o)), o.dtype) for o in outs], inputs)
@@ -218,9 +243,14 @@ class ShapedOperation(Operation):
 
     def out_structs(self, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[Any]:
         """Check ``inputs`` against the signature; the ``jax.ShapeDtypeStruct`` of each output."""
+        return self._structs(inputs, attrs, scratch=False)
+
+    def _structs(self, inputs: Sequence[Any], attrs: Mapping[str, Any], *, scratch: bool = True) -> list[Any]:
+        """The outputs' structs, and with ``scratch`` every result's (see :class:`Results`)."""
         b = bind(self.signature, self.spec, [np.shape(x) for x in inputs], [np.dtype(x.dtype).name for x in inputs],
                  attrs)
-        return output_structs([(s, numpy_dtype(d)) for s, d in zip(b.out_shapes, b.out_dtypes)], inputs)
+        outs = output_structs([(s, numpy_dtype(d)) for s, d in zip(b.out_shapes, b.out_dtypes)], inputs)
+        return self.results.structs(outs, inputs, attrs, b.dims, b.batch_shape) if scratch else outs
 
     def __call__(
         self, inputs: Sequence[Any], attrs: Mapping[str, Any], raw_attrs: Mapping[str, Any], out: Any,
@@ -228,7 +258,8 @@ class ShapedOperation(Operation):
     ) -> Any:
         expected = self.out_structs(inputs, attrs)  # raises CallError before anything runs
         if out is not None:
-            for o, e, p in zip(_listed(self.spec, out), expected, self.spec.outputs):
+            rets = [(e, p) for e, p in zip(expected, self.spec.outputs) if p.role == "ret"]
+            for o, (e, p) in zip(_listed(self.spec, out), rets):
                 if tuple(np.shape(o)) != tuple(e.shape) or np.dtype(o.dtype) != np.dtype(e.dtype):
                     raise CallError(
                         f"{self.spec.name}(): out= gives output {p.name!r} shape {tuple(np.shape(o))} and dtype "
@@ -247,8 +278,10 @@ class ShapedOperation(Operation):
         def outs(xs: Sequence[Any]) -> list[Any]:
             return self.out_structs(xs, attrs)
 
-        ffi = self._ffi(outs, attrs, vmap_method)
-        forward = layers.partitioned(self.signature, ffi)
+        ffi = self._ffi(lambda xs: self._structs(xs, attrs), attrs, vmap_method)
+        # custom_partitioning carries no effects (JAX would drop an unused call): a kernel with side
+        # effects is not partitioned (the platform check refuses it where XLA would have to).
+        forward = ffi if self.spec.has_side_effect else layers.partitioned(self.signature, ffi)
         if self.signature.batched:
             forward = layers.batched(self.signature, forward, ffi)
         if self.backward is None:
@@ -269,6 +302,8 @@ def _unpack(result: Sequence[Any]) -> Any:
 
 
 def _hashable(v: Any) -> Any:
+    if isinstance(v, np.ndarray):  # an array attribute: its every value (a repr would elide some)
+        return ("ndarray", v.dtype.str, v.shape, v.tobytes())
     try:
         hash(v)
     except TypeError:

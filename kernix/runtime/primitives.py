@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
@@ -41,20 +42,45 @@ _KERNIX_PLATFORM = {"cpu": "cpu", "cuda": "cuda"}
 _LABELS = {"cpu": "the CPU", "cuda": "CUDA GPUs"}
 
 
-def check_platform(xs: Sequence[Any], *, target: str, function: str, module: str) -> tuple[Any, ...]:
+def check_platform(xs: Sequence[Any], *, target: str, function: str, module: str,
+                   side_effect: bool = False) -> tuple[Any, ...]:
     """``xs`` unchanged; lowering them for a platform on which ``target`` has no
     handler raises :class:`~kernix.errors.CallError` (``function`` and
-    ``module`` name the kernel in the message)."""
-    return tuple(_platform_p.bind(*xs, target=target, function=function, module=module))
+    ``module`` name the kernel in the message), and so does lowering a kernel
+    with ``side_effect`` for XLA's partitioner to split across devices."""
+    return tuple(_platform_p.bind(*xs, target=target, function=function, module=module, side_effect=side_effect))
 
 
-def _lower_platform(ctx: Any, *xs: Any, target: str, function: str, module: str) -> Any:
+def _partitioned_devices(ctx: Any) -> int:
+    """How many devices XLA's partitioner splits this equation across (1: none,
+    or inside a ``jax.shard_map`` manual over every mesh axis)."""
+    context = ctx.module_context.axis_context
+    mesh = getattr(context, "mesh", None)
+    if mesh is not None:  # SPMDAxisContext: manual over some axes
+        automatic = [a for a in mesh.axis_names if a not in getattr(context, "manual_axes", ())]
+        return int(np.prod([mesh.shape[a] for a in automatic])) if automatic else 1
+    return int(getattr(context, "num_devices", 1) or 1)
+
+
+def _refuse_partitioned_effect(function: str, module: str, devices: int) -> None:
+    raise CallError(
+        f"{function}() of module {module!r} has side effects (has_side_effect), and this program would have XLA's "
+        f"partitioner split it across {devices} devices, which XLA cannot do for a call with side effects (nor "
+        f"can kernix partition it per shard without losing a call whose results are unused). Call it inside "
+        f"jax.shard_map, where each device calls it on its own shard: jax.shard_map({function}, mesh=mesh, "
+        f"in_specs=..., out_specs=...), or run the program on one device."
+    )
+
+
+def _lower_platform(ctx: Any, *xs: Any, target: str, function: str, module: str, side_effect: bool = False) -> Any:
     # The platforms this equation is lowered for: one, or several for jax.export(platforms=[...]).
     lowering = tuple(getattr(ctx, "platforms", None) or ctx.module_context.platforms)
     have = platforms_of(target)
     for p in lowering:
         if _KERNIX_PLATFORM.get(p) not in have:
             _refuse(p, have, target=target, function=function, module=module)
+    if side_effect and (devices := _partitioned_devices(ctx)) > 1:
+        _refuse_partitioned_effect(function, module, devices)
     return xs
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..errors import RegistrationError
 from ..languages import JAX_PLATFORMS
@@ -40,13 +40,14 @@ __all__ = [
 _lock = threading.RLock()
 _libraries: dict[str, ctypes.CDLL] = {}
 _targets: dict[tuple[str, str], "Registration"] = {}
+_state_types: set[tuple[str, str]] = set()  # (type name, platform) registered with XLA
 _new_capsule = None  # PyCapsule_New, typed for our calls (made on first use)
 
 
 class Registration:
     """One registered FFI target (a plain class: a warm load defines it at import)."""
 
-    __slots__ = ("target", "platform", "digest", "library", "symbol")
+    __slots__ = ("target", "platform", "digest", "library", "symbol", "stateful")
 
     def __init__(self, target: str, platform: str, digest: str, library: str, symbol: str) -> None:
         self.target = target
@@ -54,6 +55,7 @@ class Registration:
         self.digest = digest  # the library's SHA-256: equal digest and symbol = same code
         self.library = library
         self.symbol = symbol
+        self.stateful = False  # the handler has an instantiate stage (BE::State<T>), found at registration
 
 
 def open_library(path: str | Path) -> ctypes.CDLL:
@@ -98,15 +100,11 @@ def handler_address(library: ctypes.CDLL, symbol: str) -> ctypes._CFuncPtr:  # t
 def _capsule(library: ctypes.CDLL, symbol: str) -> object:
     """A ``PyCapsule`` holding the address of ``symbol`` (what XLA registers),
     made without a ctypes function object per handler."""
-    global _new_capsule
     try:
         address = ctypes.addressof(ctypes.c_char.in_dll(library, symbol))
     except ValueError:
         raise _missing_symbol(library, symbol) from None
-    if _new_capsule is None:  # a prototype of our own: jax.ffi.pycapsule retypes the shared one
-        prototype = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
-        _new_capsule = prototype(("PyCapsule_New", ctypes.pythonapi))
-    return _new_capsule(address, None, None)
+    return _capsule_maker()(address, None, None)
 
 
 def register_targets(platform: str, library_path: str | Path, digest: str, symbols: Mapping[str, str]) -> list[str]:
@@ -123,6 +121,10 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
         symbol is the same code, and is left as it is.
     symbols
         FFI target name (``"<prefix>.<function>"``) -> handler symbol.
+
+    A handler with an instantiate stage beside it in the library (a function
+    with state, ``BE::State<T>``) is registered with it, and the library's
+    state type with XLA.
 
     Each handler is also known by a content-versioned name
     (:func:`versioned_name`), the name that :func:`kernix.export` writes
@@ -166,8 +168,59 @@ def _taken(target: str, platform: str, previous: Registration) -> RegistrationEr
 
 
 def _capsules(regs: list[Registration]) -> list[object]:
-    """The handler capsule of each registration (raises for a missing symbol)."""
-    return [_capsule(load_library(reg.library), reg.symbol) for reg in regs]
+    """The handler capsule of each registration (raises for a missing symbol);
+    for a stateful one, the capsules of its instantiate and execute stages."""
+    capsules: list[object] = []
+    for reg in regs:
+        library = load_library(reg.library)
+        execute = _capsule(library, reg.symbol)
+        instantiate = _instantiate_address(library, reg.symbol)
+        reg.stateful = instantiate is not None
+        if instantiate is not None:
+            _register_state_type(library, reg)
+            capsules.append({"instantiate": _capsule_maker()(instantiate, None, None), "execute": execute})
+        else:
+            capsules.append(execute)
+    return capsules
+
+
+def _instantiate_address(library: ctypes.CDLL, symbol: str) -> int | None:
+    """The address of the instantiate handler beside handler ``symbol``, or ``None`` (a function without state)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.in_dll(library, "kernix_instantiate_" + symbol.removeprefix(
+            "kernix_handler_")))
+    except ValueError:
+        return None
+
+
+def _register_state_type(library: ctypes.CDLL, reg: Registration) -> None:
+    """Register the state type of ``reg``'s library with XLA (once per library and platform)."""
+    import jax.ffi
+
+    symbol = "kernix_statetype_" + reg.symbol.removeprefix("kernix_handler_")
+    try:
+        accessor = getattr(library, symbol)
+    except AttributeError:
+        raise _missing_symbol(library, symbol) from None
+    accessor.restype, accessor.argtypes = ctypes.c_void_p, [ctypes.c_int]
+    type_id, type_info = accessor(0), accessor(1)
+    name = f"kernix.state.{type_id:x}"  # one type object per loaded library
+    if (name, reg.platform) in _state_types:
+        return
+    new_capsule = _capsule_maker()
+    jax.ffi.register_ffi_type(
+        name, {"type_id": new_capsule(type_id, None, None), "type_info": new_capsule(type_info, None, None)},
+        platform=reg.platform)
+    _state_types.add((name, reg.platform))
+
+
+def _capsule_maker() -> Any:
+    """``PyCapsule_New``, with a prototype of our own (``jax.ffi.pycapsule`` retypes the shared one)."""
+    global _new_capsule
+    if _new_capsule is None:
+        prototype = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+        _new_capsule = prototype(("PyCapsule_New", ctypes.pythonapi))
+    return _new_capsule
 
 
 def _register(reg: Registration, capsule: object) -> None:

@@ -15,7 +15,12 @@ __all__ = ["python_type", "declaration", "docstring", "input_names", "out_requir
 
 
 def python_type(param: Param) -> str:
-    """The Python type an attribute takes: ``bool``, ``int`` (integers, enums) or ``float``."""
+    """The Python type an attribute takes: ``bool``, ``int`` (integers, enums),
+    ``float``, ``str``, or a sequence of ints or floats (array attributes)."""
+    if param.kind == "string":
+        return "str"
+    if param.kind == "array":
+        return "Sequence[float]" if param.dtype in ("float32", "float64") else "Sequence[int]"
     if param.dtype == "bool":
         return "bool"
     if param.dtype in ("float16", "bfloat16", "float32", "float64"):
@@ -29,6 +34,14 @@ def declaration(spec: FunctionSpec) -> str:
     return f"{spec.qualified_name}({params})"
 
 
+def _attr_doc(p: Param) -> str:
+    if p.kind == "string":
+        return f"    Attribute ``{p.type}`` (a string)."
+    if p.kind == "array":
+        return f"    Attribute ``{p.type}`` (a tuple, list or 1-D NumPy array, passed as {p.dtype})."
+    return f"    Attribute ``{p.type}`` (passed as {p.dtype})."
+
+
 def _returns(spec: FunctionSpec) -> str:
     n = len(spec.outputs)
     return "jax.Array" if n == 1 else "tuple[" + ", ".join(["jax.Array"] * n) + "]"
@@ -36,8 +49,8 @@ def _returns(spec: FunctionSpec) -> str:
 
 def out_required(spec: FunctionSpec) -> bool:
     """Whether a call must pass ``out=``: the function has no shape signature
-    (kernix does not guess output shapes)."""
-    return spec.signature is None
+    (kernix does not guess output shapes) and an output not updated in place."""
+    return spec.signature is None and any(p.role == "ret" for p in spec.outputs)
 
 
 def _python_params(spec: FunctionSpec) -> str:
@@ -65,12 +78,14 @@ def docstring(spec: FunctionSpec, *, backward: str | None = None) -> str:
         lines += [f"Backward kernel of ``{spec.vjp_of}``."]
     if backward:
         lines += [f"Differentiable (reverse mode) through ``{backward}``."]
+    lines += _context_lines(spec)
     lines += ["", "Parameters", "----------"]
     for p in spec.inputs:
         extra = f", {p.dtype}" if p.dtype else ""
-        lines += [f"{p.name} : array_like", f"    Input ``{p.type}``{extra}."]
+        what = "Updated in place (its new value is returned)" if p.role == "inout" else "Input"
+        lines += [f"{p.name} : array_like", f"    {what} ``{p.type}``{extra}."]
     for p in spec.attrs:
-        lines += [f"{p.name} : {python_type(p)}", f"    Attribute ``{p.type}`` (passed as {p.dtype})."]
+        lines += [f"{p.name} : {python_type(p)}", _attr_doc(p)]
     if spec.signature:
         out = "The output shapes and dtypes (must agree with the signature)."
     else:
@@ -85,8 +100,24 @@ def docstring(spec: FunctionSpec, *, backward: str | None = None) -> str:
         "-------",
     ]
     for p in spec.outputs:
-        lines += [f"{p.name} : jax.Array", f"    Output ``{p.type}``."]
+        what = "The new value of in-place" if p.role == "inout" else "Output"
+        lines += [f"{p.name} : jax.Array", f"    {what} ``{p.type}``."]
     return "\n".join(lines)
+
+
+def _context_lines(spec: FunctionSpec) -> list[str]:
+    """What the docstring says of side effects, scratch, state and the thread pool."""
+    lines = []
+    if spec.has_side_effect:
+        lines += ["Has side effects: every call runs, even when its results are unused."]
+    for p in spec.params:
+        if p.role == "scratch":
+            lines += [f"Scratch memory ``{p.name}``: {spec.scratch} bytes per problem, allocated by XLA."]
+        elif p.role == "state":
+            lines += [f"State ``{p.type} {p.name}``: made once per compiled instance of the call."]
+        elif p.role == "threads":
+            lines += [f"Runs on XLA's intra-op thread pool (``{p.name}``)."]
+    return lines
 
 
 def input_names(spec: FunctionSpec) -> list[str]:
@@ -112,7 +143,10 @@ def call_signature(spec: FunctionSpec) -> Any:
     import inspect
 
     P = inspect.Parameter
-    types = {"bool": bool, "int": int, "float": float}
+    from typing import Sequence
+
+    types = {"bool": bool, "int": int, "float": float, "str": str, "Sequence[int]": Sequence[int],
+             "Sequence[float]": Sequence[float]}
     params = [P(name, P.POSITIONAL_ONLY) for name in input_names(spec)]
     params += [P(p.name, P.KEYWORD_ONLY, annotation=types[python_type(p)]) for p in spec.attrs]
     params += [P("out", P.KEYWORD_ONLY, default=P.empty if out_required(spec) else None),
@@ -121,7 +155,8 @@ def call_signature(spec: FunctionSpec) -> Any:
 
 
 # An attribute's type in a stub: what the call accepts (NumPy scalars too; an int where a float goes).
-_STUB_TYPES = {"bool": "bool | np.bool_", "int": "int | np.integer", "float": "float | np.floating"}
+_STUB_TYPES = {"bool": "bool | np.bool_", "int": "int | np.integer", "float": "float | np.floating", "str": "str",
+               "Sequence[int]": "Sequence[int] | np.ndarray", "Sequence[float]": "Sequence[float] | np.ndarray"}
 
 
 def _indent(text: str, by: str = "    ") -> str:
@@ -151,7 +186,8 @@ def stub_text(specs: Iterable[FunctionSpec], *, source: str = "") -> str:
         inputs = [f"{name}: ArrayLike" for name in input_names(s)]  # NumPy arrays and scalars too
         params = inputs + (["/"] if inputs else []) + ["*"]
         params += [f"{p.name}: {_STUB_TYPES[python_type(p)]}" for p in s.attrs]
-        out = "Sequence[jax.ShapeDtypeStruct]" if len(s.outputs) > 1 else "_Out"  # (one output: an array either way)
+        many = sum(p.role == "ret" for p in s.outputs) > 1
+        out = "Sequence[jax.ShapeDtypeStruct]" if many else "_Out"  # (one output: an array either way)
         params += [f"out: {out}" if out_required(s) else f"out: {out} | None = None", "vmap_method: str = 'sequential'"]
         signatures[s.name] = params
         doc = docstring(s, backward=backward.get(s.name)).replace("\\", "\\\\").replace('"""', "'''")

@@ -8,6 +8,12 @@
 //                    element's size;
 //   BE::TensorOf<T>  a BE::Tensor whose dtype is fixed by T (inference and the
 //                    Python callable check it);
+//   BE::InOut, BE::InOutOf<T>  a tensor updated in place: an input whose new
+//                    value is an output (XLA aliases the two buffers);
+//   BE::Span<const T> a read-only view of an array attribute;
+//   BE::Scratch      scratch memory XLA allocates for the call;
+//   BE::State<T>     the per-instance state (a T made once per compiled call);
+//   BE::ThreadPool   XLA's intra-op thread pool ("kernix/threads.h");
 //   BE::Error        the exception the checks throw (kernix turns it into a
 //                    JAX error; it never aborts the process);
 //   BE_CHECK(cond) << "message";
@@ -759,6 +765,119 @@ class TensorOf : public Tensor {
   void check_dtype() const {
     if (dtype() != kDType) detail::wrong_tensor_dtype(facts(), detail::pretty_type<T>(), kDType);
   }
+};
+
+// A tensor updated in place: `BE::InOut& x` is an input whose new value is
+// also an output.  The Python callable takes x as an input and returns its new
+// value; XLA passes one buffer for both (the caller's array itself under
+// jax.jit with donation, a copy of it otherwise), so the function reads x and
+// writes x.  Never const.
+class InOut : public Tensor {
+ public:
+  InOut() = default;
+  explicit InOut(const ::kernix::TensorView& view, const char* name = nullptr) : Tensor(view, name) {}
+};
+
+// An in-place tensor whose dtype is fixed by T, as BE::TensorOf<T>.
+template <typename T>
+class InOutOf : public TensorOf<T> {
+ public:
+  InOutOf() = default;
+  explicit InOutOf(const ::kernix::TensorView& view, const char* name = nullptr) : TensorOf<T>(view, name) {}
+};
+
+// A read-only view of `size()` values of type T (const T): what an array
+// attribute arrives as (`BE::Span<const int64_t> axes` takes axes=(0, 2) from
+// Python).  Valid during the call.  C++17's stand-in for std::span<const T>,
+// which kernix also accepts when the source is compiled as C++20, as it
+// accepts `const std::vector<T>&` (a copy).
+template <typename T>
+class Span {
+ public:
+  using element_type = T;
+  using value_type = std::remove_cv_t<T>;
+  using iterator = T*;
+
+  constexpr Span() noexcept = default;
+  constexpr Span(T* data, size_t size) noexcept : data_(data), size_(size) {}
+
+  constexpr T* data() const noexcept { return data_; }
+  constexpr size_t size() const noexcept { return size_; }
+  constexpr bool empty() const noexcept { return size_ == 0; }
+  constexpr T* begin() const noexcept { return data_; }
+  constexpr T* end() const noexcept { return data_ + size_; }
+  // Element i; BE::Error when i is out of range.
+  T& operator[](size_t i) const {
+    if (i >= size_) {
+      detail::Message m;
+      m << "BE::Span: index " << static_cast<uint64_t>(i) << " is out of range for " << static_cast<uint64_t>(size_)
+        << " elements";
+      throw Error(m.c_str());
+    }
+    return data_[i];
+  }
+  T& front() const { return (*this)[0]; }
+  T& back() const { return (*this)[size_ - 1]; }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Scratch memory that XLA allocates for the call and frees after it: as many
+// bytes as the `scratch=` expression of the annotation says per problem,
+// times the batch size under `...` batch dimensions.  Uninitialised; never
+// seen by the caller.  A device pointer for CUDA functions.
+class Scratch {
+ public:
+  Scratch() = default;
+  explicit Scratch(const ::kernix::TensorView& view, const char* name = nullptr) : data_(view.data), name_(name) {
+    nbytes_ = 1;
+    for (int64_t d = 0; d < view.ndim; ++d) nbytes_ *= view.dims[d];
+  }
+  KERNIX_HD void* data() const { return data_; }
+  KERNIX_HD int64_t nbytes() const { return nbytes_; }
+  // The memory as T* at byte `offset`; BE::Error when T's alignment or the
+  // size does not allow `count` elements there.
+  template <typename T>
+  T* data_ptr(int64_t offset = 0, int64_t count = 1) const {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(data_) + static_cast<uintptr_t>(offset);
+    if (offset < 0 || count < 0 || offset + count * static_cast<int64_t>(sizeof(T)) > nbytes_ ||
+        at % alignof(T) != 0) {
+      detail::Message m;
+      m << "BE::Scratch::data_ptr: " << count << " elements of " << static_cast<uint64_t>(sizeof(T))
+        << " bytes at offset " << offset << " do not fit the " << nbytes_ << " bytes of scratch '"
+        << (name_ ? name_ : "") << "' (or are not aligned to " << static_cast<uint64_t>(alignof(T)) << ")";
+      throw Error(m.c_str());
+    }
+    return reinterpret_cast<T*>(at);
+  }
+
+ private:
+  void* data_ = nullptr;
+  int64_t nbytes_ = 0;
+  const char* name_ = nullptr;
+};
+
+// The per-instance state of a function: a T that kernix creates (with T's
+// default constructor) once per compiled instance of the call, in XLA's
+// instantiate stage, and passes to every call of that instance; XLA destroys
+// it (~T) with the executable.  Keep a handle there (a cuBLAS handle, an FFT
+// plan made at the first call).  Calls of one instance may run one after
+// another on different threads: T needs no locking unless the function itself
+// starts threads.
+template <typename T>
+class State {
+ public:
+  using value_type = T;
+  State() = default;
+  explicit State(T* object) noexcept : object_(object) {}
+  T* get() const noexcept { return object_; }
+  T* operator->() const noexcept { return object_; }
+  T& operator*() const noexcept { return *object_; }
+
+ private:
+  T* object_ = nullptr;
 };
 
 }  // namespace BE

@@ -49,5 +49,26 @@ inline xla::ffi::Error call_shim(ShimFn shim, void* const* params, const char* f
   return xla::ffi::Error::Success();
 }
 
+// The thread pool XLA gives a C++ handler, as the shim's view of it.
+inline void schedule_on(void* pool, void (*task)(void*), void* data) {
+  static_cast<xla::ffi::ThreadPool*>(pool)->Schedule([task, data] { task(data); });
+}
+inline ThreadPoolView pool_view(xla::ffi::ThreadPool& pool) {
+  return ThreadPoolView{&pool, pool.num_threads(), &schedule_on};
+}
+
+// A buffer updated in place arrives twice, as an operand and as the result
+// XLA aliases to it: the two must be one buffer, or the function would read
+// uninitialised memory.
+inline xla::ffi::Error check_aliased(const xla::ffi::AnyBuffer& in, const xla::ffi::AnyBuffer& out,
+                                     const char* function, const char* param) {
+  if (in.untyped_data() == out.untyped_data() || in.size_bytes() == 0) return xla::ffi::Error::Success();
+  return xla::ffi::Error(xla::ffi::ErrorCode::kInternal,
+                         std::string("kernix: ") + function + ": the operand and the result of in-place parameter '" +
+                             param + "' are different buffers (XLA did not alias them)");
+}
+
 }  // namespace detail
 }  // namespace kernix
+
+#include "state.h"

@@ -172,6 +172,42 @@ inline void check_returned(const E& error) {
   if (__builtin_expect(!error.success(), 0)) raise_returned(error_code_number(error.errc()), error.message().c_str());
 }
 
+// ---- attributes, scratch, state and the thread pool -------------------------
+
+// The element type of a span, vector or string type T.
+template <typename T>
+using element_of = std::remove_cv_t<std::remove_reference_t<decltype(*std::declval<const T&>().begin())>>;
+
+// An array or string attribute (a kernix::ArrayView) as the parameter's type T:
+// T(data, size) for views (BE::Span, std::span, xla::ffi::Span,
+// std::string_view, std::string), else T(first, last) (std::vector).
+template <typename T>
+inline T array_from(const void* slot) {
+  const ArrayView* view = static_cast<const ArrayView*>(slot);
+  using E = element_of<T>;
+  const E* first = static_cast<const E*>(view->data);
+  const size_t size = static_cast<size_t>(view->size);
+  if constexpr (std::is_constructible<T, const E*, size_t>::value) {
+    return T(first, size);
+  } else {
+    return T(first, first + size);
+  }
+}
+
+// The per-instance state: made by the instantiate stage, passed to every call.
+template <typename S>
+inline void* new_state() {
+  return new typename S::value_type();
+}
+template <typename S>
+inline void delete_state(void* object) noexcept {
+  delete static_cast<typename S::value_type*>(object);
+}
+template <typename S>
+inline S state_from(void* object) {
+  return S(static_cast<typename S::value_type*>(object));
+}
+
 // make_tensor out of line, compiled once per tensor type: each shim calls it
 // (a few instructions) instead of expanding the constructor and the dtype
 // mapping, which would cost the compiler time for every function.

@@ -20,4 +20,21 @@ struct TensorView {
   const int64_t* dims;
 };
 
+// An array or string attribute: `size` elements at `data`, in XLA's storage
+// (valid during the call).  The element type is what the parameter's type
+// says (kernix checked it when it inferred the spec; XLA checks it again).
+struct ArrayView {
+  const void* data;
+  int64_t size;
+};
+
+// XLA's intra-op thread pool, as the handler found it: `schedule` runs
+// task(data) on one of its threads (or at once, on this thread, when XLA has
+// no pool).  `pool` is nullptr where there is none (CUDA functions).
+struct ThreadPoolView {
+  void* pool;
+  int64_t num_threads;
+  void (*schedule)(void* pool, void (*task)(void*), void* data);
+};
+
 }  // namespace kernix
