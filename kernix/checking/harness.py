@@ -53,13 +53,13 @@ namespace {
 XLA_FFI_Error* create_error(XLA_FFI_Error_Create_Args* args) {
   return new XLA_FFI_Error{args->errc, args->message ? args->message : ""};
 }
-void get_message(XLA_FFI_Error_GetMessage_Args* args) { args->message = args->error->message.c_str(); }
 void destroy_error(XLA_FFI_Error_Destroy_Args* args) { delete args->error; }
 XLA_FFI_Error* get_stream(XLA_FFI_Stream_Get_Args* args) {
   args->stream = args->ctx ? reinterpret_cast<HarnessContext*>(args->ctx)->stream : nullptr;
   return nullptr;
 }
 
+// Only what a handler calls: creating (and destroying) an error, and the stream.
 XLA_FFI_Api make_api() {
   XLA_FFI_Api api;
   std::memset(static_cast<void*>(&api), 0, sizeof api);
@@ -68,7 +68,6 @@ XLA_FFI_Api make_api() {
   api.api_version.major_version = XLA_FFI_API_MAJOR;
   api.api_version.minor_version = XLA_FFI_API_MINOR;
   api.XLA_FFI_Error_Create = create_error;
-  api.XLA_FFI_Error_GetMessage = get_message;
   api.XLA_FFI_Error_Destroy = destroy_error;
   api.XLA_FFI_Stream_Get = get_stream;
   return api;
