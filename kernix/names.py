@@ -121,5 +121,11 @@ def check_target_prefix(prefix: object) -> str:
 def check_function_name(name: object) -> str:
     """Return ``name`` if it is a valid exported function name (a C++ identifier, not a keyword)."""
     if not isinstance(name, str) or not is_identifier(name) or len(name) > _MAX_LEN:
-        raise InvalidNameError(f"invalid function name {name!r}: it must be a C++ identifier")
+        hint = ""
+        if isinstance(name, str) and "<" in name:  # a template's instantiation
+            base = name.partition("<")[0].strip()
+            hint = (f"; a function template is exported by listing its arguments in its annotation, "
+                    f"`// @BE {base}<{name.partition('<')[2].rstrip('> ')}>` right before its `template <...>`, "
+                    f"which exports each instantiation under its own name ({base}_float32, ...)")
+        raise InvalidNameError(f"invalid function name {name!r}: it must be a C++ identifier{hint}")
     return name

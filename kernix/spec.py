@@ -42,6 +42,7 @@ from typing import Any, Literal, Sequence
 
 from .dtypes import ARRAY_ATTR_DTYPES, ATTR_DTYPES, BUFFER_DTYPES
 from .errors import ArgSpecError, SignatureError
+from .instances import check_template_args, is_template_argument
 from .names import is_identifier
 from .signature import check_against_spec, parse_signature
 from .spelling import is_function_type, is_qualified_name, is_type_spelling
@@ -284,6 +285,9 @@ class FunctionSpec:
     returns_error: bool = False
     has_side_effect: bool = False
     scratch: str | None = None
+    #: For an instantiation of a function template: ``(parameter, argument as written, key)`` per
+    #: listed template argument, the key being the dtype, integer value or spelling (see :mod:`kernix.instances`).
+    template_args: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def arg_spec(self) -> tuple[str, ...]:
@@ -338,6 +342,8 @@ class FunctionSpec:
         for key in ("signature", "vjp_of", "doc", "function_type", "returns_error", "has_side_effect", "scratch"):
             if getattr(self, key):
                 data[key] = getattr(self, key)
+        if self.template_args:
+            data["template_args"] = [list(t) for t in self.template_args]
         return data
 
     @classmethod
@@ -357,7 +363,8 @@ class FunctionSpec:
         name, qualified = data["name"], data["qualified_name"]
         if not (isinstance(name, str) and is_identifier(name)):
             raise ValueError(f"bad function name {name!r}")
-        if not (isinstance(qualified, str) and is_qualified_name(qualified)):
+        template_args = check_template_args(data.get("template_args", ()))
+        if not (isinstance(qualified, str) and _is_callee(qualified, bool(template_args))):
             raise ValueError(f"bad qualified name {qualified!r}")
         function_type = data.get("function_type", "")
         if not (isinstance(function_type, str) and is_function_type(function_type)):
@@ -372,10 +379,19 @@ class FunctionSpec:
             returns_error=data.get("returns_error", False) is True,  # (only JSON's true, nothing else)
             has_side_effect=data.get("has_side_effect", False) is True,
             scratch=_checked_scratch(data.get("scratch"), params),
+            template_args=template_args,
         )
         if data.get("signature") is None and data.get("vjp_of") is None and not data.get("doc"):
             return spec  # the common case: no operation fields to check
         return _with_operation_fields(spec, data)
+
+
+def _is_callee(qualified: str, instance: bool) -> bool:
+    """Whether ``qualified`` names a function (an instantiation ``ns::f<float, 128>`` when ``instance``)."""
+    if not instance or "<" not in qualified:
+        return is_qualified_name(qualified)
+    base, _, args = qualified.partition("<")
+    return is_qualified_name(base) and args.endswith(">") and is_template_argument(args[:-1].strip())
 
 
 def _with_operation_fields(spec: FunctionSpec, data: dict[str, Any]) -> FunctionSpec:

@@ -20,6 +20,7 @@ LAYERS = {
     "kernix.errors": 0,
     "kernix.names": 1,
     "kernix.spelling": 1,
+    "kernix.instances": 1,
     "kernix.dtypes": 1,
     "kernix.sizes": 1,
     "kernix.languages": 1,

@@ -229,7 +229,7 @@ def _error_for(result: InferResult, function: str) -> list:
         ("inline_count", None, 48, "2 tokens but the function has 3"),
         ("inline_role", "x", 51, "is 'arg', not 'ret'"),
         ("inline_dtype", "a", 54, "dtype float32), not float64"),
-        ("templated", None, 58, "not supported yet"),
+        ("templated", None, 58, "write them after its name, e.g. `// @BE templated<T: float, double>`"),
         ("scalar_out", "a", 61, "non-const reference"),
         ("two_streams", "s2", 64, "more than one stream"),
     ],

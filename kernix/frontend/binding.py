@@ -159,7 +159,8 @@ def _instantiation_error(a: Annotation, decl: str, where: dict[str, Any]) -> Sou
         wrapper = f"{name}_{suffix or 'export'}"
     return SourceError(
         f"annotation `{a.text}` precedes an explicit instantiation (`template {decl}`), which declares "
-        "no function of its own: a function template and its instantiations cannot be exported. Export a "
+        f"no function of its own. Annotate the template itself with the arguments to export: "
+        f"`// @BE {name}<{(args or 'T').strip()}>` right before its `template <...>`; or export a "
         f"plain function that calls it: `// @BE {wrapper}` before `void {wrapper}(...)` taking the same "
         f"parameters and calling `{call}(...)` with them", function=a.name, **where)
 

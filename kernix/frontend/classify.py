@@ -312,3 +312,7 @@ def _function_type(cursor: Any) -> str:
         return ""  # a template: its type names the template's parameters
     spelling = cursor.type.get_canonical().spelling
     return spelling if is_function_type(spelling) else ""
+
+
+#: The dtype whose elements are exactly a C++ type, or ``None`` (names a template's instantiations).
+element_dtype = _element_dtype

@@ -45,6 +45,7 @@ from .clangparse import ParseOptions, parse, parsed_versions
 from .classify import function_spec
 from .signatures import SourceLines, annotate_spec
 from .speccache import look_up
+from .templates import InstanceTarget, instance_targets, split_templated
 from .tu import dependencies, error_diagnostics, skipped_ranges
 from .versions import merge_versions
 
@@ -215,6 +216,8 @@ def infer_source(
 
     cursors = function_cursors(tu, path)
     annotations, near_misses = scan(text)  # and the comments that look like annotations but are not
+    annotations, templated, errs = split_templated(path, annotations)  # `// @BE scale<T: float, double>`
+    errors += errs
 
     bound = bind_annotations(raw, annotations, cursors) if annotations else {}
 
@@ -231,8 +234,15 @@ def infer_source(
 
     targets: list[Target]
     if wanted is None:
-        targets, errs = annotated_targets(path, annotations, bound, cursors, raw)
+        targets, errs = annotated_targets(path, [a for a in annotations if a.line not in templated], bound,
+                                          cursors, raw)
         errors += errs
+        if templated:
+            instances, errs, probed = instance_targets(
+                path, raw, options, tu, [a for a in annotations if a.line in templated], templated, bound)
+            targets, errors = [*targets, *instances], [*errors, *errs]
+            if versions is not None and probed is not None:
+                versions = merge_versions(versions, parsed_versions(probed, path))
     else:
         targets, errs = requested_targets(path, wanted, annotations, bound, cursors, tu)
         errors += errs
@@ -249,9 +259,11 @@ def infer_source(
                     e.function = name
             continue
         spec, errs = function_spec(cursor, path)
-        errors += errs
+        errors += target.explain(errs) if isinstance(target, InstanceTarget) else errs
         if spec is None:
             continue
+        if isinstance(target, InstanceTarget):
+            spec = target.specialize(spec)
         ann_tokens, spec, errs = annotate_spec(spec, ann, lines)  # shape signature, vjp=, doc comment
         errors += errs
         ok = not errs

@@ -20,9 +20,13 @@ __all__ = ["MEMBER_KINDS", "is_member", "execution_spaces", "declaration", "refu
 
 
 def _template_error(path: str, name: str, cursor: Any) -> SourceError:
+    params = [c.spelling for c in cursor.get_children()
+              if c.kind.name in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER")]
+    first = params[0] if params and params[0] else "T"
     return SourceError(
-        f"function {name!r} is a template: function templates are not supported yet. "
-        "Annotate a plain (non-template) function that calls the instantiation you want",
+        f"function {name!r} is a template: a template is exported for the template arguments its annotation "
+        f"lists, each instantiation under its own name; write them after its name, e.g. "
+        f"`// @BE {name}<{first}: float, double>`",
         file=path, line=cursor.location.line, column=cursor.location.column, function=name)
 
 

@@ -160,12 +160,22 @@ class CompiledModule:
         return list(symbols)
 
     def _callable(self, item: str) -> KernelFunction | None:
-        """The callable of ``item``, made on first use; ``None`` if the module has no such function."""
+        """The callable of ``item``, made on first use; ``None`` if the module has no such function.
+
+        A name the module does not export, but whose per-dtype family it does (a template's
+        instantiations, or ``item_f32``, ``item_f64``...), is that family's
+        :class:`~kernix.runtime.dispatch.Dispatcher`."""
         found = self._callables.get(item)
         if found is None and item in self.handlers:
             from .function import KernelFunction
 
             found = self._callables[item] = KernelFunction(self, self.functions[item])
+        elif found is None and isinstance(item, str) and not item.startswith("__"):
+            from .dispatch import Dispatcher, family
+
+            members = family(self.functions, item)
+            if members:
+                found = self._callables[item] = Dispatcher(self, item, members)  # type: ignore[assignment]
         return found
 
     def __getattr__(self, item: str) -> KernelFunction:
@@ -192,7 +202,9 @@ class CompiledModule:
         return len(self.handlers)
 
     def __dir__(self) -> list[str]:
-        return sorted(set(super().__dir__()) | set(self.handlers))
+        from .family_stubs import family_names  # (the per-dtype families' dispatching callables)
+
+        return sorted(set(super().__dir__()) | set(self.handlers) | set(family_names(self.functions.values())))
 
     def __reduce__(self) -> tuple:
         from .function import unpicklable

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..dtypes import numpy_dtype
 from ..errors import CallError
+from ..instances import annotated_name
 from ..signature import bind, parse_signature
 from ..spec import FunctionSpec
 from . import layers
@@ -59,11 +60,14 @@ def no_backward(spec: FunctionSpec, backward: str | None) -> CallError:
         )
     inputs = ", ".join(p.name for p in spec.inputs)
     outputs = ", ".join(p.name for p in spec.outputs)
+    written = annotated_name(spec)  # (a template's instantiation: the template's annotation)
     needs_signature = "" if spec.signature else (
-        f", and give {name} a shape signature (`// @BE {name} (...,n)->(...,n)`, say), which shapes the cotangents")
+        f", and give {name} a shape signature (`// @BE {written} (...,n)->(...,n)`, say), which shapes the "
+        "cotangents")
+    bwd = f"{written[:-5]}_bwd<...> vjp={written[:-5]}" if spec.template_args else f"{name}_bwd vjp={name}"
     return CallError(
         f"{name}() cannot be differentiated: no backward kernel declares vjp={name}. For reverse mode "
-        f"(jax.grad, jax.vjp), write one and annotate it `// @BE {name}_bwd vjp={name}` (its inputs: {name}'s "
+        f"(jax.grad, jax.vjp), write one and annotate it `// @BE {bwd}` (its inputs: {name}'s "
         f"inputs ({inputs}), then the cotangents of its outputs ({outputs}); its outputs: the cotangents of "
         f"{name}'s inputs){needs_signature}, or wrap the call in a jax.custom_vjp whose backward pass is written "
         "in JAX. Forward mode (jax.jvp, jax.jacfwd) is not available for kernels."
@@ -101,7 +105,7 @@ def missing_out(spec: FunctionSpec, inputs: Sequence[Any]) -> CallError:
     groups_of = dict(zip([p.name for p in spec.inputs], groups))
     outputs = ",".join(groups_of[p.name] if p.role == "inout" else (groups[0] if groups else "(n)")
                        for p in spec.outputs)
-    annotation = f"// @BE {name} {','.join(groups)}->{outputs}"
+    annotation = f"// @BE {annotated_name(spec)} {','.join(groups)}->{outputs}"
     args = input_names(spec)
     first = args[0] if args else None
     struct = f"jax.ShapeDtypeStruct({first}.shape, {first}.dtype)" if first else "jax.ShapeDtypeStruct(SHAPE, DTYPE)"

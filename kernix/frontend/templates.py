@@ -1,0 +1,239 @@
+"""Exporting a function template for the template arguments its annotation lists.
+
+``// @BE scale<T: float, double>`` before ``template <typename T> void
+scale(...)`` exports ``scale_float32`` and ``scale_float64`` (the grammar and
+the names: :mod:`kernix.instances`).  libclang shows a template's parameters
+only with their dependent types, so each instantiation's signature is read
+the way a compiler would see it: the file is parsed once more with one probe
+per instantiation appended, ``auto* __kernix_probe_<k> = &::ns::scale<float>;``,
+whose initializer names the implicit instantiation: a function declaration
+with the parameters' names and their substituted types, which classifies like
+any function.  One extra parse (reusing the precompiled prelude) for all the
+file's instantiations: the time grows with their number as the text does.
+
+A probe that does not compile (an argument the template refuses, a parameter
+left without argument or default) is an error at the annotation, naming the
+instantiation and quoting clang.  The shim calls ``::ns::scale<float>(...)``
+with the arguments as written, in the same file-scope context as the probe.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import SourceError
+from ..instances import TemplateList, instance_name, parse_template_list
+from ..spec import FunctionSpec
+from .annotations import Annotation
+from .binding import Target
+from .clangparse import ParseOptions, parse
+from .classify import element_dtype, qualified_name
+from .refusal import execution_spaces, is_member
+
+__all__ = ["InstanceTarget", "instance_targets", "split_templated"]
+
+_PROBE = "__kernix_probe_"
+_PARAMETER_KINDS = ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER", "TEMPLATE_TEMPLATE_PARAMETER")
+
+
+@dataclass(frozen=True)
+class InstanceTarget(Target):
+    """A :class:`~kernix.frontend.binding.Target` that is one instantiation of an annotated template.
+
+    ``cursor`` is the instantiation's declaration; ``annotation`` is the template's,
+    renamed to the instance (and its ``vjp=`` to the same instance of the forward template).
+    """
+
+    qualified: str = ""
+    template_args: tuple[tuple[str, str, str], ...] = ()
+
+    def explain(self, errors: list[SourceError]) -> list[SourceError]:
+        """``errors`` found in the instantiation, each saying which one it is."""
+        line = self.annotation.line if self.annotation is not None else 0
+        args = ", ".join(f"{p} = {w}" for p, w, _ in self.template_args)
+        return [SourceError(f"{e.message} (in `{self.qualified}`, {args}, which the annotation at line {line} "
+                            "asks for: remove that argument from its list, or make the template accept it)",
+                            file=e.file, line=e.line, column=e.column, function=self.name, parameter=e.parameter)
+                for e in errors]
+
+    def specialize(self, spec: FunctionSpec) -> FunctionSpec:
+        """The instantiation's spec under its exported name, calling the instantiation."""
+        return replace(spec, name=self.name, qualified_name=self.qualified, template_args=self.template_args)
+
+
+def split_templated(path: str, annotations: list[Annotation]
+                    ) -> tuple[list[Annotation], dict[int, TemplateList], list[SourceError]]:
+    """Annotations with their template lists taken off (each named by its template, as
+    binding expects), the lists by annotation line, and an error per malformed list."""
+    out: list[Annotation] = []
+    lists: dict[int, TemplateList] = {}
+    errors: list[SourceError] = []
+    for a in annotations:
+        try:
+            found = parse_template_list(a.name, a.tokens)
+        except ValueError as exc:
+            errors.append(SourceError(f"annotation `{a.text}`: {exc}", file=path, line=a.line, column=a.column,
+                                      function=a.name.partition("<")[0] or None))
+            continue
+        if found is None:
+            out.append(a)
+            continue
+        lists[a.line] = found
+        out.append(replace(a, name=found.name, tokens=found.rest))
+    return out, lists, errors
+
+
+@dataclass(frozen=True)
+class _Probe:
+    annotation: Annotation
+    template: Any
+    args: tuple[tuple[str, str], ...]  # (parameter, argument as written), in declaration order
+
+    @property
+    def call(self) -> str:
+        return f"{qualified_name(self.template)}<{', '.join(w for _, w in self.args)}>"
+
+
+def written(a: Annotation, tl: TemplateList) -> Annotation:
+    """Annotation ``a`` (template list taken off) as written, for messages to quote."""
+    groups = "; ".join(f"{p}: {', '.join(v)}" if p else ", ".join(v) for p, v in tl.groups)
+    return replace(a, name=f"{tl.name}<{groups}>")
+
+
+def _probes(path: str, a: Annotation, tl: TemplateList, cursor: Any) -> tuple[list[_Probe], SourceError | None]:
+    """The instantiations annotation ``a`` asks of template ``cursor``, or the error that prevents them."""
+    a = written(a, tl)
+    where: dict[str, Any] = {"file": path, "line": a.line, "column": a.column, "function": tl.name}
+    if cursor is None:
+        return [], SourceError(f"annotation `{a.text}` is bound to nothing: put it on the line right before "
+                               f"`template <...>` of the function template {tl.name!r}", **where)
+    if cursor.spelling != tl.name:
+        return [], SourceError(f"annotation `{a.text}` is bound to {cursor.spelling!r} (line "
+                               f"{cursor.location.line}): name that template, or move the annotation", **where)
+    if cursor.kind.name != "FUNCTION_TEMPLATE":
+        return [], SourceError(f"annotation `{a.text}` lists template arguments, but {tl.name!r} (line "
+                               f"{cursor.location.line}) is not a function template: write `// @BE {tl.name}`",
+                               **where)
+    if is_member(cursor):
+        return [], SourceError(f"{tl.name!r} is a member function template: member functions cannot be "
+                               "exported; annotate a free function template that calls it", **where)
+    spaces = execution_spaces(cursor)
+    if "global" in spaces or ("device" in spaces and "host" not in spaces):
+        return [], SourceError(f"{tl.name!r} is a `__global__` or `__device__` template: the host cannot call "
+                               "it; annotate a host function template that launches it", **where)
+    params = [c.spelling for c in cursor.get_children() if c.kind.name in _PARAMETER_KINDS]
+    groups = dict(tl.groups)
+    if "" in groups:
+        if not params:
+            return [], SourceError(f"{tl.name!r} has no template parameters", **where)
+        groups = {params[0]: groups[""]}
+    unknown = [p for p in groups if p not in params]
+    if unknown:
+        return [], SourceError(f"annotation `{a.text}` lists {unknown[0]!r}, which is not a template parameter "
+                               f"of {tl.name!r}; its parameters are: {', '.join(params) or 'none'}", **where)
+    listed = params[:len(groups)]
+    if set(listed) != set(groups):
+        missing = [p for p in listed if p not in groups]
+        return [], SourceError(f"annotation `{a.text}` leaves {missing[0]!r} out but lists a later parameter: "
+                               "template arguments are given in order, so only the last parameters may be left "
+                               f"to their defaults; list {missing[0]!r} too", **where)
+    listed_text = "".join(f"{p}: {', '.join(groups[p])}; " for p in listed)
+    for c in [c for c in cursor.get_children() if c.kind.name in _PARAMETER_KINDS][len(listed):]:
+        words = {t.spelling for t in c.get_tokens()}
+        if "=" not in words and "..." not in words:
+            return [], SourceError(
+                f"annotation `{a.text}` gives no argument for template parameter {c.spelling!r} of {tl.name!r} "
+                f"(line {c.location.line}), which has no default: an exported instantiation is never called "
+                f"with arguments it could be deduced from. List it: `// @BE {tl.name}<{listed_text}{c.spelling}: "
+                f"<arguments>>`, "
+                "or give it a default", **where)
+    probes = [_Probe(a, cursor, tuple(zip(listed, combo, strict=True)))
+              for combo in itertools.product(*(groups[p] for p in listed))]
+    return probes, None
+
+
+def _specialization(var: Any) -> Any | None:
+    """The function declaration a probe variable's initializer names."""
+    for c in var.walk_preorder():
+        if c.kind.name == "DECL_REF_EXPR" and c.referenced is not None and c.referenced.kind.name == "FUNCTION_DECL":
+            return c.referenced
+    return None
+
+
+def _key(spec_cursor: Any, i: int, written: str) -> str:
+    """Argument ``i``'s key: the dtype of a type that is one's element type, an integer's value, or as written."""
+    kind = spec_cursor.get_template_argument_kind(i).name
+    if kind == "TYPE":
+        return element_dtype(spec_cursor.get_template_argument_type(i)) or written
+    if kind == "INTEGRAL" and re.fullmatch(r"[+-]?\d+[uUlL]*", written):
+        return str(spec_cursor.get_template_argument_value(i))
+    return written  # (``true``, an enumerator ``Mode::Fast``, a constant: as written)
+
+
+def instance_targets(path: str, raw: bytes, options: ParseOptions, tu: Any, annotations: list[Annotation],
+                     lists: dict[int, TemplateList], bound: dict[int, Any]
+                     ) -> tuple[list[InstanceTarget], list[SourceError], Any | None]:
+    """The instantiations the templated ``annotations`` ask for (each a target to infer), an error for
+    each that cannot be made, and the probing parse (``None`` when none was needed)."""
+    errors: list[SourceError] = []
+    probes: list[_Probe] = []
+    for a in annotations:
+        found, error = _probes(path, a, lists[a.line], bound.get(a.line))
+        if error is not None:
+            errors.append(error)
+        probes += found
+    if not probes:
+        return [], errors, None
+    text = raw if raw.endswith((b"\n", b"\r")) else raw + b"\n"
+    first = text.count(b"\n") + 1 if b"\r" not in text else len(text.splitlines()) + 1
+    lines = [f"auto* {_PROBE}{k} = &::{p.call};" for k, p in enumerate(probes)]
+    probed = parse(path, options, raw=text + "\n".join(lines).encode() + b"\n", same_as=tu)
+    failed: dict[int, str] = {}
+    for diag in probed.diagnostics:
+        if diag.severity < 3:
+            continue
+        for loc in (diag.location, *(n.location for n in diag.children)):
+            if loc.file is not None and loc.line >= first and loc.line < first + len(probes):
+                failed.setdefault(loc.line - first, diag.spelling)
+                break
+    targets: list[InstanceTarget] = []
+    made: dict[str, Any] = {}  # instance name -> its template
+    for k, p in enumerate(probes):
+        a = p.annotation
+        shown = f"{p.call}"
+        if k in failed:
+            a = written(a, lists[a.line])
+            args = ", ".join(f"{n} = {w}" for n, w in p.args)
+            errors.append(SourceError(
+                f"annotation `{a.text}`: template {qualified_name(p.template)!r} cannot be instantiated with "
+                f"{args} (`{shown}`): {failed[k]}. Remove that argument from the list, or make the template "
+                "accept it (every parameter without a default needs an argument)",
+                file=path, line=a.line, column=a.column, function=lists[a.line].name))
+            continue
+        import clang.cindex as ci
+
+        var = ci.Cursor.from_location(probed, probed.get_location(path, (first + k, 7)))
+        spec_cursor = _specialization(var) if var is not None else None
+        if spec_cursor is None:
+            errors.append(SourceError(f"annotation `{written(a, lists[a.line]).text}`: libclang did not resolve "
+                                      f"`{shown}`", file=path, line=a.line, column=a.column, function=lists[a.line].name))
+            continue
+        keys = [_key(spec_cursor, i, w) for i, (_, w) in enumerate(p.args)]
+        name = instance_name(lists[a.line].name, keys)
+        if name in made:  # (a prototype and its definition both annotated: one template, once)
+            if made[name] != p.template.canonical:
+                errors.append(SourceError(
+                    f"annotation `{written(a, lists[a.line]).text}`: its instantiation `{shown}` would be exported "
+                    f"as {name!r}, a name another instantiation has: list each argument once, or rename a template",
+                    file=path, line=a.line, column=a.column, function=lists[a.line].name))
+            continue
+        made[name] = p.template.canonical
+        suffix = name[len(lists[a.line].name):]
+        tokens = tuple(f"{t}{suffix}" if t.startswith("vjp=") else t for t in a.tokens)
+        targets.append(InstanceTarget(
+            name, spec_cursor, replace(a, name=name, tokens=tokens), None,
+            qualified=shown, template_args=tuple((n, w, key) for (n, w), key in zip(p.args, keys, strict=True))))
+    return targets, errors, probed
