@@ -30,3 +30,13 @@ def has_nvcc() -> bool:
         return True
     except ToolchainError:
         return False
+
+
+def gpus() -> list:
+    """JAX's GPU devices here, or an empty list (GPU tests skip without one)."""
+    import jax
+
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:
+        return []

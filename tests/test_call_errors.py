@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 import kernix
 
-from helpers import has_nvcc, unique_name
+from helpers import gpus, has_nvcc, unique_name
 
 SRC = textwrap.dedent(
     """\
@@ -133,13 +133,6 @@ def cuda_mod(tmp_path_factory):
                                    build_directory=tmp_path_factory.mktemp("cuda"))
 
 
-def _gpus() -> list:
-    try:
-        return jax.devices("gpu")
-    except RuntimeError:
-        return []
-
-
 def test_a_cuda_kernel_under_jit_on_the_cpu_names_the_function_and_fix(cuda_mod):
     """A CUDA module loads without a GPU; a program that calls its kernel, compiled for
     the CPU, is refused with kernix's error, eagerly and under jit."""
@@ -153,19 +146,19 @@ def test_a_cuda_kernel_under_jit_on_the_cpu_names_the_function_and_fix(cuda_mod)
               jax.jit(jax.grad(lambda v: jnp.sum(cuda_mod.cube(v))))):
         with pytest.raises(kernix.CallError, match=pattern.replace("cube", "cube(_bwd)?", 1)):
             f.trace(x).lower(lowering_platforms=("cpu",))
-    if not _gpus():
+    if not gpus():
         with pytest.raises(kernix.CallError, match=pattern):
             jax.jit(cuda_mod.cube)(x)
     assert "custom_call" in jax.jit(cuda_mod.cube).trace(x).lower(lowering_platforms=("cuda",)).as_text()
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(not gpus(), reason="needs an NVIDIA GPU")
 def test_a_cpu_kernel_under_jit_on_the_gpu_names_the_function_and_the_fix_works(tmp_path):
     m = kernix.load_cpp_inline(unique_name("callerr_gpu"), SRC, build_directory=tmp_path)
     x, b = np.ones((4, 3), np.float32), np.arange(3, dtype=np.float32)
     f = jax.jit(lambda x, b: m.add_rows(x, b, out=jax.ShapeDtypeStruct(x.shape, x.dtype)))
-    with jax.default_device(_gpus()[0]):
+    with jax.default_device(gpus()[0]):
         with pytest.raises(kernix.CallError, match=r"add_rows\(\) .* cannot be compiled for CUDA GPUs"):
             f(x, b)
     with jax.default_device(jax.devices("cpu")[0]):  # the fix the message gives

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import kernix
 from kernix.checking.transforms import count_calls
 
-from helpers import FIXTURES, unique_name
+from helpers import FIXTURES, gpus, unique_name
 
 KERNELS = FIXTURES / "checking" / "kernels.cpp"
 
@@ -285,20 +285,13 @@ def test_sharded_over_two_cpu_devices(tmp_path):
 
 # -- on the GPU -----------------------------------------------------------------------------------
 
-def _gpus() -> list:
-    try:
-        return jax.devices("gpu")
-    except RuntimeError:
-        return []
-
-
 @pytest.fixture(scope="module")
 def cuda_kernels():
     return kernix.load_cuda_file(FIXTURES / "checking" / "kernels_cuda.cu", name=unique_name("checked_cuda"))
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(not gpus(), reason="needs an NVIDIA GPU")
 def test_cuda_kernels_are_checked_on_the_gpu(cuda_kernels):
     x = np.random.default_rng(0).uniform(-1, 1, (5, 300)).astype(np.float32)
     report = kernix.check(cuda_kernels.triple, lambda x: 3 * x, x)
@@ -312,7 +305,7 @@ def test_cuda_kernels_are_checked_on_the_gpu(cuda_kernels):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(len(_gpus()) < 2, reason="needs 2 GPUs")
+@pytest.mark.skipif(len(gpus()) < 2, reason="needs 2 GPUs")
 def test_cuda_kernel_sharded_over_two_gpus(cuda_kernels):
     x = np.random.default_rng(0).uniform(-1, 1, (4, 8)).astype(np.float32)
     report = kernix.check(cuda_kernels.triple, lambda x: 3 * x, x, checks=["sharded"])

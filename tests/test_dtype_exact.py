@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import has_nvcc, unique_name
+from helpers import gpus, has_nvcc, unique_name
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -402,15 +402,8 @@ def test_typed_tensors_build_with_nvcc(tmp_path) -> None:
         ("x", "float16"), ("out", "float16")]
 
 
-def _gpus() -> bool:
-    try:
-        return bool(jax.devices("gpu"))
-    except RuntimeError:
-        return False
-
-
 @pytest.mark.gpu
-@pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(not gpus(), reason="needs an NVIDIA GPU")
 def test_typed_tensors_and_raw_bits_on_a_gpu(tmp_path) -> None:
     src = tmp_path / "typed.cu"
     src.write_text(CUDA_SOURCE)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import kernix
 from kernix.runtime import registry
 
-from helpers import unique_name
+from helpers import gpus, unique_name
 from test_prebuilt import no_compiler_env, run_python, write_source
 
 pytest.importorskip("flatbuffers", reason="jax.export serialization needs flatbuffers")
@@ -133,13 +133,6 @@ def test_jit_module_round_trip(tmp_path):
 
 # -- one artifact for the CPU and CUDA: each platform's library is recorded and checked -----------
 
-def _gpus() -> list:
-    try:
-        return jax.devices("gpu")
-    except RuntimeError:
-        return []
-
-
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
     """A C++ build of `scale` (x * factor), prebuilt, and the loader call of a CUDA build
@@ -152,7 +145,7 @@ def both(tmp_path_factory):
         pytest.skip("needs nvcc to build the CUDA module (it runs no kernel without a GPU)")
     base = tmp_path_factory.mktemp("both")
     cpp = kernix.build_module(write_source(base / "cpp"), base / "cpp_build", name="mpops", defines=["OFFSET=0"])
-    arch = "sm_" + _gpus()[0].compute_capability.replace(".", "") if _gpus() else "sm_90"
+    arch = "sm_" + gpus()[0].compute_capability.replace(".", "") if gpus() else "sm_90"
     src = write_source(base / "cuda", CUDA_SCALE, "scale.cu")
     load_cuda = (f"kernix.load_cuda_file({str(src)!r}, name='mpops', compute_capability={arch!r}, "
                  f"build_directory={str(base / 'cuda_cache')!r})")
@@ -224,7 +217,7 @@ def test_a_process_with_only_the_cuda_build_accepts_it_for_cuda(both, tmp_path):
     assert not any("other code" in line for line in lines), lines
     cpu_line = next(line for line in lines if line.startswith("cpu "))
     assert "no loaded module provides 'mpops.scale' for CPU" in cpu_line and cpp.library_sha256[:12] in cpu_line
-    if not _gpus():  # the call runs on the CPU here, where only the CUDA build is loaded: refused, not XLA's error
+    if not gpus():  # the call runs on the CPU here, where only the CUDA build is loaded: refused, not XLA's error
         assert any(line.startswith("call refused: ") and "for CPU" in line for line in lines), lines
     else:
         assert "call [0.0, 20.0, 40.0]" in lines, lines

@@ -21,16 +21,9 @@ import jax.numpy as jnp
 import kernix
 from kernix.backend import arch
 
-from helpers import FIXTURES, ROOT, unique_name
+from helpers import FIXTURES, ROOT, gpus, unique_name
 
 jax.config.update("jax_enable_x64", True)
-
-
-def _gpus() -> list:
-    try:
-        return jax.devices("gpu")
-    except RuntimeError:
-        return []
 
 
 def like(x):
@@ -38,7 +31,7 @@ def like(x):
     return jax.ShapeDtypeStruct(jnp.shape(x), x.dtype)
 
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpus(), reason="needs an NVIDIA GPU")]
 
 # Seed tutorial 002's sources, verbatim (sections 1 and 2, plus the FAQ's entry point).
 SEED_SOURCE = (FIXTURES / "seed_vector_add.cu").read_text()
@@ -56,7 +49,7 @@ def checks():
 
 def test_compute_capability_is_the_real_device(cuda_ops):
     detected = arch.detect_compute_capability()
-    cc = _gpus()[0].compute_capability
+    cc = gpus()[0].compute_capability
     assert detected == "sm_" + cc.replace(".", "")
     assert cuda_ops.platform == "cuda"
 
@@ -225,7 +218,7 @@ def test_kernel_launch_error_is_a_python_error(checks):
     np.testing.assert_array_equal(jnp.arange(4) + 1, [1, 2, 3, 4])
 
 
-@pytest.mark.skipif(len(_gpus()) < 2, reason="needs 2 GPUs")
+@pytest.mark.skipif(len(gpus()) < 2, reason="needs 2 GPUs")
 def test_shard_map_over_two_gpus(cuda_ops):
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -234,7 +227,7 @@ def test_shard_map_over_two_gpus(cuda_ops):
     except ImportError:  # older JAX
         from jax.experimental.shard_map import shard_map
 
-    devices = np.array(_gpus()[:2])
+    devices = np.array(gpus()[:2])
     mesh = Mesh(devices, ("x",))
     x = jax.device_put(jnp.arange(2048, dtype=jnp.float32), NamedSharding(mesh, P("x")))
     f = jax.jit(shard_map(lambda v: cuda_ops.scale_by(v, scale_factor=2.0, out=like(v)), mesh=mesh,

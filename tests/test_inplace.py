@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import kernix
 from kernix import infer_file
 
-from helpers import has_nvcc, unique_name
+from helpers import gpus, has_nvcc, unique_name
 
 CPP = textwrap.dedent(
     """\
@@ -196,10 +196,7 @@ CUDA = textwrap.dedent(
 
 
 def _gpu():
-    try:
-        return jax.devices("gpu")[0]
-    except RuntimeError:
-        return None
+    return next(iter(gpus()), None)
 
 
 def test_cuda_source_infers(tmp_path):

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import has_nvcc, unique_name
+from helpers import gpus, has_nvcc, unique_name
 
 import kernix
 from kernix import infer_file
@@ -134,15 +134,8 @@ def test_only_directives_beyond_doubt_are_taken(raw: bytes, expected: list[str])
     assert leading_includes(raw, None) == expected
 
 
-def _gpus() -> list:
-    try:
-        return jax.devices("gpu")
-    except RuntimeError:
-        return []
-
-
 @pytest.mark.gpu
-@pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(not gpus(), reason="needs an NVIDIA GPU")
 def test_cuda_call_of_a_header_without_guards(tmp_path: Path) -> None:
     text = textwrap.dedent(
         """\
@@ -163,5 +156,5 @@ def test_cuda_call_of_a_header_without_guards(tmp_path: Path) -> None:
     )
     src = _write(tmp_path, "cuda", text)
     mod = kernix.load_cuda_file(src, name=unique_name("unguarded_gpu"))
-    x = jnp.arange(5, dtype=jnp.float32, device=_gpus()[0])
+    x = jnp.arange(5, dtype=jnp.float32, device=gpus()[0])
     np.testing.assert_array_equal(jax.block_until_ready(mod.twice_all(x, extra=1.0)), 2 * np.arange(5) + 1)

@@ -20,7 +20,7 @@ import kernix
 
 jax.config.update("jax_enable_x64", True)
 
-from helpers import FIXTURES, unique_name
+from helpers import FIXTURES, gpus, unique_name
 
 OPS = FIXTURES / "ops" / "ops_cpu.cpp"
 
@@ -373,22 +373,15 @@ def test_sharded_batch_runs_per_shard(tmp_path):
 
 # -- on the GPU ------------------------------------------------------------------------------
 
-def _gpus() -> list:
-    try:
-        return jax.devices("gpu")
-    except RuntimeError:
-        return []
-
-
 @pytest.fixture(scope="module")
 def cuda_ops():
     return kernix.load_cuda_file(FIXTURES / "ops" / "ops_cuda.cu", name=unique_name("ops_cuda"))
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(not gpus(), reason="needs an NVIDIA GPU")
 def test_cuda_operation_checks_vmap_and_grad(cuda_ops):
-    gpu = _gpus()[0]
+    gpu = gpus()[0]
     x = jax.device_put(np.random.rand(4, 3, 8), gpu)
     s = jax.device_put(np.random.rand(8) + 0.5, gpu)
     np.testing.assert_allclose(cuda_ops.scale_cols(x, s), np.asarray(x) * np.asarray(s))
@@ -404,11 +397,11 @@ def test_cuda_operation_checks_vmap_and_grad(cuda_ops):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(len(_gpus()) < 2, reason="needs 2 GPUs")
+@pytest.mark.skipif(len(gpus()) < 2, reason="needs 2 GPUs")
 def test_cuda_sharded_batch_runs_per_shard(cuda_ops):
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    mesh = Mesh(np.array(_gpus()[:2]), ("b",))
+    mesh = Mesh(np.array(gpus()[:2]), ("b",))
     x, s = np.random.rand(8, 16), np.random.rand(16)
     xs = jax.device_put(x, NamedSharding(mesh, P("b", None)))
     ss = jax.device_put(s, NamedSharding(mesh, P()))

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import has_nvcc, unique_name
+from helpers import gpus, has_nvcc, unique_name
 
 import kernix
 from kernix import infer_file
@@ -215,13 +215,6 @@ CUDA_SOURCE = textwrap.dedent(
 )
 
 
-def _gpus() -> list:
-    try:
-        return jax.devices("gpu")
-    except RuntimeError:
-        return []
-
-
 @pytest.mark.skipif(not has_nvcc(), reason="needs nvcc and the CUDA headers")
 def test_cuda_inference_and_build_record_error_and_refuse_a_cuda_status(tmp_path: Path):
     src = tmp_path / "checked.cu"
@@ -239,13 +232,13 @@ def test_cuda_inference_and_build_record_error_and_refuse_a_cuda_status(tmp_path
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(not gpus(), reason="needs an NVIDIA GPU")
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_cuda_returned_failure_reaches_the_caller(tmp_path: Path, jit):
     src = tmp_path / "checked.cu"
     src.write_text(CUDA_SOURCE.split("// @BE cuda_refused")[0])
     mod = kernix.load_cuda_file(src, name=unique_name("cuda_checked"))
-    x = jnp.arange(8, dtype=jnp.float32, device=_gpus()[0])
+    x = jnp.arange(8, dtype=jnp.float32, device=gpus()[0])
 
     def call(v, fail):
         return mod.cuda_checked(v, fail=fail)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import FIXTURES, has_nvcc, unique_name
+from helpers import FIXTURES, gpus, has_nvcc, unique_name
 
 import kernix
 from kernix.frontend.infer import infer_file
@@ -270,18 +270,11 @@ def test_an_explicit_instantiation_points_to_the_template_list_and_that_works(tm
     assert not r.errors and [f.name for f in r.functions] == ["tf_float32"]
 
 
-def _gpus() -> list:
-    try:
-        return jax.devices("gpu")
-    except RuntimeError:
-        return []
-
-
 @pytest.mark.gpu
-@pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(not gpus(), reason="needs an NVIDIA GPU")
 def test_cuda_template_dispatches_on_the_gpu(tmp_path):
     mod = kernix.load_cuda_file(CUDA, name=unique_name("templates_gpu"), build_directory=tmp_path)
-    x = jnp.arange(1000, dtype=jnp.float32, device=_gpus()[0])
+    x = jnp.arange(1000, dtype=jnp.float32, device=gpus()[0])
     for dtype in (jnp.float32, jnp.float16, jnp.bfloat16):
         y = jax.jit(lambda v: mod.scale(v, factor=2.0))(x.astype(dtype))
         assert y.dtype == dtype

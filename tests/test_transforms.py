@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 import kernix
 
-from helpers import unique_name
+from helpers import gpus, unique_name
 
 # Two elementwise kernels over any leading dimensions: `twice` has no backward
 # kernel, `cube` has one.  The same code as C++ and as CUDA.
@@ -233,37 +233,30 @@ def test_transforms_on_several_cpu_devices(tmp_path, devices=2):
 
 # -- on GPUs -------------------------------------------------------------------------------------
 
-def _gpus() -> list:
-    try:
-        return jax.devices("gpu")
-    except RuntimeError:
-        return []
-
-
 @pytest.fixture(scope="module")
 def cuda_mod():
     return kernix.load_cuda_inline(unique_name("transforms_cuda"), CUDA)
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _gpus(), reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(not gpus(), reason="needs an NVIDIA GPU")
 def test_transforms_on_one_gpu(cuda_mod):
-    x = jax.device_put(np.random.default_rng(0).uniform(0.5, 1.5, (2, 3)).astype(np.float32), _gpus()[0])
-    with jax.default_device(_gpus()[0]):
+    x = jax.device_put(np.random.default_rng(0).uniform(0.5, 1.5, (2, 3)).astype(np.float32), gpus()[0])
+    with jax.default_device(gpus()[0]):
         done = check_transforms(cuda_mod, x)
     assert len(done) == 2 * len(_transforms(cuda_mod.cube))
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(len(_gpus()) < 2, reason="needs 2 GPUs")
+@pytest.mark.skipif(len(gpus()) < 2, reason="needs 2 GPUs")
 def test_transforms_on_two_gpus(cuda_mod, cpu_mod):
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    gpus = _gpus()[:2]
+    two = gpus()[:2]
     x = np.random.default_rng(0).uniform(0.5, 1.5, (4, 3)).astype(np.float32)
-    with jax.default_device(gpus[0]):
+    with jax.default_device(two[0]):
         check_transforms(cuda_mod, jnp.asarray(x))
-        mesh = Mesh(np.array(gpus), ("b",))
+        mesh = Mesh(np.array(two), ("b",))
         check_transforms(cuda_mod, jax.device_put(x, NamedSharding(mesh, P("b", None))))
     # A C++ module's kernels on the CPU of a machine with 2 GPUs (jax.device_count() counts the GPUs).
     with jax.default_device(jax.devices("cpu")[0]):
