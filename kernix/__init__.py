@@ -95,6 +95,7 @@ _LAZY = {
     "CheckResult": "kernix.checking",
     "cache_info": "kernix.store.admin",
     "clear_cache": "kernix.store.admin",
+    "prune_cache": "kernix.store.prune",
 }
 
 

@@ -6,8 +6,9 @@ stands for its source files; files missing from the spec cache are parsed in
 parallel, and a run over several files ends with the totals).
 ``kernix stubs FILE... [-o OUT.pyi]`` writes a ``.pyi`` stub of the functions
 the files export (to stdout without ``-o``).
-``kernix cache info [--json]`` lists the cached modules; ``kernix cache clear
-[NAME]`` deletes cached builds.  ``kernix build SOURCE... -o DIR [--name NAME]
+``kernix cache info [--json]`` lists the cache's entries; ``kernix cache clear
+[NAME]`` deletes cached builds; ``kernix cache prune [--max-size SIZE]
+[--older-than AGE]`` removes the least recently used.  ``kernix build SOURCE... -o DIR [--name NAME]
 [--cuda | --cpp] [--arch sm_80,sm_90] [-I DIR] [-D NAME[=VALUE]] [-L DIR]
 [-l NAME] [-O N] [--fast-math]`` writes a prebuilt module that
 :func:`kernix.load_prebuilt` loads without a compiler.  ``kernix --version``

@@ -1,10 +1,12 @@
-"""``kernix cache info [--json]`` and ``kernix cache clear [NAME]``: the
-cached modules, and deleting them."""
+"""``kernix cache info [--json]``, ``kernix cache clear [NAME]`` and ``kernix
+cache prune [--max-size SIZE] [--older-than AGE] [--json]``: the cached
+modules, deleting them, and bringing the cache within a size."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -14,15 +16,91 @@ from .output import human_size
 __all__ = ["add_parser", "run"]
 
 
+def _size(text: str) -> int:
+    """``--max-size``'s type: a size such as 500M or 2G."""
+    from ..store.limits import parse_size
+
+    try:
+        value = parse_size(text, unlimited=False)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (to remove every entry, run `kernix cache clear`)") from None
+    assert value is not None
+    return value
+
+
+def _age(text: str) -> float:
+    """``--older-than``'s type: an age such as 30d or 12h."""
+    from ..store.limits import parse_age
+
+    try:
+        return parse_age(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add ``kernix cache`` to ``subparsers``, the ``kernix`` parser's commands."""
-    p = subparsers.add_parser("cache", help="show or clear the build cache",
-                              description="Show the build cache (info) or delete cached builds (clear [NAME]).")
+    p = subparsers.add_parser("cache", help="show, clear or prune the build cache",
+                              description="Show the build cache (info), delete cached builds (clear [NAME]), or "
+                                          "remove the least recently used ones (prune).")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    info = actions.add_parser("info", help="list cached modules and the cache size")
+    info = actions.add_parser("info", help="list the cache's entries and its size")
     info.add_argument("--json", action="store_true", help="print JSON")
     clear = actions.add_parser("clear", help="delete cached builds (of one module, or all)")
     clear.add_argument("name", nargs="?", help="module name (default: every module)")
+    prune = actions.add_parser(
+        "prune", help="remove the least recently used entries",
+        description="Remove the least recently used entries (and work directories) until the cache fits SIZE, and "
+                    "those unused for AGE; without options, bring the cache within its limit "
+                    "($KERNIX_CACHE_MAX_SIZE, default 5G). What a running process has loaded is kept.")
+    prune.add_argument("--max-size", type=_size, metavar="SIZE", help="the size to keep within (500M, 2G)")
+    prune.add_argument("--older-than", type=_age, metavar="AGE", help="remove what is unused for AGE (30d, 12h)")
+    prune.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _functions(names: list[str], shown: int = 3) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f", +{more} more" if more > 0 else "")
+
+
+def _print_info(info: dict[str, Any]) -> None:
+    from ..store.limits import format_age, format_size
+
+    print(f"cache: {info['root']} ({human_size(info['total_bytes'])}, limit {format_size(info['limit_bytes'])})")
+    entries = info["modules"]
+    if not entries:
+        print("  no entries")
+        return
+    width = max(6, *(len(m["name"]) for m in entries))
+    print(f"  {'KEY':<12}  {'MODULE':<{width}}  {'PLATFORM':<8}  {'SIZE':>10}  {'LAST USE':<8}  SOURCES: FUNCTIONS")
+    for m in entries:
+        head = f"  {m['key'][:12]:<12}  {m['name']:<{width}}"
+        if m.get("damaged"):
+            what = f"{'-':<8}  {human_size(m['size_bytes']):>10}  {format_age(m['age_s']):<8}  DAMAGED: {m['why']}"
+        else:
+            sources = ", ".join(os.path.basename(s) for s in m["sources"]) or "-"
+            what = (f"{m['platform']:<8}  {human_size(m['size_bytes']):>10}  {format_age(m['age_s']):<8}  "
+                    f"{sources}: {_functions(m['functions'])}")
+        print(f"{head}  {what}")
+    in_entries = sum(m["size_bytes"] for m in entries)
+    print(f"  {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, {human_size(in_entries)} "
+          f"(work directories, sources and memos: {human_size(info['total_bytes'] - in_entries)})")
+
+
+def _print_prune(result: dict[str, Any]) -> None:
+    from ..store.limits import format_age, format_size
+
+    def label(r: dict[str, Any]) -> str:
+        return f"{r['name']} {r['key'][:12]}" if r["kind"] == "entry" else f"{r['name']} (work directory)"
+
+    for r in result["removed"]:
+        print(f"removed {label(r)} ({human_size(r['size_bytes'])}, last used {format_age(r['age_s'])} ago): "
+              f"{r['reason']}")
+    for r in result["kept"]:
+        print(f"kept {label(r)} ({human_size(r['size_bytes'])}): {r['reason']}")
+    n = len(result["removed"])
+    print(f"removed {n} item{'' if n == 1 else 's'} ({human_size(result['freed_bytes'])}); the cache holds "
+          f"{human_size(result['total_bytes'])} (limit {format_size(result['limit_bytes'])})")
 
 
 def run(args: dict[str, Any]) -> int:
@@ -39,19 +117,20 @@ def run(args: dict[str, Any]) -> int:
             what = f"module {name!r}" if name else "every module"
             print(f"removed {removed} cache entr{'y' if removed == 1 else 'ies'} ({what})")
             return 0
-        info = cache_info()
+        if args["action"] == "prune":
+            from ..store.prune import prune_cache
+
+            result = prune_cache(args["max_size"], older_than=args["older_than"])
+        else:
+            result = cache_info()
     except KernixError as exc:
         print(f"kernix: error: {exc}", file=sys.stderr)
         return 1
     if args["json"]:
-        json.dump(info, sys.stdout, indent=2)
+        json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return 0
-    print(f"cache: {info['root']} ({human_size(info['total_bytes'])})")
-    for m in info["modules"]:
-        if m.get("damaged"):
-            print(f"  {m['name']:<24} DAMAGED  {m['path']}")
-            continue
-        fns = ", ".join(m["functions"])
-        print(f"  {m['name']:<24} {m['platform']:<5} {human_size(m['size_bytes']):>10}  {fns}")
+    elif args["action"] == "prune":
+        _print_prune(result)
+    else:
+        _print_info(result)
     return 0

@@ -1,4 +1,5 @@
-"""``kernix cache info`` and ``kernix cache clear``: reading and emptying the store.
+"""``kernix cache info`` and ``kernix cache clear``: reading and emptying the store
+(``kernix cache prune`` is :mod:`kernix.store.prune`'s).
 
 Below the cache root (which may itself be a symbolic link) kernix creates no
 symbolic links, so neither command ever follows one: :func:`clear_cache`
@@ -12,63 +13,35 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shlex
 import shutil
 import stat
 import sys
+import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import CacheError
 from ..interface import running_command
 from ..names import check_module_name, is_module_name
 from ..paths import cache_root, printable
 from .files import source_module
+from .limits import max_size
 from .lock import build_lock
-from .manifest import Manifest, ManifestError
+from .manifest import MANIFEST_FORMAT, Manifest, ManifestError
+from .usage import entry_time
+from .walk import AREAS, is_real_dir, listing, lstat_or_none, survey
 
-__all__ = ["clear_cache", "cache_info"]
+__all__ = ["Clearing", "cache_info", "clear_cache"]
 
-#: The directories of the cache whose files ``kernix cache info`` counts.
-_AREAS = ("modules", "build", "sources", "direct", "specs", "toolchain")
 #: The areas whose entries each belong to one module, found by their names.
 _MODULE_AREAS = ("modules", "build", "sources", "direct")
 #: The areas no one module owns, emptied by a clear of every module.
 _SHARED_AREAS = ("direct", "specs", "toolchain")
 #: The keyword of :func:`shutil.rmtree` that takes an error handler (``onerror`` is deprecated from 3.12).
 _ON_ERROR = "onexc" if sys.version_info >= (3, 12) else "onerror"
-
-
-def _lstat(path: str | os.PathLike[str]) -> os.stat_result | None:
-    """``os.lstat(path)``, or ``None`` when nothing is there."""
-    try:
-        return os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-
-
-def _is_real_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a directory, and not a symbolic link to one."""
-    st = _lstat(path)
-    return st is not None and stat.S_ISDIR(st.st_mode)
-
-
-def _listing(directory: Path) -> list[os.DirEntry[str]]:
-    """The entries of ``directory``: none when it is missing, not a directory, or a link.
-
-    Raises
-    ------
-    OSError
-        When it cannot be read.
-    """
-    if not _is_real_dir(directory):
-        return []
-    try:
-        with os.scandir(directory) as it:
-            return list(it)
-    except (FileNotFoundError, NotADirectoryError):  # (removed meanwhile)
-        return []
 
 
 def _owner(area: str, entry: str) -> str:
@@ -84,8 +57,8 @@ def _owner(area: str, entry: str) -> str:
     return candidate if is_module_name(candidate) else entry
 
 
-class _Clearing:
-    """One run of :func:`clear_cache`: the entries it removed, and what it could not remove."""
+class Clearing:
+    """One run of :func:`clear_cache` (or of a prune): the entries it removed, and what it could not remove."""
 
     def __init__(self, base: Path) -> None:
         self.base = base
@@ -129,7 +102,7 @@ class _Clearing:
                 os.unlink(path)
         except OSError as exc:
             self._failed(os.unlink, os.fspath(path), exc)
-        return _lstat(path) is None
+        return lstat_or_none(path) is None
 
     def _usable_lock(self, name: str) -> None:
         """Remove what would stop the build lock of ``name`` from being taken and
@@ -137,11 +110,11 @@ class _Clearing:
         ``locks`` that is not a directory, a lock file that is a symbolic link,
         not a regular file, or another user's (the refusal advises a clear)."""
         locks = self.base / "locks"
-        if not _is_real_dir(locks):
+        if not is_real_dir(locks):
             self.remove(locks)
             return
         lock = locks / f"{name}.lock"
-        st = _lstat(lock)
+        st = lstat_or_none(lock)
         if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid()):
             self.remove(lock)
 
@@ -155,19 +128,19 @@ class _Clearing:
         ``None``: the areas are listed once the lock is held.
         """
         if not is_module_name(name):
-            self._module_files(name, found)
+            self.module_files(name, found)
             return
         self._usable_lock(name)
         with build_lock(self.base, name):
-            self._module_files(name, found)
+            self.module_files(name, found)
 
-    def _module_files(self, name: str, found: list[tuple[str, str]] | None) -> None:
+    def module_files(self, name: str, found: list[tuple[str, str]] | None) -> None:
         """Remove ``name``'s entries (counting each directory ``modules/<name>/<key>``
         removed), work directories, inline sources and direct records: those in
         ``found`` (``None``: listed now), and those named ``name`` itself, which a
         build that held the lock may have made since ``found`` was listed."""
         modules = self.base / "modules"
-        for entry in self._listing(modules / name) if _is_real_dir(modules) else ():  # (never through a link)
+        for entry in self._listing(modules / name) if is_real_dir(modules) else ():  # (never through a link)
             was_entry = entry.is_dir(follow_symlinks=False)
             if was_entry:  # the manifest first: a reader that then misses a file knows the entry is going
                 with contextlib.suppress(OSError):
@@ -178,14 +151,14 @@ class _Clearing:
             found = self.owned().get(name, [])
         own = [(area, name) for area in _MODULE_AREAS if _owner(area, name) == name]
         for area in _MODULE_AREAS:
-            if _is_real_dir(self.base / area):  # (never through a link, even one made since the listing)
+            if is_real_dir(self.base / area):  # (never through a link, even one made since the listing)
                 for entry in dict.fromkeys(e for a, e in (*found, *own) if a == area):
                     self.remove(self.base / area / entry)
 
     def _listing(self, directory: Path) -> list[os.DirEntry[str]]:
-        """:func:`_listing`, remembering a directory that cannot be read."""
+        """:func:`~kernix.store.walk.listing`, remembering a directory that cannot be read."""
         try:
-            return _listing(directory)
+            return listing(directory)
         except OSError as exc:
             self.failures.append((os.fspath(directory), exc))
             return []
@@ -194,8 +167,8 @@ class _Clearing:
         """Remove what no one module owns (inference set-ups, the records of modules
         whose entries are gone, specs, compiler answers, preludes), and areas that
         are not directories (links, files): kernix did not make them."""
-        for area in (*_AREAS, "locks"):
-            if area in _SHARED_AREAS or not _is_real_dir(self.base / area):
+        for area in (*AREAS, "locks"):
+            if area in _SHARED_AREAS or not is_real_dir(self.base / area):
                 self.remove(self.base / area)
 
     def check(self, name: str | None = None) -> None:
@@ -211,22 +184,24 @@ class _Clearing:
         """
         if not self.failures:
             return
-
-        path, exc = self.failures[0]
-        more = len(self.failures) - 1
-        also = f" and {more} more path{'s' if more > 1 else ''}" if more else ""
-        entries = f"{self.removed} cache entr{'y' if self.removed == 1 else 'ies'}"
         if running_command() is not None:
             call = "kernix cache clear" + ("" if name is None else f" {name}")
             again = f"`{call}`"
         else:
             call = "clear_cache()" if name is None else f"clear_cache({name!r})"
             again = f"`kernix.{call}`"
+        raise CacheError(self.problem(call, again))
+
+    def problem(self, call: str, again: str) -> str:
+        """What could not be removed (the first path, why, how many more) by
+        ``call`` (as the user spelled it), and the fix; ``again`` is the call
+        to repeat then, quoted."""
+        path, exc = self.failures[0]
+        more = len(self.failures) - 1
+        also = f" and {more} more path{'s' if more > 1 else ''}" if more else ""
+        entries = f"{self.removed} cache entr{'y' if self.removed == 1 else 'ies'}"
         advice = _clear_advice(self.base, path, exc, again)
-        raise CacheError(
-            f"{call} removed {entries} but could not remove {printable(path)} "
-            f"({exc.strerror or exc}){also}. {advice}"
-        )
+        return f"{call} removed {entries} but could not remove {printable(path)} ({exc.strerror or exc}){also}. {advice}"
 
 
 def _clear_advice(base: Path, path: str, exc: OSError, again: str) -> str:
@@ -280,7 +255,7 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
         naming it and the fix, or the build lock could not be taken.
     """
     base = Path(root) if root is not None else cache_root()
-    clearing = _Clearing(base)
+    clearing = Clearing(base)
     if name is not None:
         clearing.module(check_module_name(name))
     else:
@@ -293,86 +268,50 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
     return clearing.removed
 
 
-def _unreadable(exc: OSError) -> None:
-    """:func:`os.walk`'s error handler: what is removed meanwhile is skipped, anything else raised."""
-    if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
-        raise exc
-
-
-def _directories(top: Path) -> Iterator[tuple[str, list[str], int]]:
-    """``(path, names, size)`` for ``top`` and each directory below it, no
-    symbolic link followed: the names in the directory, and the bytes of the
-    regular files among them (for a ``top`` that is not a directory, no names
-    and its own bytes if it is a regular file); what is removed meanwhile
-    counts nothing.
-
-    Raises
-    ------
-    OSError
-        When a directory or file cannot be read.
-    """
-    st = _lstat(top)
-    if st is None or not stat.S_ISDIR(st.st_mode):
-        yield os.fspath(top), [], st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
-        return
-    for directory, dirs, files in os.walk(top, onerror=_unreadable):
-        size = 0
-        for f in files:
-            st = _lstat(os.path.join(directory, f))
-            size += st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
-        yield directory, dirs + files, size
-
-
-def _describe(entry: Path, size: int) -> dict[str, Any]:
+def _describe(entry: str, size: int, now: float) -> dict[str, Any]:
     """What ``cache_info`` says of one entry, whose files hold ``size`` bytes."""
+    used = entry_time(entry)
+    record: dict[str, Any] = {
+        "name": printable(os.path.basename(os.path.dirname(entry))), "key": printable(os.path.basename(entry)),
+        "path": printable(entry), "size_bytes": size, "last_use": used, "age_s": max(0.0, now - used),
+    }
     try:
-        m = Manifest.read(entry)
-    except (OSError, ManifestError):
-        return {"name": printable(entry.parent.name), "path": printable(entry), "damaged": True, "size_bytes": size}
-    return {
+        m = Manifest.read(Path(entry))
+    except (OSError, ManifestError) as exc:
+        record["damaged"] = True
+        record["why"] = _unusable(entry, exc)
+        return record
+    record.update({
         "name": printable(m.name),
         "key": m.key,
         "platform": m.platform,
         "functions": list(m.handlers),
-        "path": printable(entry),
-        "size_bytes": size,
+        "sources": [printable(s) for s in m.sources],
         "created": m.created,
-    }
+    })
+    return record
 
 
-def _survey(base: Path) -> tuple[int, dict[Path, int]]:
-    """The bytes of the regular files in the cache's areas, and those of each
-    module entry (a directory ``modules/<name>/<key>`` that holds a
-    ``manifest.json``), from one walk that follows no symbolic link.
-
-    Raises
-    ------
-    OSError
-        When a directory or file cannot be read.
-    """
-    total = 0
-    sizes: dict[str, int] = {}  # the bytes below each directory modules/<name>/<key>
-    entries = []
-    modules = os.fspath(base / "modules")
-    for area in _AREAS:
-        for directory, names, size in _directories(base / area):
-            total += size
-            below = directory[len(modules) + 1:].split(os.sep) if directory.startswith(modules + os.sep) else []
-            if len(below) >= 2:
-                entry = os.path.join(modules, below[0], below[1])
-                sizes[entry] = sizes.get(entry, 0) + size
-                if len(below) == 2 and "manifest.json" in names:
-                    entries.append(entry)
-    return total, {Path(entry): sizes[entry] for entry in entries}
+def _unusable(entry: str, exc: Exception) -> str:
+    """Why the manifest in ``entry`` cannot be used: another format (an older
+    or newer kernix wrote it), else what is wrong with it."""
+    try:
+        found = json.loads(Path(entry, "manifest.json").read_bytes()).get("format")
+    except (OSError, ValueError, AttributeError):
+        found = None
+    if isinstance(found, int) and found != MANIFEST_FORMAT:
+        return f"format {found} (another kernix version's; this one reads {MANIFEST_FORMAT})"
+    return str(exc)
 
 
 def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Describe the cache: its root, total size, and one record per module entry.
+    """Describe the cache: its root, total size, size limit, and one record per entry.
 
     The size counts every regular file of the cache's areas (``modules``,
     ``build``, ``sources``, ``direct``, ``specs``, ``toolchain``), never what a
-    symbolic link points to.  Names and paths that are not UTF-8 are given with
-    ``\\xNN`` escapes, so that any output can write them.
+    symbolic link points to.  Each version of a module is an entry of its
+    own.  Names and paths that are not UTF-8 are given with ``\\xNN``
+    escapes, so that any output can write them.
 
     Parameters
     ----------
@@ -382,23 +321,32 @@ def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``root``, ``total_bytes``, and ``modules``: per entry its ``name``,
-        ``path`` and ``size_bytes`` and either ``damaged: True`` or its ``key``,
-        ``platform``, ``functions`` and ``created`` time.
+        ``root``; ``total_bytes``; ``limit_bytes``, the size limit
+        (``$KERNIX_CACHE_MAX_SIZE``; ``None``: no limit); and ``modules``, one
+        record per entry (a directory ``modules/<name>/<key>`` holding a
+        manifest), by name and the last used first: its ``name``, ``key``, ``path``,
+        ``size_bytes``, ``last_use`` (seconds since the epoch) and ``age_s``
+        (seconds since then), and either ``damaged: True`` and ``why``, or its
+        ``platform``, ``functions``, ``sources`` (the files its functions come
+        from) and ``created`` time.
 
     Raises
     ------
     CacheError
-        When a directory or file in the cache cannot be read, naming it and the fix.
+        When a directory or file in the cache cannot be read, naming it and
+        the fix, or ``$KERNIX_CACHE_MAX_SIZE`` is not a size.
     """
     base = Path(root) if root is not None else cache_root()
+    limit = max_size()
+    now = time.time()
     try:
-        total, sizes = _survey(base)
-        entries = [_describe(entry, sizes[entry]) for entry in sorted(sizes)]
+        found = survey(base)
+        entries = [_describe(entry, found.entries[entry], now) for entry in found.complete]
     except OSError as exc:
         where = printable(exc.filename if exc.filename is not None else base)
         raise CacheError(
             f"cannot read {where} in the kernix cache ({exc.strerror or exc}). Give yourself access "
             f"(`chmod -R u+rwX {shlex.quote(printable(base))}`) and run `kernix cache info` again."
         ) from exc
-    return {"root": printable(base), "total_bytes": total, "modules": entries}
+    entries.sort(key=lambda e: (e["name"], -e["last_use"], e["key"]))
+    return {"root": printable(base), "total_bytes": found.total, "limit_bytes": limit, "modules": entries}

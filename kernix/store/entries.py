@@ -8,29 +8,37 @@ why (a hit, or the reason for a miss), which ``verbose=True`` /
 
 Publishing copies the library under a name derived from its own hash (never
 rewritten in place, so a process that has it loaded is not disturbed), writes
-the specs, and writes the manifest that vouches for both last, with an atomic
-rename, so a reader sees a complete entry or none.
+the specs and the ``last-use`` file, and writes the manifest that vouches for
+them last, with an atomic rename, so a reader sees a complete entry or none;
+then it keeps the cache within its size limit (:mod:`kernix.store.prune`).
+
+A hit (and a publish) holds a lease on the entry for as long as its
+:class:`~kernix.store.manifest.Manifest` lives, and records its use
+(:mod:`kernix.store.usage`): an eviction never removes an entry in use.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CacheError
 from .files import UNSETTLED, FileStat, atomic_write, file_digest, stale_file
 from .manifest import SPECS_FILE, Manifest, ManifestError, entry_dir
 from .trust import check_private, io_message, makedirs
+from .usage import Evicting, create, hold, lease
 
 if TYPE_CHECKING:
     from ..spec import FunctionSpec
 
-__all__ = ["Lookup", "lookup", "publish", "discard"]
+__all__ = ["Lookup", "discard", "lookup", "publish"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +51,7 @@ class Lookup:
         The usable entry, or ``None`` on a miss.
     reason
         ``"hit"``, or why the entry was not used: ``"no entry"`` (also for one
-        removed while it was read: a ``kernix cache clear``), ``"P changed
+        removed while it was read: a ``kernix cache clear``, an eviction), ``"P changed
         since it was cached"``, ``"P changed during the build"``, ``"damaged: ..."``.
     damaged
         Whether the entry exists but cannot be used as it is (the caller rebuilds it).
@@ -62,7 +70,8 @@ class Lookup:
 def lookup(root: Path, name: str, key: str, *, warn: bool = True) -> Lookup:
     """Look up the entry for ``key``.
 
-    A damaged entry (unreadable manifest, missing or altered library) is a
+    A hit's manifest holds a lease on the entry while it lives (see
+    :mod:`kernix.store.usage`), and the entry's use is recorded.  A damaged entry (unreadable manifest, missing or altered library) is a
     miss, so the caller rebuilds it, and (with ``warn``) a ``RuntimeWarning``.
 
     Raises
@@ -84,12 +93,34 @@ def _damaged(why: str) -> Lookup:
 
 
 _CLEARED = Lookup(None, "no entry (removed while it was read: a cache clear)")
+_EVICTING = Lookup(None, "no entry (being evicted)")
 
 
 def _lookup(root: Path, name: str, key: str) -> Lookup:
     entry = entry_dir(root, name, key)
+    check_private(entry / "manifest.json", root)
     try:
-        check_private(entry / "manifest.json", root)
+        fd = lease(entry)  # first: an eviction that has not claimed the entry yet no longer can
+    except FileNotFoundError:  # (written before the manifest, removed after it)
+        return _damaged("its last-use file is missing") if _complete(entry) else Lookup(None, "no entry")
+    except Evicting:
+        return _EVICTING
+    except OSError as exc:
+        return _damaged(f"cannot open its last-use file: {exc.strerror or exc}")
+    found = None
+    try:
+        found = _read_entry(entry, key, root)
+    finally:
+        if found is not None and found.manifest is not None:
+            hold(found.manifest, fd)
+        elif fd is not None:
+            os.close(fd)
+    return found
+
+
+def _read_entry(entry: Path, key: str, root: Path) -> Lookup:
+    """The entry in ``entry`` checked: a hit, or why not."""
+    try:
         manifest = Manifest.read(entry)
     except FileNotFoundError:
         return Lookup(None, "no entry")
@@ -123,6 +154,11 @@ def _lookup(root: Path, name: str, key: str) -> Lookup:
     return Lookup(manifest, "hit")
 
 
+def _complete(entry: Path) -> bool:
+    """Whether the entry has its manifest (a clear or an eviction removes it first)."""
+    return (entry / "manifest.json").exists()
+
+
 def _cleared(entry: Path) -> bool:
     """Whether the entry's manifest is gone: a file of the entry that could not
     be read was removed by a ``kernix cache clear`` (which removes an entry's
@@ -145,7 +181,16 @@ def publish(
     ``dependencies`` are the file versions (:func:`kernix.store.files.file_versions`)
     of every file the build read.
 
+    The returned manifest holds a lease on the entry (as a hit's does); once
+    it is published, the cache is brought within its size limit
+    (:func:`kernix.store.prune.after_publish`), this entry kept.
+
     Hold the module's build lock around this.
+
+    Raises
+    ------
+    CacheError
+        When the entry cannot be written, or ``$KERNIX_CACHE_MAX_SIZE`` is not a size.
     """
     entry = entry_dir(root, name, key)
     try:
@@ -161,6 +206,7 @@ def publish(
             atomic_write(entry / so_name, data)
         specs = Manifest.specs_bytes(functions)
         atomic_write(entry / SPECS_FILE, specs)
+        fd = create(entry)
         manifest = Manifest(
             directory=entry,
             key=key,
@@ -170,11 +216,13 @@ def publish(
             so_size=len(data),
             so_sha256=so_sha,
             so_stat=FileStat.of(entry / so_name),
+            sources=tuple(dict.fromkeys(f.file for f in functions if f.file)),
             handlers=dict(handlers),
             specs_sha256=hashlib.sha256(specs).hexdigest(),
             dependencies=tuple(tuple(d) for d in dependencies),
             created=time.time(),
         )
+        hold(manifest, fd)
         manifest.write()
         manifest.keep_specs()
         for old in entry.glob("module-*.so"):  # superseded libraries of this entry
@@ -184,6 +232,9 @@ def publish(
     except OSError as exc:
         raise CacheError(io_message(entry, exc)) from exc
     check_private(entry / so_name, root)
+    from .prune import after_publish  # (here: a warm load does not import it)
+
+    after_publish(root, manifest)
     return manifest
 
 

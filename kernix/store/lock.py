@@ -26,10 +26,12 @@ from ..errors import CacheError
 from ..report import note
 from .trust import check_private, io_message, makedirs
 
-__all__ = ["build_lock", "lock_timeout", "ANNOUNCE_AFTER_S"]
+__all__ = ["build_lock", "try_lock", "lock_timeout", "ANNOUNCE_AFTER_S", "PRUNE_LOCK"]
 
 #: Seconds a waiter waits before saying whom it waits for.
 ANNOUNCE_AFTER_S = 3.0
+#: The name of the lock a prune of the cache holds (``locks/.prune.lock``: no module's name starts with ``.``).
+PRUNE_LOCK = ".prune"
 
 
 def lock_timeout() -> float:
@@ -96,7 +98,8 @@ def _describe(held: tuple[int, float, str] | None, name: str) -> str:
         return f"another process building {name!r}"
     pid, since, state = held
     when = time.strftime("%H:%M:%S", time.localtime(since))
-    return f"process {pid} ({state}), building {name!r} since {when}"
+    doing = "pruning the cache" if name == PRUNE_LOCK else f"building {name!r}"
+    return f"process {pid} ({state}), {doing} since {when}"
 
 
 def _timeout_message(fd: int, name: str, path: Path, waited: float) -> str:
@@ -126,6 +129,49 @@ def _refused_message(path: Path, root: Path, name: str, exc: OSError) -> str:
     )
 
 
+def _mark_holder(fd: int) -> None:
+    """Write our pid and the time into the lock file, for waiters to name us."""
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {time.time():.3f}\n".encode(), 0)
+    except OSError:
+        pass  # the record only helps waiters name us
+
+
+def _open_in(root: Path, name: str) -> tuple[Path, int]:
+    locks = root / "locks"
+    makedirs(locks)
+    check_private(locks, root)
+    path = locks / f"{name}.lock"
+    return path, _open_lock(path)
+
+
+@contextlib.contextmanager
+def try_lock(root: Path, name: str) -> Iterator[bool]:
+    """Hold the build lock of ``name`` under ``root`` if no process holds it,
+    without waiting: yields whether it is held (a prune passes over a module
+    being built).
+
+    Raises
+    ------
+    CacheError
+        When the lock cannot be opened safely, or the file system refuses ``flock``.
+    """
+    path, fd = _open_in(root, name)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        except OSError as exc:
+            raise CacheError(_refused_message(path, root, name, exc)) from exc
+        _mark_holder(fd)
+        yield True
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None]:
     """Hold the build lock of module ``name`` under cache root ``root``.
@@ -136,11 +182,7 @@ def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None
         When the lock cannot be opened safely, or after ``$KERNIX_LOCK_TIMEOUT``
         seconds of waiting (naming the holder and what to do).
     """
-    locks = root / "locks"
-    makedirs(locks)
-    check_private(locks, root)
-    path = locks / f"{name}.lock"
-    fd = _open_lock(path)
+    path, fd = _open_in(root, name)
     try:
         timeout = lock_timeout()
         start = time.monotonic()
@@ -159,11 +201,7 @@ def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None
                 time.sleep(0.05)
             except OSError as exc:  # ENOLCK, EOPNOTSUPP...: building without it could mix two builds
                 raise CacheError(_refused_message(path, root, name, exc)) from exc
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()} {time.time():.3f}\n".encode(), 0)
-        except OSError:
-            pass  # the record only helps waiters name us
+        _mark_holder(fd)
         yield
     finally:
         os.close(fd)  # closing drops the flock

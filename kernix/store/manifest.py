@@ -1,9 +1,9 @@
 """The manifest of a cache entry: one class owns its on-disk format.
 
-Format 6 (``manifest.json``, one JSON object; every key is written, readers
+Format 8 (``manifest.json``, one JSON object; every key is written, readers
 refuse an unknown ``format``)::
 
-    format          6
+    format          8
     key             the entry's full key (SHA-256 hex of everything known before compiling)
     name            the module name
     platform        "cuda" or "cpu"
@@ -11,6 +11,8 @@ refuse an unknown ``format``)::
     so_size         its size in bytes
     so_sha256       its SHA-256 (equal hashes: the same code)
     so_stat         [inode, size, mtime_ns, ctime_ns] when it was hashed at publish (a FileStat)
+    sources         the source files the functions come from, in export order, each once (what
+                    ``kernix cache info`` shows)
     handlers        function name -> exported handler symbol, in export order
     specs_sha256    the SHA-256 of the entry's ``functions.json``
     dependencies    the version of every file the build read but the host compiler's own
@@ -21,8 +23,10 @@ refuse an unknown ``format``)::
     created         seconds since the epoch
 
 and beside it ``functions.json``: the JSON list of the functions' specs in
-export order (:meth:`kernix.spec.FunctionSpec.to_json`), written before the
-manifest.  As in ccache's manifests, the headers a build read are only known
+export order (:meth:`kernix.spec.FunctionSpec.to_json`), and ``last-use``, an
+empty file whose modification time is the entry's last use and on which a
+process that holds the entry holds a lease (:mod:`kernix.store.usage`), both
+written before the manifest.  As in ccache's manifests, the headers a build read are only known
 after compiling, so they are recorded here and re-checked at every look-up.
 
 Reading a manifest checks what a load uses (library name, function names,
@@ -50,8 +54,8 @@ __all__ = ["MANIFEST_FORMAT", "Manifest", "ManifestError", "entry_dir"]
 
 # 4: dependencies record ctime_ns; 5: file versions and the library's stat hold the inode;
 # 6: specs record a returned xla::ffi::Error (a library built before checks none); 7: dependencies cover
-# system and CUDA headers and may be unsettled
-MANIFEST_FORMAT = 7
+# system and CUDA headers and may be unsettled; 8: sources, and every entry has a last-use file
+MANIFEST_FORMAT = 8
 SPECS_FILE = "functions.json"
 
 
@@ -79,14 +83,15 @@ class Manifest:
     ----------
     directory
         The entry's directory (not stored: where the manifest was read).
-    key, name, platform, so, so_size, so_sha256, so_stat, specs_sha256, dependencies, created
+    key, name, platform, so, so_size, so_sha256, so_stat, sources, specs_sha256, dependencies, created
         As stored.
     handlers
         Exported name -> handler symbol, in export order.
     """
 
-    __slots__ = ("directory", "key", "name", "platform", "so", "so_size", "so_sha256", "so_stat",
-                 "handlers", "specs_sha256", "dependencies", "created", "_specs_raw")
+    __slots__ = ("directory", "key", "name", "platform", "so", "so_size", "so_sha256", "so_stat", "sources",
+                 "handlers", "specs_sha256", "dependencies", "created", "_specs_raw",
+                 "__weakref__")  # (a lease on the entry is held as long as its manifest: kernix.store.usage)
 
     def __init__(
         self,
@@ -99,6 +104,7 @@ class Manifest:
         so_size: int,
         so_sha256: str,
         so_stat: FileStat,
+        sources: tuple[str, ...] = (),
         handlers: dict[str, str],
         specs_sha256: str,
         dependencies: tuple[tuple[Any, ...], ...],
@@ -112,6 +118,7 @@ class Manifest:
         self.so_size = so_size
         self.so_sha256 = so_sha256
         self.so_stat = so_stat
+        self.sources = sources
         self.handlers = handlers
         self.specs_sha256 = specs_sha256
         self.dependencies = dependencies
@@ -186,6 +193,7 @@ class Manifest:
             "so_size": self.so_size,
             "so_sha256": self.so_sha256,
             "so_stat": list(self.so_stat),
+            "sources": list(self.sources),
             "handlers": dict(self.handlers),
             "specs_sha256": self.specs_sha256,
             "dependencies": [list(d) for d in self.dependencies],
@@ -219,6 +227,8 @@ class Manifest:
             problem = handlers_problem(list(handlers), handlers)
             if problem:
                 raise ManifestError(problem)
+            if not isinstance(data["sources"], list):
+                raise ManifestError("sources is not a JSON list")
             platform = data["platform"]
             if platform not in JAX_PLATFORMS:
                 raise ManifestError(f"unknown platform {platform!r}")
@@ -231,6 +241,7 @@ class Manifest:
                 so_size=int(data["so_size"]),
                 so_sha256=str(data["so_sha256"]),
                 so_stat=FileStat(*(int(v) for v in data["so_stat"])),
+                sources=tuple(str(s) for s in data["sources"]),
                 handlers=handlers,
                 specs_sha256=str(data["specs_sha256"]),
                 dependencies=tuple(tuple(d) for d in data["dependencies"]),

@@ -1,0 +1,339 @@
+"""Keeping the cache within its size limit: :func:`prune_cache` (``kernix
+cache prune``) and the eviction after each build that stores an entry
+(:func:`after_publish`).
+
+What a prune removes, least recently used first, are module entries
+(``modules/<name>/<key>``, used when a load finds them: :mod:`kernix.store.usage`)
+and work directories (``build/<name>``, used when a build runs in them);
+when a module's last entry goes, its inline sources and direct records go
+with it.  The rest of the cache (inferred specs, compiler answers,
+precompiled preludes) counts towards the size but is left alone (``kernix
+cache clear`` empties it).
+
+A removal never disturbs a process:
+
+* one prune runs at a time (``locks/.prune.lock``; the eviction after a build
+  does not wait for another prune, it leaves the work to it);
+* each removal holds the module's build lock, taken without waiting: a module
+  being built (its new entry about to be loaded) or cleared is passed over;
+* an entry is removed only while no process holds a lease on it (no live
+  process has it loaded, or is loading it: :func:`kernix.store.usage.claim`),
+  and not when it was used since the prune looked;
+* its manifest goes first, so an entry half removed (a prune killed midway)
+  is never trusted by a load, and a later prune removes the rest;
+* no symbolic link is followed (:class:`kernix.store.admin.Clearing`).
+
+Every decision is logged (logger ``kernix``: DEBUG), every removal at INFO.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import CacheError, OptionError
+from ..interface import running_command
+from ..names import is_module_name
+from ..paths import cache_root, printable
+from ..report import note
+from . import limits
+from .admin import Clearing
+from .files import source_module
+from .limits import format_age, format_size, parse_age, parse_size
+from .lock import PRUNE_LOCK, build_lock, try_lock
+from .manifest import Manifest
+from .usage import claim, entry_time
+from .walk import Survey, is_real_dir, listing, lstat_or_none, survey
+
+__all__ = ["Candidate", "after_publish", "candidates", "prune_cache"]
+
+_INFO = 20  # logging.INFO
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Something a prune may remove.
+
+    Attributes
+    ----------
+    kind
+        ``"entry"`` or ``"work directory"``.
+    module
+        The module it belongs to.
+    path
+        Its directory.
+    size
+        The bytes of its files.
+    used
+        Its last use, in seconds since the epoch.
+    """
+
+    kind: str
+    module: str
+    path: str
+    size: int
+    used: float
+
+    @property
+    def label(self) -> str:
+        """``ops 1a2b3c4d5e6f`` (an entry, by its key) or ``ops (work directory)``."""
+        if self.kind == "entry":
+            return f"{printable(self.module)} {printable(os.path.basename(self.path))[:12]}"
+        return f"{printable(self.module)} (work directory)"
+
+    def record(self, now: float, **more: Any) -> dict[str, Any]:
+        """What :func:`prune_cache` reports of it."""
+        return {
+            "kind": self.kind, "name": printable(self.module),
+            "key": printable(os.path.basename(self.path)) if self.kind == "entry" else None,
+            "path": printable(self.path), "size_bytes": self.size, "last_use": self.used,
+            "age_s": max(0.0, now - self.used), **more,
+        }
+
+
+def candidates(found: Survey) -> list[Candidate]:
+    """What a prune may remove of what ``found`` holds, least recently used
+    first (directories whose names are no module's are not kernix's: ``kernix
+    cache clear`` removes them)."""
+    out = []
+    for path, size in found.entries.items():
+        module = os.path.basename(os.path.dirname(path))
+        if is_module_name(module):
+            out.append(Candidate("entry", module, path, size, entry_time(path)))
+    for path, size in found.workdirs.items():
+        module = os.path.basename(path)
+        st = lstat_or_none(path)
+        if is_module_name(module) and st is not None:
+            out.append(Candidate("work directory", module, path, size, st.st_mtime))
+    out.sort(key=lambda c: (c.used, c.path))
+    return out
+
+
+class _Pruning:
+    """One prune: what it removed, what it kept and why."""
+
+    def __init__(self, base: Path, *, held: str | None = None, keep: str | None = None) -> None:
+        self.base = base
+        self.held = held  # the module whose build lock this process holds already (a build that just published)
+        self.keep = keep  # the entry that build published
+        self.clearing = Clearing(base)
+        self.removed: list[tuple[Candidate, str]] = []
+        self.kept: list[tuple[Candidate, str]] = []
+
+    def run(self, found: Survey, *, limit: int | None, cutoff: float | None) -> int:
+        """Remove what is older than ``cutoff`` and, least recently used first,
+        what exceeds ``limit``; return the bytes left by the estimate."""
+        total = found.total
+        for c in candidates(found):
+            old = cutoff is not None and c.used < cutoff
+            over = limit is not None and total > limit
+            if not old and not over:
+                break  # (the rest were used later)
+            why = f"unused for {format_age(time.time() - c.used)}" if old else f"over the limit of {format_size(limit)}"
+            kept = "it is the entry just built" if c.path == self.keep else self._remove(c)
+            if kept is None:
+                total -= c.size
+                self.removed.append((c, why))
+                note(f"cache: evicted {c.label} ({format_size(c.size)}, last used "
+                     f"{format_age(time.time() - c.used)} ago): {why}", level=_INFO)
+            else:
+                self.kept.append((c, kept))
+                note(f"cache: kept {c.label} ({format_size(c.size)}): {kept}")
+        return total
+
+    def _remove(self, c: Candidate) -> str | None:
+        """Remove ``c`` under its module's build lock; ``None``, or why it was kept."""
+        if c.module == self.held:
+            return self._remove_locked(c)
+        try:
+            with try_lock(self.base, c.module) as locked:
+                return self._remove_locked(c) if locked else "its module is being built or cleared"
+        except CacheError as exc:  # (a lock file no kernix can hold: `kernix cache clear` removes it)
+            return f"its build lock cannot be taken ({exc})"
+
+    def _remove_locked(self, c: Candidate) -> str | None:
+        if c.kind == "entry":
+            with claim(c.path) as used:
+                if used is None:
+                    return "in use by a running process"
+                if used > c.used:
+                    return "used since the prune looked"
+                with contextlib.suppress(OSError):  # the manifest first: no load trusts what is left
+                    os.unlink(os.path.join(c.path, "manifest.json"))
+                gone = self.clearing.remove(c.path)
+            if gone:
+                self.clearing.removed += 1
+                self._tidy(c.module)
+        else:
+            gone = self.clearing.remove(c.path)
+        return None if gone else "it could not be removed"
+
+    def _tidy(self, module: str) -> None:
+        """Once ``module`` has no entry left, remove its directory under
+        ``modules/``, its direct records and its inline sources (its work
+        directory is a candidate of its own)."""
+        directory = self.base / "modules" / module
+        if not is_real_dir(directory) or listing(directory):
+            return
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+        self.clearing.remove(self.base / "direct" / module)
+        for e in listing(self.base / "sources"):
+            if source_module(e.name) == module:
+                self.clearing.remove(e.path)
+
+
+def _summary(pruning: _Pruning, now: float) -> dict[str, list[dict[str, Any]]]:
+    return {
+        "removed": [c.record(now, reason=why) for c, why in pruning.removed],
+        "kept": [c.record(now, reason=why) for c, why in pruning.kept],
+    }
+
+
+def _limit_of(max_size_: int | str | None) -> int:
+    if isinstance(max_size_, str):
+        try:
+            value = parse_size(max_size_, unlimited=False)
+        except ValueError as exc:
+            raise OptionError(f"max_size: {exc} (to remove every entry, use clear_cache())") from None
+        assert value is not None
+        return value
+    if isinstance(max_size_, bool) or not isinstance(max_size_, int) or max_size_ < 1:
+        raise OptionError(f"max_size={max_size_!r}: give a number of bytes (at least 1) or a size such as '2G'")
+    return max_size_
+
+
+def _age_of(older_than: float | str) -> float:
+    if isinstance(older_than, str):
+        try:
+            return parse_age(older_than)
+        except ValueError as exc:
+            raise OptionError(f"older_than: {exc}") from None
+    if isinstance(older_than, bool) or not isinstance(older_than, (int, float)) or not older_than >= 0:
+        raise OptionError(f"older_than={older_than!r}: give seconds (0 or more) or an age such as '30d'")
+    return float(older_than)
+
+
+def _survey(base: Path, command: str) -> Survey:
+    try:
+        return survey(base)
+    except OSError as exc:
+        where = printable(exc.filename if exc.filename is not None else base)
+        raise CacheError(f"cannot read {where} in the kernix cache ({exc.strerror or exc}); give yourself access "
+                         f"and run {command} again") from exc
+
+
+def prune_cache(
+    max_size: int | str | None = None,
+    *,
+    older_than: float | str | None = None,
+    root: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """Remove least-recently-used cache entries (and work directories) until
+    the cache fits ``max_size``, and those unused for ``older_than``.
+
+    With neither, the cache is brought within its configured limit
+    (``$KERNIX_CACHE_MAX_SIZE``, default 5 GiB), as after every build.  An
+    entry that a running process has loaded (or is loading), and every file
+    of a module being built, is kept (and reported as kept); so are
+    inferred specs, compiler answers and precompiled preludes, which count
+    towards the size (:func:`clear_cache` empties them).  Nothing outside the
+    cache is touched: symbolic links are never followed.
+
+    Parameters
+    ----------
+    max_size : int or str, optional
+        The size to bring the cache within: bytes, or a size such as
+        ``"500M"`` or ``"2G"`` (K, M, G, T: powers of 1024).
+    older_than : float or str, optional
+        Remove what was last used longer ago than this: seconds, or an age
+        such as ``"30d"`` or ``"12h"`` (s, m, h, d, w).
+    root : path, optional
+        The cache root (default: :func:`kernix.cache_root`).
+
+    Returns
+    -------
+    dict
+        ``root``; ``limit_bytes`` (the size asked for, ``None`` for none) and
+        ``older_than_s``; ``removed`` and ``kept``, one record each (``kind``:
+        ``"entry"`` or ``"work directory"``, ``name``, ``key`` (entries),
+        ``path``, ``size_bytes``, ``last_use``, ``age_s`` and ``reason``: why
+        it was removed, or kept); ``freed_bytes``; and ``total_bytes``, the
+        cache's size afterwards.
+
+    Raises
+    ------
+    OptionError
+        When ``max_size`` or ``older_than`` is not a size or an age.
+    CacheError
+        When something could not be removed or read (after removing what it
+        could), naming it and the fix, or ``$KERNIX_CACHE_MAX_SIZE`` is not a size.
+    """
+    cutoff_age = None if older_than is None else _age_of(older_than)
+    if max_size is not None:
+        limit: int | None = _limit_of(max_size)
+    else:
+        limit = limits.max_size() if older_than is None else None
+    base = Path(root) if root is not None else cache_root()
+    command = "`kernix cache prune`" if running_command() is not None else "`kernix.prune_cache()`"
+    pruning = _Pruning(base)
+    with build_lock(base, PRUNE_LOCK):
+        found = _survey(base, command)
+        note(f"cache: {format_size(found.total)}, pruning to {format_size(limit)}"
+             + ("" if cutoff_age is None else f" and what is unused for {format_age(cutoff_age)}"))
+        now = time.time()
+        pruning.run(found, limit=limit, cutoff=None if cutoff_age is None else now - cutoff_age)
+        after = _survey(base, command).total
+    if pruning.clearing.failures:
+        raise CacheError(pruning.clearing.problem(command.strip("`"), command))
+    return {
+        "root": printable(base), "limit_bytes": limit, "older_than_s": cutoff_age, **_summary(pruning, now),
+        "freed_bytes": sum(c.size for c, _ in pruning.removed), "total_bytes": after,
+    }
+
+
+def after_publish(root: Path, manifest: Manifest) -> None:
+    """Bring the cache within its limit after ``manifest``'s entry was
+    published, keeping it; the caller holds its module's build lock.
+
+    Cheap when nothing is to be done: one walk of the cache's directories.
+    What cannot be removed is a ``RuntimeWarning``, not an error: the build
+    it follows succeeded.
+
+    Raises
+    ------
+    CacheError
+        When ``$KERNIX_CACHE_MAX_SIZE`` is not a size.
+    """
+    limit = limits.max_size()
+    if limit is None:
+        note("cache: no size limit ($KERNIX_CACHE_MAX_SIZE)")
+        return
+    pruning = _Pruning(root, held=manifest.name, keep=os.fspath(manifest.directory))
+    try:
+        with try_lock(root, PRUNE_LOCK) as ours:
+            if not ours:
+                note("cache: another process is pruning the cache; leaving it to that one")
+                return
+            found = survey(root)
+            if found.total <= limit:
+                note(f"cache: {format_size(found.total)}, within its limit of {format_size(limit)}")
+                return
+            note(f"cache: {format_size(found.total)}, over its limit of {format_size(limit)}: "
+                 "evicting the least recently used")
+            left = pruning.run(found, limit=limit, cutoff=None)
+            if left > limit:
+                note(f"cache: still {format_size(left)} after evicting what could go (the rest is in use, "
+                     "being built, or not evictable)")
+    except (OSError, CacheError) as exc:  # (a directory it cannot read, a prune lock it cannot take)
+        warnings.warn(f"kernix: could not keep the cache within its size limit: {exc}", RuntimeWarning, stacklevel=4)
+        return
+    if pruning.clearing.failures:
+        warnings.warn("kernix: could not keep the cache within its size limit: "
+                      + pruning.clearing.problem("the eviction after a build", "`kernix cache prune`"),
+                      RuntimeWarning, stacklevel=4)

@@ -1,0 +1,136 @@
+"""Reading the cache's directories without ever following a symbolic link.
+
+Below the cache root (which may itself be a link) kernix creates no
+symbolic links, so what reads the cache as a whole -- ``kernix cache info``,
+``clear``, ``prune`` -- looks at each name with ``lstat`` and never goes
+through a link: a link is a file like any other, of no size.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["AREAS", "Survey", "directories", "is_real_dir", "listing", "lstat_or_none", "survey"]
+
+#: The directories of the cache whose files ``kernix cache info`` counts.
+AREAS = ("modules", "build", "sources", "direct", "specs", "toolchain")
+
+
+def lstat_or_none(path: str | os.PathLike[str]) -> os.stat_result | None:
+    """``os.lstat(path)``, or ``None`` when nothing is there."""
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def is_real_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a directory, and not a symbolic link to one."""
+    st = lstat_or_none(path)
+    return st is not None and stat.S_ISDIR(st.st_mode)
+
+
+def listing(directory: str | os.PathLike[str]) -> list[os.DirEntry[str]]:
+    """The entries of ``directory``: none when it is missing, not a directory, or a link.
+
+    Raises
+    ------
+    OSError
+        When it cannot be read.
+    """
+    if not is_real_dir(directory):
+        return []
+    try:
+        with os.scandir(directory) as it:
+            return list(it)
+    except (FileNotFoundError, NotADirectoryError):  # (removed meanwhile)
+        return []
+
+
+def _unreadable(exc: OSError) -> None:
+    """:func:`os.walk`'s error handler: what is removed meanwhile is skipped, anything else raised."""
+    if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        raise exc
+
+
+def directories(top: str | os.PathLike[str]) -> Iterator[tuple[str, list[str], int]]:
+    """``(path, names, size)`` for ``top`` and each directory below it, no
+    symbolic link followed: the names in the directory, and the bytes of the
+    regular files among them (for a ``top`` that is not a directory, no names
+    and its own bytes if it is a regular file); what is removed meanwhile
+    counts nothing.
+
+    Raises
+    ------
+    OSError
+        When a directory or file cannot be read.
+    """
+    st = lstat_or_none(top)
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        yield os.fspath(top), [], st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
+        return
+    for directory, dirs, files in os.walk(top, onerror=_unreadable):
+        size = 0
+        for f in files:
+            st = lstat_or_none(os.path.join(directory, f))
+            size += st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
+        yield directory, dirs + files, size
+
+
+@dataclass
+class Survey:
+    """What one walk of the cache found.
+
+    Attributes
+    ----------
+    total
+        The bytes of the regular files in the cache's areas (:data:`AREAS`).
+    entries
+        The bytes below each entry directory ``modules/<name>/<key>`` (a real
+        directory, with a manifest or not).
+    complete
+        Those of ``entries`` that hold a ``manifest.json``.
+    workdirs
+        The bytes below each work directory ``build/<name>`` (names that start
+        with ``.`` are a build's leftovers, not work directories).
+    """
+
+    total: int = 0
+    entries: dict[str, int] = field(default_factory=dict)
+    complete: set[str] = field(default_factory=set)
+    workdirs: dict[str, int] = field(default_factory=dict)
+
+
+def _two_below(directory: str, area: str) -> list[str]:
+    """The names of ``directory`` below ``area`` (``[]`` when not below it)."""
+    return directory[len(area) + 1:].split(os.sep) if directory.startswith(area + os.sep) else []
+
+
+def survey(base: str | os.PathLike[str]) -> Survey:
+    """Walk the cache under ``base`` once, following no symbolic link.
+
+    Raises
+    ------
+    OSError
+        When a directory or file cannot be read.
+    """
+    found = Survey()
+    modules, build = os.path.join(base, "modules"), os.path.join(base, "build")
+    for area in AREAS:
+        for directory, names, size in directories(Path(base, area)):
+            found.total += size
+            below = _two_below(directory, modules)
+            if len(below) >= 2:
+                entry = os.path.join(modules, below[0], below[1])
+                found.entries[entry] = found.entries.get(entry, 0) + size
+                if len(below) == 2 and "manifest.json" in names:
+                    found.complete.add(entry)
+            below = _two_below(directory, build)
+            if below and not below[0].startswith("."):
+                work = os.path.join(build, below[0])
+                found.workdirs[work] = found.workdirs.get(work, 0) + size
+    return found
