@@ -1,0 +1,368 @@
+"""The cache's size limit: sizes and ages, least-recently-used eviction after a
+build and by ``kernix cache prune``, last use and leases, and that an eviction
+never removes what another process is loading or building, never leaves a
+half-removed entry a load would trust, and never follows a symbolic link.
+
+One tiny C++ module is built (into a cache that is over its limit, so the build
+evicts); every other entry is made by hand or copied from it."""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import kernix
+from kernix.cli import main
+from kernix.errors import CacheError, OptionError
+from kernix.store import entries, prune, usage
+from kernix.store.limits import DEFAULT_MAX_SIZE, max_size, parse_age, parse_size
+from kernix.store.lock import build_lock
+from helpers import FIXTURES, unique_name
+
+SOURCE = FIXTURES / "reliability" / "add_one.cpp"
+DAY = 86400.0
+
+# --------------------------------------------------------------------- sizes, ages, the limit
+
+
+@pytest.mark.parametrize("text, size", [
+    ("1000000", 1000000), ("500M", 500 * 1024**2), ("2G", 2 * 1024**3), ("2g", 2 * 1024**3), ("1.5GiB", 3 * 1024**3 // 2),
+    ("64KB", 64 * 1024), (" 1T ", 1024**4), ("100B", 100), ("0", None), ("none", None), ("Unlimited", None),
+])
+def test_sizes_are_spelled_as_du_writes_them(text: str, size: int | None) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "2X", "G", "-1G", "1e9", "2 GB extra", "0.1"])
+def test_what_is_not_a_size_says_what_one_looks_like(text: str) -> None:
+    with pytest.raises(ValueError, match=r"500M or 2G"):
+        parse_size(text)
+
+
+def test_prune_refuses_no_limit() -> None:
+    with pytest.raises(ValueError, match="is no limit"):
+        parse_size("0", unlimited=False)
+    with pytest.raises(OptionError, match=r"max_size: '0' is no limit.*clear_cache\(\)"):
+        kernix.prune_cache("0")
+    with pytest.raises(OptionError, match=r"max_size=0: give a number of bytes"):
+        kernix.prune_cache(0)
+
+
+def test_ages_need_their_unit() -> None:
+    assert [parse_age(a) for a in ("30d", "12h", "90m", "45s", "2w", "0.5d")] == [30 * DAY, 43200, 5400, 45, 14 * DAY,
+                                                                                    DAY / 2]
+    with pytest.raises(ValueError, match="such as 30d or 12h"):
+        parse_age("30")
+    with pytest.raises(OptionError, match="older_than: '3 days' is not an age"):
+        kernix.prune_cache(older_than="3 days")
+
+
+def test_the_limit_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KERNIX_CACHE_MAX_SIZE", raising=False)
+    assert max_size() == DEFAULT_MAX_SIZE == 5 * 1024**3
+    monkeypatch.setenv("KERNIX_CACHE_MAX_SIZE", "2G")
+    assert max_size() == 2 * 1024**3
+    monkeypatch.setenv("KERNIX_CACHE_MAX_SIZE", "0")
+    assert max_size() is None
+    monkeypatch.setenv("KERNIX_CACHE_MAX_SIZE", "lots")
+    with pytest.raises(CacheError, match=r"KERNIX_CACHE_MAX_SIZE: 'lots' is not a size.*or `0` for no limit"):
+        max_size()
+
+
+# --------------------------------------------------------------------- entries made by hand
+
+
+def _entry(root: Path, name: str, key: str, size: int, used: float, *, manifest: bool = True) -> Path:
+    """An entry directory as a publisher leaves it (its manifest need not be valid to be pruned)."""
+    d = root / "modules" / name / key
+    d.mkdir(parents=True)
+    (d / "module-0123456789abcdef.so").write_bytes(b"\0" * size)
+    if manifest:
+        (d / "manifest.json").write_text("{}")
+    (d / usage.LAST_USE).touch()
+    os.utime(d / usage.LAST_USE, (used, used))
+    return d
+
+
+def _names(items: list[dict]) -> list[tuple[str, str | None]]:
+    return [(r["name"], r["key"]) for r in items]
+
+
+def test_prune_removes_the_least_recently_used_until_the_cache_fits(tmp_path: Path) -> None:
+    now = time.time()
+    old, older, oldest = (_entry(tmp_path, "ops", f"k{i}", 1000, now - i * DAY) for i in (1, 2, 3))
+    work = tmp_path / "build" / "ops"
+    work.mkdir(parents=True)
+    (work / "ops.o").write_bytes(b"\0" * 1000)
+    os.utime(work, (now - 2.5 * DAY, now - 2.5 * DAY))
+    result = kernix.prune_cache("1500", root=tmp_path)
+    # oldest (3 d), then the work directory (2.5 d), then older (2 d): 4006 -> 1002 bytes
+    assert _names(result["removed"]) == [("ops", "k3"), ("ops", None), ("ops", "k2")]
+    assert result["removed"][0]["reason"] == "over the limit of 1.5 KiB" and result["removed"][1]["kind"] == "work directory"
+    assert result["freed_bytes"] == 3004 and result["total_bytes"] == 1002 and result["kept"] == []  # ({} manifests)
+    assert old.is_dir() and not older.exists() and not oldest.exists() and not work.exists()
+    assert kernix.prune_cache("1500", root=tmp_path)["removed"] == []  # it fits
+
+
+def test_prune_by_age_removes_what_is_unused_for_that_long(tmp_path: Path, monkeypatch, capsys) -> None:
+    now = time.time()
+    recent = _entry(tmp_path, "ops", "recent", 10, now - 3600)
+    _entry(tmp_path, "ops", "stale", 10, now - 40 * DAY)
+    _entry(tmp_path, "other", "stale", 10, now - 31 * DAY)
+    (tmp_path / "sources").mkdir()
+    (tmp_path / "sources" / "other-0123456789abcdef.cpp").write_text("int x;")  # goes with other's last entry
+    (tmp_path / "direct" / "other").mkdir(parents=True)
+    monkeypatch.setenv("KERNIX_CACHE_DIR", str(tmp_path))
+    assert main(["cache", "prune", "--older-than", "30d"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "removed ops stale (12 B, last used 40 d ago): unused for 40 d"
+    assert out[1] == "removed other stale (12 B, last used 31 d ago): unused for 31 d"
+    assert out[2].startswith("removed 2 items (24 B); the cache holds ")
+    assert recent.is_dir() and not (tmp_path / "modules" / "other").exists()
+    assert not (tmp_path / "sources" / "other-0123456789abcdef.cpp").exists() and not (tmp_path / "direct" / "other").exists()
+
+
+_HOLDER = """
+import sys
+from pathlib import Path
+from kernix.store import usage, lock
+fd = usage.lease(sys.argv[1])  # as a load of that entry holds it
+with lock.build_lock(Path(sys.argv[2]), sys.argv[3]):  # as a build of that module holds it
+    print("ready", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_what_another_process_is_loading_or_building_is_kept(tmp_path: Path) -> None:
+    """A process holds a lease on one entry (a load) and the build lock of another
+    module (a build about to load its new entry): a prune passes over both."""
+    now = time.time()
+    loaded = _entry(tmp_path, "ops", "loaded", 100, now - 3 * DAY)
+    building = _entry(tmp_path, "fresh", "old", 100, now - 3 * DAY)
+    free = _entry(tmp_path, "ops", "free", 100, now - 2 * DAY)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(kernix.__file__).parents[1]),
+                                                                   os.environ.get("PYTHONPATH")) if p)}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(loaded), str(tmp_path), "fresh"], env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "ready\n"
+        result = kernix.prune_cache(1, root=tmp_path)
+        assert _names(result["removed"]) == [("ops", "free")] and not free.exists()
+        assert {(r["key"], r["reason"]) for r in result["kept"]} == {
+            ("loaded", "in use by a running process"), ("old", "its module is being built or cleared")}
+        assert (loaded / "manifest.json").is_file() and (building / "manifest.json").is_file()
+    finally:
+        holder.communicate("\n", timeout=30)
+    assert _names(kernix.prune_cache(1, root=tmp_path)["removed"]) == [("fresh", "old"), ("ops", "loaded")]
+
+
+def test_prune_follows_no_symbolic_link(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    outside = tmp_path / "outside"
+    (outside / "entry").mkdir(parents=True)
+    (outside / "precious").write_bytes(b"keep")
+    (outside / "entry" / "manifest.json").write_text("{}")
+    entry = _entry(root, "ops", "linked", 10, time.time() - DAY)
+    (entry / "data").symlink_to(outside / "precious")
+    (root / "modules" / "ops" / "elsewhere").symlink_to(outside / "entry", target_is_directory=True)
+    (root / "build").mkdir()
+    (root / "build" / "ops").symlink_to(outside, target_is_directory=True)
+    result = kernix.prune_cache(1, root=root)
+    assert _names(result["removed"]) == [("ops", "linked")]  # the links are no candidates: not kernix's
+    assert (outside / "precious").read_bytes() == b"keep" and (outside / "entry" / "manifest.json").is_file()
+    assert not entry.exists()
+
+
+# --------------------------------------------------------------------- with a built module
+
+
+@dataclass
+class Built:
+    root: Path
+    name: str
+    entry: Path
+    key: str
+    stale: list[Path]
+    log: list[tuple[int, str]]
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[tuple[int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((record.levelno, record.getMessage()))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, session_cache_dir: Path) -> Built:
+    """add_one built into a cache holding three old entries of 200 KiB with a limit
+    of 450 KiB: the build (about 100 KiB with its work directory) evicts the two oldest."""
+    root = tmp_path_factory.mktemp("prune-cache")
+    now = time.time()
+    stale = [_entry(root, "old_ops", f"{i:032x}", 200 * 1024, now - (10 + i) * DAY) for i in range(3)]
+    handler, logger = _Records(), logging.getLogger("kernix")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KERNIX_CACHE_DIR", str(session_cache_dir))
+        mp.setenv("KERNIX_CACHE_MAX_SIZE", "450K")
+        name = unique_name("pruned")
+        try:
+            module = kernix.load_cpp_file(SOURCE, name=name, build_directory=root, auto_register=False)
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+    entry = Path(module.path).parent
+    key = json.loads((entry / "manifest.json").read_text())["key"]
+    del module  # (its lease goes with it)
+    gc.collect()
+    return Built(root, name, entry, key, stale, handler.records)
+
+
+def _load(built: Built):
+    return kernix.load_cpp_file(SOURCE, name=built.name, build_directory=built.root, auto_register=False)
+
+
+def test_a_build_evicts_the_least_recently_used_beyond_the_limit(built: Built) -> None:
+    assert [p.exists() for p in built.stale] == [True, False, False]
+    evicted = [m for level, m in built.log if level == logging.INFO]
+    assert [m.split(" (")[0] for m in evicted] == [
+        "cache: evicted old_ops 000000000000", "cache: evicted old_ops 000000000000"]
+    assert all("last used 1" in m and m.endswith("over the limit of 450.0 KiB") for m in evicted)
+    assert any(level == logging.DEBUG and "over its limit of 450.0 KiB: evicting the least recently used" in m
+               for level, m in built.log)
+    assert (built.entry / "manifest.json").is_file() and (built.entry / usage.LAST_USE).is_file()
+
+
+def test_a_load_records_its_use_and_holds_a_lease_while_the_module_lives(built: Built) -> None:
+    last_use = built.entry / usage.LAST_USE
+    long_ago = time.time() - 2 * usage.TOUCH_INTERVAL_S
+    os.utime(last_use, (long_ago, long_ago))
+    module = _load(built)
+    assert last_use.stat().st_mtime > time.time() - 60  # recorded
+    with usage.claim(built.entry) as claimed:
+        assert claimed is None  # leased: an eviction passes over it
+    recent = last_use.stat().st_mtime
+    del module
+    gc.collect()
+    with usage.claim(built.entry) as claimed:
+        assert claimed == recent  # free again
+    module = _load(built)
+    assert last_use.stat().st_mtime == recent  # within the hour: not written again
+
+
+def test_a_look_up_during_an_eviction_is_a_miss(built: Built) -> None:
+    gc.collect()
+    with usage.claim(built.entry) as claimed:
+        assert claimed is not None
+        found = entries.lookup(built.root, built.name, built.key)
+        assert (found.manifest, found.reason) == (None, "no entry (being evicted)")
+    assert entries.lookup(built.root, built.name, built.key).hit
+
+
+def _copy_entry(built: Built, key: str, source: str) -> Path:
+    """Another version of the module: the built entry copied under ``key``, recording ``source``."""
+    entry = built.root / "modules" / built.name / key[:32]
+    shutil.copytree(built.entry, entry)
+    manifest = json.loads((entry / "manifest.json").read_text())
+    manifest.update(key=key, sources=[source])
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+    return entry
+
+
+def test_cache_info_lists_each_version_of_a_module(built: Built, monkeypatch, capsys) -> None:
+    copies = [_copy_entry(built, f"{c * 64}", f"/src/{c}/kernels.cpp") for c in "ab"]
+    now = time.time()
+    for entry, used in zip([built.entry, *copies], [now, now - DAY, now - 3 * DAY]):
+        os.utime(entry / usage.LAST_USE, (used, used))
+    try:
+        info = kernix.cache_info(root=built.root)
+        rows = [m for m in info["modules"] if m["name"] == built.name]
+        assert [m["key"] for m in rows] == [built.key, "a" * 64, "b" * 64]  # the last used first
+        assert rows[-1]["sources"] == ["/src/b/kernels.cpp"] and rows[-1]["age_s"] > 2.9 * DAY
+        assert next(m for m in rows if m["key"] == built.key)["sources"] == [str(SOURCE)]
+        monkeypatch.setenv("KERNIX_CACHE_DIR", str(built.root))
+        assert main(["cache", "info"]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].startswith(f"cache: {built.root} (") and out[0].endswith(", limit 5.0 GiB)")
+        mine = [line.split() for line in out if built.name in line]
+        assert sorted(r[0] for r in mine) == sorted([built.key[:12], "a" * 12, "b" * 12])
+        assert [r[-2:] for r in mine if r[0] == "b" * 12] == [["kernels.cpp:", "add_one"]] and ["3", "d"] in [
+            r[5:7] for r in mine]
+        assert out[-1].startswith(f"  {len(info['modules'])} entries, ")
+        assert main(["cache", "prune", "--older-than", "2d", "--json"]) == 0
+        pruned = json.loads(capsys.readouterr().out)
+        assert [r["key"] for r in pruned["removed"] if r["name"] == built.name] == ["b" * 32]
+        assert pruned["older_than_s"] == 2 * DAY and pruned["limit_bytes"] is None
+        assert built.entry.is_dir() and copies[0].is_dir() and not copies[1].exists()
+    finally:
+        for c in copies:
+            shutil.rmtree(c, ignore_errors=True)
+
+
+def test_a_half_removed_entry_is_never_trusted_and_the_next_prune_finishes_it(built: Built, monkeypatch) -> None:
+    key = "c" * 64
+    copy = _copy_entry(built, key, str(SOURCE))
+    keep = _load(built)  # (its entry stays)
+    assert entries.lookup(built.root, built.name, key).hit
+    real = shutil.rmtree
+
+    def refused(path, *args, **kwargs):
+        if os.fspath(path) == str(copy):
+            raise PermissionError(13, "Permission denied", str(copy))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", refused)
+    with pytest.raises(CacheError, match=r"kernix.prune_cache\(\) removed 0 cache entries but could not remove .*"
+                                         r"Permission denied.*chmod -R u\+rwX"):
+        kernix.prune_cache(older_than=0, root=built.root)
+    assert not (copy / "manifest.json").exists() and (copy / "last-use").exists()
+    assert entries.lookup(built.root, built.name, key).reason == "no entry"
+    monkeypatch.setattr(shutil, "rmtree", real)
+    kernix.prune_cache(older_than=0, root=built.root)
+    assert not copy.exists() and Path(keep.path).is_file()
+
+
+def test_an_evicted_module_loads_again_and_a_warm_load_never_prunes(built: Built, monkeypatch) -> None:
+    gc.collect()  # (the modules of the tests before, and their leases)
+    long_ago = time.time() - 100 * DAY
+    os.utime(built.entry / usage.LAST_USE, (long_ago, long_ago))
+    result = kernix.prune_cache(older_than="50d", root=built.root)  # the entry, not its work directory
+    assert _names(result["removed"]) == [(built.name, built.key[:32])] and not built.entry.exists() and not (built.root / "direct" / built.name).exists()
+    module = _load(built)  # a miss: built again (linked again), into the same entry
+    assert Path(module.path).parent == built.entry and (built.entry / usage.LAST_USE).is_file()
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a warm load walked the cache")
+
+    monkeypatch.setattr(prune, "survey", boom)
+    monkeypatch.setattr(prune, "after_publish", boom)
+    assert _load(built).path == module.path
+
+
+def test_the_prune_lock_names_its_holder(built: Built, monkeypatch, capsys) -> None:
+    """A prune waits for another one (and an eviction after a build does not)."""
+    with build_lock(built.root, ".prune"):
+        monkeypatch.setenv("KERNIX_LOCK_TIMEOUT", "0.2")
+        with pytest.raises(CacheError, match=r"pruning the cache since"):
+            kernix.prune_cache(root=built.root)
+
+
+def test_prune_command_usage_errors(capsys) -> None:
+    assert main(["cache", "prune", "--max-size", "lots"]) == 2
+    assert "argument --max-size: 'lots' is not a size" in capsys.readouterr().err
+    assert main(["cache", "prune", "--older-than", "30"]) == 2
+    assert "argument --older-than: '30' is not an age" in capsys.readouterr().err
