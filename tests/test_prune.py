@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES, unique_name
 
 import kernix
 from kernix.cli import main
@@ -27,7 +28,6 @@ from kernix.errors import CacheError, OptionError
 from kernix.store import entries, prune, usage
 from kernix.store.limits import DEFAULT_MAX_SIZE, max_size, parse_age, parse_size
 from kernix.store.lock import build_lock
-from helpers import FIXTURES, unique_name
 
 SOURCE = FIXTURES / "reliability" / "add_one.cpp"
 DAY = 86400.0
@@ -260,7 +260,8 @@ def test_a_load_records_its_use_and_holds_a_lease_while_the_module_lives(built: 
     gc.collect()
     with usage.claim(built.entry) as claimed:
         assert claimed == recent  # free again
-    module = _load(built)
+    again = _load(built)
+    assert Path(again.path).parent == built.entry
     assert last_use.stat().st_mtime == recent  # within the hour: not written again
 
 

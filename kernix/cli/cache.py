@@ -122,7 +122,10 @@ def run(args: dict[str, Any]) -> int:
 
             result = prune_cache(args["max_size"], older_than=args["older_than"])
         else:
+            from ..store.limits import max_size
+
             result = cache_info()
+            result["limit_bytes"] = max_size()
     except KernixError as exc:
         print(f"kernix: error: {exc}", file=sys.stderr)
         return 1

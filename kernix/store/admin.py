@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import shlex
 import shutil
@@ -28,9 +27,8 @@ from ..interface import running_command
 from ..names import check_module_name, is_module_name
 from ..paths import cache_root, printable
 from .files import source_module
-from .limits import max_size
 from .lock import build_lock
-from .manifest import MANIFEST_FORMAT, Manifest, ManifestError
+from .manifest import Manifest, ManifestError
 from .usage import entry_time
 from .walk import AREAS, is_real_dir, listing, lstat_or_none, survey
 
@@ -268,9 +266,9 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
     return clearing.removed
 
 
-def _describe(entry: str, size: int, now: float) -> dict[str, Any]:
-    """What ``cache_info`` says of one entry, whose files hold ``size`` bytes."""
-    used = entry_time(entry)
+def _describe(entry: str, size: int, used: float, now: float) -> dict[str, Any]:
+    """What ``cache_info`` says of one entry, whose files hold ``size`` bytes,
+    last used at ``used``."""
     record: dict[str, Any] = {
         "name": printable(os.path.basename(os.path.dirname(entry))), "key": printable(os.path.basename(entry)),
         "path": printable(entry), "size_bytes": size, "last_use": used, "age_s": max(0.0, now - used),
@@ -279,7 +277,7 @@ def _describe(entry: str, size: int, now: float) -> dict[str, Any]:
         m = Manifest.read(Path(entry))
     except (OSError, ManifestError) as exc:
         record["damaged"] = True
-        record["why"] = _unusable(entry, exc)
+        record["why"] = str(exc)  # (another format: another kernix version's)
         return record
     record.update({
         "name": printable(m.name),
@@ -292,20 +290,8 @@ def _describe(entry: str, size: int, now: float) -> dict[str, Any]:
     return record
 
 
-def _unusable(entry: str, exc: Exception) -> str:
-    """Why the manifest in ``entry`` cannot be used: another format (an older
-    or newer kernix wrote it), else what is wrong with it."""
-    try:
-        found = json.loads(Path(entry, "manifest.json").read_bytes()).get("format")
-    except (OSError, ValueError, AttributeError):
-        found = None
-    if isinstance(found, int) and found != MANIFEST_FORMAT:
-        return f"format {found} (another kernix version's; this one reads {MANIFEST_FORMAT})"
-    return str(exc)
-
-
 def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Describe the cache: its root, total size, size limit, and one record per entry.
+    """Describe the cache: its root, total size, and one record per entry.
 
     The size counts every regular file of the cache's areas (``modules``,
     ``build``, ``sources``, ``direct``, ``specs``, ``toolchain``), never what a
@@ -321,10 +307,9 @@ def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``root``; ``total_bytes``; ``limit_bytes``, the size limit
-        (``$KERNIX_CACHE_MAX_SIZE``; ``None``: no limit); and ``modules``, one
-        record per entry (a directory ``modules/<name>/<key>`` holding a
-        manifest), by name and the last used first: its ``name``, ``key``, ``path``,
+        ``root``, ``total_bytes``, and ``modules``: one record per entry (a
+        directory ``modules/<name>/<key>`` holding a manifest), by name and
+        the last used first: its ``name``, ``key``, ``path``,
         ``size_bytes``, ``last_use`` (seconds since the epoch) and ``age_s``
         (seconds since then), and either ``damaged: True`` and ``why``, or its
         ``platform``, ``functions``, ``sources`` (the files its functions come
@@ -333,15 +318,14 @@ def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     Raises
     ------
     CacheError
-        When a directory or file in the cache cannot be read, naming it and
-        the fix, or ``$KERNIX_CACHE_MAX_SIZE`` is not a size.
+        When a directory or file in the cache cannot be read, naming it and the fix.
     """
     base = Path(root) if root is not None else cache_root()
-    limit = max_size()
     now = time.time()
     try:
         found = survey(base)
-        entries = [_describe(entry, found.entries[entry], now) for entry in found.complete]
+        entries = [_describe(entry, found.entries[entry], found.used.get(entry) or entry_time(entry), now)
+                   for entry in found.complete]
     except OSError as exc:
         where = printable(exc.filename if exc.filename is not None else base)
         raise CacheError(
@@ -349,4 +333,4 @@ def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
             f"(`chmod -R u+rwX {shlex.quote(printable(base))}`) and run `kernix cache info` again."
         ) from exc
     entries.sort(key=lambda e: (e["name"], -e["last_use"], e["key"]))
-    return {"root": printable(base), "total_bytes": found.total, "limit_bytes": limit, "modules": entries}
+    return {"root": printable(base), "total_bytes": found.total, "modules": entries}

@@ -206,7 +206,6 @@ def publish(
             atomic_write(entry / so_name, data)
         specs = Manifest.specs_bytes(functions)
         atomic_write(entry / SPECS_FILE, specs)
-        fd = create(entry)
         manifest = Manifest(
             directory=entry,
             key=key,
@@ -222,7 +221,7 @@ def publish(
             dependencies=tuple(tuple(d) for d in dependencies),
             created=time.time(),
         )
-        hold(manifest, fd)
+        hold(manifest, create(entry))  # the last-use file, before the manifest
         manifest.write()
         manifest.keep_specs()
         for old in entry.glob("module-*.so"):  # superseded libraries of this entry

@@ -217,7 +217,8 @@ class Manifest:
             if not isinstance(data, dict):
                 raise ManifestError("not a JSON object")
             if data.get("format") != MANIFEST_FORMAT:
-                raise ManifestError(f"format {data.get('format')!r}, this kernix reads {MANIFEST_FORMAT}")
+                raise ManifestError(f"format {data.get('format')!r} (another kernix version's); this kernix "
+                                    f"reads format {MANIFEST_FORMAT}")
             so = data["so"]
             if not _is_library_name(so):
                 raise ManifestError(f"bad library name {so!r}")

@@ -47,7 +47,7 @@ from .files import source_module
 from .limits import format_age, format_size, parse_age, parse_size
 from .lock import PRUNE_LOCK, build_lock, try_lock
 from .manifest import Manifest
-from .usage import claim, entry_time
+from .usage import LAST_USE, claim, entry_time
 from .walk import Survey, is_real_dir, listing, lstat_or_none, survey
 
 __all__ = ["Candidate", "after_publish", "candidates", "prune_cache"]
@@ -104,7 +104,7 @@ def candidates(found: Survey) -> list[Candidate]:
     for path, size in found.entries.items():
         module = os.path.basename(os.path.dirname(path))
         if is_module_name(module):
-            out.append(Candidate("entry", module, path, size, entry_time(path)))
+            out.append(Candidate("entry", module, path, size, found.used.get(path) or entry_time(path)))
     for path, size in found.workdirs.items():
         module = os.path.basename(path)
         st = lstat_or_none(path)
@@ -158,14 +158,17 @@ class _Pruning:
 
     def _remove_locked(self, c: Candidate) -> str | None:
         if c.kind == "entry":
-            with claim(c.path) as used:
-                if used is None:
-                    return "in use by a running process"
-                if used > c.used:
-                    return "used since the prune looked"
-                with contextlib.suppress(OSError):  # the manifest first: no load trusts what is left
-                    os.unlink(os.path.join(c.path, "manifest.json"))
-                gone = self.clearing.remove(c.path)
+            try:
+                with claim(c.path) as used:
+                    if used is None:
+                        return "in use by a running process"
+                    if used > c.used:
+                        return "used since the prune looked"
+                    with contextlib.suppress(OSError):  # the manifest first: no load trusts what is left
+                        os.unlink(os.path.join(c.path, "manifest.json"))
+                    gone = self.clearing.remove(c.path)
+            except OSError as exc:  # (its last-use file is a link, or another user's: not kernix's to judge)
+                return f"its {LAST_USE} file cannot be opened ({exc.strerror or exc})"
             if gone:
                 self.clearing.removed += 1
                 self._tidy(c.module)

@@ -136,20 +136,23 @@ def hold(owner: object, fd: int | None) -> None:
 def claim(entry: str | os.PathLike[str]):
     """Hold the exclusive lock of the entry in ``entry``, if no process holds
     a lease on it: yields the ``last-use`` file's modification time, or
-    ``None`` when the entry is in use (or the lock is refused); an entry
-    without the file (written by an older kernix, or half removed) yields
-    ``0.0`` and is locked by nothing.
+    ``None`` when the entry is in use (or the file system refuses the lock);
+    an entry without the file (written by an older kernix, or half removed)
+    yields ``0.0`` and is locked by nothing.
 
     Hold the module's build lock around this, so no build publishes into the
     entry meanwhile.
+
+    Raises
+    ------
+    OSError
+        When the file cannot be opened (a symbolic link: ``ELOOP``; another
+        user's: ``EACCES``).
     """
     try:
         fd = os.open(os.path.join(entry, LAST_USE), os.O_RDWR | _OPEN)
     except FileNotFoundError:
         yield 0.0
-        return
-    except OSError:
-        yield None  # (a symbolic link, another user's file: not ours to judge)
         return
     try:
         try:

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .usage import LAST_USE
+
 __all__ = ["AREAS", "Survey", "directories", "is_real_dir", "listing", "lstat_or_none", "survey"]
 
 #: The directories of the cache whose files ``kernix cache info`` counts.
@@ -57,12 +59,12 @@ def _unreadable(exc: OSError) -> None:
         raise exc
 
 
-def directories(top: str | os.PathLike[str]) -> Iterator[tuple[str, list[str], int]]:
-    """``(path, names, size)`` for ``top`` and each directory below it, no
-    symbolic link followed: the names in the directory, and the bytes of the
-    regular files among them (for a ``top`` that is not a directory, no names
-    and its own bytes if it is a regular file); what is removed meanwhile
-    counts nothing.
+def directories(top: str | os.PathLike[str]) -> Iterator[tuple[str, list[str], int, dict[str, float]]]:
+    """``(path, names, size, times)`` for ``top`` and each directory below it,
+    no symbolic link followed: the names in the directory, the bytes of the
+    regular files among them and their modification times by name (for a
+    ``top`` that is not a directory, no names and its own bytes if it is a
+    regular file); what is removed meanwhile counts nothing.
 
     Raises
     ------
@@ -71,14 +73,17 @@ def directories(top: str | os.PathLike[str]) -> Iterator[tuple[str, list[str], i
     """
     st = lstat_or_none(top)
     if st is None or not stat.S_ISDIR(st.st_mode):
-        yield os.fspath(top), [], st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
+        yield os.fspath(top), [], st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0, {}
         return
     for directory, dirs, files in os.walk(top, onerror=_unreadable):
         size = 0
+        times = {}
         for f in files:
             st = lstat_or_none(os.path.join(directory, f))
-            size += st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
-        yield directory, dirs + files, size
+            if st is not None and stat.S_ISREG(st.st_mode):
+                size += st.st_size
+                times[f] = st.st_mtime
+        yield directory, dirs + files, size, times
 
 
 @dataclass
@@ -94,6 +99,9 @@ class Survey:
         directory, with a manifest or not).
     complete
         Those of ``entries`` that hold a ``manifest.json``.
+    used
+        The last use of each entry that holds a ``last-use`` file or a
+        manifest (:func:`kernix.store.usage.entry_time`), read by the walk.
     workdirs
         The bytes below each work directory ``build/<name>`` (names that start
         with ``.`` are a build's leftovers, not work directories).
@@ -102,6 +110,7 @@ class Survey:
     total: int = 0
     entries: dict[str, int] = field(default_factory=dict)
     complete: set[str] = field(default_factory=set)
+    used: dict[str, float] = field(default_factory=dict)
     workdirs: dict[str, int] = field(default_factory=dict)
 
 
@@ -121,7 +130,7 @@ def survey(base: str | os.PathLike[str]) -> Survey:
     found = Survey()
     modules, build = os.path.join(base, "modules"), os.path.join(base, "build")
     for area in AREAS:
-        for directory, names, size in directories(Path(base, area)):
+        for directory, names, size, times in directories(Path(base, area)):
             found.total += size
             below = _two_below(directory, modules)
             if len(below) >= 2:
@@ -129,6 +138,8 @@ def survey(base: str | os.PathLike[str]) -> Survey:
                 found.entries[entry] = found.entries.get(entry, 0) + size
                 if len(below) == 2 and "manifest.json" in names:
                     found.complete.add(entry)
+                if len(below) == 2 and (LAST_USE in times or "manifest.json" in times):
+                    found.used[entry] = times.get(LAST_USE, times.get("manifest.json", 0.0))
             below = _two_below(directory, build)
             if below and not below[0].startswith("."):
                 work = os.path.join(build, below[0])
