@@ -66,7 +66,8 @@ def _functions(names: list[str], shown: int = 3) -> str:
 def _print_info(info: dict[str, Any]) -> None:
     from ..store.limits import format_age, format_size
 
-    print(f"cache: {info['root']} ({human_size(info['total_bytes'])}, limit {format_size(info['limit_bytes'])})")
+    limit = "no limit" if info["limit_bytes"] is None else f"limit {format_size(info['limit_bytes'])}"
+    print(f"cache: {info['root']} ({human_size(info['total_bytes'])}, {limit})")
     entries = info["modules"]
     if not entries:
         print("  no entries")
@@ -88,7 +89,7 @@ def _print_info(info: dict[str, Any]) -> None:
 
 
 def _print_prune(result: dict[str, Any]) -> None:
-    from ..store.limits import format_age, format_size
+    from ..store.limits import format_age
 
     def label(r: dict[str, Any]) -> str:
         return f"{r['name']} {r['key'][:12]}" if r["kind"] == "entry" else f"{r['name']} (work directory)"
@@ -100,7 +101,7 @@ def _print_prune(result: dict[str, Any]) -> None:
         print(f"kept {label(r)} ({human_size(r['size_bytes'])}): {r['reason']}")
     n = len(result["removed"])
     print(f"removed {n} item{'' if n == 1 else 's'} ({human_size(result['freed_bytes'])}); the cache holds "
-          f"{human_size(result['total_bytes'])} (limit {format_size(result['limit_bytes'])})")
+          f"{human_size(result['total_bytes'])}")
 
 
 def run(args: dict[str, Any]) -> int:
