@@ -14,7 +14,9 @@ Layout under the cache root (see :func:`kernix.paths.cache_root`)::
     toolchain/<kind>-<stamp>.rec               what compilers said about themselves (files.py)
 
 The cache is kept within a size limit (limits.py) by evicting the least
-recently used entries after each build (prune.py).  ``.rec`` files are records (files.py: marshal'd plain data behind a magic
+recently used entries after each build (prune.py).
+
+``.rec`` files are records (files.py: marshal'd plain data behind a magic
 line, read without importing json); manifests are JSON.
 
 Every directory is created private to the user (``0o755``, never writable by

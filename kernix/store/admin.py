@@ -199,7 +199,8 @@ class Clearing:
         also = f" and {more} more path{'s' if more > 1 else ''}" if more else ""
         entries = f"{self.removed} cache entr{'y' if self.removed == 1 else 'ies'}"
         advice = _clear_advice(self.base, path, exc, again)
-        return f"{call} removed {entries} but could not remove {printable(path)} ({exc.strerror or exc}){also}. {advice}"
+        return (f"{call} removed {entries} but could not remove {printable(path)} ({exc.strerror or exc}){also}. "
+                f"{advice}")
 
 
 def _clear_advice(base: Path, path: str, exc: OSError, again: str) -> str:

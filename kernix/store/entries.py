@@ -51,8 +51,9 @@ class Lookup:
         The usable entry, or ``None`` on a miss.
     reason
         ``"hit"``, or why the entry was not used: ``"no entry"`` (also for one
-        removed while it was read: a ``kernix cache clear``, an eviction), ``"P changed
-        since it was cached"``, ``"P changed during the build"``, ``"damaged: ..."``.
+        removed while it was read: a ``kernix cache clear``, an eviction),
+        ``"P changed since it was cached"``, ``"P changed during the build"``,
+        ``"damaged: ..."``.
     damaged
         Whether the entry exists but cannot be used as it is (the caller rebuilds it).
     """
@@ -71,8 +72,9 @@ def lookup(root: Path, name: str, key: str, *, warn: bool = True) -> Lookup:
     """Look up the entry for ``key``.
 
     A hit's manifest holds a lease on the entry while it lives (see
-    :mod:`kernix.store.usage`), and the entry's use is recorded.  A damaged entry (unreadable manifest, missing or altered library) is a
-    miss, so the caller rebuilds it, and (with ``warn``) a ``RuntimeWarning``.
+    :mod:`kernix.store.usage`), and the entry's use is recorded.  A damaged
+    entry (unreadable manifest, missing or altered library) is a miss, so the
+    caller rebuilds it, and (with ``warn``) a ``RuntimeWarning``.
 
     Raises
     ------

@@ -26,8 +26,9 @@ and beside it ``functions.json``: the JSON list of the functions' specs in
 export order (:meth:`kernix.spec.FunctionSpec.to_json`), and ``last-use``, an
 empty file whose modification time is the entry's last use and on which a
 process that holds the entry holds a lease (:mod:`kernix.store.usage`), both
-written before the manifest.  As in ccache's manifests, the headers a build read are only known
-after compiling, so they are recorded here and re-checked at every look-up.
+written before the manifest.  As in ccache's manifests, the headers a build
+read are only known after compiling, so they are recorded here and re-checked
+at every look-up.
 
 Reading a manifest checks what a load uses (library name, function names,
 handler symbols); the specs are read, matched against ``specs_sha256`` and
