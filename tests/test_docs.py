@@ -344,7 +344,7 @@ def test_every_environment_variable_is_documented() -> None:
 # stream only in CUDA functions. A block that shows other forms on purpose (the inference rules)
 # carries `:class: signature-forms`.
 
-_ANNOTATION = re.compile(r"^[ \t]*//[ \t]*@BE[ \t]+\S.*$", re.M)
+_ANNOTATION = re.compile(r"^[ \t]*//[ \t]*@BE[ \t]+\S.*$", re.MULTILINE)
 _TENSOR = r"(?:BE::)?(?:Tensor|TensorOf<[^<>]*>)"
 _BY_VALUE_OUTPUT = re.compile(rf"^{_TENSOR}\s+\w+$")
 _BY_VALUE_INPUT = re.compile(rf"^(?:const\s+{_TENSOR}|{_TENSOR}\s+const)\s+\w+$")
@@ -412,7 +412,7 @@ def _sources_shown() -> list[tuple[str, str, bool]]:
             elif b.lang in ("python", "python3", "py"):
                 found += [(b.where, s, bool(_CUDA_SOURCE.search(s))) for s in _python_strings(b.code)]
     readme = (REPO / "README.md").read_text()
-    for m in re.finditer(r"^```(\w*)\n(.*?)^```", readme, re.M | re.S):
+    for m in re.finditer(r"^```(\w*)\n(.*?)^```", readme, re.MULTILINE | re.DOTALL):
         where = f"README.md:{readme[:m.start()].count(chr(10)) + 1}"
         if m.group(1) in ("cpp", "c++", "cuda"):
             found.append((where, m.group(2), m.group(1) == "cuda" or bool(_CUDA_SOURCE.search(m.group(2)))))
