@@ -7,9 +7,9 @@ Conventions in ``docs/**/*.rst`` (see ``docs/contributing/testing-the-docs.rst``
   process whose working directory is an empty temporary directory and whose
   ``KERNIX_CACHE_DIR`` is a temporary cache of its own (a page may clear it,
   and count what it clears).
-* A runnable block in another language with a ``:caption:`` (``cpp``,
-  ``cuda``, ``text``) is a file: it is written, at that point of the page, to
-  the path the caption names.
+* A runnable block with a ``:caption:`` (``cpp``, ``cuda``, ``text``, and
+  ``python``: a module the page imports) is a file: it is written, at that
+  point of the page, to the path the caption names, and not run.
 * ``.. code-block:: console`` with ``:class: runnable``: each ``$ command`` is
   run by the shell and its output (stdout and stderr) must be the lines after
   it.
@@ -127,7 +127,7 @@ def page_steps(blocks: list[Block]) -> list[Step]:
         previous = None
         if "runnable" not in b.classes:
             continue
-        if b.lang in ("python", "python3", "py"):
+        if b.lang in ("python", "python3", "py") and "caption" not in b.options:
             previous = Step(b, "python")
             steps.append(previous)
         elif b.lang == "console":
@@ -338,6 +338,27 @@ def test_every_environment_variable_is_documented() -> None:
     missing = sorted(n for n in names if f"``{n}``" not in text)
     assert not missing, f"docs/reference/environment.rst does not document: {missing}"
 
+
+
+def test_troubleshooting_quotes_the_toolchain_errors(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The two messages docs/troubleshooting.rst shows without running them (a machine that has
+    the tools cannot show them) are what kernix raises when the tool is not found."""
+    from kernix.backend import toolchain
+    from kernix.errors import ToolchainError
+
+    text = (DOCS / "troubleshooting.rst").read_text()
+    for var in ("KERNIX_NVCC", "CUDA_HOME", "CUDA_PATH", "CXX"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no compiler on PATH
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])  # and no nvidia-cuda-nvcc wheel
+    toolchain.forget()
+    try:
+        for find in (toolchain.find_nvcc, toolchain.find_host_compiler):
+            with pytest.raises(ToolchainError) as info:
+                find()
+            assert f"\n   ToolchainError: {info.value}\n" in text, f"docs/troubleshooting.rst lacks: {info.value}"
+    finally:
+        toolchain.forget()
 
 # One style of exported signature throughout the docs, the README and examples/ (that of
 # docs/reference/arg-spec.rst): inputs `const BE::Tensor& x`, outputs `BE::Tensor& out`, and a

@@ -87,7 +87,7 @@ class InferResult:
         """Issue each of :attr:`warnings` as an :class:`~kernix.AnnotationWarning`
         at its own file and line (the comment in the user's source), in the
         module of the first caller outside kernix (the user's load): see
-        :func:`kernix.requested.warn_at`."""
+        ``kernix.requested.warn_at``."""
         for w in self.warnings:
             warn_at(w.format(), AnnotationWarning, w.file or self.path, w.line)
 
