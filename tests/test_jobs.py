@@ -9,12 +9,12 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES
 
 from kernix.backend import jobs, ninja
 from kernix.backend.flags import BuildConfig
 from kernix.cli import main
 from kernix.errors import CompilationError, OptionError
-from helpers import FIXTURES
 
 
 @pytest.fixture(autouse=True)

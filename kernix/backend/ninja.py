@@ -390,7 +390,8 @@ def compile_library(
     except BaseException:
         progress.finish(None)
         raise
-    summary = f"built {what}: {progress.compiled} of {len(units) + len(chunks)} units compiled in {progress.elapsed():.2f} s"
+    total = len(units) + len(chunks)
+    summary = f"built {what}: {progress.compiled} of {total} units compiled in {progress.elapsed():.2f} s"
     progress.finish(summary)  # (first: a log handler writing to stderr then starts on a line of its own)
     logging.getLogger("kernix").info(summary)
     deps: set[str] = {os.path.abspath(s) for s, _ in units}

@@ -198,6 +198,8 @@ class BuildProgress:
         self._visible = True
 
     def _write(self, text: str) -> None:
+        if self.stream is None:  # (sys.stderr is None under pythonw and some service managers)
+            return
         self.stream.write(text)
         self.stream.flush()
 
