@@ -105,8 +105,8 @@ _LAZY = {
 __all__ = [
     "__version__", "register_ffi_target", "AnnotationWarning", "ArgSpecError", "CacheError", "CallError",
     "CheckError", "CompilationError", "InferenceError", "InvalidNameError", "KernixError", "OptionError",
-    "PrebuiltError", "RegistrationError", "ReloadWarning", "SourceError", "SourceNotFoundError", "ToolchainError", "language_of",
-    "cache_root", "set_cache_dir", *_LAZY,
+    "PrebuiltError", "RegistrationError", "ReloadWarning", "SourceError", "SourceNotFoundError", "ToolchainError",
+    "language_of", "cache_root", "set_cache_dir", *_LAZY,
 ]
 
 

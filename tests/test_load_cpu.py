@@ -284,7 +284,8 @@ def test_different_content_under_a_registered_name_loads_beside_it(ops, tmp_path
     #include "kernix/common.h"
     // @BE vector_add
     void vector_add(const BE::Tensor a, const BE::Tensor b, BE::Tensor out) {
-      for (int64_t i = 0; i < a.numel(); ++i) out.data_ptr<float>()[i] = a.data_ptr<float>()[i] - b.data_ptr<float>()[i];
+      const float* x = a.data_ptr<float>();
+      for (int64_t i = 0; i < a.numel(); ++i) out.data_ptr<float>()[i] = x[i] - b.data_ptr<float>()[i];
     }
     """
     target = f"{ops.name}.vector_add"
