@@ -108,7 +108,8 @@ def load_cuda_inline(
     build_directory : str, optional
         Use this directory instead of the cache root.
     verbose : bool
-        Print every compiler command and its output.
+        Print every compiler command and its output on stderr as the build
+        runs, then a summary line.
     compute_capability : str, optional
         GPU architecture (e.g. ``"sm_90"``); detected when ``None``.
     force_rebuild : bool
@@ -118,7 +119,8 @@ def load_cuda_inline(
     target_prefix : str, optional
         Prefix of the FFI target names.
     ninja_workers : int, optional
-        Parallel compile jobs (default: all CPUs).
+        Parallel compile jobs (default: ``$KERNIX_JOBS``, else the CPUs this
+        process may run on).
     optimization_level : int
         ``-O<n>`` for host and device code (0-3). Default 3.
     use_fast_math : bool

@@ -215,7 +215,8 @@ def build_module(
     allow_cuda_graph : bool
         Mark the CUDA handlers command-buffer compatible.
     workers : int, optional
-        Parallel compile jobs.
+        Parallel compile jobs (default: ``$KERNIX_JOBS``, else the CPUs this
+        process may run on).
     verbose : bool
         Print every compiler command.
 
@@ -277,7 +278,7 @@ def build_module(
     if config.platform == "cuda":
         compilers.append(toolchain.find_nvcc().identity)
     with tempfile.TemporaryDirectory(prefix=f"kernix-build-{name}-") as work:
-        result = compile_library(Path(work), exported, config, workers=workers, verbose=verbose)
+        result = compile_library(Path(work), exported, config, workers=workers, verbose=verbose, name=name)
         built = result.so_path
         headers = source_headers(srcs, result.dependencies)
         digest = file_digest(built)
