@@ -40,6 +40,7 @@ from .errors import (
     OptionError,
     PrebuiltError,
     RegistrationError,
+    ReloadWarning,
     SourceError,
     SourceNotFoundError,
     ToolchainError,
@@ -65,7 +66,10 @@ def register_ffi_target(module: CompiledModule, target_prefix: str | None = None
     -------
     list of str
         The target names, ``"<target_prefix or module name>.<function>"``;
-        registering the same code again is a no-op.
+        registering the same code again is a no-op.  Where this process has
+        registered such a name with other code, the function is registered
+        under its content-versioned name (``"...<function>@<12 hex>"``)
+        instead, and a :class:`ReloadWarning` says so.
     """
     return module.register(target_prefix)
 
@@ -102,8 +106,8 @@ _LAZY = {
 __all__ = [
     "__version__", "register_ffi_target", "AnnotationWarning", "ArgSpecError", "CacheError", "CallError",
     "CheckError", "CompilationError", "InferenceError", "InvalidNameError", "KernixError", "OptionError",
-    "PrebuiltError", "RegistrationError", "SourceError", "SourceNotFoundError", "ToolchainError", "language_of",
-    "cache_root", "set_cache_dir", *_LAZY,
+    "PrebuiltError", "RegistrationError", "ReloadWarning", "SourceError", "SourceNotFoundError", "ToolchainError",
+    "language_of", "cache_root", "set_cache_dir", *_LAZY,
 ]
 
 

@@ -295,7 +295,8 @@ def _build_in_work_dir(
         fixed[str(request.sources[0])] = hashlib.sha256(text).hexdigest()
     with work_directory(request.root, request.name, fresh=fresh, stamp=stamp, verbose=request.verbose) as build_dir:
         report.note(f"{request.name}: building in {build_dir}", verbose=request.verbose)
-        result = compile_library(build_dir, exported, config, workers=request.ninja_workers, verbose=request.verbose)
+        result = compile_library(build_dir, exported, config, workers=request.ninja_workers, verbose=request.verbose,
+                                 name=request.name)
         inputs = settled_versions(result.dependencies, started, fixed)
         record_inputs(build_dir, stamp, inputs, started)
     return result.so_path, inputs

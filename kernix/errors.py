@@ -26,6 +26,7 @@ __all__ = [
     "RegistrationError",
     "PrebuiltError",
     "AnnotationWarning",
+    "ReloadWarning",
     *(
         "BrainEventError KernelError KernelCompilationError KernelToolchainError NvccNotFoundError "
         "HostCompilerNotFoundError HeaderNotFoundError GpuArchDetectionError UnsupportedArchError "
@@ -231,6 +232,18 @@ class AnnotationWarning(KernixError, UserWarning):
     export is not exported.  The message names the file and line and what to
     write instead.  A :class:`KernixError` too, so that with warnings turned
     into errors it is caught like the others."""
+
+
+class ReloadWarning(KernixError, UserWarning):
+    """Code was loaded under an FFI target name that this process had already
+    registered with other code (a module edited and loaded again under the
+    same name).  XLA cannot replace a registered handler, so the plain name
+    ``"<prefix>.<function>"`` keeps running the code first loaded, and the
+    new module's functions call the new code under its content-versioned name
+    ``"<prefix>.<function>@<12 hex digits>"`` (``module.targets`` gives it).
+    Issued once per target name; the message names the new names, for code
+    that calls the target through ``jax.ffi.ffi_call`` itself.  A
+    :class:`KernixError` too, like :class:`AnnotationWarning`."""
 
 
 # brainevent's names for the same errors, so code written against it catches

@@ -5,6 +5,8 @@ kernix infers.  Pure Python; the grammar is :mod:`kernix.spec`'s."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 import warnings
 from typing import Any, Mapping, Sequence
 
@@ -12,7 +14,7 @@ from .errors import ArgSpecError, SourceError
 from .names import check_function_name
 from .spec import FunctionSpec, Param, parse_arg_spec
 
-__all__ = ["InputDeclaredOnNonConstTensor", "Requested", "check_spec_matches", "normalize_functions"]
+__all__ = ["InputDeclaredOnNonConstTensor", "Requested", "check_spec_matches", "normalize_functions", "warn_at"]
 
 
 #: Half-precision attribute dtypes that may name a ``uint16_t`` parameter:
@@ -23,6 +25,48 @@ _HALF_BITS_DTYPES = ("float16", "bfloat16")
 class InputDeclaredOnNonConstTensor(UserWarning):
     """An explicit ``"arg"`` names a non-const ``BE::Tensor&``: the function
     could write to a buffer XLA considers an input."""
+
+
+#: The kernix package's directory: its frames are never where a warning points.
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+#: One "already shown" registry per source file, as Python keeps one per module.
+_REGISTRIES: dict[str, dict[Any, Any]] = {}
+
+
+def warn_at(message: str, category: type[Warning], file: str, line: int) -> None:
+    """Issue a warning about a place in a user's source, attributed to that place.
+
+    Python shows it as ``FILE:LINE: Category: message`` followed by that line
+    of the source, and ``warnings.catch_warnings(record=True)`` gives
+    ``filename=file`` and ``lineno=line``.  Its module (what
+    ``-W action:message:category:module`` and ``filterwarnings(module=...)``
+    match) is that of the first caller outside kernix, the code that asked for
+    the load.  Under the default action it is shown once per file, line and
+    message, so two different warnings at one line are both shown.  Without a
+    ``file`` it points at that caller's line instead.
+
+    Parameters
+    ----------
+    message
+        The text (it keeps its ``FILE:LINE:COL:`` prefix, so the exception
+        raised under ``-W error`` names the place too).
+    category
+        The warning class.
+    file, line
+        The place in the user's source (``line`` 1-based, 0 when unknown).
+    """
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+    module = frame.f_globals.get("__name__", "__main__") if frame is not None else "kernix"
+    if file:
+        registry = _REGISTRIES.setdefault(file, {})
+    elif frame is not None:
+        file, line = frame.f_code.co_filename, frame.f_lineno
+        registry = frame.f_globals.setdefault("__warningregistry__", {})
+    else:
+        file, registry = "<unknown>", {}
+    warnings.warn_explicit(message, category, file, line, module=module, registry=registry)
 
 
 def check_spec_matches(
@@ -88,13 +132,12 @@ def check_spec_matches(
                 param = dataclasses.replace(param, role="inout")
             elif tok.role == "arg" and param.role == "ret" and param.kind == "tensor":
                 if "&" in param.type:
-                    warnings.warn(
+                    warn_at(
                         f"{spec.file or '<source>'}:{spec.line}: {source} arg_spec of {spec.name!r} calls "
                         f"parameter {param.name!r} (type '{param.type}') an input; it is a non-const "
                         "reference, so the function could write to an input buffer: declare it "
                         "`const BE::Tensor&`",
-                        InputDeclaredOnNonConstTensor,
-                        stacklevel=2,
+                        InputDeclaredOnNonConstTensor, spec.file, spec.line,
                     )
                 param = dataclasses.replace(param, role="arg")
             else:

@@ -7,9 +7,9 @@ Conventions in ``docs/**/*.rst`` (see ``docs/contributing/testing-the-docs.rst``
   process whose working directory is an empty temporary directory and whose
   ``KERNIX_CACHE_DIR`` is a temporary cache of its own (a page may clear it,
   and count what it clears).
-* A runnable block in another language with a ``:caption:`` (``cpp``,
-  ``cuda``, ``text``) is a file: it is written, at that point of the page, to
-  the path the caption names.
+* A runnable block with a ``:caption:`` (``cpp``, ``cuda``, ``text``, and
+  ``python``: a module the page imports) is a file: it is written, at that
+  point of the page, to the path the caption names, and not run.
 * ``.. code-block:: console`` with ``:class: runnable``: each ``$ command`` is
   run by the shell and its output (stdout and stderr) must be the lines after
   it.
@@ -127,7 +127,7 @@ def page_steps(blocks: list[Block]) -> list[Step]:
         previous = None
         if "runnable" not in b.classes:
             continue
-        if b.lang in ("python", "python3", "py"):
+        if b.lang in ("python", "python3", "py") and "caption" not in b.options:
             previous = Step(b, "python")
             steps.append(previous)
         elif b.lang == "console":
@@ -337,3 +337,136 @@ def test_every_environment_variable_is_documented() -> None:
     text = (DOCS / "reference" / "environment.rst").read_text()
     missing = sorted(n for n in names if f"``{n}``" not in text)
     assert not missing, f"docs/reference/environment.rst does not document: {missing}"
+
+
+
+def test_troubleshooting_quotes_the_toolchain_errors(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The two messages docs/troubleshooting.rst shows without running them (a machine that has
+    the tools cannot show them) are what kernix raises when the tool is not found."""
+    from kernix.backend import toolchain
+    from kernix.errors import ToolchainError
+
+    text = (DOCS / "troubleshooting.rst").read_text()
+    for var in ("KERNIX_NVCC", "CUDA_HOME", "CUDA_PATH", "CXX"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no compiler on PATH
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])  # and no nvidia-cuda-nvcc wheel
+    toolchain.forget()
+    try:
+        for find in (toolchain.find_nvcc, toolchain.find_host_compiler):
+            with pytest.raises(ToolchainError) as info:
+                find()
+            assert f"\n   ToolchainError: {info.value}\n" in text, f"docs/troubleshooting.rst lacks: {info.value}"
+    finally:
+        toolchain.forget()
+
+# One style of exported signature throughout the docs, the README and examples/ (that of
+# docs/reference/arg-spec.rst): inputs `const BE::Tensor& x`, outputs `BE::Tensor& out`, and a
+# stream only in CUDA functions. A block that shows other forms on purpose (the inference rules)
+# carries `:class: signature-forms`.
+
+_ANNOTATION = re.compile(r"^[ \t]*//[ \t]*@BE[ \t]+\S.*$", re.MULTILINE)
+_TENSOR = r"(?:BE::)?(?:Tensor|TensorOf<[^<>]*>)"
+_BY_VALUE_OUTPUT = re.compile(rf"^{_TENSOR}\s+\w+$")
+_BY_VALUE_INPUT = re.compile(rf"^(?:const\s+{_TENSOR}|{_TENSOR}\s+const)\s+\w+$")
+_STREAM = re.compile(r"\bcudaStream_t\b|^(?:const\s+)?(?:std::)?int64_t\s+stream$")
+_CUDA_SOURCE = re.compile(r"__global__|<<<|#\s*include\s*<cu")
+#: Files kept as another project wrote them: the reference's GPU tutorial, run unchanged
+#: with kernix (tests/test_gpu.py), in the reference's by-value style.
+_VERBATIM = {"examples/seed_gpu_tutorial.py"}
+
+
+def _parameters(declaration: str) -> list[str]:
+    """The parameters of the first function declarator in ``declaration``, split at
+    top-level commas, each with its default argument and extra blanks removed."""
+    start = declaration.find("(")
+    params, depth, current = [], 0, ""
+    for ch in declaration[start + 1:]:
+        if ch in "(<[":
+            depth += 1
+        elif ch in ")>]":
+            if depth == 0:
+                break
+            depth -= 1
+        if ch == "," and depth == 0:
+            params.append(current)
+            current = ""
+        else:
+            current += ch
+    params.append(current)
+    return [" ".join(p.split("=")[0].split()) for p in params if p.strip()]
+
+
+def signature_problems(source: str, cuda: bool) -> list[str]:
+    """What in the exported signatures of ``source`` departs from the docs' style."""
+    problems = []
+    for m in _ANNOTATION.finditer(source):
+        declaration = re.split(r"[{;]", source[m.end():], maxsplit=1)[0]
+        name = re.search(r"@BE[ \t]+(\w+)", m.group(0)).group(1)
+        for p in _parameters(declaration):
+            if _BY_VALUE_OUTPUT.match(p):
+                kind, _, param = p.rpartition(" ")
+                problems.append(f"{name}: output `{p}` by value: declare it `{kind}& {param}`")
+            elif _BY_VALUE_INPUT.match(p):
+                kind, _, param = p.replace(" const ", " ").removeprefix("const ").rpartition(" ")
+                problems.append(f"{name}: input `{p}` by value: declare it `const {kind}& {param}`")
+            elif not cuda and _STREAM.search(p):
+                problems.append(f"{name}: `{p}` in a C++ (CPU) function: a stream belongs to CUDA functions")
+    return problems
+
+
+def _python_strings(code: str) -> list[str]:
+    return [n.value for n in ast.walk(ast.parse(code))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and "@BE" in n.value]
+
+
+def _sources_shown() -> list[tuple[str, str, bool]]:
+    """(where, source, is CUDA) for every C++/CUDA source in the docs, README.md and examples/."""
+    found = []
+    for blocks in all_pages().values():
+        for b in blocks:
+            if "signature-forms" in b.classes:
+                continue
+            if b.lang in ("cpp", "c++", "cuda"):
+                cuda = b.lang == "cuda" or b.options.get("caption", "").endswith(".cu")
+                found.append((b.where, b.code, cuda))
+            elif b.lang in ("python", "python3", "py"):
+                found += [(b.where, s, bool(_CUDA_SOURCE.search(s))) for s in _python_strings(b.code)]
+    readme = (REPO / "README.md").read_text()
+    for m in re.finditer(r"^```(\w*)\n(.*?)^```", readme, re.MULTILINE | re.DOTALL):
+        where = f"README.md:{readme[:m.start()].count(chr(10)) + 1}"
+        if m.group(1) in ("cpp", "c++", "cuda"):
+            found.append((where, m.group(2), m.group(1) == "cuda" or bool(_CUDA_SOURCE.search(m.group(2)))))
+        elif m.group(1) == "python":
+            found += [(where, s, bool(_CUDA_SOURCE.search(s))) for s in _python_strings(m.group(2))]
+    for path in sorted((REPO / "examples").rglob("*")):
+        rel = path.relative_to(REPO).as_posix()
+        if rel in _VERBATIM:
+            continue
+        if path.suffix == ".py":
+            found += [(rel, s, bool(_CUDA_SOURCE.search(s))) for s in _python_strings(path.read_text())]
+        elif path.suffix in (".cpp", ".cc", ".cxx", ".cu"):
+            found.append((rel, path.read_text(), path.suffix == ".cu"))
+    return found
+
+
+def test_signature_style_check_finds_what_it_should() -> None:
+    bad = ("// @BE f\nvoid f(const BE::Tensor x, BE::Tensor out, BE::TensorOf<float> o2,\n"
+           "       float a = 1, int64_t stream) {}\n// @BE g\nvoid g(const BE::Tensor& x, BE::Tensor& y, cudaStream_t s);\n")
+    assert signature_problems(bad, cuda=False) == [
+        "f: input `const BE::Tensor x` by value: declare it `const BE::Tensor& x`",
+        "f: output `BE::Tensor out` by value: declare it `BE::Tensor& out`",
+        "f: output `BE::TensorOf<float> o2` by value: declare it `BE::TensorOf<float>& o2`",
+        "f: `int64_t stream` in a C++ (CPU) function: a stream belongs to CUDA functions",
+        "g: `cudaStream_t s` in a C++ (CPU) function: a stream belongs to CUDA functions",
+    ]
+    assert signature_problems(bad, cuda=True) == signature_problems(bad, cuda=False)[:3]
+    good = "// @BE h (n)->(n)\nvoid h(const BE::TensorOf<float>& x, BE::Tensor& y, float a, int64_t steps) {}\n"
+    assert signature_problems(good, cuda=False) == []
+
+
+def test_examples_share_one_signature_style() -> None:
+    sources = _sources_shown()
+    assert len(sources) >= 30  # the docs, README.md and examples/ are all read
+    problems = [f"{where}: {p}" for where, src, cuda in sources for p in signature_problems(src, cuda)]
+    assert not problems, "\n".join(problems)

@@ -240,20 +240,31 @@ def test_same_content_again_is_a_noop(ops):
     np.testing.assert_array_equal(again.vector_add(ones, ones, out=like(ones)), [2.0, 2.0])
 
 
-def test_a_conflict_registers_none_of_the_module(ops, tmp_path):
-    # A module whose second function clashes with a registered target leaves its
-    # first function unregistered too, so loading it again under a free prefix works.
+def test_a_module_under_a_taken_prefix_is_versioned_only_where_taken(ops, tmp_path):
+    # A module whose second function has other code under a registered target: that
+    # one is registered under its content-versioned name, the first (a name still
+    # free) under its plain name, and the module loaded first keeps its code.
     src = """
     #include "kernix/common.h"
     // @BE fresh_one
-    void fresh_one(const BE::Tensor a, BE::Tensor out) {}
-    // @BE vector_add
-    void vector_add(const BE::Tensor a, const BE::Tensor b, BE::Tensor out) {}
+    void fresh_one(const BE::Tensor a, BE::Tensor out) {
+      for (int64_t i = 0; i < a.numel(); ++i) out.data_ptr<float>()[i] = 7.0f;
+    }
+    // @BE split_impl
+    void split_impl(const BE::Tensor x, BE::Tensor out) {
+      for (int64_t i = 0; i < x.numel(); ++i) out.data_ptr<float>()[i] = 10 * x.data_ptr<float>()[i];
+    }
     """
-    with pytest.raises(kernix.RegistrationError, match=f"'{ops.name}.vector_add'"):
-        kernix.load_cpp_inline(ops.name + "_clash", src, build_directory=tmp_path, target_prefix=ops.name)
-    assert f"{ops.name}.fresh_one" not in kernix.list_registered_targets()
-    assert f"{ops.name}.vector_add" in kernix.list_registered_targets()
+    taken = f"{ops.name}.split_impl"
+    with pytest.warns(kernix.ReloadWarning, match=rf"'{taken}' \(cpu\) is already registered.*"
+                                                  rf"'{taken}' -> '{taken}@[0-9a-f]{{12}}'"):
+        clash = kernix.load_cpp_inline(ops.name + "_clash", src, build_directory=tmp_path, target_prefix=ops.name)
+    assert clash.targets == {"fresh_one": f"{ops.name}.fresh_one", "split_impl": f"{taken}@{clash.digest[:12]}"}
+    assert kernix.list_registered_targets()[f"{ops.name}.fresh_one"] == "cpu"
+    x = jnp.ones(2, jnp.float32)
+    np.testing.assert_array_equal(clash.split_impl(x, out=like(x)), [10.0, 10.0])
+    np.testing.assert_array_equal(clash.fresh_one(x, out=like(x)), [7.0, 7.0])
+    np.testing.assert_array_equal(ops.split_impl(x, out=like(x)), [-1.0, -1.0])
 
 
 def test_a_missing_handler_symbol_registers_none_of_the_library(ops):
@@ -268,19 +279,28 @@ def test_a_missing_handler_symbol_registers_none_of_the_library(ops):
     assert not [t for t in kernix.list_registered_targets() if t.startswith(prefix)]
 
 
-def test_different_content_under_registered_name_raises(ops, tmp_path):
+def test_different_content_under_a_registered_name_loads_beside_it(ops, tmp_path):
     src = """
     #include "kernix/common.h"
     // @BE vector_add
-    void vector_add(const BE::Tensor a, const BE::Tensor b, BE::Tensor out) {}
+    void vector_add(const BE::Tensor a, const BE::Tensor b, BE::Tensor out) {
+      const float* x = a.data_ptr<float>();
+      for (int64_t i = 0; i < a.numel(); ++i) out.data_ptr<float>()[i] = x[i] - b.data_ptr<float>()[i];
+    }
     """
-    with pytest.raises(kernix.RegistrationError, match=f"'{ops.name}.vector_add'.*target_prefix"):
-        kernix.load_cpp_inline(ops.name, src, build_directory=tmp_path)
-    # Under another prefix it loads, and the first module still works.
-    other = kernix.load_cpp_inline(ops.name, src, build_directory=tmp_path, target_prefix=unique_name("other"))
-    assert other.targets["vector_add"] != ops.targets["vector_add"]
+    target = f"{ops.name}.vector_add"
+    with pytest.warns(kernix.ReloadWarning, match=rf"'{target}' -> '{target}@[0-9a-f]{{12}}'.*module.targets"):
+        edited = kernix.load_cpp_inline(ops.name, src, build_directory=tmp_path)
+    assert edited.targets["vector_add"] == f"{target}@{edited.digest[:12]}"
+    assert ops.targets["vector_add"] == target
+    # The new module runs the new code, the first module (and its plain target name) the first code.
     ones = jnp.ones(2, jnp.float32)
+    np.testing.assert_array_equal(edited.vector_add(ones, ones, out=like(ones)), [0.0, 0.0])
     np.testing.assert_array_equal(ops.vector_add(ones, ones, out=like(ones)), [2.0, 2.0])
+    np.testing.assert_array_equal(jax.ffi.ffi_call(target, like(ones))(ones, ones), [2.0, 2.0])
+    # Under another prefix it loads under the plain name.
+    other = kernix.load_cpp_inline(ops.name, src, build_directory=tmp_path, target_prefix=unique_name("other"))
+    assert other.targets["vector_add"] == f"{other.target_prefix}.vector_add"
 
 
 def test_a_bool_attribute_must_be_a_scalar():

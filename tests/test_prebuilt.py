@@ -747,3 +747,15 @@ def test_concurrent_builds_into_one_directory_leave_one_module(tmp_path, monkeyp
     manifest = PrebuiltManifest.read(out)
     assert sorted(os.listdir(out)) == sorted([MANIFEST_NAME, manifest.library])
     kernix.load_prebuilt(out, target_prefix=unique_name("conc"))
+
+
+def test_build_module_refuses_a_fifo_or_a_directory_as_a_source_by_what_it_is(tmp_path):
+    """A source that is there but not a regular file is named for what it is, not "not found"."""
+    fifo, folder = tmp_path / "pipe.cpp", tmp_path / "folder.cpp"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    for path, what in ((fifo, "is a FIFO (named pipe)"), (folder, "is a directory")):
+        with pytest.raises(kernix.SourceNotFoundError, match=rf"{path}.* {what.replace('(', '[(]').replace(')', '[)]')}"):
+            kernix.build_module([path], tmp_path / "out")
+    with pytest.raises(kernix.SourceNotFoundError, match="source file not found"):
+        kernix.build_module([tmp_path / "missing.cpp"], tmp_path / "out")

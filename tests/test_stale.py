@@ -47,22 +47,6 @@ void add_k(const BE::Tensor x, BE::Tensor out) {
 """
 
 
-@pytest.fixture(autouse=True)
-def _tool_answers_of_this_environment():
-    """Forget what this process remembered about the tools around each test: these
-    tests change the compilers' environment (``CPLUS_INCLUDE_PATH``, ``CUDA_HOME``),
-    and the inference keeps the host compiler's search list for the process."""
-    from kernix.frontend import clangparse, compiler_view
-
-    def forget() -> None:
-        toolchain.forget()
-        compiler_view.forget()
-        clangparse.host_cxx_include_dirs.cache_clear()
-        clangparse.cuda_dirs.cache_clear()
-
-    forget()
-    yield
-    forget()
 
 
 def _values(mod: kernix.CompiledModule) -> list[float]:

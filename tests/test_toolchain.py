@@ -239,17 +239,17 @@ def test_a_fixed_compiler_is_asked_again(tmp_path: Path, monkeypatch: pytest.Mon
     cxx = _script(tmp_path / "bin" / "cxx", f'[ -e {broken} ] && exit 1\nexec g++ "$@"\n')
     monkeypatch.setenv("CXX", str(cxx))
     monkeypatch.setenv("KERNIX_CACHE_DIR", str(tmp_path / "cache"))
-    clangparse.host_cxx_include_dirs.cache_clear()
+    clangparse._host_cxx_include_dirs.cache_clear()
     try:
         with pytest.raises(ToolchainError, match="exit code 1"):
             toolchain.check_host_compiler()
         assert clangparse.host_cxx_include_dirs() == ()
         broken.unlink()
-        clangparse.host_cxx_include_dirs.cache_clear()
+        clangparse._host_cxx_include_dirs.cache_clear()
         toolchain.check_host_compiler()
         assert clangparse.host_cxx_include_dirs()
     finally:
-        clangparse.host_cxx_include_dirs.cache_clear()
+        clangparse._host_cxx_include_dirs.cache_clear()
 
 
 def test_cxx_naming_a_missing_file_says_how_to_fix_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

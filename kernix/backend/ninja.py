@@ -16,11 +16,11 @@ nothing goes through a user-controlled shell string.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -34,6 +34,8 @@ from ..store.files import atomic_write
 from . import codegen, toolchain
 from .flags import BuildConfig, compile_flags
 from .installation import own_header_dirs
+from .jobs import parallel_jobs
+from .progress import BuildProgress, progress_style, run_ninja
 
 __all__ = [
     "BuildConfig", "BuildResult", "OutputError", "compile_flags", "compile_library", "ninja_path", "read_depfile",
@@ -318,6 +320,7 @@ def compile_library(
     *,
     workers: int | None = None,
     verbose: bool = False,
+    name: str | None = None,
 ) -> BuildResult:
     """Generate, compile and link one module in ``build_dir``.
 
@@ -330,19 +333,30 @@ def compile_library(
     config
         Flags and platform.
     workers
-        Parallel compile jobs (``ninja -j``); default: all CPUs.
+        Parallel compile jobs (``ninja -j``); default:
+        :func:`kernix.backend.jobs.parallel_jobs` (``$KERNIX_JOBS``, else the
+        CPUs this process may run on).
     verbose
-        Print every command and its output.
+        Print every command and its output as ninja runs them.
+    name
+        The module's name, for the progress line and the log (default: the
+        build directory's name).
+
+    Every build logs one INFO line on the ``"kernix"`` logger (the module,
+    the units compiled of the module's total, the time taken); a long one
+    shows its progress on stderr (:mod:`kernix.backend.progress`).
 
     Raises
     ------
     CompilationError
         With the compiler's output, which names the user's files and lines.
     """
+    what = f"module {name or build_dir.name!r} ({config.platform})"
+    progress = BuildProgress(what, progress_style(sys.stderr, verbose=verbose), sys.stderr, echo=verbose)
     build_dir.mkdir(parents=True, exist_ok=True)
     ext = "cu" if config.platform == "cuda" else "cpp"
     flags = compile_flags(config)
-    jobs = workers if workers and workers > 0 else (os.cpu_count() or 1)
+    jobs = parallel_jobs(workers)
     for i, (source, fns) in enumerate(units):
         _write_if_changed(build_dir / f"shim_{i}.{ext}", codegen.shim_unit(os.path.abspath(source), fns))
     chunks = handler_chunks([fn for _, fns in units for fn in fns], jobs)
@@ -357,23 +371,29 @@ def compile_library(
     if verbose:
         cmd.append("-v")
         print("kernix:", shlex.join(cmd), file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
-    if verbose and proc.stdout:
-        print(proc.stdout, file=sys.stderr, end="", flush=True)
-    if proc.returncode != 0:
-        output = _trim_ninja_output(proc.stdout)
-        raise CompilationError(
-            _no_space_message(build_dir, output)
-            or _link_error_message(build_dir, output, [str(source) for source, _ in units])
-            or f"building {build_dir} failed (ninja exit code {proc.returncode})",
-            output=output,
-            command=cmd,
-        )
-    so_path = build_dir / "module.so"
     try:
-        elf.check_library(so_path, [codegen.handler_symbol(fn) for _, fns in units for fn in fns])
-    except elf.ElfError as exc:
-        raise OutputError(f"the build left an unusable library: {exc}") from None
+        returncode, stdout = run_ninja(cmd, progress)
+        if returncode != 0:
+            output = _trim_ninja_output(stdout)
+            raise CompilationError(
+                _no_space_message(build_dir, output)
+                or _link_error_message(build_dir, output, [str(source) for source, _ in units])
+                or f"building {build_dir} failed (ninja exit code {returncode})",
+                output=output,
+                command=cmd,
+            )
+        so_path = build_dir / "module.so"
+        try:
+            elf.check_library(so_path, [codegen.handler_symbol(fn) for _, fns in units for fn in fns])
+        except elf.ElfError as exc:
+            raise OutputError(f"the build left an unusable library: {exc}") from None
+    except BaseException:
+        progress.finish(None)
+        raise
+    total = len(units) + len(chunks)
+    summary = f"built {what}: {progress.compiled} of {total} units compiled in {progress.elapsed():.2f} s"
+    progress.finish(summary)  # (first: a log handler writing to stderr then starts on a line of its own)
+    logging.getLogger("kernix").info(summary)
     deps: set[str] = {os.path.abspath(s) for s, _ in units}
     objects = [f"shim_{i}.o" for i in range(len(units))] + [f"handlers_{k}.o" for k in range(len(chunks))]
     for obj in objects:

@@ -82,16 +82,22 @@ def _pip_nvcc() -> Path | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
 def _nvcc_found() -> tuple[str, str]:
-    """nvcc ``(as found, as used)``: only one found on ``PATH`` is used resolved."""
-    explicit = os.environ.get(NVCC_ENV)
+    """nvcc ``(as found, as used)``: only one found on ``PATH`` is used resolved.
+
+    Remembered per value of the variables that decide it, so a process that
+    changes ``$PATH`` or ``$CUDA_HOME`` finds the nvcc those now name."""
+    return _nvcc_found_in(*(os.environ.get(v) for v in (NVCC_ENV, "CUDA_HOME", "CUDA_PATH", "PATH")))
+
+
+@functools.lru_cache(maxsize=None)
+def _nvcc_found_in(explicit: str | None, cuda_home: str | None, cuda_path: str | None,
+                   _path: str | None) -> tuple[str, str]:
     if explicit:
         if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
             raise ToolchainError(f"${NVCC_ENV}={explicit!r} is not an executable file")
         return (os.path.abspath(explicit),) * 2
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        home = os.environ.get(var)
+    for home in (cuda_home, cuda_path):
         if home:
             cand = Path(home) / "bin" / "nvcc"
             if cand.is_file():
@@ -161,10 +167,14 @@ def cuda_cccl_include_dir() -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
 def _host_compiler_found() -> str:
-    """Where the host C++ compiler is found, symbolic links not resolved."""
-    explicit = os.environ.get("CXX")
+    """Where the host C++ compiler is found, symbolic links not resolved;
+    remembered per value of ``$CXX`` and ``$PATH``."""
+    return _host_compiler_found_in(os.environ.get("CXX"), os.environ.get("PATH"))
+
+
+@functools.lru_cache(maxsize=None)
+def _host_compiler_found_in(explicit: str | None, _path: str | None) -> str:
     if explicit:
         found = shutil.which(explicit)
         if not found:
@@ -302,5 +312,5 @@ def forget() -> None:
     """Forget what this process remembered about the toolchain (which nvcc and
     host compiler, their identities), so the next finder call looks again:
     after installing a compiler, or changing ``$CXX``/``$KERNIX_NVCC``."""
-    for cached in (_nvcc_found, _host_compiler_found, _identity_cached):
+    for cached in (_nvcc_found_in, _host_compiler_found_in, _identity_cached):
         cached.cache_clear()

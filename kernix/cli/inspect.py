@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..backend.jobs import parallel_jobs
 from ..errors import KernixError, SourceError
 from ..frontend.speccache import look_up
 from ..interface import command_line
@@ -35,7 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--no-cache", action="store_true", help="parse even when a cached result exists")
     p.add_argument("-j", "--jobs", type=int, default=0, metavar="N",
-                   help="parse up to N files at once (default: one per CPU)")
+                   help="parse up to N files at once (default: $KERNIX_JOBS, else one per CPU)")
 
 
 def _table(result: dict[str, Any]) -> str:
@@ -239,9 +240,8 @@ def run(args: dict[str, Any]) -> int:
     if problem is not None:
         print_error("inspect", problem)
         return 2
-    jobs = args["jobs"] or os.cpu_count() or 1
     try:
-        results = _infer_all(files, options, jobs)
+        results = _infer_all(files, options, parallel_jobs(args["jobs"]))
     except KernixError as exc:
         print_error("inspect", str(exc))
         return 2

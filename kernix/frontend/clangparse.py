@@ -50,7 +50,7 @@ from typing import Any, NamedTuple, Sequence
 from ..backend.toolchain import cuda_include_dirs, host_compiler_path
 from ..errors import SourceError, ToolchainError
 from ..paths import cache_root, include_dir
-from ..store.files import FileStat, remembered
+from ..store.files import FileStat, compiler_environment, remembered
 from . import compiler_view, pch
 from .leading import leading, leading_includes, leading_system_includes, without_leading
 from .libclang import cindex
@@ -107,17 +107,24 @@ def _cxx() -> str | None:
         return None
 
 
-@functools.lru_cache(maxsize=None)
 def host_cxx_include_dirs() -> tuple[str, ...]:
     """The host C++ compiler's ``#include <...>`` directories, in order.
 
     Asks ``$CXX`` (else ``g++``/``c++``) with ``-E -x c++ - -v`` once per
-    compiler binary and remembers the answer under the cache root, so a warm
-    process never runs the compiler.  Empty when there is no host compiler.
+    compiler binary and value of the variables that change its answer
+    (:data:`~kernix.store.files.COMPILER_ENVIRONMENT`, such as
+    ``CPLUS_INCLUDE_PATH``), and remembers the answer under the cache root,
+    so a warm process never runs the compiler.  Empty when there is no host
+    compiler.
     """
     cxx = _cxx()
     if cxx is None:
         return ()
+    return _host_cxx_include_dirs(cxx, tuple(compiler_environment().items()))
+
+
+@functools.lru_cache(maxsize=None)
+def _host_cxx_include_dirs(cxx: str, _environment: tuple[tuple[str, str | None], ...]) -> tuple[str, ...]:
 
     def ask() -> list[str] | None:
         try:
@@ -154,8 +161,8 @@ def ffi_include_dir() -> str | None:
         return None
 
 
-@functools.lru_cache(maxsize=None)
 def cuda_dirs() -> tuple[str, ...]:
+    """The CUDA toolkit's include directories, as the nvcc found now has them."""
     return tuple(cuda_include_dirs())
 
 

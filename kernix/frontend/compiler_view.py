@@ -32,7 +32,7 @@ from typing import Sequence
 from ..backend.toolchain import host_compiler_path, nvcc_path_or_none
 from ..compiler_flags import preprocessor_flags
 from ..errors import ToolchainError
-from ..store.files import content_key, remembered
+from ..store.files import compiler_environment, content_key, remembered
 
 __all__ = [
     "CompilerView", "NVCC_BUILD_FLAGS", "TYPE_FLAGS", "inference_flags", "changes_macros", "changes_types",
@@ -249,15 +249,13 @@ def _std_of(flags: tuple[str, ...]) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _view(language: str, std: str, codegen: tuple[str, ...]) -> CompilerView | None:
-    try:
-        cxx = host_compiler_path()
-    except ToolchainError:
-        return None
+def _view(language: str, std: str, codegen: tuple[str, ...], cxx: str, nvcc: str | None,
+          _environment: tuple[tuple[str, str | None], ...]) -> CompilerView | None:
+    """:func:`view` of compilers ``cxx`` and ``nvcc``, remembered per value of
+    the variables that change what they answer."""
     if language != "cuda":
         macros = host_macros(cxx, (f"-std={std}", *codegen))
         return None if macros is None else CompilerView(macros)
-    nvcc = nvcc_path_or_none()
     if nvcc is None:
         return None
     host = nvcc_host_pass(nvcc, cxx, std)
@@ -291,7 +289,13 @@ def view(language: str, flags: tuple[str, ...] = ()) -> CompilerView | None:
         ``None`` when the compiler is missing or could not be asked (the
         parse then falls back to clang's own view).
     """
-    return _view(language, _std_of(flags), tuple(f for f in flags if changes_macros(f)))
+    try:
+        cxx = host_compiler_path()
+    except ToolchainError:
+        return None
+    nvcc = nvcc_path_or_none() if language == "cuda" else None
+    return _view(language, _std_of(flags), tuple(f for f in flags if changes_macros(f)), cxx, nvcc,
+                 tuple(compiler_environment().items()))
 
 
 def macro_flags(v: CompilerView) -> list[str]:

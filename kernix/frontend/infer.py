@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import bisect
 import os
-import sys
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..errors import AnnotationWarning, ArgSpecError, InferenceError, SourceError
 from ..languages import LANGUAGES_BY_EXTENSION, language_of
 from ..paths import check_source
-from ..requested import check_spec_matches, normalize_functions
+from ..requested import check_spec_matches, normalize_functions, warn_at
 from ..spec import FunctionSpec
 from . import speccache
 from .annotations import scan
@@ -53,10 +51,6 @@ if TYPE_CHECKING:
     from .binding import Target
 
 __all__ = ["InferResult", "infer_file", "language_of", "LANGUAGES_BY_EXTENSION"]
-
-#: The kernix package's directory (its frames are not where a warning points).
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
 
 @dataclass(frozen=True)
 class InferResult:
@@ -90,15 +84,12 @@ class InferResult:
     warnings: tuple[SourceError, ...] = ()
 
     def warn(self) -> None:
-        """Issue each of :attr:`warnings` as an :class:`~kernix.AnnotationWarning`,
-        attributed to the first caller outside kernix (the user's load)."""
-        if not self.warnings:
-            return
-        level, frame = 2, sys._getframe(1)  # (stacklevel 2: the frame calling warn)
-        while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-            level, frame = level + 1, frame.f_back
+        """Issue each of :attr:`warnings` as an :class:`~kernix.AnnotationWarning`
+        at its own file and line (the comment in the user's source), in the
+        module of the first caller outside kernix (the user's load): see
+        ``kernix.requested.warn_at``."""
         for w in self.warnings:
-            warnings.warn(w.format(), AnnotationWarning, stacklevel=level)
+            warn_at(w.format(), AnnotationWarning, w.file or self.path, w.line)
 
     def raise_for_errors(self) -> None:
         """Raise :class:`~kernix.errors.InferenceError` holding every error, if any."""

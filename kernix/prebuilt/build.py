@@ -26,7 +26,7 @@ from ..errors import KernixError, OptionError, PrebuiltError, SourceNotFoundErro
 from ..interface import running_command
 from ..languages import LANGUAGES_BY_EXTENSION, Language, language_of, unknown_extension
 from ..loaders import default_module_name
-from ..paths import directory_problem, repeated_source
+from ..paths import check_source, directory_problem, printable, repeated_source
 from ..request import make_request
 from ..store.files import file_digest
 from .format import MANIFEST_NAME, PrebuiltManifest, ffi_api_of, headers_root
@@ -215,7 +215,8 @@ def build_module(
     allow_cuda_graph : bool
         Mark the CUDA handlers command-buffer compatible.
     workers : int, optional
-        Parallel compile jobs.
+        Parallel compile jobs (default: ``$KERNIX_JOBS``, else the CPUs this
+        process may run on).
     verbose : bool
         Print every compiler command.
 
@@ -241,8 +242,9 @@ def build_module(
         raise OptionError("build_module needs at least one source file")
     srcs = [Path(s).expanduser().absolute() for s in paths]
     for s in srcs:
-        if not s.is_file():
-            raise SourceNotFoundError(f"source file not found: {s}")
+        if not s.exists():
+            raise SourceNotFoundError(f"source file not found: {printable(s)}")
+        check_source(s)  # a regular file (not a directory, a FIFO or a device), with a UTF-8 name
     problem = _arguments_problem(paths, language, arch, os.fspath(output_dir))
     if problem is not None:
         raise OptionError(problem)
@@ -277,7 +279,7 @@ def build_module(
     if config.platform == "cuda":
         compilers.append(toolchain.find_nvcc().identity)
     with tempfile.TemporaryDirectory(prefix=f"kernix-build-{name}-") as work:
-        result = compile_library(Path(work), exported, config, workers=workers, verbose=verbose)
+        result = compile_library(Path(work), exported, config, workers=workers, verbose=verbose, name=name)
         built = result.so_path
         headers = source_headers(srcs, result.dependencies)
         digest = file_digest(built)

@@ -8,7 +8,8 @@ registered as ``"<prefix>.<function>@<12 hex of the library's SHA-256>"``, or,
 exported for several platforms whose libraries differ (a C++ and a CUDA build
 under one target prefix), ``"<prefix>.<function>@cpu:<12 hex>,cuda:<12 hex>"``
 (see :func:`kernix.runtime.registry.versioned_name`), and the exported module
-calls those.  A deserialised artifact therefore runs only where the very same
+calls those (a module loaded again with edited code calls such a name already:
+it keeps it).  A deserialised artifact therefore runs only where the very same
 library is loaded for the platform it runs on; :func:`deserialize` checks that
 before a call and says which module to load when it is not.
 """
@@ -170,20 +171,23 @@ def _problem(name: str, exported_for: Sequence[str], platform: str | None) -> st
     """What keeps the artifact's call of ``name`` (a content-versioned
     target) from running on ``platform`` here (``None``: any platform it was
     exported for), or ``None`` when nothing does (the name is then
-    registered for each platform whose library matches)."""
+    registered for each platform where the library it names is loaded, under
+    the plain target or, for a module loaded again with other code, under
+    its own content-versioned name)."""
     base, recorded = registry.parse_versioned(name)
     if None in recorded:  # one library, named without its platform
         recorded = {p: recorded[None] for p in (exported_for or _LABELS)}
-    loaded = {p: d[:12] for p, d in registry.registered_digests(base).items() if p in recorded}
-    matching = [p for p, d in loaded.items() if recorded[p] == d]
-    if matching:
-        registry.register_alias(name, base, matching)
-    other = [p for p, d in loaded.items() if recorded[p] != d]
+    loaded = {p: codes for p, codes in registry.loaded_code(base).items() if p in recorded}
+    matching = {p: source for p, codes in loaded.items() for d, source in codes.items() if d[:12] == recorded[p]}
+    for p, source in matching.items():
+        registry.register_alias(name, source, [p])
+    other = [p for p in loaded if p not in matching]
     if other:
         return "; ".join(
-            f"{base!r} is loaded with other code for {_LABELS.get(p, p)} (library version {loaded[p]}) than the "
-            f"artifact was exported with ({recorded[p]}): load the same build of the module the artifact was "
-            "exported with (the same prebuilt directory, or the same sources and options)"
+            f"{base!r} is loaded with other code for {_LABELS.get(p, p)} (library version(s) "
+            f"{', '.join(d[:12] for d in loaded[p])}) than the artifact was exported with ({recorded[p]}): load "
+            "the same build of the module the artifact was exported with (the same prebuilt directory, or the "
+            "same sources and options)"
             for p in other
         )
     wanted = [platform] if platform is not None else list(recorded)

@@ -40,7 +40,11 @@ class CompiledModule:
     handlers
         Exported name -> the library's handler symbol, in export order.
     targets
-        Exported name -> FFI target name.
+        Exported name -> the FFI target name its function calls:
+        ``"<target_prefix>.<function>"``, or where this process had
+        registered that name with other code when the module was registered
+        (the code was edited and loaded again), the new code's
+        content-versioned name ``"<target_prefix>.<function>@<12 hex>"``.
     digest
         SHA-256 of the library: modules with equal digests hold the same code.
     """
@@ -60,6 +64,7 @@ class CompiledModule:
         its manifest's, so loading and registering read no spec); ``handlers``
         name every function, in the same order."""
         self._callables: dict[str, KernelFunction] = {}
+        self._registered_as: dict[str, str] = {}  # exported name -> target its handler is registered under
         self._functions: dict[str, FunctionSpec] | None = None
         self.name = name
         self.path = Path(path)
@@ -107,8 +112,10 @@ class CompiledModule:
 
     @property
     def targets(self) -> dict[str, str]:
-        """Exported name -> FFI target name."""
-        return {n: f"{self.target_prefix}.{n}" for n in self.handlers}
+        """Exported name -> the FFI target name its function calls
+        (``"<target_prefix>.<function>"``, or its content-versioned name where
+        that name runs other code: see the class's attributes)."""
+        return {n: self._registered_as.get(n) or f"{self.target_prefix}.{n}" for n in self.handlers}
 
     @property
     def function_names(self) -> list[str]:
@@ -140,12 +147,17 @@ class CompiledModule:
     def register(self, target_prefix: str | None = None) -> list[str]:
         """Register every function as ``"<target_prefix>.<function>"``.
 
-        Registering the same module again is a no-op.  Returns the target names.
+        Registering the same module again is a no-op.  A name this process has
+        registered with other code keeps it (XLA cannot replace a handler):
+        the function is registered under its content-versioned name instead,
+        which its callable calls, with a :class:`~kernix.errors.ReloadWarning`
+        the first time.  Returns the target names (:attr:`targets`).
 
         Raises
         ------
         RegistrationError
-            If a target name is taken by different code.
+            If a library's handler is missing, or the prefix differs from the
+            one the module is registered under.
         """
         if target_prefix is not None:
             check_target_prefix(target_prefix)
@@ -154,10 +166,12 @@ class CompiledModule:
                     f"module {self.name!r} is already registered under prefix {self.target_prefix!r}"
                 )
             self.target_prefix = target_prefix
-        symbols = {f"{self.target_prefix}.{fn}": symbol for fn, symbol in self.handlers.items()}
-        registry.register_targets(self.platform, self.path, self.digest, symbols)
+        plain = {fn: f"{self.target_prefix}.{fn}" for fn in self.handlers}
+        names = registry.register_targets(
+            self.platform, self.path, self.digest, {plain[fn]: symbol for fn, symbol in self.handlers.items()})
+        self._registered_as = {fn: names[target] for fn, target in plain.items()}
         self.registered = True
-        return list(symbols)
+        return list(self._registered_as.values())
 
     def _callable(self, item: str) -> KernelFunction | None:
         """The callable of ``item``, made on first use; ``None`` if the module has no such function.
@@ -227,7 +241,7 @@ class CompiledModule:
 #: The module's own attributes and instance fields: no exported function may use them.
 RESERVED_NAMES: frozenset[str] = frozenset(dir(CompiledModule)) | frozenset(
     ("name", "path", "platform", "digest", "handlers", "target_prefix", "registered", "_read_specs", "_functions",
-     "_callables")
+     "_callables", "_registered_as")
 )
 
 

@@ -101,10 +101,18 @@ def _refuse(lowering: str, have: list[str], *, target: str, function: str, modul
         )
     if lowering in _KERNIX_PLATFORM:
         loader = "kernix.load_cpp_file" if lowering == "cpu" else "kernix.load_cuda_file"
-        fixes.append(
-            f"also load a build of these functions for {where} ({loader}(..., target_prefix="
-            f"{target.rpartition('.')[0]!r})), which gives {function}() a handler there"
-        )
+        prefix = target.rpartition(".")[0]
+        if "@" in target:  # a module loaded again with other code: its content-versioned name is its alone
+            fixes.append(
+                f"load this code again, and a build of it for {where} ({loader}), both with a target prefix new "
+                f"to this process, e.g. target_prefix={prefix + '_v2'!r} (this module was loaded again with edited "
+                f"code, so its target name is its own), or restart Python and load both under {prefix!r}"
+            )
+        else:
+            fixes.append(
+                f"also load a build of these functions for {where} ({loader}(..., target_prefix={prefix!r})), "
+                f"which gives {function}() a handler there"
+            )
     fixes.append(f"with kernix.export, pass platforms={have!r}")
     raise CallError(
         f"{function}() of module {module!r} cannot be compiled for {where}: the module was built for {built}, so "

@@ -3,18 +3,24 @@
 XLA keeps one handler per (target name, platform) for the life of the
 process, and a conflicting registration can break the JAX backend, so every
 registration goes through here: registering the same content again is a
-no-op, and registering different content under a taken name raises
-:class:`~kernix.errors.RegistrationError` before JAX is touched.
+no-op, and different content under a taken name (code edited and loaded
+again under the same module name) is registered under its content-versioned
+name instead (:func:`versioned_name`), which the new module's callables
+call, with a :class:`~kernix.errors.ReloadWarning` the first time a target
+is taken so.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
+import sys
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..errors import RegistrationError
+from ..errors import RegistrationError, ReloadWarning
 from ..languages import JAX_PLATFORMS
 
 # jax is imported where a target is registered, not here: kernix.compilation and kernix.pipeline
@@ -34,28 +40,36 @@ __all__ = [
     "versioned_target",
     "parse_versioned",
     "register_alias",
-    "registered_digests",
+    "loaded_code",
 ]
 
 _lock = threading.RLock()
 _libraries: dict[str, ctypes.CDLL] = {}
 _targets: dict[tuple[str, str], "Registration"] = {}
 _state_types: set[tuple[str, str]] = set()  # (type name, platform) registered with XLA
+_warned: set[str] = set()  # plain targets a ReloadWarning has named
 _new_capsule = None  # PyCapsule_New, typed for our calls (made on first use)
 
 
 class Registration:
     """One registered FFI target (a plain class: a warm load defines it at import)."""
 
-    __slots__ = ("target", "platform", "digest", "library", "symbol", "stateful")
+    __slots__ = ("target", "platform", "digest", "library", "symbol", "base", "stateful")
 
-    def __init__(self, target: str, platform: str, digest: str, library: str, symbol: str) -> None:
-        self.target = target
+    def __init__(
+        self, target: str, platform: str, digest: str, library: str, symbol: str, base: str | None = None,
+    ) -> None:
+        self.target = target  # the name registered with XLA
         self.platform = platform
         self.digest = digest  # the library's SHA-256: equal digest and symbol = same code
         self.library = library
         self.symbol = symbol
+        self.base = base or target  # the plain "<prefix>.<function>" it is (a version of)
         self.stateful = False  # the handler has an instantiate stage (BE::State<T>), found at registration
+
+    def same_code(self, digest: str, symbol: str) -> bool:
+        """Whether ``symbol`` of the library with SHA-256 ``digest`` is this handler."""
+        return self.digest == digest and self.symbol == symbol
 
 
 def open_library(path: str | Path) -> ctypes.CDLL:
@@ -107,7 +121,9 @@ def _capsule(library: ctypes.CDLL, symbol: str) -> object:
     return _capsule_maker()(address, None, None)
 
 
-def register_targets(platform: str, library_path: str | Path, digest: str, symbols: Mapping[str, str]) -> list[str]:
+def register_targets(
+    platform: str, library_path: str | Path, digest: str, symbols: Mapping[str, str],
+) -> dict[str, str]:
     """Register the handlers of one library as FFI targets, all or none.
 
     Parameters
@@ -122,6 +138,12 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
     symbols
         FFI target name (``"<prefix>.<function>"``) -> handler symbol.
 
+    A target that this process has registered with other code (the code was
+    edited and loaded again under the same name) keeps its first handler,
+    as XLA cannot replace it: the new handler is registered under its
+    content-versioned name (:func:`versioned_name`) only, and a
+    :class:`~kernix.errors.ReloadWarning` says so, once per target.
+
     A handler with an instantiate stage beside it in the library (a function
     with state, ``BE::State<T>``) is registered with it, and the library's
     state type with XLA.
@@ -133,38 +155,79 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
 
     Returns
     -------
-    list of str
-        The targets registered now (not those that already were).
+    dict of str to str
+        Each target -> the name its handler from this library is registered
+        under: the target itself, or its content-versioned name where the
+        target runs other code.
 
     Raises
     ------
     RegistrationError
-        If a target is taken by different code (then nothing is registered),
-        or a symbol is missing from the library.
+        If a symbol is missing from the library, or a content-versioned name
+        is taken by other code (then nothing is registered).
     """
     jax_platform = JAX_PLATFORMS[platform]
     library = str(library_path)
     with _lock:
-        new = []
+        names: dict[str, str] = {}
+        new: list[Registration] = []
+        moved: list[tuple[str, str, Registration]] = []  # (target, name registered, its first code)
         for target, symbol in symbols.items():
-            previous = _targets.get((target, jax_platform))
+            name, previous = target, _targets.get((target, jax_platform))
+            if previous is not None and not previous.same_code(digest, symbol):
+                name = versioned_name(target, digest)
+                moved.append((target, name, previous))
+                previous = _targets.get((name, jax_platform))
+                if previous is not None and not previous.same_code(digest, symbol):
+                    raise _taken(name, jax_platform, previous)
             if previous is None:
-                new.append(Registration(target, jax_platform, digest, library, symbol))
-            elif previous.digest != digest or previous.symbol != symbol:
-                raise _taken(target, jax_platform, previous)
+                new.append(Registration(name, jax_platform, digest, library, symbol, base=target))
+            names[target] = name
         capsules = _capsules(new)  # every symbol found before XLA is touched
         for reg, capsule in zip(new, capsules):
             _register(reg, capsule)
-        return [reg.target for reg in new]
+        _warn_moved([m for m in moved if m[0] not in _warned], jax_platform)
+        return names
 
 
-def _taken(target: str, platform: str, previous: Registration) -> RegistrationError:
+def _taken(name: str, platform: str, previous: Registration) -> RegistrationError:
     return RegistrationError(
-        f"FFI target {target!r} ({platform}) is already registered in this process with "
-        f"different code (from {previous.library}). XLA cannot replace a registered handler. "
-        "Load the new code under another module name or target_prefix (for example "
-        f"target_prefix='{target.rsplit('.', 1)[0]}_v2'), or restart Python to replace it."
+        f"FFI target {name!r} ({platform}) is already registered in this process with different code "
+        f"(from {previous.library}), and XLA cannot replace a registered handler. Load the new code under "
+        f"another module name or target_prefix (for example target_prefix='{name.rsplit('.', 1)[0]}_v2')."
     )
+
+
+def _warn_moved(moved: list[tuple[str, str, Registration]], platform: str) -> None:
+    """One :class:`~kernix.errors.ReloadWarning` naming each of ``moved``'s
+    targets, which run their first code, and the names of the new code."""
+    if not moved:
+        return
+    _warned.update(target for target, _, _ in moved)
+    quoted = ", ".join(repr(target) for target, _, _ in moved)
+    what = f"FFI target {quoted} ({platform}) is" if len(moved) == 1 else f"FFI targets {quoted} ({platform}) are"
+    pairs = ", ".join(f"{target!r} -> {name!r}" for target, name, _ in moved)
+    warnings.warn(
+        f"kernix: {what} already registered in this process with other code (from {moved[0][2].library}), "
+        f"and XLA cannot replace a registered handler. The module just loaded runs its new code under the "
+        f"content-versioned name(s) {pairs}; the plain name(s) keep running the code first loaded, and the "
+        "modules loaded before keep theirs. A jax.ffi.ffi_call of your own must call the new name to run the "
+        "new code: module.targets[function] gives it. (Said once per target: later versions are registered "
+        "under names of their own without a warning.)",
+        ReloadWarning, stacklevel=_caller_level(),
+    )
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` that attributes a warning issued by the caller to
+    the first frame outside kernix (the user's load)."""
+    level, frame = 2, sys._getframe(2)  # (stacklevel 2: the frame calling the function that warns)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 def _capsules(regs: list[Registration]) -> list[object]:
@@ -257,34 +320,55 @@ def versioned_target(target: str, platforms: Sequence[str] | None = None) -> str
     default: every platform it has); ``None`` where it has none of them.
 
     The name is registered with XLA now, on each of those platforms, for
-    that platform's library, if it was not yet.
+    that platform's library, if it was not yet.  A ``target`` that is a
+    content-versioned name already (the name a module loaded again with
+    other code calls) is its own.
     """
     with _lock:
         regs = {p: r for p, jp in JAX_PLATFORMS.items() if (r := _targets.get((target, jp))) is not None
                 and (platforms is None or p in platforms)}
         if not regs:
             return None
-        versioned = versioned_name(target, {p: r.digest for p, r in regs.items()})
+        base = next(iter(regs.values())).base
+        versioned = versioned_name(base, {p: r.digest for p, r in regs.items()})
         register_alias(versioned, target, list(regs))
         return versioned
 
 
 def register_alias(name: str, target: str, platforms: Sequence[str]) -> None:
-    """Register ``name`` with XLA for the handler of ``target`` on each of
-    ``platforms`` (kernix platforms where ``target`` is registered), unless
-    it is already."""
+    """Register ``name`` with XLA for the handler of ``target`` (a name
+    registered by kernix) on each of ``platforms`` (kernix platforms where
+    ``target`` is registered), unless it is already.
+
+    Raises
+    ------
+    RegistrationError
+        If ``name`` is registered with other code.
+    """
     with _lock:
         for p in platforms:
             reg = _targets[(target, JAX_PLATFORMS[p])]
-            if (name, reg.platform) not in _targets:
-                alias = Registration(name, reg.platform, reg.digest, reg.library, reg.symbol)
+            previous = _targets.get((name, reg.platform))
+            if previous is None:
+                alias = Registration(name, reg.platform, reg.digest, reg.library, reg.symbol, base=reg.base)
                 _register(alias, *_capsules([alias]))
+            elif not previous.same_code(reg.digest, reg.symbol):
+                raise _taken(name, reg.platform, previous)
 
 
-def registered_digests(target: str) -> dict[str, str]:
-    """The SHA-256 of the library registered under ``target``, by kernix platform."""
+def loaded_code(target: str) -> dict[str, dict[str, str]]:
+    """Every library whose handler kernix registered for the plain target
+    ``target`` (under it, or under a content-versioned name of it), by kernix
+    platform: ``{platform: {SHA-256: a name it is registered under}}``, the
+    library registered under ``target`` itself first."""
     with _lock:
-        return {p: r.digest for p, jp in JAX_PLATFORMS.items() if (r := _targets.get((target, jp))) is not None}
+        found: dict[str, dict[str, str]] = {}
+        for p, jp in JAX_PLATFORMS.items():
+            regs = sorted((r for r in _targets.values() if r.base == target and r.platform == jp),
+                          key=lambda r: r.target != target)
+            for r in regs:
+                found.setdefault(p, {}).setdefault(r.digest, r.target)
+        return found
 
 
 def platforms_of(target: str) -> list[str]:

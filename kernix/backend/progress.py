@@ -1,0 +1,252 @@
+"""What a build shows while ninja runs, read from ninja's own status lines.
+
+ninja is run with ``NINJA_STATUS="[%f/%t] "``: each step that finishes prints
+``[done/total] description`` (the command itself with ``-v``), ``total``
+counting the steps this build runs (the compile units out of date and the
+link).  :func:`run_ninja` reads its output as it comes and hands every line
+to a :class:`BuildProgress`, which shows (see :func:`progress_style`):
+
+* ``"line"``: one line on stderr, rewritten in place with ``\\r`` (no
+  terminal escape codes, so a Jupyter notebook renders it the same way),
+  ``kernix: building module 'ops' (cpu) [2/4] 3 s``; once the build is done
+  it is replaced by the summary (``kernix: built module 'ops' (cpu): 3 of 3
+  units compiled in 4.31 s``) and a line break.
+* ``"lines"``: the same text as plain lines, one per finished step, then the
+  summary; for output that is not interactive but asked for progress.
+* nothing: the build is silent.
+
+Either appears only once the build has run :data:`THRESHOLD_S` seconds, so a
+quick rebuild prints nothing.  With ``verbose=True`` ninja's own lines (every
+command, with its ``[done/total]``, and the compilers' output) are echoed as
+they arrive instead, then the summary.
+"""
+
+from __future__ import annotations
+
+import locale
+import os
+import re
+import select
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TextIO
+
+from ..errors import OptionError
+
+__all__ = ["NINJA_STATUS", "PROGRESS_VARIABLE", "THRESHOLD_S", "BuildProgress", "progress_style", "run_ninja"]
+
+#: Seconds a build runs before its progress is shown.
+THRESHOLD_S = 1.0
+
+#: The environment variable that turns progress on (``1``) or off (``0``).
+PROGRESS_VARIABLE = "KERNIX_PROGRESS"
+
+#: The status prefix ninja is told to print (its default, set so that a
+#: user's own ``$NINJA_STATUS`` changes neither the progress nor error reports).
+NINJA_STATUS = "[%f/%t] "
+
+_STATUS_RE = re.compile(r"\[(\d+)/(\d+)\] ")
+
+
+def progress_style(stream: TextIO, *, verbose: bool = False) -> str | None:
+    """How a build shows its progress on ``stream``.
+
+    Parameters
+    ----------
+    stream : file
+        Where it would be shown (``sys.stderr``).
+    verbose : bool
+        Whether the build echoes ninja's own output (which shows the progress
+        already).
+
+    Returns
+    -------
+    str or None
+        ``None`` with ``verbose``, or with ``$KERNIX_PROGRESS=0``; ``"line"``
+        (one line rewritten in place) when ``stream`` is a terminal or the
+        process is a Jupyter (IPython) kernel; ``"lines"`` (plain lines) for
+        other output with ``$KERNIX_PROGRESS=1``; otherwise ``None``.
+
+    Raises
+    ------
+    kernix.OptionError
+        When ``$KERNIX_PROGRESS`` is set to anything but ``""``, ``0`` or ``1``.
+    """
+    raw = os.environ.get(PROGRESS_VARIABLE, "").strip()
+    if raw not in ("", "0", "1"):
+        raise OptionError(
+            f"{PROGRESS_VARIABLE}={os.environ[PROGRESS_VARIABLE]!r} is neither 0 nor 1: set {PROGRESS_VARIABLE}=1 "
+            "to show build progress on stderr also when it is not a terminal, 0 to never show it, or unset it "
+            "to show it on terminals and in notebooks"
+        )
+    if verbose or raw == "0":
+        return None
+    if "ipykernel" in sys.modules or _isatty(stream):
+        return "line"
+    return "lines" if raw == "1" else None
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):  # (a replaced or closed stream)
+        return False
+
+
+class BuildProgress:
+    """The progress of one ninja run, fed its output lines (see the module docstring).
+
+    Parameters
+    ----------
+    what : str
+        What is built, as the lines name it: ``"module 'ops' (cpu)"``.
+    style : {"line", "lines"} or None
+        From :func:`progress_style`.
+    stream : file
+        Where to show it.
+    echo : bool
+        Copy every output line to ``stream`` as it comes (``verbose=True``).
+    threshold : float
+        Seconds before anything but echoed lines is shown.
+    clock : callable
+        Seconds, monotonic (a parameter for tests).
+    """
+
+    def __init__(
+        self,
+        what: str,
+        style: str | None,
+        stream: TextIO,
+        *,
+        echo: bool = False,
+        threshold: float = THRESHOLD_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.what, self.style, self.stream, self.echo = what, style, stream, echo
+        self.threshold, self.clock = threshold, clock
+        self.started = clock()
+        self.done = 0
+        self.total: int | None = None
+        self.linked = False
+        self._shown = ""  # the text on the rewritten line ("line" style)
+        self._visible = False
+
+    @property
+    def compiled(self) -> int:
+        """Compile steps finished so far (finished steps but the link)."""
+        return self.done - self.linked
+
+    def elapsed(self) -> float:
+        """Seconds since the build started."""
+        return self.clock() - self.started
+
+    def feed(self, line: str) -> None:
+        """Take one line of ninja's output (without its line break)."""
+        if self.echo:
+            self._write(line + "\n")
+        m = _STATUS_RE.match(line)
+        if m is None:
+            return
+        self.done, self.total = int(m.group(1)), int(m.group(2))
+        # The link's description is "link module.so"; with -v its command ends "-o module.so".
+        self.linked = self.linked or line.rstrip().endswith("module.so")
+        self._draw(changed=True)
+
+    def tick(self) -> None:
+        """Show the time elapsed, if it is time to."""
+        self._draw(changed=False)
+
+    def wait_s(self) -> float | None:
+        """Seconds until :meth:`tick` has something new to show (``None``: never)."""
+        if self.style is None:
+            return None
+        elapsed = self.elapsed()
+        if elapsed < self.threshold:
+            return self.threshold - elapsed
+        return 1.0 - elapsed % 1.0 if self.style == "line" else None
+
+    def finish(self, summary: str | None) -> None:
+        """End the display: the line (if shown) is replaced by ``summary``, or cleared when it is ``None``
+        (a failed build, whose error says the rest); with ``echo`` the summary is printed too."""
+        text = f"kernix: {summary}" if summary is not None else ""
+        if self.style == "line" and self._visible:
+            self._write("\r" + text.ljust(len(self._shown)) + ("\n" if text else "\r"))
+        elif text and (self.echo or self._visible):
+            self._write(text + "\n")
+        self._visible = False
+        self._shown = ""
+
+    def _text(self) -> str:
+        counts = f" [{self.done}/{self.total}]" if self.total is not None else ""
+        return f"kernix: building {self.what}{counts} {int(self.elapsed())} s"
+
+    def _draw(self, *, changed: bool) -> None:
+        if self.style is None or self.elapsed() < self.threshold:
+            return
+        text = self._text()
+        if self.style == "line":
+            width = shutil.get_terminal_size().columns - 1
+            text = text if len(text) <= width else text[:max(width - 3, 0)] + "..."
+            if text != self._shown:
+                self._write("\r" + text.ljust(len(self._shown)))
+                self._shown = text
+        elif changed or not self._visible:
+            self._write(text + "\n")
+        self._visible = True
+
+    def _write(self, text: str) -> None:
+        if self.stream is None:  # (sys.stderr is None under pythonw and some service managers)
+            return
+        self.stream.write(text)
+        self.stream.flush()
+
+
+def run_ninja(cmd: Sequence[str], progress: BuildProgress) -> tuple[int, str]:
+    """Run ninja (``cmd``), feeding ``progress`` every line of its output as it comes.
+
+    Parameters
+    ----------
+    cmd : list of str
+        The ninja command line.
+    progress : BuildProgress
+        Fed each output line, and ticked while ninja is silent.
+
+    Returns
+    -------
+    (int, str)
+        ninja's exit status and its whole output (stdout and stderr),
+        decoded as :func:`subprocess.run` with ``text=True, errors="replace"``
+        decodes it.
+    """
+    env = {**os.environ, "NINJA_STATUS": NINJA_STATUS}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    assert proc.stdout is not None
+    chunks: list[bytes] = []
+    pending = b""
+    try:
+        fd = proc.stdout.fileno()
+        while True:
+            ready, _, _ = select.select([fd], [], [], progress.wait_s())
+            if ready:
+                data = os.read(fd, 65536)
+                if not data:
+                    break
+                chunks.append(data)
+                *lines, pending = (pending + data).split(b"\n")
+                for line in lines:
+                    progress.feed(line.rstrip(b"\r").decode(errors="replace"))
+            progress.tick()
+        if pending:
+            progress.feed(pending.decode(errors="replace"))
+        returncode = proc.wait()
+    except BaseException:  # (KeyboardInterrupt included: no ninja is left running)
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        proc.stdout.close()
+    text = b"".join(chunks).decode(locale.getpreferredencoding(False), "replace")
+    return returncode, text.replace("\r\n", "\n").replace("\r", "\n")
