@@ -241,7 +241,7 @@ def _load(built: Built):
 
 def test_a_build_evicts_the_least_recently_used_beyond_the_limit(built: Built) -> None:
     assert [p.exists() for p in built.stale] == [True, False, False]
-    evicted = [m for level, m in built.log if level == logging.INFO]
+    evicted = [m for level, m in built.log if level == logging.INFO and m.startswith("cache: ")]
     assert [m.split(" (")[0] for m in evicted] == [
         "cache: evicted old_ops 000000000000", "cache: evicted old_ops 000000000000"]
     assert all("last used 1" in m and m.endswith("over the limit of 450.0 KiB") for m in evicted)
