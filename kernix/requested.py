@@ -5,16 +5,14 @@ kernix infers.  Pure Python; the grammar is :mod:`kernix.spec`'s."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
-import warnings
 from typing import Any, Mapping, Sequence
 
 from .errors import ArgSpecError, SourceError
 from .names import check_function_name
 from .spec import FunctionSpec, Param, parse_arg_spec
+from .warn import warn_at
 
-__all__ = ["InputDeclaredOnNonConstTensor", "Requested", "check_spec_matches", "normalize_functions", "warn_at"]
+__all__ = ["InputDeclaredOnNonConstTensor", "Requested", "check_spec_matches", "normalize_functions"]
 
 
 #: Half-precision attribute dtypes that may name a ``uint16_t`` parameter:
@@ -25,48 +23,6 @@ _HALF_BITS_DTYPES = ("float16", "bfloat16")
 class InputDeclaredOnNonConstTensor(UserWarning):
     """An explicit ``"arg"`` names a non-const ``BE::Tensor&``: the function
     could write to a buffer XLA considers an input."""
-
-
-#: The kernix package's directory: its frames are never where a warning points.
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
-#: One "already shown" registry per source file, as Python keeps one per module.
-_REGISTRIES: dict[str, dict[Any, Any]] = {}
-
-
-def warn_at(message: str, category: type[Warning], file: str, line: int) -> None:
-    """Issue a warning about a place in a user's source, attributed to that place.
-
-    Python shows it as ``FILE:LINE: Category: message`` followed by that line
-    of the source, and ``warnings.catch_warnings(record=True)`` gives
-    ``filename=file`` and ``lineno=line``.  Its module (what
-    ``-W action:message:category:module`` and ``filterwarnings(module=...)``
-    match) is that of the first caller outside kernix, the code that asked for
-    the load.  Under the default action it is shown once per file, line and
-    message, so two different warnings at one line are both shown.  Without a
-    ``file`` it points at that caller's line instead.
-
-    Parameters
-    ----------
-    message
-        The text (it keeps its ``FILE:LINE:COL:`` prefix, so the exception
-        raised under ``-W error`` names the place too).
-    category
-        The warning class.
-    file, line
-        The place in the user's source (``line`` 1-based, 0 when unknown).
-    """
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-        frame = frame.f_back
-    module = frame.f_globals.get("__name__", "__main__") if frame is not None else "kernix"
-    if file:
-        registry = _REGISTRIES.setdefault(file, {})
-    elif frame is not None:
-        file, line = frame.f_code.co_filename, frame.f_lineno
-        registry = frame.f_globals.setdefault("__warningregistry__", {})
-    else:
-        file, registry = "<unknown>", {}
-    warnings.warn_explicit(message, category, file, line, module=module, registry=registry)
 
 
 def check_spec_matches(

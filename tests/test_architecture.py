@@ -27,6 +27,7 @@ LAYERS = {
     "kernix.paths": 1,
     "kernix.compiler_flags": 1,
     "kernix.report": 1,
+    "kernix.warn": 1,
     "kernix.interface": 1,
     "kernix.spec": 2,
     "kernix.signature": 2,

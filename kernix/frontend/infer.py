@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from ..errors import AnnotationWarning, ArgSpecError, InferenceError, SourceError
 from ..languages import LANGUAGES_BY_EXTENSION, language_of
 from ..paths import check_source
-from ..requested import check_spec_matches, normalize_functions, warn_at
+from ..requested import check_spec_matches, normalize_functions
+from ..warn import warn_at
 from ..spec import FunctionSpec
 from . import speccache
 from .annotations import scan
@@ -87,7 +88,7 @@ class InferResult:
         """Issue each of :attr:`warnings` as an :class:`~kernix.AnnotationWarning`
         at its own file and line (the comment in the user's source), in the
         module of the first caller outside kernix (the user's load): see
-        ``kernix.requested.warn_at``."""
+        ``kernix.warn.warn_at``."""
         for w in self.warnings:
             warn_at(w.format(), AnnotationWarning, w.file or self.path, w.line)
 

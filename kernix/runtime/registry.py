@@ -13,15 +13,13 @@ is taken so.
 from __future__ import annotations
 
 import ctypes
-import os
-import sys
 import threading
-import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import RegistrationError, ReloadWarning
 from ..languages import JAX_PLATFORMS
+from ..warn import warn_at
 
 # jax is imported where a target is registered, not here: kernix.compilation and kernix.pipeline
 # import this module, and a build that does not register (kernix.build_module, the command line)
@@ -207,27 +205,15 @@ def _warn_moved(moved: list[tuple[str, str, Registration]], platform: str) -> No
     quoted = ", ".join(repr(target) for target, _, _ in moved)
     what = f"FFI target {quoted} ({platform}) is" if len(moved) == 1 else f"FFI targets {quoted} ({platform}) are"
     pairs = ", ".join(f"{target!r} -> {name!r}" for target, name, _ in moved)
-    warnings.warn(
+    warn_at(
         f"kernix: {what} already registered in this process with other code (from {moved[0][2].library}), "
         f"and XLA cannot replace a registered handler. The module just loaded runs its new code under the "
         f"content-versioned name(s) {pairs}; the plain name(s) keep running the code first loaded, and the "
         "modules loaded before keep theirs. A jax.ffi.ffi_call of your own must call the new name to run the "
         "new code: module.targets[function] gives it. (Said once per target: later versions are registered "
         "under names of their own without a warning.)",
-        ReloadWarning, stacklevel=_caller_level(),
+        ReloadWarning, "", 0,
     )
-
-
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` that attributes a warning issued by the caller to
-    the first frame outside kernix (the user's load)."""
-    level, frame = 2, sys._getframe(2)  # (stacklevel 2: the frame calling the function that warns)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-        level, frame = level + 1, frame.f_back
-    return level
 
 
 def _capsules(regs: list[Registration]) -> list[object]:
