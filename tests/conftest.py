@@ -11,6 +11,11 @@ from pathlib import Path
 
 import pytest
 
+# Under pytest-xdist (``pytest -n auto``) several worker processes may use one GPU: each takes
+# memory as it needs it instead of JAX's default of most of the GPU's memory up front.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """With ``KERNIX_TEST_INSTALLED=1`` (set by ``.ci/run``), the suite tests an
