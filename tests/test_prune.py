@@ -210,18 +210,19 @@ class _Records(logging.Handler):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, session_cache_dir: Path) -> Built:
-    """add_one built into a cache holding three old entries of 200 KiB with a limit
-    of 450 KiB: the build (about 100 KiB with its work directory) evicts the two oldest."""
+    """add_one built into a cache holding three old entries of 2 MiB with a limit
+    of 3 MiB: the build (100 to 400 KiB with its work directory, by compiler; anything
+    up to 1 MiB) evicts the two oldest."""
     root = tmp_path_factory.mktemp("prune-cache")
     now = time.time()
-    stale = [_entry(root, "old_ops", f"{i:032x}", 200 * 1024, now - (10 + i) * DAY) for i in range(3)]
+    stale = [_entry(root, "old_ops", f"{i:032x}", 2 * 1024 * 1024, now - (10 + i) * DAY) for i in range(3)]
     handler, logger = _Records(), logging.getLogger("kernix")
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KERNIX_CACHE_DIR", str(session_cache_dir))
-        mp.setenv("KERNIX_CACHE_MAX_SIZE", "450K")
+        mp.setenv("KERNIX_CACHE_MAX_SIZE", "3M")
         name = unique_name("pruned")
         try:
             module = kernix.load_cpp_file(SOURCE, name=name, build_directory=root, auto_register=False)
@@ -244,8 +245,8 @@ def test_a_build_evicts_the_least_recently_used_beyond_the_limit(built: Built) -
     evicted = [m for level, m in built.log if level == logging.INFO and m.startswith("cache: ")]
     assert [m.split(" (")[0] for m in evicted] == [
         "cache: evicted old_ops 000000000000", "cache: evicted old_ops 000000000000"]
-    assert all("last used 1" in m and m.endswith("over the limit of 450.0 KiB") for m in evicted)
-    assert any(level == logging.DEBUG and "over its limit of 450.0 KiB: evicting the least recently used" in m
+    assert all("last used 1" in m and m.endswith("over the limit of 3.0 MiB") for m in evicted)
+    assert any(level == logging.DEBUG and "over its limit of 3.0 MiB: evicting the least recently used" in m
                for level, m in built.log)
     assert (built.entry / "manifest.json").is_file() and (built.entry / usage.LAST_USE).is_file()
 
