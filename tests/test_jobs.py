@@ -103,3 +103,17 @@ def test_inspect_reports_a_bad_value(monkeypatch: pytest.MonkeyPatch, capsys: py
     monkeypatch.setenv("KERNIX_JOBS", "many")
     assert main(["inspect", "--no-cache", str(FIXTURES / "rules.cpp")]) == 2
     assert "KERNIX_JOBS='many' is not a positive whole number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, quota", [("150000 100000\n", 2), ("400000 100000", 4), ("max 100000", None),
+                                         ("", None), ("garbage", None)])
+def test_the_cgroup_cpu_quota_bounds_the_count(text: str, quota: int | None, tmp_path, monkeypatch) -> None:
+    """``docker --cpus 1.5`` writes "150000 100000" to the cgroup's cpu.max: 2 jobs on a 64-CPU host."""
+    cpu_max = tmp_path / "cpu.max"
+    cpu_max.write_text(text)
+    assert jobs.cpu_quota(str(cpu_max)) == quota
+    monkeypatch.delenv("KERNIX_JOBS", raising=False)
+    monkeypatch.setattr(jobs, "CPU_MAX", str(cpu_max))
+    monkeypatch.setattr(os, "process_cpu_count", lambda: 64, raising=False)
+    assert jobs.parallel_jobs() == (64 if quota is None else quota)
+    assert jobs.cpu_quota(str(tmp_path / "missing")) is None

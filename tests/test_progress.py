@@ -222,7 +222,8 @@ def test_ninja_is_read_as_it_runs_and_its_output_kept_as_before(
                             errors="replace", env={**os.environ, "NINJA_STATUS": progress.NINJA_STATUS})
     assert before.returncode == 3 and (code, text) == (before.returncode, before.stdout)
     assert "NINJA_STATUS='[%f/%t] '" in seen[0]
-    assert seen[1:] == ["shim_0.cpp:1:2: warning: caf\ufffd", "second\rthird", "[2/3] compile handlers_0.cpp",
+    # The lines fed are those of that text: a lone carriage return ends a line there too.
+    assert seen[1:] == ["shim_0.cpp:1:2: warning: caf\ufffd", "second", "third", "[2/3] compile handlers_0.cpp",
                         "FAILED: module.so", "[3/3] link module.so"]
 
 
@@ -288,3 +289,32 @@ def test_a_build_logs_one_info_line_and_a_warm_load_none(
     kernix.load_cpp_inline(name, SOURCE, build_directory=str(tmp_path), auto_register=False)
     assert [r for r in caplog.records if r.levelno >= logging.INFO] == []
     assert capfd.readouterr().err == ""
+
+
+def test_ninja_is_read_in_a_process_with_a_thousand_files_open(tmp_path: Path) -> None:
+    """Reading ninja does not depend on the descriptor numbers: ``select.select`` refuses one past 1023."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.skip(f"the hard limit of open files here is {hard}: a descriptor past 1023 needs 1100")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100), hard))
+    held = []
+    try:
+        while not held or held[-1] < 1030:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        code, text = run_ninja(_fake_ninja(tmp_path, 0.01, 0.01), BuildProgress("m", None, io.StringIO()))
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert code == 3 and "[3/3] link module.so" in text
+
+
+def test_a_closed_stream_stops_the_display_not_the_build() -> None:
+    stream = io.StringIO()
+    p = BuildProgress("module 'ops' (cpu)", "lines", stream, threshold=0.0)
+    stream.close()
+    p.feed("[1/2] compile shim_0.cpp")  # would raise ValueError: I/O operation on closed file
+    p.finish("built module 'ops' (cpu): 1 of 1 units compiled in 0.10 s")
+    assert p.stream is None

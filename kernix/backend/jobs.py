@@ -10,19 +10,25 @@ processes all ask :func:`parallel_jobs`.  In order:
 3. the CPUs this process may run on: :func:`os.process_cpu_count` on Python
    3.13+ (which also honours ``-X cpu_count``), else the size of its CPU
    affinity mask (:func:`os.sched_getaffinity`; ``taskset``, cgroup
-   ``cpuset``, a batch scheduler's allocation), else :func:`os.cpu_count`.
+   ``cpuset``, a batch scheduler's allocation), else :func:`os.cpu_count`;
+   at most the CPU quota of the process's cgroup (``cpu.max``: ``docker
+   --cpus``, a Kubernetes CPU limit), rounded up.
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 from ..errors import OptionError
 
-__all__ = ["JOBS_VARIABLE", "available_cpus", "parallel_jobs"]
+__all__ = ["CPU_MAX", "JOBS_VARIABLE", "available_cpus", "cpu_quota", "parallel_jobs"]
 
 #: The environment variable that sets the default number of parallel jobs.
 JOBS_VARIABLE = "KERNIX_JOBS"
+
+#: The cgroup v2 file holding the CPU quota of this process's cgroup (``"<quota> <period>"`` or ``"max ..."``).
+CPU_MAX = "/sys/fs/cgroup/cpu.max"
 
 
 def available_cpus() -> int:
@@ -32,15 +38,31 @@ def available_cpus() -> int:
     -------
     int
         :func:`os.process_cpu_count` where it exists (Python 3.13+), else the
-        size of the process's CPU affinity mask, else :func:`os.cpu_count`.
+        size of the process's CPU affinity mask, else :func:`os.cpu_count`;
+        at most :func:`cpu_quota`.
     """
     process_cpu_count = getattr(os, "process_cpu_count", None)
     if process_cpu_count is not None:
-        return process_cpu_count() or 1
+        cpus = process_cpu_count() or 1
+    else:
+        try:
+            cpus = len(os.sched_getaffinity(0)) or 1
+        except (AttributeError, OSError):  # (not on every platform)
+            cpus = os.cpu_count() or 1
+    quota = cpu_quota()
+    return cpus if quota is None else max(1, min(cpus, quota))
+
+
+def cpu_quota(path: str | None = None) -> int | None:
+    """The CPUs' worth of time the process's cgroup may use (its ``cpu.max``
+    quota over its period, rounded up), or ``None`` without a quota.
+    ``path``: the file to read (default :data:`CPU_MAX`)."""
     try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):  # (not on every platform)
-        return os.cpu_count() or 1
+        with open(path or CPU_MAX) as f:
+            quota, period = f.read().split()[:2]
+        return math.ceil(int(quota) / int(period)) if quota != "max" and int(period) > 0 else None
+    except (OSError, ValueError):  # no cgroup v2 here, or a file not as documented
+        return None
 
 
 def parallel_jobs(explicit: int | None = None) -> int:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import locale
 import os
 import re
-import select
+import selectors
 import shutil
 import subprocess
 import sys
@@ -200,8 +200,11 @@ class BuildProgress:
     def _write(self, text: str) -> None:
         if self.stream is None:  # (sys.stderr is None under pythonw and some service managers)
             return
-        self.stream.write(text)
-        self.stream.flush()
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream: the display stops, never the build
+            self.stream = None
 
 
 def run_ninja(cmd: Sequence[str], progress: BuildProgress) -> tuple[int, str]:
@@ -224,29 +227,49 @@ def run_ninja(cmd: Sequence[str], progress: BuildProgress) -> tuple[int, str]:
     env = {**os.environ, "NINJA_STATUS": NINJA_STATUS}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     assert proc.stdout is not None
+    encoding = locale.getpreferredencoding(False)
     chunks: list[bytes] = []
     pending = b""
     try:
-        fd = proc.stdout.fileno()
-        while True:
-            ready, _, _ = select.select([fd], [], [], progress.wait_s())
-            if ready:
-                data = os.read(fd, 65536)
-                if not data:
-                    break
-                chunks.append(data)
-                *lines, pending = (pending + data).split(b"\n")
-                for line in lines:
-                    progress.feed(line.rstrip(b"\r").decode(errors="replace"))
-            progress.tick()
+        with selectors.DefaultSelector() as selector:  # (select.select fails on a descriptor past 1023)
+            selector.register(proc.stdout, selectors.EVENT_READ)
+            while True:
+                if selector.select(progress.wait_s()):
+                    data = os.read(proc.stdout.fileno(), 65536)
+                    if not data:
+                        break
+                    chunks.append(data)
+                    *lines, pending = (pending + data).split(b"\n")
+                    for line in lines:
+                        _feed(progress, line, encoding)
+                progress.tick()
         if pending:
-            progress.feed(pending.decode(errors="replace"))
+            _feed(progress, pending, encoding)
         returncode = proc.wait()
-    except BaseException:  # (KeyboardInterrupt included: no ninja is left running)
-        proc.kill()
-        proc.wait()
+    except BaseException:  # (KeyboardInterrupt included: no ninja, nor a compiler it started, is left running)
+        _stop(proc)
         raise
     finally:
         proc.stdout.close()
-    text = b"".join(chunks).decode(locale.getpreferredencoding(False), "replace")
-    return returncode, text.replace("\r\n", "\n").replace("\r", "\n")
+    return returncode, _text(b"".join(chunks), encoding)
+
+
+def _text(data: bytes, encoding: str) -> str:
+    """``data`` decoded as :func:`subprocess.run` with ``text=True, errors="replace"`` decodes it."""
+    return data.decode(encoding, "replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _feed(progress: BuildProgress, line: bytes, encoding: str) -> None:
+    """Feed one line of output (a ``\\r`` inside it ends a line too, as in the text :func:`_text` gives)."""
+    for part in _text(line.rstrip(b"\r"), encoding).split("\n"):
+        progress.feed(part)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop ninja: SIGTERM first, which ninja passes on to the compilers it runs, then SIGKILL."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -45,7 +45,7 @@ _lock = threading.RLock()
 _libraries: dict[str, ctypes.CDLL] = {}
 _targets: dict[tuple[str, str], "Registration"] = {}
 _state_types: set[tuple[str, str]] = set()  # (type name, platform) registered with XLA
-_warned: set[str] = set()  # plain targets a ReloadWarning has named
+_warned: set[tuple[str, str]] = set()  # (plain target, platform) a ReloadWarning has named
 _new_capsule = None  # PyCapsule_New, typed for our calls (made on first use)
 
 
@@ -182,9 +182,10 @@ def register_targets(
                 new.append(Registration(name, jax_platform, digest, library, symbol, base=target))
             names[target] = name
         capsules = _capsules(new)  # every symbol found before XLA is touched
+        # Before registering: under an "error" filter the load fails with nothing registered, as it says.
+        _warn_moved([m for m in moved if (m[0], jax_platform) not in _warned], jax_platform)
         for reg, capsule in zip(new, capsules):
             _register(reg, capsule)
-        _warn_moved([m for m in moved if m[0] not in _warned], jax_platform)
         return names
 
 
@@ -201,7 +202,6 @@ def _warn_moved(moved: list[tuple[str, str, Registration]], platform: str) -> No
     targets, which run their first code, and the names of the new code."""
     if not moved:
         return
-    _warned.update(target for target, _, _ in moved)
     quoted = ", ".join(repr(target) for target, _, _ in moved)
     what = f"FFI target {quoted} ({platform}) is" if len(moved) == 1 else f"FFI targets {quoted} ({platform}) are"
     pairs = ", ".join(f"{target!r} -> {name!r}" for target, name, _ in moved)
@@ -209,11 +209,13 @@ def _warn_moved(moved: list[tuple[str, str, Registration]], platform: str) -> No
         f"kernix: {what} already registered in this process with other code (from {moved[0][2].library}), "
         f"and XLA cannot replace a registered handler. The module just loaded runs its new code under the "
         f"content-versioned name(s) {pairs}; the plain name(s) keep running the code first loaded, and the "
-        "modules loaded before keep theirs. A jax.ffi.ffi_call of your own must call the new name to run the "
-        "new code: module.targets[function] gives it. (Said once per target: later versions are registered "
-        "under names of their own without a warning.)",
+        "modules loaded before keep theirs, and so does a jax.jit function traced before this load until it is "
+        "traced again (f.clear_cache()). A jax.ffi.ffi_call of your own must call the new name to run the new "
+        "code: module.targets[function] gives it. (Said once per target: later versions are registered under "
+        "names of their own without a warning.)",
         ReloadWarning, "", 0,
     )
+    _warned.update((target, platform) for target, _, _ in moved)
 
 
 def _capsules(regs: list[Registration]) -> list[object]:
