@@ -180,10 +180,16 @@ def test_prune_follows_no_symbolic_link(tmp_path: Path) -> None:
     (root / "modules" / "ops" / "elsewhere").symlink_to(outside / "entry", target_is_directory=True)
     (root / "build").mkdir()
     (root / "build" / "ops").symlink_to(outside, target_is_directory=True)
+    solo = _entry(root, "solo", "last", 10, time.time() - 2 * DAY)  # its module's last entry: its records go too
+    (outside / "solo").mkdir()  # what `direct/solo` and `sources/solo-*` are through the links below
+    (outside / "solo-0123456789abcdef.cpp").write_text("int x;")
+    (root / "direct").symlink_to(outside, target_is_directory=True)
+    (root / "sources").symlink_to(outside, target_is_directory=True)
     result = kernix.prune_cache(1, root=root)
-    assert _names(result["removed"]) == [("ops", "linked")]  # the links are no candidates: not kernix's
+    assert _names(result["removed"]) == [("solo", "last"), ("ops", "linked")]  # the links are no candidates
     assert (outside / "precious").read_bytes() == b"keep" and (outside / "entry" / "manifest.json").is_file()
-    assert not entry.exists()
+    assert not entry.exists() and not solo.exists()
+    assert (outside / "solo").is_dir() and (outside / "solo-0123456789abcdef.cpp").is_file()
 
 
 # --------------------------------------------------------------------- with a built module

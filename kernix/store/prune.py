@@ -185,7 +185,8 @@ class _Pruning:
             return
         with contextlib.suppress(OSError):
             directory.rmdir()
-        self.clearing.remove(self.base / "direct" / module)
+        if is_real_dir(self.base / "direct"):  # (never through a link: its target is not the cache's)
+            self.clearing.remove(self.base / "direct" / module)
         for e in listing(self.base / "sources"):
             if source_module(e.name) == module:
                 self.clearing.remove(e.path)
