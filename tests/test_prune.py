@@ -8,6 +8,9 @@ evicts); every other entry is made by hand or copied from it."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import gc
 import json
 import logging
@@ -16,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -292,6 +296,109 @@ def _copy_entry(built: Built, key: str, source: str) -> Path:
     manifest.update(key=key, sources=[source])
     (entry / "manifest.json").write_text(json.dumps(manifest))
     return entry
+
+
+def _last_use_fds(entry: Path) -> list[int]:
+    """This process's descriptors open on ``entry``'s last-use file."""
+    target = str(entry / usage.LAST_USE)
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}") == target:
+                out.append(int(fd))
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc/self/fd (Linux)")
+def test_a_process_holds_one_descriptor_per_entry_however_many_loads(built: Built) -> None:
+    key = "d" * 64
+    copy = _copy_entry(built, key, str(SOURCE))
+    try:
+        found = [entries.lookup(built.root, built.name, key) for _ in range(3)]
+        assert all(f.hit for f in found) and len(_last_use_fds(copy)) == 1
+        with usage.claim(copy) as claimed:
+            assert claimed is None  # leased
+        del found[:2]
+        gc.collect()
+        with usage.claim(copy) as claimed:
+            assert claimed is None  # still leased by the third
+        del found
+        gc.collect()
+        assert _last_use_fds(copy) == []
+        with usage.claim(copy) as claimed:
+            assert claimed is not None  # free
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def test_no_descriptor_left_is_no_lease_not_a_damaged_entry(built: Built, monkeypatch) -> None:
+    """A process at its limit of open files (EMFILE) loads the entry without a
+    lease, with no warning that it is damaged; a file it cannot read then is an
+    error saying so, not a rebuild."""
+    key = "e" * 64
+    copy = _copy_entry(built, key, str(SOURCE))
+    real = os.open
+
+    def exhausted(path, *args, **kwargs):
+        if os.fspath(path).endswith(refused):
+            raise OSError(errno.EMFILE, "Too many open files", path)
+        return real(path, *args, **kwargs)
+
+    refused: tuple[str, ...] = (usage.LAST_USE,)
+    monkeypatch.setattr(os, "open", exhausted)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            found = entries.lookup(built.root, built.name, key)
+            assert found.hit, found.reason
+            refused = ()
+            with usage.claim(copy) as claimed:
+                assert claimed is not None  # (no lease held)
+            refused = (usage.LAST_USE,)
+
+            def unread(directory):
+                raise OSError(errno.EMFILE, "Too many open files", str(directory / "manifest.json"))
+
+            monkeypatch.setattr(entries.Manifest, "read", unread)
+            with pytest.raises(CacheError, match=r"Too many open files \(this process.*ulimit -n"):
+                entries.lookup(built.root, built.name, key)
+    finally:
+        monkeypatch.setattr(os, "open", real)
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def test_a_lease_on_a_last_use_file_removed_meanwhile_is_a_miss(built: Built, monkeypatch) -> None:
+    """A load opens the last-use file; before it locks it, a prune removes the
+    entry and a build publishes it again: the lock would guard a removed file,
+    so the load is a miss (and the next one a hit, on the new file)."""
+    key = "f" * 64
+    copy = _copy_entry(built, key, str(SOURCE))
+    real = fcntl.flock
+
+    def republished(fd, operation):
+        if operation & fcntl.LOCK_SH and os.fstat(fd).st_nlink:
+            (copy / usage.LAST_USE).unlink()
+            (copy / usage.LAST_USE).touch()
+        return real(fd, operation)
+
+    try:
+        monkeypatch.setattr(fcntl, "flock", republished)
+        found = entries.lookup(built.root, built.name, key)
+        assert (found.manifest, found.reason) == (None, "no entry (being evicted)")
+        monkeypatch.setattr(fcntl, "flock", real)
+        assert entries.lookup(built.root, built.name, key).hit
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def test_an_entry_that_cannot_be_checked_is_damaged(built: Built, monkeypatch) -> None:
+    def refused(path, root, *more):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(entries, "check_private", refused)
+    with pytest.warns(RuntimeWarning, match=r"is damaged: cannot open .*Permission denied; rebuilding it"):
+        found = entries.lookup(built.root, built.name, built.key)
+    assert found.damaged and not found.hit
 
 
 def test_cache_info_lists_each_version_of_a_module(built: Built, monkeypatch, capsys) -> None:

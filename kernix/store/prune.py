@@ -29,6 +29,7 @@ Every decision is logged (logger ``kernix``: DEBUG), every removal at INFO.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 import warnings
@@ -168,6 +169,8 @@ class _Pruning:
                         os.unlink(os.path.join(c.path, "manifest.json"))
                     gone = self.clearing.remove(c.path)
             except OSError as exc:  # (its last-use file is a link, or another user's: not kernix's to judge)
+                if exc.errno == errno.ENOLCK:
+                    return f"the file system refuses locks on its {LAST_USE} file: whether it is in use cannot be told"
                 return f"its {LAST_USE} file cannot be opened ({exc.strerror or exc})"
             if gone:
                 self.clearing.removed += 1
