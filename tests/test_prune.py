@@ -139,6 +139,75 @@ def test_prune_by_age_removes_what_is_unused_for_that_long(tmp_path: Path, monke
     assert not (tmp_path / "direct" / "other").exists()
 
 
+def _file(path: Path, size: int, when: float) -> Path:
+    """A file of ``size`` bytes last modified (and read) at ``when``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\0" * size)
+    os.utime(path, (when, when))
+    return path
+
+
+def test_preludes_and_a_builds_leftovers_are_evicted_when_unused(tmp_path: Path) -> None:
+    """A precompiled prelude goes with its record (last used when its PCH was
+    last read); a PCH without a record goes alone; a build's leftover directory
+    goes once it is old (a young one may still be being deleted by its build)."""
+    now = time.time()
+    toolchain = tmp_path / "toolchain"
+    old_key, new_key = "a" * 24, "b" * 24
+    old_rec = _file(toolchain / f"prelude-{old_key}.rec", 2, now - 3 * DAY)
+    old_pch = _file(toolchain / f"prelude-{old_key}-{'1' * 16}.pch", 1000, now - 2 * DAY)
+    orphan = _file(toolchain / f"prelude-{'c' * 24}-{'2' * 16}.pch", 500, now - 4 * DAY)
+    new_rec = _file(toolchain / f"prelude-{new_key}.rec", 2, now - 5 * DAY)
+    new_pch = _file(toolchain / f"prelude-{new_key}-{'3' * 16}.pch", 1000, now - 5 * DAY)
+    os.utime(new_pch, (now, now - 5 * DAY))  # read now, written 5 days ago: used now
+    _file(toolchain / "gcc-answers.rec", 2, now - 9 * DAY)  # a compiler's answers: not a prelude
+    build = tmp_path / "build"
+    for name, age in ((".ops.stale-123-456", 2 * usage.TOUCH_INTERVAL_S), (".ops.stale-124-457", 60.0)):
+        _file(build / name / "ops.o", 100, now)
+        os.utime(build / name, (now - age, now - age))
+    result = kernix.prune_cache(older_than="1h", root=tmp_path)
+    assert [(r["kind"], r["key"], r["size_bytes"]) for r in result["removed"]] == [
+        ("prelude", "c" * 24, 500), ("prelude", old_key, 1002), ("leftovers", None, 100)]
+    assert result["removed"][2]["label"] == "ops (leftovers)" and result["removed"][0]["label"] == "prelude cccccccccccc"
+    assert not old_rec.exists() and not old_pch.exists() and not orphan.exists()
+    assert new_rec.exists() and new_pch.exists() and (toolchain / "gcc-answers.rec").exists()
+    assert not (build / ".ops.stale-123-456").exists() and (build / ".ops.stale-124-457").exists()
+
+
+def test_what_no_eviction_removes_filling_the_limit_evicts_nothing(tmp_path: Path, monkeypatch) -> None:
+    """Specs alone over the limit: evicting would empty the cache of entries and
+    leave it over its limit still; nothing is evicted, with a warning (once)
+    saying what to do; a prune by age still removes what is old."""
+    now = time.time()
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "ops.rec").write_bytes(b"\0" * 3000)
+    entry = _entry(tmp_path, "ops", "old", 1000, now - 3 * DAY)
+    monkeypatch.setattr(prune, "_warned_unevictable", False)
+    with pytest.warns(RuntimeWarning, match=r"no eviction removes .*2.9 KiB\) alone exceeds its size limit of 2.0 KiB.*"
+                                            r"`kernix cache clear`, or raise KERNIX_CACHE_MAX_SIZE"):
+        assert kernix.prune_cache("2K", root=tmp_path)["removed"] == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (once per process)
+        assert kernix.prune_cache("2K", root=tmp_path)["removed"] == []
+        assert entry.is_dir()
+        assert _names(kernix.prune_cache("2K", older_than="1d", root=tmp_path)["removed"]) == [("ops", "old")]
+
+
+def test_a_manifest_that_cannot_be_removed_keeps_its_library(tmp_path: Path, monkeypatch) -> None:
+    entry = _entry(tmp_path, "ops", "old", 100, time.time() - DAY)
+    real = os.unlink
+
+    def refused(path, *args, **kwargs):
+        if os.fspath(path).endswith("manifest.json"):
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", refused)
+    with pytest.raises(CacheError, match=r"could not remove .*manifest.json.*Permission denied"):
+        kernix.prune_cache(1, root=tmp_path)
+    assert (entry / "manifest.json").is_file() and (entry / "module-0123456789abcdef.so").is_file()
+
+
 _HOLDER = """
 import sys
 from pathlib import Path
