@@ -208,6 +208,19 @@ def test_a_manifest_that_cannot_be_removed_keeps_its_library(tmp_path: Path, mon
     assert (entry / "manifest.json").is_file() and (entry / "module-0123456789abcdef.so").is_file()
 
 
+def test_a_limit_that_is_no_size_warns_after_a_build_and_the_entry_is_kept(built: Built, monkeypatch) -> None:
+    monkeypatch.setenv("KERNIX_CACHE_MAX_SIZE", "5 gigs")
+    built_so = built.root / "copy.so"
+    shutil.copyfile(next(built.entry.glob("module-*.so")), built_so)
+    with build_lock(built.root, built.name):
+        with pytest.warns(RuntimeWarning, match=r"not kept within a size limit: KERNIX_CACHE_MAX_SIZE: '5 gigs' is not"):
+            published = entries.publish(built.root, built.name, "9" * 64, built_so, [], {}, [], "cpu")
+    try:
+        assert entries.lookup(built.root, built.name, "9" * 64).hit
+    finally:
+        shutil.rmtree(published.directory, ignore_errors=True)
+
+
 _HOLDER = """
 import sys
 from pathlib import Path

@@ -206,7 +206,7 @@ def publish(
     Raises
     ------
     CacheError
-        When the entry cannot be written, or ``$KERNIX_CACHE_MAX_SIZE`` is not a size.
+        When the entry cannot be written.
     """
     entry = entry_dir(root, name, key)
     try:

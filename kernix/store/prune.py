@@ -4,11 +4,13 @@ cache prune``) and the eviction after each build that stores an entry
 
 What a prune removes, least recently used first, are module entries
 (``modules/<name>/<key>``, used when a load finds them: :mod:`kernix.store.usage`)
-and work directories (``build/<name>``, used when a build runs in them);
+work directories (``build/<name>``, used when a build runs in them), a
+build's old leftovers (``build/.<name>.stale-*``) and precompiled preludes
+(``toolchain/prelude-*``: used when their PCH was last read or written);
 when a module's last entry goes, its inline sources and direct records go
-with it.  The rest of the cache (inferred specs, compiler answers,
-precompiled preludes) counts towards the size but is left alone (``kernix
-cache clear`` empties it).
+with it.  The rest of the cache (inferred specs, compiler answers) counts
+towards the size but is left alone (``kernix cache clear`` empties it); when
+it alone fills the limit, nothing is evicted for the limit (a warning says so).
 
 A removal never disturbs a process:
 
@@ -329,8 +331,10 @@ def prune_cache(
     (``$KERNIX_CACHE_MAX_SIZE``, default 5 GiB), as after every build.  An
     entry that a running process has loaded (or is loading), and every file
     of a module being built, is kept (and reported as kept); so are
-    inferred specs, compiler answers and precompiled preludes, which count
-    towards the size (:func:`clear_cache` empties them).  Nothing outside the
+    inferred specs and compiler answers, which count towards the size
+    (:func:`clear_cache` empties them; when they alone fill ``max_size``,
+    nothing is removed for the size, with a ``RuntimeWarning``).  Precompiled
+    preludes are removed like entries (a parse builds them again).  Nothing outside the
     cache is touched: symbolic links are never followed.
 
     Parameters
@@ -349,7 +353,8 @@ def prune_cache(
     dict
         ``root``; ``limit_bytes`` (the size asked for, ``None`` for none) and
         ``older_than_s``; ``removed`` and ``kept``, one record each (``kind``:
-        ``"entry"`` or ``"work directory"``, ``name``, ``key`` (entries),
+        ``"entry"``, ``"work directory"``, ``"leftovers"`` or ``"prelude"``,
+        ``name``, ``key`` (entries, preludes), ``label`` (as printed),
         ``path``, ``size_bytes``, ``last_use``, ``age_s`` and ``reason``: why
         it was removed, or kept); ``freed_bytes``; and ``total_bytes``, the
         cache's size afterwards.
@@ -393,12 +398,14 @@ def after_publish(root: Path, manifest: Manifest) -> None:
     What cannot be removed is a ``RuntimeWarning``, not an error: the build
     it follows succeeded.
 
-    Raises
-    ------
-    CacheError
-        When ``$KERNIX_CACHE_MAX_SIZE`` is not a size.
+    A ``$KERNIX_CACHE_MAX_SIZE`` that is not a size is a ``RuntimeWarning``
+    too: the entry is published, and nothing is evicted.
     """
-    limit = limits.max_size()
+    try:
+        limit = limits.max_size()
+    except CacheError as exc:
+        warnings.warn(f"kernix: the cache was not kept within a size limit: {exc}", RuntimeWarning, stacklevel=4)
+        return
     if limit is None:
         note("cache: no size limit ($KERNIX_CACHE_MAX_SIZE)")
         return
