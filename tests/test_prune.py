@@ -212,9 +212,9 @@ def test_a_limit_that_is_no_size_warns_after_a_build_and_the_entry_is_kept(built
     monkeypatch.setenv("KERNIX_CACHE_MAX_SIZE", "5 gigs")
     built_so = built.root / "copy.so"
     shutil.copyfile(next(built.entry.glob("module-*.so")), built_so)
-    with build_lock(built.root, built.name):
-        with pytest.warns(RuntimeWarning, match=r"not kept within a size limit: KERNIX_CACHE_MAX_SIZE: '5 gigs' is not"):
-            published = entries.publish(built.root, built.name, "9" * 64, built_so, [], {}, [], "cpu")
+    warning = r"not kept within a size limit: KERNIX_CACHE_MAX_SIZE: '5 gigs' is not"
+    with build_lock(built.root, built.name), pytest.warns(RuntimeWarning, match=warning):
+        published = entries.publish(built.root, built.name, "9" * 64, built_so, [], {}, [], "cpu")
     try:
         assert entries.lookup(built.root, built.name, "9" * 64).hit
     finally:

@@ -161,25 +161,19 @@ def _read_entry(entry: Path, key: str, root: Path) -> Lookup:
             return _damaged("library content does not match its recorded SHA-256")
     except OSError as exc:
         _unread(entry, exc)
-        return _CLEARED if _cleared(entry) else _damaged(f"library missing: {exc.strerror or exc}")
+        return _CLEARED if not _complete(entry) else _damaged(f"library missing: {exc.strerror or exc}")
     try:
         manifest.keep_specs()  # the entry may be cleared while the module is in use
     except OSError as exc:
         _unread(entry, exc)
-        return _CLEARED if _cleared(entry) else _damaged(f"cannot read {SPECS_FILE}: {exc.strerror or exc}")
+        return _CLEARED if not _complete(entry) else _damaged(f"cannot read {SPECS_FILE}: {exc.strerror or exc}")
     return Lookup(manifest, "hit")
 
 
 def _complete(entry: Path) -> bool:
-    """Whether the entry has its manifest (a clear or an eviction removes it first)."""
+    """Whether the entry has its manifest: a clear or an eviction removes it
+    first, so a file of an entry without one was removed, not damaged."""
     return (entry / "manifest.json").exists()
-
-
-def _cleared(entry: Path) -> bool:
-    """Whether the entry's manifest is gone: a file of the entry that could not
-    be read was removed by a ``kernix cache clear`` (which removes an entry's
-    manifest first), not damaged."""
-    return not (entry / "manifest.json").exists()
 
 
 def publish(
