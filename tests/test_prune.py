@@ -8,6 +8,9 @@ evicts); every other entry is made by hand or copied from it."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import gc
 import json
 import logging
@@ -16,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,6 +139,88 @@ def test_prune_by_age_removes_what_is_unused_for_that_long(tmp_path: Path, monke
     assert not (tmp_path / "direct" / "other").exists()
 
 
+def _file(path: Path, size: int, when: float) -> Path:
+    """A file of ``size`` bytes last modified (and read) at ``when``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\0" * size)
+    os.utime(path, (when, when))
+    return path
+
+
+def test_preludes_and_a_builds_leftovers_are_evicted_when_unused(tmp_path: Path) -> None:
+    """A precompiled prelude goes with its record (last used when its PCH was
+    last read); a PCH without a record goes alone; a build's leftover directory
+    goes once it is old (a young one may still be being deleted by its build)."""
+    now = time.time()
+    toolchain = tmp_path / "toolchain"
+    old_key, new_key = "a" * 24, "b" * 24
+    old_rec = _file(toolchain / f"prelude-{old_key}.rec", 2, now - 3 * DAY)
+    old_pch = _file(toolchain / f"prelude-{old_key}-{'1' * 16}.pch", 1000, now - 2 * DAY)
+    orphan = _file(toolchain / f"prelude-{'c' * 24}-{'2' * 16}.pch", 500, now - 4 * DAY)
+    new_rec = _file(toolchain / f"prelude-{new_key}.rec", 2, now - 5 * DAY)
+    new_pch = _file(toolchain / f"prelude-{new_key}-{'3' * 16}.pch", 1000, now - 5 * DAY)
+    os.utime(new_pch, (now, now - 5 * DAY))  # read now, written 5 days ago: used now
+    _file(toolchain / "gcc-answers.rec", 2, now - 9 * DAY)  # a compiler's answers: not a prelude
+    build = tmp_path / "build"
+    for name, age in ((".ops.stale-123-456", 2 * usage.TOUCH_INTERVAL_S), (".ops.stale-124-457", 60.0)):
+        _file(build / name / "ops.o", 100, now)
+        os.utime(build / name, (now - age, now - age))
+    result = kernix.prune_cache(older_than="1h", root=tmp_path)
+    assert [(r["kind"], r["key"], r["size_bytes"]) for r in result["removed"]] == [
+        ("prelude", "c" * 24, 500), ("prelude", old_key, 1002), ("leftovers", None, 100)]
+    assert result["removed"][2]["label"] == "ops (leftovers)" and result["removed"][0]["label"] == "prelude cccccccccccc"
+    assert not old_rec.exists() and not old_pch.exists() and not orphan.exists()
+    assert new_rec.exists() and new_pch.exists() and (toolchain / "gcc-answers.rec").exists()
+    assert not (build / ".ops.stale-123-456").exists() and (build / ".ops.stale-124-457").exists()
+
+
+def test_what_no_eviction_removes_filling_the_limit_evicts_nothing(tmp_path: Path, monkeypatch) -> None:
+    """Specs alone over the limit: evicting would empty the cache of entries and
+    leave it over its limit still; nothing is evicted, with a warning (once)
+    saying what to do; a prune by age still removes what is old."""
+    now = time.time()
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "ops.rec").write_bytes(b"\0" * 3000)
+    entry = _entry(tmp_path, "ops", "old", 1000, now - 3 * DAY)
+    monkeypatch.setattr(prune, "_warned_unevictable", False)
+    with pytest.warns(RuntimeWarning, match=r"no eviction removes .*2.9 KiB\) alone exceeds its size limit of 2.0 KiB.*"
+                                            r"`kernix cache clear`, or raise KERNIX_CACHE_MAX_SIZE"):
+        assert kernix.prune_cache("2K", root=tmp_path)["removed"] == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (once per process)
+        assert kernix.prune_cache("2K", root=tmp_path)["removed"] == []
+        assert entry.is_dir()
+        assert _names(kernix.prune_cache("2K", older_than="1d", root=tmp_path)["removed"]) == [("ops", "old")]
+
+
+def test_a_manifest_that_cannot_be_removed_keeps_its_library(tmp_path: Path, monkeypatch) -> None:
+    entry = _entry(tmp_path, "ops", "old", 100, time.time() - DAY)
+    real = os.unlink
+
+    def refused(path, *args, **kwargs):
+        if os.fspath(path).endswith("manifest.json"):
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", refused)
+    with pytest.raises(CacheError, match=r"could not remove .*manifest.json.*Permission denied"):
+        kernix.prune_cache(1, root=tmp_path)
+    assert (entry / "manifest.json").is_file() and (entry / "module-0123456789abcdef.so").is_file()
+
+
+def test_a_limit_that_is_no_size_warns_after_a_build_and_the_entry_is_kept(built: Built, monkeypatch) -> None:
+    monkeypatch.setenv("KERNIX_CACHE_MAX_SIZE", "5 gigs")
+    built_so = built.root / "copy.so"
+    shutil.copyfile(next(built.entry.glob("module-*.so")), built_so)
+    warning = r"not kept within a size limit: KERNIX_CACHE_MAX_SIZE: '5 gigs' is not"
+    with build_lock(built.root, built.name), pytest.warns(RuntimeWarning, match=warning):
+        published = entries.publish(built.root, built.name, "9" * 64, built_so, [], {}, [], "cpu")
+    try:
+        assert entries.lookup(built.root, built.name, "9" * 64).hit
+    finally:
+        shutil.rmtree(published.directory, ignore_errors=True)
+
+
 _HOLDER = """
 import sys
 from pathlib import Path
@@ -180,10 +266,16 @@ def test_prune_follows_no_symbolic_link(tmp_path: Path) -> None:
     (root / "modules" / "ops" / "elsewhere").symlink_to(outside / "entry", target_is_directory=True)
     (root / "build").mkdir()
     (root / "build" / "ops").symlink_to(outside, target_is_directory=True)
+    solo = _entry(root, "solo", "last", 10, time.time() - 2 * DAY)  # its module's last entry: its records go too
+    (outside / "solo").mkdir()  # what `direct/solo` and `sources/solo-*` are through the links below
+    (outside / "solo-0123456789abcdef.cpp").write_text("int x;")
+    (root / "direct").symlink_to(outside, target_is_directory=True)
+    (root / "sources").symlink_to(outside, target_is_directory=True)
     result = kernix.prune_cache(1, root=root)
-    assert _names(result["removed"]) == [("ops", "linked")]  # the links are no candidates: not kernix's
+    assert _names(result["removed"]) == [("solo", "last"), ("ops", "linked")]  # the links are no candidates
     assert (outside / "precious").read_bytes() == b"keep" and (outside / "entry" / "manifest.json").is_file()
-    assert not entry.exists()
+    assert not entry.exists() and not solo.exists()
+    assert (outside / "solo").is_dir() and (outside / "solo-0123456789abcdef.cpp").is_file()
 
 
 # --------------------------------------------------------------------- with a built module
@@ -286,6 +378,109 @@ def _copy_entry(built: Built, key: str, source: str) -> Path:
     manifest.update(key=key, sources=[source])
     (entry / "manifest.json").write_text(json.dumps(manifest))
     return entry
+
+
+def _last_use_fds(entry: Path) -> list[int]:
+    """This process's descriptors open on ``entry``'s last-use file."""
+    target = str(entry / usage.LAST_USE)
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}") == target:
+                out.append(int(fd))
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc/self/fd (Linux)")
+def test_a_process_holds_one_descriptor_per_entry_however_many_loads(built: Built) -> None:
+    key = "d" * 64
+    copy = _copy_entry(built, key, str(SOURCE))
+    try:
+        found = [entries.lookup(built.root, built.name, key) for _ in range(3)]
+        assert all(f.hit for f in found) and len(_last_use_fds(copy)) == 1
+        with usage.claim(copy) as claimed:
+            assert claimed is None  # leased
+        del found[:2]
+        gc.collect()
+        with usage.claim(copy) as claimed:
+            assert claimed is None  # still leased by the third
+        del found
+        gc.collect()
+        assert _last_use_fds(copy) == []
+        with usage.claim(copy) as claimed:
+            assert claimed is not None  # free
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def test_no_descriptor_left_is_no_lease_not_a_damaged_entry(built: Built, monkeypatch) -> None:
+    """A process at its limit of open files (EMFILE) loads the entry without a
+    lease, with no warning that it is damaged; a file it cannot read then is an
+    error saying so, not a rebuild."""
+    key = "e" * 64
+    copy = _copy_entry(built, key, str(SOURCE))
+    real = os.open
+
+    def exhausted(path, *args, **kwargs):
+        if os.fspath(path).endswith(refused):
+            raise OSError(errno.EMFILE, "Too many open files", path)
+        return real(path, *args, **kwargs)
+
+    refused: tuple[str, ...] = (usage.LAST_USE,)
+    monkeypatch.setattr(os, "open", exhausted)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            found = entries.lookup(built.root, built.name, key)
+            assert found.hit, found.reason
+            refused = ()
+            with usage.claim(copy) as claimed:
+                assert claimed is not None  # (no lease held)
+            refused = (usage.LAST_USE,)
+
+            def unread(directory):
+                raise OSError(errno.EMFILE, "Too many open files", str(directory / "manifest.json"))
+
+            monkeypatch.setattr(entries.Manifest, "read", unread)
+            with pytest.raises(CacheError, match=r"Too many open files \(this process.*ulimit -n"):
+                entries.lookup(built.root, built.name, key)
+    finally:
+        monkeypatch.setattr(os, "open", real)
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def test_a_lease_on_a_last_use_file_removed_meanwhile_is_a_miss(built: Built, monkeypatch) -> None:
+    """A load opens the last-use file; before it locks it, a prune removes the
+    entry and a build publishes it again: the lock would guard a removed file,
+    so the load is a miss (and the next one a hit, on the new file)."""
+    key = "f" * 64
+    copy = _copy_entry(built, key, str(SOURCE))
+    real = fcntl.flock
+
+    def republished(fd, operation):
+        if operation & fcntl.LOCK_SH and os.fstat(fd).st_nlink:
+            (copy / usage.LAST_USE).unlink()
+            (copy / usage.LAST_USE).touch()
+        return real(fd, operation)
+
+    try:
+        monkeypatch.setattr(fcntl, "flock", republished)
+        found = entries.lookup(built.root, built.name, key)
+        assert (found.manifest, found.reason) == (None, "no entry (being evicted)")
+        monkeypatch.setattr(fcntl, "flock", real)
+        assert entries.lookup(built.root, built.name, key).hit
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def test_an_entry_that_cannot_be_checked_is_damaged(built: Built, monkeypatch) -> None:
+    def refused(path, root, *more):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(entries, "check_private", refused)
+    with pytest.warns(RuntimeWarning, match=r"is damaged: cannot open .*Permission denied; rebuilding it"):
+        found = entries.lookup(built.root, built.name, built.key)
+    assert found.damaged and not found.hit
 
 
 def test_cache_info_lists_each_version_of_a_module(built: Built, monkeypatch, capsys) -> None:

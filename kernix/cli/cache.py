@@ -91,14 +91,11 @@ def _print_info(info: dict[str, Any]) -> None:
 def _print_prune(result: dict[str, Any]) -> None:
     from ..store.limits import format_age
 
-    def label(r: dict[str, Any]) -> str:
-        return f"{r['name']} {r['key'][:12]}" if r["kind"] == "entry" else f"{r['name']} (work directory)"
-
     for r in result["removed"]:
-        print(f"removed {label(r)} ({human_size(r['size_bytes'])}, last used {format_age(r['age_s'])} ago): "
+        print(f"removed {r['label']} ({human_size(r['size_bytes'])}, last used {format_age(r['age_s'])} ago): "
               f"{r['reason']}")
     for r in result["kept"]:
-        print(f"kept {label(r)} ({human_size(r['size_bytes'])}): {r['reason']}")
+        print(f"kept {r['label']} ({human_size(r['size_bytes'])}): {r['reason']}")
     n = len(result["removed"])
     print(f"removed {n} item{'' if n == 1 else 's'} ({human_size(result['freed_bytes'])}); the cache holds "
           f"{human_size(result['total_bytes'])}")

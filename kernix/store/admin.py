@@ -29,7 +29,6 @@ from ..paths import cache_root, printable
 from .files import source_module
 from .lock import build_lock
 from .manifest import Manifest, ManifestError
-from .usage import entry_time
 from .walk import AREAS, is_real_dir, listing, lstat_or_none, survey
 
 __all__ = ["Clearing", "cache_info", "clear_cache"]
@@ -325,7 +324,7 @@ def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     now = time.time()
     try:
         found = survey(base)
-        entries = [_describe(entry, found.entries[entry], found.used.get(entry) or entry_time(entry), now)
+        entries = [_describe(entry, found.entries[entry], found.used[entry], now)
                    for entry in found.complete]
     except OSError as exc:
         where = printable(exc.filename if exc.filename is not None else base)

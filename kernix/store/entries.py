@@ -20,8 +20,8 @@ A hit (and a publish) holds a lease on the entry for as long as its
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
-import os
 import time
 import warnings
 from collections.abc import Sequence
@@ -33,7 +33,7 @@ from ..errors import CacheError
 from .files import UNSETTLED, FileStat, atomic_write, file_digest, stale_file
 from .manifest import SPECS_FILE, Manifest, ManifestError, entry_dir
 from .trust import check_private, io_message, makedirs
-from .usage import Evicting, create, hold, lease
+from .usage import Evicting, create, hold, lease, release
 
 if TYPE_CHECKING:
     from ..spec import FunctionSpec
@@ -79,7 +79,8 @@ def lookup(root: Path, name: str, key: str, *, warn: bool = True) -> Lookup:
     Raises
     ------
     CacheError
-        When the entry exists but another user could have written it.
+        When the entry exists but another user could have written it, or the
+        process has no file descriptor left to read it.
     """
     found = _lookup(root, name, key)
     if warn and found.damaged:
@@ -94,15 +95,25 @@ def _damaged(why: str) -> Lookup:
     return Lookup(None, f"damaged: {why}", damaged=True)
 
 
+def _unread(entry: Path, exc: OSError) -> None:
+    """Raise when ``exc`` says this process has no file descriptor left: the
+    entry is not damaged, and a rebuild would fail the same way."""
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        raise CacheError(
+            f"cannot read the cache entry {entry}: {exc.strerror} (this process holds too many open files). Close "
+            "files it no longer needs, or raise its limit (`ulimit -n`, resource.setrlimit(RLIMIT_NOFILE))."
+        ) from exc
+
+
 _CLEARED = Lookup(None, "no entry (removed while it was read: a cache clear)")
 _EVICTING = Lookup(None, "no entry (being evicted)")
 
 
 def _lookup(root: Path, name: str, key: str) -> Lookup:
     entry = entry_dir(root, name, key)
-    check_private(entry / "manifest.json", root)
     try:
-        fd = lease(entry)  # first: an eviction that has not claimed the entry yet no longer can
+        check_private(entry / "manifest.json", root)
+        held = lease(entry)  # first: an eviction that has not claimed the entry yet no longer can
     except FileNotFoundError:  # (written before the manifest, removed after it)
         return _damaged("its last-use file is missing") if _complete(entry) else Lookup(None, "no entry")
     except Evicting:
@@ -114,9 +125,9 @@ def _lookup(root: Path, name: str, key: str) -> Lookup:
         found = _read_entry(entry, key, root)
     finally:
         if found is not None and found.manifest is not None:
-            hold(found.manifest, fd)
-        elif fd is not None:
-            os.close(fd)
+            hold(found.manifest, held)
+        else:
+            release(held)
     return found
 
 
@@ -127,6 +138,7 @@ def _read_entry(entry: Path, key: str, root: Path) -> Lookup:
     except FileNotFoundError:
         return Lookup(None, "no entry")
     except OSError as exc:
+        _unread(entry, exc)
         return _damaged(f"cannot read manifest: {exc}")
     except ManifestError as exc:
         return _damaged(str(exc))
@@ -148,24 +160,20 @@ def _read_entry(entry: Path, key: str, root: Path) -> Lookup:
         if stat != manifest.so_stat and file_digest(so_path) != manifest.so_sha256:
             return _damaged("library content does not match its recorded SHA-256")
     except OSError as exc:
-        return _CLEARED if _cleared(entry) else _damaged(f"library missing: {exc.strerror or exc}")
+        _unread(entry, exc)
+        return _CLEARED if not _complete(entry) else _damaged(f"library missing: {exc.strerror or exc}")
     try:
         manifest.keep_specs()  # the entry may be cleared while the module is in use
     except OSError as exc:
-        return _CLEARED if _cleared(entry) else _damaged(f"cannot read {SPECS_FILE}: {exc.strerror or exc}")
+        _unread(entry, exc)
+        return _CLEARED if not _complete(entry) else _damaged(f"cannot read {SPECS_FILE}: {exc.strerror or exc}")
     return Lookup(manifest, "hit")
 
 
 def _complete(entry: Path) -> bool:
-    """Whether the entry has its manifest (a clear or an eviction removes it first)."""
+    """Whether the entry has its manifest: a clear or an eviction removes it
+    first, so a file of an entry without one was removed, not damaged."""
     return (entry / "manifest.json").exists()
-
-
-def _cleared(entry: Path) -> bool:
-    """Whether the entry's manifest is gone: a file of the entry that could not
-    be read was removed by a ``kernix cache clear`` (which removes an entry's
-    manifest first), not damaged."""
-    return not (entry / "manifest.json").exists()
 
 
 def publish(
@@ -192,7 +200,7 @@ def publish(
     Raises
     ------
     CacheError
-        When the entry cannot be written, or ``$KERNIX_CACHE_MAX_SIZE`` is not a size.
+        When the entry cannot be written.
     """
     entry = entry_dir(root, name, key)
     try:

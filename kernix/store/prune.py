@@ -4,11 +4,13 @@ cache prune``) and the eviction after each build that stores an entry
 
 What a prune removes, least recently used first, are module entries
 (``modules/<name>/<key>``, used when a load finds them: :mod:`kernix.store.usage`)
-and work directories (``build/<name>``, used when a build runs in them);
+work directories (``build/<name>``, used when a build runs in them), a
+build's old leftovers (``build/.<name>.stale-*``) and precompiled preludes
+(``toolchain/prelude-*``: used when their PCH was last read or written);
 when a module's last entry goes, its inline sources and direct records go
-with it.  The rest of the cache (inferred specs, compiler answers,
-precompiled preludes) counts towards the size but is left alone (``kernix
-cache clear`` empties it).
+with it.  The rest of the cache (inferred specs, compiler answers) counts
+towards the size but is left alone (``kernix cache clear`` empties it); when
+it alone fills the limit, nothing is evicted for the limit (a warning says so).
 
 A removal never disturbs a process:
 
@@ -29,7 +31,9 @@ Every decision is logged (logger ``kernix``: DEBUG), every removal at INFO.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -47,7 +51,7 @@ from .files import source_module
 from .limits import format_age, format_size, parse_age, parse_size
 from .lock import PRUNE_LOCK, build_lock, try_lock
 from .manifest import Manifest
-from .usage import LAST_USE, claim, entry_time
+from .usage import LAST_USE, claim
 from .walk import Survey, is_real_dir, listing, lstat_or_none, survey
 
 __all__ = ["Candidate", "after_publish", "candidates", "prune_cache"]
@@ -62,15 +66,19 @@ class Candidate:
     Attributes
     ----------
     kind
-        ``"entry"`` or ``"work directory"``.
+        ``"entry"``, ``"work directory"``, ``"leftovers"`` (a directory a
+        build moved aside to delete it) or ``"prelude"`` (a precompiled
+        prelude: its record and PCH files).
     module
-        The module it belongs to.
+        The module it belongs to (``""`` for a prelude).
     path
-        Its directory.
+        Its directory (a prelude: its record, or its PCH file when it has none).
     size
         The bytes of its files.
     used
         Its last use, in seconds since the epoch.
+    files
+        A prelude's files (its record first), by path.
     """
 
     kind: str
@@ -78,40 +86,106 @@ class Candidate:
     path: str
     size: int
     used: float
+    files: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str | None:
+        """An entry's key (its directory's name), a prelude's (from its file names); else ``None``."""
+        if self.kind == "entry":
+            return printable(os.path.basename(self.path))
+        if self.kind == "prelude":
+            return _PRELUDE.fullmatch(os.path.basename(self.path)).group(1)  # type: ignore[union-attr]
+        return None
 
     @property
     def label(self) -> str:
-        """``ops 1a2b3c4d5e6f`` (an entry, by its key) or ``ops (work directory)``."""
+        """``ops 1a2b3c4d5e6f`` (an entry, by its key), ``ops (work directory)``,
+        ``prelude 1a2b3c4d5e6f``."""
+        if self.kind == "prelude":
+            return f"prelude {self.key[:12]}"  # type: ignore[index]
         if self.kind == "entry":
-            return f"{printable(self.module)} {printable(os.path.basename(self.path))[:12]}"
-        return f"{printable(self.module)} (work directory)"
+            return f"{printable(self.module)} {self.key[:12]}"  # type: ignore[index]
+        return f"{printable(self.module)} ({self.kind})"
 
     def record(self, now: float, **more: Any) -> dict[str, Any]:
         """What :func:`prune_cache` reports of it."""
         return {
-            "kind": self.kind, "name": printable(self.module),
-            "key": printable(os.path.basename(self.path)) if self.kind == "entry" else None,
+            "kind": self.kind, "name": printable(self.module), "key": self.key, "label": self.label,
             "path": printable(self.path), "size_bytes": self.size, "last_use": self.used,
             "age_s": max(0.0, now - self.used), **more,
         }
 
 
-def candidates(found: Survey) -> list[Candidate]:
-    """What a prune may remove of what ``found`` holds, least recently used
-    first (directories whose names are no module's are not kernix's: ``kernix
-    cache clear`` removes them)."""
+# toolchain/prelude-<key>.rec names its PCH, toolchain/prelude-<key>-<hex>.pch (kernix.frontend.pch)
+_PRELUDE = re.compile(r"prelude-([0-9a-f]+)(?:\.rec|-[0-9a-f]+\.pch)")
+# build/.<name>.stale-<pid>-<n>: a work directory moved aside to be deleted (kernix.store.workdir)
+_LEFTOVERS = re.compile(r"\.(.+)\.stale-\d+-\d+")
+#: Leftovers younger than this (seconds) may still be being deleted by their build.
+LEFTOVERS_AGE_S = 3600.0
+
+
+def _preludes(base: Path, found: Survey) -> list[Candidate]:
+    """Each precompiled prelude: its record with its PCH files (a PCH without
+    a record on its own), last used when its PCH was last read or written."""
+    groups: dict[str, list[str]] = {}
+    for name in found.preludes:
+        match = _PRELUDE.fullmatch(name)
+        if match is not None:
+            groups.setdefault(match.group(1), []).append(name)
+    out = []
+    toolchain = base / "toolchain"
+    for names in groups.values():
+        names.sort(key=lambda n: not n.endswith(".rec"))  # the record first: no record names a removed PCH
+        pchs = [n for n in names if n.endswith(".pch")] or names
+        out.append(Candidate("prelude", "", os.fspath(toolchain / names[0]),
+                             sum(found.preludes[n][0] for n in names), max(found.preludes[n][1] for n in pchs),
+                             tuple(os.fspath(toolchain / n) for n in names)))
+    return out
+
+
+def candidates(found: Survey, base: str | os.PathLike[str]) -> list[Candidate]:
+    """What a prune may remove of what ``found`` (the cache under ``base``)
+    holds, least recently used first (directories whose names are no module's
+    are not kernix's: ``kernix cache clear`` removes them)."""
     out = []
     for path, size in found.entries.items():
         module = os.path.basename(os.path.dirname(path))
         if is_module_name(module):
-            out.append(Candidate("entry", module, path, size, found.used.get(path) or entry_time(path)))
-    for path, size in found.workdirs.items():
-        module = os.path.basename(path)
-        st = lstat_or_none(path)
-        if is_module_name(module) and st is not None:
-            out.append(Candidate("work directory", module, path, size, st.st_mtime))
+            out.append(Candidate("entry", module, path, size, found.used[path]))
+    for kind, directories, pattern in (("work directory", found.workdirs, None),
+                                       ("leftovers", found.leftovers, _LEFTOVERS)):
+        for path, size in directories.items():
+            match = None if pattern is None else pattern.fullmatch(os.path.basename(path))
+            module = os.path.basename(path) if pattern is None else match.group(1) if match else ""
+            st = lstat_or_none(path)
+            if is_module_name(module) and st is not None and (
+                    pattern is None or st.st_mtime < time.time() - LEFTOVERS_AGE_S):
+                out.append(Candidate(kind, module, path, size, st.st_mtime))
+    out += _preludes(Path(base), found)
     out.sort(key=lambda c: (c.used, c.path))
     return out
+
+
+_warned_unevictable = False
+
+
+def _unevictable(total: int, evictable: int, limit: int) -> bool:
+    """Whether what no prune removes (specs, compiler answers, ...) alone
+    fills ``limit``; then evicting would empty the cache of entries and still
+    leave it over the limit: say so (a ``RuntimeWarning`` once per process)
+    and evict nothing for the limit."""
+    fixed = total - evictable
+    if fixed < limit:
+        return False
+    global _warned_unevictable
+    message = (f"kernix: the part of the cache no eviction removes (inferred specs, compiler answers, direct "
+               f"records, inline sources: {format_size(fixed)}) alone exceeds its size limit of {format_size(limit)}, so "
+               f"nothing is evicted to make room; run `kernix cache clear`, or raise {limits.MAX_SIZE_VARIABLE}")
+    note("cache: " + message.removeprefix("kernix: "))
+    if not _warned_unevictable:
+        _warned_unevictable = True
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return True
 
 
 class _Pruning:
@@ -129,7 +203,10 @@ class _Pruning:
         """Remove what is older than ``cutoff`` and, least recently used first,
         what exceeds ``limit``; return the bytes left by the estimate."""
         total = found.total
-        for c in candidates(found):
+        found_candidates = candidates(found, self.base)
+        if limit is not None and total > limit and _unevictable(total, sum(c.size for c in found_candidates), limit):
+            limit = None
+        for c in found_candidates:
             old = cutoff is not None and c.used < cutoff
             over = limit is not None and total > limit
             if not old and not over:
@@ -148,6 +225,8 @@ class _Pruning:
 
     def _remove(self, c: Candidate) -> str | None:
         """Remove ``c`` under its module's build lock; ``None``, or why it was kept."""
+        if c.kind == "prelude":  # (no lock: a process that finds its PCH gone builds it again)
+            return None if all(self.clearing.remove(f) for f in c.files) else "it could not be removed"
         if c.module == self.held:
             return self._remove_locked(c)
         try:
@@ -164,10 +243,17 @@ class _Pruning:
                         return "in use by a running process"
                     if used > c.used:
                         return "used since the prune looked"
-                    with contextlib.suppress(OSError):  # the manifest first: no load trusts what is left
+                    try:  # the manifest first: no load trusts what is left
                         os.unlink(os.path.join(c.path, "manifest.json"))
+                    except FileNotFoundError:
+                        pass
+                    except OSError as exc:  # (never a manifest without its library)
+                        self.clearing.failures.append((os.path.join(c.path, "manifest.json"), exc))
+                        return "its manifest could not be removed"
                     gone = self.clearing.remove(c.path)
             except OSError as exc:  # (its last-use file is a link, or another user's: not kernix's to judge)
+                if exc.errno == errno.ENOLCK:
+                    return f"the file system refuses locks on its {LAST_USE} file: whether it is in use cannot be told"
                 return f"its {LAST_USE} file cannot be opened ({exc.strerror or exc})"
             if gone:
                 self.clearing.removed += 1
@@ -185,7 +271,8 @@ class _Pruning:
             return
         with contextlib.suppress(OSError):
             directory.rmdir()
-        self.clearing.remove(self.base / "direct" / module)
+        if is_real_dir(self.base / "direct"):  # (never through a link: its target is not the cache's)
+            self.clearing.remove(self.base / "direct" / module)
         for e in listing(self.base / "sources"):
             if source_module(e.name) == module:
                 self.clearing.remove(e.path)
@@ -244,8 +331,10 @@ def prune_cache(
     (``$KERNIX_CACHE_MAX_SIZE``, default 5 GiB), as after every build.  An
     entry that a running process has loaded (or is loading), and every file
     of a module being built, is kept (and reported as kept); so are
-    inferred specs, compiler answers and precompiled preludes, which count
-    towards the size (:func:`clear_cache` empties them).  Nothing outside the
+    inferred specs and compiler answers, which count towards the size
+    (:func:`clear_cache` empties them; when they alone fill ``max_size``,
+    nothing is removed for the size, with a ``RuntimeWarning``).  Precompiled
+    preludes are removed like entries (a parse builds them again).  Nothing outside the
     cache is touched: symbolic links are never followed.
 
     Parameters
@@ -264,7 +353,8 @@ def prune_cache(
     dict
         ``root``; ``limit_bytes`` (the size asked for, ``None`` for none) and
         ``older_than_s``; ``removed`` and ``kept``, one record each (``kind``:
-        ``"entry"`` or ``"work directory"``, ``name``, ``key`` (entries),
+        ``"entry"``, ``"work directory"``, ``"leftovers"`` or ``"prelude"``,
+        ``name``, ``key`` (entries, preludes), ``label`` (as printed),
         ``path``, ``size_bytes``, ``last_use``, ``age_s`` and ``reason``: why
         it was removed, or kept); ``freed_bytes``; and ``total_bytes``, the
         cache's size afterwards.
@@ -308,12 +398,14 @@ def after_publish(root: Path, manifest: Manifest) -> None:
     What cannot be removed is a ``RuntimeWarning``, not an error: the build
     it follows succeeded.
 
-    Raises
-    ------
-    CacheError
-        When ``$KERNIX_CACHE_MAX_SIZE`` is not a size.
+    A ``$KERNIX_CACHE_MAX_SIZE`` that is not a size is a ``RuntimeWarning``
+    too: the entry is published, and nothing is evicted.
     """
-    limit = limits.max_size()
+    try:
+        limit = limits.max_size()
+    except CacheError as exc:
+        warnings.warn(f"kernix: the cache was not kept within a size limit: {exc}", RuntimeWarning, stacklevel=4)
+        return
     if limit is None:
         note("cache: no size limit ($KERNIX_CACHE_MAX_SIZE)")
         return

@@ -10,11 +10,15 @@ use is then not recorded.
 The same file is the entry's *lease*: a process that looks the entry up (or
 publishes it) holds a shared ``flock`` on it for as long as it holds the
 entry's :class:`~kernix.store.manifest.Manifest` -- in a load, as long as the
-loaded module lives -- and the kernel drops it when the process ends.  An
+loaded module object lives -- and the kernel drops it when the process ends.
+A process holds one descriptor per entry, shared by every load of it
+(:class:`Lease`); one with no descriptor left (``EMFILE``) loads unleased.  An
 eviction takes the exclusive ``flock`` without waiting before it removes
 anything (:func:`claim`), so it never removes an entry that a live process
 has loaded or is loading; a look-up that finds the exclusive lock taken
-treats the entry as gone (:class:`Evicting`).  The file is opened with
+treats the entry as gone (:class:`Evicting`), as does one whose file was
+removed between its ``open`` and its ``flock`` (a lock on a removed file
+guards nothing).  The file is opened with
 ``O_NOFOLLOW`` (a symbolic link there is refused, never followed).  Where
 the file system refuses ``flock`` (NFS without a lock service) no lease is
 held, and an eviction there cannot tell what is in use (it removes nothing:
@@ -24,13 +28,16 @@ the build lock it takes first is refused too).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import threading
 import time
 import weakref
 from pathlib import Path
 
-__all__ = ["LAST_USE", "TOUCH_INTERVAL_S", "Evicting", "claim", "create", "entry_time", "hold", "last_use", "lease"]
+__all__ = ["LAST_USE", "TOUCH_INTERVAL_S", "Evicting", "Lease", "claim", "create", "entry_time", "hold", "last_use",
+           "lease", "release"]
 
 #: The file whose modification time is an entry's last use, and its lease.
 LAST_USE = "last-use"
@@ -44,40 +51,113 @@ class Evicting(Exception):
     """The entry is being removed by an eviction (its exclusive lock is held)."""
 
 
-def _touch(fd: int, now: float | None = None) -> None:
-    """Record a use now, if the recorded one is :data:`TOUCH_INTERVAL_S` old
-    (or in the future); failing to (a read-only cache) is not an error."""
-    now = time.time() if now is None else now
-    with contextlib.suppress(OSError):
-        if not 0 <= now - os.fstat(fd).st_mtime < TOUCH_INTERVAL_S:
+def _touch(fd: int, st: os.stat_result) -> None:
+    """Record a use now, if the recorded one (``st``, the file's stat) is
+    :data:`TOUCH_INTERVAL_S` old (or in the future); failing to (a read-only
+    cache) is not an error."""
+    if not 0 <= time.time() - st.st_mtime < TOUCH_INTERVAL_S:
+        with contextlib.suppress(OSError):
             os.utime(fd)
 
 
-def _share(fd: int) -> bool:
-    """Take the shared lock on ``fd`` without waiting; whether it is held.
+class Lease:
+    """This process's lease on one entry: one descriptor holding the shared
+    ``flock``, however many of the entry's manifests are held (``count``);
+    closed when the last of them is released."""
+
+    __slots__ = ("count", "fd", "key")
+
+    def __init__(self, key: str, fd: int) -> None:
+        self.key, self.fd, self.count = key, fd, 1
+
+
+# This process's leases, by entry directory (one descriptor per entry, however many loads).
+_leases: dict[str, Lease] = {}
+_leases_lock = threading.Lock()
+_NO_DESCRIPTOR = (errno.EMFILE, errno.ENFILE)  # (no descriptor left: no lease, as where flock is refused)
+
+
+def release(held: Lease | None) -> None:
+    """Give up one hold of ``held`` (from :func:`lease` or :func:`create`);
+    the last one closes its descriptor, dropping the lock."""
+    if held is None:
+        return
+    with _leases_lock:
+        held.count -= 1
+        if held.count > 0:
+            return
+        if _leases.get(held.key) is held:
+            del _leases[held.key]
+    os.close(held.fd)
+
+
+def _share(key: str, fd: int) -> Lease | None:
+    """Take the shared lock on ``fd`` (the entry ``key``'s ``last-use`` file,
+    just opened) without waiting and make it the entry's lease; ``None``
+    (``fd`` closed) where the file system refuses ``flock`` (ENOLCK).
 
     Raises
     ------
     Evicting
-        When an eviction holds the exclusive lock.
+        When an eviction holds the exclusive lock, or has removed the file
+        since it was opened (an ``st_nlink`` of 0: a lock on it would guard nothing).
     """
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise Evicting from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Evicting from None
+        except OSError:
+            os.close(fd)
+            return None
+        st = os.fstat(fd)
+        if st.st_nlink == 0:
+            raise Evicting
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise
+    _touch(fd, st)
+    held = Lease(key, fd)
+    with _leases_lock:
+        _leases[key] = held  # (replacing a lease on a file removed since: its holders keep it until released)
+    return held
+
+
+def _shared(key: str) -> Lease | None:
+    """This process's lease on ``key``, one more hold taken, if it still
+    guards the entry's ``last-use`` file (one ``fstat``); its use recorded."""
+    with _leases_lock:
+        held = _leases.get(key)
+        if held is None:
+            return None
+        held.count += 1
+    try:
+        st = os.fstat(held.fd)
     except OSError:
-        return False  # the file system refuses flock (ENOLCK): no lease to hold
-    return True
+        st = None
+    if st is None or st.st_nlink == 0:  # (removed by a clear: the entry found now is another)
+        release(held)
+        with _leases_lock:
+            if _leases.get(key) is held:
+                del _leases[key]
+        return None
+    _touch(held.fd, st)
+    return held
 
 
-def lease(entry: str | os.PathLike[str]) -> int | None:
+def lease(entry: str | os.PathLike[str]) -> Lease | None:
     """Take a lease on the entry in directory ``entry`` and record a use.
+
+    A process holds one descriptor per entry: a lease it holds already is
+    shared (one ``fstat``), else the ``last-use`` file is opened and locked.
 
     Returns
     -------
-    int or None
-        The descriptor holding the lease (give it to :func:`hold`), or
-        ``None`` where the file system refuses ``flock``.
+    Lease or None
+        The lease (give it to :func:`hold`, or to :func:`release`), or
+        ``None`` where the file system refuses ``flock`` or the process has
+        no descriptor left (``EMFILE``): the entry is then used unleased.
 
     Raises
     ------
@@ -89,20 +169,20 @@ def lease(entry: str | os.PathLike[str]) -> int | None:
     OSError
         When the file cannot be opened (a symbolic link: ``ELOOP``).
     """
-    fd = os.open(os.path.join(entry, LAST_USE), os.O_RDONLY | _OPEN)
+    key = os.fspath(entry)
+    held = _shared(key)
+    if held is not None:
+        return held
     try:
-        held = _share(fd)
-    except BaseException:
-        os.close(fd)
+        fd = os.open(os.path.join(key, LAST_USE), os.O_RDONLY | _OPEN)
+    except OSError as exc:
+        if exc.errno in _NO_DESCRIPTOR:
+            return None
         raise
-    _touch(fd)
-    if held:
-        return fd
-    os.close(fd)
-    return None
+    return _share(key, fd)
 
 
-def create(entry: Path) -> int | None:
+def create(entry: Path) -> Lease | None:
     """Create (or touch) the ``last-use`` file of an entry being published and
     take its lease, as :func:`lease` does; hold the module's build lock.
 
@@ -111,34 +191,34 @@ def create(entry: Path) -> int | None:
     OSError
         When it cannot be created.
     """
+    key = os.fspath(entry)
     fd = os.open(entry / LAST_USE, os.O_RDWR | os.O_CREAT | _OPEN, 0o644)
     try:
         os.fchmod(fd, 0o644)  # whatever the umask
         os.utime(fd)
-        held = _share(fd)
     except BaseException:
         os.close(fd)
         raise
-    if held:
-        return fd
-    os.close(fd)
-    return None
+    held = _shared(key)  # (this process had it loaded: the same file, still linked)
+    if held is not None:
+        os.close(fd)
+        return held
+    return _share(key, fd)
 
 
-def hold(owner: object, fd: int | None) -> None:
-    """Keep the lease ``fd`` (from :func:`lease` or :func:`create`) until
+def hold(owner: object, held: Lease | None) -> None:
+    """Keep the lease ``held`` (from :func:`lease` or :func:`create`) until
     ``owner`` is garbage-collected (or the process ends)."""
-    if fd is not None:
-        weakref.finalize(owner, os.close, fd)
+    if held is not None:
+        weakref.finalize(owner, release, held)
 
 
 @contextlib.contextmanager
 def claim(entry: str | os.PathLike[str]):
     """Hold the exclusive lock of the entry in ``entry``, if no process holds
     a lease on it: yields the ``last-use`` file's modification time, or
-    ``None`` when the entry is in use (or the file system refuses the lock);
-    an entry without the file (written by an older kernix, or half removed)
-    yields ``0.0`` and is locked by nothing.
+    ``None`` when the entry is in use; an entry without the file (written by
+    an older kernix, or half removed) yields ``0.0`` and is locked by nothing.
 
     Hold the module's build lock around this, so no build publishes into the
     entry meanwhile.
@@ -147,7 +227,8 @@ def claim(entry: str | os.PathLike[str]):
     ------
     OSError
         When the file cannot be opened (a symbolic link: ``ELOOP``; another
-        user's: ``EACCES``).
+        user's: ``EACCES``), or the file system refuses the lock (``ENOLCK``:
+        whether the entry is in use cannot be told).
     """
     try:
         fd = os.open(os.path.join(entry, LAST_USE), os.O_RDWR | _OPEN)
@@ -157,7 +238,7 @@ def claim(entry: str | os.PathLike[str]):
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:
             yield None
             return
         yield os.fstat(fd).st_mtime

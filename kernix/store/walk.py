@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .usage import LAST_USE
+from .usage import LAST_USE, entry_time
 
 __all__ = ["AREAS", "Survey", "directories", "is_real_dir", "listing", "lstat_or_none", "survey"]
 
@@ -59,10 +59,10 @@ def _unreadable(exc: OSError) -> None:
         raise exc
 
 
-def directories(top: str | os.PathLike[str]) -> Iterator[tuple[str, list[str], int, dict[str, float]]]:
-    """``(path, names, size, times)`` for ``top`` and each directory below it,
+def directories(top: str | os.PathLike[str]) -> Iterator[tuple[str, list[str], int, dict[str, os.stat_result]]]:
+    """``(path, names, size, stats)`` for ``top`` and each directory below it,
     no symbolic link followed: the names in the directory, the bytes of the
-    regular files among them and their modification times by name (for a
+    regular files among them and their ``lstat`` by name (for a
     ``top`` that is not a directory, no names and its own bytes if it is a
     regular file); what is removed meanwhile counts nothing.
 
@@ -77,13 +77,13 @@ def directories(top: str | os.PathLike[str]) -> Iterator[tuple[str, list[str], i
         return
     for directory, dirs, files in os.walk(top, onerror=_unreadable):
         size = 0
-        times = {}
+        stats = {}
         for f in files:
             st = lstat_or_none(os.path.join(directory, f))
             if st is not None and stat.S_ISREG(st.st_mode):
                 size += st.st_size
-                times[f] = st.st_mtime
-        yield directory, dirs + files, size, times
+                stats[f] = st
+        yield directory, dirs + files, size, stats
 
 
 @dataclass
@@ -100,11 +100,16 @@ class Survey:
     complete
         Those of ``entries`` that hold a ``manifest.json``.
     used
-        The last use of each entry that holds a ``last-use`` file or a
-        manifest (:func:`kernix.store.usage.entry_time`), read by the walk.
+        The last use of each entry (:func:`kernix.store.usage.entry_time`).
     workdirs
-        The bytes below each work directory ``build/<name>`` (names that start
-        with ``.`` are a build's leftovers, not work directories).
+        The bytes below each work directory ``build/<name>``.
+    leftovers
+        The bytes below each directory a build moved aside to delete it
+        (``build/.<name>.stale-<pid>-<n>``), by path.
+    preludes
+        The files directly in ``toolchain/`` (precompiled preludes among
+        them: :mod:`kernix.frontend.pch`), by name: ``(size, last use)``,
+        the last use being the later of the access and the modification time.
     """
 
     total: int = 0
@@ -112,6 +117,8 @@ class Survey:
     complete: set[str] = field(default_factory=set)
     used: dict[str, float] = field(default_factory=dict)
     workdirs: dict[str, int] = field(default_factory=dict)
+    leftovers: dict[str, int] = field(default_factory=dict)
+    preludes: dict[str, tuple[int, float]] = field(default_factory=dict)
 
 
 def _two_below(directory: str, area: str) -> list[str]:
@@ -129,8 +136,9 @@ def survey(base: str | os.PathLike[str]) -> Survey:
     """
     found = Survey()
     modules, build = os.path.join(base, "modules"), os.path.join(base, "build")
+    toolchain = os.path.join(base, "toolchain")
     for area in AREAS:
-        for directory, names, size, times in directories(Path(base, area)):
+        for directory, names, size, stats in directories(Path(base, area)):
             found.total += size
             below = _two_below(directory, modules)
             if len(below) >= 2:
@@ -138,10 +146,17 @@ def survey(base: str | os.PathLike[str]) -> Survey:
                 found.entries[entry] = found.entries.get(entry, 0) + size
                 if len(below) == 2 and "manifest.json" in names:
                     found.complete.add(entry)
-                if len(below) == 2 and (LAST_USE in times or "manifest.json" in times):
-                    found.used[entry] = times.get(LAST_USE, times.get("manifest.json", 0.0))
+                st = stats.get(LAST_USE, stats.get("manifest.json")) if len(below) == 2 else None
+                if st is not None:
+                    found.used[entry] = st.st_mtime
             below = _two_below(directory, build)
-            if below and not below[0].startswith("."):
+            if below:
                 work = os.path.join(build, below[0])
-                found.workdirs[work] = found.workdirs.get(work, 0) + size
+                into = found.leftovers if below[0].startswith(".") else found.workdirs
+                into[work] = into.get(work, 0) + size
+            if directory == toolchain:
+                found.preludes = {f: (st.st_size, max(st.st_atime, st.st_mtime)) for f, st in stats.items()}
+    for entry in found.entries:
+        if entry not in found.used:  # (neither a last-use file nor a manifest: the directory's time)
+            found.used[entry] = entry_time(entry)
     return found
