@@ -513,10 +513,19 @@ def test_cache_info_lists_each_version_of_a_module(built: Built, monkeypatch, ca
             shutil.rmtree(c, ignore_errors=True)
 
 
+def _only_the_built_entry(built: Built) -> None:
+    """Remove every other entry that the tests before (whichever of them ran in this process) left."""
+    for module in (built.root / "modules").iterdir():
+        for entry in module.iterdir():
+            if entry != built.entry:
+                shutil.rmtree(entry)
+
+
 def test_a_half_removed_entry_is_never_trusted_and_the_next_prune_finishes_it(built: Built, monkeypatch) -> None:
     key = "c" * 64
-    copy = _copy_entry(built, key, str(SOURCE))
     keep = _load(built)  # (its entry stays)
+    _only_the_built_entry(built)
+    copy = _copy_entry(built, key, str(SOURCE))
     assert entries.lookup(built.root, built.name, key).hit
     real = shutil.rmtree
 
@@ -538,6 +547,7 @@ def test_a_half_removed_entry_is_never_trusted_and_the_next_prune_finishes_it(bu
 
 def test_an_evicted_module_loads_again_and_a_warm_load_never_prunes(built: Built, monkeypatch) -> None:
     gc.collect()  # (the modules of the tests before, and their leases)
+    _only_the_built_entry(built)
     long_ago = time.time() - 100 * DAY
     os.utime(built.entry / usage.LAST_USE, (long_ago, long_ago))
     result = kernix.prune_cache(older_than="50d", root=built.root)  # the entry, not its work directory
