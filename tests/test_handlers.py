@@ -273,13 +273,25 @@ def test_fast_handler_table_follows_xla_attribute_order_and_dtypes():
 def test_handler_chunks_separate_kinds_and_bound_unit_size():
     fast = [_fn(i) for i in range(40)]
     typed = [_fn(40 + i, typed=True) for i in range(3)]
-    assert ninja.handler_chunks(fast, jobs=16) == [fast]  # one unit for a small module
-    chunks = ninja.handler_chunks(fast[:20] + typed + fast[20:], jobs=2)
-    assert chunks == [fast, typed]
+    assert ninja.handler_chunks(fast) == [fast]  # one unit for a small module
+    assert ninja.handler_chunks(fast[:20] + typed + fast[20:]) == [fast, typed]
     many = [_fn(i) for i in range(5000)]
-    for jobs in (1, 2, 16, 64):
-        chunks = ninja.handler_chunks(many, jobs)
-        assert [fn for c in chunks for fn in c] == many
-        assert all(len(c) <= ninja.FAST_UNIT_MAX for c in chunks)
-    assert len(ninja.handler_chunks(many, jobs=2)) == 3
-    assert ninja.handler_chunks([], jobs=2) == [[]]
+    chunks = ninja.handler_chunks(many)
+    assert [fn for c in chunks for fn in c] == many
+    assert len(chunks) == ninja.FAST_UNITS and all(len(c) <= ninja.FAST_UNIT_MAX for c in chunks)
+    forty = [_fn(i, typed=True) for i in range(40)]
+    assert [len(c) for c in ninja.handler_chunks(forty)] == [20] * ninja.FFI_UNITS
+    assert [len(c) for c in ninja.handler_chunks(forty[:6])] == [4, 2]  # at least FFI_UNIT_MIN a unit
+    assert ninja.handler_chunks([]) == [[]]
+
+
+def test_the_library_does_not_depend_on_the_number_of_jobs():
+    """Its SHA-256 names the code in exported artifacts: the same sources built with one job and
+    with three give the same library (eight ffi.h handlers, which more jobs once split more)."""
+    src = '#include "kernix/common.h"\nstruct P { int u = 0; };\n' + "".join(
+        f"// @BE f{i} (n)->(n)\nvoid f{i}(const BE::Tensor& x, BE::Tensor& y, BE::State<P>& p) {{ p->u++; }}\n"
+        for i in range(8))
+    name = unique_name("jobs_digest")
+    one = kernix.load_cpp_inline(name, src, ninja_workers=1, auto_register=False)
+    three = kernix.load_cpp_inline(name, src, ninja_workers=3, auto_register=False, force_rebuild=True)
+    assert one.digest == three.digest

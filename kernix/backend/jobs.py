@@ -1,8 +1,8 @@
 """How many jobs kernix runs at once: one answer for every parallel step.
 
-``ninja -j`` (and so how the handlers are split into units, see
-:func:`kernix.backend.ninja.handler_chunks`) and ``kernix inspect``'s parse
-processes all ask :func:`parallel_jobs`.  In order:
+``ninja -j`` and ``kernix inspect``'s parse processes ask
+:func:`parallel_jobs` (how the handlers are split into compile units does
+not depend on it: :func:`kernix.backend.ninja.handler_chunks`).  In order:
 
 1. the explicit count a caller passed (``ninja_workers=``, ``-j N``);
 2. ``$KERNIX_JOBS``, a positive whole number (anything else is an error

@@ -137,31 +137,41 @@ FAST_UNIT_MAX = 2000
 #: ffi.h handlers a unit holds at least: each unit parses ffi.h again (~0.9 s).
 FFI_UNIT_MIN = 4
 
+#: The most units each kind of handler is spread over.  The split depends on
+#: the functions alone, never on the number of parallel jobs: the same sources
+#: give the same library (its SHA-256 names the code in exported artifacts)
+#: whatever ``KERNIX_JOBS``, ``ninja_workers=`` or the machine's CPUs.  Two
+#: ffi.h units cost a 2-core machine nothing (40 stateful handlers: 2.37 s
+#: cold, one unit 2.45 s, four units 4.08 s; ``bench/RESULTS.md``).
+FAST_UNITS = 8
+FFI_UNITS = 2
 
-def handler_chunks(functions: Sequence[codegen.ExportedFunction], jobs: int) -> list[list[codegen.ExportedFunction]]:
+
+def handler_chunks(functions: Sequence[codegen.ExportedFunction]) -> list[list[codegen.ExportedFunction]]:
     """Split the handlers into units that compile in parallel.
 
     Fast handlers (:func:`kernix.backend.codegen.has_fast_handler`) and ffi.h
     handlers go to separate units, so a fast unit never includes ffi.h.  Fast
     handlers are cheap: they share one unit up to :data:`FAST_UNIT_MIN`, and
-    beyond it spread over the cores that the user units leave free, at most
+    beyond it spread over up to :data:`FAST_UNITS` units, at most
     :data:`FAST_UNIT_MAX` a unit to bound the compiler's memory.  An ffi.h
     handler instantiates XLA's binding templates (g++ 12 -O3 here: about 2.5 s
     for a unit of 40 handlers, 0.9 s for ffi.h alone, so ~40 ms a handler), so
-    those spread over the spare cores, at least :data:`FFI_UNIT_MIN` a unit
-    since each unit parses ffi.h again.  (``python bench/bench_build.py``
-    shows the effect.)
+    those spread over up to :data:`FFI_UNITS` units, at least
+    :data:`FFI_UNIT_MIN` a unit since each unit parses ffi.h again.  (``python
+    bench/bench_build.py`` shows the effect.)  The split depends on the
+    functions only (see :data:`FAST_UNITS`).
     """
     if not functions:
         return [[]]
-    spare = max(1, jobs - 1)
     fast = [fn for fn in functions if codegen.has_fast_handler(fn)]
     typed = [fn for fn in functions if not codegen.has_fast_handler(fn)]
     chunks: list[list[codegen.ExportedFunction]] = []
-    for group, low, high in ((fast, FAST_UNIT_MIN, FAST_UNIT_MAX), (typed, FFI_UNIT_MIN, None)):
+    for group, units, low, high in ((fast, FAST_UNITS, FAST_UNIT_MIN, FAST_UNIT_MAX),
+                                    (typed, FFI_UNITS, FFI_UNIT_MIN, None)):
         if not group:
             continue
-        per_unit = max(low, -(-len(group) // spare))
+        per_unit = max(low, -(-len(group) // units))
         if high is not None:
             per_unit = min(per_unit, high)
         chunks += [list(group[i:i + per_unit]) for i in range(0, len(group), per_unit)]
@@ -359,7 +369,7 @@ def compile_library(
     jobs = parallel_jobs(workers)
     for i, (source, fns) in enumerate(units):
         _write_if_changed(build_dir / f"shim_{i}.{ext}", codegen.shim_unit(os.path.abspath(source), fns))
-    chunks = handler_chunks([fn for _, fns in units for fn in fns], jobs)
+    chunks = handler_chunks([fn for _, fns in units for fn in fns])
     for k, chunk in enumerate(chunks):
         _write_if_changed(
             build_dir / f"handlers_{k}.cpp", codegen.handler_unit(chunk, config.platform, config.allow_cuda_graph)
