@@ -177,13 +177,38 @@ def test_two_threads_in_one_process(wrapper: Wrapper, root: Path, tmp_path: Path
 
 
 def _kill_builder(proc: subprocess.Popen, wrapper: Wrapper) -> None:
+    """SIGKILL the builder and every compiler its ninja started (they run in process groups of
+    their own), including one ninja forked just before it died that has yet to log its call: once
+    this returns, nothing of the killed build writes to the wrapper's logs."""
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
-    for pid in wrapper.started_pids():  # ninja runs compilers in process groups of their own
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    deadline = time.monotonic() + 30
+    while True:
+        running = _running(wrapper.path)
+        for pid in [*running, *wrapper.started_pids()]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if not running:
+            return
+        assert time.monotonic() < deadline, f"compiler wrappers still running: {running}"
+        time.sleep(0.05)
+
+
+def _running(script: Path) -> list[int]:
+    """The processes whose command line names ``script``: the shell running it, and ninja's
+    ``/bin/sh -c`` about to."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(os.path.join(entry.path, "cmdline"), "rb") as f:
+                    if str(script).encode() in f.read():
+                        pids.append(int(entry.name))
+            except OSError:  # (gone meanwhile)
+                pass
+    return pids
 
 
 def test_builder_killed_mid_compile(wrapper: Wrapper, root: Path, source: Path, monkeypatch) -> None:
