@@ -108,9 +108,9 @@ def compare(what: str, got: Any, want: Any, tolerance: Tolerance, against: str =
     rtol, atol = tolerance.of(want.dtype)
     if np.issubdtype(got.dtype, np.inexact) or got.dtype.kind == "V" or got.dtype.name in TOLERANCES:
         kind = np.complex128 if np.iscomplexobj(got) else np.float64
-        g, w = got.astype(kind), want.astype(kind)
-        nan_g, nan_w = np.isnan(g), np.isnan(w)
-        with np.errstate(invalid="ignore", over="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):  # (NaN and infinity compare below, as values)
+            g, w = got.astype(kind), want.astype(kind)
+            nan_g, nan_w = np.isnan(g), np.isnan(w)
             diff = np.abs(g - w)
             diff = np.where(g == w, 0.0, diff)  # equal infinities: no difference
             bad = (nan_g != nan_w) | (~nan_w & ~(diff <= atol + rtol * np.abs(w)))
