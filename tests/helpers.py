@@ -40,3 +40,22 @@ def gpus() -> list:
         return jax.devices("gpu")
     except RuntimeError:
         return []
+
+
+def first_gpu():
+    """JAX's first GPU device here, or ``None``."""
+    return next(iter(gpus()), None)
+
+
+def infer_cuda_text(directory: Path, name: str, text: str):
+    """``infer_file`` of ``text`` saved as ``directory/name`` (a ``.cu`` file); skips without nvcc,
+    whose headers a CUDA source's inference reads."""
+    import pytest
+
+    from kernix import infer_file
+
+    if not has_nvcc():
+        pytest.skip("needs nvcc (the CUDA headers)")
+    path = directory / name
+    path.write_text(text)
+    return infer_file(str(path))

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import kernix
 from kernix import infer_file
 
-from helpers import gpus, has_nvcc, unique_name
+from helpers import first_gpu, infer_cuda_text, unique_name
 
 CPP = textwrap.dedent(
     """\
@@ -195,24 +195,16 @@ CUDA = textwrap.dedent(
 )
 
 
-def _gpu():
-    return next(iter(gpus()), None)
-
-
 def test_cuda_source_infers(tmp_path):
-    if not has_nvcc():
-        pytest.skip("needs nvcc (the CUDA headers)")
-    path = tmp_path / "axpy.cu"
-    path.write_text(CUDA)
-    result = infer_file(str(path))
+    result = infer_cuda_text(tmp_path, "axpy.cu", CUDA)
     assert result.errors == () and result.functions[0].arg_spec == ("inout", "arg", "attr.a:float32", "stream")
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(_gpu() is None, reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(first_gpu() is None, reason="needs an NVIDIA GPU")
 def test_cuda_in_place_with_donation():
     mod = kernix.load_cuda_inline(unique_name("inplace_cuda"), CUDA)
-    gpu = _gpu()
+    gpu = first_gpu()
     f = jax.jit(lambda y, x: mod.axpy(y, x, a=2.0), donate_argnums=0)
     y = jax.device_put(jnp.ones(1 << 20, jnp.float32), gpu)
     x = jax.device_put(jnp.ones(1 << 20, jnp.float32), gpu)

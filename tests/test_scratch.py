@@ -17,7 +17,7 @@ import kernix
 from kernix import infer_file
 from kernix.sizes import evaluate, parse_size, size_names
 
-from helpers import gpus, has_nvcc, unique_name
+from helpers import first_gpu, infer_cuda_text, unique_name
 
 CPP = textwrap.dedent(
     """\
@@ -184,24 +184,16 @@ CUDA = textwrap.dedent(
 )
 
 
-def _gpu():
-    return next(iter(gpus()), None)
-
-
 def test_cuda_source_infers(tmp_path):
-    if not has_nvcc():
-        pytest.skip("needs nvcc (the CUDA headers)")
-    path = tmp_path / "scratch.cu"
-    path.write_text(CUDA)
-    result = infer_file(str(path))
+    result = infer_cuda_text(tmp_path, "scratch.cu", CUDA)
     assert result.errors == () and result.functions[0].arg_spec == ("arg", "ret", "scratch", "stream")
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(_gpu() is None, reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(first_gpu() is None, reason="needs an NVIDIA GPU")
 def test_cuda_scratch():
     mod = kernix.load_cuda_inline(unique_name("scratch_cuda"), CUDA)
-    with jax.default_device(_gpu()):
+    with jax.default_device(first_gpu()):
         x = jnp.arange(12, dtype=jnp.float32).reshape(3, 4)
         want = np.arange(12).reshape(3, 4) ** 2 + 1
         np.testing.assert_array_equal(mod.square_plus_one(x), want)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import kernix
 from kernix import infer_file
 
-from helpers import gpus, has_nvcc, unique_name
+from helpers import first_gpu, infer_cuda_text, unique_name
 
 CPP = textwrap.dedent(
     """\
@@ -171,16 +171,8 @@ CUDA = textwrap.dedent(
 )
 
 
-def _gpu():
-    return next(iter(gpus()), None)
-
-
 def test_cuda_source_infers(tmp_path):
-    if not has_nvcc():
-        pytest.skip("needs nvcc (the CUDA headers)")
-    path = tmp_path / "blas.cu"
-    path.write_text(CUDA)
-    result = infer_file(str(path))
+    result = infer_cuda_text(tmp_path, "blas.cu", CUDA)
     if result.errors and "cublas_v2.h" in str(result.errors[0]):
         pytest.skip("this CUDA install has no cuBLAS headers")
     assert result.errors == () and result.functions[0].arg_spec == (
@@ -188,7 +180,7 @@ def test_cuda_source_infers(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(_gpu() is None, reason="needs an NVIDIA GPU")
+@pytest.mark.skipif(first_gpu() is None, reason="needs an NVIDIA GPU")
 def test_cuda_state_keeps_a_cublas_handle():
     try:
         mod = kernix.load_cuda_inline(unique_name("state_cuda"), CUDA, extra_ldflags=["-lcublas"])
@@ -196,7 +188,7 @@ def test_cuda_state_keeps_a_cublas_handle():
         if "cublas" in str(exc).lower():
             pytest.skip(f"this CUDA install has no cuBLAS to build against: {str(exc)[:300]}")
         raise
-    gpu = _gpu()
+    gpu = first_gpu()
     x = jax.device_put(jnp.arange(1000, dtype=jnp.float32), gpu)
     f = jax.jit(lambda x, y: mod.saxpy(x, y, a=2.0), donate_argnums=1)
     y = jax.device_put(jnp.ones(1000, jnp.float32), gpu)

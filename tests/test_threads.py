@@ -15,9 +15,8 @@ import jax
 import jax.numpy as jnp
 
 import kernix
-from kernix import infer_file
 
-from helpers import has_nvcc, unique_name
+from helpers import infer_cuda_text, unique_name
 
 CPP = textwrap.dedent(
     """\
@@ -153,11 +152,7 @@ CUDA = textwrap.dedent(
 
 
 def test_cuda_source_infers(tmp_path):
-    if not has_nvcc():
-        pytest.skip("needs nvcc (the CUDA headers)")
-    path = tmp_path / "threads.cu"
-    path.write_text(CUDA)
-    result = infer_file(str(path))
+    result = infer_cuda_text(tmp_path, "threads.cu", CUDA)
     assert result.errors == () and result.functions[0].arg_spec == ("arg", "ret", "threads", "stream")
 
 
