@@ -17,7 +17,7 @@ from ..dtypes import dtype_by_xla_name
 from ..errors import SourceError
 from ..spec import FunctionSpec, Param
 from ..spelling import is_function_type
-from .kinds import RESERVED_ATTR_NAMES, Reject, check_attr_name, classify_special
+from .kinds import RESERVED_ATTR_NAMES, Reject, check_attr_name, classify_special, integer_dtype, INTEGER_KINDS
 from .returns import return_kind
 
 __all__ = ["function_spec", "qualified_name", "RESERVED_ATTR_NAMES"]
@@ -44,13 +44,6 @@ _CV = re.compile(r"^(?:(?:const|volatile)\s+)+|\s+(?:const|volatile)$")
 _ANON = re.compile(r"\(anonymous namespace\)::")
 _BUFFER = re.compile(r"^xla::ffi::Buffer<xla::ffi::DataType::(\w+)(?:,\s*(-?\d+))?>$")
 
-# Builtin canonical spelling -> dtype (LP64: long is 64-bit; checked by size below).
-_INT_DTYPES = {
-    ("signed", 1): "int8", ("signed", 2): "int16", ("signed", 4): "int32", ("signed", 8): "int64",
-    ("unsigned", 1): "uint8", ("unsigned", 2): "uint16", ("unsigned", 4): "uint32", ("unsigned", 8): "uint64",
-}
-_SIGNED_KINDS = {"CHAR_S", "SCHAR", "SHORT", "INT", "LONG", "LONGLONG"}
-_UNSIGNED_KINDS = {"CHAR_U", "UCHAR", "USHORT", "UINT", "ULONG", "ULONGLONG"}
 _ARRAY_KINDS = {"CONSTANTARRAY", "INCOMPLETEARRAY", "VARIABLEARRAY", "DEPENDENTSIZEDARRAY"}
 _UNSUPPORTED_SCALARS = {
     "LONGDOUBLE": "`long double` has no XLA attribute type; use `double`",
@@ -68,18 +61,6 @@ _UNSUPPORTED_SCALARS = {
 
 def _bare(spelling: str) -> str:
     return _ANON.sub("", _CV.sub("", spelling.strip()))
-
-
-def _integer_dtype(t: Any) -> str | None:
-    kind = t.kind.name
-    size = t.get_size()
-    if kind == "BOOL":
-        return "bool"
-    if kind in _SIGNED_KINDS:
-        return _INT_DTYPES.get(("signed", size))
-    if kind in _UNSIGNED_KINDS:
-        return _INT_DTYPES.get(("unsigned", size))
-    return None
 
 
 _Reject = Reject
@@ -158,7 +139,7 @@ def _classify(p: Any, index: int, fname: str) -> Param:
         decl = c.get_declaration()
         if not decl.spelling or "unnamed" in bare or "anonymous" in bare:
             raise _Reject(f"{where}: an unnamed enum cannot be named in generated code; give the enum a name")
-        dtype = _integer_dtype(decl.enum_type.get_canonical())
+        dtype = integer_dtype(decl.enum_type.get_canonical())
         if dtype is None:
             raise _Reject(f"{where}: the enum's underlying type has no XLA attribute type")
     elif kind in ("FLOAT", "DOUBLE"):
@@ -168,7 +149,7 @@ def _classify(p: Any, index: int, fname: str) -> Param:
     elif bare in ("__half", "__nv_bfloat16"):
         dtype = "float16" if bare == "__half" else "bfloat16"
     else:
-        dtype = _integer_dtype(c)
+        dtype = integer_dtype(c)
         if dtype is None:
             what = "a struct or class" if kind == "RECORD" else f"type `{bare}`"
             raise _Reject(
@@ -197,9 +178,8 @@ def _element_dtype(t: Any) -> str | None:
         return "float32"
     if kind == "DOUBLE":
         return "float64"
-    if kind in ("BOOL", "CHAR_S", "SCHAR", "SHORT", "INT", "LONG", "LONGLONG",
-                "CHAR_U", "UCHAR", "USHORT", "UINT", "ULONG", "ULONGLONG"):
-        return _integer_dtype(c)
+    if kind == "BOOL" or kind in INTEGER_KINDS:
+        return integer_dtype(c)
     if kind == "RECORD":
         bare = _bare(c.spelling)
         if bare in _CLASS_ELEMENTS:

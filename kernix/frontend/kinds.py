@@ -38,7 +38,8 @@ class Reject(Exception):
 _INLINE_NS = re.compile(r"::__\w+(?=::)")
 _SPANS = ("BE::Span", "std::span", "xla::ffi::Span")
 _STRINGS = {"std::basic_string_view": "std::string_view", "std::basic_string": "std::string"}
-_INTEGER_KINDS = {
+#: libclang's builtin integer type kinds (canonical), by signedness.
+INTEGER_KINDS = {
     "CHAR_S": "signed", "SCHAR": "signed", "SHORT": "signed", "INT": "signed", "LONG": "signed",
     "LONGLONG": "signed", "CHAR_U": "unsigned", "UCHAR": "unsigned", "USHORT": "unsigned", "UINT": "unsigned",
     "ULONG": "unsigned", "ULONGLONG": "unsigned",
@@ -58,18 +59,21 @@ def _arg(c: Any, k: int) -> Any:
     return None if t.kind.name == "INVALID" else t
 
 
+def integer_dtype(t: Any) -> str | None:
+    """The dtype of the canonical builtin integer (or ``bool``) type ``t`` (by its size: LP64's
+    ``long`` is 64-bit), or ``None``."""
+    kind = t.kind.name
+    if kind == "BOOL":
+        return "bool"
+    sign = INTEGER_KINDS.get(kind)
+    bits = 8 * t.get_size()
+    return f"{'u' if sign == 'unsigned' else ''}int{bits}" if sign and bits in (8, 16, 32, 64) else None
+
+
 def _array_dtype(element: Any) -> str | None:
     c = element.get_canonical()
-    kind = c.kind.name
-    if kind == "FLOAT":
-        return "float32"
-    if kind == "DOUBLE":
-        return "float64"
-    sign = _INTEGER_KINDS.get(kind)
-    if sign is None:
-        return None
-    bits = 8 * c.get_size()
-    return f"{'u' if sign == 'unsigned' else ''}int{bits}" if bits in (8, 16, 32, 64) else None
+    dtype = {"FLOAT": "float32", "DOUBLE": "float64"}.get(c.kind.name) or integer_dtype(c)
+    return dtype if dtype in ARRAY_ATTR_DTYPES else None
 
 
 def check_attr_name(pname: str, where: str, what: str = "an attribute") -> None:
