@@ -310,3 +310,40 @@ def test_cuda_kernel_sharded_over_two_gpus(cuda_kernels):
     x = np.random.default_rng(0).uniform(-1, 1, (4, 8)).astype(np.float32)
     report = kernix.check(cuda_kernels.triple, lambda x: 3 * x, x, checks=["sharded"])
     assert report["sharded"].passed and "each device runs the kernel on its shard" in report["sharded"].detail
+
+
+XLA_ONLY = r"""
+#include "kernix/common.h"
+#include <string_view>
+struct Calls { int n = 0; };
+// @BE with_state (n)->(n)
+void with_state(const BE::Tensor& x, BE::Tensor& y, BE::State<Calls>& calls) {
+  calls->n++;
+  for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = x.data_ptr<float>()[i];
+}
+// @BE with_string (n)->(n)
+void with_string(const BE::Tensor& x, BE::Tensor& y, std::string_view mode) {
+  for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = x.data_ptr<float>()[i];
+}
+// @BE with_array (n)->(n)
+void with_array(const BE::Tensor& x, BE::Tensor& y, BE::Span<const int32_t> ks) {
+  for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = x.data_ptr<float>()[i];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def xla_only():
+    return kernix.load_cpp_inline(unique_name("check_xla_only"), XLA_ONLY)
+
+
+@pytest.mark.parametrize("name, attrs, what", [
+    ("with_state", {}, "per-instance state"),  # was a segmentation fault: the harness has no state
+    ("with_string", {"mode": "fast"}, "a string attribute"),
+    ("with_array", {"ks": (1, 2)}, "an array attribute"),
+])
+def test_what_only_xla_provides_is_not_run_on_guarded_buffers(xla_only, name, attrs, what):
+    report = kernix.check(getattr(xla_only, name), lambda x, **_: x, np.arange(4, dtype=np.float32), **attrs,
+                          examples=2)
+    assert report["buffers"].status == "n/a" and what in report["buffers"].detail
+    assert report["drawn"].status == "passed" and report["jit"].status == "passed"

@@ -104,6 +104,18 @@ def _dtype_combos(s: Subject, dtypes: Sequence[Any] | None) -> list[tuple[np.dty
 def _buffers_runner(s: Subject) -> tuple[Callable[[Sequence[Any]], list[Any]] | None, str]:
     """A function running the kernel on guarded buffers, or ``None`` and why not."""
     from .guarded import buffer_problems
+
+    # The harness hands a handler tensors, scalar attributes and a stream only: XLA's state, its
+    # thread pool, scratch, in-place tensors and array or string attributes come from XLA itself.
+    unsupported = [p for p in s.spec.params
+                   if p.kind in ("array", "string", "scratch", "state", "threads") or p.role == "inout"]
+    if unsupported:
+        p = unsupported[0]
+        what = "an in-place tensor" if p.role == "inout" else {
+            "array": "an array attribute", "string": "a string attribute", "scratch": "scratch memory",
+            "state": "per-instance state", "threads": "XLA's thread pool"}[p.kind]
+        return None, (f"no guarded run: parameter {p.name!r} is {what}, which only XLA provides "
+                      "(the other checks run the kernel through XLA)")
     from .harness import load
     from .memory import CudaMemory, HostMemory
 
