@@ -28,6 +28,7 @@ from typing import Any
 from .names import is_identifier
 
 __all__ = [
+    "template_name",
     "TemplateList",
     "check_template_args",
     "instance_name",
@@ -170,9 +171,15 @@ def check_template_args(data: Any) -> tuple[tuple[str, str, str], ...]:
     return tuple(out)
 
 
+def template_name(spec: Any) -> str:
+    """The unqualified name of the template ``spec`` (an instantiation) is of: ``scale`` for
+    ``ops::scale<float>``."""
+    return spec.qualified_name.partition("<")[0].rpartition("::")[2]
+
+
 def annotated_name(spec: Any) -> str:
     """The name a message's suggested annotation gives ``spec``'s function: its own, or for a
     template's instantiation the template's with its list elided (``scale<...>``)."""
     if not getattr(spec, "template_args", ()):
         return spec.name
-    return spec.qualified_name.partition("<")[0].rpartition("::")[2] + "<...>"
+    return template_name(spec) + "<...>"

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..dtypes import BUFFER_DTYPES
 from ..errors import CallError
+from ..instances import template_name
 
 if TYPE_CHECKING:
     from ..spec import FunctionSpec
@@ -67,17 +68,13 @@ class Member:
     shown: str
 
 
-def _template_base(spec: FunctionSpec) -> str:
-    return spec.qualified_name.partition("<")[0].rpartition("::")[2]
-
-
 def family(functions: dict[str, FunctionSpec], name: str) -> list[Member]:
     """The members of family ``name`` among a module's ``functions`` (empty if there is none)."""
     if name in functions:
         return []
     members = []
     for fname, spec in functions.items():
-        if spec.template_args and _template_base(spec) == name and spec.vjp_of is None:
+        if spec.template_args and template_name(spec) == name and spec.vjp_of is None:
             dtypes = [key for _, _, key in spec.template_args if key in BUFFER_DTYPES]
             static = tuple((p, key) for p, _, key in spec.template_args if key not in BUFFER_DTYPES)
             members.append(Member(fname, dtypes[0] if dtypes else None, static,

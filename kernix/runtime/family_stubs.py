@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from ..instances import template_name
 from ..spec import FunctionSpec
 from .dispatch import SUFFIX_DTYPES, family
 
@@ -17,7 +18,7 @@ def family_names(specs: Iterable[FunctionSpec]) -> list[str]:
     names: list[str] = []
     for s in specs:
         if s.template_args:
-            candidate = s.qualified_name.partition("<")[0].rpartition("::")[2]
+            candidate = template_name(s)
         else:
             candidate, _, suffix = s.name.rpartition("_")
             if suffix not in SUFFIX_DTYPES:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..dtypes import numpy_dtype
 from ..errors import CallError
-from ..instances import annotated_name
+from ..instances import annotated_name, template_name
 from ..signature import bind, parse_signature
 from ..spec import FunctionSpec
 from . import layers
@@ -64,7 +64,8 @@ def no_backward(spec: FunctionSpec, backward: str | None) -> CallError:
     needs_signature = "" if spec.signature else (
         f", and give {name} a shape signature (`// @BE {written} (...,n)->(...,n)`, say), which shapes the "
         "cotangents")
-    bwd = f"{written[:-5]}_bwd<...> vjp={written[:-5]}" if spec.template_args else f"{name}_bwd vjp={name}"
+    t = template_name(spec) if spec.template_args else ""
+    bwd = f"{t}_bwd<...> vjp={t}" if t else f"{name}_bwd vjp={name}"
     return CallError(
         f"{name}() cannot be differentiated: no backward kernel declares vjp={name}. For reverse mode "
         f"(jax.grad, jax.vjp), write one and annotate it `// @BE {bwd}` (its inputs: {name}'s "
