@@ -62,7 +62,7 @@ def _check(node: ast.AST, text: str) -> None:
         for arg in node.args:
             _check(arg, text)
     else:
-        what = ast.unparse(node) if hasattr(ast, "unparse") else type(node).__name__
+        what = ast.unparse(node)
         raise ValueError(
             f"{text!r}: {what!r} is not allowed in a size expression; write names (dimensions of the shape "
             "signature, integer attributes), integers, + - * / // % ( ), max(...) and min(...)"
