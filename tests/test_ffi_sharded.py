@@ -52,9 +52,9 @@ SCRIPT = textwrap.dedent(
     # side effects: inside shard_map every call runs, once per device on its shard, even unused; a program that
     # XLA's partitioner would have to split is refused with that fix
     runs = lambda: int(np.asarray(mod.runs(jnp.zeros((), jnp.float32)))[0])
-    for fn in (lambda v: (mod.record(v), v + 1)[1], mod.record):
+    for fn in (jax.jit(lambda v: (mod.record(v), v + 1)[1]), jax.jit(mod.record), mod.record):  # (the last: eager)
         try:
-            jax.jit(fn)(x)
+            fn(x)
         except kernix.CallError as e:
             assert "has side effects (has_side_effect)" in str(e) and "Call it inside jax.shard_map" in str(e), e
         else:

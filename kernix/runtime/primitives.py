@@ -33,7 +33,20 @@ __all__ = ["check_platform", "pullback_tangents"]
 
 _platform_p = Primitive("kernix_platform")
 _platform_p.multiple_results = True
-_platform_p.def_impl(lambda *xs, **_: xs)
+
+
+def _eager_platform(*xs: Any, function: str, module: str, side_effect: bool = False, **_: Any) -> tuple[Any, ...]:
+    """The check applied eagerly (a custom_jvp evaluates its traced body one equation at a time):
+    arrays spread over several devices are refused for a kernel with side effects, as lowering
+    refuses them under ``jax.jit`` (XLA's partitioner fails on them with an internal error)."""
+    if side_effect:
+        devices = max((len(x.sharding.device_set) for x in xs if hasattr(x, "sharding")), default=1)
+        if devices > 1:
+            _refuse_partitioned_effect(function, module, devices)
+    return xs
+
+
+_platform_p.def_impl(_eager_platform)
 _platform_p.def_abstract_eval(lambda *avals, **_: avals)
 batching.primitive_batchers[_platform_p] = lambda xs, dims, **params: (_platform_p.bind(*xs, **params), dims)
 
