@@ -355,3 +355,21 @@ def test_a_warm_load_dispatches_without_libclang_or_compiler(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False,
                           env=dict(os.environ, JAX_PLATFORMS="cpu", JAX_ENABLE_X64="1"))
     assert proc.returncode == 0 and "[4.0, 4.0] negate_f32" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
+def test_dispatch_on_the_data_beside_inputs_of_a_fixed_dtype():
+    """Indices pinned to int32 beside data of the template's type: the data's dtype picks the instance."""
+    mod = kernix.load_cpp_inline(unique_name("gather_t"), r"""
+#include "kernix/common.h"
+// @BE take<T: float, double>
+template <typename T>
+void take(const BE::TensorOf<int32_t>& idx, const BE::Tensor& data, BE::Tensor& out) {
+  for (int64_t i = 0; i < idx.numel(); ++i) out.data_ptr<T>()[i] = data.data_ptr<T>()[idx.data_ptr()[i]];
+}
+""")
+    idx = np.array([2, 0], np.int32)
+    assert mod.take.select(idx, np.arange(3, dtype=np.float32)) == "take_float32"
+    out = jax.ShapeDtypeStruct((2,), np.float64)
+    np.testing.assert_array_equal(mod.take(idx, np.arange(3, dtype=np.float64), out=out), [2.0, 0.0])
+    with pytest.raises(kernix.CallError, match="no instantiation fits"):
+        mod.take(idx, np.arange(3, dtype=np.int16), out=out)

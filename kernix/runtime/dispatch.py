@@ -13,8 +13,9 @@ for a template's non-type parameters, the keyword arguments named after them:
 (``jax.jit``, ``vmap``, ``grad``, sharding).  A member fits a call when
 
 1. every input whose parameter pins a dtype (``BE::TensorOf<T>``, ``Buffer<T>``) has that dtype;
-2. if it pins none, its dtype -- the first template argument that is a dtype's element
-   type, or its name's suffix -- is the first input's dtype;
+2. unless a pinned input fixes its dtype -- the first template argument that is a dtype's
+   element type, or its name's suffix --, that dtype is the first unpinned input's (indices
+   pinned to ``int32`` beside data of type ``T`` dispatch on the data);
 3. each non-dtype template argument given by keyword has the value given.
 
 No member, or several, is a :class:`~kernix.errors.CallError` listing them.
@@ -135,7 +136,8 @@ class Dispatcher:
         pinned = [(p.dtype, d) for p, d in zip(spec.inputs, dtypes, strict=True) if p.dtype]
         if any(want != got for want, got in pinned):
             return False
-        if not pinned and m.dtype is not None and (not dtypes or dtypes[0] != m.dtype):
+        free = [d for p, d in zip(spec.inputs, dtypes, strict=True) if not p.dtype]
+        if m.dtype is not None and m.dtype not in {want for want, _ in pinned} and free and free[0] != m.dtype:
             return False
         keys = dict(m.static)
         return all(p in keys and _same_value(v, keys[p]) for p, v in static.items())
