@@ -124,7 +124,8 @@ def _probes(path: str, a: Annotation, tl: TemplateList, cursor: Any) -> tuple[li
     if "global" in spaces or ("device" in spaces and "host" not in spaces):
         return [], SourceError(f"{tl.name!r} is a `__global__` or `__device__` template: the host cannot call "
                                "it; annotate a host function template that launches it", **where)
-    params = [c.spelling for c in cursor.get_children() if c.kind.name in _PARAMETER_KINDS]
+    param_cursors = [c for c in cursor.get_children() if c.kind.name in _PARAMETER_KINDS]
+    params = [c.spelling for c in param_cursors]
     groups = dict(tl.groups)
     if "" in groups:
         if not params:
@@ -141,7 +142,7 @@ def _probes(path: str, a: Annotation, tl: TemplateList, cursor: Any) -> tuple[li
                                "template arguments are given in order, so only the last parameters may be left "
                                f"to their defaults; list {missing[0]!r} too", **where)
     listed_text = "".join(f"{p}: {', '.join(groups[p])}; " for p in listed)
-    for c in [c for c in cursor.get_children() if c.kind.name in _PARAMETER_KINDS][len(listed):]:
+    for c in param_cursors[len(listed):]:
         words = {t.spelling for t in c.get_tokens()}
         if "=" not in words and "..." not in words:
             return [], SourceError(
@@ -203,7 +204,7 @@ def instance_targets(path: str, raw: bytes, options: ParseOptions, tu: Any, anno
     made: dict[str, Any] = {}  # instance name -> its template
     for k, p in enumerate(probes):
         a = p.annotation
-        shown = f"{p.call}"
+        shown = p.call
         if k in failed:
             a = written(a, lists[a.line])
             args = ", ".join(f"{n} = {w}" for n, w in p.args)
