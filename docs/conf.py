@@ -58,10 +58,10 @@ nitpick_ignore_regex = [
 ]
 
 # Objects defined in a submodule and documented under the name users import
-# (``kernix.spec.FunctionSpec`` is documented as ``kernix.FunctionSpec``).
-_PUBLIC_ALIASES = {"kernix.errors.", "kernix.spec.", "kernix.paths.", "kernix.runtime.module.",
+# (``kernix.language.spec.FunctionSpec`` is documented as ``kernix.FunctionSpec``).
+_PUBLIC_ALIASES = {"kernix.errors.", "kernix.language.spec.", "kernix.paths.", "kernix.runtime.module.",
                    "kernix.runtime.function.", "kernix.loaders.", "kernix.store.admin.",
-                   "kernix.runtime.registry.", "kernix.names.", "kernix.frontend.infer.",
+                   "kernix.runtime.registry.", "kernix.language.names.", "kernix.frontend.infer.",
                    "kernix.languages.", "kernix.checking.api.", "kernix.checking.report."}
 
 

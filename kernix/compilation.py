@@ -18,7 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import __version__, report
+from . import __version__
+
+from . import notes
 from .backend import codegen, toolchain
 from .backend.arch import detect_compute_capability
 from .backend.flags import BuildConfig, compile_flags
@@ -162,7 +164,7 @@ def _entry(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
     name, root, verbose = request.name, request.root, request.verbose
     if not fresh:
         found = entries.lookup(root, name, key)
-        report.note(f"{name}: cache {found.reason} ({key[:16]})", verbose=verbose)
+        notes.note(f"{name}: cache {found.reason} ({key[:16]})", verbose=verbose)
         if found.manifest is not None:
             return found.manifest
 
@@ -212,7 +214,7 @@ def reload(request: LoadRequest, manifest: Manifest, exc: OSError) -> Manifest:
     damaged = manifest.so_path.exists()  # else: cleared between look-up and load
     if damaged:
         discard(request, manifest)
-        report.note(f"{request.name}: the library {manifest.so_path} failed to load ({exc}); rebuilding it",
+        notes.note(f"{request.name}: the library {manifest.so_path} failed to load ({exc}); rebuilding it",
                     verbose=True)
     manifest = _entry(request, build_config(request), manifest.key, fresh=damaged)
     try:
@@ -249,11 +251,11 @@ def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
     except OutputError as exc:
         if fresh:
             raise
-        report.note(f"{request.name}: {exc}; building again from an empty directory", verbose=True)
+        notes.note(f"{request.name}: {exc}; building again from an empty directory", verbose=True)
         so_path, inputs = _build_in_work_dir(request, config, exported, stamp, started, fresh=True)
     for version in inputs:
         if version[-1] == UNSETTLED:
-            report.note(f"{request.name}: {version[0]} changed during the build, so the entry is not used again "
+            notes.note(f"{request.name}: {version[0]} changed during the build, so the entry is not used again "
                         "(the next load builds it anew)", verbose=request.verbose)
     all_fns = [e for _, es in exported for e in es]
     handlers = {e.spec.name: codegen.handler_symbol(e) for e in all_fns}
@@ -294,7 +296,7 @@ def _build_in_work_dir(
         text = request.inline_source.encode("utf-8", "surrogateescape")
         fixed[str(request.sources[0])] = hashlib.sha256(text).hexdigest()
     with work_directory(request.root, request.name, fresh=fresh, stamp=stamp, verbose=request.verbose) as build_dir:
-        report.note(f"{request.name}: building in {build_dir}", verbose=request.verbose)
+        notes.note(f"{request.name}: building in {build_dir}", verbose=request.verbose)
         result = compile_library(build_dir, exported, config, workers=request.ninja_workers, verbose=request.verbose,
                                  name=request.name)
         inputs = settled_versions(result.dependencies, started, fixed)

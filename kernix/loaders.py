@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from .errors import KernixError, OptionError, SourceNotFoundError
 from .languages import LANGUAGES_BY_EXTENSION, Language
-from .names import check_module_name
+from .language.names import check_module_name
 from .paths import check_source, printable
 from .pipeline import load
 from .request import make_request

@@ -9,7 +9,7 @@ path (:mod:`kernix.compilation`) or the error classes, and does not look for the
 toolchain: the direct index (:mod:`kernix.store.direct`) gives the entry key
 remembered for the request, and the specs are in the entry's manifest (read
 when a function is first used).  Every look-up says hit or miss-and-why
-through :func:`kernix.report.note`.
+through :func:`kernix.notes.note`.
 
 A library that fails to load is never left as a cache hit: its entry is
 discarded and the module is rebuilt once from an empty work directory; if
@@ -23,7 +23,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, Callable
 
-from . import __version__, report
+from . import __version__
+
+from . import notes
 from .backend.arch import detect_compute_capability
 from .errors import CacheError
 from .paths import jaxlib_install
@@ -35,7 +37,7 @@ from .store.files import content_key
 from .store.manifest import Manifest, ManifestError
 
 if TYPE_CHECKING:
-    from .spec import FunctionSpec
+    from .language.spec import FunctionSpec
 
 __all__ = ["load", "fingerprint"]
 
@@ -103,7 +105,7 @@ def _direct_hit(request: LoadRequest, fp: str) -> Manifest | None:
         return None
     found = entries.lookup(request.root, request.name, key, warn=False)
     if found.manifest is not None:
-        report.note(f"{request.name}: cache hit ({key[:16]}, direct)", verbose=request.verbose)
+        notes.note(f"{request.name}: cache hit ({key[:16]}, direct)", verbose=request.verbose)
     return found.manifest
 
 

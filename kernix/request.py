@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from .compiler_flags import PREPROCESSOR_FLAGS, split_flags
 from .errors import OptionError
 from .languages import Language, Platform, platform_of
-from .names import check_module_name, check_target_prefix
+from .language.names import check_module_name, check_target_prefix
 from .paths import cache_root, check_source, text_problem
 
 if TYPE_CHECKING:
-    from .requested import Requested
+    from .language.exports import Requested
 
 __all__ = ["LoadRequest", "make_request"]
 
@@ -188,7 +188,7 @@ def _functions(functions: Any) -> Requested | None:
     if functions is None:
         return None
     # Not with the request: a warm load reads no spec (a third of its time)
-    from .requested import normalize_functions
+    from .language.exports import normalize_functions
 
     return normalize_functions(functions)
 

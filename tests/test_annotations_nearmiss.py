@@ -16,7 +16,7 @@ from helpers import unique_name
 import kernix
 from kernix import AnnotationWarning, infer_file
 from kernix.cli import main
-from kernix.frontend.annotations import find_annotations, find_near_misses
+from kernix.frontend.lexer import find_annotations, find_near_misses
 
 NEAR_MISSES = textwrap.dedent(
     """\

@@ -292,7 +292,7 @@ def test_cuda_examples_are_there() -> None:
 @pytest.mark.parametrize("block", CUDA_EXAMPLES, ids=lambda b: b.where)
 def test_cuda_example_sources_infer(block: Block, tmp_path: Path) -> None:
     from kernix.backend import toolchain
-    from kernix.frontend.annotations import find_annotations
+    from kernix.frontend.lexer import find_annotations
     from kernix import infer_file
 
     sources = _cuda_sources(block)

@@ -12,7 +12,7 @@ import pytest
 
 import kernix
 from kernix.backend import codegen
-from kernix.spec import FunctionSpec, Param
+from kernix.language.spec import FunctionSpec, Param
 
 from helpers import FIXTURES, unique_name
 

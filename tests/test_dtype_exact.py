@@ -423,7 +423,7 @@ def test_typed_tensors_and_raw_bits_on_a_gpu(tmp_path) -> None:
 
 
 def test_a_typed_tensor_spec_round_trips_and_a_tampered_one_is_refused(mod) -> None:
-    from kernix.spec import FunctionSpec
+    from kernix.language.spec import FunctionSpec
 
     spec = mod.add_row.spec
     assert FunctionSpec.from_json(spec.to_json()) == spec

@@ -33,7 +33,7 @@ from kernix.store.files import encode_record, read_record
 from kernix.errors import CacheError, CallError, CompilationError, RegistrationError
 from kernix.request import make_request
 from kernix.runtime.module import CompiledModule
-from kernix.spec import FunctionSpec
+from kernix.language.spec import FunctionSpec
 from kernix.store import lock
 
 from helpers import FIXTURES, unique_name

@@ -21,7 +21,7 @@ import pytest
 import kernix
 from kernix.backend import codegen, ninja
 from kernix.backend.ninja import read_depfile
-from kernix.spec import FunctionSpec, Param
+from kernix.language.spec import FunctionSpec, Param
 
 from helpers import unique_name
 

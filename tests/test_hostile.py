@@ -27,7 +27,7 @@ from kernix.loaders import default_module_name
 from kernix.errors import ArgSpecError, KernixError
 from kernix import InferResult, infer_file
 from kernix import InvalidNameError
-from kernix.names import check_module_name
+from kernix.language.names import check_module_name
 
 from helpers import FIXTURES, unique_name
 
@@ -146,7 +146,7 @@ def test_name_checks_match_their_grammar(text: str) -> None:
     exactly the documented grammars; Arabic-Indic digits and accents are not ASCII."""
     import re
 
-    from kernix.names import check_target_prefix, is_handler_symbol, is_module_name
+    from kernix.language.names import check_target_prefix, is_handler_symbol, is_module_name
 
     module_ok = bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(?:[.-][A-Za-z0-9_]+)*", text))
     assert is_module_name(text) == module_ok

@@ -1,6 +1,6 @@
 """Inference is linear in the size of a file and its annotations, and what it
-stores follows the functions, not the file's size (kernix/frontend/annotations.py,
-signatures.py, binding.py, infer.py).  ``bench/bench_infer_scale.py`` measures
+stores follows the functions, not the file's size (kernix/frontend/lexer.py,
+language/annotation.py, binding.py, infer.py).  ``bench/bench_infer_scale.py`` measures
 the same at full size."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernix import infer_file
-from kernix.frontend.annotations import (
+from kernix.frontend.lexer import (
     _ANNOTATION,
     SHOWN,
     Annotation,
@@ -23,7 +23,7 @@ from kernix.frontend.annotations import (
     scan,
 )
 from kernix.frontend.binding import line_starts
-from kernix.frontend.signatures import DOC_LIMIT, SourceLines, leading_comment
+from kernix.language.annotation import DOC_LIMIT, SourceLines, leading_comment
 
 
 def _annotated(n: int) -> str:

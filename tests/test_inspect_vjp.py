@@ -1,5 +1,5 @@
 """``kernix inspect`` checks ``vjp=`` declarations with the check a load makes
-(:func:`kernix.frontend.signatures.check_vjp_pairs`): the same message, and a
+(:func:`kernix.language.annotation.check_vjp_pairs`): the same message, and a
 non-zero exit status."""
 
 from __future__ import annotations

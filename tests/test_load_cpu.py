@@ -305,7 +305,7 @@ def test_different_content_under_a_registered_name_loads_beside_it(ops, tmp_path
 
 def test_a_bool_attribute_must_be_a_scalar():
     from kernix.runtime.arguments import coerce_attr
-    from kernix.spec import Param
+    from kernix.language.spec import Param
 
     flag = Param("neg", "attr", "bool", "bool", "scalar", "bool")
     assert coerce_attr("f", flag, True) is np.True_

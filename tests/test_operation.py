@@ -281,7 +281,7 @@ def test_stub_text_is_valid_python(ops):
 def test_inputs_python_cannot_name_are_renamed_in_signature_and_stub():
     # Inputs are positional-only: the names are only shown, so `in`, `out` and `self` get a `_`.
     from kernix.runtime.stubs import call_signature, stub_text
-    from kernix.spec import FunctionSpec, Param
+    from kernix.language.spec import FunctionSpec, Param
 
     spec = FunctionSpec("f", "f", (Param("in", "arg"), Param("out", "arg"), Param("self", "arg"), Param("y", "ret")))
     assert str(call_signature(spec)) == "(in_, out_, self_, /, *, out, vmap_method: str = 'sequential')"

@@ -17,7 +17,7 @@ from helpers import gpus, has_nvcc, unique_name
 import kernix
 from kernix import infer_file
 from kernix.backend import codegen
-from kernix.spec import FunctionSpec, Param
+from kernix.language.spec import FunctionSpec, Param
 
 #: One function per handler kind: tensors and attributes only (the C-API
 #: handler of frame.h), and a typed XLA buffer (an ffi.h handler).

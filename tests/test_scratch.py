@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 import kernix
 from kernix import infer_file
-from kernix.sizes import evaluate, parse_size, size_names
+from kernix.language.sizes import evaluate, parse_size, size_names
 
 from helpers import first_gpu, infer_cuda_text, unique_name
 

@@ -1,4 +1,4 @@
-"""Shape signatures (kernix/signature.py): grammar, inference checks, binding."""
+"""Shape signatures (kernix/language/shapes.py): grammar, inference checks, binding."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 import kernix
 from kernix.errors import CallError, InferenceError, SignatureError
-from kernix.frontend.signatures import check_vjp_pairs, leading_comment
-from kernix.signature import Group, bind, parse_signature, split_annotation
-from kernix.spec import FunctionSpec, Param
+from kernix.language.annotation import check_vjp_pairs, leading_comment
+from kernix.language.shapes import Group, bind, parse_signature, split_annotation
+from kernix.language.spec import FunctionSpec, Param
 
 from helpers import unique_name
 
@@ -197,6 +197,6 @@ def test_import_is_light():
     import subprocess
     import sys
 
-    code = "import sys, kernix.signature, kernix.spec; print('jax' in sys.modules, 'numpy' in sys.modules)"
+    code = "import sys, kernix.language.shapes, kernix.language.spec; print('jax' in sys.modules, 'numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent.parent)
     assert out.stdout.split() == ["False", "False"], out.stderr

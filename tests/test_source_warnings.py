@@ -19,8 +19,8 @@ import kernix
 from kernix import AnnotationWarning
 from kernix.errors import SourceError
 from kernix.frontend.infer import InferResult
-from kernix.requested import InputDeclaredOnNonConstTensor, check_spec_matches
-from kernix.spec import FunctionSpec, Param
+from kernix.language.exports import InputDeclaredOnNonConstTensor, check_spec_matches
+from kernix.language.spec import FunctionSpec, Param
 
 SOURCE = textwrap.dedent(
     """\

@@ -1,4 +1,4 @@
-"""The arg_spec grammar and FunctionSpec (kernix/spec.py)."""
+"""The arg_spec grammar and FunctionSpec (kernix/language/spec.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from kernix.errors import ArgSpecError, SourceError
-from kernix.requested import check_spec_matches
-from kernix.spec import (
+from kernix.language.exports import check_spec_matches
+from kernix.language.spec import (
     ATTR_DTYPES,
     FunctionSpec,
     Param,
@@ -18,7 +18,7 @@ from kernix.spec import (
     parse_arg_spec,
     parse_token,
 )
-from kernix.spelling import is_function_type
+from kernix.language.spelling import is_function_type
 
 
 @pytest.mark.parametrize(
@@ -239,7 +239,7 @@ def test_explicit_arg_for_a_non_const_by_value_tensor_is_an_input() -> None:
 
 
 def test_explicit_arg_for_a_non_const_reference_warns() -> None:
-    from kernix.requested import InputDeclaredOnNonConstTensor
+    from kernix.language.exports import InputDeclaredOnNonConstTensor
 
     base = _by_value_spec()
     spec = dataclasses.replace(base, params=(*base.params, Param("z", "ret", "BE::Tensor", "BE::Tensor", "tensor")))

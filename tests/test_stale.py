@@ -385,7 +385,7 @@ def test_the_identity_covers_the_generator_the_inference_and_the_headers() -> No
     package = Path(kernix.__file__).resolve().parent
     names = {str(Path(p).resolve().relative_to(package)) for p in code_files()}
     assert {"backend/codegen.py", "backend/flags.py", "backend/ninja.py", "frontend/classify.py",
-            "frontend/clangparse.py", "spec.py", "dtypes.py", "include/kernix/common.h"} <= names
+            "frontend/clangparse.py", "language/spec.py", "language/dtypes.py", "include/kernix/common.h"} <= names
     assert {str(p.relative_to(package)) for p in (package / "include").rglob("*") if p.is_file()} <= names
 
 

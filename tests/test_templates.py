@@ -13,9 +13,9 @@ from helpers import FIXTURES, gpus, has_nvcc, unique_name
 
 import kernix
 from kernix.frontend.infer import infer_file
-from kernix.instances import instance_name, parse_template_list
+from kernix.language.templates import instance_name, parse_template_list
 from kernix.runtime.stubs import stub_text
-from kernix.spec import FunctionSpec
+from kernix.language.spec import FunctionSpec
 
 jax.config.update("jax_enable_x64", True)
 

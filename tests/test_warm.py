@@ -213,14 +213,14 @@ def test_a_warm_load_imports_only_what_it_needs(tmp_path: Path) -> None:
     """No toolchain search, flags, spec grammar, inference, libclang or miss path on the warm path."""
     name = unique_name("warm_imports")
     _load(tmp_path, name)
-    heavy = ("kernix.spec", "kernix.backend.toolchain", "kernix.backend.flags", "kernix.frontend.infer",
+    heavy = ("kernix.language.spec", "kernix.backend.toolchain", "kernix.backend.flags", "kernix.frontend.infer",
              "kernix.runtime.function", "clang.cindex", "kernix.backend.codegen", "kernix.compilation")
     code = (
         "import sys, json, kernix\n"
         f"m = kernix.load_cpp_file({str(SOURCE)!r}, name={name!r}, build_directory={str(tmp_path)!r})\n"
         f"print(json.dumps(sorted(n for n in {heavy!r} if n in sys.modules)))\n"
         "m.add_one\n"
-        "print(json.dumps('kernix.spec' in sys.modules))\n"
+        "print(json.dumps('kernix.language.spec' in sys.modules))\n"
     )
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
@@ -336,7 +336,7 @@ def test_a_warm_inspect_imports_no_parser(tmp_path: Path) -> None:
     without libclang, the compiler views, the toolchain search or the spec
     classes (together about 20 ms of a warm command)."""
     heavy = ("clang.cindex", "kernix.frontend.clangparse", "kernix.frontend.compiler_view",
-             "kernix.backend.toolchain", "kernix.spec", "kernix.frontend.infer")
+             "kernix.backend.toolchain", "kernix.language.spec", "kernix.frontend.infer")
     code = (
         "import sys, io\n"
         "before = set(sys.modules)\n"

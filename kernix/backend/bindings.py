@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..dtypes import ARRAY_ATTR_DTYPES
+from ..language.dtypes import ARRAY_ATTR_DTYPES
 from ..languages import Platform
-from ..spec import FunctionSpec, Param
+from ..language.spec import FunctionSpec, Param
 
 __all__ = [
     "SPECIAL_KINDS", "HandlerPart", "handler_part", "shim_argument", "shim_local", "state_shims",

@@ -50,11 +50,11 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..dtypes import ATTR_DTYPES, DTYPES
+from ..language.dtypes import ATTR_DTYPES, DTYPES
 from ..errors import KernixError
 from ..languages import Platform
 from ..paths import include_dir
-from ..spec import FunctionSpec, Param
+from ..language.spec import FunctionSpec, Param
 from . import bindings
 
 __all__ = [

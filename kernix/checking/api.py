@@ -8,7 +8,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 import jax
 import numpy as np
 
-from ..dtypes import numpy_dtype
+from ..language.dtypes import numpy_dtype
 from ..errors import CallError, KernixError, RegistrationError
 from ..runtime.arguments import check_call, coerce_attr
 from .compare import Tolerance

@@ -27,8 +27,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..dtypes import ATTR_DTYPES, BUFFER_DTYPES, DTYPES, numpy_dtype
-from ..spec import FunctionSpec
+from ..language.dtypes import ATTR_DTYPES, BUFFER_DTYPES, DTYPES, numpy_dtype
+from ..language.spec import FunctionSpec
 from .compare import Tolerance, compare, show
 from .harness import Harness
 

@@ -21,7 +21,7 @@ import threading
 from typing import Any, Sequence
 
 from ..backend import toolchain
-from ..dtypes import DTYPES
+from ..language.dtypes import DTYPES
 from ..errors import KernixError
 
 __all__ = ["Harness", "load", "HARNESS_SOURCE"]

@@ -10,9 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..dtypes import numpy_dtype
+from ..language.dtypes import numpy_dtype
 from ..errors import CallError
-from ..signature import Signature, bind, parse_signature
+from ..language.shapes import Signature, bind, parse_signature
 from .compare import Mismatch, Tolerance, compare, show
 from .report import CheckResult
 

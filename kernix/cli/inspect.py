@@ -119,7 +119,7 @@ def _errors(result: dict[str, Any], key: str = "errors") -> list[SourceError]:
 
 def _check_vjp(results: list[dict[str, Any]]) -> None:
     """Add to each result the errors a load finds in its ``vjp=`` declarations
-    (:func:`kernix.frontend.signatures.check_vjp_pairs`, the same check).
+    (:func:`kernix.language.annotation.check_vjp_pairs`, the same check).
 
     Each file is checked as a module of its own, as a load of it is; a forward
     function another inspected file declares (one module's sources given
@@ -129,8 +129,8 @@ def _check_vjp(results: list[dict[str, Any]]) -> None:
     """
     if not any(f.get("vjp_of") for r in results for f in r["functions"]):
         return
-    from ..frontend.signatures import check_vjp_pairs
-    from ..spec import FunctionSpec
+    from ..language.annotation import check_vjp_pairs
+    from ..language.spec import FunctionSpec
 
     specs = [[FunctionSpec.from_json(f) for f in r["functions"]] for r in results]
     elsewhere: dict[str, list[Any]] = {}

@@ -31,7 +31,7 @@ def run(args: dict[str, Any]) -> int:
     """Run ``kernix stubs`` with the parsed ``args``; returns the exit status."""
     # (imported here: libclang and the parser, 15-25 ms, that every other command would pay)
     from ..frontend.infer import infer_file
-    from ..frontend.signatures import check_unique_names, check_vjp_pairs
+    from ..language.annotation import check_unique_names, check_vjp_pairs
     from ..runtime.stubs import stub_text
 
     files, output = args["files"], args["output"]

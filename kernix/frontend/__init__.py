@@ -4,6 +4,6 @@
 compiler what they predefine; ``clangparse`` runs libclang with that view
 (macros, include paths); ``binding`` ties annotations to
 declarations; ``classify`` turns a declaration into a
-:class:`~kernix.spec.FunctionSpec`; ``infer`` runs the whole and ``speccache``
+:class:`~kernix.language.spec.FunctionSpec`; ``infer`` runs the whole and ``speccache``
 remembers its answers.  libclang is imported only when a parse really runs.
 """

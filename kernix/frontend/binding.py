@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ArgSpecError, SourceError
-from ..names import is_identifier
-from ..spec import parse_arg_spec
-from .annotations import Annotation
+from ..language.names import is_identifier
+from ..language.spec import parse_arg_spec
+from .lexer import Annotation
 from .classify import qualified_name
 from .refusal import MEMBER_KINDS, declaration, is_member, refusal
 from .tu import in_file, in_system_header

@@ -1,4 +1,4 @@
-"""Turning a function declaration into a :class:`~kernix.spec.FunctionSpec`.
+"""Turning a function declaration into a :class:`~kernix.language.spec.FunctionSpec`.
 
 Every parameter is classified from its *canonical* type (never its
 spelling): const ``BE::Tensor`` -> ``arg``, non-const -> ``ret``
@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..dtypes import dtype_by_xla_name
+from ..language.dtypes import dtype_by_xla_name
 from ..errors import SourceError
-from ..spec import FunctionSpec, Param
-from ..spelling import is_function_type
+from ..language.spec import FunctionSpec, Param
+from ..language.spelling import is_function_type
 from .kinds import RESERVED_ATTR_NAMES, Reject, check_attr_name, classify_special, integer_dtype, INTEGER_KINDS
 from .returns import return_kind
 

@@ -1,7 +1,7 @@
-"""Exact signature inference: C++/CUDA source -> :class:`~kernix.spec.FunctionSpec`.
+"""Exact signature inference: C++/CUDA source -> :class:`~kernix.language.spec.FunctionSpec`.
 
 :func:`infer_file` parses a file with libclang (see :mod:`kernix.frontend.clangparse`
-for how), finds the ``// @BE`` annotations (:mod:`kernix.frontend.annotations`), binds
+for how), finds the ``// @BE`` annotations (:mod:`kernix.frontend.lexer`), binds
 each to the declaration that follows it, and turns every parameter's
 *canonical* type into an arg_spec token:
 
@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from ..errors import AnnotationWarning, ArgSpecError, InferenceError, SourceError
 from ..languages import LANGUAGES_BY_EXTENSION, language_of
 from ..paths import check_source
-from ..requested import check_spec_matches, normalize_functions
-from ..warn import warn_at
-from ..spec import FunctionSpec
+from ..language.exports import check_spec_matches, normalize_functions
+from ..notes import warn_at
+from ..language.spec import FunctionSpec
 from . import speccache
-from .annotations import scan
+from .lexer import scan
 from .binding import (
     annotated_targets,
     bind_annotations,
@@ -42,9 +42,9 @@ from .binding import (
 )
 from .clangparse import ParseOptions, parse, parsed_versions
 from .classify import function_spec
-from .signatures import SourceLines, annotate_spec
+from ..language.annotation import SourceLines, annotate_spec
 from .speccache import look_up
-from .templates import InstanceTarget, instance_targets, split_templated
+from .instantiation import InstanceTarget, instance_targets, split_templated
 from .tu import dependencies, error_diagnostics, skipped_ranges
 from .versions import merge_versions
 
@@ -88,7 +88,7 @@ class InferResult:
         """Issue each of :attr:`warnings` as an :class:`~kernix.AnnotationWarning`
         at its own file and line (the comment in the user's source), in the
         module of the first caller outside kernix (the user's load): see
-        ``kernix.warn.warn_at``."""
+        ``kernix.notes.warn_at``."""
         for w in self.warnings:
             warn_at(w.format(), AnnotationWarning, w.file or self.path, w.line)
 

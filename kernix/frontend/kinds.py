@@ -19,9 +19,9 @@ import keyword
 import re
 from typing import Any
 
-from ..dtypes import ARRAY_ATTR_DTYPES
-from ..names import is_identifier
-from ..spec import Param
+from ..language.dtypes import ARRAY_ATTR_DTYPES
+from ..language.names import is_identifier
+from ..language.spec import Param
 
 __all__ = ["Reject", "classify_special", "check_attr_name", "RESERVED_ATTR_NAMES"]
 

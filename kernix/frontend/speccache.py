@@ -27,7 +27,7 @@ An entry lives at ``<cache root>/specs/<key[:2]>/<key>.rec``: a record
 ``payload`` (the :meth:`~kernix.frontend.infer.InferResult.to_json` form).
 A cached spec ends up in generated C++, so an entry is read only when no
 other user could have written it (:mod:`kernix.store.trust`), and its specs
-are validated again on the way in (:meth:`kernix.spec.FunctionSpec.from_json`).
+are validated again on the way in (:meth:`kernix.language.spec.FunctionSpec.from_json`).
 Entries are written atomically; a damaged, untrusted or stale entry is a
 miss, never an error.
 """

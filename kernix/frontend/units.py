@@ -16,12 +16,12 @@ from typing import Sequence
 
 from ..errors import InferenceError, KernixError, SourceError
 from ..paths import include_dir
-from ..requested import Requested, check_spec_matches
-from ..spec import FunctionSpec
-from .annotations import find_annotations
+from ..language.exports import Requested, check_spec_matches
+from ..language.spec import FunctionSpec
+from .lexer import find_annotations
 from .binding import DECLARED_IN_HEADER, NOT_DECLARED
 from .infer import infer_file
-from .signatures import check_unique_names, raise_for_vjp_pairs
+from ..language.annotation import check_unique_names, raise_for_vjp_pairs
 
 __all__ = ["infer_units"]
 

@@ -52,8 +52,8 @@ from typing import Any, Sequence
 
 from ..errors import KernixError, PrebuiltError
 from ..languages import JAX_PLATFORMS
-from ..names import handlers_problem
-from ..spec import FunctionSpec
+from ..language.names import handlers_problem
+from ..language.spec import FunctionSpec
 from ..store.files import atomic_write
 
 __all__ = [

@@ -8,9 +8,9 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 
-from ..dtypes import ATTR_DTYPES, numpy_dtype, x64_hint
+from ..language.dtypes import ATTR_DTYPES, numpy_dtype, x64_hint
 from ..errors import CallError
-from ..spec import FunctionSpec, Param
+from ..language.spec import FunctionSpec, Param
 
 __all__ = ["VMAP_METHODS", "check_call", "check_buffer", "coerce_attr"]
 

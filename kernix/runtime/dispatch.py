@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..dtypes import BUFFER_DTYPES
+from ..language.dtypes import BUFFER_DTYPES
 from ..errors import CallError
-from ..instances import template_name
+from ..language.templates import template_name
 
 if TYPE_CHECKING:
-    from ..spec import FunctionSpec
+    from ..language.spec import FunctionSpec
 
 __all__ = ["SUFFIX_DTYPES", "Dispatcher", "Member", "family"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ..instances import template_name
-from ..spec import FunctionSpec
+from ..language.templates import template_name
+from ..language.spec import FunctionSpec
 from .dispatch import SUFFIX_DTYPES, family
 
 __all__ = ["family_names", "family_overloads"]

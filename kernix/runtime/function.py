@@ -6,7 +6,7 @@ import functools
 from typing import Any
 
 from ..errors import RegistrationError
-from ..spec import FunctionSpec
+from ..language.spec import FunctionSpec
 from .arguments import check_call
 from .operation import Backward, Operation, make_operation
 from .stubs import call_signature, docstring

@@ -1,5 +1,5 @@
 """The JAX rules a kernel call is wrapped in, each built from plain values (a
-parsed :class:`~kernix.signature.Signature`, callables).
+parsed :class:`~kernix.language.shapes.Signature`, callables).
 
 :mod:`kernix.runtime.operation` composes them, innermost first:
 :func:`partitioned` (per shard, on several devices), :func:`batched` (a
@@ -25,7 +25,7 @@ from jax.experimental.custom_partitioning import (
 )
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ..signature import Group, Signature
+from ..language.shapes import Group, Signature
 from .primitives import pullback_tangents
 from .varying import aval, in_shard_map, output_structs, varying_axes
 

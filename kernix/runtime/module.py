@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import RegistrationError, SourceError
-from ..names import check_target_prefix
+from ..language.names import check_target_prefix
 from . import registry
 
 # .function is imported when a function is first asked for: a callable's call machinery imports
 # jax's transformations (custom_vmap, custom_partitioning...), which a warm load does not need.
 if TYPE_CHECKING:
-    from ..spec import FunctionSpec
+    from ..language.spec import FunctionSpec
     from .function import KernelFunction
 
 __all__ = ["CompiledModule", "check_function_names", "RESERVED_NAMES"]
@@ -36,7 +36,7 @@ class CompiledModule:
     platform
         ``"cuda"`` or ``"cpu"``.
     functions
-        Exported name -> :class:`~kernix.spec.FunctionSpec`, in export order.
+        Exported name -> :class:`~kernix.language.spec.FunctionSpec`, in export order.
     handlers
         Exported name -> the library's handler symbol, in export order.
     targets
@@ -95,7 +95,7 @@ class CompiledModule:
 
     @property
     def functions(self) -> dict[str, FunctionSpec]:
-        """Exported name -> :class:`~kernix.spec.FunctionSpec`, in export order."""
+        """Exported name -> :class:`~kernix.language.spec.FunctionSpec`, in export order."""
         return self._functions if self._functions is not None else self._check_specs()
 
     def backward_name(self, function: str) -> str | None:

@@ -19,11 +19,11 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from ..dtypes import numpy_dtype
+from ..language.dtypes import numpy_dtype
 from ..errors import CallError
-from ..instances import annotated_name, template_name
-from ..signature import bind, parse_signature
-from ..spec import FunctionSpec
+from ..language.templates import annotated_name, template_name
+from ..language.shapes import bind, parse_signature
+from ..language.spec import FunctionSpec
 from . import layers
 from .arguments import check_buffer
 from .primitives import check_platform

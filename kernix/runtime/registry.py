@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import RegistrationError, ReloadWarning
 from ..languages import JAX_PLATFORMS
-from ..warn import warn_at
+from ..notes import warn_at
 
 # jax is imported where a target is registered, not here: kernix.compilation and kernix.pipeline
 # import this module, and a build that does not register (kernix.build_module, the command line)

@@ -15,9 +15,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..signature import int_attr_names
-from ..sizes import evaluate
-from ..spec import FunctionSpec
+from ..language.shapes import int_attr_names
+from ..language.sizes import evaluate
+from ..language.spec import FunctionSpec
 from .varying import output_structs
 
 __all__ = ["Results"]

@@ -1,6 +1,6 @@
 """Python signatures, docstrings and ``.pyi`` stubs of exported functions.
 
-Everything is computed from a :class:`~kernix.spec.FunctionSpec`; no jax
+Everything is computed from a :class:`~kernix.language.spec.FunctionSpec`; no jax
 import.  ``inspect`` is imported only when a signature object is asked for.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..spec import FunctionSpec, Param
+from ..language.spec import FunctionSpec, Param
 from .family_stubs import family_overloads
 
 __all__ = ["python_type", "declaration", "docstring", "input_names", "out_required", "call_signature", "stub_text"]

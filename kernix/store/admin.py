@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import CacheError
 from ..interface import running_command
-from ..names import check_module_name, is_module_name
+from ..language.names import check_module_name, is_module_name
 from ..paths import cache_root, printable
 from .files import source_module
 from .lock import build_lock

@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterable, Sequence
 
-from .. import report
+from .. import notes
 from .files import COMPILER_ENVIRONMENT, UntrustedRecord, read_record, write_record
 from .identity import code_stats
 
@@ -93,7 +93,7 @@ def lookup(
     not usable); a miss is logged as ``"<what>: direct miss: <why>"``."""
     value, why = _read(root, _record_path(root, space, fingerprint), fingerprint, valid)
     if value is None:
-        report.note(f"{what}: direct miss: {why}", verbose=verbose)
+        notes.note(f"{what}: direct miss: {why}", verbose=verbose)
     return value
 
 
@@ -134,4 +134,4 @@ def record(
     if not write_record(_record_path(root, space, fingerprint), data):
         return
 
-    report.note(f"{what}: direct record {fingerprint[:16]}", verbose=verbose)
+    notes.note(f"{what}: direct record {fingerprint[:16]}", verbose=verbose)

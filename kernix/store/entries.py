@@ -36,7 +36,7 @@ from .trust import check_private, io_message, makedirs
 from .usage import Evicting, create, hold, lease, release
 
 if TYPE_CHECKING:
-    from ..spec import FunctionSpec
+    from ..language.spec import FunctionSpec
 
 __all__ = ["Lookup", "discard", "lookup", "publish"]
 

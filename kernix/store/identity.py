@@ -5,12 +5,12 @@ A checkout edited in place, or two installs of one version, keep
 ``kernix.__version__`` while generating other code, so the keys (build
 entries, inferred specs) cover the content of:
 
-* every Python module of ``kernix/frontend/`` (annotations, the parse, the
-  spec of each function) and ``kernix/backend/`` (the code generator, the
-  compiler flags, the ninja build, the tool search);
-* the modules those build on for what they generate: ``spec.py``,
-  ``signature.py``, ``dtypes.py``, ``spelling.py``, ``names.py``,
-  ``languages.py`` and ``compiler_flags.py``;
+* every Python module of ``kernix/language/`` (the annotation language and
+  ``FunctionSpec``), ``kernix/frontend/`` (annotations, the parse, the spec of
+  each function) and ``kernix/backend/`` (the code generator, the compiler
+  flags, the ninja build, the tool search);
+* the modules those build on for what they generate: ``languages.py`` and
+  ``compiler_flags.py``;
 * every file under ``kernix/include/`` (the C++ headers each unit includes).
 
 The identity is worked out once per process, when first needed (a miss, a
@@ -34,8 +34,8 @@ from .files import FileStat, content_key, read_record, write_record
 __all__ = ["code_files", "code_identity", "code_stats", "forget"]
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_DIRECTORIES = ("frontend", "backend")
-_MODULES = ("spec.py", "signature.py", "dtypes.py", "spelling.py", "names.py", "languages.py", "compiler_flags.py")
+_DIRECTORIES = ("language", "frontend", "backend")
+_MODULES = ("languages.py", "compiler_flags.py")
 _HEADERS = "include"
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import CacheError
-from ..report import note
+from ..notes import note
 from .trust import check_private, io_message, makedirs
 
 __all__ = ["build_lock", "try_lock", "lock_timeout", "ANNOUNCE_AFTER_S", "PRUNE_LOCK"]

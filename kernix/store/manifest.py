@@ -23,7 +23,7 @@ refuse an unknown ``format``)::
     created         seconds since the epoch
 
 and beside it ``functions.json``: the JSON list of the functions' specs in
-export order (:meth:`kernix.spec.FunctionSpec.to_json`), and ``last-use``, an
+export order (:meth:`kernix.language.spec.FunctionSpec.to_json`), and ``last-use``, an
 empty file whose modification time is the entry's last use and on which a
 process that holds the entry holds a lease (:mod:`kernix.store.usage`), both
 written before the manifest.  As in ccache's manifests, the headers a build
@@ -45,11 +45,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..languages import JAX_PLATFORMS
-from ..names import handlers_problem
+from ..language.names import handlers_problem
 from .files import FileStat, atomic_write
 
 if TYPE_CHECKING:
-    from ..spec import FunctionSpec
+    from ..language.spec import FunctionSpec
 
 __all__ = ["MANIFEST_FORMAT", "Manifest", "ManifestError", "entry_dir"]
 
@@ -150,7 +150,7 @@ class Manifest:
 
     def specs(self) -> "tuple[FunctionSpec, ...]":
         """The functions' specs, read from ``functions.json`` and validated
-        (see :meth:`kernix.spec.FunctionSpec.from_json`).
+        (see :meth:`kernix.language.spec.FunctionSpec.from_json`).
 
         Raises
         ------
@@ -159,7 +159,7 @@ class Manifest:
             the handlers' in order, or a record is not a valid spec (naming it).
         """
         # Not with the manifest: a warm load reads no spec (a third of its time)
-        from ..spec import FunctionSpec
+        from ..language.spec import FunctionSpec
 
         raw = self._specs_raw
         if raw is None:

@@ -42,9 +42,9 @@ from typing import Any
 
 from ..errors import CacheError, OptionError
 from ..interface import running_command
-from ..names import is_module_name
+from ..language.names import is_module_name
 from ..paths import cache_root, printable
-from ..report import note
+from ..notes import note
 from . import limits
 from .admin import Clearing
 from .files import source_module

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ..errors import CacheError
-from ..report import note
+from ..notes import note
 from .files import UNSETTLED, FileStat, atomic_write, version_current
 from .trust import check_private, io_message, makedirs
 

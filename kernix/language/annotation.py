@@ -2,7 +2,7 @@
 them against the C++ signature, and checking across a module that its names
 are unique and its ``vjp=`` pairs fit.
 
-The grammar itself (and binding at call time) is :mod:`kernix.signature`.
+The grammar itself (and binding at call time) is :mod:`kernix.language.shapes`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from dataclasses import replace
 from typing import Any, Iterable
 
 from ..errors import ArgSpecError, InferenceError, SignatureError, SourceError
-from ..names import is_identifier
-from ..signature import check_against_spec, int_attr_names, parse_signature, split_annotation
-from ..sizes import size_names
-from ..spec import parse_arg_spec
+from .names import is_identifier
+from .shapes import check_against_spec, int_attr_names, parse_signature, split_annotation
+from .sizes import size_names
+from .spec import parse_arg_spec
 
 __all__ = [
     "DOC_LIMIT", "SourceLines", "leading_comment", "annotate_spec", "check_unique_names", "check_vjp_pairs",
@@ -154,9 +154,9 @@ def annotate_spec(
     Parameters
     ----------
     spec
-        The :class:`~kernix.spec.FunctionSpec` inferred from the declaration.
+        The :class:`~kernix.language.spec.FunctionSpec` inferred from the declaration.
     annotation
-        Its :class:`~kernix.frontend.annotations.Annotation`, or ``None``.
+        Its :class:`~kernix.frontend.lexer.Annotation`, or ``None``.
     source_text
         The file's text, or its :class:`SourceLines` (for the comment above the declaration).
 
@@ -212,7 +212,7 @@ def annotate_spec(
 
 def _declared_roles(spec: Any, tokens: tuple[str, ...]) -> Any:
     """``spec`` with the roles its annotation's tokens give a non-const tensor
-    (``inout``, ``arg``: see :func:`kernix.requested.check_spec_matches`,
+    (``inout``, ``arg``: see :func:`kernix.language.exports.check_spec_matches`,
     which checks the tokens afterwards), so the shape signature is checked
     against the inputs and outputs the call will have."""
     if len(tokens) != len(spec.params):
@@ -262,7 +262,7 @@ def check_unique_names(specs: Iterable[Any]) -> list[SourceError]:
     Parameters
     ----------
     specs
-        The module's :class:`~kernix.spec.FunctionSpec` values, in source order
+        The module's :class:`~kernix.language.spec.FunctionSpec` values, in source order
         (file by file).
 
     Returns

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .dtypes import BUFFER_DTYPES, x64_hint
-from .errors import CallError, SignatureError
+from ..errors import CallError, SignatureError
 from .names import is_identifier
 
 __all__ = [
@@ -292,7 +292,7 @@ def bind(
     sig
         The function's signature.
     spec
-        Its :class:`~kernix.spec.FunctionSpec`.
+        Its :class:`~kernix.language.spec.FunctionSpec`.
     shapes, dtypes
         Each input's shape and dtype name (``"float32"``).
     attrs

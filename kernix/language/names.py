@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from .errors import InvalidNameError
+from ..errors import InvalidNameError
 
 __all__ = [
     "is_identifier",

@@ -2,7 +2,7 @@
 
 ``// @BE scale<T: float, double>`` before ``template <typename T> void
 scale(...)`` exports ``scale_float32`` and ``scale_float64`` (the grammar and
-the names: :mod:`kernix.instances`).  libclang shows a template's parameters
+the names: :mod:`kernix.language.templates`).  libclang shows a template's parameters
 only with their dependent types, so each instantiation's signature is read
 the way a compiler would see it: the file is parsed once more with one probe
 per instantiation appended, ``auto* __kernix_probe_<k> = &::ns::scale<float>;``,
@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import SourceError
-from ..instances import TemplateList, instance_name, parse_template_list
-from ..spec import FunctionSpec
-from .annotations import Annotation
+from ..language.templates import TemplateList, instance_name, parse_template_list
+from ..language.spec import FunctionSpec
+from .lexer import Annotation
 from .binding import Target
 from .clangparse import ParseOptions, parse
 from .classify import element_dtype, qualified_name

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 from typing import Mapping
 
-from .errors import CallError
+from ..errors import CallError
 
 __all__ = ["parse_size", "size_names", "evaluate"]
 

@@ -41,10 +41,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
 from .dtypes import ARRAY_ATTR_DTYPES, ATTR_DTYPES, BUFFER_DTYPES
-from .errors import ArgSpecError, SignatureError
-from .instances import check_template_args, is_template_argument
+from ..errors import ArgSpecError, SignatureError
+from .templates import check_template_args, is_template_argument
 from .names import is_identifier
-from .signature import check_against_spec, parse_signature
+from .shapes import check_against_spec, parse_signature
 from .spelling import is_function_type, is_qualified_name, is_type_spelling
 
 __all__ = [
@@ -249,7 +249,7 @@ class FunctionSpec:
         Where the declaration is (for messages); ``""`` / 0 if unknown.
     signature
         The shape signature in canonical form (``"(...,d),(d)->(...,d)"``,
-        see ``kernix.signature``), or ``None``.
+        see ``kernix.language.shapes``), or ``None``.
     vjp_of
         For a backward kernel (``vjp=NAME``), the forward function's name.
     doc
@@ -270,7 +270,7 @@ class FunctionSpec:
         results are unused, and two identical calls are never merged.
     scratch
         The size expression of the ``scratch`` parameter, in bytes per problem
-        (``scratch=n*4`` in the annotation; see ``kernix.sizes``), or ``None``.
+        (``scratch=n*4`` in the annotation; see ``kernix.language.sizes``), or ``None``.
     """
 
     name: str
@@ -286,7 +286,7 @@ class FunctionSpec:
     has_side_effect: bool = False
     scratch: str | None = None
     #: For an instantiation of a function template: ``(parameter, argument as written, key)`` per
-    #: listed template argument, the key being the dtype, integer value or spelling (see :mod:`kernix.instances`).
+    #: listed template argument, the key being the dtype, integer value or spelling (see :mod:`kernix.language.templates`).
     template_args: tuple[tuple[str, str, str], ...] = ()
 
     @property

@@ -1,16 +1,16 @@
 """What a caller asks to export: the ``functions=`` argument, and an explicit
 arg_spec (given there or in an annotation) checked against the signature that
-kernix infers.  Pure Python; the grammar is :mod:`kernix.spec`'s."""
+kernix infers.  Pure Python; the grammar is :mod:`kernix.language.spec`'s."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Mapping, Sequence
 
-from .errors import ArgSpecError, SourceError
+from ..errors import ArgSpecError, SourceError
 from .names import check_function_name
 from .spec import FunctionSpec, Param, parse_arg_spec
-from .warn import warn_at
+from ..notes import warn_at
 
 __all__ = ["InputDeclaredOnNonConstTensor", "Requested", "check_spec_matches", "normalize_functions"]
 
@@ -136,7 +136,7 @@ def normalize_functions(functions: Any, *, parse: bool = True) -> Requested | No
     ------
     ArgSpecError
         For a bare string, a repeated name or a malformed arg_spec.
-    kernix.names.InvalidNameError
+    kernix.language.names.InvalidNameError
         For a name that is not a C++ identifier.
     """
     if functions is None:
