@@ -6,6 +6,7 @@ import ctypes
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -106,6 +107,50 @@ def test_load_cpp_dir_builds_each_file(tmp_path):
     np.testing.assert_array_equal(mod.add_0(x), [1, 1])
     np.testing.assert_array_equal(mod.add_1(x), [2, 2])
     assert len(list((tmp_path / "cache" / "build" / mod.name).glob("shim_*.o"))) == 2
+
+
+CHECKED = """
+#include "kernix/common.h"
+// @BE NAME
+void NAME(const BE::Tensor& x, kernix::Tensor& out) {
+  BE_CHECK(x.numel() < LIMIT) << "NAME takes fewer than " << LIMIT << " elements, not " << x.numel();
+  for (int64_t i = 0; i < x.numel(); ++i) out.data_ptr<float>()[i] = x.data_ptr<float>()[i] + LIMIT;
+}
+"""
+
+
+def _checked(name: str, limit: int) -> str:
+    return CHECKED.replace("NAME", name).replace("LIMIT", str(limit))
+
+
+def test_messages_are_compiled_once_per_module_and_stay_inside_it(tmp_path):
+    """The text of failed checks is built out of line, in code each module compiles once (with its
+    first handler unit) and keeps hidden: a module of two sources links, and two modules loaded in
+    one process each report their own messages."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.cpp").write_text(_checked("small", 3))
+    (src / "b.cpp").write_text(_checked("large", 100))
+    two = kernix.load_cpp_dir(src, name=unique_name("two_units"), build_directory=tmp_path / "c1")
+    other = kernix.load_cpp_inline(unique_name("other"), _checked("other", 5), build_directory=tmp_path / "c2")
+    x, out = jnp.zeros(4, jnp.float32), jax.ShapeDtypeStruct((4,), jnp.float32)
+    np.testing.assert_array_equal(two.large(x, out=out), [100] * 4)
+    np.testing.assert_array_equal(other.other(x, out=out), [5] * 4)
+    with pytest.raises(Exception, match=r"kernix: small: .*a\.cpp:5: check failed: x\.numel\(\) < 3: "
+                                        r"small takes fewer than 3 elements, not 4"):
+        jax.block_until_ready(two.small(x, out=out))
+    with pytest.raises(Exception, match=r"check failed: x\.numel\(\) < 5: other takes fewer than 5 elements, not 6"):
+        jax.block_until_ready(other.other(jnp.zeros(6, jnp.float32), out=jax.ShapeDtypeStruct((6,), jnp.float32)))
+    with pytest.raises(Exception, match=r"BE::Tensor::data_ptr<float>\(\): parameter 'x' is int32 \(shape \[4\]\)"):
+        jax.block_until_ready(two.large(jnp.zeros(4, jnp.int32), out=out))
+    for mod, cache in ((two, "c1"), (other, "c2")):
+        units = sorted((tmp_path / cache / "build" / mod.name).glob("handlers_*.cpp"))
+        assert ["messages.cc" in u.read_text() for u in units] == [True] + [False] * (len(units) - 1)
+        if shutil.which("nm"):
+            exported = subprocess.run(["nm", "-D", "-C", "--defined-only", str(mod.path)], capture_output=True,
+                                      text=True, check=True).stdout
+            assert "kernix::" not in exported  # hidden: one module never binds to another's copy
+            assert "kernix_handler_" in exported
 
 
 def test_functions_names_unannotated_functions_across_a_directory(tmp_path):

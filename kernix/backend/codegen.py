@@ -27,16 +27,26 @@ kernel body leaves them, and their object files, unchanged.  Two kinds:
 * an *ffi.h* unit (:func:`ffi_handler_unit`) for functions that take typed XLA
   FFI types (``xla::ffi::Buffer<T, R>``, ``AnyBuffer``, ``Result<...>``), an
   in-place tensor, an array or string attribute, scratch, state or the thread
-  pool (their parts: :mod:`kernix.backend.bindings`): one
+  pool (the *special kinds*, whose parts each function of the section "The
+  parameters beyond tensors, scalars and the stream" writes): one
   ``XLA_FFI_DEFINE_HANDLER_SYMBOL`` binding per function (exact ``Attr<T>``
   types, the platform stream, the command-buffer trait), and for a function
   with state an instantiate handler beside it.
 
-Every parameter crosses from handler to shim as one ``void*`` in an array: a
-``kernix::TensorView*``, a pointer to the decoded FFI buffer/result, a pointer
-to the attribute value, or a pointer to the stream handle.
+The module's first handler unit also compiles ``kernix/detail/messages.cc``:
+the text of every failed check (a tensor read as the wrong type, BE_CHECK, a
+handler's error) is built there, once per module, and the user's translation
+units, which include only the declarations, link to it.
 
-Only the shim names ``BE::Tensor``, and it names the one the user's code sees:
+Every parameter crosses from handler to shim as one ``void*`` in an array: a
+``kernix::TensorView*`` (a tensor, in place or not, or scratch), a pointer to
+the decoded FFI buffer/result, a pointer to the attribute value, a
+``kernix::ArrayView*`` (an array or string attribute), the state object
+itself, a ``kernix::ThreadPoolView*``, or a pointer to the stream handle.
+
+Only the shim names ``BE::Tensor``, and it names the one the user's code sees
+(``BE`` is kernix's C++ namespace under brainevent's name, ``namespace BE =
+kernix;``, or a project's own namespace of that name):
 kernix's own (``kernix/common.h``, ``brainevent/common.h``) or a project's own
 ``brainevent/tensor.h`` found first on its include path.  The shim builds it
 from the view through that type's public constructor
@@ -48,14 +58,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
-from ..language.dtypes import ATTR_DTYPES, DTYPES
+from ..language.dtypes import ARRAY_ATTR_DTYPES, ATTR_DTYPES, DTYPES
 from ..errors import KernixError
 from ..languages import Platform
 from ..paths import include_dir
 from ..language.spec import FunctionSpec, Param
-from . import bindings
 
 __all__ = [
     "ExportedFunction",
@@ -67,6 +76,8 @@ __all__ = [
     "fast_handler_unit",
     "ffi_handler_unit",
     "has_fast_handler",
+    "instantiate_symbol",
+    "statetype_symbol",
 ]
 
 @dataclass(frozen=True)
@@ -136,7 +147,7 @@ def _strip_const(canonical: str) -> str:
     return text
 
 
-def _tensor_local(slot: int) -> str:
+def _local(slot: int) -> str:
     return f"kernix_t{slot}"
 
 
@@ -158,12 +169,12 @@ def _shim_argument(param: Param, slot: int) -> str:
         # constness resolve as the signature says; a non-const input (an
         # explicit "arg" for a by-value BE::Tensor) is passed as is.
         if param.role == "arg" and re.search(r"\bconst\b", param.type):
-            return f"static_cast<const {_tensor_type(param)}&>({_tensor_local(slot)})"
-        return _tensor_local(slot)
+            return f"static_cast<const {_tensor_type(param)}&>({_local(slot)})"
+        return _local(slot)
     if param.kind == "ffi":
         return f"*static_cast<{param.canonical_type}*>({p})"
-    if param.kind in bindings.SPECIAL_KINDS:
-        return bindings.shim_argument(param, slot)
+    if param.kind in SPECIAL_KINDS:
+        return _special_argument(param, slot)
     target = _strip_const(param.canonical_type)
     if param.kind == "stream":
         return f"reinterpret_cast<{target}>(*static_cast<void* const*>({p}))"
@@ -182,10 +193,10 @@ def _shim_locals(fn: ExportedFunction) -> list[str]:
     lines = []
     for i, param in enumerate(fn.spec.params):
         if param.kind == "tensor":
-            lines.append(f"  {_tensor_type(param)} {_tensor_local(i)} = "
+            lines.append(f"  {_tensor_type(param)} {_local(i)} = "
                          f"::kernix::detail::tensor_from<{_tensor_type(param)}>(p[{i}], {_cxx_string(param.name)});")
         else:
-            local = bindings.shim_local(param, i)
+            local = _special_local(param, i)
             if local is not None:
                 lines.append(local)
     return lines
@@ -219,7 +230,7 @@ def shim_unit(user_source: str, functions: Sequence[ExportedFunction]) -> str:
             # A failure it returns is thrown for the handler to report (shim.h).
             call = f"::kernix::detail::check_returned({call})"
         if fn.spec.has("state"):
-            lines += bindings.state_shims(fn.spec, fn.index, _slug(fn.spec.name))
+            lines += _state_shims(fn.spec, fn.index, _slug(fn.spec.name))
         lines += [
             f"KERNIX_SHIM_EXPORT void {shim_symbol(fn)}(void* const* p) {{",
             "  (void)p;",
@@ -229,6 +240,142 @@ def shim_unit(user_source: str, functions: Sequence[ExportedFunction]) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+# ---- The parameters beyond tensors, scalars and the stream -----------------------
+#
+# For an in-place tensor (``inout``), an array or string attribute, scratch
+# memory, the per-instance state and the thread pool: what the shim passes the
+# user's function, built from the slot the handler filled
+# (:func:`_special_argument`, :func:`_special_local`); the handler's part
+# (:func:`_handler_part`); for a function with state, the instantiate handler
+# and the functions around it (:func:`_state_shims`, :func:`_state_handlers`).
+
+
+def _type(param: Param) -> str:
+    return "::" + param.canonical_type
+
+
+#: The kinds whose code the functions of this section write (an in-place tensor is written here too).
+SPECIAL_KINDS = ("array", "string", "scratch", "state", "threads")
+
+
+def _special_local(param: Param, slot: int) -> str | None:
+    """The local the shim builds for ``param`` (scratch, state, thread pool), or ``None``."""
+    p = f"p[{slot}]"
+    if param.kind == "scratch":
+        return (f"  {_type(param)} {_local(slot)}(*static_cast<const ::kernix::TensorView*>({p}), "
+                f"{_cxx_string(param.name)});")
+    if param.kind == "state":
+        return f"  {_type(param)} {_local(slot)} = ::kernix::detail::state_from<{_type(param)}>({p});"
+    if param.kind == "threads":
+        return f"  {_type(param)} {_local(slot)}(*static_cast<const ::kernix::ThreadPoolView*>({p}));"
+    return None
+
+
+def _special_argument(param: Param, slot: int) -> str:
+    """The expression the shim passes for an array or string attribute, scratch, state or pool."""
+    if param.kind in ("array", "string"):
+        return f"::kernix::detail::array_from<{_type(param)}>(p[{slot}])"
+    assert param.kind in ("scratch", "state", "threads"), param
+    return _local(slot)
+
+
+class _HandlerPart(NamedTuple):
+    """One parameter's share of an ffi.h handler."""
+
+    decl: list[str]  # the impl's parameters
+    bind: list[str]  # the binding chain
+    prep: list[str]  # statements filling the slot
+    slot: str  # the void* of the shim's array
+
+
+def _handler_part(param: Param, i: int, spec: FunctionSpec, platform: Platform) -> _HandlerPart:
+    """The handler's part for parameter ``i`` of ``spec`` (an in-place tensor or one of :data:`SPECIAL_KINDS`)."""
+    if param.role == "inout":
+        check = (f"  if (ffi::Error e = ::kernix::detail::check_aliased(b{i}in, *b{i}, {_cxx_string(spec.name)}, "
+                 f"{_cxx_string(param.name)}); e.failure()) return e;")
+        return _HandlerPart(
+            [f"ffi::AnyBuffer b{i}in", f"ffi::Result<ffi::AnyBuffer> b{i}"],
+            [".Arg<ffi::AnyBuffer>()", ".Ret<ffi::AnyBuffer>()"],
+            [check, f"  ::kernix::TensorView t{i} = ::kernix::detail::to_view(*b{i});"],
+            f"&t{i}",
+        )
+    if param.kind == "array":
+        assert param.dtype is not None
+        span = f"ffi::Span<const {ARRAY_ATTR_DTYPES[param.dtype]}>"
+        return _HandlerPart(
+            [f"{span} a{i}"], [f".Attr<{span}>({_cxx_string(param.name)})"],
+            [f"  ::kernix::ArrayView v{i}{{a{i}.begin(), static_cast<int64_t>(a{i}.size())}};"], f"&v{i}",
+        )
+    if param.kind == "string":
+        return _HandlerPart(
+            [f"std::string_view a{i}"], [f".Attr<std::string_view>({_cxx_string(param.name)})"],
+            [f"  ::kernix::ArrayView v{i}{{a{i}.data(), static_cast<int64_t>(a{i}.size())}};"], f"&v{i}",
+        )
+    if param.kind == "scratch":
+        return _HandlerPart(
+            [f"ffi::Result<ffi::AnyBuffer> b{i}"], [".Ret<ffi::AnyBuffer>()"],
+            [f"  ::kernix::TensorView t{i} = ::kernix::detail::to_view(*b{i});"], f"&t{i}",
+        )
+    if param.kind == "state":
+        return _HandlerPart(
+            [f"::kernix::detail::StateBox* st{i}"], [".Ctx<ffi::State<::kernix::detail::StateBox>>()"],
+            [f"  void* v{i} = st{i}->object;"], f"v{i}",
+        )
+    assert param.kind == "threads", param
+    if platform == "cpu":
+        return _HandlerPart(
+            [f"ffi::ThreadPool tp{i}"], [".Ctx<ffi::ThreadPool>()"],
+            [f"  ::kernix::ThreadPoolView v{i} = ::kernix::detail::pool_view(tp{i});"], f"&v{i}",
+        )
+    # CUDA functions run on the host thread that launches them: a pool of no threads.
+    return _HandlerPart([], [], [f"  ::kernix::ThreadPoolView v{i}{{nullptr, 0, nullptr}};"], f"&v{i}")
+
+
+def _names(index: int, slug: str) -> tuple[str, str]:
+    return f"kernix_state_new_{index}_{slug}", f"kernix_state_delete_{index}_{slug}"
+
+
+def instantiate_symbol(handler: str) -> str:
+    """The instantiate handler's symbol beside the handler ``kernix_handler_<i>_<name>``."""
+    return "kernix_instantiate_" + handler.removeprefix("kernix_handler_")
+
+
+def statetype_symbol(handler: str) -> str:
+    """The symbol of the function returning the library's state type id and information."""
+    return "kernix_statetype_" + handler.removeprefix("kernix_handler_")
+
+
+def _state_param(spec: FunctionSpec) -> Param:
+    return next(p for p in spec.params if p.role == "state")
+
+
+def _state_shims(spec: FunctionSpec, index: int, slug: str) -> list[str]:
+    """The shim unit's functions making and deleting the state of ``spec`` (which has one)."""
+    new, delete = _names(index, slug)
+    state = _type(_state_param(spec))
+    return [
+        f"KERNIX_SHIM_EXPORT void* {new}() {{ return ::kernix::detail::new_state<{state}>(); }}",
+        f"KERNIX_SHIM_EXPORT void {delete}(void* p) noexcept {{ ::kernix::detail::delete_state<{state}>(p); }}",
+        "",
+    ]
+
+
+def _state_handlers(spec: FunctionSpec, index: int, slug: str, handler: str) -> list[str]:
+    """The handler unit's instantiate handler of ``spec`` and its state type's accessor."""
+    new, delete = _names(index, slug)
+    return [
+        f'extern "C" void* {new}();',
+        f'extern "C" void {delete}(void*) noexcept;',
+        f"KERNIX_HANDLER_EXPORT XLA_FFI_Error* {instantiate_symbol(handler)}(XLA_FFI_CallFrame* f) {{",
+        f"  return ::kernix::detail::instantiate(f, &{new}, &{delete}, {_cxx_string(spec.name)});",
+        "}",
+        f"KERNIX_HANDLER_EXPORT void* {statetype_symbol(handler)}(int which) {{",
+        "  return ::kernix::detail::state_type(which);",
+        "}",
+        "",
+    ]
 
 
 def _shim_declaration(fn: ExportedFunction) -> str:
@@ -261,8 +408,8 @@ def _handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bool) -
     slots: list[str] = []  # what goes in the void* array
     aliases: list[str] = []  # type aliases for typed FFI buffers
     for i, param in enumerate(spec.params):
-        if param.role == "inout" or param.kind in bindings.SPECIAL_KINDS:
-            part = bindings.handler_part(param, i, spec, platform)
+        if param.role == "inout" or param.kind in SPECIAL_KINDS:
+            part = _handler_part(param, i, spec, platform)
             decl += part.decl
             bind += part.bind
             prep += part.prep
@@ -326,7 +473,7 @@ def ffi_handler_unit(functions: Sequence[ExportedFunction], platform: Platform, 
     for fn in functions:
         lines += _handler(fn, platform, allow_cuda_graph)
         if fn.spec.has("state"):
-            lines += bindings.state_handlers(fn.spec, fn.index, _slug(fn.spec.name), handler_symbol(fn))
+            lines += _state_handlers(fn.spec, fn.index, _slug(fn.spec.name), handler_symbol(fn))
     return "\n".join(lines)
 
 
@@ -341,7 +488,7 @@ def has_fast_handler(fn: ExportedFunction) -> bool:
 
     True when every parameter is a ``BE::Tensor`` (not updated in place), a
     scalar attribute or the stream; typed XLA FFI parameters, in-place
-    tensors and the kinds of :mod:`kernix.backend.bindings` need ffi.h.
+    tensors and the special kinds (:data:`SPECIAL_KINDS`) need ffi.h.
     """
     return all(p.kind in ("tensor", "scalar", "stream") and p.role != "inout" for p in fn.spec.params)
 
@@ -423,9 +570,24 @@ def fast_handler_unit(functions: Sequence[ExportedFunction], platform: Platform,
     return "\n".join(lines)
 
 
-def handler_unit(functions: Sequence[ExportedFunction], platform: Platform, allow_cuda_graph: bool) -> str:
+def handler_unit(functions: Sequence[ExportedFunction], platform: Platform, allow_cuda_graph: bool, *,
+                 with_messages: bool = False) -> str:
     """The handler unit for ``functions``: the fast kind when all of them
-    allow it, else the ffi.h kind (the build gives each kind its own units)."""
+    allow it, else the ffi.h kind (the build gives each kind its own units).
+
+    ``with_messages``: the unit also compiles ``kernix/detail/messages.cc``
+    (the text of failed checks, for the handlers and the user's code alike);
+    the build asks it of exactly one unit of each module.
+    """
     if all(has_fast_handler(fn) for fn in functions):
-        return fast_handler_unit(functions, platform, allow_cuda_graph)
-    return ffi_handler_unit(functions, platform, allow_cuda_graph)
+        text = fast_handler_unit(functions, platform, allow_cuda_graph)
+    else:
+        text = ffi_handler_unit(functions, platform, allow_cuda_graph)
+    if with_messages:
+        text += "\n".join([
+            "",
+            "// The module's one copy of the messages of failed checks (kernix/detail/messages.h).",
+            include_line(str(include_dir() / "kernix" / "detail" / "messages.cc")),
+            "",
+        ])
+    return text

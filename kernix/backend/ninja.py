@@ -4,7 +4,8 @@ Layout of one build directory (stable per module name, so ninja rebuilds only
 what changed)::
 
     shim_0.cu ... shim_N.cu     user file i + its shims   (nvcc, or c++ for CPU)
-    handlers_0.cpp ...          the XLA FFI handlers      (host c++; specs only)
+    handlers_0.cpp ...          the XLA FFI handlers      (host c++; specs only;
+                                the first also kernix/detail/messages.cc)
     build.ninja
     module.so                   all of the above, linked
 
@@ -372,7 +373,8 @@ def compile_library(
     chunks = handler_chunks([fn for _, fns in units for fn in fns])
     for k, chunk in enumerate(chunks):
         _write_if_changed(
-            build_dir / f"handlers_{k}.cpp", codegen.handler_unit(chunk, config.platform, config.allow_cuda_graph)
+            build_dir / f"handlers_{k}.cpp",
+            codegen.handler_unit(chunk, config.platform, config.allow_cuda_graph, with_messages=k == 0),
         )
     _write_if_changed(build_dir / "build.ninja", _ninja_file(len(units), len(chunks), flags, ext))
     _drop_damaged_outputs(build_dir)

@@ -16,7 +16,7 @@ from typing import Any
 from ..language.dtypes import dtype_by_xla_name
 from ..errors import SourceError
 from ..language.spec import FunctionSpec, Param
-from ..language.spelling import is_function_type
+from ..language.spelling import api_spelling, is_function_type
 from .kinds import RESERVED_ATTR_NAMES, Reject, check_attr_name, classify_special, integer_dtype, INTEGER_KINDS
 from .returns import return_kind
 
@@ -60,7 +60,7 @@ _UNSUPPORTED_SCALARS = {
 
 
 def _bare(spelling: str) -> str:
-    return _ANON.sub("", _CV.sub("", spelling.strip()))
+    return api_spelling(_ANON.sub("", _CV.sub("", spelling.strip())))
 
 
 _Reject = Reject
@@ -290,7 +290,7 @@ def _function_type(cursor: Any) -> str:
     """The function's canonical type, if it can be written at file scope (else ``""``)."""
     if cursor.kind.name != "FUNCTION_DECL":
         return ""  # a template: its type names the template's parameters
-    spelling = cursor.type.get_canonical().spelling
+    spelling = api_spelling(cursor.type.get_canonical().spelling)
     return spelling if is_function_type(spelling) else ""
 
 

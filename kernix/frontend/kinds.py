@@ -21,6 +21,7 @@ from typing import Any
 
 from ..language.dtypes import ARRAY_ATTR_DTYPES
 from ..language.names import is_identifier
+from ..language.spelling import api_spelling
 from ..language.spec import Param
 
 __all__ = ["Reject", "classify_special", "check_attr_name", "RESERVED_ATTR_NAMES"]
@@ -161,4 +162,4 @@ def _array(c: Any, ref: str | None, is_const: bool, name: str, pname: str, writt
 
 
 def _bare_no_cv(spelling: str) -> str:
-    return re.sub(r"^(?:const\s+|volatile\s+)+|\s+(?:const|volatile)$", "", spelling.strip())
+    return api_spelling(re.sub(r"^(?:const\s+|volatile\s+)+|\s+(?:const|volatile)$", "", spelling.strip()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["is_qualified_name", "is_type_spelling", "is_function_type"]
+__all__ = ["api_spelling", "is_qualified_name", "is_type_spelling", "is_function_type"]
 
 _QUALIFIED_RE = re.compile(r"(?:::)?[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*")
 # A canonical type: identifiers, ::, template brackets and commas, numbers,
@@ -23,6 +23,20 @@ _TYPE_RE = re.compile(r"[A-Za-z0-9_:<>,*& -]*")
 _FUNCTION_TYPE_RE = re.compile(r"[A-Za-z0-9_:<>,*&\[\] -]*\([A-Za-z0-9_:<>,*&()\[\] -]*\)(?: noexcept)?")
 # What clang prints for types that no declaration at file scope can name.
 _UNSPELLABLE = ("(anonymous", "(unnamed", "(lambda", "type-parameter-", "<dependent", "__attribute__")
+# kernix's C++ API types, in the namespace of their declaration.
+_KERNIX_API = re.compile(r"(?<![\w:])kernix::(?=(?:Tensor|TensorOf|InOut|InOutOf|Span|Scratch|State|ThreadPool)\b)")
+
+
+def api_spelling(text: str) -> str:
+    """``text`` (a type as clang spells it) with kernix's API types named ``BE::``.
+
+    kernix's headers declare the C++ API in namespace kernix and name it BE
+    too (``namespace BE = kernix;``): clang spells a canonical type with the
+    namespace's own name, ``kernix::Tensor``, whichever name the source wrote.
+    A spec says ``BE::`` (brainevent's name, valid C++ wherever kernix's
+    headers are included), so the two spellings give one spec.
+    """
+    return _KERNIX_API.sub("BE::", text)
 
 
 def is_qualified_name(text: str) -> bool:

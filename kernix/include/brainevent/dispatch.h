@@ -34,7 +34,7 @@
 #include <cuda_fp16.h>
 #endif
 
-namespace BE {
+namespace kernix {
 
 #if defined(__CUDACC__) || defined(__CUDA__)
 using float16_t = __half;
@@ -70,11 +70,11 @@ struct element_dtype<complex64_t> : dtype_constant<DType::Complex64> {};
 template <>
 struct element_dtype<complex128_t> : dtype_constant<DType::Complex128> {};
 
-}  // namespace BE
+}  // namespace kernix
 
 // One case: bind VAR to TYPE and run the block.
 #define BE_BLOCK_CASE_(ENUM, TYPE, VAR, ...) \
-  case ::BE::DType::ENUM: {                  \
+  case ::kernix::DType::ENUM: {                  \
     using VAR [[maybe_unused]] = TYPE;       \
     __VA_ARGS__                              \
     break;                                   \
@@ -82,19 +82,19 @@ struct element_dtype<complex128_t> : dtype_constant<DType::Complex128> {};
 
 #define BE_BLOCK_SWITCH_(DTYPE, MACRO, CASES)                                            \
   [&] {                                                                                  \
-    const ::BE::DType be_block_dtype_ = (DTYPE);                                         \
+    const ::kernix::DType be_block_dtype_ = (DTYPE);                                         \
     switch (be_block_dtype_) {                                                           \
       CASES                                                                              \
       default:                                                                           \
-        BE_CHECK(false) << MACRO ": unsupported dtype " << ::BE::dtype_name(be_block_dtype_); \
+        BE_CHECK(false) << MACRO ": unsupported dtype " << ::kernix::dtype_name(be_block_dtype_); \
     }                                                                                    \
   }()
 
 #define BE_BLOCK_FLOATING_(V, ...) \
   BE_BLOCK_CASE_(Float32, float, V, __VA_ARGS__) BE_BLOCK_CASE_(Float64, double, V, __VA_ARGS__)
 #define BE_BLOCK_HALF_(V, ...)                                 \
-  BE_BLOCK_CASE_(Float16, ::BE::float16_t, V, __VA_ARGS__)     \
-  BE_BLOCK_CASE_(BFloat16, ::BE::bfloat16_t, V, __VA_ARGS__)
+  BE_BLOCK_CASE_(Float16, ::kernix::float16_t, V, __VA_ARGS__)     \
+  BE_BLOCK_CASE_(BFloat16, ::kernix::bfloat16_t, V, __VA_ARGS__)
 #define BE_BLOCK_INTEGERS_(V, ...)                  \
   BE_BLOCK_CASE_(Int8, int8_t, V, __VA_ARGS__)      \
   BE_BLOCK_CASE_(Int16, int16_t, V, __VA_ARGS__)    \
@@ -108,8 +108,8 @@ struct element_dtype<complex128_t> : dtype_constant<DType::Complex128> {};
 #define BE_BLOCK_INDEX_(V, ...) \
   BE_BLOCK_CASE_(Int32, int32_t, V, __VA_ARGS__) BE_BLOCK_CASE_(Int64, int64_t, V, __VA_ARGS__)
 #define BE_BLOCK_COMPLEX_(V, ...)                                 \
-  BE_BLOCK_CASE_(Complex64, ::BE::complex64_t, V, __VA_ARGS__)    \
-  BE_BLOCK_CASE_(Complex128, ::BE::complex128_t, V, __VA_ARGS__)
+  BE_BLOCK_CASE_(Complex64, ::kernix::complex64_t, V, __VA_ARGS__)    \
+  BE_BLOCK_CASE_(Complex128, ::kernix::complex128_t, V, __VA_ARGS__)
 
 #define BE_DISPATCH_FLOATING(DTYPE, VAR, ...) \
   BE_BLOCK_SWITCH_(DTYPE, "BE_DISPATCH_FLOATING", BE_BLOCK_FLOATING_(VAR, __VA_ARGS__))
@@ -152,7 +152,7 @@ struct element_dtype<complex128_t> : dtype_constant<DType::Complex128> {};
 
 #define BE_CHECK_CSR_INDICES_INT32(TENSOR)                                      \
   do {                                                                          \
-    const ::BE::DType be_csr_dtype_ = (TENSOR).dtype();                         \
-    BE_CHECK(be_csr_dtype_ == ::BE::DType::Int32)                               \
-        << "CSR kernels need int32 indices, got " << ::BE::dtype_name(be_csr_dtype_); \
+    const ::kernix::DType be_csr_dtype_ = (TENSOR).dtype();                         \
+    BE_CHECK(be_csr_dtype_ == ::kernix::DType::Int32)                               \
+        << "CSR kernels need int32 indices, got " << ::kernix::dtype_name(be_csr_dtype_); \
   } while (0)

@@ -8,11 +8,11 @@
 #include "../kernix/common.h"
 #include "xla/ffi/api/ffi.h"
 
-namespace BE {
+namespace kernix {
 
 inline DType xla_to_jkb_dtype(xla::ffi::DataType dt) noexcept {
   DType t = static_cast<DType>(static_cast<int32_t>(dt));
   return dtype_bits(t) == 0 ? DType::Invalid : t;
 }
 
-}  // namespace BE
+}  // namespace kernix

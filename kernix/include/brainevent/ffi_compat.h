@@ -7,7 +7,7 @@
 #include "../kernix/common.h"
 #include "dtypes.h"
 
-namespace BE {
+namespace kernix {
 namespace internal {
 
 // A BE::Tensor viewing `buf`; BE::Error for a dtype BE::DType does not name.
@@ -23,4 +23,4 @@ inline Tensor result_buffer_to_tensor(xla::ffi::Result<xla::ffi::AnyBuffer> res)
 }
 
 }  // namespace internal
-}  // namespace BE
+}  // namespace kernix

@@ -14,22 +14,22 @@
 #pragma once
 
 #define BE_DISPATCH_CASE(ENUM, TYPE, ...) \
-  case ::BE::DType::ENUM: {               \
+  case ::kernix::DType::ENUM: {           \
     using scalar_t [[maybe_unused]] = TYPE; \
     return __VA_ARGS__();                 \
   }
 
-#define BE_DISPATCH_SWITCH(DTYPE, NAME, CASES)                                     \
-  [&] {                                                                            \
-    const ::BE::DType be_dispatch_dtype_ = (DTYPE);                                \
-    switch (be_dispatch_dtype_) {                                                  \
-      CASES                                                                        \
-      default: {                                                                   \
-        ::BE::detail::Message be_dispatch_message_;                                \
-        be_dispatch_message_ << NAME << ": unsupported dtype " << be_dispatch_dtype_; \
-        throw ::BE::Error(be_dispatch_message_.c_str());                           \
-      }                                                                            \
-    }                                                                              \
+#define BE_DISPATCH_SWITCH(DTYPE, NAME, CASES)                                              \
+  [&] {                                                                                     \
+    const ::kernix::DType be_dispatch_dtype_ = (DTYPE);                                     \
+    switch (be_dispatch_dtype_) {                                                           \
+      CASES                                                                                 \
+      default: {                                                                            \
+        ::kernix::detail::Message be_dispatch_name_;                                        \
+        be_dispatch_name_ << NAME;                                                          \
+        ::kernix::detail::unsupported_dtype(be_dispatch_name_.c_str(), be_dispatch_dtype_); \
+      }                                                                                     \
+    }                                                                                       \
   }()
 
 #define BE_FLOATING_CASES_(...)                 \

@@ -33,7 +33,7 @@
 
 #include "common.h"
 
-namespace BE {
+namespace kernix {
 
 class ThreadPool {
  public:
@@ -132,4 +132,4 @@ class ThreadPool {
   ::kernix::ThreadPoolView view_{nullptr, 0, nullptr};
 };
 
-}  // namespace BE
+}  // namespace kernix

@@ -18,6 +18,7 @@
 #include <cstring>
 
 // Relative to this file: a user's header named kernix/... cannot shadow it.
+#include "messages.h"
 #include "run_shim.h"
 #include "tensor_view.h"
 #include "xla/ffi/api/c_api.h"
@@ -27,8 +28,6 @@
 #ifndef KERNIX_HANDLER_EXPORT
 #define KERNIX_HANDLER_EXPORT extern "C" __attribute__((visibility("default")))
 #endif
-
-#define KERNIX_COLD __attribute__((cold, noinline))
 
 namespace kernix {
 namespace detail {
@@ -74,65 +73,8 @@ struct FunctionDesc {
 // path stays a short straight loop.
 // ---------------------------------------------------------------------------
 
-// A growable message buffer that needs no library header: a stack buffer for
-// the usual short messages, operator new[] for longer ones (a user's
-// exception text can be long).
-class Message {
- public:
-  Message() noexcept : data_(stack_), size_(0), cap_(sizeof(stack_)) { stack_[0] = '\0'; }
-  ~Message() {
-    if (data_ != stack_) delete[] data_;
-  }
-  Message(const Message&) = delete;
-  Message& operator=(const Message&) = delete;
-
-  KERNIX_COLD Message& add(const char* text, size_t len) noexcept {
-    if (size_ + len + 1 > cap_ && !grow(size_ + len + 1)) {
-      len = cap_ - 1 - size_;  // out of memory: keep what fits
-    }
-    std::memcpy(data_ + size_, text, len);
-    size_ += len;
-    data_[size_] = '\0';
-    return *this;
-  }
-  Message& add(const char* text) noexcept { return add(text, std::strlen(text)); }
-  KERNIX_COLD Message& add_int(int64_t value) noexcept {
-    char digits[24];
-    int n = 0;
-    uint64_t v = value < 0 ? 0 - static_cast<uint64_t>(value) : static_cast<uint64_t>(value);
-    do {
-      digits[sizeof(digits) - 1 - n++] = static_cast<char>('0' + v % 10);
-      v /= 10;
-    } while (v != 0);
-    if (value < 0) digits[sizeof(digits) - 1 - n++] = '-';
-    return add(digits + sizeof(digits) - n, static_cast<size_t>(n));
-  }
-  const char* c_str() const noexcept { return data_; }
-
- private:
-  KERNIX_COLD bool grow(size_t need) noexcept {
-    size_t cap = cap_ * 2 > need ? cap_ * 2 : need;
-    char* bigger;
-    try {
-      bigger = new char[cap];
-    } catch (...) {
-      return false;
-    }
-    std::memcpy(bigger, data_, size_ + 1);
-    if (data_ != stack_) delete[] data_;
-    data_ = bigger;
-    cap_ = cap;
-    return true;
-  }
-
-  char stack_[512];
-  char* data_;
-  size_t size_;
-  size_t cap_;
-};
-
 // The XLA name of a data type ("F32"), as kernix.dtypes spells it.
-KERNIX_COLD inline const char* dtype_name(int32_t dtype) noexcept {
+KERNIX_COLD inline const char* xla_type_name(int32_t dtype) noexcept {
   switch (dtype) {
     case XLA_FFI_DataType_PRED: return "PRED";
     case XLA_FFI_DataType_S8: return "S8";
@@ -155,8 +97,8 @@ KERNIX_COLD inline const char* dtype_name(int32_t dtype) noexcept {
   }
 }
 
-KERNIX_COLD inline Message& add_dtype(Message& m, int32_t dtype) noexcept {
-  if (const char* name = dtype_name(dtype)) return m.add(name);
+KERNIX_COLD inline Message& add_xla_type(Message& m, int32_t dtype) noexcept {
+  if (const char* name = xla_type_name(dtype)) return m.add(name);
   return m.add("data type ").add_int(dtype);
 }
 
@@ -205,7 +147,7 @@ KERNIX_COLD inline XLA_FFI_Error* buffer_error(const XLA_FFI_Api* api, const Fun
   if (buffer == nullptr) {
     m.add(" is not a buffer");
   } else if (p.dtype != XLA_FFI_DataType_INVALID && buffer->dtype != p.dtype) {
-    add_dtype(add_dtype(m.add(" has element type "), buffer->dtype).add(", expected "), p.dtype);
+    add_xla_type(add_xla_type(m.add(" has element type "), buffer->dtype).add(", expected "), p.dtype);
   } else {
     m.add(" has rank ").add_int(buffer->rank).add(", expected ").add_int(p.rank);
   }
@@ -222,7 +164,7 @@ KERNIX_COLD inline XLA_FFI_Error* attr_error(const XLA_FFI_Api* api, const Funct
   } else if (type != XLA_FFI_AttrType_SCALAR) {
     m.add(" is not a scalar");
   } else {
-    add_dtype(add_dtype(m.add(" has type "), static_cast<const XLA_FFI_Scalar*>(attr)->dtype).add(", expected "),
+    add_xla_type(add_xla_type(m.add(" has type "), static_cast<const XLA_FFI_Scalar*>(attr)->dtype).add(", expected "),
               p.dtype);
   }
   return make_error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT, m);
