@@ -36,6 +36,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>   // (no longer used here; kept for sources that relied on it)
+#include <cstring>  // (likewise)
 #include <exception>
 #include <type_traits>
 #include <utility>

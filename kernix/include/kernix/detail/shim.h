@@ -10,7 +10,8 @@
 // builds that `BE::Tensor` from a kernix::TensorView through the public API a
 // BE::Tensor offers (a constructor taking data pointer, shape, rank and dtype),
 // so a BE::Tensor from kernix's own headers and one from a project's own
-// `brainevent/tensor.h` work alike.  This header defines nothing in BE.
+// `brainevent/tensor.h` work alike.  This header defines nothing in a project's
+// own namespace BE (only in namespace kernix).
 #pragma once
 
 #include <cstdint>

@@ -3,8 +3,9 @@
 // Not part of the public API.  The handler unit (host compiler, XLA's ffi.h)
 // fills one kernix::TensorView per tensor parameter; the shim unit (compiled
 // with the user's code) turns it into whatever `BE::Tensor` the user's headers
-// define.  It lives in namespace kernix, never in BE, so it cannot collide with
-// a BE::Tensor or BE::DType of the user's own.
+// define.  kernix's own headers name namespace kernix BE as well; a project
+// with its own brainevent headers has a BE namespace of its own, with which
+// nothing in namespace kernix can collide.
 #pragma once
 
 #include <cstdint>
