@@ -43,13 +43,13 @@ class KERNIX_LOCAL Message {
 
   const char* c_str() const noexcept { return data_; }
 
-  Message& add(const char* text, size_t len) noexcept;
-  Message& add(const char* text) noexcept;
-  Message& add_int(long long value) noexcept;           // "-12"
-  Message& add_uint(unsigned long long value) noexcept; // "12"
-  Message& add_float(double value) noexcept;            // "%.9g"
-  Message& add_pointer(const void* value) noexcept;     // "%p"
-  Message& add_dtype(DType dtype) noexcept;             // "float32"
+  KERNIX_COLD Message& add(const char* text, size_t len) noexcept;
+  KERNIX_COLD Message& add(const char* text) noexcept;
+  KERNIX_COLD Message& add_int(long long value) noexcept;           // "-12"
+  KERNIX_COLD Message& add_uint(unsigned long long value) noexcept; // "12"
+  KERNIX_COLD Message& add_float(double value) noexcept;            // "%.9g"
+  KERNIX_COLD Message& add_pointer(const void* value) noexcept;     // "%p"
+  KERNIX_COLD Message& add_dtype(DType dtype) noexcept;             // "float32"
 
   Message& operator<<(const char* s) noexcept { return add(s ? s : "(null)"); }
   Message& operator<<(char c) noexcept { return add(&c, 1); }
@@ -73,7 +73,7 @@ class KERNIX_LOCAL Message {
   }
 
  private:
-  bool grow(size_t need) noexcept;
+  KERNIX_COLD bool grow(size_t need) noexcept;
 
   char stack_[512];
   char* data_;
