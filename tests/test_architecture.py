@@ -43,15 +43,15 @@ LAYERS = {
 
 #: The most lines of Python each folder of kernix/ may hold ("loose": the modules at its top), and the package.
 LINE_BUDGETS = {
-    "language": 1_900,
-    "frontend": 3_300,
-    "backend": 2_150,
-    "store": 2_650,
-    "runtime": 2_300,
-    "checking": 1_750,
-    "prebuilt": 1_100,
-    "cli": 650,
-    "loose": 1_700,
+    "language": 1_960,
+    "frontend": 3_710,
+    "backend": 2_370,
+    "store": 3_140,
+    "runtime": 2_610,
+    "checking": 1_880,
+    "prebuilt": 1_260,
+    "cli": 790,
+    "loose": 1_970,
 }
 PACKAGE_BUDGET = 17_500
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).

@@ -1,12 +1,92 @@
 """The arguments several ``kernix`` commands share: the options of a
-command that reads sources, and what they mean for the inference."""
+command that reads sources, what they mean for the inference, and the
+checks of ``kernix inspect`` and ``kernix stubs``' paths, made before any
+work and worded for the command line: the sources' languages, a source that
+is not a regular file (a FIFO, ``/dev/zero``: never opened), a source given
+twice, ``-I`` and ``-D`` values that are not UTF-8, and the file ``-o``
+names.  (``kernix build``'s are :func:`kernix.build_module`'s own.)"""
 
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["add_source_args", "language_option", "inference_options"]
+from ..languages import LANGUAGES_BY_EXTENSION, unknown_extension
+from ..paths import directory_problem, regular_file_problem, repeated_source, text_problem
+
+__all__ = ["source_problem", "output_file_problem", "add_source_args", "language_option", "inference_options"]
+
+
+def source_problem(
+    paths: Sequence[str],
+    language: str | None,
+    *,
+    once: bool = False,
+    options: Mapping[str, Sequence[str]] | None = None,
+) -> str | None:
+    """Why ``paths`` cannot be read as a command's sources, or ``None``.
+
+    Parameters
+    ----------
+    paths
+        The source files, as given.
+    language
+        The language ``--cuda`` / ``--cpp`` ask for (``None``: by extension).
+    once
+        Whether each file may be given only once (one module's sources).
+    options
+        The values of ``-I`` and ``-D``, by option (``{"-I": [...], "-D": [...]}``).
+
+    Returns
+    -------
+    str or None
+        The message: an option value that is not UTF-8; a source that does
+        not exist or is not a regular file (found by ``stat``: a FIFO would
+        block the command, ``/dev/zero`` never end); an extension that names
+        no language (fixed by ``--cuda`` / ``--cpp``); a source given twice.
+    """
+    for option, values in (options or {}).items():
+        for value in values:
+            problem = text_problem(value, option)
+            if problem is not None:
+                return problem
+    for path in paths:
+        problem = regular_file_problem(path)
+        if problem is not None:
+            return problem
+    if language is None:
+        for path in paths:
+            if os.path.splitext(path)[1].lower() not in LANGUAGES_BY_EXTENSION:
+                return unknown_extension(path, "pass --cuda or --cpp")
+    if once:
+        return repeated_source(paths)
+    return None
+
+
+def output_file_problem(path: str, name: str, sources: Sequence[str] = ()) -> str | None:
+    """Why ``-o PATH`` cannot be the file a command writes (its missing
+    directories created), or ``None``.
+
+    Parameters
+    ----------
+    path
+        The file ``-o`` names.
+    name
+        A file name to suggest when ``path`` is a directory.
+    sources
+        The command's input files, which ``-o`` must not overwrite.
+    """
+    if os.path.isdir(path):
+        return f"-o {path} is a directory, not a file: name the file, e.g. -o {os.path.join(path, name)}"
+    for source in sources:
+        if os.path.exists(path) and os.path.exists(source) and os.path.samefile(path, source):
+            return f"-o {path} is the source {source}: writing it would overwrite the code; name another file"
+    problem = directory_problem(os.path.dirname(os.path.abspath(path)))
+    if problem is None:
+        return None
+    return f"cannot write {path}: {problem}; choose another path for -o (missing directories are created)"
 
 
 def add_source_args(parser: argparse.ArgumentParser, verb: str) -> None:

@@ -9,8 +9,7 @@ import sys
 from typing import Any
 
 from ..errors import KernixError
-from .args import add_source_args, inference_options, language_option
-from .checks import output_file_problem, source_problem
+from .args import add_source_args, inference_options, language_option, output_file_problem, source_problem
 from .output import error_line, print_error
 
 __all__ = ["add_parser", "run"]

@@ -40,12 +40,11 @@ from .binding import (
     function_cursors,
     requested_targets,
 )
-from .clangparse import ParseOptions, parse, parsed_versions
+from .clangparse import ParseOptions, dependencies, error_diagnostics, parse, parsed_versions, skipped_ranges
 from .classify import function_spec
 from ..language.annotation import SourceLines, annotate_spec
 from .speccache import look_up
 from .instantiation import InstanceTarget, instance_targets, split_templated
-from .tu import dependencies, error_diagnostics, skipped_ranges
 from .versions import merge_versions
 
 if TYPE_CHECKING:

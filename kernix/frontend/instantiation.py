@@ -28,10 +28,10 @@ from ..errors import SourceError
 from ..language.templates import TemplateList, instance_name, parse_template_list
 from ..language.spec import FunctionSpec
 from .lexer import Annotation
-from .binding import Target
+from .binding import Target, execution_spaces, is_member
 from .clangparse import ParseOptions, parse
 from .classify import element_dtype, qualified_name
-from .refusal import execution_spaces, is_member
+
 
 __all__ = ["InstanceTarget", "instance_targets", "split_templated"]
 
