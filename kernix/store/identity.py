@@ -28,8 +28,7 @@ import functools
 import os
 from typing import Any
 
-from ..paths import cache_root
-from .files import FileStat, content_key, read_record, write_record
+from .files import FileStat, content_key, recall, remember
 
 __all__ = ["code_files", "code_identity", "code_stats", "forget"]
 
@@ -56,20 +55,16 @@ def _identity() -> tuple[str, tuple[tuple[Any, ...], ...]]:
     (reading and hashing the files costs a warm ``kernix inspect`` about 2 ms)."""
     paths = code_files()
     stats = tuple((p, *FileStat.of(p)) for p in paths)
-    root = str(cache_root())
-    memo = os.path.join(root, "toolchain", f"kernix-code-{content_key(list(stats))[:24]}.rec")
-    try:
-        digest = read_record(memo, root)
-        if isinstance(digest, str) and len(digest) == 64:
-            return digest, stats
-    except (OSError, ValueError):  # (missing, damaged, or another user's: computed again)
-        pass
+    memo = content_key(list(stats))[:24]
+    digest = recall("kernix-code", memo)
+    if isinstance(digest, str) and len(digest) == 64:
+        return digest, stats
     blobs = []
     for p in paths:
         with open(p, "rb") as f:
             blobs.append(f.read())
     digest = content_key(["kernix code", [os.path.relpath(p, _PACKAGE) for p in paths]], *blobs)
-    write_record(memo, digest)
+    remember("kernix-code", memo, digest)
     return digest, stats
 
 

@@ -24,8 +24,7 @@ refuse an unknown ``format``)::
 
 and beside it ``functions.json``: the JSON list of the functions' specs in
 export order (:meth:`kernix.language.spec.FunctionSpec.to_json`), and ``last-use``, an
-empty file whose modification time is the entry's last use and on which a
-process that holds the entry holds a lease (:mod:`kernix.store.usage`), both
+empty file whose modification time is the entry's last use (:mod:`kernix.store.entries`), both
 written before the manifest.  As in ccache's manifests, the headers a build
 read are only known after compiling, so they are recorded here and re-checked
 at every look-up.
@@ -41,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -77,54 +77,27 @@ def entry_dir(root: Path, name: str, key: str) -> Path:
     return root / "modules" / name / key[:32]
 
 
+@dataclass(eq=False, kw_only=True, slots=True)
 class Manifest:
-    """A published cache entry (see the module docstring for the format).
+    """A published cache entry (see the module docstring for the format):
+    each field as stored, but ``directory``, the entry's directory (where the
+    manifest was read); ``handlers`` maps each exported name to its handler
+    symbol, in export order."""
 
-    Attributes
-    ----------
-    directory
-        The entry's directory (not stored: where the manifest was read).
-    key, name, platform, so, so_size, so_sha256, so_stat, sources, specs_sha256, dependencies, created
-        As stored.
-    handlers
-        Exported name -> handler symbol, in export order.
-    """
-
-    __slots__ = ("directory", "key", "name", "platform", "so", "so_size", "so_sha256", "so_stat", "sources",
-                 "handlers", "specs_sha256", "dependencies", "created", "_specs_raw",
-                 "__weakref__")  # (a lease on the entry is held as long as its manifest: kernix.store.usage)
-
-    def __init__(
-        self,
-        *,
-        directory: Path,
-        key: str,
-        name: str,
-        platform: str,
-        so: str,
-        so_size: int,
-        so_sha256: str,
-        so_stat: FileStat,
-        sources: tuple[str, ...] = (),
-        handlers: dict[str, str],
-        specs_sha256: str,
-        dependencies: tuple[tuple[Any, ...], ...],
-        created: float = 0.0,
-    ) -> None:
-        self.directory = directory
-        self.key = key
-        self.name = name
-        self.platform = platform
-        self.so = so
-        self.so_size = so_size
-        self.so_sha256 = so_sha256
-        self.so_stat = so_stat
-        self.sources = sources
-        self.handlers = handlers
-        self.specs_sha256 = specs_sha256
-        self.dependencies = dependencies
-        self.created = created
-        self._specs_raw: bytes | None = None  # functions.json, once kept (see keep_specs)
+    directory: Path
+    key: str
+    name: str
+    platform: str
+    so: str
+    so_size: int
+    so_sha256: str
+    so_stat: FileStat
+    sources: tuple[str, ...] = ()
+    handlers: dict[str, str]
+    specs_sha256: str
+    dependencies: tuple[tuple[Any, ...], ...]
+    created: float = 0.0
+    _specs_raw: bytes | None = field(default=None, init=False, repr=False)  # functions.json, once kept
 
     @property
     def so_path(self) -> Path:

@@ -3,10 +3,10 @@ cache prune``) and the eviction after each build that stores an entry
 (:func:`after_publish`).
 
 What a prune removes, least recently used first, are module entries
-(``modules/<name>/<key>``, used when a load finds them: :mod:`kernix.store.usage`)
+(``modules/<name>/<key>``, used when a load finds them: :mod:`kernix.store.entries`),
 work directories (``build/<name>``, used when a build runs in them), a
-build's old leftovers (``build/.<name>.stale-*``) and precompiled preludes
-(``toolchain/prelude-*``: used when their PCH was last read or written);
+build's old leftovers (``build/.<name>.stale-*``) and preludes
+(``toolchain/prelude-*``: used when one of their files was last read or written);
 when a module's last entry goes, its inline sources and direct records go
 with it.  The rest of the cache (inferred specs, compiler answers) counts
 towards the size but is left alone (``kernix cache clear`` empties it); when
@@ -18,9 +18,8 @@ A removal never disturbs a process:
   does not wait for another prune, it leaves the work to it);
 * each removal holds the module's build lock, taken without waiting: a module
   being built (its new entry about to be loaded) or cleared is passed over;
-* an entry is removed only while no process holds a lease on it (no live
-  process has it loaded, or is loading it: :func:`kernix.store.usage.claim`),
-  and not when it was used since the prune looked;
+* an entry used since the prune looked is kept (one a process loads while it
+  is removed fails to open there and is built again, as in ccache);
 * its manifest goes first, so an entry half removed (a prune killed midway)
   is never trusted by a load, and a later prune removes the rest;
 * no symbolic link is followed (:class:`kernix.store.admin.Clearing`).
@@ -31,7 +30,6 @@ Every decision is logged (logger ``kernix``: DEBUG), every removal at INFO.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import re
 import time
@@ -47,11 +45,11 @@ from ..paths import cache_root, printable
 from ..notes import note
 from . import limits
 from .admin import Clearing
-from .files import source_module
+from .files import PRELUDE_FILE, source_module
 from .limits import format_age, format_size, parse_age, parse_size
 from .lock import PRUNE_LOCK, build_lock, try_lock
 from .manifest import Manifest
-from .usage import LAST_USE, claim
+from .entries import entry_time
 from .walk import Survey, is_real_dir, listing, lstat_or_none, survey
 
 __all__ = ["Candidate", "after_publish", "candidates", "prune_cache"]
@@ -67,12 +65,11 @@ class Candidate:
     ----------
     kind
         ``"entry"``, ``"work directory"``, ``"leftovers"`` (a directory a
-        build moved aside to delete it) or ``"prelude"`` (a precompiled
-        prelude: its record and PCH files).
+        build moved aside to delete it) or ``"prelude"`` (its record and files).
     module
         The module it belongs to (``""`` for a prelude).
     path
-        Its directory (a prelude: its record, or its PCH file when it has none).
+        Its directory (a prelude: its record, or its file when it has none).
     size
         The bytes of its files.
     used
@@ -94,7 +91,7 @@ class Candidate:
         if self.kind == "entry":
             return printable(os.path.basename(self.path))
         if self.kind == "prelude":
-            return _PRELUDE.fullmatch(os.path.basename(self.path)).group(1)  # type: ignore[union-attr]
+            return PRELUDE_FILE.fullmatch(os.path.basename(self.path)).group(1)  # type: ignore[union-attr]
         return None
 
     @property
@@ -116,8 +113,6 @@ class Candidate:
         }
 
 
-# toolchain/prelude-<key>.rec names its PCH, toolchain/prelude-<key>-<hex>.pch (kernix.frontend.pch)
-_PRELUDE = re.compile(r"prelude-([0-9a-f]+)(?:\.rec|-[0-9a-f]+\.pch)")
 # build/.<name>.stale-<pid>-<n>: a work directory moved aside to be deleted (kernix.store.workdir)
 _LEFTOVERS = re.compile(r"\.(.+)\.stale-\d+-\d+")
 #: Leftovers younger than this (seconds) may still be being deleted by their build.
@@ -125,20 +120,21 @@ LEFTOVERS_AGE_S = 3600.0
 
 
 def _preludes(base: Path, found: Survey) -> list[Candidate]:
-    """Each precompiled prelude: its record with its PCH files (a PCH without
-    a record on its own), last used when its PCH was last read or written."""
+    """Each prelude (:data:`~kernix.store.files.PRELUDE_FILE`): its record with
+    its files (a file without a record on its own), last used when one of its
+    files was last read or written."""
     groups: dict[str, list[str]] = {}
     for name in found.preludes:
-        match = _PRELUDE.fullmatch(name)
+        match = PRELUDE_FILE.fullmatch(name)
         if match is not None:
             groups.setdefault(match.group(1), []).append(name)
     out = []
     toolchain = base / "toolchain"
     for names in groups.values():
-        names.sort(key=lambda n: not n.endswith(".rec"))  # the record first: no record names a removed PCH
-        pchs = [n for n in names if n.endswith(".pch")] or names
+        names.sort(key=lambda n: not n.endswith(".rec"))  # the record first: no record names a removed file
+        files = [n for n in names if not n.endswith(".rec")] or names
         out.append(Candidate("prelude", "", os.fspath(toolchain / names[0]),
-                             sum(found.preludes[n][0] for n in names), max(found.preludes[n][1] for n in pchs),
+                             sum(found.preludes[n][0] for n in names), max(found.preludes[n][1] for n in files),
                              tuple(os.fspath(toolchain / n) for n in names)))
     return out
 
@@ -225,7 +221,7 @@ class _Pruning:
 
     def _remove(self, c: Candidate) -> str | None:
         """Remove ``c`` under its module's build lock; ``None``, or why it was kept."""
-        if c.kind == "prelude":  # (no lock: a process that finds its PCH gone builds it again)
+        if c.kind == "prelude":  # (no lock: a process that finds its files gone builds them again)
             return None if all(self.clearing.remove(f) for f in c.files) else "it could not be removed"
         if c.module == self.held:
             return self._remove_locked(c)
@@ -236,31 +232,22 @@ class _Pruning:
             return f"its build lock cannot be taken ({exc})"
 
     def _remove_locked(self, c: Candidate) -> str | None:
-        if c.kind == "entry":
-            try:
-                with claim(c.path) as used:
-                    if used is None:
-                        return "in use by a running process"
-                    if used > c.used:
-                        return "used since the prune looked"
-                    try:  # the manifest first: no load trusts what is left
-                        os.unlink(os.path.join(c.path, "manifest.json"))
-                    except FileNotFoundError:
-                        pass
-                    except OSError as exc:  # (never a manifest without its library)
-                        self.clearing.failures.append((os.path.join(c.path, "manifest.json"), exc))
-                        return "its manifest could not be removed"
-                    gone = self.clearing.remove(c.path)
-            except OSError as exc:  # (its last-use file is a link, or another user's: not kernix's to judge)
-                if exc.errno == errno.ENOLCK:
-                    return f"the file system refuses locks on its {LAST_USE} file: whether it is in use cannot be told"
-                return f"its {LAST_USE} file cannot be opened ({exc.strerror or exc})"
-            if gone:
-                self.clearing.removed += 1
-                self._tidy(c.module)
-        else:
-            gone = self.clearing.remove(c.path)
-        return None if gone else "it could not be removed"
+        if c.kind != "entry":
+            return None if self.clearing.remove(c.path) else "it could not be removed"
+        if entry_time(c.path) > c.used:
+            return "used since the prune looked"
+        try:  # the manifest first: no load trusts what is left
+            os.unlink(os.path.join(c.path, "manifest.json"))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # (never a manifest without its library)
+            self.clearing.failures.append((os.path.join(c.path, "manifest.json"), exc))
+            return "its manifest could not be removed"
+        if not self.clearing.remove(c.path):
+            return "it could not be removed"
+        self.clearing.removed += 1
+        self._tidy(c.module)
+        return None
 
     def _tidy(self, module: str) -> None:
         """Once ``module`` has no entry left, remove its directory under
@@ -328,9 +315,8 @@ def prune_cache(
     the cache fits ``max_size``, and those unused for ``older_than``.
 
     With neither, the cache is brought within its configured limit
-    (``$KERNIX_CACHE_MAX_SIZE``, default 5 GiB), as after every build.  An
-    entry that a running process has loaded (or is loading), and every file
-    of a module being built, is kept (and reported as kept); so are
+    (``$KERNIX_CACHE_MAX_SIZE``, default 5 GiB), as after every build.  Every
+    file of a module being built is kept (and reported as kept); so are
     inferred specs and compiler answers, which count towards the size
     (:func:`clear_cache` empties them; when they alone fill ``max_size``,
     nothing is removed for the size, with a ``RuntimeWarning``).  Precompiled

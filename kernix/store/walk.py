@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .usage import LAST_USE, entry_time
+from .entries import LAST_USE, entry_time
 
 __all__ = ["AREAS", "Survey", "directories", "is_real_dir", "listing", "lstat_or_none", "survey"]
 
@@ -100,15 +100,14 @@ class Survey:
     complete
         Those of ``entries`` that hold a ``manifest.json``.
     used
-        The last use of each entry (:func:`kernix.store.usage.entry_time`).
+        The last use of each entry (:func:`kernix.store.entries.entry_time`).
     workdirs
         The bytes below each work directory ``build/<name>``.
     leftovers
         The bytes below each directory a build moved aside to delete it
         (``build/.<name>.stale-<pid>-<n>``), by path.
     preludes
-        The files directly in ``toolchain/`` (precompiled preludes among
-        them: :mod:`kernix.frontend.pch`), by name: ``(size, last use)``,
+        The files directly in ``toolchain/`` (preludes among them), by name: ``(size, last use)``,
         the last use being the later of the access and the modification time.
     """
 

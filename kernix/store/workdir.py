@@ -32,10 +32,10 @@ from typing import Any, Iterator, Sequence
 
 from ..errors import CacheError
 from ..notes import note
-from .files import UNSETTLED, FileStat, atomic_write, version_current
+from .files import UNSETTLED, FileStat, atomic_write, filesystem_now, version_current
 from .trust import check_private, io_message, makedirs
 
-__all__ = ["work_directory", "record_inputs", "stale_reason", "BUILDING_MARKER", "INPUTS_RECORD"]
+__all__ = ["build_started", "work_directory", "record_inputs", "stale_reason", "BUILDING_MARKER", "INPUTS_RECORD"]
 
 #: A file present while a build runs: found on entry, the last builder died.
 BUILDING_MARKER = ".kernix-building"
@@ -44,6 +44,23 @@ INPUTS_RECORD = ".kernix-inputs.json"
 # 2: inputs are file versions (with the inode); 3: started_ns, the build's start by the file
 # system's clock, replaces built_ns (taken by time.time_ns()), and inputs may be unsettled
 _RECORD_FORMAT = 3
+
+
+def build_started(root: Path) -> int:
+    """The file system's clock (:func:`kernix.store.files.filesystem_now`) in
+    ``build/`` under ``root``, now: read before a build reads any input.
+
+    Raises
+    ------
+    CacheError
+        When no file can be created there.
+    """
+    directory = root / "build"
+    makedirs(directory)
+    try:
+        return filesystem_now(directory)
+    except OSError as exc:
+        raise CacheError(io_message(directory, exc)) from exc
 
 
 def record_inputs(path: Path, stamp: str, prints: Sequence[Sequence[Any]], started_ns: int) -> None:
