@@ -73,7 +73,7 @@ _LATER = {
     "Lookup": "entries", "lookup": "entries", "discard": "entries",
     "MANIFEST_FORMAT": "manifest", "Manifest": "manifest", "ManifestError": "manifest",
     "build_lock": "lock", "work_directory": "workdir", "record_inputs": "workdir", "build_started": "workdir",
-    "noexec_problem": "mounts", "code_identity": "identity", "prune_cache": "prune", "clear_cache": "admin",
+    "noexec_problem": "workdir", "code_identity": "identity", "prune_cache": "prune", "clear_cache": "admin",
     "cache_info": "admin", "max_size": "limits", "parse_size": "limits", "parse_age": "limits",
     "format_size": "limits", "format_age": "limits",
 }

@@ -1,23 +1,16 @@
 """Looking up and publishing cache entries.
 
 An entry is used only when its manifest reads back valid, every file the
-build read still has its recorded content, and the library still has its
-recorded size and hash.  Every look-up ends in a :class:`Lookup` that says
-why (a hit, or the reason for a miss), which ``verbose=True`` /
-``KERNIX_VERBOSE=1`` prints, like ccache's debug log.
+build read still has its recorded content, and the library its recorded size
+and hash; a :class:`Lookup` says why not (``verbose=True`` prints it).
+Publishing writes the library under its own hash (never rewritten in place),
+the specs and the ``last-use`` file, then the manifest that vouches for them,
+atomically: a reader sees a complete entry or none.
 
-Publishing copies the library under a name derived from its own hash (never
-rewritten in place, so a process that has it loaded is not disturbed), writes
-the specs and the ``last-use`` file, and writes the manifest that vouches for
-them last, with an atomic rename, so a reader sees a complete entry or none.
-
-Every entry holds an empty file ``last-use``, created before its manifest,
-whose modification time is the entry's last use, by which the cache is
-evicted (as ccache does, with no lock: a library removed while a process
+``last-use``'s modification time is the entry's last use, by which the cache
+is evicted (as in ccache, with no lock: a library removed while a process
 loads it fails to open, and that process builds it again).  A hit sets it to
-the present when it is more than :data:`TOUCH_INTERVAL_S` old (a warm load
-pays one ``lstat``, and one ``utime`` an hour); a cache that cannot be
-written keeps serving hits, their use not recorded.
+the present once it is :data:`TOUCH_INTERVAL_S` old (one ``lstat`` a load).
 """
 
 from __future__ import annotations
@@ -51,20 +44,11 @@ TOUCH_INTERVAL_S = 3600.0
 
 @dataclass(frozen=True)
 class Lookup:
-    """The outcome of one look-up.
-
-    Attributes
-    ----------
-    manifest
-        The usable entry, or ``None`` on a miss.
-    reason
-        ``"hit"``, or why the entry was not used: ``"no entry"`` (also for one
-        removed while it was read: a ``kernix cache clear``, an eviction),
-        ``"P changed since it was cached"``, ``"P changed during the build"``,
-        ``"damaged: ..."``.
-    damaged
-        Whether the entry exists but cannot be used as it is (the caller rebuilds it).
-    """
+    """The outcome of one look-up: the usable entry's ``manifest`` (``None``
+    on a miss), and the ``reason``: ``"hit"``, or why not (``"no entry"``, also
+    for one removed while it was read; ``"P changed since it was cached"``;
+    ``"P changed during the build"``; ``"damaged: ..."``, when ``damaged``:
+    the entry exists but cannot be used as it is, and the caller rebuilds it)."""
 
     manifest: Manifest | None
     reason: str
@@ -77,11 +61,8 @@ class Lookup:
 
 
 def lookup(root: Path, name: str, key: str, *, warn: bool = True) -> Lookup:
-    """Look up the entry for ``key``.
-
-    A hit records the entry's use (:func:`record_use`).  A damaged
-    entry (unreadable manifest, missing or altered library) is a miss, so the
-    caller rebuilds it, and (with ``warn``) a ``RuntimeWarning``.
+    """Look up the entry for ``key``; a hit records its use, a damaged entry is
+    a miss (the caller rebuilds it) and, with ``warn``, a ``RuntimeWarning``.
 
     Raises
     ------
@@ -89,10 +70,17 @@ def lookup(root: Path, name: str, key: str, *, warn: bool = True) -> Lookup:
         When the entry exists but another user could have written it, or the
         process has no file descriptor left to read it.
     """
-    found = _lookup(root, name, key)
+    entry = entry_dir(root, name, key)
+    try:
+        check_private(entry / "manifest.json", root)
+        found = _read_entry(entry, key, root)
+    except OSError as exc:
+        found = _damaged(f"cannot open it: {exc.strerror or exc}")
+    if found.manifest is not None:
+        record_use(entry)
     if warn and found.damaged:
         warnings.warn(
-            f"kernix: the cache entry {entry_dir(root, name, key)} is {found.reason}; rebuilding it",
+            f"kernix: the cache entry {entry} is {found.reason}; rebuilding it",
             RuntimeWarning, stacklevel=3,
         )
     return found
@@ -113,18 +101,6 @@ def _unread(entry: Path, exc: OSError) -> None:
 
 
 _CLEARED = Lookup(None, "no entry (removed while it was read: a cache clear)")
-
-
-def _lookup(root: Path, name: str, key: str) -> Lookup:
-    entry = entry_dir(root, name, key)
-    try:
-        check_private(entry / "manifest.json", root)
-    except OSError as exc:
-        return _damaged(f"cannot open it: {exc.strerror or exc}")
-    found = _read_entry(entry, key, root)
-    if found.manifest is not None:
-        record_use(entry)
-    return found
 
 
 def record_use(entry: Path) -> None:
@@ -192,22 +168,11 @@ def _complete(entry: Path) -> bool:
     return (entry / "manifest.json").exists()
 
 
-def publish(
-    root: Path,
-    name: str,
-    key: str,
-    built_so: Path,
-    functions: "Sequence[FunctionSpec]",
-    handlers: dict[str, str],
-    dependencies: Sequence[Sequence[Any]],
-    platform: str,
-) -> Manifest:
-    """Copy a built library into the cache and write its manifest, atomically.
-
-    ``dependencies`` are the file versions (:func:`kernix.store.files.file_versions`)
-    of every file the build read.
-
-    Hold the module's build lock around this.
+def publish(root: Path, name: str, key: str, built_so: Path, functions: "Sequence[FunctionSpec]",
+            handlers: dict[str, str], dependencies: Sequence[Sequence[Any]], platform: str) -> Manifest:
+    """Copy a built library into the cache and write its manifest, atomically;
+    ``dependencies``: the version of every file the build read.  Hold the
+    module's build lock around this.
 
     Raises
     ------
@@ -229,19 +194,10 @@ def publish(
         specs = Manifest.specs_bytes(functions)
         atomic_write(entry / SPECS_FILE, specs)
         manifest = Manifest(
-            directory=entry,
-            key=key,
-            name=name,
-            platform=platform,
-            so=so_name,
-            so_size=len(data),
-            so_sha256=so_sha,
-            so_stat=FileStat.of(entry / so_name),
-            sources=tuple(dict.fromkeys(f.file for f in functions if f.file)),
-            handlers=dict(handlers),
-            specs_sha256=hashlib.sha256(specs).hexdigest(),
-            dependencies=tuple(tuple(d) for d in dependencies),
-            created=time.time(),
+            directory=entry, key=key, name=name, platform=platform, so=so_name, so_size=len(data), so_sha256=so_sha,
+            so_stat=FileStat.of(entry / so_name), sources=tuple(dict.fromkeys(f.file for f in functions if f.file)),
+            handlers=dict(handlers), specs_sha256=hashlib.sha256(specs).hexdigest(),
+            dependencies=tuple(tuple(d) for d in dependencies), created=time.time(),
         )
         fd = os.open(entry / LAST_USE, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:  # the last-use file, before the manifest

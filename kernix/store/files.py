@@ -72,13 +72,8 @@ def _canonical(value: Any) -> Any:
 
 def content_key(parts: Any, *blobs: bytes) -> str:
     """The one content key of every kernix cache: SHA-256 over the canonical
-    form of ``parts`` followed by each of ``blobs``.
-
-    ``parts`` is plain data (``None``, ``bool``, ``int``, ``float``, ``str``,
-    lists, tuples and dicts with string keys; other values are taken as their
-    ``str``); the canonical form is the ``repr`` of it with dicts in key
-    order and tuples as lists.
-    """
+    form of ``parts`` (plain data; the ``repr`` with dicts in key order,
+    tuples as lists, other values as their ``str``), then each of ``blobs``."""
     h = hashlib.sha256(repr(_canonical(parts)).encode("utf-8", "surrogatepass"))
     for blob in blobs:
         h.update(b"\0")
@@ -109,17 +104,15 @@ class UntrustedRecord(ValueError):
 
 
 def read_record(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Any:
-    """The value of the record file at ``path`` under the cache root ``root``,
-    read only when no other user could have written it (:func:`is_private`).
+    """The value of the record file at ``path`` under the cache root ``root``.
 
     Raises
     ------
     OSError
         When it cannot be read (:class:`FileNotFoundError` when missing).
-    UntrustedRecord
-        When another user could have written it.
     ValueError
-        When it is not a record, or a damaged one.
+        When it is not a record, a damaged one, or (:class:`UntrustedRecord`)
+        one another user could have written.
     """
     if not is_private(path, root):
         raise UntrustedRecord(f"{path} could have been written by another user")
@@ -192,13 +185,9 @@ def file_digest(path: str | os.PathLike[str]) -> str:
 
 
 class FileStat(NamedTuple):
-    """What ``stat`` says of a file's version, without reading it.
-
-    Any write, replacement or ``utime()`` call changes the ctime, which no
-    user can set back, so a file with an equal ``FileStat`` has not changed
-    (a file replaced by one of the same size and mtime, by ``cp -p``, ``tar
-    x`` or ``rsync -a``, has another ctime and inode).
-    """
+    """What ``stat`` says of a file's version: any write, replacement or
+    ``utime()`` changes the ctime, which no user can set back, so a file with
+    an equal ``FileStat`` has not changed."""
 
     inode: int
     size: int
@@ -207,13 +196,7 @@ class FileStat(NamedTuple):
 
     @classmethod
     def of(cls, path: str | os.PathLike[str]) -> FileStat:
-        """The stat of ``path`` (following links).
-
-        Raises
-        ------
-        OSError
-            As :func:`os.stat`.
-        """
+        """The stat of ``path`` (following links); ``OSError`` as :func:`os.stat`."""
         st = os.stat(path)
         return cls(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
@@ -224,11 +207,8 @@ def file_versions(paths: Iterable[str]) -> list[list[Any]]:
 
 
 def version_current(version: Sequence[Any]) -> bool:
-    """Whether a file still has the content of its recorded :func:`file_versions` entry.
-
-    The file is hashed again only when its :class:`FileStat` differs and its
-    size does not.  An unsettled version (:func:`settled_versions`) is never current.
-    """
+    """Whether a file still has the content of its recorded version: hashed
+    again only when its stat moved and its size did not; never when unsettled."""
     path, inode, size, mtime_ns, ctime_ns, digest = version
     try:
         st = os.stat(path)  # (compared field by field: every warm load checks each file the build read)
@@ -291,19 +271,13 @@ def settled_versions(paths: Iterable[str], started_ns: int, fixed: dict[str, str
     """The version of each file a build that started at ``started_ns`` (the
     file system's clock, :func:`filesystem_now`) read, taken after the build.
 
-    A file whose modification or status-change time is at or after the start
-    may have changed while the build read it, so what the build read is not
-    known: its version is *unsettled* (``[path, -1, -1, -1, -1, UNSETTLED]``),
-    which is never current, so the entry that records it misses next time and
-    says why (ccache refuses to record such a file the same way).  So is a
-    file that is gone.  A modification time later than the file's own
-    status-change time was set by hand (``touch -d``, an archive dated in the
-    future) and says nothing of when the file changed: there the
-    status-change time, which every change sets to the clock's time, decides
-    (else such a file would never settle).  ``fixed`` maps paths whose
-    content cannot change to the SHA-256 it must have (an inline source,
-    stored under its content's hash): one of them is settled whenever it
-    still has that content.
+    A file changed (or status-changed) at or after the start may have changed
+    while the build read it: its version is *unsettled*
+    (``[path, -1, -1, -1, -1, UNSETTLED]``, never current, as ccache refuses
+    to record such a file), and so is a file that is gone.  A modification
+    time later than the status-change time was set by hand (``touch -d``) and
+    says nothing: the status-change time decides.  ``fixed`` maps paths whose
+    content cannot change (inline sources) to the SHA-256 they must have.
     """
     out: list[list[Any]] = []
     for path in paths:
@@ -320,11 +294,8 @@ def settled_versions(paths: Iterable[str], started_ns: int, fixed: dict[str, str
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename.
-
-    Readers see the old file or the whole new one, never a part.  With
-    ``durable`` the data is flushed to disk before the rename.
-    """
+    """Write ``data`` to ``path`` through a temporary file and a rename (readers
+    see the old file or the new one); ``durable``: flushed to disk first."""
     directory, name = os.path.split(os.fspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
     try:

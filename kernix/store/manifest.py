@@ -22,25 +22,18 @@ refuse an unknown ``format``)::
                     (kernix.store.files.settled_versions)
     created         seconds since the epoch
 
-and beside it ``functions.json``: the JSON list of the functions' specs in
-export order (:meth:`kernix.language.spec.FunctionSpec.to_json`), and ``last-use``, an
-empty file whose modification time is the entry's last use (:mod:`kernix.store.entries`), both
-written before the manifest.  As in ccache's manifests, the headers a build
-read are only known after compiling, so they are recorded here and re-checked
-at every look-up.
-
-Reading a manifest checks what a load uses (library name, function names,
-handler symbols); the specs are read, matched against ``specs_sha256`` and
-the handlers, and validated only when :meth:`Manifest.specs` is asked (a hit keeps the
-file's bytes, see :meth:`Manifest.keep_specs`): a
-warm load that calls one function of forty does not parse forty specs to register them.
+and beside it, written first, ``functions.json`` (the functions' specs in
+export order) and ``last-use`` (:mod:`kernix.store.entries`).  Reading a
+manifest checks what a load uses (library name, handler symbols); the specs
+are parsed and checked only when :meth:`Manifest.specs` is asked: a warm load
+that calls one function of forty does not parse forty specs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -158,21 +151,8 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         """The on-disk form."""
-        return {
-            "format": MANIFEST_FORMAT,
-            "key": self.key,
-            "name": self.name,
-            "platform": self.platform,
-            "so": self.so,
-            "so_size": self.so_size,
-            "so_sha256": self.so_sha256,
-            "so_stat": list(self.so_stat),
-            "sources": list(self.sources),
-            "handlers": dict(self.handlers),
-            "specs_sha256": self.specs_sha256,
-            "dependencies": [list(d) for d in self.dependencies],
-            "created": self.created,
-        }
+        stored = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("directory", "_specs_raw")}
+        return {"format": MANIFEST_FORMAT, **stored}  # (tuples written as JSON lists)
 
     @classmethod
     def from_json(cls, directory: Path, data: Any) -> "Manifest":
@@ -208,19 +188,11 @@ class Manifest:
             if platform not in JAX_PLATFORMS:
                 raise ManifestError(f"unknown platform {platform!r}")
             return cls(
-                directory=directory,
-                key=str(data["key"]),
-                name=str(data["name"]),
-                platform=platform,
-                so=so,
-                so_size=int(data["so_size"]),
-                so_sha256=str(data["so_sha256"]),
-                so_stat=FileStat(*(int(v) for v in data["so_stat"])),
-                sources=tuple(str(s) for s in data["sources"]),
-                handlers=handlers,
-                specs_sha256=str(data["specs_sha256"]),
-                dependencies=tuple(tuple(d) for d in data["dependencies"]),
-                created=float(data["created"]),
+                directory=directory, key=str(data["key"]), name=str(data["name"]), platform=platform, so=so,
+                so_size=int(data["so_size"]), so_sha256=str(data["so_sha256"]),
+                so_stat=FileStat(*(int(v) for v in data["so_stat"])), sources=tuple(str(s) for s in data["sources"]),
+                handlers=handlers, specs_sha256=str(data["specs_sha256"]),
+                dependencies=tuple(tuple(d) for d in data["dependencies"]), created=float(data["created"]),
             )
         except ManifestError:
             raise

@@ -2,29 +2,16 @@
 cache prune``) and the eviction after each build that stores an entry
 (:func:`after_publish`).
 
-What a prune removes, least recently used first, are module entries
-(``modules/<name>/<key>``, used when a load finds them: :mod:`kernix.store.entries`),
-work directories (``build/<name>``, used when a build runs in them), a
-build's old leftovers (``build/.<name>.stale-*``) and preludes
-(``toolchain/prelude-*``: used when one of their files was last read or written);
-when a module's last entry goes, its inline sources and direct records go
-with it.  The rest of the cache (inferred specs, compiler answers) counts
-towards the size but is left alone (``kernix cache clear`` empties it); when
-it alone fills the limit, nothing is evicted for the limit (a warning says so).
-
-A removal never disturbs a process:
-
-* one prune runs at a time (``locks/.prune.lock``; the eviction after a build
-  does not wait for another prune, it leaves the work to it);
-* each removal holds the module's build lock, taken without waiting: a module
-  being built (its new entry about to be loaded) or cleared is passed over;
-* an entry used since the prune looked is kept (one a process loads while it
-  is removed fails to open there and is built again, as in ccache);
-* its manifest goes first, so an entry half removed (a prune killed midway)
-  is never trusted by a load, and a later prune removes the rest;
-* no symbolic link is followed (:class:`kernix.store.admin.Clearing`).
-
-Every decision is logged (logger ``kernix``: DEBUG), every removal at INFO.
+It removes, least recently used first, module entries, work directories
+(``build/<name>``), a build's old leftovers (``build/.<name>.stale-*``) and
+preludes (``toolchain/prelude-*``); a module's last entry takes its inline
+sources and direct records with it.  The rest counts towards the size but
+stays (``kernix cache clear`` empties it).  One prune runs at a time
+(``locks/.prune.lock``); each removal holds the module's build lock, taken
+without waiting (a module being built is passed over); an entry used since
+the prune looked is kept; a manifest goes first, so a half-removed entry is
+never trusted; no symbolic link is followed.  Every decision is logged
+(logger ``kernix``: DEBUG), every removal at INFO.
 """
 
 from __future__ import annotations
@@ -50,7 +37,7 @@ from .limits import format_age, format_size, parse_age, parse_size
 from .lock import PRUNE_LOCK, build_lock, try_lock
 from .manifest import Manifest
 from .entries import entry_time
-from .walk import Survey, is_real_dir, listing, lstat_or_none, survey
+from .walk import Survey, is_real_dir, listing, lstat_or_none, read_survey, survey
 
 __all__ = ["Candidate", "after_publish", "candidates", "prune_cache"]
 
@@ -59,24 +46,11 @@ _INFO = 20  # logging.INFO
 
 @dataclass(frozen=True)
 class Candidate:
-    """Something a prune may remove.
-
-    Attributes
-    ----------
-    kind
-        ``"entry"``, ``"work directory"``, ``"leftovers"`` (a directory a
-        build moved aside to delete it) or ``"prelude"`` (its record and files).
-    module
-        The module it belongs to (``""`` for a prelude).
-    path
-        Its directory (a prelude: its record, or its file when it has none).
-    size
-        The bytes of its files.
-    used
-        Its last use, in seconds since the epoch.
-    files
-        A prelude's files (its record first), by path.
-    """
+    """Something a prune may remove: an ``"entry"``, a ``"work directory"``,
+    ``"leftovers"`` (a directory a build moved aside to delete it) or a
+    ``"prelude"`` (``files``: its record first, then its files; ``path``: the
+    first), of ``module`` (``""`` for a prelude), ``size`` bytes, last used at
+    ``used`` (seconds since the epoch)."""
 
     kind: str
     module: str
@@ -296,32 +270,22 @@ def _age_of(older_than: float | str) -> float:
     return float(older_than)
 
 
-def _survey(base: Path, command: str) -> Survey:
-    try:
-        return survey(base)
-    except OSError as exc:
-        where = printable(exc.filename if exc.filename is not None else base)
-        raise CacheError(f"cannot read {where} in the kernix cache ({exc.strerror or exc}); give yourself access "
-                         f"and run {command} again") from exc
-
-
 def prune_cache(
     max_size: int | str | None = None,
     *,
     older_than: float | str | None = None,
     root: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
-    """Remove least-recently-used cache entries (and work directories) until
-    the cache fits ``max_size``, and those unused for ``older_than``.
+    """Remove least-recently-used cache entries, work directories and
+    precompiled preludes until the cache fits ``max_size``, and those unused
+    for ``older_than``; with neither, bring it within its configured limit
+    (``$KERNIX_CACHE_MAX_SIZE``, default 5 GiB), as after every build.
 
-    With neither, the cache is brought within its configured limit
-    (``$KERNIX_CACHE_MAX_SIZE``, default 5 GiB), as after every build.  Every
-    file of a module being built is kept (and reported as kept); so are
+    What a module being built holds is kept (and reported as kept); so are
     inferred specs and compiler answers, which count towards the size
     (:func:`clear_cache` empties them; when they alone fill ``max_size``,
-    nothing is removed for the size, with a ``RuntimeWarning``).  Precompiled
-    preludes are removed like entries (a parse builds them again).  Nothing outside the
-    cache is touched: symbolic links are never followed.
+    nothing is removed for the size, with a ``RuntimeWarning``).  Symbolic
+    links are never followed.
 
     Parameters
     ----------
@@ -362,12 +326,12 @@ def prune_cache(
     command = "`kernix cache prune`" if running_command() is not None else "`kernix.prune_cache()`"
     pruning = _Pruning(base)
     with build_lock(base, PRUNE_LOCK):
-        found = _survey(base, command)
+        found = read_survey(base, command)
         note(f"cache: {format_size(found.total)}, pruning to {format_size(limit)}"
              + ("" if cutoff_age is None else f" and what is unused for {format_age(cutoff_age)}"))
         now = time.time()
         pruning.run(found, limit=limit, cutoff=None if cutoff_age is None else now - cutoff_age)
-        after = _survey(base, command).total
+        after = read_survey(base, command).total
     if pruning.clearing.failures:
         raise CacheError(pruning.clearing.problem(command.strip("`"), command))
     return {
@@ -378,15 +342,10 @@ def prune_cache(
 
 def after_publish(root: Path, manifest: Manifest) -> None:
     """Bring the cache within its limit after ``manifest``'s entry was
-    published, keeping it; the caller holds its module's build lock.
-
-    Cheap when nothing is to be done: one walk of the cache's directories.
-    What cannot be removed is a ``RuntimeWarning``, not an error: the build
-    it follows succeeded.
-
-    A ``$KERNIX_CACHE_MAX_SIZE`` that is not a size is a ``RuntimeWarning``
-    too: the entry is published, and nothing is evicted.
-    """
+    published, keeping it; the caller holds its module's build lock.  One walk
+    of the cache when nothing is to be done; what cannot be removed, or a
+    ``$KERNIX_CACHE_MAX_SIZE`` that is no size, is a ``RuntimeWarning``: the
+    build it follows succeeded."""
     try:
         limit = limits.max_size()
     except CacheError as exc:
