@@ -1,12 +1,9 @@
-"""``kernix cache info`` and ``kernix cache clear``: reading and emptying the store
-(``kernix cache prune`` is :mod:`kernix.store.prune`'s).
+"""``kernix cache info`` and ``kernix cache clear``: reading and emptying the store.
 
-Below the cache root (which may itself be a symbolic link) kernix creates no
-symbolic links, so neither command ever follows one: :func:`clear_cache`
-removes a link where it finds one (the link, never what it points to), and
-:func:`cache_info` neither lists nor counts what lies behind one.  Both say
-what they could not do, with a :class:`~kernix.errors.CacheError` that names
-the path and the fix, rather than leave it out of their answer.
+kernix creates no symbolic link below the cache root, so neither follows
+one: a clear removes the link itself, info does not count what is behind it.
+Both say what they could not do with a :class:`~kernix.errors.CacheError`
+naming the path and the fix.
 """
 
 from __future__ import annotations
@@ -201,15 +198,11 @@ def _clear_advice(base: Path, path: str, exc: OSError, again: str) -> str:
 
 def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None = None) -> int:
     """Delete cached builds: of module ``name``, or of every module and with
-    them everything else the cache holds (inferred specs, the direct index's
-    inference set-ups, compiler answers, precompiled preludes), so that
-    :func:`cache_info` then counts nothing.
+    them everything else the cache holds (inferred specs, compiler answers,
+    precompiled preludes), so that :func:`cache_info` then counts nothing.
 
-    Waits for a build of the module in progress to finish first, so it never
-    pulls files from under a running build.  Libraries already loaded by a
-    process stay usable.  Symbolic links (which kernix never creates below the
-    cache root) are removed where they stand, never followed: nothing outside
-    the cache is deleted.
+    A build of the module in progress is waited for; libraries already loaded
+    stay usable; symbolic links are removed, never followed.
 
     Parameters
     ----------
@@ -248,8 +241,7 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
 
 
 def _describe(entry: str, size: int, used: float, now: float) -> dict[str, Any]:
-    """What ``cache_info`` says of one entry, whose files hold ``size`` bytes,
-    last used at ``used``."""
+    """What ``cache_info`` says of one entry of ``size`` bytes, last used at ``used``."""
     record: dict[str, Any] = {
         "name": printable(os.path.basename(os.path.dirname(entry))), "key": printable(os.path.basename(entry)),
         "path": printable(entry), "size_bytes": size, "last_use": used, "age_s": max(0.0, now - used),
@@ -260,25 +252,16 @@ def _describe(entry: str, size: int, used: float, now: float) -> dict[str, Any]:
         record["damaged"] = True
         record["why"] = str(exc)  # (another format: another kernix version's)
         return record
-    record.update({
-        "name": printable(m.name),
-        "key": m.key,
-        "platform": m.platform,
-        "functions": list(m.handlers),
-        "sources": [printable(s) for s in m.sources],
-        "created": m.created,
-    })
+    record.update(name=printable(m.name), key=m.key, platform=m.platform, functions=list(m.handlers),
+                  sources=[printable(s) for s in m.sources], created=m.created)
     return record
 
 
 def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Describe the cache: its root, total size, and one record per entry.
-
-    The size counts every regular file of the cache's areas (``modules``,
-    ``build``, ``sources``, ``direct``, ``specs``, ``toolchain``), never what a
-    symbolic link points to.  Each version of a module is an entry of its
-    own.  Names and paths that are not UTF-8 are given with ``\\xNN``
-    escapes, so that any output can write them.
+    """Describe the cache: its root, total size (every regular file of its
+    areas, never what a symbolic link points to), and one record per entry
+    (each version of a module is one).  Names that are not UTF-8 are given
+    with ``\\xNN`` escapes.
 
     Parameters
     ----------

@@ -104,14 +104,7 @@ class Manifest:
 
     def keep_specs(self) -> None:
         """Read ``functions.json`` into memory now (unchecked), so that :meth:`specs`
-        still works after the entry is removed (``kernix cache clear`` while the
-        module is in use).
-
-        Raises
-        ------
-        OSError
-            When it cannot be read (:class:`FileNotFoundError`: removed).
-        """
+        works after the entry is removed (an ``OSError`` when it cannot be read)."""
         self._specs_raw = (self.directory / SPECS_FILE).read_bytes()
 
     def specs(self) -> "tuple[FunctionSpec, ...]":
@@ -156,17 +149,8 @@ class Manifest:
 
     @classmethod
     def from_json(cls, directory: Path, data: Any) -> "Manifest":
-        """Validate and read the on-disk form.
-
-        What a load uses is checked here: the library name and the handler
-        symbols (one per function, in export order); the specs are checked
-        when :meth:`specs` reads them.
-
-        Raises
-        ------
-        ManifestError
-            Saying what is wrong.
-        """
+        """Validate and read the on-disk form: what a load uses (the library
+        name, the handler symbols); a :class:`ManifestError` says what is wrong."""
         try:
             if not isinstance(data, dict):
                 raise ManifestError("not a JSON object")

@@ -1,9 +1,6 @@
-"""Reading the cache's directories without ever following a symbolic link.
-
-Below the cache root (which may itself be a link) kernix creates no
-symbolic links, so what reads the cache as a whole -- ``kernix cache info``,
-``clear``, ``prune`` -- looks at each name with ``lstat`` and never goes
-through a link: a link is a file like any other, of no size.
+"""Reading the cache's directories (``kernix cache info``, ``clear``,
+``prune``) with ``lstat``, never through a symbolic link: below the cache
+root kernix creates none, and a link counts as a file of no size.
 """
 
 from __future__ import annotations
