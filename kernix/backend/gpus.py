@@ -256,14 +256,14 @@ def _ask() -> Survey:
     return Survey((), "", "no NVIDIA driver answered: " + "; ".join(problems))
 
 
-def _read_memo(path: str, root: str) -> Survey | None:
-    from ..store.files import read_record
+def _read_memo(key: str, root: str | os.PathLike[str] | None) -> Survey | None:
+    from ..store import recall
 
     try:
-        value = read_record(path, root)
+        value = recall("gpus", key, root=root)
         gpus = tuple(Gpu(str(a), str(n)) for a, n in value["gpus"])
         source = str(value["source"])
-    except (OSError, ValueError, KeyError, TypeError):  # missing, untrusted or damaged: asked again
+    except (ValueError, KeyError, TypeError):  # missing, untrusted or damaged: asked again
         return None
     return Survey(gpus, source, "") if gpus and all(g.arch.startswith("sm_") for g in gpus) else None
 
@@ -290,21 +290,16 @@ def survey(root: str | os.PathLike[str] | None = None, *, remember: bool = True)
     if known is not None:
         return known
     key = _identity()
-    memo = None
     if key is not None:
-        from ..paths import cache_root
-
-        base = os.fspath(root) if root is not None else str(cache_root())
-        memo = os.path.join(base, "toolchain", f"gpus-{key}.rec")
-        found = _read_memo(memo, base)
+        found = _read_memo(key, root)
         if found is not None:
             _known[env] = found
             return found
     found = _ask()
     if found.gpus:
         _known[env] = found
-        if memo is not None and remember:
-            from ..store.files import write_record
+        if key is not None and remember:
+            from ..store import remember as keep
 
-            write_record(Path(memo), {"source": found.source, "gpus": [list(g) for g in found.gpus]})
+            keep("gpus", key, {"source": found.source, "gpus": [list(g) for g in found.gpus]}, root=root)
     return found
