@@ -21,8 +21,7 @@ JAX, for the GPU's architecture (remembered per driver and GPUs), so no row
 starts JAX's backend; each process says whether its backend was started by
 the time the load returned (the table's "backend" column: in how many
 processes), and the architecture's look-up is timed on its own, each way
-(NVML, the CUDA driver API, nvidia-smi, and the remembered answer), in
-fresh processes.
+(NVML, the CUDA driver API, and the remembered answer), in fresh processes.
 
 It prints the medians of the whole process' wall time and of the part
 after ``import jax`` (import kernix + the load call), side by side, and how
@@ -264,8 +263,7 @@ import jax
 sys.path.insert(0, {root!r})
 from kernix.backend import gpus
 t = time.perf_counter()
-found = {{"nvml": gpus._nvml, "cuda": gpus._cuda_driver, "smi": gpus._nvidia_smi,
-          "memo": lambda: gpus.survey({cache!r})}}[{way!r}]()
+found = {{"nvml": gpus._nvml, "cuda": gpus._cuda_driver, "memo": lambda: gpus.survey({cache!r})}}[{way!r}]()
 took = time.perf_counter() - t
 found = found if isinstance(found, str) else [list(g)[:2] for g in getattr(found, "gpus", found)]
 print(json.dumps([took, found]))
@@ -276,8 +274,7 @@ def arch_lookup(root: str, cache: str, repeat: int) -> None:
     """Print the median time of each way of finding the GPUs' architectures
     (fresh processes), and what each found."""
     print(f"\nthe GPU architecture's look-up, each way (median of {repeat} fresh processes, after import jax):")
-    for way, label in (("nvml", "NVML"), ("cuda", "CUDA driver API (cuInit)"), ("smi", "nvidia-smi"),
-                       ("memo", "the remembered answer")):
+    for way, label in (("nvml", "NVML"), ("cuda", "CUDA driver API (cuInit)"), ("memo", "the remembered answer")):
         rows = [_child(ARCH.format(root=root, cache=cache, way=way)) for _ in range(repeat)]
         print(f"  {label:28}{statistics.median(r[0] for r in rows) * 1e3:9.3f} ms   {rows[0][1]}")
 

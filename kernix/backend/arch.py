@@ -97,8 +97,8 @@ def detect_compute_capability(explicit: str | Sequence[str] | None = None, *,
     Looks, in order, at ``explicit`` (one architecture or a list, see
     :func:`normalize_arch_list`), ``$KERNIX_CUDA_ARCH_LIST``,
     ``$KERNIX_CUDA_ARCH``, then the GPUs this process can use, asked of the
-    driver (:func:`kernix.backend.gpus.survey`: NVML, the CUDA driver API,
-    ``nvidia-smi``; never JAX, whose backend stays unstarted): the
+    driver (:func:`kernix.backend.gpus.survey`: NVML, else the CUDA driver
+    API; never JAX, whose backend stays unstarted): the
     architectures of every GPU that ``CUDA_VISIBLE_DEVICES`` shows, so a
     module runs on whichever of them JAX uses.
 
