@@ -214,7 +214,7 @@ def test_the_cuda_driver_showing_no_gpu_names_cuda_visible_devices(driver, monke
 
 
 def _real_gpus() -> tuple[gpus.Gpu, ...]:
-    gpus.forget()
+    gpus._known.clear()
     return gpus.survey(remember=False).gpus
 
 

@@ -33,12 +33,6 @@ def _parse(text: str) -> tuple[str, str] | None:
     return major + minor, suffix
 
 
-def _name(value: str | int) -> str | None:
-    """The ``sm_XY`` name of ``value``, or ``None`` when it is not a compute capability."""
-    parsed = _parse(str(value).strip().lower())
-    return None if parsed is None else f"sm_{parsed[0]}{parsed[1]}"
-
-
 def normalize_arch(value: str | int) -> str:
     """Turn ``"sm_90"``, ``"90"``, ``"9.0"``, ``90`` or ``"sm_90a"`` into ``"sm_90"``-style.
 
@@ -47,10 +41,10 @@ def normalize_arch(value: str | int) -> str:
     ToolchainError
         If ``value`` is not a compute capability.
     """
-    name = _name(value)
-    if name is None:
+    parsed = _parse(str(value).strip().lower())
+    if parsed is None:
         raise ToolchainError(f"bad compute capability {value!r}: expected a form like 'sm_90', '90', '9.0' or 'sm_90a'")
-    return name
+    return f"sm_{parsed[0]}{parsed[1]}"
 
 
 def arch_key(arch: str) -> tuple[int, int, str]:

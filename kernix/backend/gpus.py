@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["CUDA_LIBRARY", "DRIVER_PROC", "NVML_LIBRARY", "Gpu", "Survey", "forget", "survey", "visible"]
+__all__ = ["CUDA_LIBRARY", "DRIVER_PROC", "NVML_LIBRARY", "Gpu", "Survey", "survey", "visible"]
 
 #: The libraries and the driver's /proc directory (module attributes, so tests can stand in for them).
 NVML_LIBRARY = "libnvidia-ml.so.1"
@@ -67,11 +67,6 @@ class _Device(NamedTuple):
 
 
 _known: dict[tuple[str | None, str | None], Survey] = {}  # this process's answers, by the two variables
-
-
-def forget() -> None:
-    """Forget this process's answers (the next :func:`survey` reads the memo or asks again)."""
-    _known.clear()
 
 
 def _sm(major: int, minor: int) -> str:
