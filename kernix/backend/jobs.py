@@ -1,18 +1,9 @@
-"""How many jobs kernix runs at once: one answer for every parallel step.
+"""How many jobs kernix runs at once (``ninja -j``, ``kernix inspect``'s parses).
 
-``ninja -j`` and ``kernix inspect``'s parse processes ask
-:func:`parallel_jobs` (how the handlers are split into compile units does
-not depend on it: :func:`kernix.backend.ninja.handler_chunks`).  In order:
-
-1. the explicit count a caller passed (``ninja_workers=``, ``-j N``);
-2. ``$KERNIX_JOBS``, a positive whole number (anything else is an error
-   naming the variable, never a silent fallback);
-3. the CPUs this process may run on: :func:`os.process_cpu_count` on Python
-   3.13+ (which also honours ``-X cpu_count``), else the size of its CPU
-   affinity mask (:func:`os.sched_getaffinity`; ``taskset``, cgroup
-   ``cpuset``, a batch scheduler's allocation), else :func:`os.cpu_count`;
-   at most the CPU quota of the process's cgroup (``cpu.max``: ``docker
-   --cpus``, a Kubernetes CPU limit), rounded up.
+:func:`parallel_jobs` takes, in order: the caller's explicit count;
+``$KERNIX_JOBS`` (anything but a positive whole number is an error); the CPUs
+this process may run on (:func:`os.process_cpu_count`, else the affinity
+mask, else :func:`os.cpu_count`), capped by the cgroup's ``cpu.max`` quota.
 """
 
 from __future__ import annotations

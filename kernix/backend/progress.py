@@ -1,19 +1,11 @@
 """What a build shows while ninja runs, read from ninja's own status lines.
 
-ninja is run with ``NINJA_STATUS="[%f/%t] "``: each step that finishes prints
-``[done/total] description`` (the command itself with ``-v``), ``total``
-counting the steps this build runs (the compile units out of date and the
-link).  :func:`run_ninja` reads its output as it comes and hands every line
-to a :class:`BuildProgress`, which shows one line on stderr, rewritten in
-place with ``\\r`` (no terminal escape codes, so a Jupyter notebook renders
-it the same way): ``kernix: building module 'ops' (cpu) [2/4] 3 s``.  Once
-the build is done it is replaced by the summary (``kernix: built module 'ops'
-(cpu): 3 of 3 units compiled in 4.31 s``) and a line break.  The line shows on
-a terminal or in a notebook (see :func:`progress_style`), and only once the
-build has run :data:`THRESHOLD_S` seconds, so a quick rebuild prints nothing.
-With ``verbose=True`` ninja's own lines (every command, with its
-``[done/total]``, and the compilers' output) are echoed as they arrive
-instead, then the summary.
+ninja runs with ``NINJA_STATUS="[%f/%t] "``; :func:`run_ninja` hands each line
+to a :class:`BuildProgress`, which shows one stderr line rewritten in place
+with ``\\r`` (no terminal escapes, so notebooks render it too), e.g.
+``kernix: building module 'ops' (cpu) [2/4] 3 s``, then a summary. It shows
+only on a terminal or notebook (:func:`progress_style`) and after
+:data:`THRESHOLD_S` seconds. ``verbose=True`` echoes ninja's lines instead.
 """
 
 from __future__ import annotations

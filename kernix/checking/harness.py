@@ -1,14 +1,10 @@
 """The guarded-call harness: runs one kernix handler on buffers kernix.check allocated.
 
-XLA gives a kernel buffers it allocated itself, so a kernel that writes past
-the end of an output, or into an input, corrupts memory nobody looks at.  To
-see such writes, :func:`load` compiles (once per process, with the host C++
-compiler, against the running jaxlib's ``xla/ffi/api/c_api.h``) a small
-library that builds an XLA FFI call frame around caller-provided buffers and
-calls a handler directly, as XLA would, with a minimal ``XLA_FFI_Api`` of its
-own (errors and the platform stream: all that kernix's handlers use).  The
-caller surrounds each buffer with guard bytes and looks at them afterwards
-(:mod:`kernix.checking.guarded`).
+:func:`load` compiles (once per process, against the running jaxlib's
+``xla/ffi/api/c_api.h``) a small library that builds an XLA FFI call frame
+around caller-provided buffers and calls a handler as XLA would, with a
+minimal ``XLA_FFI_Api`` (errors and the platform stream). The guard bytes
+around each buffer are checked by :mod:`kernix.checking.guarded`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Binding ``// @BE`` annotations (or requested names) to function declarations.
 
-The rule is C++'s, not a line count: an annotation binds to the first
-function declaration that starts after it with only comments, whitespace and
-specifiers in between.  Each result is a :class:`Target`.
-
-:func:`refusal` then says, with the fix, when that declaration is one the
-generated code cannot call: a member function, a function template, a CUDA
-kernel or device function, a deleted function, a friend function only its
-class declares, an explicit specialization whose template arguments a call
-cannot deduce.
+An annotation binds to the first function declaration that starts after it
+with only comments, whitespace and specifiers in between (a :class:`Target`).
+:func:`refusal` says, with the fix, when the generated code cannot call that
+declaration.
 """
 
 from __future__ import annotations

@@ -1,36 +1,22 @@
 """Parsing a translation unit with libclang the way the real compiler sees it.
 
-* C++17, with the host's libstdc++ selected explicitly (``-nostdinc++`` plus
-  the directories ``g++ -v`` reports, remembered on disk): libclang-ng's
-  bundled libc++ clashes with glibc.
-* The build compiler's own view (:mod:`kernix.frontend.compiler_view`):
-  ``-undef`` plus the macros nvcc's host pass (for ``.cu``) or the host
-  compiler (for C++) predefine, and the build's include order.  CUDA sources
-  are parsed as C++ with those macros (``__CUDACC__`` set, ``__CUDA_ARCH__``
-  not) and nvcc's forced ``cuda_runtime.h`` (the prelude): clang's CUDA mode
-  would apply clang's host/device overloading rules, which reject the
-  toolkit's own headers.  The execution space keywords also leave
-  ``annotate`` markers, so kernels and ``__device__``-only functions are
-  recognised.  Errors clang reports inside toolchain headers (where clang and
-  nvcc/g++ disagree) are dropped; fatal ones (a missing header) and every
-  error in the user's files are reported.  Without nvcc or CUDA headers,
-  clang's CUDA mode and a stub prelude declare the few CUDA names a
-  signature can use.
-* The CUDA prelude, with the ``#include <...>`` lines the file opens with, is
-  precompiled (:mod:`kernix.frontend.pch`); the file itself is then parsed
-  with those lines blanked out (:mod:`kernix.frontend.leading`), so each
-  header is read once, where nvcc reads it.
-* Function bodies are skipped: signatures are all inference needs, and
-  ``<<<...>>>`` launches and device built-ins stay out of the picture.
-* Annotations are bound by position (:func:`kernix.frontend.binding.bind_annotations`),
-  not with ``-fparse-all-comments``: clang attaches the comment nearest the
-  *name*, so a comment between the return type and the name would steal it.
+* C++17 with the host's libstdc++ (``-nostdinc++`` plus the directories
+  ``g++ -v`` reports): libclang-ng's bundled libc++ clashes with glibc.
+* The compiler's view (:mod:`kernix.frontend.compiler_view`): ``-undef`` plus
+  its predefined macros and include order. CUDA is parsed as C++ with
+  nvcc's host-pass macros and forced ``cuda_runtime.h`` (the prelude), since
+  clang's CUDA mode rejects the toolkit's own headers; the execution space
+  keywords leave ``annotate`` markers. Non-fatal errors inside toolchain
+  headers are dropped. Without nvcc, clang's CUDA mode and a stub prelude
+  are used.
+* The prelude and the file's leading ``#include`` lines are precompiled
+  (:mod:`kernix.frontend.pch`, :mod:`kernix.frontend.leading`).
+* Function bodies are skipped: only signatures matter.
+* Annotations are bound by position (:mod:`kernix.frontend.binding`), not
+  with ``-fparse-all-comments``, which attaches a comment to the nearest name.
 
-``clang.cindex`` is imported on first need (:func:`cindex`), so importing
-this module is cheap; a missing ``libclang-ng`` is a :class:`~kernix.ToolchainError`
-that says how to install it.  The parsed translation unit is then read here
-too: its errors, where its cursors are, what the preprocessor skipped, which
-files it read.
+``clang.cindex`` is imported on first need (:func:`cindex`); a missing
+``libclang-ng`` is a :class:`~kernix.ToolchainError` saying how to install it.
 """
 
 from __future__ import annotations

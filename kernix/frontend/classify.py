@@ -1,24 +1,12 @@
 """Turning a function declaration into a :class:`~kernix.language.spec.FunctionSpec`.
 
-Every parameter is classified from its *canonical* type (never its
-spelling), so aliases are recognised as what they name:
-
-* const ``BE::Tensor`` -> ``arg``, non-const -> ``ret`` (``BE::TensorOf<T>``
-  likewise, with the dtype of ``T`` pinned); XLA FFI buffer types ->
-  ``arg``/``ret``; ``cudaStream_t`` -> ``stream``;
-* ``BE::InOut`` / ``BE::InOutOf<T>`` (non-const): ``inout``, a buffer updated
-  in place;
-* named scalars -> ``attr.<name>:<dtype>``; ``BE::Span<const T>``,
-  ``std::span<const T>``, ``xla::ffi::Span<const T>``, ``std::vector<T>``:
-  ``attr.<name>:<dtype>[]``; ``std::string_view``, ``std::string``:
-  ``attr.<name>:str``;
-* ``BE::Scratch``: ``scratch``; ``BE::State<T>``: ``state``;
-  ``BE::ThreadPool``: ``threads``.
-
-A function returns ``void``, or an ``xla::ffi::Error`` whose failure the call
-reports as a JAX error; any other return type is refused, since its value
-would be dropped (a status returned as ``int`` would fail silently).
-Anything else is an error that names the parameter and says how to fix it.
+Each parameter is classified from its canonical type, so aliases count as
+what they name: const ``BE::Tensor`` -> ``arg``, non-const -> ``ret``
+(``TensorOf<T>`` pins the dtype; XLA FFI buffers likewise); ``BE::InOut`` ->
+``inout``; ``cudaStream_t`` -> ``stream``; scalars, spans, vectors and
+strings -> ``attr.<name>:<dtype>``; ``BE::Scratch``, ``BE::State<T>``,
+``BE::ThreadPool`` -> ``scratch``, ``state``, ``threads``. A function returns
+``void`` or ``xla::ffi::Error``: any other return value would be dropped.
 """
 
 from __future__ import annotations

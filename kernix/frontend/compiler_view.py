@@ -1,23 +1,12 @@
 """What the real compiler sees before the first line of a source file.
 
-The inference parse must see the file exactly as the build does: nvcc's host
-pass for ``.cu`` files, the host C++ compiler for C++ files.  Instead of a
-hand-written list of macros that drifts with every CUDA and GCC release, this
-module asks the tools themselves, once per compiler identity (path, size,
-mtime, ctime; see :func:`kernix.store.files.remembered`):
-
-* ``nvcc --dryrun`` prints the host preprocessing command of its host pass;
-  its ``-D``/``-U`` flags (``__CUDACC__``, ``__NVCC__``,
-  ``__CUDACC_VER_MAJOR__``...), include directories (the toolkit's
-  ``include`` and, since CUDA 13, ``include/cccl`` for CUB, Thrust and
-  libcu++) and forced includes (``cuda_runtime.h``) are taken from it.
-  ``__CUDA_ARCH__`` is absent there, as in nvcc's host pass.
-* The host compiler's own predefined macros come from
-  ``CXX -dM -E -x c++ -std=... [nvcc's -D flags] /dev/null``, so a parse of a
-  g++-built file sees ``__GNUC__`` and not ``__clang__``.
-
-:func:`view` combines both into a :class:`CompilerView`; the parse hands it
-to clang as ``-undef`` plus one ``-D`` per macro.
+Rather than a hand-written macro list that drifts with each CUDA and GCC
+release, the tools are asked, once per compiler identity: ``nvcc --dryrun``
+gives its host pass's ``-D``/``-U`` flags, include directories and forced
+includes (no ``__CUDA_ARCH__``, as in that pass), and
+``CXX -dM -E -x c++ /dev/null`` the host compiler's predefined macros.
+:func:`view` combines both into a :class:`CompilerView`, handed to clang as
+``-undef`` plus one ``-D`` per macro.
 """
 
 from __future__ import annotations

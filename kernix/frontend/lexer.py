@@ -1,27 +1,14 @@
 """Finding ``// @BE`` annotations in C++/CUDA source text.
 
-An annotation is a ``//`` line comment whose text *starts* with ``@BE``::
+An annotation is a ``//`` line comment whose text starts with ``@BE``::
 
-    // @BE scale_by
     // @BE scale_by arg ret attr.factor:float32 stream
-    //@BE   scale_by
 
-This module lexes just enough C++ to tell comments from string literals
-(including raw strings), character literals, digit separators and block
-comments, so that ``"// @BE x"`` inside a string, ``/* // @BE x */`` and
-``// see @BE x`` are not annotations.  Which annotations sit in inactive
-``#if`` regions, and which declaration each one belongs to, is decided by
-:mod:`kernix.frontend.binding` with libclang's help.
-
-:func:`find_near_misses` finds the comments that look like an annotation but
-are not one, so that the function they seem to export is not silently left
-out: ``// @Be f`` or ``//@be f`` (the marker is ``@BE``, in capitals), ``/* @BE
-f */`` (a block comment, also a line of a ``/** ... */`` doc comment) and
-``/// @BE f`` or ``//! @BE f`` (documentation comments).  Only a comment whose
-text *starts* with the marker counts, followed by a blank or the comment's end:
-``@brief``, ``@BEGIN``, ``@be.example`` or an e-mail address are ordinary text.
-
-Pure Python, no dependencies: the warm path never needs it.
+Just enough C++ is lexed to tell comments from string, raw string and
+character literals, so ``"// @BE x"`` or ``/* // @BE x */`` are not
+annotations. :func:`find_near_misses` finds comments that look like one but
+are not (``// @Be f``, ``/* @BE f */``, ``/// @BE f``), so a function is not
+silently left out; ``@brief`` or ``@BEGIN`` are ordinary text.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """The versions of the files a parse read, as the parse read them.
 
-A cached inference result, or a precompiled prelude, is only as current as
-the headers it came from, so each of those headers is recorded with its
-*version* (:func:`kernix.store.files.file_versions`: the stat and the SHA-256
-of its content) and checked before the result is used again.
-
-Taking those versions *after* the parse would vouch for whatever the file
-holds by then: a header saved while clang read it would be recorded as the
-new content, and every later look-up would accept results from the old one.
-So :func:`read_versions` hashes the bytes clang itself read
-(``clang_getFileContents``) and records a file only when the file on disk
-still holds exactly those bytes, its stat unchanged while it was hashed.
-Anything else -- a file that changed during the parse, one clang did not
-keep -- means the parse cannot be vouched for, and nothing is recorded.
-
-A file modified within :data:`RACY_NS` of the moment it is recorded is
-recorded with a ctime of 0: a later rewrite in the same timestamp tick, with
-the same size, would leave its stat as recorded, so such a file is always
-checked by content (:func:`kernix.store.files.version_current` hashes a file
-whose stat moved).
+A cached result is only as current as its headers, so each is recorded with
+its version (:func:`kernix.store.files.file_versions`). Taking versions after
+the parse would vouch for a header saved mid-parse, so :func:`read_versions`
+hashes the bytes clang read (``clang_getFileContents``) and records nothing
+unless the file on disk still holds them. A file modified within
+:data:`RACY_NS` is recorded with ctime 0, so it is always checked by content.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The on-disk format of a prebuilt module, and the compatibility rules it is checked by.
 
-A prebuilt module is a directory holding two files::
-
-    kernix-prebuilt.json      the manifest (below)
-    <name>-<sha12>.so         the library: generated handlers + user code
-
-Format 2 of ``kernix-prebuilt.json`` (one JSON object; readers refuse another
-``format``)::
+A prebuilt module is a directory holding ``kernix-prebuilt.json`` (the
+manifest) and ``<name>-<sha12>.so`` (generated handlers + user code). The
+manifest, format 2 (readers refuse another ``format``, so format 1, which had
+no ``headers``, is refused)::
 
     format          2
     kind            "kernix-prebuilt"
@@ -24,16 +21,10 @@ Format 2 of ``kernix-prebuilt.json`` (one JSON object; readers refuse another
     sass            CUDA architectures with machine code, e.g. ["sm_80", "sm_90"]
     ptx             virtual architectures with PTX, e.g. ["compute_90"]
     sources         [[file name, sha256], ...] of the sources it was built from
-    headers         [[relative path, sha256], ...] of the headers the build read that lie
-                    in a source's directory or below it, each path relative to the
-                    sources' common directory (see :func:`headers_root`) and written
-                    with ``/``; headers elsewhere (other include directories, the
-                    toolchain's, jaxlib's) are not recorded
+    headers         [[path, sha256], ...] of the headers read from within the
+                    sources' common directory (:func:`headers_root`), ``/``-separated
     options         the build options (optimization level, fast math, defines...)
     created         seconds since the epoch
-
-Format 1 had no ``headers``: a module of format 1 is refused like any other
-format (``reason="format"``), since it cannot tell whether a header changed.
 
 This module imports nothing from :mod:`kernix.frontend` or
 :mod:`kernix.backend`: it is read on machines without a compiler.

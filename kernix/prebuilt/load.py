@@ -1,20 +1,10 @@
 """``load_prebuilt``: load a module that ``kernix build`` made, with no compiler.
 
-Nothing here imports :mod:`kernix.frontend` (libclang) or the compilers and
-ninja of :mod:`kernix.backend` (a CUDA module's check imports
-:mod:`kernix.backend.gpus`, which asks the driver, not JAX, for the GPUs),
-and nothing writes to the kernix cache: the manifest, trust checks, a hash
-and a look at the library's ELF header, ``dlopen`` and JAX registration are
-all a load does.
-
-``load_or_build`` is for a package that ships prebuilt kernels *and* their
-sources: the prebuilt module when it can serve this machine, else a JIT
-build of the sources::
-
-    from kernix.prebuilt import load_or_build
-
-    ops = load_or_build(HERE / "_prebuilt" / "ops", [HERE / "kernels" / "ops.cu"],
-                        target_prefix="mypkg.ops")
+Nothing here imports libclang, the compilers or ninja, and nothing writes to
+the cache: a load reads the manifest, checks trust, hashes the library, reads
+its ELF header, ``dlopen``s it and registers it with JAX. ``load_or_build``
+falls back to a JIT build of the sources when the prebuilt module cannot
+serve this machine.
 """
 
 from __future__ import annotations
