@@ -39,17 +39,9 @@ _STATUS_RE = re.compile(r"\[(\d+)/(\d+)\] ")
 
 
 def progress_style(stream: TextIO, *, verbose: bool = False) -> bool:
-    """Whether a build shows its progress line on ``stream`` (``sys.stderr``).
-
-    It does when ``stream`` is a terminal or the process is a Jupyter
-    (IPython) kernel, or with ``$KERNIX_PROGRESS=1``; never with ``verbose``
-    (ninja's own output, echoed, shows the progress already) nor with
-    ``$KERNIX_PROGRESS=0``.
-
-    Raises
-    ------
-    kernix.OptionError
-        When ``$KERNIX_PROGRESS`` is set to anything but ``""``, ``0`` or ``1``.
+    """Whether a build shows its progress line on ``stream``: on a terminal, in a
+    Jupyter kernel or with ``$KERNIX_PROGRESS=1``; never with ``verbose`` or
+    ``$KERNIX_PROGRESS=0`` (anything else is an :class:`kernix.OptionError`).
     """
     raw = os.environ.get(PROGRESS_VARIABLE, "").strip()
     if raw not in ("", "0", "1"):
@@ -71,22 +63,11 @@ def _isatty(stream: TextIO) -> bool:
 
 
 class BuildProgress:
-    """The progress of one ninja run, fed its output lines (see the module docstring).
+    """The progress of one ninja run, fed its output lines.
 
-    Parameters
-    ----------
-    what : str
-        What is built, as the lines name it: ``"module 'ops' (cpu)"``.
-    show : bool
-        Whether to show the line (:func:`progress_style`).
-    stream : file
-        Where to show it.
-    echo : bool
-        Copy every output line to ``stream`` as it comes (``verbose=True``).
-    threshold : float
-        Seconds before anything but echoed lines is shown.
-    clock : callable
-        Seconds, monotonic (a parameter for tests).
+    ``what`` names the build (``"module 'ops' (cpu)"``); ``show`` whether to show
+    the line; ``echo`` copies every output line to ``stream``; nothing else shows
+    before ``threshold`` seconds of ``clock``.
     """
 
     def __init__(
@@ -168,21 +149,9 @@ class BuildProgress:
 
 
 def run_ninja(cmd: Sequence[str], progress: BuildProgress) -> tuple[int, str]:
-    """Run ninja (``cmd``), feeding ``progress`` every line of its output as it comes.
+    """Run ninja (``cmd``), feeding ``progress`` each output line as it comes.
 
-    Parameters
-    ----------
-    cmd : list of str
-        The ninja command line.
-    progress : BuildProgress
-        Fed each output line, and ticked while ninja is silent.
-
-    Returns
-    -------
-    (int, str)
-        ninja's exit status and its whole output (stdout and stderr),
-        decoded as :func:`subprocess.run` with ``text=True, errors="replace"``
-        decodes it.
+    Returns ninja's exit status and its whole output, decoded with ``errors="replace"``.
     """
     env = {**os.environ, "NINJA_STATUS": NINJA_STATUS}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)

@@ -89,19 +89,8 @@ def check_drawn(
     s: Subject, examples: int, seed: int | None, sizes: Mapping[str, Any], values: Mapping[str, Callable[..., Any]],
     dtype_combos: Sequence[tuple[np.dtype, ...]], buffers: Callable[[Sequence[Any]], list[Any]] | None,
 ) -> CheckResult:
-    """The ``drawn`` row: ``examples`` inputs drawn from the signature.
-
-    Parameters
-    ----------
-    sizes
-        Dimension name -> the sizes to draw it from (a size, or a sequence).
-    values
-        Input name -> ``f(shape, dtype, rng, dims)`` returning its values.
-    dtype_combos
-        The dtype of each input, one tuple per combination to check.
-    buffers
-        Runs the kernel on guarded buffers for given inputs, returning the
-        problems (``None``: not available).
+    """The ``drawn`` row: ``examples`` inputs drawn with ``sizes``, ``values`` and
+    ``dtype_combos``; ``buffers`` (or ``None``) runs the guarded-buffer check on them.
     """
     sig = s.signature
     if sig is None:

@@ -35,19 +35,8 @@ _XLA_NUMPY = {d.xla: d.name for d in DTYPES}
 
 @dataclass(frozen=True)
 class Problem:
-    """One problem a guarded run found.
-
-    Attributes
-    ----------
-    parameter
-        The input or output concerned (``None``: the call).
-    message
-        What was found.
-    kind
-        ``"outside"`` (a write before or past a buffer), ``"fault"`` (the GPU
-        kernel faulted), ``"input"`` (a write into an input), ``"unwritten"``
-        (an output depends on its buffer's old contents), ``"error"`` (the
-        kernel returned an error).
+    """One problem a guarded run found, about ``parameter`` (``None``: the call).
+    ``kind`` is ``"outside"``, ``"fault"``, ``"input"``, ``"unwritten"`` or ``"error"``.
     """
 
     parameter: str | None
@@ -166,26 +155,12 @@ def buffer_problems(
     harness: Harness, memory: Any, handler: int, spec: FunctionSpec, inputs: Sequence[np.ndarray],
     outputs: Sequence[tuple[Sequence[int], Any]], attrs: dict[str, Any], tolerance: Tolerance,
 ) -> list[Problem]:
-    """Run the handler at address ``handler`` of ``spec``'s function on
-    guarded copies of ``inputs`` (twice, see the module's description).
+    """The problems of the handler at address ``handler`` run twice on guarded copies of ``inputs``.
 
-    Parameters
-    ----------
-    harness, memory
-        The loaded harness; the memory to allocate in (host or GPU), entered.
-    inputs
-        The inputs, as NumPy arrays of the dtypes the kernel gets.
-    outputs
-        Each output's shape and dtype.
-    attrs
-        The attributes, converted to their exact types (``coerce_attr``).
-    tolerance
-        How far two runs' outputs may differ (a kernel that sums in a varying order).
-
-    Returns
-    -------
-    list of Problem
-        Empty when the kernel kept to its buffers and wrote every output element.
+    ``memory`` is where to allocate (host or GPU, entered); ``outputs`` each
+    output's shape and dtype; ``attrs`` converted by ``coerce_attr``; ``tolerance``
+    how far two runs' outputs may differ. Empty when the kernel kept to its
+    buffers and wrote every output element.
     """
     attr_values = []
     for p in spec.attrs:

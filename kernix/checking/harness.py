@@ -158,14 +158,7 @@ _loaded: Harness | None = None
 
 
 class Harness:
-    """The loaded harness library.
-
-    Attributes
-    ----------
-    codes
-        XLA FFI ``DataType`` enumerator name (``"F32"``) -> its number in the
-        running jaxlib's headers.
-    """
+    """The loaded harness library; ``codes`` maps XLA FFI ``DataType`` names to the running jaxlib's numbers."""
 
     def __init__(self, library: ctypes.CDLL) -> None:
         self.library = library
@@ -187,23 +180,11 @@ class Harness:
         rets: Sequence[tuple[str, Sequence[int], int]], attrs: Sequence[tuple[str, str, int]],
         stream: int | None = None,
     ) -> str | None:
-        """Call ``handler`` (its address) once.
+        """Call the handler at address ``handler`` once; the error message it returned, or ``None``.
 
-        Parameters
-        ----------
-        handler
-            The handler function's address.
-        args, rets
-            Each buffer as ``(XLA dtype name, shape, data address)``.
-        attrs
-            Each attribute as ``(name, XLA dtype name, address of its value)``.
-        stream
-            The platform stream the handler gets (``None``: the default stream).
-
-        Returns
-        -------
-        str or None
-            The message of the error the handler returned, or ``None``.
+        ``args``/``rets`` are ``(XLA dtype name, shape, address)``, ``attrs``
+        ``(name, XLA dtype name, address of the value)``; ``stream`` ``None`` is the
+        default stream.
         """
 
         def buffers(items: Sequence[tuple[str, Sequence[int], int]]) -> tuple[Any, ...]:
@@ -249,13 +230,7 @@ def _compile() -> Harness:
 
 
 def load() -> Harness:
-    """The harness, compiled on first use in this process (about 0.2 s).
-
-    Raises
-    ------
-    KernixError
-        When no host C++ compiler is found or the harness does not compile.
-    """
+    """The harness, compiled on first use in this process; a :class:`KernixError` when it cannot be."""
     global _loaded
     with _lock:
         if _loaded is None:

@@ -34,19 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status.
-
-    Parameters
-    ----------
-    argv
-        The arguments (without the program name); ``None`` reads ``sys.argv``.
-
-    Returns
-    -------
-    int
-        0 on success, 1 when a command failed, 2 for a usage error (and 0 for
-        ``--help`` and ``--version``).
-    """
+    """Run the command line (``argv`` without the program name); returns the exit status."""
     try:
         args = vars(build_parser().parse_args(argv))
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 for --help and --version

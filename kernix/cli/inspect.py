@@ -117,14 +117,10 @@ def _errors(result: dict[str, Any], key: str = "errors") -> list[SourceError]:
 
 
 def _check_vjp(results: list[dict[str, Any]]) -> None:
-    """Add to each result the errors a load finds in its ``vjp=`` declarations
-    (:func:`kernix.language.annotation.check_vjp_pairs`, the same check).
-
-    Each file is checked as a module of its own, as a load of it is; a forward
-    function another inspected file declares (one module's sources given
-    together) is looked up there.  A file with errors is not checked (a load
-    stops at its errors).  Nothing is imported when no function declares
-    ``vjp=``.
+    """Add the errors a load would find in ``vjp=`` declarations to each result
+    (:func:`kernix.language.annotation.check_vjp_pairs`), each file as its own
+    module, a forward function looked up in the other files; files with errors
+    are skipped.
     """
     if not any(f.get("vjp_of") for r in results for f in r["functions"]):
         return

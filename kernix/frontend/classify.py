@@ -168,20 +168,8 @@ _FIX = ("return `void` and write results to a `BE::Tensor&` output, or return `x
 
 
 def return_kind(cursor: Any) -> tuple[bool, str]:
-    """How the function at ``cursor`` returns.
-
-    Parameters
-    ----------
-    cursor
-        A libclang function (or function template) cursor.
-
-    Returns
-    -------
-    tuple
-        Whether it returns ``xla::ffi::Error`` (:attr:`kernix.FunctionSpec.returns_error`),
-        and ``""`` when it can be exported (``void`` or that), else the message
-        that names the type and says what to write instead (the caller places
-        it at the function).
+    """Whether the function at ``cursor`` returns ``xla::ffi::Error``, and ``""``
+    when it can be exported, else the message naming the type and the fix.
     """
     name = cursor.spelling
     written_type = cursor.result_type

@@ -174,13 +174,8 @@ def infer_file(
 def infer_source(
     path: str, raw: bytes, options: ParseOptions, wanted: dict[str, tuple[str, ...] | None] | None
 ) -> tuple[InferResult, list[list[Any]] | None]:
-    """Parse ``raw`` (the bytes of ``path``) and infer, without the spec cache.
-
-    Returns the result and, when it may be cached, the version of every
-    header the parse read, as it read them
-    (:func:`kernix.frontend.clangparse.parsed_versions`); ``None`` when clang
-    reported an error (only a clean result is cached) or a header changed
-    while it was read.
+    """Parse ``raw`` (the bytes of ``path``) and infer, without the spec cache; also
+    the headers' versions as read, ``None`` when the result may not be cached.
     """
     text = raw.decode("utf-8", errors="replace")
     # The parsing side loads here: a spec-cache hit needs none of it.

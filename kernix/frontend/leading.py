@@ -32,15 +32,8 @@ _REST = re.compile(rb"[ \t]*(?://[^\r\n]*)?")
 
 
 class LeadingInclude(NamedTuple):
-    """One opening ``#include``.
-
-    Attributes
-    ----------
-    line
-        The directive for the precompiled prelude: ``#include <...>`` as
-        written, or a ``"..."`` include by its absolute path.
-    start, end
-        Its bytes in the file (the whole directive, up to the line's end).
+    """One opening ``#include``: the ``line`` for the prelude (a ``"..."`` include by
+    its absolute path) and its ``start`` and ``end`` bytes in the file.
     """
 
     line: str
@@ -54,21 +47,9 @@ def _continued(text: bytes) -> bool:
 
 
 def leading(raw: bytes, quote_dirs: Sequence[str] | None) -> list[LeadingInclude]:
-    """The ``#include`` directives a file opens with, before any other code.
-
-    Parameters
-    ----------
-    raw
-        The file's bytes.
-    quote_dirs
-        Where a ``"..."`` include is looked for, in the compiler's order (the
-        file's directory first); one found nowhere ends the list.  ``None``:
-        the first ``"..."`` include ends it.
-
-    Returns
-    -------
-    list of LeadingInclude
-        In file order.
+    """The ``#include`` directives ``raw`` opens with, in order. A ``"..."`` include
+    is looked for in ``quote_dirs``; one found nowhere, or any when ``quote_dirs``
+    is ``None``, ends the list.
     """
     out: list[LeadingInclude] = []
     pos = 0

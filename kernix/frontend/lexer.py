@@ -55,18 +55,9 @@ _LINE_OPENING = re.compile(r"//[/!]*[ \t]*")
 
 @dataclass(frozen=True)
 class Annotation:
-    """One ``// @BE`` annotation.
-
-    Attributes
-    ----------
-    name
-        The function name it exports (``""`` when the annotation names none).
-    tokens
-        The inline arg_spec tokens after the name (empty when none).
-    line, column
-        1-based position of the ``//``.
-    end_line
-        The line the comment ends on (a ``\\``-continued comment spans several).
+    """One ``// @BE`` annotation: the exported ``name`` (maybe ``""``), the inline
+    arg_spec ``tokens``, the 1-based position of the ``//`` and the ``end_line``
+    of a ``\\``-continued comment.
     """
 
     name: str
@@ -84,22 +75,9 @@ class Annotation:
 
 @dataclass(frozen=True)
 class NearMiss:
-    """A comment that looks like a ``// @BE`` annotation but is not one.
-
-    Attributes
-    ----------
-    written
-        The comment's text as written (its first line, spaces collapsed; at
-        most :data:`SHOWN` characters, then ``...``).
-    name
-        The function name it seems to export (``""`` when none).
-    tokens
-        What follows the name (as many words as fit in :data:`SHOWN`
-        characters, then ``"..."``).
-    why
-        Why it is not an annotation.
-    line, column
-        1-based position of the comment's marker line.
+    """A comment that looks like a ``// @BE`` annotation but is not one: as
+    ``written`` (at most :data:`SHOWN` characters), the ``name`` and ``tokens`` it
+    seems to export, ``why`` it is not one, and its 1-based position.
     """
 
     written: str
@@ -119,29 +97,14 @@ class NearMiss:
 
 
 def find_annotations(source: str) -> list[Annotation]:
-    """Return every ``// @BE`` annotation in ``source``, in source order.
-
-    Parameters
-    ----------
-    source
-        The file's text.  CRLF and CR line endings are accepted.
-
-    Returns
-    -------
-    list of Annotation
-        Annotations in inactive preprocessor regions are included; the caller
-        filters them.
+    """Every ``// @BE`` annotation in ``source`` (any line endings), in order,
+    inactive preprocessor regions included.
     """
     return scan(source, near_misses=False)[0]
 
 
 def find_near_misses(source: str) -> list[NearMiss]:
-    """Return every comment in ``source`` that looks like an annotation but is
-    not one (see the module docstring), in source order.
-
-    Like annotations, those in inactive preprocessor regions are included;
-    the caller filters them.
-    """
+    """Every near miss in ``source``, in order, inactive preprocessor regions included."""
     return scan(source)[1]
 
 

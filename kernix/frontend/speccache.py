@@ -56,24 +56,8 @@ _BINDINGS = ("clang", "clang.py", "jaxlib")
 
 
 class SpecLookup(NamedTuple):
-    """The outcome of one look-up.
-
-    Attributes
-    ----------
-    path
-        The source file, absolute.
-    language
-        ``"cuda"`` or ``"cpp"``.
-    source
-        Its bytes, as read for the key.
-    include_dirs, defines, flags
-        The parse options, resolved (include directories absolute).
-    root
-        The cache root.
-    key
-        The spec-cache key (``None`` when the cache is not used).
-    payload
-        The cached result (:meth:`kernix.InferResult.to_json` form), or ``None``.
+    """The outcome of one look-up: the resolved parse options, the source bytes
+    read for the ``key`` (``None``: cache not used), and the cached ``payload`` or ``None``.
     """
 
     path: str
@@ -98,14 +82,8 @@ def look_up(
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> SpecLookup:
     """Look ``path`` up in the spec cache (arguments as for
-    :func:`kernix.frontend.infer.infer_file`; ``wanted`` is the requested
-    functions in key form, ``[[name, arg_spec or None], ...]``, or ``None``).
-
-    Raises
-    ------
-    KernixError
-        When the file cannot be read, its path is not valid UTF-8 or its
-        language is unknown.
+    :func:`kernix.frontend.infer.infer_file`; ``wanted`` in key form). Raises
+    :class:`KernixError` when the file cannot be read or its language is unknown.
     """
     path = os.path.abspath(os.fspath(path))
     problem = utf8_problem(path)
@@ -151,13 +129,7 @@ def load(root: str, key: str) -> dict[str, Any] | None:
 
 
 def store(root: str | os.PathLike[str], key: str, payload: dict[str, Any], versions: list[list[Any]]) -> None:
-    """Store ``payload`` under ``key`` with ``versions``, the version of every
-    header the parse read as it read them (:func:`kernix.frontend.clangparse.parsed_versions`:
-    taken from the bytes clang parsed, not from the files after the parse, so
-    a header saved during the parse is not recorded as what it came from).
-
-    Failures to write are ignored: the cache is an optimisation only.
-    """
+    """Store ``payload`` under ``key`` with the headers' ``versions`` as parsed; write failures are ignored."""
     write_record(entry_path(root, key), {"format": _FORMAT, "key": key, "dependencies": versions, "payload": payload})
 
 

@@ -113,16 +113,9 @@ def _find_unannotated(
     flags: Sequence[str],
     cache_dir: str | os.PathLike[str],
 ) -> list[tuple[Path, list[FunctionSpec]]]:
-    """``units`` with the functions ``wanted`` names but no file annotates, each
-    inferred in the one source that declares it (added to ``found`` too).
-
-    Raises
-    ------
-    KernixError
-        For a name no source declares (naming the annotations in the included
-        ``headers``, which are not read, and each file whose included header
-        declares it, with the declaration to add), or that several do (the fix:
-        annotate the one to export).
+    """``units`` plus the functions ``wanted`` names that no file annotates, each
+    inferred in the one source declaring it; a :class:`KernixError` for a name
+    no source, or several, declare.
     """
     where: dict[str, list[tuple[int, FunctionSpec]]] = {n: [] for n in wanted}
     errors: list[SourceError] = []

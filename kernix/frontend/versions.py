@@ -48,24 +48,8 @@ def _read_by_clang(tu: Any, file: Any) -> bytes | None:
 
 
 def read_versions(tu: Any, skip: Iterable[str] = ()) -> list[list[Any]] | None:
-    """The version of each file ``tu`` included, as ``tu`` read it.
-
-    Parameters
-    ----------
-    tu
-        A parsed ``clang.cindex.TranslationUnit``.
-    skip
-        Absolute paths left out (the main file, whose bytes the caller
-        keys by, and virtual files).
-
-    Returns
-    -------
-    list or None
-        ``[path, inode, size, mtime_ns, ctime_ns, sha256]`` per file, paths
-        absolute (the form of :func:`kernix.store.files.file_versions`), or
-        ``None`` when one of them no longer holds what the parse read,
-        changed while it was being hashed, or is gone: the parse's result
-        must not be recorded as current.
+    """``[path, inode, size, mtime_ns, ctime_ns, sha256]`` for each file ``tu`` read
+    but ``skip``, or ``None`` when one no longer holds what the parse read.
     """
     left_out = set(skip)
     out: dict[str, list[Any]] = {}
