@@ -158,14 +158,9 @@ def _chain_problem(path: str, owners: tuple[int, ...], seen: set[str]) -> str | 
 
 
 def trusted_owners() -> tuple[int, ...]:
-    """The users whose files a prebuilt load trusts: this user, root, and the
-    owner of the kernix installation that is running, when no one else could
-    have written it.
-
-    Whoever can replace kernix's own code already runs in this process, so
-    trusting the modules they installed gives them nothing new: a shared
-    environment that a service account installed, kernix and prebuilt
-    modules alike, loads for every user of it.
+    """The users whose files a prebuilt load trusts: this user, root, and the owner
+    of the running kernix installation when no one else could write it (they
+    already run code in this process).
     """
     uid = os.getuid()
     package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # (the kernix package)
@@ -181,12 +176,9 @@ def trusted_owners() -> tuple[int, ...]:
 def trust_problem(paths: Sequence[str | os.PathLike[str]]) -> str | None:
     """Why code or data at ``paths`` could have been written by another user, or ``None``.
 
-    Each path is resolved (symbolic links followed), and it and every
-    directory above it must be owned by one of :func:`trusted_owners` (this
-    user, root, the owner of the kernix installation) and not writable by
-    other users (a sticky directory, like ``/tmp``, may be: others cannot
-    replace what is in it).  Group write permission is trusted, as in the
-    kernix cache.  Paths that do not exist are skipped.
+    Each resolved path and every directory above it must be owned by one of
+    :func:`trusted_owners` and not writable by others (sticky directories may be;
+    group write is trusted, as in the cache). Missing paths are skipped.
     """
     owners = trusted_owners()
     seen: set[str] = set()
@@ -198,13 +190,10 @@ def trust_problem(paths: Sequence[str | os.PathLike[str]]) -> str | None:
 
 
 def elf_problem(path: str | os.PathLike[str], data: bytes) -> tuple[str, str] | None:
-    """``(reason, why)`` when ``path``, whose bytes are ``data``, is not a shared
-    library this process could map, else ``None``.
-
-    Checked without loading it: the ELF class, byte order and machine against
-    this Python interpreter's (reason ``"platform"``), then that the file is
-    whole (:func:`kernix.store.elf.check_elf`, reason ``"format"``): mapping a
-    truncated library would crash the process (``SIGBUS``) instead of failing.
+    """``(reason, why)`` when ``path`` (bytes ``data``) is not a shared library this
+    process could map, else ``None``: its ELF class, byte order and machine
+    (``"platform"``), then that it is whole (``"format"``), since mapping a
+    truncated library crashes with ``SIGBUS``.
     """
     try:
         with open(os.path.realpath(sys.executable), "rb") as f:
@@ -234,15 +223,9 @@ def _gpus() -> tuple[list[tuple[str, str]], str]:
 
 
 def stale_problem(manifest: PrebuiltManifest, sources: Sequence[Path]) -> str | None:
-    """Why ``manifest`` was not built from ``sources`` as they are now, or ``None``.
-
-    Compares the files' names and SHA-256 with those the manifest records,
-    then the recorded headers (those in a source's directory or below it, by
-    their path relative to the sources' common directory) with the files now
-    at those paths.  Nothing is compared when a source does not exist (not
-    shipped), and a header that does not exist is not compared either; headers
-    outside the sources' directories are not recorded, so an edit to one alone
-    is not seen.
+    """Why ``manifest`` was not built from ``sources`` as they are now, or ``None``,
+    by the sources' SHA-256 and the recorded headers'. Nothing is compared when a
+    source is missing, nor a missing header.
     """
     if not sources or not manifest.sources or not all(s.is_file() for s in sources):
         return None
@@ -272,17 +255,9 @@ def stale_problem(manifest: PrebuiltManifest, sources: Sequence[Path]) -> str | 
 
 
 def check_prebuilt(manifest: PrebuiltManifest) -> None:
-    """Refuse a prebuilt module this process cannot run.
-
-    Checks, without running any tool: the kernix release series that built
-    it, the running jaxlib's FFI API version, and for a CUDA module that a
-    GPU is present and that every GPU has machine code or compatible PTX in
-    the library.
-
-    Raises
-    ------
-    PrebuiltError
-        ``reason`` ``"version"``, ``"ffi_api"``, ``"platform"`` or ``"arch"``, saying how to rebuild.
+    """Refuse a prebuilt module this process cannot run, without running any tool:
+    a :class:`PrebuiltError` with reason ``"version"``, ``"ffi_api"``,
+    ``"platform"`` or ``"arch"``, saying how to rebuild.
     """
     where = manifest.directory
     problem = kernix_version_problem(manifest.kernix, __version__)
@@ -360,29 +335,8 @@ def load_manifest(
     auto_register: bool = True,
     sources: Sequence[Path] = (),
 ) -> CompiledModule:
-    """:func:`load_prebuilt` of a manifest already read (the checks, then ``dlopen``).
-
-    Parameters
-    ----------
-    manifest : PrebuiltManifest
-        As :meth:`PrebuiltManifest.read` returns it.
-    target_prefix : str, optional
-        Prefix of the FFI target names (default: the module name).
-    auto_register : bool
-        Register every function with JAX.
-    sources : list of paths
-        The sources the module should have been built from: when they exist
-        and differ, or a header it recorded differs (:func:`stale_problem`),
-        the module is refused as stale (reason ``"stale"``).
-
-    Returns
-    -------
-    CompiledModule
-
-    Raises
-    ------
-    PrebuiltError
-        As :func:`load_prebuilt`, or with reason ``"stale"``.
+    """:func:`load_prebuilt` of a manifest already read; refused with reason
+    ``"stale"`` when ``sources`` exist and differ (:func:`stale_problem`).
     """
     lib = Path(os.path.realpath(manifest.library_path))
     problem = trust_problem([manifest.directory / MANIFEST_NAME, lib])

@@ -36,12 +36,8 @@ _KEYS = {"name", "sources", "output", "arch", "defines", "include_dirs", "optimi
 
 
 def read_modules(project_root: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The ``[[tool.kernix.modules]]`` entries of ``project_root/pyproject.toml``.
-
-    Raises
-    ------
-    ValueError
-        For an entry without ``name``, ``sources`` or ``output``, or with an unknown key.
+    """The ``[[tool.kernix.modules]]`` entries of ``project_root/pyproject.toml``; a
+    :class:`ValueError` for a missing ``name``, ``sources`` or ``output`` or an unknown key.
     """
     path = Path(project_root) / "pyproject.toml"
     with open(path, "rb") as f:
