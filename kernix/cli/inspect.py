@@ -172,7 +172,7 @@ def _unparsable(path: str, options: dict[str, Any]) -> dict[str, Any] | None:
 
 def _infer_one(path: str, options: dict[str, Any]) -> dict[str, Any]:
     """One file's inference, as JSON (in a worker process for parallel runs)."""
-    # Here: libclang and the parser, 15-25 ms, are not a cached file's to pay
+    # Imported here: a cached file needs neither libclang nor the parser.
     from ..frontend.infer import infer_file
 
     with command_line("inspect"):  # (a worker process did not run main())
@@ -209,7 +209,7 @@ def _infer_all(files: Sequence[str], options: dict[str, Any], jobs: int) -> list
             misses.append(i)
         results[i] = found
     if len(misses) > 1 and jobs > 1:
-        import multiprocessing  # (here: 10 ms or more, more than a warm inspect's own work)
+        import multiprocessing  # here: a warm inspect does not need it
         from concurrent.futures import ProcessPoolExecutor
 
         context = multiprocessing.get_context("spawn")  # libclang may be loaded here already

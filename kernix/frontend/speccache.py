@@ -150,8 +150,7 @@ def parse_setup(
     found = direct.lookup(root, _SETUP_SPACE, fingerprint, valid=_is_setup, what="inference set-up")
     if found is not None:
         return found
-    # Working the set-up out needs libclang and the toolchain search: imported only then (a warm
-    # `kernix inspect` would pay about 10 ms for them).
+    # Working the set-up out needs libclang and the toolchain search: imported only then.
     from ..backend import toolchain
     from . import clangparse
 

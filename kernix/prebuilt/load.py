@@ -56,42 +56,30 @@ def load_or_build(
     quiet: bool = False,
     **options: Any,
 ) -> CompiledModule:
-    """Load ``prebuilt_dir`` with :func:`load_prebuilt`; when it cannot serve this
-    machine (missing, damaged, stale, another kernix release or FFI API, no
-    matching GPU architecture, a library ``dlopen`` refuses), say why on
-    stderr and build ``sources`` with the JIT loaders instead.
+    """Load ``prebuilt_dir`` with :func:`load_prebuilt`, or, when it cannot serve
+    this machine, say why on stderr and build ``sources`` with the JIT loaders.
 
-    The prebuilt module is stale, and not loaded, when ``sources`` exist and
-    differ from those it was built from, or when a header they include from
-    their own directories (recorded by relative path) differs.  A module that another user could
-    have written (reason ``"trust"``) is refused, not replaced by a build:
-    its sources could have been written by them too.
+    The prebuilt module is stale when ``sources`` exist and differ from those it
+    was built from, or a header recorded from their directories differs. One
+    another user could have written (reason ``"trust"``) is refused, not rebuilt:
+    its sources could be theirs too.
 
     Parameters
     ----------
     prebuilt_dir : path
         The prebuilt module (made at wheel-build time).
     sources : list of paths
-        The shipped sources: one file (``load_cuda_file`` / ``load_cpp_file``
-        by extension) or several (``load_*_dir`` of their common directory).
+        The shipped sources: one file (``load_*_file``) or several
+        (``load_*_dir`` of their common directory).
     target_prefix : str, optional
-        FFI target prefix, for both paths (keep it equal so exported artifacts
-        and other code see one name).
+        FFI target prefix for both paths (keep it equal so exported artifacts
+        see one name).
     name : str, optional
         Module name of the JIT build (default: the prebuilt module's name).
     quiet : bool
         Do not print why the JIT build was needed.
     **options
-        Loader options for the JIT build (``extra_cuda_cflags``, ``compute_capability``...).
-
-    Returns
-    -------
-    CompiledModule
-
-    Raises
-    ------
-    PrebuiltError
-        With reason ``"trust"``, as :func:`load_prebuilt`.
+        Loader options for the JIT build.
     """
     key = str(Path(prebuilt_dir).absolute())
     paths = [Path(s) for s in sources]
