@@ -1,15 +1,9 @@
-"""The public loaders: ``load_cuda_inline``, ``load_cuda_file``, ``load_cuda_dir``,
-``load_cpp_inline``, ``load_cpp_file`` and ``load_cpp_dir``.
+"""The public loaders: ``load_{cuda,cpp}_{inline,file,dir}``.
 
-Their parameters and defaults are exactly the reference's, declared once: in
-the signatures of :func:`load_cuda_inline` and :func:`load_cpp_inline`.  The
-file and directory loaders take the same options by keyword and check them
-against those signatures' own defaults (``__kwdefaults__``).  Each loader
-turns its arguments into one :class:`~kernix.request.LoadRequest` and hands
-it to :func:`kernix.pipeline.load`.
-
-A keyword a loader does not take is an :class:`~kernix.OptionError` (a
-``TypeError``) that lists the keywords it takes.
+Their parameters and defaults are declared once, in the signatures of
+:func:`load_cuda_inline` and :func:`load_cpp_inline`; the file and directory
+loaders check their keywords against those (``__kwdefaults__``). Each loader
+builds one :class:`~kernix.request.LoadRequest` for :func:`kernix.pipeline.load`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """What a build shows while ninja runs, read from ninja's own status lines.
 
-ninja is run with ``NINJA_STATUS="[%f/%t] "``: each step that finishes prints
-``[done/total] description`` (the command itself with ``-v``), ``total``
-counting the steps this build runs (the compile units out of date and the
-link).  :func:`run_ninja` reads its output as it comes and hands every line
-to a :class:`BuildProgress`, which shows one line on stderr, rewritten in
-place with ``\\r`` (no terminal escape codes, so a Jupyter notebook renders
-it the same way): ``kernix: building module 'ops' (cpu) [2/4] 3 s``.  Once
-the build is done it is replaced by the summary (``kernix: built module 'ops'
-(cpu): 3 of 3 units compiled in 4.31 s``) and a line break.  The line shows on
-a terminal or in a notebook (see :func:`progress_style`), and only once the
-build has run :data:`THRESHOLD_S` seconds, so a quick rebuild prints nothing.
-With ``verbose=True`` ninja's own lines (every command, with its
-``[done/total]``, and the compilers' output) are echoed as they arrive
-instead, then the summary.
+ninja runs with ``NINJA_STATUS="[%f/%t] "``; :func:`run_ninja` hands each line
+to a :class:`BuildProgress`, which shows one stderr line rewritten in place
+with ``\\r`` (no terminal escapes, so notebooks render it too), e.g.
+``kernix: building module 'ops' (cpu) [2/4] 3 s``, then a summary. It shows
+only on a terminal or notebook (:func:`progress_style`) and after
+:data:`THRESHOLD_S` seconds. ``verbose=True`` echoes ninja's lines instead.
 """
 
 from __future__ import annotations
@@ -47,17 +39,9 @@ _STATUS_RE = re.compile(r"\[(\d+)/(\d+)\] ")
 
 
 def progress_style(stream: TextIO, *, verbose: bool = False) -> bool:
-    """Whether a build shows its progress line on ``stream`` (``sys.stderr``).
-
-    It does when ``stream`` is a terminal or the process is a Jupyter
-    (IPython) kernel, or with ``$KERNIX_PROGRESS=1``; never with ``verbose``
-    (ninja's own output, echoed, shows the progress already) nor with
-    ``$KERNIX_PROGRESS=0``.
-
-    Raises
-    ------
-    kernix.OptionError
-        When ``$KERNIX_PROGRESS`` is set to anything but ``""``, ``0`` or ``1``.
+    """Whether a build shows its progress line on ``stream``: on a terminal, in a
+    Jupyter kernel or with ``$KERNIX_PROGRESS=1``; never with ``verbose`` or
+    ``$KERNIX_PROGRESS=0`` (anything else is an :class:`kernix.OptionError`).
     """
     raw = os.environ.get(PROGRESS_VARIABLE, "").strip()
     if raw not in ("", "0", "1"):
@@ -79,22 +63,11 @@ def _isatty(stream: TextIO) -> bool:
 
 
 class BuildProgress:
-    """The progress of one ninja run, fed its output lines (see the module docstring).
+    """The progress of one ninja run, fed its output lines.
 
-    Parameters
-    ----------
-    what : str
-        What is built, as the lines name it: ``"module 'ops' (cpu)"``.
-    show : bool
-        Whether to show the line (:func:`progress_style`).
-    stream : file
-        Where to show it.
-    echo : bool
-        Copy every output line to ``stream`` as it comes (``verbose=True``).
-    threshold : float
-        Seconds before anything but echoed lines is shown.
-    clock : callable
-        Seconds, monotonic (a parameter for tests).
+    ``what`` names the build (``"module 'ops' (cpu)"``); ``show`` whether to show
+    the line; ``echo`` copies every output line to ``stream``; nothing else shows
+    before ``threshold`` seconds of ``clock``.
     """
 
     def __init__(
@@ -176,21 +149,9 @@ class BuildProgress:
 
 
 def run_ninja(cmd: Sequence[str], progress: BuildProgress) -> tuple[int, str]:
-    """Run ninja (``cmd``), feeding ``progress`` every line of its output as it comes.
+    """Run ninja (``cmd``), feeding ``progress`` each output line as it comes.
 
-    Parameters
-    ----------
-    cmd : list of str
-        The ninja command line.
-    progress : BuildProgress
-        Fed each output line, and ticked while ninja is silent.
-
-    Returns
-    -------
-    (int, str)
-        ninja's exit status and its whole output (stdout and stderr),
-        decoded as :func:`subprocess.run` with ``text=True, errors="replace"``
-        decodes it.
+    Returns ninja's exit status and its whole output, decoded with ``errors="replace"``.
     """
     env = {**os.environ, "NINJA_STATUS": NINJA_STATUS}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)

@@ -26,26 +26,12 @@ def source_problem(
     once: bool = False,
     options: Mapping[str, Sequence[str]] | None = None,
 ) -> str | None:
-    """Why ``paths`` cannot be read as a command's sources, or ``None``.
+    """Why ``paths`` cannot be a command's sources, or ``None``.
 
-    Parameters
-    ----------
-    paths
-        The source files, as given.
-    language
-        The language ``--cuda`` / ``--cpp`` ask for (``None``: by extension).
-    once
-        Whether each file may be given only once (one module's sources).
-    options
-        The values of ``-I`` and ``-D``, by option (``{"-I": [...], "-D": [...]}``).
-
-    Returns
-    -------
-    str or None
-        The message: an option value that is not UTF-8; a source that does
-        not exist or is not a regular file (found by ``stat``: a FIFO would
-        block the command, ``/dev/zero`` never end); an extension that names
-        no language (fixed by ``--cuda`` / ``--cpp``); a source given twice.
+    ``language`` is the one ``--cuda``/``--cpp`` asks for, ``once`` whether a file
+    may appear only once, ``options`` the ``-I``/``-D`` values by option. A source
+    must be a regular file (by ``stat``: a FIFO would block), with an extension
+    naming a language unless one is asked for.
     """
     for option, values in (options or {}).items():
         for value in values:
@@ -66,17 +52,8 @@ def source_problem(
 
 
 def output_file_problem(path: str, name: str, sources: Sequence[str] = ()) -> str | None:
-    """Why ``-o PATH`` cannot be the file a command writes (its missing
-    directories created), or ``None``.
-
-    Parameters
-    ----------
-    path
-        The file ``-o`` names.
-    name
-        A file name to suggest when ``path`` is a directory.
-    sources
-        The command's input files, which ``-o`` must not overwrite.
+    """Why ``-o path`` cannot be the file a command writes, or ``None``; ``name`` is
+    suggested when ``path`` is a directory, and ``sources`` must not be overwritten.
     """
     if os.path.isdir(path):
         return f"-o {path} is a directory, not a file: name the file, e.g. -o {os.path.join(path, name)}"
@@ -90,15 +67,7 @@ def output_file_problem(path: str, name: str, sources: Sequence[str] = ()) -> st
 
 
 def add_source_args(parser: argparse.ArgumentParser, verb: str) -> None:
-    """Add ``-I``, ``-D`` and ``--cuda`` / ``--cpp``, as every command that reads sources takes them.
-
-    Parameters
-    ----------
-    parser
-        The command's parser.
-    verb
-        What the command does with the sources (``"parse"``, ``"build"``), for the help of ``--cuda`` / ``--cpp``.
-    """
+    """Add ``-I``, ``-D`` and ``--cuda``/``--cpp``; ``verb`` (``"parse"``) words their help."""
     parser.add_argument("-I", action="append", dest="include_dirs", default=[], metavar="DIR",
                         help="add an include directory (repeatable)")
     parser.add_argument("-D", action="append", dest="defines", default=[], metavar="NAME[=VALUE]",

@@ -28,7 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: dict[str, Any]) -> int:
     """Run ``kernix stubs`` with the parsed ``args``; returns the exit status."""
-    # (imported here: libclang and the parser, 15-25 ms, that every other command would pay)
+    # Imported here, so that other commands do not load libclang and the parser.
     from ..frontend.infer import infer_file
     from ..language.annotation import check_unique_names, check_vjp_pairs
     from ..runtime.stubs import stub_text

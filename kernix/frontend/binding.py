@@ -1,14 +1,9 @@
 """Binding ``// @BE`` annotations (or requested names) to function declarations.
 
-The rule is C++'s, not a line count: an annotation binds to the first
-function declaration that starts after it with only comments, whitespace and
-specifiers in between.  Each result is a :class:`Target`.
-
-:func:`refusal` then says, with the fix, when that declaration is one the
-generated code cannot call: a member function, a function template, a CUDA
-kernel or device function, a deleted function, a friend function only its
-class declares, an explicit specialization whose template arguments a call
-cannot deduce.
+An annotation binds to the first function declaration that starts after it
+with only comments, whitespace and specifiers in between (a :class:`Target`).
+:func:`refusal` says, with the fix, when the generated code cannot call that
+declaration.
 """
 
 from __future__ import annotations
@@ -56,11 +51,9 @@ def is_member(cursor: Any) -> bool:
 
 
 def execution_spaces(cursor: Any) -> set[str]:
-    """The CUDA execution spaces written on ``cursor`` (``global``, ``device``, ``host``).
-
-    Read from the ``annotate`` attributes the CUDA prelude's keyword markers
-    leave (:data:`kernix.frontend.clangparse.SPACE_ANNOTATIONS`), or from
-    clang's own CUDA attributes when the parse runs in clang's CUDA mode.
+    """The CUDA execution spaces written on ``cursor``, from the prelude's
+    ``annotate`` markers (:data:`kernix.frontend.clangparse.SPACE_ANNOTATIONS`)
+    or clang's own CUDA attributes.
     """
     spaces: set[str] = set()
     for child in cursor.get_children():
@@ -101,12 +94,8 @@ def _is_deleted(cursor: Any) -> bool:
 
 
 def _declared_in_class_only(cursor: Any) -> bool:
-    """Whether ``cursor`` is a friend function that only classes declare.
-
-    Such a "hidden friend" belongs to the enclosing namespace, but neither
-    ordinary nor qualified lookup finds it (only argument-dependent lookup
-    does), so the generated code could not name it.  A declaration at
-    namespace scope, anywhere in the translation unit, makes it nameable.
+    """Whether ``cursor`` is a hidden friend: declared only in classes, found only
+    by argument-dependent lookup, so the generated code could not name it.
     """
     import clang.cindex as ci
 
@@ -203,21 +192,10 @@ def refusal(path: str, name: str, cursor: Any) -> SourceError | None:
 
 @dataclass(frozen=True)
 class Target:
-    """A function to infer.
-
-    Attributes
-    ----------
-    name
-        The exported name.
-    cursor
-        Its libclang declaration cursor.
-    annotation
-        The ``// @BE`` annotation that named it, if any.
-    explicit
-        The arg_spec tokens a ``functions={name: spec}`` argument gave, if any.
-    second
-        The annotation's tokens came from a second annotation of the same
-        function (prototype, then definition): a disagreement is reported there.
+    """A function to infer: its exported ``name``, its declaration ``cursor``, the
+    ``annotation`` or ``explicit`` arg_spec tokens that named it, and whether the
+    tokens came from a ``second`` annotation of the function (where a
+    disagreement is reported).
     """
 
     name: str
@@ -235,13 +213,9 @@ def _by_name(cursors: list[Any]) -> dict[str, list[Any]]:
 
 
 def function_cursors(tu: Any, path: str) -> list[Any]:
-    """Function declarations located in the main file, in walk order.
-
-    Free functions and function templates, and also member functions (of
-    classes, structs and class templates, and out-of-class definitions) and
-    friend functions declared in a class, so that an annotation before one is
-    bound to it (and, where it cannot be exported, refused with a reason: see
-    :func:`refusal`) instead of being bound to nothing.
+    """Function declarations in the main file, in walk order, members and friends
+    included so that an annotation before one binds to it (and :func:`refusal`
+    can refuse it).
     """
     import clang.cindex as ci
 
@@ -297,22 +271,8 @@ _TEMPLATE_ID = re.compile(r"(?P<name>[A-Za-z_]\w*)\s*(?:<(?P<args>[^()]*)>)?\s*\
 
 
 def explicit_instantiation(raw: bytes, starts_of: list[int], annotation: Annotation) -> str | None:
-    """The explicit instantiation right after ``annotation`` (its declaration,
-    single-spaced, without ``template``), or ``None`` when something else follows.
-
-    Parameters
-    ----------
-    raw
-        The file's bytes.
-    starts_of
-        Where each line of ``raw`` starts (:func:`line_starts`).
-    annotation
-        An annotation of ``raw``.
-
-    Returns
-    -------
-    str or None
-        The instantiation's declaration, or ``None``.
+    """The explicit instantiation right after ``annotation`` in ``raw`` (single-spaced,
+    without ``template``), or ``None``; ``starts_of`` is :func:`line_starts`.
     """
     after = starts_of[annotation.end_line] if annotation.end_line < len(starts_of) else len(raw)
     skipped = _BEFORE_DECLARATION.match(raw, after)
@@ -340,15 +300,10 @@ def _instantiation_error(a: Annotation, decl: str, where: dict[str, Any]) -> Sou
 
 
 def bind_annotations(raw: bytes, annotations: list[Annotation], cursors: list[Any]) -> dict[int, Any]:
-    """Bind each annotation to the function declaration that follows it.
-
-    An annotation binds to the first function whose declaration (its extent:
-    ``template``, specifiers, or the macro call that generates it) starts
-    after the annotation, when only comments, whitespace and specifiers lie in
-    between -- no ``;``, braces or preprocessor lines, the rule clang itself
-    uses to attach comments.  (``cursor.raw_comment`` alone is not enough: a
-    comment between the return type and the name takes the annotation's place.)
-    Returns annotation line -> cursor.
+    """Annotation line -> the cursor of the function whose declaration extent starts
+    after it with only comments, whitespace and specifiers in between (clang's
+    own rule for comments; ``cursor.raw_comment`` would lose an annotation to a
+    comment between the return type and the name).
     """
     starts_of = line_starts(raw)
 

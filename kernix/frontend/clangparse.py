@@ -1,36 +1,22 @@
 """Parsing a translation unit with libclang the way the real compiler sees it.
 
-* C++17, with the host's libstdc++ selected explicitly (``-nostdinc++`` plus
-  the directories ``g++ -v`` reports, remembered on disk): libclang-ng's
-  bundled libc++ clashes with glibc.
-* The build compiler's own view (:mod:`kernix.frontend.compiler_view`):
-  ``-undef`` plus the macros nvcc's host pass (for ``.cu``) or the host
-  compiler (for C++) predefine, and the build's include order.  CUDA sources
-  are parsed as C++ with those macros (``__CUDACC__`` set, ``__CUDA_ARCH__``
-  not) and nvcc's forced ``cuda_runtime.h`` (the prelude): clang's CUDA mode
-  would apply clang's host/device overloading rules, which reject the
-  toolkit's own headers.  The execution space keywords also leave
-  ``annotate`` markers, so kernels and ``__device__``-only functions are
-  recognised.  Errors clang reports inside toolchain headers (where clang and
-  nvcc/g++ disagree) are dropped; fatal ones (a missing header) and every
-  error in the user's files are reported.  Without nvcc or CUDA headers,
-  clang's CUDA mode and a stub prelude declare the few CUDA names a
-  signature can use.
-* The CUDA prelude, with the ``#include <...>`` lines the file opens with, is
-  precompiled (:mod:`kernix.frontend.pch`); the file itself is then parsed
-  with those lines blanked out (:mod:`kernix.frontend.leading`), so each
-  header is read once, where nvcc reads it.
-* Function bodies are skipped: signatures are all inference needs, and
-  ``<<<...>>>`` launches and device built-ins stay out of the picture.
-* Annotations are bound by position (:func:`kernix.frontend.binding.bind_annotations`),
-  not with ``-fparse-all-comments``: clang attaches the comment nearest the
-  *name*, so a comment between the return type and the name would steal it.
+* C++17 with the host's libstdc++ (``-nostdinc++`` plus the directories
+  ``g++ -v`` reports): libclang-ng's bundled libc++ clashes with glibc.
+* The compiler's view (:mod:`kernix.frontend.compiler_view`): ``-undef`` plus
+  its predefined macros and include order. CUDA is parsed as C++ with
+  nvcc's host-pass macros and forced ``cuda_runtime.h`` (the prelude), since
+  clang's CUDA mode rejects the toolkit's own headers; the execution space
+  keywords leave ``annotate`` markers. Non-fatal errors inside toolchain
+  headers are dropped. Without nvcc, clang's CUDA mode and a stub prelude
+  are used.
+* The prelude and the file's leading ``#include`` lines are precompiled
+  (:mod:`kernix.frontend.pch`, :mod:`kernix.frontend.leading`).
+* Function bodies are skipped: only signatures matter.
+* Annotations are bound by position (:mod:`kernix.frontend.binding`), not
+  with ``-fparse-all-comments``, which attaches a comment to the nearest name.
 
-``clang.cindex`` is imported on first need (:func:`cindex`), so importing
-this module is cheap; a missing ``libclang-ng`` is a :class:`~kernix.ToolchainError`
-that says how to install it.  The parsed translation unit is then read here
-too: its errors, where its cursors are, what the preprocessor skipped, which
-files it read.
+``clang.cindex`` is imported on first need (:func:`cindex`); a missing
+``libclang-ng`` is a :class:`~kernix.ToolchainError` saying how to install it.
 """
 
 from __future__ import annotations
@@ -136,11 +122,8 @@ def _lib() -> Any:
 
 
 def in_file(cursor: Any, path: str) -> bool:
-    """Whether ``cursor``'s (expansion) location is in ``path``.
-
-    ``clang_Location_isFromMainFile`` is false for declarations a macro
-    expands to, so those are compared by file name (after ruling out system
-    headers, which hold almost all cursors, with one cheap call).
+    """Whether ``cursor``'s expansion location is in ``path``, by file name, since
+    ``clang_Location_isFromMainFile`` is false for macro-expanded declarations.
     """
     lib = _lib()
     loc = cursor.location
@@ -192,14 +175,8 @@ def dependencies(tu: Any, path: str) -> list[str]:
 
 
 def cindex() -> Any:
-    """``clang.cindex`` with its native library loaded (the ``libclang-ng`` package).
-
-    Raises
-    ------
-    kernix.ToolchainError
-        When the bindings are missing, or present without a library that
-        loads (a ``clang`` package other than ``libclang-ng``, a broken
-        install), saying how to install ``libclang-ng``.
+    """``clang.cindex`` with its native library loaded; a :class:`kernix.ToolchainError`
+    saying how to install ``libclang-ng`` when it does not load.
     """
     try:
         import clang.cindex as ci
@@ -283,19 +260,9 @@ PRELUDE_PATH = "/__kernix__/cuda_prelude.h"
 
 @dataclass(frozen=True)
 class ParseOptions:
-    """Everything that decides how a file is parsed.
-
-    Attributes
-    ----------
-    language
-        ``"cuda"`` or ``"cpp"``.
-    include_dirs
-        The user's include directories, absolute, in order.
-    defines
-        ``NAME`` or ``NAME=VALUE`` strings.
-    flags
-        The build's preprocessor flags (``-I``, ``-isystem``, ``-D``, ``-U``,
-        ``-include``, ``-std=``...), paths absolute, after the above.
+    """Everything that decides how a file is parsed: the ``language``, the user's
+    absolute ``include_dirs``, ``defines`` and the build's preprocessor ``flags``
+    (paths absolute, after those).
     """
 
     language: str
@@ -313,14 +280,9 @@ def _cxx() -> str | None:
 
 
 def host_cxx_include_dirs() -> tuple[str, ...]:
-    """The host C++ compiler's ``#include <...>`` directories, in order.
-
-    Asks ``$CXX`` (else ``g++``/``c++``) with ``-E -x c++ - -v`` once per
-    compiler binary and value of the variables that change its answer
-    (:data:`~kernix.store.files.COMPILER_ENVIRONMENT`, such as
-    ``CPLUS_INCLUDE_PATH``), and remembers the answer under the cache root,
-    so a warm process never runs the compiler.  Empty when there is no host
-    compiler.
+    """The host C++ compiler's ``#include <...>`` directories (``-E -x c++ - -v``),
+    remembered per compiler and :data:`~kernix.store.files.COMPILER_ENVIRONMENT`;
+    empty without a host compiler.
     """
     cxx = _cxx()
     if cxx is None:
@@ -409,17 +371,9 @@ def compiler_view_of(options: ParseOptions) -> compiler_view.CompilerView | None
 
 
 def parse_flags(options: ParseOptions) -> list[str]:
-    """The libclang command line for ``options`` (without the file name).
-
-    With the build compiler's view (:mod:`kernix.frontend.compiler_view`),
-    CUDA and C++ sources alike are parsed as C++ with ``-undef`` and the
-    compiler's own predefined macros (nvcc's host pass: ``__CUDACC__``, no
-    ``__CUDA_ARCH__``; g++: ``__GNUC__``, no ``__clang__``), in the build's
-    include order: user ``-I`` dirs, user flags, kernix's include dir, the
-    compiler's own dirs (nvcc: the toolkit's ``include``, then ``cccl``),
-    jaxlib's FFI headers, the host C++ library.  clang's CUDA mode is not
-    used: it enforces clang's host/device overloading rules, which nvcc's
-    front end does not, and would reject the toolkit's own headers.
+    """The libclang command line for ``options`` (without the file name), in the
+    build's include order: user ``-I`` dirs, user flags, kernix's include dir, the
+    compiler's own, jaxlib's FFI headers, the host C++ library.
     """
     view = compiler_view_of(options)
     if view is None and options.language == "cuda":
@@ -502,35 +456,21 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
           same_as: Any = None) -> Any:
     """Parse ``path`` and return the ``clang.cindex.TranslationUnit``.
 
-    For CUDA sources with nvcc's view, the prelude (``cuda_runtime.h`` with
-    nvcc's macros, then the ``#include <...>`` lines the file opens with:
-    ~0.5 s to several seconds of parsing) is precompiled once per toolchain,
-    flag set and include list, and stored under the cache root; a file then
-    parses in tens of milliseconds.  A stale or unreadable PCH is rebuilt once.
-    The precompiled prelude used, and the versions of the headers it holds,
-    are ``tu.kernix_pch`` (see :func:`parsed_versions`).
+    The prelude is precompiled once per toolchain, flag set and include list
+    under the cache root (a stale or unreadable PCH is rebuilt once);
+    ``tu.kernix_pch`` holds it and its headers' versions (:func:`parsed_versions`).
 
     Parameters
     ----------
-    path
-        The source file (absolute).
-    options
-        Language, include directories and defines.
+    path, options
+        The source file (absolute) and how to parse it.
     detailed
-        Also keep the detailed preprocessing record (needed for
-        :func:`skipped_ranges`; slower).
+        Keep the detailed preprocessing record (for :func:`skipped_ranges`).
     raw
-        The file's bytes, if already read (for its leading includes).
+        The file's bytes, if already read.
     same_as
-        An earlier parse of the same file in the same inference: the
-        precompiled prelude it used is used again without checking its
-        headers a second time (it is the one whose versions the inference
-        records).
-
-    Raises
-    ------
-    kernix.ToolchainError
-        When libclang is missing or does not load (see :func:`cindex`).
+        An earlier parse of the file in the same inference, whose precompiled
+        prelude is reused without checking its headers again.
     """
     ci = cindex()
 

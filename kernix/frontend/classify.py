@@ -1,24 +1,12 @@
 """Turning a function declaration into a :class:`~kernix.language.spec.FunctionSpec`.
 
-Every parameter is classified from its *canonical* type (never its
-spelling), so aliases are recognised as what they name:
-
-* const ``BE::Tensor`` -> ``arg``, non-const -> ``ret`` (``BE::TensorOf<T>``
-  likewise, with the dtype of ``T`` pinned); XLA FFI buffer types ->
-  ``arg``/``ret``; ``cudaStream_t`` -> ``stream``;
-* ``BE::InOut`` / ``BE::InOutOf<T>`` (non-const): ``inout``, a buffer updated
-  in place;
-* named scalars -> ``attr.<name>:<dtype>``; ``BE::Span<const T>``,
-  ``std::span<const T>``, ``xla::ffi::Span<const T>``, ``std::vector<T>``:
-  ``attr.<name>:<dtype>[]``; ``std::string_view``, ``std::string``:
-  ``attr.<name>:str``;
-* ``BE::Scratch``: ``scratch``; ``BE::State<T>``: ``state``;
-  ``BE::ThreadPool``: ``threads``.
-
-A function returns ``void``, or an ``xla::ffi::Error`` whose failure the call
-reports as a JAX error; any other return type is refused, since its value
-would be dropped (a status returned as ``int`` would fail silently).
-Anything else is an error that names the parameter and says how to fix it.
+Each parameter is classified from its canonical type, so aliases count as
+what they name: const ``BE::Tensor`` -> ``arg``, non-const -> ``ret``
+(``TensorOf<T>`` pins the dtype; XLA FFI buffers likewise); ``BE::InOut`` ->
+``inout``; ``cudaStream_t`` -> ``stream``; scalars, spans, vectors and
+strings -> ``attr.<name>:<dtype>``; ``BE::Scratch``, ``BE::State<T>``,
+``BE::ThreadPool`` -> ``scratch``, ``state``, ``threads``. A function returns
+``void`` or ``xla::ffi::Error``: any other return value would be dropped.
 """
 
 from __future__ import annotations
@@ -180,20 +168,8 @@ _FIX = ("return `void` and write results to a `BE::Tensor&` output, or return `x
 
 
 def return_kind(cursor: Any) -> tuple[bool, str]:
-    """How the function at ``cursor`` returns.
-
-    Parameters
-    ----------
-    cursor
-        A libclang function (or function template) cursor.
-
-    Returns
-    -------
-    tuple
-        Whether it returns ``xla::ffi::Error`` (:attr:`kernix.FunctionSpec.returns_error`),
-        and ``""`` when it can be exported (``void`` or that), else the message
-        that names the type and says what to write instead (the caller places
-        it at the function).
+    """Whether the function at ``cursor`` returns ``xla::ffi::Error``, and ``""``
+    when it can be exported, else the message naming the type and the fix.
     """
     name = cursor.spelling
     written_type = cursor.result_type
