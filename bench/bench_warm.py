@@ -21,8 +21,7 @@ JAX, for the GPU's architecture (remembered per driver and GPUs), so no row
 starts JAX's backend; each process says whether its backend was started by
 the time the load returned (the table's "backend" column: in how many
 processes), and the architecture's look-up is timed on its own, each way
-(NVML, the CUDA driver API, nvidia-smi, and the remembered answer), in
-fresh processes.
+(NVML, the CUDA driver API, and the remembered answer), in fresh processes.
 
 It prints the medians of the whole process' wall time and of the part
 after ``import jax`` (import kernix + the load call), side by side, and how
@@ -136,8 +135,9 @@ print(json.dumps([[b - a for a, b in zip(t, t[1:])], modules]))
 """
 
 # The imports step: the modules a warm load imports before it runs (through the
-# public entry, as a load does).
+# public entry, as a load does; the loaders by name too, for -X importtime to see them).
 IMPORTS = """import kernix
+import kernix.loaders
 kernix.load_cpp_inline
 from kernix import loaders, pipeline
 from kernix.request import make_request
@@ -153,17 +153,19 @@ import sys, time, json, marshal, types
 import jax, jax.numpy
 sys.path.insert(0, {root!r})
 t0 = time.perf_counter()
-for name, origin, is_package, code in marshal.loads(open({blob!r}, "rb").read()):
-    module = types.ModuleType(name)
+modules = marshal.loads(open({blob!r}, "rb").read())
+for name, origin, is_package, code in modules:  # (a package completes after its first modules: all made first)
+    module = sys.modules[name] = types.ModuleType(name)
     module.__file__ = origin
     module.__package__ = name if is_package else name.rpartition(".")[0]
     if is_package:
         module.__path__ = [origin.rpartition("/")[0]]
-    sys.modules[name] = module
+for name, origin, is_package, code in modules:
     parent, _, child = name.rpartition(".")
     if parent:
-        setattr(sys.modules[parent], child, module)
-    exec(marshal.loads(code), module.__dict__)
+        setattr(sys.modules[parent], child, sys.modules[name])
+for name, origin, is_package, code in modules:
+    exec(marshal.loads(code), sys.modules[name].__dict__)
 print(json.dumps(time.perf_counter() - t0))
 """
 
@@ -264,8 +266,7 @@ import jax
 sys.path.insert(0, {root!r})
 from kernix.backend import gpus
 t = time.perf_counter()
-found = {{"nvml": gpus._nvml, "cuda": gpus._cuda_driver, "smi": gpus._nvidia_smi,
-          "memo": lambda: gpus.survey({cache!r})}}[{way!r}]()
+found = {{"nvml": gpus._nvml, "cuda": gpus._cuda_driver, "memo": lambda: gpus.survey({cache!r})}}[{way!r}]()
 took = time.perf_counter() - t
 found = found if isinstance(found, str) else [list(g)[:2] for g in getattr(found, "gpus", found)]
 print(json.dumps([took, found]))
@@ -276,8 +277,7 @@ def arch_lookup(root: str, cache: str, repeat: int) -> None:
     """Print the median time of each way of finding the GPUs' architectures
     (fresh processes), and what each found."""
     print(f"\nthe GPU architecture's look-up, each way (median of {repeat} fresh processes, after import jax):")
-    for way, label in (("nvml", "NVML"), ("cuda", "CUDA driver API (cuInit)"), ("smi", "nvidia-smi"),
-                       ("memo", "the remembered answer")):
+    for way, label in (("nvml", "NVML"), ("cuda", "CUDA driver API (cuInit)"), ("memo", "the remembered answer")):
         rows = [_child(ARCH.format(root=root, cache=cache, way=way)) for _ in range(repeat)]
         print(f"  {label:28}{statistics.median(r[0] for r in rows) * 1e3:9.3f} ms   {rows[0][1]}")
 
@@ -285,8 +285,9 @@ def arch_lookup(root: str, cache: str, repeat: int) -> None:
 def modules(root: str, name: str, src: str, cache: str, cuda: bool, repeat: int) -> None:
     """Print the median import time of each module a warm load imports (fresh
     processes after ``import jax``), with the garbage collector on and off."""
-    # (an import statement for the loaders: -X importtime does not see kernix.__getattr__'s import_module)
-    names = _kernix_imports(f"import sys\nsys.path.insert(0, {root!r})\nfrom kernix import loaders\n"
+    # (an import statement naming the loaders: -X importtime sees neither kernix.__getattr__'s
+    # import_module nor a from-import's submodule)
+    names = _kernix_imports(f"import sys\nsys.path.insert(0, {root!r})\nimport kernix.loaders as loaders\n"
                             f"(loaders.load_cuda_inline if {cuda!r} else loaders.load_cpp_inline)"
                             f"({name!r}, {src!r}, build_directory={cache!r})")
     rows = {no_gc: [_child(MODULES.format(root=root, cuda=cuda, names=names, no_gc=no_gc)) for _ in range(repeat)]

@@ -7,15 +7,7 @@ Write a function, mark it ``// @BE name``, and load it::
 
 kernix reads the exact signature with libclang, generates a typed XLA FFI
 handler, compiles and caches it, and registers ``"ops.scale_by"`` with JAX.
-
-Importing kernix is light: libclang, jax and the compilers are touched only
-when a function that needs them runs.
-
-The package is laid out as the pipeline: :mod:`kernix.frontend` (libclang
-inference), :mod:`kernix.backend` (code generation and the build),
-:mod:`kernix.store` (the on-disk cache) and :mod:`kernix.runtime`
-(registration and callables), driven by :mod:`kernix.loaders` through
-:mod:`kernix.pipeline`.
+libclang, jax and the compilers are imported only when first needed.
 """
 
 from __future__ import annotations

@@ -31,22 +31,8 @@ from .frontend.units import infer_units
 from .request import LoadRequest
 from .runtime import registry
 from .runtime.module import check_function_names
-from .store import direct, entries
-from .store.files import (
-    UNSETTLED,
-    compiler_environment,
-    content_key,
-    file_digest,
-    filesystem_now,
-    settled_versions,
-    write_source,
-)
-from .store.identity import code_identity
-from .store.lock import build_lock
-from .store.manifest import MANIFEST_FORMAT, Manifest
-from .store.mounts import noexec_problem
-from .store.trust import io_message, makedirs
-from .store.workdir import record_inputs, work_directory
+from . import store
+from .store import MANIFEST_FORMAT, UNSETTLED, Manifest, build_lock, content_key, file_digest, noexec_problem
 
 __all__ = ["build_config", "toolchain_stamp", "cache_key", "store_inline_source", "keyed_entry", "reload", "discard",
            "exported_units"]
@@ -85,11 +71,11 @@ def _toolchain_parts(config: BuildConfig) -> dict[str, object]:
             with contextlib.suppress(OSError):  # (no profile: nvcc's defaults)
                 compilers.append(f"{profile}\nsha256:{file_digest(profile)}")
     return {
-        "kernix": [__version__, code_identity()],
+        "kernix": [__version__, store.code_identity()],
         "platform": config.platform,
         "flags": compile_flags(config),
         "compilers": compilers,
-        "environment": compiler_environment(),
+        "environment": store.compiler_environment(),
         "arch": config.arch,
         "allow_cuda_graph": config.allow_cuda_graph,
         "jaxlib": toolchain.jaxlib_version(),
@@ -99,7 +85,7 @@ def _toolchain_parts(config: BuildConfig) -> dict[str, object]:
 
 def toolchain_stamp(config: BuildConfig) -> str:
     """The identity of the tools and flags alone: a work directory whose objects
-    were built with another stamp is never reused (see :mod:`kernix.store.workdir`)."""
+    were built with another stamp is never reused (see :func:`kernix.store.work_directory`)."""
     return content_key(_toolchain_parts(config))
 
 
@@ -120,10 +106,10 @@ def cache_key(request: LoadRequest, config: BuildConfig) -> str:
 def _key_files(request: LoadRequest) -> list[str]:
     """The files the entry key is computed from: the sources, the compilers
     (and nvcc's profile), and the directories searched for compilers
-    (``PATH``); kernix's own code is added by :func:`kernix.store.direct.record`."""
+    (``PATH``); kernix's own code is added by :func:`kernix.store.remember_key`."""
     cuda = request.platform == "cuda"
     compilers = toolchain.compiler_paths(cuda) + [p for p in [_nvcc_profile() if cuda else None] if p]
-    return [str(s) for s in request.sources] + compilers + direct.search_dirs()
+    return [str(s) for s in request.sources] + compilers + store.search_dirs()
 
 
 def store_inline_source(request: LoadRequest) -> None:
@@ -144,17 +130,17 @@ def store_inline_source(request: LoadRequest) -> None:
     if request.inline_source is None:
         return
     (path,) = request.sources
-    write_source(request.root, request.name, request.inline_source, path.suffix[1:])
+    store.write_source(request.root, request.name, request.inline_source, path.suffix[1:])
 
 
 def keyed_entry(request: LoadRequest, fp: str) -> Manifest:
     """The entry for ``request`` through its full key, remembered in the direct index."""
     store_inline_source(request)  # a concurrent `kernix cache clear` may have removed it
-    files = direct.file_stats(_key_files(request))  # before the key they vouch for
+    files = store.file_stats(_key_files(request))  # before the key they vouch for
     config = build_config(request)
     key = cache_key(request, config)
     manifest = _entry(request, config, key, fresh=request.force_rebuild)
-    direct.record(request.root, request.name, fp, key, files, what=request.name, verbose=request.verbose)
+    store.remember_key(request.root, request.name, fp, key, files, verbose=request.verbose)
     return manifest
 
 
@@ -163,14 +149,14 @@ def _entry(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
     (``fresh``: skip the look-up and build from an empty work directory)."""
     name, root, verbose = request.name, request.root, request.verbose
     if not fresh:
-        found = entries.lookup(root, name, key)
+        found = store.lookup(root, name, key)
         notes.note(f"{name}: cache {found.reason} ({key[:16]})", verbose=verbose)
         if found.manifest is not None:
             return found.manifest
 
     with build_lock(root, name, verbose=verbose):
         store_inline_source(request)  # removed by a clear while this process waited for the lock?
-        manifest = None if fresh else entries.lookup(root, name, key).manifest  # built by another process meanwhile?
+        manifest = None if fresh else store.lookup(root, name, key).manifest  # built by another process meanwhile?
         if manifest is None:
             manifest = _build(request, config, key, fresh=fresh)
         # Mapped before the lock is released, so that a clear waiting for it cannot remove the library
@@ -184,7 +170,7 @@ def discard(request: LoadRequest, manifest: Manifest) -> None:
     """Remove ``request``'s entry ``manifest`` from the cache, under the
     module's build lock: never a hit again, the next load rebuilds it."""
     with build_lock(request.root, request.name, verbose=request.verbose):
-        entries.discard(manifest)
+        store.discard(manifest)
 
 
 def _load_failed(request: LoadRequest, manifest: Manifest, exc: RegistrationError) -> RegistrationError:
@@ -242,7 +228,7 @@ def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
     noexec = noexec_problem(request.root)
     if noexec is not None:  # a build there could never be loaded
         raise CacheError(noexec)
-    started = _build_started(request)  # before anything reads the sources or headers
+    started = store.build_started(request.root)  # before anything reads the sources or headers
     exported = exported_units(request)
     check_function_names([e.spec for _, es in exported for e in es])
     stamp = toolchain_stamp(config)
@@ -259,20 +245,9 @@ def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
                         "(the next load builds it anew)", verbose=request.verbose)
     all_fns = [e for _, es in exported for e in es]
     handlers = {e.spec.name: codegen.handler_symbol(e) for e in all_fns}
-    return entries.publish(
+    return store.publish(
         request.root, request.name, key, so_path, [e.spec for e in all_fns], handlers, inputs, config.platform,
     )
-
-
-def _build_started(request: LoadRequest) -> int:
-    """The file system's clock (:func:`kernix.store.files.filesystem_now`) in the
-    cache's ``build/`` directory, now."""
-    directory = request.root / "build"
-    makedirs(directory)
-    try:
-        return filesystem_now(directory)
-    except OSError as exc:
-        raise CacheError(io_message(directory, exc)) from exc
 
 
 def _build_in_work_dir(
@@ -289,16 +264,17 @@ def _build_in_work_dir(
     Returns the built library and the version of every file the compilers
     read (taken once: the work directory's record and the manifest share
     them); a file changed since ``started`` is unsettled
-    (:func:`kernix.store.files.settled_versions`).
+    (:func:`kernix.store.settled_versions`).
     """
     fixed = {}
     if request.inline_source is not None:  # stored under its content's hash: it cannot change
         text = request.inline_source.encode("utf-8", "surrogateescape")
         fixed[str(request.sources[0])] = hashlib.sha256(text).hexdigest()
-    with work_directory(request.root, request.name, fresh=fresh, stamp=stamp, verbose=request.verbose) as build_dir:
+    with store.work_directory(request.root, request.name, fresh=fresh, stamp=stamp,
+                              verbose=request.verbose) as build_dir:
         notes.note(f"{request.name}: building in {build_dir}", verbose=request.verbose)
         result = compile_library(build_dir, exported, config, workers=request.ninja_workers, verbose=request.verbose,
                                  name=request.name)
-        inputs = settled_versions(result.dependencies, started, fixed)
-        record_inputs(build_dir, stamp, inputs, started)
+        inputs = store.settled_versions(result.dependencies, started, fixed)
+        store.record_inputs(build_dir, stamp, inputs, started)
     return result.so_path, inputs

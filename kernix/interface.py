@@ -22,13 +22,7 @@ def running_command() -> str | None:
 
 
 class command_line:
-    """Within it, messages are worded for ``kernix COMMAND`` (a context manager).
-
-    Parameters
-    ----------
-    command
-        The command's name, ``"build"`` for ``kernix build``.
-    """
+    """Within it, messages are worded for ``kernix command`` (a context manager)."""
 
     __slots__ = ("command",)
 

@@ -33,13 +33,7 @@ JAX_PLATFORMS: dict[str, str] = {"cuda": "CUDA", "cpu": "cpu"}
 
 
 def language_of(path: str) -> Language:
-    """The language of ``path`` from its extension.
-
-    Raises
-    ------
-    KernixError
-        For an extension that is neither CUDA nor C++.
-    """
+    """The language of ``path`` from its extension; a :class:`KernixError` for an unknown one."""
     try:
         return LANGUAGES_BY_EXTENSION[os.path.splitext(path)[1].lower()]
     except KeyError:
@@ -47,16 +41,7 @@ def language_of(path: str) -> Language:
 
 
 def unknown_extension(path: str, remedy: str) -> str:
-    """The message for ``path``, whose extension names no language.
-
-    Parameters
-    ----------
-    path
-        The file.
-    remedy
-        How the caller's user names the language instead (the Python
-        keyword, or the command line's flags).
-    """
+    """The message for ``path``, whose extension names no language; ``remedy`` says how to name one."""
     return (f"cannot tell the language of {path!r} from its extension {os.path.splitext(path)[1].lower()!r}: "
             f"expected one of {', '.join(LANGUAGES_BY_EXTENSION)}; {remedy}")
 

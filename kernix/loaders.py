@@ -1,18 +1,9 @@
-"""The public loaders: ``load_cuda_inline``, ``load_cuda_file``, ``load_cuda_dir``,
-``load_cpp_inline``, ``load_cpp_file`` and ``load_cpp_dir``.
+"""The public loaders: ``load_{cuda,cpp}_{inline,file,dir}``.
 
-Their parameters and defaults are exactly the reference's, declared once: in
-the signatures of :func:`load_cuda_inline` and :func:`load_cpp_inline`.  The
-file and directory loaders take the same options by keyword and check them
-against those signatures' own defaults (``__kwdefaults__``).  Each loader
-turns its arguments into one :class:`~kernix.request.LoadRequest` and hands
-it to :func:`kernix.pipeline.load`.
-
-A keyword a loader does not take is an :class:`~kernix.OptionError` (a
-``TypeError``) that says what to pass instead: the other language's loader
-for a keyword of its own (``extra_cuda_cflags`` given to ``load_cpp_inline``),
-kernix's keyword for another tool's (``torch.utils.cpp_extension``'s
-``with_cuda``, setuptools' ``include_dirs``), or the closest keyword it takes.
+Their parameters and defaults are declared once, in the signatures of
+:func:`load_cuda_inline` and :func:`load_cpp_inline`; the file and directory
+loaders check their keywords against those (``__kwdefaults__``). Each loader
+builds one :class:`~kernix.request.LoadRequest` for :func:`kernix.pipeline.load`.
 """
 
 from __future__ import annotations
@@ -45,9 +36,9 @@ _Loader = TypeVar("_Loader", bound=Callable[..., CompiledModule])
 
 
 def _keywords_checked(loader: _Loader) -> _Loader:
-    """``loader`` refusing an unknown keyword with the advice of :func:`_unexpected`
-    instead of Python's bare ``TypeError`` (its signature, for ``help`` and
-    ``inspect``, is unchanged)."""
+    """``loader`` refusing an unknown keyword with kernix's :class:`~kernix.OptionError`
+    (see :func:`_unexpected`) instead of Python's bare ``TypeError`` (its
+    signature, for ``help`` and ``inspect``, is unchanged)."""
     code = loader.__code__
     names = frozenset(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount])
 
@@ -302,69 +293,11 @@ def _dir_sources(d: Path, language: Language) -> list[Path]:
 _CUDA_OPTIONS: dict[str, Any] = dict(load_cuda_inline.__wrapped__.__kwdefaults__ or {})  # type: ignore[attr-defined]
 _CPP_OPTIONS: dict[str, Any] = dict(load_cpp_inline.__wrapped__.__kwdefaults__ or {})  # type: ignore[attr-defined]
 
-#: Other tools' keywords: ``(whose name it is, what to do in kernix)``. ``{language}`` and
-#: ``{flags}`` (the compiler-flag option of the loader's language) are filled in.
-_TORCH, _SETUPTOOLS = "torch.utils.cpp_extension", "setuptools.Extension"
-_OTHER_TOOLS: dict[str, tuple[str, str]] = {
-    "with_cuda": (_TORCH, ("kernix picks the compiler by the loader: load_cuda_* compiles with nvcc for the GPU, "
-                          "load_cpp_* with the host compiler for the CPU; drop it")),
-    "is_python_module": (_TORCH, ("kernix registers XLA FFI targets and returns a kernix.CompiledModule, never a "
-                                 "Python extension module; drop it")),
-    "is_standalone": (_TORCH, "kernix builds a shared library of FFI handlers, never an executable; drop it"),
-    "with_pytorch_error_handling": (_TORCH, ("a failed BE_CHECK or a returned xla::ffi::Error reaches JAX as an "
-                                            "error by itself; drop it")),
-    "keep_intermediates": (_TORCH, "kernix keeps every build in its cache (see `kernix cache`); drop it"),
-    "use_pch": (_TORCH, "kernix precompiles the headers it can by itself; drop it"),
-    "no_implicit_headers": (_TORCH, "kernix adds no header to your source; drop it"),
-    "extra_sycl_cflags": (_TORCH, "kernix builds C++ (load_cpp_*) and CUDA (load_cuda_*) only"),
-    "sources": (_TORCH, "load a file with load_{language}_file(path), a directory with load_{language}_dir(path)"),
-    "max_jobs": (_TORCH + " (MAX_JOBS)", "kernix calls it ninja_workers"),
-    "include_dirs": (_SETUPTOOLS, "kernix calls it extra_include_paths"),
-    "extra_compile_args": (_SETUPTOOLS, "kernix calls it {flags}"),
-    "extra_link_args": (_SETUPTOOLS, "kernix calls it extra_ldflags"),
-    "libraries": (_SETUPTOOLS, "pass extra_ldflags=['-lNAME', ...]"),
-    "library_dirs": (_SETUPTOOLS, "pass extra_ldflags=['-LDIR', ...]"),
-    "define_macros": (_SETUPTOOLS, "pass {flags}=['-DNAME=VALUE', ...] (the signature parse sees them too)"),
-    "options": ("cupy.RawModule", "pass compiler flags as {flags}=[...]"),
-    "arch": ("nvcc", "kernix calls it compute_capability ('sm_90', '90' or '9.0')"),
-    "gpu_arch": ("nvcc", "kernix calls it compute_capability ('sm_90', '90' or '9.0')"),
-}
-#: Keywords of one language's loaders: ``(that language, what the other language's loaders do instead)``.
-_ONE_LANGUAGE: dict[str, tuple[str, str]] = {
-    "extra_cuda_cflags": ("cuda", "a C++ module is compiled by the host compiler: pass its flags in extra_cflags"),
-    "compute_capability": ("cuda", "a C++ module runs on the CPU and has no GPU architecture; drop it"),
-    "allow_cuda_graph": ("cuda", "a C++ module runs on the CPU, where there are no CUDA graphs; drop it"),
-    "cuda_sources": ("cuda", "load CUDA source with load_cuda_inline (a module is built for one platform)"),
-    "extra_cflags": ("cpp", ("CUDA sources, host code included, are compiled by nvcc: pass nvcc flags in "
-                            "extra_cuda_cflags, and host-compiler flags there as '-Xcompiler=FLAG'")),
-    "cpp_sources": ("cpp", ("load_cuda_inline compiles cuda_sources with nvcc, host code included: put the C++ "
-                           "there (or load it on its own with load_cpp_inline, for the CPU)")),
-}
-
-
 def _unexpected(loader: str, accepted: list[str], unknown: list[str]) -> OptionError:
-    """The error for keywords ``loader`` does not take, saying for each what to pass instead:
-    the other language's loader for one of its own, kernix's keyword for another tool's, or
-    the closest keyword ``loader`` takes."""
-    import difflib  # (only on this error path: a load does not import it)
-
-    language = "cuda" if "_cuda_" in loader else "cpp"
-    flags = "extra_cuda_cflags" if language == "cuda" else "extra_cflags"
-    advice = []
-    for key in unknown:
-        if key in _ONE_LANGUAGE and _ONE_LANGUAGE[key][0] != language:
-            other = loader.replace(f"_{language}_", f"_{_ONE_LANGUAGE[key][0]}_")
-            advice.append(f"{key!r}: that is an option of {other}(); {_ONE_LANGUAGE[key][1]}")
-        elif key in _OTHER_TOOLS:
-            whose, fix = _OTHER_TOOLS[key]
-            advice.append(f"{key!r} ({whose}'s name): {fix.format(language=language, flags=flags)}")
-        elif close := difflib.get_close_matches(key, accepted, n=1, cutoff=0.6):
-            advice.append(f"{key!r}: did you mean {close[0]!r}?")
-        else:
-            advice.append(f"{key!r}; it takes {', '.join(accepted)}")
-    if len(advice) == 1:
-        return OptionError(f"{loader}() got an unexpected option {advice[0]}")
-    return OptionError(f"{loader}() got unexpected options:\n" + "\n".join(f"  {a}" for a in advice))
+    """The error for keywords ``loader`` does not take, listing those it takes."""
+    several = len(unknown) > 1
+    return OptionError(f"{loader}() got {'' if several else 'an '}unexpected option{'s' if several else ''} "
+                       f"{', '.join(map(repr, unknown))}; it takes {', '.join(accepted)}")
 
 
 def _check_options(loader: str, options: Mapping[str, Any]) -> None:

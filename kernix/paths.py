@@ -40,11 +40,8 @@ def set_cache_dir(path: str | os.PathLike[str] | None) -> None:
 
 def cache_root() -> Path:
     """The cache root: :func:`set_cache_dir`, else ``$KERNIX_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/kernix`` (an absolute ``$XDG_CACHE_HOME``), else ``~/.cache/kernix``.
-
-    A relative ``$XDG_CACHE_HOME`` is ignored, as the XDG Base Directory
-    specification requires: it would put a cache in every directory a
-    program starts from.
+    ``$XDG_CACHE_HOME/kernix``, else ``~/.cache/kernix``; a relative
+    ``$XDG_CACHE_HOME`` is ignored, as the XDG Base Directory specification requires.
     """
     if _override is not None:
         return Path(_override)
@@ -58,13 +55,8 @@ def cache_root() -> Path:
 
 
 def include_dir() -> Path:
-    """The directory holding kernix's C++ headers (``kernix/common.h``,
-    ``brainevent/common.h``...): ``include/`` inside the installed package.
-
-    Raises
-    ------
-    kernix.ToolchainError
-        When the headers are missing (a broken install), saying how to repair it.
+    """The directory of kernix's C++ headers (``include/`` in the package); a
+    :class:`kernix.ToolchainError` saying how to repair a broken install.
     """
     here = Path(__file__).resolve().parent
     candidate = here / "include"
@@ -90,20 +82,7 @@ def jaxlib_install() -> tuple[str, str]:
 
 
 def printable(path: str | os.PathLike[str]) -> str:
-    """``path`` as text any output can take.
-
-    Parameters
-    ----------
-    path
-        A path as :func:`os.fsdecode` gives it: each byte of a name that is
-        not valid UTF-8 held as a lone surrogate.
-
-    Returns
-    -------
-    str
-        ``path`` with each such byte written ``\\xNN``, as a Python bytes
-        literal writes it; other paths unchanged.
-    """
+    """``path`` (as :func:`os.fsdecode` gives it) with each byte that is not UTF-8 written ``\\xNN``."""
     path = os.fspath(path)
     if _is_utf8(path):
         return path
@@ -114,19 +93,7 @@ def printable(path: str | os.PathLike[str]) -> str:
 
 
 def utf8_problem(path: str) -> str | None:
-    """Why ``path`` cannot be handed to libclang, or ``None``.
-
-    Parameters
-    ----------
-    path
-        A file's path (as :func:`os.fsdecode` gives it).
-
-    Returns
-    -------
-    str or None
-        The message naming the first part of ``path`` that is not valid UTF-8
-        (libclang, and the build files, take UTF-8 paths), and the fix.
-    """
+    """Why ``path`` cannot be handed to libclang (which takes UTF-8), naming its first bad part, or ``None``."""
     if _is_utf8(path):
         return None
     part = next(p for p in reversed(path.split(os.sep)) if not _is_utf8(p))
@@ -134,23 +101,8 @@ def utf8_problem(path: str) -> str | None:
 
 
 def text_problem(value: str, what: str) -> str | None:
-    """Why ``value``, a flag or path given as ``what``, cannot reach a
-    compiler, or ``None``.
-
-    Parameters
-    ----------
-    value
-        The flag or path (as :func:`os.fsdecode` gives a path: each byte of
-        a name that is not valid UTF-8 held as a lone surrogate).
-    what
-        How the user gave it (``"extra_cflags[2]"``, ``"-I"``).
-
-    Returns
-    -------
-    str or None
-        The message naming ``what`` and the value (bytes that are not UTF-8
-        written ``\\xNN``) and the fix, when ``value`` is not valid UTF-8
-        text: compiler command lines, build files and libclang take UTF-8.
+    """Why ``value``, a flag or path given as ``what`` (``"-I"``), cannot reach a
+    compiler, or ``None``: command lines, build files and libclang take UTF-8.
     """
     if _is_utf8(value):
         return None
@@ -165,20 +117,9 @@ _FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pip
 
 
 def source_problem(path: str | os.PathLike[str]) -> str | None:
-    """Why ``path`` cannot be read as a source file, or ``None``.
-
-    Parameters
-    ----------
-    path
-        The source file (a symbolic link is followed).
-
-    Returns
-    -------
-    str or None
-        ``"... does not exist"``; ``"... is a FIFO (named pipe), not a regular
-        file ..."`` (or a device, a socket, a directory), found by ``stat``
-        without opening it, which could block (a FIFO) or never end
-        (``/dev/zero``); a name that is not valid UTF-8.
+    """Why ``path`` cannot be read as a source file, or ``None``: missing, not a
+    regular file (found by ``stat``, since opening a FIFO blocks and ``/dev/zero``
+    never ends), or a name that is not UTF-8.
     """
     return regular_file_problem(path) or _name_problem(os.fspath(path))
 
@@ -207,23 +148,11 @@ def _name_problem(path: str) -> str | None:
 
 
 def check_source(path: str | os.PathLike[str], **options: Sequence[str]) -> None:
-    """Check a source file and the options it is read with before anything opens it.
+    """Check a source file (:func:`source_problem`) and the flags or paths in
+    ``options``, by the name the user gave them (:func:`text_problem`).
 
-    Parameters
-    ----------
-    path
-        The source file: it must be a regular file with a UTF-8 name
-        (:func:`source_problem`).
-    **options
-        Lists of flags or paths by the name the user gave them
-        (``include_dirs=[...]``): each must be valid UTF-8 (:func:`text_problem`).
-
-    Raises
-    ------
-    kernix.SourceNotFoundError
-        When ``path`` does not exist or is not a regular file.
-    kernix.KernixError
-        When a name or a value is not valid UTF-8.
+    Raises :class:`kernix.SourceNotFoundError` for a missing or irregular file,
+    :class:`kernix.KernixError` for text that is not UTF-8.
     """
     for name, values in options.items():
         for i, value in enumerate(values):
@@ -248,20 +177,8 @@ def _is_utf8(text: str) -> bool:
 
 
 def directory_problem(path: str | os.PathLike[str]) -> str | None:
-    """Why files cannot be written into the directory ``path``, which is
-    created if missing, or ``None``.
-
-    Parameters
-    ----------
-    path
-        The directory.
-
-    Returns
-    -------
-    str or None
-        ``"X is not a directory"`` where ``path``, or the nearest of its
-        ancestors that exists, is something else (a file), ``"X is not
-        writable"`` where that directory cannot be written, else ``None``.
+    """Why files cannot be written into the directory ``path`` (created if missing),
+    or ``None``: it or its nearest existing ancestor is not a directory, or not writable.
     """
     p = nearest_existing(absolute(path))  # itself, or where it would be made
     if not os.path.isdir(p):
@@ -272,19 +189,7 @@ def directory_problem(path: str | os.PathLike[str]) -> str | None:
 
 
 def ancestors(path: str) -> Iterator[str]:
-    """``path``, then each directory above it, up to the top.
-
-    Parameters
-    ----------
-    path
-        A path; only its text is read, nothing is looked up.
-
-    Yields
-    ------
-    str
-        ``path``, its :func:`os.path.dirname`, and so on, up to the first that
-        is its own parent (``/``, or ``""`` for a relative path).
-    """
+    """``path``, then each :func:`os.path.dirname` above it up to ``/`` or ``""`` (text only, nothing looked up)."""
     while True:
         yield path
         parent = os.path.dirname(path)
@@ -294,16 +199,8 @@ def ancestors(path: str) -> Iterator[str]:
 
 
 def nearest_existing(path: str, exists: Callable[[str], bool] = os.path.lexists) -> str:
-    """The first of ``path`` and its :func:`ancestors` that ``exists``: where a
-    path not made yet would be made (the top one, when none exists).
-
-    Parameters
-    ----------
-    path
-        A path.
-    exists
-        The test: :func:`os.path.lexists` (a link counts, where it points does
-        not matter), or :func:`os.path.exists` (a dangling link does not count).
+    """The first of ``path`` and its :func:`ancestors` that ``exists``
+    (:func:`os.path.lexists` or :func:`os.path.exists`), else the top one.
     """
     for p in ancestors(path):
         if exists(p):
@@ -312,18 +209,8 @@ def nearest_existing(path: str, exists: Callable[[str], bool] = os.path.lexists)
 
 
 def repeated_source(paths: Sequence[str | os.PathLike[str]]) -> str | None:
-    """Why ``paths``, one module's sources, name a file twice, or ``None``.
-
-    Parameters
-    ----------
-    paths
-        The source files, as given; ones that do not exist are skipped.
-
-    Returns
-    -------
-    str or None
-        The message naming the first file given again (the same path, the
-        same path spelled differently, or a link to it), as given both times.
+    """Why ``paths``, one module's sources, name an existing file twice (however
+    spelled or linked), or ``None``.
     """
     seen: dict[tuple[int, int], str] = {}
     for path in map(os.fspath, paths):

@@ -6,7 +6,7 @@
 
 A warm load (a hit) runs no compiler, does not import libclang, the miss
 path (:mod:`kernix.compilation`) or the error classes, and does not look for the
-toolchain: the direct index (:mod:`kernix.store.direct`) gives the entry key
+toolchain: the direct index (:func:`kernix.store.recall_key`) gives the entry key
 remembered for the request, and the specs are in the entry's manifest (read
 when a function is first used).  Every look-up says hit or miss-and-why
 through :func:`kernix.notes.note`.
@@ -32,9 +32,8 @@ from .paths import jaxlib_install
 from .request import LoadRequest
 from .runtime import registry
 from .runtime.module import CompiledModule
-from .store import direct, entries
-from .store.files import content_key
-from .store.manifest import Manifest, ManifestError
+from . import store
+from .store import Manifest, ManifestError
 
 if TYPE_CHECKING:
     from .language.spec import FunctionSpec
@@ -82,28 +81,24 @@ def fingerprint(request: LoadRequest) -> str:
         "root": None, "verbose": False, "force_rebuild": False, "auto_register": False, "target_prefix": None,
         "ninja_workers": None, "inline_source": None,  # (an inline source's path names its content)
     }
-    return content_key({
-        "direct": direct.DIRECT_FORMAT,
+    return store.content_key({
+        "direct": store.DIRECT_FORMAT,
         "kernix": [__version__, __file__],
         "python": [sys.implementation.cache_tag, sys.prefix],
         "jaxlib": jaxlib_install(),
         "request": build_only,
-        "environment": {v: os.environ.get(v) for v in direct.TOOL_ENVIRONMENT},
+        "environment": {v: os.environ.get(v) for v in store.TOOL_ENVIRONMENT},
         "arch": _arch(request) if request.platform == "cuda" else None,
     })
-
-
-def _is_key(value: object) -> bool:
-    return isinstance(value, str) and len(value) == 64
 
 
 def _direct_hit(request: LoadRequest, fp: str) -> Manifest | None:
     """The entry the direct index gives for ``request``, if it is a hit (a
     miss is left to the full look-up, which says why)."""
-    key = direct.lookup(request.root, request.name, fp, valid=_is_key, what=request.name, verbose=request.verbose)
+    key = store.recall_key(request.root, request.name, fp, verbose=request.verbose)
     if key is None:
         return None
-    found = entries.lookup(request.root, request.name, key, warn=False)
+    found = store.lookup(request.root, request.name, key, warn=False)
     if found.manifest is not None:
         notes.note(f"{request.name}: cache hit ({key[:16]}, direct)", verbose=request.verbose)
     return found.manifest

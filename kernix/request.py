@@ -58,35 +58,14 @@ def _linker_flags(flags: Sequence[str]) -> tuple[str, ...]:
 
 
 class LoadRequest:
-    """Everything one load needs, resolved once (made by :func:`make_request`).
+    """Everything one load needs, resolved once by :func:`make_request`.
 
-    Attributes
-    ----------
-    name
-        The module name.
-    sources
-        The source files, absolute.
-    language
-        ``"cuda"`` or ``"cpp"``.
-    functions
-        The normalised ``functions=`` argument (``None``: every annotated function).
-    root
-        The cache root (``build_directory=``, else :func:`kernix.cache_root`).
-    extra_cflags, extra_ldflags
-        The user's flags, with path arguments made absolute.
-    include_dirs
-        ``extra_include_paths``, absolute, in order.
-    compute_capability
-        The requested GPU architecture (``None``: detect it); CUDA only.
-    optimization_level, use_fast_math, allow_cuda_graph, ninja_workers
-        As the loaders document them.
-    verbose, force_rebuild, auto_register, target_prefix
-        As the loaders document them.
-    inline_source
-        The text of an inline load's one source, which is stored in the cache
-        (``sources``) before the build lock is taken; ``None`` for files.  The
-        build stores it again under the lock if ``kernix cache clear`` removed
-        it meanwhile (:func:`kernix.compilation.keyed_entry`).
+    Paths are absolute; ``functions`` is normalised (``None``: every annotated
+    function); ``root`` is ``build_directory=`` or :func:`kernix.cache_root`;
+    ``compute_capability`` ``None`` means detect. The other fields are the
+    loaders' options. ``inline_source`` is an inline load's text, stored in the
+    cache before the build lock is taken and again under it if ``kernix cache
+    clear`` removed it (:func:`kernix.compilation.keyed_entry`).
     """
 
     # A plain slotted class rather than a NamedTuple: a warm load defines it at import.
@@ -200,15 +179,9 @@ def make_request(
     functions: Any,
     options: Mapping[str, Any],
 ) -> LoadRequest:
-    """Validate the loader options and resolve them into a :class:`LoadRequest`.
-
-    ``options`` are the loader keywords (``extra_cuda_cflags`` or
-    ``extra_cflags`` for the compiler flags; the rest as named).
-
-    Raises
-    ------
-    kernix.InvalidNameError, kernix.ArgSpecError, kernix.OptionError
-        For a bad name, ``functions`` argument or option value.
+    """Validate the loader ``options`` and resolve them into a :class:`LoadRequest`;
+    :class:`kernix.InvalidNameError`, :class:`kernix.ArgSpecError` or
+    :class:`kernix.OptionError` for a bad value.
     """
     check_module_name(name)
     prefix = options.get("target_prefix")

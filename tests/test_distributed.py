@@ -209,7 +209,6 @@ NO_GPU = textwrap.dedent(
 
     # No driver at all, whatever this machine has.
     gpus.NVML_LIBRARY = gpus.CUDA_LIBRARY = "/nonexistent/libnvidia.so.1"
-    gpus._nvidia_smi = lambda: "nvidia-smi is not on PATH"
     try:
         kernix.load_cuda_inline("no_gpu", sys.argv[2])
     except kernix.ToolchainError as e:

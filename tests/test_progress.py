@@ -50,7 +50,7 @@ def _shown(out: str) -> list[str]:
 
 def test_one_line_rewritten_in_place_then_the_summary() -> None:
     clock, out = Clock(), io.StringIO()
-    p = BuildProgress("module 'ops' (cpu)", "line", out, clock=clock)
+    p = BuildProgress("module 'ops' (cpu)", True, out, clock=clock)
     clock.now += 0.5
     p.feed("[1/4] compile shim_0.cpp")
     p.tick()
@@ -86,7 +86,7 @@ def test_one_line_rewritten_in_place_then_the_summary() -> None:
 
 def test_the_line_is_cleared_when_the_build_fails() -> None:
     clock, out = Clock(), io.StringIO()
-    p = BuildProgress("module 'ops' (cpu)", "line", out, clock=clock)
+    p = BuildProgress("module 'ops' (cpu)", True, out, clock=clock)
     clock.now += 1.5
     p.feed("[1/2] compile shim_0.cpp")
     shown = out.getvalue()
@@ -97,39 +97,18 @@ def test_the_line_is_cleared_when_the_build_fails() -> None:
 
 def test_a_quick_build_shows_nothing() -> None:
     clock, out = Clock(), io.StringIO()
-    for style in ("line", "lines"):
-        p = BuildProgress("module 'ops' (cpu)", style, out, clock=clock)
-        p.feed("[1/2] compile shim_0.cpp")
-        clock.now += progress.THRESHOLD_S * 0.9
-        p.tick()
-        p.feed("[2/2] link module.so")
-        p.finish("built it")
-    assert out.getvalue() == ""
-
-
-def test_plain_lines_one_per_step_when_asked_off_a_terminal() -> None:
-    clock, out = Clock(), io.StringIO()
-    p = BuildProgress("module 'ops' (cpu)", "lines", out, clock=clock)
-    p.feed("[1/3] compile shim_0.cpp")
-    clock.now += 1.2
+    p = BuildProgress("module 'ops' (cpu)", True, out, clock=clock)
+    p.feed("[1/2] compile shim_0.cpp")
+    clock.now += progress.THRESHOLD_S * 0.9
     p.tick()
-    clock.now += 2.0
-    p.tick()  # time alone prints no line
-    assert p.wait_s() is None
-    p.feed("[2/3] compile handlers_0.cpp")
-    p.feed("[3/3] link module.so")
-    p.finish("built module 'ops' (cpu): 2 of 2 units compiled in 3.20 s")
-    assert out.getvalue().splitlines() == [
-        "kernix: building module 'ops' (cpu) [1/3] 1 s",
-        "kernix: building module 'ops' (cpu) [2/3] 3 s",
-        "kernix: building module 'ops' (cpu) [3/3] 3 s",
-        "kernix: built module 'ops' (cpu): 2 of 2 units compiled in 3.20 s",
-    ]
+    p.feed("[2/2] link module.so")
+    p.finish("built it")
+    assert out.getvalue() == ""
 
 
 def test_verbose_echoes_ninja_and_ends_with_the_summary() -> None:
     out = io.StringIO()
-    p = BuildProgress("module 'ops' (cpu)", None, out, echo=True)
+    p = BuildProgress("module 'ops' (cpu)", False, out, echo=True)
     lines = ["[1/2] g++ -c shim_0.cpp -o shim_0.o", "shim_0.cpp:1: warning: x", "[2/2] g++ shim_0.o -o module.so"]
     for line in lines:
         p.feed(line)
@@ -141,28 +120,27 @@ def test_verbose_echoes_ninja_and_ends_with_the_summary() -> None:
 def test_a_long_line_is_cut_to_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "40")
     clock, out = Clock(), io.StringIO()
-    p = BuildProgress("module 'a_rather_long_module_name' (cuda)", "line", out, clock=clock)
+    p = BuildProgress("module 'a_rather_long_module_name' (cuda)", True, out, clock=clock)
     clock.now += 2
     p.tick()
     (shown,) = _shown(out.getvalue())
     assert len(shown) == 39 and shown.endswith("...")
 
 
-def test_the_style_follows_the_stream_the_notebook_and_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_line_shows_on_a_terminal_in_a_notebook_or_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     master, slave = pty.openpty()
     with os.fdopen(slave, "w") as tty, os.fdopen(master, "rb"):
-        assert progress_style(tty) == "line"
-        assert progress_style(tty, verbose=True) is None  # verbose echoes ninja instead
+        assert progress_style(tty) is True
+        assert progress_style(tty, verbose=True) is False  # verbose echoes ninja instead
         monkeypatch.setenv("KERNIX_PROGRESS", "0")
-        assert progress_style(tty) is None
-        monkeypatch.setenv("KERNIX_PROGRESS", "1")
-        assert progress_style(tty) == "line"
+        assert progress_style(tty) is False
     piped = io.StringIO()
-    assert progress_style(piped) == "lines"
+    monkeypatch.setenv("KERNIX_PROGRESS", "1")
+    assert progress_style(piped) is True
     monkeypatch.delenv("KERNIX_PROGRESS")
-    assert progress_style(piped) is None
+    assert progress_style(piped) is False
     monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
-    assert progress_style(piped) == "line"  # a Jupyter kernel's stderr is no terminal, but shows '\r' lines
+    assert progress_style(piped) is True  # a Jupyter kernel's stderr is no terminal, but shows '\r' lines
 
 
 @pytest.mark.parametrize("value", ["yes", "2", "true"])
@@ -172,7 +150,7 @@ def test_a_bad_progress_value_is_an_error_naming_the_variable(monkeypatch: pytes
     with pytest.raises(OptionError, match=re.escape(expected)):
         progress_style(io.StringIO())
     monkeypatch.setenv("KERNIX_PROGRESS", "1")  # the fix it suggests
-    assert progress_style(io.StringIO()) == "lines"
+    assert progress_style(io.StringIO()) is True
 
 
 # A stand-in for ninja: its status lines, a compiler's output with CRLF and a
@@ -214,7 +192,7 @@ def test_ninja_is_read_as_it_runs_and_its_output_kept_as_before(
     monkeypatch.setenv("NINJA_STATUS", "%p ")  # a user's own format changes nothing
     cmd = _fake_ninja(tmp_path, 0.02, 0.02)
     seen: list[str] = []
-    p = BuildProgress("module 'ops' (cpu)", None, io.StringIO())
+    p = BuildProgress("module 'ops' (cpu)", False, io.StringIO())
     p.feed = seen.append  # type: ignore[method-assign]
     code, text = run_ninja(cmd, p)
     # What the build read before: subprocess.run(text=True, errors="replace") of ninja's stdout and stderr.
@@ -230,8 +208,7 @@ def test_ninja_is_read_as_it_runs_and_its_output_kept_as_before(
 def test_the_line_updates_on_a_terminal_while_ninja_is_silent(tmp_path: Path) -> None:
     master, slave = pty.openpty()
     with os.fdopen(slave, "w") as tty, os.fdopen(master, "rb", buffering=0) as screen:
-        style = progress_style(tty)
-        p = BuildProgress("module 'ops' (cpu)", style, tty, threshold=0.2)
+        p = BuildProgress("module 'ops' (cpu)", progress_style(tty), tty, threshold=0.2)
         code, _ = run_ninja(_fake_ninja(tmp_path, 1.3, 0.01), p)  # ninja silent past the first whole second
         assert code == 3
         assert p.wait_s() is not None and 0 < p.wait_s() <= 1.0
@@ -250,7 +227,7 @@ def test_ninja_is_stopped_when_reading_fails(tmp_path: Path) -> None:
     script = tmp_path / "slow_ninja.py"
     script.write_text(f"import os, sys, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
                       "print('[1/2] compile shim_0.cpp', flush=True)\ntime.sleep(60)\n")
-    p = BuildProgress("module 'ops' (cpu)", None, io.StringIO())
+    p = BuildProgress("module 'ops' (cpu)", False, io.StringIO())
 
     def interrupted(line: str) -> None:
         raise KeyboardInterrupt
@@ -303,7 +280,7 @@ def test_ninja_is_read_in_a_process_with_a_thousand_files_open(tmp_path: Path) -
     try:
         while not held or held[-1] < 1030:
             held.append(os.open(os.devnull, os.O_RDONLY))
-        code, text = run_ninja(_fake_ninja(tmp_path, 0.01, 0.01), BuildProgress("m", None, io.StringIO()))
+        code, text = run_ninja(_fake_ninja(tmp_path, 0.01, 0.01), BuildProgress("m", False, io.StringIO()))
     finally:
         for fd in held:
             os.close(fd)
@@ -313,7 +290,7 @@ def test_ninja_is_read_in_a_process_with_a_thousand_files_open(tmp_path: Path) -
 
 def test_a_closed_stream_stops_the_display_not_the_build() -> None:
     stream = io.StringIO()
-    p = BuildProgress("module 'ops' (cpu)", "lines", stream, threshold=0.0)
+    p = BuildProgress("module 'ops' (cpu)", True, stream, threshold=0.0)
     stream.close()
     p.feed("[1/2] compile shim_0.cpp")  # would raise ValueError: I/O operation on closed file
     p.finish("built module 'ops' (cpu): 1 of 1 units compiled in 0.10 s")

@@ -1,17 +1,14 @@
 """The cache's size limit: sizes and ages, least-recently-used eviction after a
-build and by ``kernix cache prune``, last use and leases, and that an eviction
-never removes what another process is loading or building, never leaves a
-half-removed entry a load would trust, and never follows a symbolic link.
+build and by ``kernix cache prune``, last use, and that an eviction never
+removes what another process is building, never leaves a half-removed entry a
+load would trust, and never follows a symbolic link.
 
 One tiny C++ module is built (into a cache that is over its limit, so the build
 evicts); every other entry is made by hand or copied from it."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
-import gc
 import json
 import logging
 import os
@@ -23,13 +20,15 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from helpers import FIXTURES, unique_name
 
 import kernix
 from kernix.cli import main
 from kernix.errors import CacheError, OptionError
-from kernix.store import entries, prune, usage
+from kernix.store import entries, prune
 from kernix.store.limits import DEFAULT_MAX_SIZE, max_size, parse_age, parse_size
 from kernix.store.lock import build_lock
 
@@ -94,8 +93,8 @@ def _entry(root: Path, name: str, key: str, size: int, used: float, *, manifest:
     (d / "module-0123456789abcdef.so").write_bytes(b"\0" * size)
     if manifest:
         (d / "manifest.json").write_text("{}")
-    (d / usage.LAST_USE).touch()
-    os.utime(d / usage.LAST_USE, (used, used))
+    (d / entries.LAST_USE).touch()
+    os.utime(d / entries.LAST_USE, (used, used))
     return d
 
 
@@ -162,7 +161,7 @@ def test_preludes_and_a_builds_leftovers_are_evicted_when_unused(tmp_path: Path)
     os.utime(new_pch, (now, now - 5 * DAY))  # read now, written 5 days ago: used now
     _file(toolchain / "gcc-answers.rec", 2, now - 9 * DAY)  # a compiler's answers: not a prelude
     build = tmp_path / "build"
-    for name, age in ((".ops.stale-123-456", 2 * usage.TOUCH_INTERVAL_S), (".ops.stale-124-457", 60.0)):
+    for name, age in ((".ops.stale-123-456", 2 * entries.TOUCH_INTERVAL_S), (".ops.stale-124-457", 60.0)):
         _file(build / name / "ops.o", 100, now)
         os.utime(build / name, (now - age, now - age))
     result = kernix.prune_cache(older_than="1h", root=tmp_path)
@@ -214,7 +213,7 @@ def test_a_limit_that_is_no_size_warns_after_a_build_and_the_entry_is_kept(built
     shutil.copyfile(next(built.entry.glob("module-*.so")), built_so)
     warning = r"not kept within a size limit: KERNIX_CACHE_MAX_SIZE: '5 gigs' is not"
     with build_lock(built.root, built.name), pytest.warns(RuntimeWarning, match=warning):
-        published = entries.publish(built.root, built.name, "9" * 64, built_so, [], {}, [], "cpu")
+        published = kernix.store.publish(built.root, built.name, "9" * 64, built_so, [], {}, [], "cpu")
     try:
         assert entries.lookup(built.root, built.name, "9" * 64).hit
     finally:
@@ -224,35 +223,32 @@ def test_a_limit_that_is_no_size_warns_after_a_build_and_the_entry_is_kept(built
 _HOLDER = """
 import sys
 from pathlib import Path
-from kernix.store import usage, lock
-fd = usage.lease(sys.argv[1])  # as a load of that entry holds it
-with lock.build_lock(Path(sys.argv[2]), sys.argv[3]):  # as a build of that module holds it
+from kernix.store import lock
+with lock.build_lock(Path(sys.argv[1]), sys.argv[2]):  # as a build of that module holds it
     print("ready", flush=True)
     sys.stdin.readline()
 """
 
 
-def test_what_another_process_is_loading_or_building_is_kept(tmp_path: Path) -> None:
-    """A process holds a lease on one entry (a load) and the build lock of another
-    module (a build about to load its new entry): a prune passes over both."""
+def test_what_another_process_is_building_is_kept(tmp_path: Path) -> None:
+    """A process holds the build lock of a module (a build about to load its
+    new entry): a prune passes over that module's entries."""
     now = time.time()
-    loaded = _entry(tmp_path, "ops", "loaded", 100, now - 3 * DAY)
     building = _entry(tmp_path, "fresh", "old", 100, now - 3 * DAY)
     free = _entry(tmp_path, "ops", "free", 100, now - 2 * DAY)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(kernix.__file__).parents[1]),
                                                                    os.environ.get("PYTHONPATH")) if p)}
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(loaded), str(tmp_path), "fresh"], env=env,
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path), "fresh"], env=env,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "ready\n"
         result = kernix.prune_cache(1, root=tmp_path)
         assert _names(result["removed"]) == [("ops", "free")] and not free.exists()
-        assert {(r["key"], r["reason"]) for r in result["kept"]} == {
-            ("loaded", "in use by a running process"), ("old", "its module is being built or cleared")}
-        assert (loaded / "manifest.json").is_file() and (building / "manifest.json").is_file()
+        assert {(r["key"], r["reason"]) for r in result["kept"]} == {("old", "its module is being built or cleared")}
+        assert (building / "manifest.json").is_file()
     finally:
         holder.communicate("\n", timeout=30)
-    assert _names(kernix.prune_cache(1, root=tmp_path)["removed"]) == [("fresh", "old"), ("ops", "loaded")]
+    assert _names(kernix.prune_cache(1, root=tmp_path)["removed"]) == [("fresh", "old")]
 
 
 def test_prune_follows_no_symbolic_link(tmp_path: Path) -> None:
@@ -323,8 +319,7 @@ def built(tmp_path_factory: pytest.TempPathFactory, session_cache_dir: Path) -> 
             logger.setLevel(level)
     entry = Path(module.path).parent
     key = json.loads((entry / "manifest.json").read_text())["key"]
-    del module  # (its lease goes with it)
-    gc.collect()
+    del module
     return Built(root, name, entry, key, stale, handler.records)
 
 
@@ -340,34 +335,33 @@ def test_a_build_evicts_the_least_recently_used_beyond_the_limit(built: Built) -
     assert all("last used 1" in m and m.endswith("over the limit of 3.0 MiB") for m in evicted)
     assert any(level == logging.DEBUG and "over its limit of 3.0 MiB: evicting the least recently used" in m
                for level, m in built.log)
-    assert (built.entry / "manifest.json").is_file() and (built.entry / usage.LAST_USE).is_file()
+    assert (built.entry / "manifest.json").is_file() and (built.entry / entries.LAST_USE).is_file()
 
 
-def test_a_load_records_its_use_and_holds_a_lease_while_the_module_lives(built: Built) -> None:
-    last_use = built.entry / usage.LAST_USE
-    long_ago = time.time() - 2 * usage.TOUCH_INTERVAL_S
+def test_a_load_records_its_use_once_an_hour(built: Built) -> None:
+    last_use = built.entry / entries.LAST_USE
+    long_ago = time.time() - 2 * entries.TOUCH_INTERVAL_S
     os.utime(last_use, (long_ago, long_ago))
     module = _load(built)
-    assert last_use.stat().st_mtime > time.time() - 60  # recorded
-    with usage.claim(built.entry) as claimed:
-        assert claimed is None  # leased: an eviction passes over it
+    assert Path(module.path).parent == built.entry
     recent = last_use.stat().st_mtime
-    del module
-    gc.collect()
-    with usage.claim(built.entry) as claimed:
-        assert claimed == recent  # free again
-    again = _load(built)
-    assert Path(again.path).parent == built.entry
+    assert recent > time.time() - 60  # recorded
+    _load(built)
     assert last_use.stat().st_mtime == recent  # within the hour: not written again
 
 
-def test_a_look_up_during_an_eviction_is_a_miss(built: Built) -> None:
-    gc.collect()
-    with usage.claim(built.entry) as claimed:
-        assert claimed is not None
-        found = entries.lookup(built.root, built.name, built.key)
-        assert (found.manifest, found.reason) == (None, "no entry (being evicted)")
-    assert entries.lookup(built.root, built.name, built.key).hit
+def test_an_entry_evicted_while_a_process_has_it_loaded_keeps_working(built: Built) -> None:
+    """On Linux a removed library stays usable by whoever mapped it, and the
+    specs were read at look-up: no lease is needed to evict a loaded entry."""
+    module = kernix.load_cpp_file(SOURCE, name=built.name, build_directory=built.root)
+    x = jnp.arange(4, dtype=jnp.float32)
+    _only_the_built_entry(built)
+    os.utime(built.entry / entries.LAST_USE, (time.time() - 100 * DAY,) * 2)
+    assert _names(kernix.prune_cache(older_than="50d", root=built.root)["removed"]) == [(built.name, built.key[:32])]
+    assert not built.entry.exists()
+    np.testing.assert_array_equal(np.asarray(module.add_one(x)), np.arange(1, 5, dtype=np.float32))
+    again = _load(built)  # a miss: built again
+    assert Path(again.path).is_file()
 
 
 def _copy_entry(built: Built, key: str, source: str) -> Path:
@@ -380,97 +374,18 @@ def _copy_entry(built: Built, key: str, source: str) -> Path:
     return entry
 
 
-def _last_use_fds(entry: Path) -> list[int]:
-    """This process's descriptors open on ``entry``'s last-use file."""
-    target = str(entry / usage.LAST_USE)
-    out = []
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/self/fd/{fd}") == target:
-                out.append(int(fd))
-    return out
+def test_no_descriptor_left_is_an_error_saying_so_not_a_rebuild(built: Built, monkeypatch) -> None:
+    """A process at its limit of open files (EMFILE) that cannot read an entry
+    is told so, not warned that the entry is damaged and sent to rebuild it."""
 
+    def unread(directory):
+        raise OSError(errno.EMFILE, "Too many open files", str(directory / "manifest.json"))
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc/self/fd (Linux)")
-def test_a_process_holds_one_descriptor_per_entry_however_many_loads(built: Built) -> None:
-    key = "d" * 64
-    copy = _copy_entry(built, key, str(SOURCE))
-    try:
-        found = [entries.lookup(built.root, built.name, key) for _ in range(3)]
-        assert all(f.hit for f in found) and len(_last_use_fds(copy)) == 1
-        with usage.claim(copy) as claimed:
-            assert claimed is None  # leased
-        del found[:2]
-        gc.collect()
-        with usage.claim(copy) as claimed:
-            assert claimed is None  # still leased by the third
-        del found
-        gc.collect()
-        assert _last_use_fds(copy) == []
-        with usage.claim(copy) as claimed:
-            assert claimed is not None  # free
-    finally:
-        shutil.rmtree(copy, ignore_errors=True)
-
-
-def test_no_descriptor_left_is_no_lease_not_a_damaged_entry(built: Built, monkeypatch) -> None:
-    """A process at its limit of open files (EMFILE) loads the entry without a
-    lease, with no warning that it is damaged; a file it cannot read then is an
-    error saying so, not a rebuild."""
-    key = "e" * 64
-    copy = _copy_entry(built, key, str(SOURCE))
-    real = os.open
-
-    def exhausted(path, *args, **kwargs):
-        if os.fspath(path).endswith(refused):
-            raise OSError(errno.EMFILE, "Too many open files", path)
-        return real(path, *args, **kwargs)
-
-    refused: tuple[str, ...] = (usage.LAST_USE,)
-    monkeypatch.setattr(os, "open", exhausted)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            found = entries.lookup(built.root, built.name, key)
-            assert found.hit, found.reason
-            refused = ()
-            with usage.claim(copy) as claimed:
-                assert claimed is not None  # (no lease held)
-            refused = (usage.LAST_USE,)
-
-            def unread(directory):
-                raise OSError(errno.EMFILE, "Too many open files", str(directory / "manifest.json"))
-
-            monkeypatch.setattr(entries.Manifest, "read", unread)
-            with pytest.raises(CacheError, match=r"Too many open files \(this process.*ulimit -n"):
-                entries.lookup(built.root, built.name, key)
-    finally:
-        monkeypatch.setattr(os, "open", real)
-        shutil.rmtree(copy, ignore_errors=True)
-
-
-def test_a_lease_on_a_last_use_file_removed_meanwhile_is_a_miss(built: Built, monkeypatch) -> None:
-    """A load opens the last-use file; before it locks it, a prune removes the
-    entry and a build publishes it again: the lock would guard a removed file,
-    so the load is a miss (and the next one a hit, on the new file)."""
-    key = "f" * 64
-    copy = _copy_entry(built, key, str(SOURCE))
-    real = fcntl.flock
-
-    def republished(fd, operation):
-        if operation & fcntl.LOCK_SH and os.fstat(fd).st_nlink:
-            (copy / usage.LAST_USE).unlink()
-            (copy / usage.LAST_USE).touch()
-        return real(fd, operation)
-
-    try:
-        monkeypatch.setattr(fcntl, "flock", republished)
-        found = entries.lookup(built.root, built.name, key)
-        assert (found.manifest, found.reason) == (None, "no entry (being evicted)")
-        monkeypatch.setattr(fcntl, "flock", real)
-        assert entries.lookup(built.root, built.name, key).hit
-    finally:
-        shutil.rmtree(copy, ignore_errors=True)
+    monkeypatch.setattr(entries.Manifest, "read", unread)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(CacheError, match=r"Too many open files \(this process.*ulimit -n"):
+            entries.lookup(built.root, built.name, built.key)
 
 
 def test_an_entry_that_cannot_be_checked_is_damaged(built: Built, monkeypatch) -> None:
@@ -487,7 +402,7 @@ def test_cache_info_lists_each_version_of_a_module(built: Built, monkeypatch, ca
     copies = [_copy_entry(built, f"{c * 64}", f"/src/{c}/kernels.cpp") for c in "ab"]
     now = time.time()
     for entry, used in zip([built.entry, *copies], [now, now - DAY, now - 3 * DAY]):
-        os.utime(entry / usage.LAST_USE, (used, used))
+        os.utime(entry / entries.LAST_USE, (used, used))
     try:
         info = kernix.cache_info(root=built.root)
         rows = [m for m in info["modules"] if m["name"] == built.name]
@@ -523,10 +438,12 @@ def _only_the_built_entry(built: Built) -> None:
 
 def test_a_half_removed_entry_is_never_trusted_and_the_next_prune_finishes_it(built: Built, monkeypatch) -> None:
     key = "c" * 64
-    keep = _load(built)  # (its entry stays)
+    keep = _load(built)
     _only_the_built_entry(built)
     copy = _copy_entry(built, key, str(SOURCE))
     assert entries.lookup(built.root, built.name, key).hit
+    os.utime(built.entry / entries.LAST_USE)  # (its entry stays)
+    os.utime(copy / entries.LAST_USE, (time.time() - 2 * DAY,) * 2)
     real = shutil.rmtree
 
     def refused(path, *args, **kwargs):
@@ -537,24 +454,23 @@ def test_a_half_removed_entry_is_never_trusted_and_the_next_prune_finishes_it(bu
     monkeypatch.setattr(shutil, "rmtree", refused)
     with pytest.raises(CacheError, match=r"kernix.prune_cache\(\) removed 0 cache entries but could not remove .*"
                                          r"Permission denied.*chmod -R u\+rwX"):
-        kernix.prune_cache(older_than=0, root=built.root)
+        kernix.prune_cache(older_than="1d", root=built.root)
     assert not (copy / "manifest.json").exists() and (copy / "last-use").exists()
     assert entries.lookup(built.root, built.name, key).reason == "no entry"
     monkeypatch.setattr(shutil, "rmtree", real)
-    kernix.prune_cache(older_than=0, root=built.root)
+    kernix.prune_cache(older_than="1d", root=built.root)
     assert not copy.exists() and Path(keep.path).is_file()
 
 
 def test_an_evicted_module_loads_again_and_a_warm_load_never_prunes(built: Built, monkeypatch) -> None:
-    gc.collect()  # (the modules of the tests before, and their leases)
     _only_the_built_entry(built)
     long_ago = time.time() - 100 * DAY
-    os.utime(built.entry / usage.LAST_USE, (long_ago, long_ago))
+    os.utime(built.entry / entries.LAST_USE, (long_ago, long_ago))
     result = kernix.prune_cache(older_than="50d", root=built.root)  # the entry, not its work directory
     assert _names(result["removed"]) == [(built.name, built.key[:32])] and not built.entry.exists()
     assert not (built.root / "direct" / built.name).exists()  # (its module's last entry: its records go too)
     module = _load(built)  # a miss: built again (linked again), into the same entry
-    assert Path(module.path).parent == built.entry and (built.entry / usage.LAST_USE).is_file()
+    assert Path(module.path).parent == built.entry and (built.entry / entries.LAST_USE).is_file()
 
     def boom(*args, **kwargs):
         raise AssertionError("a warm load walked the cache")

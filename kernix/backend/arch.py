@@ -33,12 +33,6 @@ def _parse(text: str) -> tuple[str, str] | None:
     return major + minor, suffix
 
 
-def _name(value: str | int) -> str | None:
-    """The ``sm_XY`` name of ``value``, or ``None`` when it is not a compute capability."""
-    parsed = _parse(str(value).strip().lower())
-    return None if parsed is None else f"sm_{parsed[0]}{parsed[1]}"
-
-
 def normalize_arch(value: str | int) -> str:
     """Turn ``"sm_90"``, ``"90"``, ``"9.0"``, ``90`` or ``"sm_90a"`` into ``"sm_90"``-style.
 
@@ -47,10 +41,10 @@ def normalize_arch(value: str | int) -> str:
     ToolchainError
         If ``value`` is not a compute capability.
     """
-    name = _name(value)
-    if name is None:
+    parsed = _parse(str(value).strip().lower())
+    if parsed is None:
         raise ToolchainError(f"bad compute capability {value!r}: expected a form like 'sm_90', '90', '9.0' or 'sm_90a'")
-    return name
+    return f"sm_{parsed[0]}{parsed[1]}"
 
 
 def arch_key(arch: str) -> tuple[int, int, str]:
@@ -97,8 +91,8 @@ def detect_compute_capability(explicit: str | Sequence[str] | None = None, *,
     Looks, in order, at ``explicit`` (one architecture or a list, see
     :func:`normalize_arch_list`), ``$KERNIX_CUDA_ARCH_LIST``,
     ``$KERNIX_CUDA_ARCH``, then the GPUs this process can use, asked of the
-    driver (:func:`kernix.backend.gpus.survey`: NVML, the CUDA driver API,
-    ``nvidia-smi``; never JAX, whose backend stays unstarted): the
+    driver (:func:`kernix.backend.gpus.survey`: NVML, else the CUDA driver
+    API; never JAX, whose backend stays unstarted): the
     architectures of every GPU that ``CUDA_VISIBLE_DEVICES`` shows, so a
     module runs on whichever of them JAX uses.
 

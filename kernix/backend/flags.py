@@ -19,23 +19,10 @@ __all__ = ["BuildConfig", "compile_flags"]
 
 @dataclass(frozen=True)
 class BuildConfig:
-    """Everything that decides how a module is compiled.
-
-    Attributes
-    ----------
-    platform
-        ``"cuda"`` (user code by nvcc) or ``"cpu"`` (user code by the host compiler).
-    optimization_level
-        ``-O<n>`` for host and device code.
-    use_fast_math
-        ``--use_fast_math`` for nvcc, ``-ffast-math`` for C++.
-    extra_cflags, extra_ldflags, include_dirs
-        Passed through, in order.
-    arch
-        ``sm_XY`` for CUDA builds, or a comma-separated list ``sm_80,sm_90``
-        for a fat binary (see :attr:`archs`).
-    allow_cuda_graph
-        Mark handlers command-buffer compatible.
+    """Everything that decides how a module is compiled: the ``platform`` (user
+    code by nvcc or the host compiler), ``-O<n>``, fast math, the flags and
+    include directories in order, ``arch`` (``sm_XY`` or ``sm_80,sm_90``, see
+    :attr:`archs`) and ``allow_cuda_graph``.
     """
 
     platform: str

@@ -2,15 +2,17 @@
 
 Asking JAX (``jax.devices("gpu")``) starts its backend: about 0.3 s on an
 H100, the GPU's memory taken, and a later ``jax.distributed.initialize()``
-refused.  So a CUDA load asks the driver, through :mod:`ctypes`, in order:
+refused.  So a CUDA load asks the driver, through :mod:`ctypes`:
 
-1. NVML (``libnvidia-ml.so.1``, shipped with every Linux driver): each GPU's
-   compute capability, name and UUID.  It lists every GPU, so
-   ``CUDA_VISIBLE_DEVICES`` is applied here (:func:`visible`).
-2. The CUDA driver API (``libcuda.so.1``): ``cuInit`` and
-   ``cuDeviceGetAttribute`` (compute capability major 75, minor 76); the
-   driver applies ``CUDA_VISIBLE_DEVICES`` itself.
-3. ``nvidia-smi --query-gpu=compute_cap,name,uuid`` (a subprocess), as NVML.
+1. NVML (``libnvidia-ml.so.1``, shipped with every Linux driver; about 34 ms
+   on an H100): each GPU's compute capability, name and UUID.  It lists
+   every GPU, so ``CUDA_VISIBLE_DEVICES`` is applied here (:func:`visible`).
+2. Where NVML gives no answer, the CUDA driver API (``libcuda.so.1``;
+   ``cuInit``, about 224 ms, then ``cuDeviceGetAttribute``: compute
+   capability major 75, minor 76); the driver applies
+   ``CUDA_VISIBLE_DEVICES`` itself.  A container started with
+   ``NVIDIA_DRIVER_CAPABILITIES=compute`` has ``libcuda.so.1`` but not NVML,
+   which comes with the ``utility`` capability.
 
 The answer is remembered in the cache root (``toolchain/gpus-<key>.rec``)
 under a key made of what the driver shows in ``/proc/driver/nvidia`` (its
@@ -25,13 +27,11 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
-import shutil
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["CUDA_LIBRARY", "DRIVER_PROC", "NVML_LIBRARY", "Gpu", "Survey", "forget", "survey", "visible"]
+__all__ = ["CUDA_LIBRARY", "DRIVER_PROC", "NVML_LIBRARY", "Gpu", "Survey", "survey", "visible"]
 
 #: The libraries and the driver's /proc directory (module attributes, so tests can stand in for them).
 NVML_LIBRARY = "libnvidia-ml.so.1"
@@ -54,12 +54,12 @@ class Survey(NamedTuple):
     there are none, why (for the error that names the fix)."""
 
     gpus: tuple[Gpu, ...]
-    source: str  # "nvml", "cuda driver", "nvidia-smi", or "" when none answered
+    source: str  # "nvml", "cuda driver", or "" when neither answered
     problem: str
 
 
 class _Device(NamedTuple):
-    """A GPU as NVML and nvidia-smi list it (all of them, in PCI bus order)."""
+    """A GPU as NVML lists it (all of them, in PCI bus order)."""
 
     arch: str
     name: str
@@ -67,11 +67,6 @@ class _Device(NamedTuple):
 
 
 _known: dict[tuple[str | None, str | None], Survey] = {}  # this process's answers, by the two variables
-
-
-def forget() -> None:
-    """Forget this process's answers (the next :func:`survey` reads the memo or asks again)."""
-    _known.clear()
 
 
 def _sm(major: int, minor: int) -> str:
@@ -161,29 +156,6 @@ def _cuda_driver() -> list[Gpu] | str:
         return str(exc)
 
 
-def _nvidia_smi() -> list[_Device] | str:
-    """Every GPU ``nvidia-smi`` lists, or why it gave no answer."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return "nvidia-smi is not on PATH"
-    try:
-        proc = subprocess.run([smi, "--query-gpu=compute_cap,name,uuid", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"nvidia-smi failed: {exc}"
-    devices = []
-    for line in proc.stdout.splitlines():
-        if not line.strip():
-            continue
-        cap, *rest = [field.strip() for field in line.split(",")]
-        major, dot, minor = cap.partition(".")
-        if proc.returncode or not (dot and major.isdigit() and minor.isdigit()):
-            return f"nvidia-smi answered {line.strip()!r}, not a compute capability"
-        name = ",".join(rest[:-1]) if len(rest) > 1 else "".join(rest)
-        devices.append(_Device(_sm(int(major), int(minor)), name, rest[-1] if len(rest) > 1 else ""))
-    return devices
-
-
 def visible(devices: Sequence[_Device]) -> list[_Device]:
     """The GPUs of ``devices`` (all, in PCI bus order) that ``CUDA_VISIBLE_DEVICES`` shows.
 
@@ -234,9 +206,9 @@ def _identity() -> str | None:
 
 
 def _ask() -> Survey:
-    """Ask NVML, then the CUDA driver, then nvidia-smi."""
+    """Ask NVML, then the CUDA driver."""
     problems = []
-    for source, probe in (("nvml", _nvml), ("cuda driver", _cuda_driver), ("nvidia-smi", _nvidia_smi)):
+    for source, probe in (("nvml", _nvml), ("cuda driver", _cuda_driver)):
         answer = probe()
         if isinstance(answer, str):
             problems.append(answer)
@@ -256,14 +228,14 @@ def _ask() -> Survey:
     return Survey((), "", "no NVIDIA driver answered: " + "; ".join(problems))
 
 
-def _read_memo(path: str, root: str) -> Survey | None:
-    from ..store.files import read_record
+def _read_memo(key: str, root: str | os.PathLike[str] | None) -> Survey | None:
+    from ..store import recall
 
     try:
-        value = read_record(path, root)
+        value = recall("gpus", key, root=root)
         gpus = tuple(Gpu(str(a), str(n)) for a, n in value["gpus"])
         source = str(value["source"])
-    except (OSError, ValueError, KeyError, TypeError):  # missing, untrusted or damaged: asked again
+    except (ValueError, KeyError, TypeError):  # missing, untrusted or damaged: asked again
         return None
     return Survey(gpus, source, "") if gpus and all(g.arch.startswith("sm_") for g in gpus) else None
 
@@ -290,21 +262,16 @@ def survey(root: str | os.PathLike[str] | None = None, *, remember: bool = True)
     if known is not None:
         return known
     key = _identity()
-    memo = None
     if key is not None:
-        from ..paths import cache_root
-
-        base = os.fspath(root) if root is not None else str(cache_root())
-        memo = os.path.join(base, "toolchain", f"gpus-{key}.rec")
-        found = _read_memo(memo, base)
+        found = _read_memo(key, root)
         if found is not None:
             _known[env] = found
             return found
     found = _ask()
     if found.gpus:
         _known[env] = found
-        if memo is not None and remember:
-            from ..store.files import write_record
+        if key is not None and remember:
+            from ..store import remember as keep
 
-            write_record(Path(memo), {"source": found.source, "gpus": [list(g) for g in found.gpus]})
+            keep("gpus", key, {"source": found.source, "gpus": [list(g) for g in found.gpus]}, root=root)
     return found

@@ -1,29 +1,14 @@
-"""The host compiler's own installation: the header directories whose files
-a build's record leaves out, because the compiler's identity covers them.
+"""The host compiler's own header directories, which a build's record leaves out
+because the compiler's identity covers them.
 
-An entry records every file its compilers read (:mod:`kernix.store.entries`)
-except these.  They are derived from the compiler, never from a list of
-known paths, by asking it (once per compiler file, then remembered) with the
-variables that add header directories removed from its environment, so that
-a directory a user adds there (``CPLUS_INCLUDE_PATH``) is never taken for
-the compiler's own:
-
-* its C++ standard library: the directories it searches for C++ but not
-  for C, and those of its search list that hold the library's own files
-  (``cstddef``, ``bits/c++config.h``, libc++'s ``__config``) -- a wrapper
-  script around g++ may list them for C too (for g++ 12 on Debian,
-  ``/usr/include/c++/12``, ``/usr/include/x86_64-linux-gnu/c++/12`` and
-  ``/usr/include/c++/12/backward``), shipped and versioned with it;
-* the directories of its search list that lie inside its *installation
-  directory*, the parent of the private ``include`` directory that
-  ``-print-file-name=include`` names (g++: ``/usr/lib/gcc/<triple>/<version>``,
-  holding ``include`` and ``include-fixed``; clang: its resource directory).
-
-Everything else is tracked: ``/usr/local/include``, ``/usr/include`` (the C
-library's headers), the CUDA toolkit's headers, jaxlib's, kernix's own and
-any directory named by a flag or by ``CPATH``, ``C_INCLUDE_PATH`` or
-``CPLUS_INCLUDE_PATH``.  A compiler that does not answer these questions
-has no directories of its own: every file its builds read is tracked.
+They are asked of the compiler (once per compiler file) with the variables
+that add header directories removed from its environment, so a user's
+``CPLUS_INCLUDE_PATH`` is never taken for the compiler's own. They are its
+C++ standard library (directories searched for C++ but not C, or holding
+``cstddef``, ``bits/c++config.h`` or libc++'s ``__config``) and the search
+directories inside its installation directory (the parent of
+``-print-file-name=include``). Everything else is tracked, and so is every
+file when the compiler does not answer.
 """
 
 from __future__ import annotations

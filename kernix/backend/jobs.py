@@ -1,18 +1,9 @@
-"""How many jobs kernix runs at once: one answer for every parallel step.
+"""How many jobs kernix runs at once (``ninja -j``, ``kernix inspect``'s parses).
 
-``ninja -j`` and ``kernix inspect``'s parse processes ask
-:func:`parallel_jobs` (how the handlers are split into compile units does
-not depend on it: :func:`kernix.backend.ninja.handler_chunks`).  In order:
-
-1. the explicit count a caller passed (``ninja_workers=``, ``-j N``);
-2. ``$KERNIX_JOBS``, a positive whole number (anything else is an error
-   naming the variable, never a silent fallback);
-3. the CPUs this process may run on: :func:`os.process_cpu_count` on Python
-   3.13+ (which also honours ``-X cpu_count``), else the size of its CPU
-   affinity mask (:func:`os.sched_getaffinity`; ``taskset``, cgroup
-   ``cpuset``, a batch scheduler's allocation), else :func:`os.cpu_count`;
-   at most the CPU quota of the process's cgroup (``cpu.max``: ``docker
-   --cpus``, a Kubernetes CPU limit), rounded up.
+:func:`parallel_jobs` takes, in order: the caller's explicit count;
+``$KERNIX_JOBS`` (anything but a positive whole number is an error); the CPUs
+this process may run on (:func:`os.process_cpu_count`, else the affinity
+mask, else :func:`os.cpu_count`), capped by the cgroup's ``cpu.max`` quota.
 """
 
 from __future__ import annotations
@@ -32,15 +23,7 @@ CPU_MAX = "/sys/fs/cgroup/cpu.max"
 
 
 def available_cpus() -> int:
-    """The number of CPUs this process may run on (at least 1).
-
-    Returns
-    -------
-    int
-        :func:`os.process_cpu_count` where it exists (Python 3.13+), else the
-        size of the process's CPU affinity mask, else :func:`os.cpu_count`;
-        at most :func:`cpu_quota`.
-    """
+    """The CPUs this process may run on (at least 1), at most :func:`cpu_quota`."""
     process_cpu_count = getattr(os, "process_cpu_count", None)
     if process_cpu_count is not None:
         cpus = process_cpu_count() or 1
@@ -66,24 +49,11 @@ def cpu_quota(path: str | None = None) -> int | None:
 
 
 def parallel_jobs(explicit: int | None = None) -> int:
-    """The number of jobs to run at once.
+    """The number of jobs to run at once: ``explicit`` (``ninja_workers=``, ``-j``)
+    when a positive int, else ``$KERNIX_JOBS``, else :func:`available_cpus`.
 
-    Parameters
-    ----------
-    explicit : int, optional
-        A count the caller was given (``ninja_workers=``, ``-j``); wins when
-        it is a positive int.  ``None`` or ``0``: not given.
-
-    Returns
-    -------
-    int
-        ``explicit``, else ``$KERNIX_JOBS``, else :func:`available_cpus`.
-
-    Raises
-    ------
-    kernix.OptionError
-        When ``$KERNIX_JOBS`` is set (and not empty) but is not a positive
-        whole number.
+    Raises :class:`kernix.OptionError` when ``$KERNIX_JOBS`` is set but is not a
+    positive whole number.
     """
     if explicit is not None and explicit > 0:
         return explicit

@@ -1,24 +1,11 @@
 """What a build shows while ninja runs, read from ninja's own status lines.
 
-ninja is run with ``NINJA_STATUS="[%f/%t] "``: each step that finishes prints
-``[done/total] description`` (the command itself with ``-v``), ``total``
-counting the steps this build runs (the compile units out of date and the
-link).  :func:`run_ninja` reads its output as it comes and hands every line
-to a :class:`BuildProgress`, which shows (see :func:`progress_style`):
-
-* ``"line"``: one line on stderr, rewritten in place with ``\\r`` (no
-  terminal escape codes, so a Jupyter notebook renders it the same way),
-  ``kernix: building module 'ops' (cpu) [2/4] 3 s``; once the build is done
-  it is replaced by the summary (``kernix: built module 'ops' (cpu): 3 of 3
-  units compiled in 4.31 s``) and a line break.
-* ``"lines"``: the same text as plain lines, one per finished step, then the
-  summary; for output that is not interactive but asked for progress.
-* nothing: the build is silent.
-
-Either appears only once the build has run :data:`THRESHOLD_S` seconds, so a
-quick rebuild prints nothing.  With ``verbose=True`` ninja's own lines (every
-command, with its ``[done/total]``, and the compilers' output) are echoed as
-they arrive instead, then the summary.
+ninja runs with ``NINJA_STATUS="[%f/%t] "``; :func:`run_ninja` hands each line
+to a :class:`BuildProgress`, which shows one stderr line rewritten in place
+with ``\\r`` (no terminal escapes, so notebooks render it too), e.g.
+``kernix: building module 'ops' (cpu) [2/4] 3 s``, then a summary. It shows
+only on a terminal or notebook (:func:`progress_style`) and after
+:data:`THRESHOLD_S` seconds. ``verbose=True`` echoes ninja's lines instead.
 """
 
 from __future__ import annotations
@@ -51,29 +38,10 @@ NINJA_STATUS = "[%f/%t] "
 _STATUS_RE = re.compile(r"\[(\d+)/(\d+)\] ")
 
 
-def progress_style(stream: TextIO, *, verbose: bool = False) -> str | None:
-    """How a build shows its progress on ``stream``.
-
-    Parameters
-    ----------
-    stream : file
-        Where it would be shown (``sys.stderr``).
-    verbose : bool
-        Whether the build echoes ninja's own output (which shows the progress
-        already).
-
-    Returns
-    -------
-    str or None
-        ``None`` with ``verbose``, or with ``$KERNIX_PROGRESS=0``; ``"line"``
-        (one line rewritten in place) when ``stream`` is a terminal or the
-        process is a Jupyter (IPython) kernel; ``"lines"`` (plain lines) for
-        other output with ``$KERNIX_PROGRESS=1``; otherwise ``None``.
-
-    Raises
-    ------
-    kernix.OptionError
-        When ``$KERNIX_PROGRESS`` is set to anything but ``""``, ``0`` or ``1``.
+def progress_style(stream: TextIO, *, verbose: bool = False) -> bool:
+    """Whether a build shows its progress line on ``stream``: on a terminal, in a
+    Jupyter kernel or with ``$KERNIX_PROGRESS=1``; never with ``verbose`` or
+    ``$KERNIX_PROGRESS=0`` (anything else is an :class:`kernix.OptionError`).
     """
     raw = os.environ.get(PROGRESS_VARIABLE, "").strip()
     if raw not in ("", "0", "1"):
@@ -83,10 +51,8 @@ def progress_style(stream: TextIO, *, verbose: bool = False) -> str | None:
             "to show it on terminals and in notebooks"
         )
     if verbose or raw == "0":
-        return None
-    if "ipykernel" in sys.modules or _isatty(stream):
-        return "line"
-    return "lines" if raw == "1" else None
+        return False
+    return raw == "1" or "ipykernel" in sys.modules or _isatty(stream)
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -97,42 +63,30 @@ def _isatty(stream: TextIO) -> bool:
 
 
 class BuildProgress:
-    """The progress of one ninja run, fed its output lines (see the module docstring).
+    """The progress of one ninja run, fed its output lines.
 
-    Parameters
-    ----------
-    what : str
-        What is built, as the lines name it: ``"module 'ops' (cpu)"``.
-    style : {"line", "lines"} or None
-        From :func:`progress_style`.
-    stream : file
-        Where to show it.
-    echo : bool
-        Copy every output line to ``stream`` as it comes (``verbose=True``).
-    threshold : float
-        Seconds before anything but echoed lines is shown.
-    clock : callable
-        Seconds, monotonic (a parameter for tests).
+    ``what`` names the build (``"module 'ops' (cpu)"``); ``show`` whether to show
+    the line; ``echo`` copies every output line to ``stream``; nothing else shows
+    before ``threshold`` seconds of ``clock``.
     """
 
     def __init__(
         self,
         what: str,
-        style: str | None,
+        show: bool,
         stream: TextIO,
         *,
         echo: bool = False,
         threshold: float = THRESHOLD_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.what, self.style, self.stream, self.echo = what, style, stream, echo
+        self.what, self.show, self.stream, self.echo = what, show, stream, echo
         self.threshold, self.clock = threshold, clock
         self.started = clock()
         self.done = 0
         self.total: int | None = None
         self.linked = False
-        self._shown = ""  # the text on the rewritten line ("line" style)
-        self._visible = False
+        self._shown = ""  # the text on the line, "" while none is shown
 
     @property
     def compiled(self) -> int:
@@ -153,49 +107,36 @@ class BuildProgress:
         self.done, self.total = int(m.group(1)), int(m.group(2))
         # The link's description is "link module.so"; with -v its command ends "-o module.so".
         self.linked = self.linked or line.rstrip().endswith("module.so")
-        self._draw(changed=True)
+        self.tick()
 
     def tick(self) -> None:
-        """Show the time elapsed, if it is time to."""
-        self._draw(changed=False)
+        """Show the line, if it is time to."""
+        if not self.show or self.elapsed() < self.threshold:
+            return
+        counts = f" [{self.done}/{self.total}]" if self.total is not None else ""
+        text = f"kernix: building {self.what}{counts} {int(self.elapsed())} s"
+        width = shutil.get_terminal_size().columns - 1
+        text = text if len(text) <= width else text[:max(width - 3, 0)] + "..."
+        if text != self._shown:
+            self._write("\r" + text.ljust(len(self._shown)))
+            self._shown = text
 
     def wait_s(self) -> float | None:
         """Seconds until :meth:`tick` has something new to show (``None``: never)."""
-        if self.style is None:
+        if not self.show:
             return None
         elapsed = self.elapsed()
-        if elapsed < self.threshold:
-            return self.threshold - elapsed
-        return 1.0 - elapsed % 1.0 if self.style == "line" else None
+        return self.threshold - elapsed if elapsed < self.threshold else 1.0 - elapsed % 1.0
 
     def finish(self, summary: str | None) -> None:
         """End the display: the line (if shown) is replaced by ``summary``, or cleared when it is ``None``
         (a failed build, whose error says the rest); with ``echo`` the summary is printed too."""
         text = f"kernix: {summary}" if summary is not None else ""
-        if self.style == "line" and self._visible:
+        if self._shown:
             self._write("\r" + text.ljust(len(self._shown)) + ("\n" if text else "\r"))
-        elif text and (self.echo or self._visible):
+        elif text and self.echo:
             self._write(text + "\n")
-        self._visible = False
         self._shown = ""
-
-    def _text(self) -> str:
-        counts = f" [{self.done}/{self.total}]" if self.total is not None else ""
-        return f"kernix: building {self.what}{counts} {int(self.elapsed())} s"
-
-    def _draw(self, *, changed: bool) -> None:
-        if self.style is None or self.elapsed() < self.threshold:
-            return
-        text = self._text()
-        if self.style == "line":
-            width = shutil.get_terminal_size().columns - 1
-            text = text if len(text) <= width else text[:max(width - 3, 0)] + "..."
-            if text != self._shown:
-                self._write("\r" + text.ljust(len(self._shown)))
-                self._shown = text
-        elif changed or not self._visible:
-            self._write(text + "\n")
-        self._visible = True
 
     def _write(self, text: str) -> None:
         if self.stream is None:  # (sys.stderr is None under pythonw and some service managers)
@@ -208,21 +149,9 @@ class BuildProgress:
 
 
 def run_ninja(cmd: Sequence[str], progress: BuildProgress) -> tuple[int, str]:
-    """Run ninja (``cmd``), feeding ``progress`` every line of its output as it comes.
+    """Run ninja (``cmd``), feeding ``progress`` each output line as it comes.
 
-    Parameters
-    ----------
-    cmd : list of str
-        The ninja command line.
-    progress : BuildProgress
-        Fed each output line, and ticked while ninja is silent.
-
-    Returns
-    -------
-    (int, str)
-        ninja's exit status and its whole output (stdout and stderr),
-        decoded as :func:`subprocess.run` with ``text=True, errors="replace"``
-        decodes it.
+    Returns ninja's exit status and its whole output, decoded with ``errors="replace"``.
     """
     env = {**os.environ, "NINJA_STATUS": NINJA_STATUS}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)

@@ -200,16 +200,9 @@ def host_compiler_path() -> str:
 
 
 def compiler_paths(cuda: bool) -> list[str]:
-    """The compilers' paths, for records that vouch the same compilers would be
-    found: each as found (``$CXX``, ``PATH``) and, where that is a symbolic
-    link (``/etc/alternatives``, ``ln -sfn``), also as resolved.  A record of
-    the unresolved path follows the links when it is checked, so a link
-    pointed elsewhere is a changed file.
-
-    Raises
-    ------
-    ToolchainError
-        When a compiler is not found.
+    """The compilers' paths for records: each as found and, where that is a
+    symbolic link, also as resolved, so a re-pointed link is a changed file.
+    Raises :class:`ToolchainError` when a compiler is not found.
     """
     found = [_host_compiler_found(), *([_nvcc_found()[0]] if cuda else [])]
     return list(dict.fromkeys(p for f in found for p in (f, os.path.realpath(f))))
@@ -220,12 +213,7 @@ CXX_STANDARD = "c++17"
 
 
 def _cxx17_problem(path: str) -> str | None:
-    """What is wrong when ``path`` is asked for its C++17 predefined macros, or ``None``.
-
-    A C++ compiler answers ``-x c++ -std=c++17 -dM -E`` with a ``__cplusplus``
-    of at least ``201703L``; ``/bin/true``, a script printing something else,
-    or a compiler too old for C++17 does not.
-    """
+    """What is wrong with ``path`` as a C++17 compiler (``__cplusplus`` from ``-dM -E``), or ``None``."""
     argv = [path, "-x", "c++", f"-std={CXX_STANDARD}", "-dM", "-E", os.devnull]
     command = " ".join(argv)
     try:
@@ -246,16 +234,10 @@ def _cxx17_problem(path: str) -> str | None:
 
 
 def check_host_compiler() -> None:
-    """Make sure the host C++ compiler compiles C++17 (once per compiler file,
-    then remembered); called before a build, never on a warm load.
+    """Make sure the host C++ compiler compiles C++17 (once per compiler file).
 
-    Raises
-    ------
-    ToolchainError
-        Naming the compiler, where it was found, what it answered, and the fix,
-        instead of the missing standard headers or the failed compile that a
-        non-compiler (``CXX=/bin/true``) or a compiler too old for C++17
-        would lead to.
+    Raises :class:`ToolchainError` naming the compiler and the fix, instead of the
+    obscure failure a non-compiler (``CXX=/bin/true``) would lead to.
     """
     found = _host_compiler_found()
     path = os.path.realpath(found)

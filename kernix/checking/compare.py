@@ -62,17 +62,9 @@ def _pick(override: float | Mapping[str, float] | None, name: str, default: floa
 
 @dataclass(frozen=True)
 class Mismatch:
-    """Why a result is not the expected one.
-
-    Attributes
-    ----------
-    message
-        What differs, for the report.
-    difference
-        The largest absolute difference (``nan`` where a NaN is not matched),
-        ``None`` when shapes or dtypes differ.
-    index
-        Where the largest difference is, ``None`` when shapes or dtypes differ.
+    """Why a result is not the expected one: ``message``, and the largest absolute
+    ``difference`` (``nan`` for an unmatched NaN) and its ``index``, both ``None``
+    when shapes or dtypes differ.
     """
 
     message: str
@@ -86,17 +78,10 @@ def show(x: Any) -> str:
 
 
 def compare(what: str, got: Any, want: Any, tolerance: Tolerance, against: str = "the reference") -> Mismatch | None:
-    """Compare ``got`` with ``want`` (arrays); ``None`` when they agree.
+    """``None`` when ``got`` agrees with ``want``, named ``what`` and ``against`` in messages.
 
-    Shapes and dtypes must be equal; NaNs must be where the reference has them,
-    infinities equal; other elements within ``tolerance`` of ``want``'s dtype.
-
-    Parameters
-    ----------
-    what
-        The result's name in messages (``"output 'y'"``).
-    against
-        What ``want`` is, in messages.
+    Shapes and dtypes must be equal, NaNs and infinities where the reference has
+    them, other elements within ``tolerance``.
     """
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:

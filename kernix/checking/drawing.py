@@ -1,18 +1,11 @@
-"""Inputs drawn from the shape signature, and the failures they find shrunk
-to a small example (with `hypothesis <https://hypothesis.readthedocs.io>`_,
-an optional dependency: ``pip install "kernix[check]"``).
+"""Inputs drawn from the shape signature with `hypothesis <https://hypothesis.readthedocs.io>`_
+(``pip install "kernix[check]"``), failures shrunk to a small example.
 
-Each example binds every dimension name of the signature to a size (1, small
-primes and odd sizes, a few even ones; integer attributes keep their
-values), draws up to two ``...`` batch dimensions (0 included: empty batches;
-none: the inputs have only their core dimensions, 0-d for a ``(...)``
-group), one of the dtype combinations to check, and the values: floating
-inputs uniformly in the range of the example's values (a constant example
-``c``: between ``c/2`` and ``2c``), integer inputs between the example's
-smallest and largest value.  The kernel's outputs (and gradients, when it
-has a backward kernel) are compared with the reference's, and the kernel is
-run on guarded buffers.  Hypothesis tries the simplest example first (every
-size 1, no batch dimensions) and shrinks a failure towards it.
+Each example binds every dimension name to a size, draws up to two ``...``
+batch dimensions (0 included), one dtype combination, and values in the range
+of the example's (a constant ``c``: between ``c/2`` and ``2c``). Outputs and
+gradients are compared with the reference's and the kernel runs on guarded
+buffers.
 """
 
 from __future__ import annotations
@@ -96,19 +89,8 @@ def check_drawn(
     s: Subject, examples: int, seed: int | None, sizes: Mapping[str, Any], values: Mapping[str, Callable[..., Any]],
     dtype_combos: Sequence[tuple[np.dtype, ...]], buffers: Callable[[Sequence[Any]], list[Any]] | None,
 ) -> CheckResult:
-    """The ``drawn`` row: ``examples`` inputs drawn from the signature.
-
-    Parameters
-    ----------
-    sizes
-        Dimension name -> the sizes to draw it from (a size, or a sequence).
-    values
-        Input name -> ``f(shape, dtype, rng, dims)`` returning its values.
-    dtype_combos
-        The dtype of each input, one tuple per combination to check.
-    buffers
-        Runs the kernel on guarded buffers for given inputs, returning the
-        problems (``None``: not available).
+    """The ``drawn`` row: ``examples`` inputs drawn with ``sizes``, ``values`` and
+    ``dtype_combos``; ``buffers`` (or ``None``) runs the guarded-buffer check on them.
     """
     sig = s.signature
     if sig is None:

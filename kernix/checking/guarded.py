@@ -1,23 +1,12 @@
-"""Running a kernel on guarded buffers: writes into inputs, outside outputs,
-and output elements left unwritten (:func:`buffer_problems`).
+"""Running a kernel on guarded buffers (:func:`buffer_problems`).
 
-Each buffer the kernel gets is allocated by kernix.check with guard bytes
-(random, known) before and after it, and the handler is called directly
-through :mod:`kernix.checking.harness`.  After the call:
-
-* an input whose bytes changed was written to (XLA may share an input's
-  buffer with other arrays, so that corrupts them);
-* guard bytes that changed were written before the start or past the end of
-  that buffer;
-* the kernel runs twice, its outputs filled first with ``0xff`` bytes (NaN,
-  -1), then with zeros: an output element that differs between the two runs
-  was left unwritten, or read before it was written (XLA does not clear
-  output buffers).
-
-Limits: a write farther than the guard (4 KiB before a buffer; 4 KiB plus the
-buffer's own size, up to 1 MiB, after it) is not seen, and may crash the
-process, as it would under XLA; a write of the very byte a guard holds there
-is not seen; on a GPU a fault leaves the process's CUDA context unusable.
+Each buffer gets random guard bytes before and after it, and the handler is
+called through :mod:`kernix.checking.harness`. A changed input was written
+to; a changed guard was written out of bounds; an output element that
+differs between a run on ``0xff``-filled and one on zero-filled outputs was
+left unwritten or read first. A write beyond the guard (4 KiB before; 4 KiB
+plus the buffer's size, up to 1 MiB, after) is not seen and may crash, as
+under XLA.
 """
 
 from __future__ import annotations
@@ -46,19 +35,8 @@ _XLA_NUMPY = {d.xla: d.name for d in DTYPES}
 
 @dataclass(frozen=True)
 class Problem:
-    """One problem a guarded run found.
-
-    Attributes
-    ----------
-    parameter
-        The input or output concerned (``None``: the call).
-    message
-        What was found.
-    kind
-        ``"outside"`` (a write before or past a buffer), ``"fault"`` (the GPU
-        kernel faulted), ``"input"`` (a write into an input), ``"unwritten"``
-        (an output depends on its buffer's old contents), ``"error"`` (the
-        kernel returned an error).
+    """One problem a guarded run found, about ``parameter`` (``None``: the call).
+    ``kind`` is ``"outside"``, ``"fault"``, ``"input"``, ``"unwritten"`` or ``"error"``.
     """
 
     parameter: str | None
@@ -177,26 +155,12 @@ def buffer_problems(
     harness: Harness, memory: Any, handler: int, spec: FunctionSpec, inputs: Sequence[np.ndarray],
     outputs: Sequence[tuple[Sequence[int], Any]], attrs: dict[str, Any], tolerance: Tolerance,
 ) -> list[Problem]:
-    """Run the handler at address ``handler`` of ``spec``'s function on
-    guarded copies of ``inputs`` (twice, see the module's description).
+    """The problems of the handler at address ``handler`` run twice on guarded copies of ``inputs``.
 
-    Parameters
-    ----------
-    harness, memory
-        The loaded harness; the memory to allocate in (host or GPU), entered.
-    inputs
-        The inputs, as NumPy arrays of the dtypes the kernel gets.
-    outputs
-        Each output's shape and dtype.
-    attrs
-        The attributes, converted to their exact types (``coerce_attr``).
-    tolerance
-        How far two runs' outputs may differ (a kernel that sums in a varying order).
-
-    Returns
-    -------
-    list of Problem
-        Empty when the kernel kept to its buffers and wrote every output element.
+    ``memory`` is where to allocate (host or GPU, entered); ``outputs`` each
+    output's shape and dtype; ``attrs`` converted by ``coerce_attr``; ``tolerance``
+    how far two runs' outputs may differ. Empty when the kernel kept to its
+    buffers and wrote every output element.
     """
     attr_values = []
     for p in spec.attrs:

@@ -1,14 +1,10 @@
 """The guarded-call harness: runs one kernix handler on buffers kernix.check allocated.
 
-XLA gives a kernel buffers it allocated itself, so a kernel that writes past
-the end of an output, or into an input, corrupts memory nobody looks at.  To
-see such writes, :func:`load` compiles (once per process, with the host C++
-compiler, against the running jaxlib's ``xla/ffi/api/c_api.h``) a small
-library that builds an XLA FFI call frame around caller-provided buffers and
-calls a handler directly, as XLA would, with a minimal ``XLA_FFI_Api`` of its
-own (errors and the platform stream: all that kernix's handlers use).  The
-caller surrounds each buffer with guard bytes and looks at them afterwards
-(:mod:`kernix.checking.guarded`).
+:func:`load` compiles (once per process, against the running jaxlib's
+``xla/ffi/api/c_api.h``) a small library that builds an XLA FFI call frame
+around caller-provided buffers and calls a handler as XLA would, with a
+minimal ``XLA_FFI_Api`` (errors and the platform stream). The guard bytes
+around each buffer are checked by :mod:`kernix.checking.guarded`.
 """
 
 from __future__ import annotations
@@ -162,14 +158,7 @@ _loaded: Harness | None = None
 
 
 class Harness:
-    """The loaded harness library.
-
-    Attributes
-    ----------
-    codes
-        XLA FFI ``DataType`` enumerator name (``"F32"``) -> its number in the
-        running jaxlib's headers.
-    """
+    """The loaded harness library; ``codes`` maps XLA FFI ``DataType`` names to the running jaxlib's numbers."""
 
     def __init__(self, library: ctypes.CDLL) -> None:
         self.library = library
@@ -191,23 +180,11 @@ class Harness:
         rets: Sequence[tuple[str, Sequence[int], int]], attrs: Sequence[tuple[str, str, int]],
         stream: int | None = None,
     ) -> str | None:
-        """Call ``handler`` (its address) once.
+        """Call the handler at address ``handler`` once; the error message it returned, or ``None``.
 
-        Parameters
-        ----------
-        handler
-            The handler function's address.
-        args, rets
-            Each buffer as ``(XLA dtype name, shape, data address)``.
-        attrs
-            Each attribute as ``(name, XLA dtype name, address of its value)``.
-        stream
-            The platform stream the handler gets (``None``: the default stream).
-
-        Returns
-        -------
-        str or None
-            The message of the error the handler returned, or ``None``.
+        ``args``/``rets`` are ``(XLA dtype name, shape, address)``, ``attrs``
+        ``(name, XLA dtype name, address of the value)``; ``stream`` ``None`` is the
+        default stream.
         """
 
         def buffers(items: Sequence[tuple[str, Sequence[int], int]]) -> tuple[Any, ...]:
@@ -253,13 +230,7 @@ def _compile() -> Harness:
 
 
 def load() -> Harness:
-    """The harness, compiled on first use in this process (about 0.2 s).
-
-    Raises
-    ------
-    KernixError
-        When no host C++ compiler is found or the harness does not compile.
-    """
+    """The harness, compiled on first use in this process; a :class:`KernixError` when it cannot be."""
     global _loaded
     with _lock:
         if _loaded is None:

@@ -41,23 +41,8 @@ def failure(name: str, mismatch: Mismatch, parameter: str | None = None, **extra
 
 
 class Subject:
-    """A kernel, its pure-JAX reference and the example they are compared on.
-
-    Parameters
-    ----------
-    fn
-        The :class:`~kernix.KernelFunction`.
-    reference
-        Called as ``reference(*inputs, **attrs)``; returns what the kernel
-        returns (an array, or a tuple of them for several outputs).
-    args
-        The example inputs (converted to JAX arrays on ``device``).
-    attrs
-        The kernel's attributes, as given.
-    device
-        Where the kernel runs (a CPU device for C++ modules, a GPU for CUDA ones).
-    tolerance
-        The comparison tolerances.
+    """A kernel ``fn``, its pure-JAX ``reference`` and the example (``args``,
+    ``attrs``) they are compared on, on ``device`` within ``tolerance``.
     """
 
     def __init__(

@@ -1,26 +1,9 @@
-"""The ``kernix`` command line.
+"""The ``kernix`` command line: ``inspect``, ``stubs``, ``cache``, ``build``.
 
-``kernix inspect PATH... [-I DIR] [-D NAME[=VALUE]] [--cuda | --cpp] [--json] [-j N]``
-prints what kernix infers from each file's ``// @BE`` annotations (a directory
-stands for its source files; files missing from the spec cache are parsed in
-parallel, and a run over several files ends with the totals).
-``kernix stubs FILE... [-o OUT.pyi]`` writes a ``.pyi`` stub of the functions
-the files export (to stdout without ``-o``).
-``kernix cache info [--json]`` lists the cache's entries; ``kernix cache clear
-[NAME]`` deletes cached builds; ``kernix cache prune [--max-size SIZE]
-[--older-than AGE]`` removes the least recently used.  ``kernix build SOURCE... -o DIR [--name NAME]
-[--cuda | --cpp] [--arch sm_80,sm_90] [-I DIR] [-D NAME[=VALUE]] [-L DIR]
-[-l NAME] [-O N] [--fast-math]`` writes a prebuilt module that
-:func:`kernix.load_prebuilt` loads without a compiler.  ``kernix --version``
-prints the version.
-
-Exit status: 0 when every annotated function was inferred, 1 when any was not
-(each error on stderr as ``FILE:LINE:COL: error: message``), 2 for usage errors.
-
-Each command is a module of this package with an ``add_parser(subparsers)``
-function, which declares its arguments, and a ``run(args)`` function.  The
-command is installed as the ``kernix`` entry point, and ``python -m kernix``
-runs the same :func:`main`.
+Exit status: 0 on success, 1 when any annotated function was not inferred
+(each error on stderr as ``FILE:LINE:COL: error: message``), 2 for usage
+errors. Each command is a module here with ``add_parser(subparsers)`` and
+``run(args)``; ``python -m kernix`` runs the same :func:`main`.
 """
 
 from __future__ import annotations
@@ -51,19 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status.
-
-    Parameters
-    ----------
-    argv
-        The arguments (without the program name); ``None`` reads ``sys.argv``.
-
-    Returns
-    -------
-    int
-        0 on success, 1 when a command failed, 2 for a usage error (and 0 for
-        ``--help`` and ``--version``).
-    """
+    """Run the command line (``argv`` without the program name); returns the exit status."""
     try:
         args = vars(build_parser().parse_args(argv))
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 for --help and --version

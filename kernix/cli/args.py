@@ -1,24 +1,73 @@
 """The arguments several ``kernix`` commands share: the options of a
-command that reads sources, and what they mean for the inference."""
+command that reads sources, what they mean for the inference, and the
+checks of ``kernix inspect`` and ``kernix stubs``' paths, made before any
+work and worded for the command line: the sources' languages, a source that
+is not a regular file (a FIFO, ``/dev/zero``: never opened), a source given
+twice, ``-I`` and ``-D`` values that are not UTF-8, and the file ``-o``
+names.  (``kernix build``'s are :func:`kernix.build_module`'s own.)"""
 
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["add_source_args", "language_option", "inference_options"]
+from ..languages import LANGUAGES_BY_EXTENSION, unknown_extension
+from ..paths import directory_problem, regular_file_problem, repeated_source, text_problem
+
+__all__ = ["source_problem", "output_file_problem", "add_source_args", "language_option", "inference_options"]
+
+
+def source_problem(
+    paths: Sequence[str],
+    language: str | None,
+    *,
+    once: bool = False,
+    options: Mapping[str, Sequence[str]] | None = None,
+) -> str | None:
+    """Why ``paths`` cannot be a command's sources, or ``None``.
+
+    ``language`` is the one ``--cuda``/``--cpp`` asks for, ``once`` whether a file
+    may appear only once, ``options`` the ``-I``/``-D`` values by option. A source
+    must be a regular file (by ``stat``: a FIFO would block), with an extension
+    naming a language unless one is asked for.
+    """
+    for option, values in (options or {}).items():
+        for value in values:
+            problem = text_problem(value, option)
+            if problem is not None:
+                return problem
+    for path in paths:
+        problem = regular_file_problem(path)
+        if problem is not None:
+            return problem
+    if language is None:
+        for path in paths:
+            if os.path.splitext(path)[1].lower() not in LANGUAGES_BY_EXTENSION:
+                return unknown_extension(path, "pass --cuda or --cpp")
+    if once:
+        return repeated_source(paths)
+    return None
+
+
+def output_file_problem(path: str, name: str, sources: Sequence[str] = ()) -> str | None:
+    """Why ``-o path`` cannot be the file a command writes, or ``None``; ``name`` is
+    suggested when ``path`` is a directory, and ``sources`` must not be overwritten.
+    """
+    if os.path.isdir(path):
+        return f"-o {path} is a directory, not a file: name the file, e.g. -o {os.path.join(path, name)}"
+    for source in sources:
+        if os.path.exists(path) and os.path.exists(source) and os.path.samefile(path, source):
+            return f"-o {path} is the source {source}: writing it would overwrite the code; name another file"
+    problem = directory_problem(os.path.dirname(os.path.abspath(path)))
+    if problem is None:
+        return None
+    return f"cannot write {path}: {problem}; choose another path for -o (missing directories are created)"
 
 
 def add_source_args(parser: argparse.ArgumentParser, verb: str) -> None:
-    """Add ``-I``, ``-D`` and ``--cuda`` / ``--cpp``, as every command that reads sources takes them.
-
-    Parameters
-    ----------
-    parser
-        The command's parser.
-    verb
-        What the command does with the sources (``"parse"``, ``"build"``), for the help of ``--cuda`` / ``--cpp``.
-    """
+    """Add ``-I``, ``-D`` and ``--cuda``/``--cpp``; ``verb`` (``"parse"``) words their help."""
     parser.add_argument("-I", action="append", dest="include_dirs", default=[], metavar="DIR",
                         help="add an include directory (repeatable)")
     parser.add_argument("-D", action="append", dest="defines", default=[], metavar="NAME[=VALUE]",

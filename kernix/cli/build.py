@@ -41,7 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: dict[str, Any]) -> int:
     """Run ``kernix build`` with the parsed ``args``; returns the exit status."""
-    # Imported here: the build backend costs every other command about 25 ms.
+    # Imported here, so that other commands do not load the build backend.
     from ..prebuilt.build import build_module
 
     for source in args["sources"]:

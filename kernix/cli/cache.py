@@ -18,7 +18,7 @@ __all__ = ["add_parser", "run"]
 
 def _size(text: str) -> int:
     """``--max-size``'s type: a size such as 500M or 2G."""
-    from ..store.limits import parse_size
+    from ..store import parse_size
 
     try:
         value = parse_size(text, unlimited=False)
@@ -30,7 +30,7 @@ def _size(text: str) -> int:
 
 def _age(text: str) -> float:
     """``--older-than``'s type: an age such as 30d or 12h."""
-    from ..store.limits import parse_age
+    from ..store import parse_age
 
     try:
         return parse_age(text)
@@ -52,7 +52,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "prune", help="remove the least recently used entries",
         description="Remove the least recently used entries (and work directories) until the cache fits SIZE, and "
                     "those unused for AGE; without options, bring the cache within its limit "
-                    "($KERNIX_CACHE_MAX_SIZE, default 5G). What a running process has loaded is kept.")
+                    "($KERNIX_CACHE_MAX_SIZE, default 5G). What a running build uses is kept.")
     prune.add_argument("--max-size", type=_size, metavar="SIZE", help="the size to keep within (500M, 2G)")
     prune.add_argument("--older-than", type=_age, metavar="AGE", help="remove what is unused for AGE (30d, 12h)")
     prune.add_argument("--json", action="store_true", help="print JSON")
@@ -64,7 +64,7 @@ def _functions(names: list[str], shown: int = 3) -> str:
 
 
 def _print_info(info: dict[str, Any]) -> None:
-    from ..store.limits import format_age, format_size
+    from ..store import format_age, format_size
 
     limit = "no limit" if info["limit_bytes"] is None else f"limit {format_size(info['limit_bytes'])}"
     print(f"cache: {info['root']} ({human_size(info['total_bytes'])}, {limit})")
@@ -89,7 +89,7 @@ def _print_info(info: dict[str, Any]) -> None:
 
 
 def _print_prune(result: dict[str, Any]) -> None:
-    from ..store.limits import format_age
+    from ..store import format_age
 
     for r in result["removed"]:
         print(f"removed {r['label']} ({human_size(r['size_bytes'])}, last used {format_age(r['age_s'])} ago): "
@@ -103,10 +103,7 @@ def _print_prune(result: dict[str, Any]) -> None:
 
 def run(args: dict[str, Any]) -> int:
     """Run ``kernix cache`` with the parsed ``args``; returns the exit status."""
-    from ..store.admin import (  # (here: 8 ms that every other command would pay)
-        cache_info,
-        clear_cache,
-    )
+    from ..store import cache_info, clear_cache  # (here: 8 ms that every other command would pay)
 
     try:
         if args["action"] == "clear":
@@ -116,11 +113,11 @@ def run(args: dict[str, Any]) -> int:
             print(f"removed {removed} cache entr{'y' if removed == 1 else 'ies'} ({what})")
             return 0
         if args["action"] == "prune":
-            from ..store.prune import prune_cache
+            from ..store import prune_cache
 
             result = prune_cache(args["max_size"], older_than=args["older_than"])
         else:
-            from ..store.limits import max_size
+            from ..store import max_size
 
             result = cache_info()
             result["limit_bytes"] = max_size()

@@ -18,8 +18,7 @@ from ..frontend.speccache import look_up
 from ..interface import command_line
 from ..languages import LANGUAGES_BY_EXTENSION, language_of
 from ..paths import printable, utf8_problem
-from .args import add_source_args, inference_options
-from .checks import source_problem
+from .args import add_source_args, inference_options, source_problem
 from .output import error_line, print_error
 
 __all__ = ["add_parser", "run"]
@@ -118,14 +117,10 @@ def _errors(result: dict[str, Any], key: str = "errors") -> list[SourceError]:
 
 
 def _check_vjp(results: list[dict[str, Any]]) -> None:
-    """Add to each result the errors a load finds in its ``vjp=`` declarations
-    (:func:`kernix.language.annotation.check_vjp_pairs`, the same check).
-
-    Each file is checked as a module of its own, as a load of it is; a forward
-    function another inspected file declares (one module's sources given
-    together) is looked up there.  A file with errors is not checked (a load
-    stops at its errors).  Nothing is imported when no function declares
-    ``vjp=``.
+    """Add the errors a load would find in ``vjp=`` declarations to each result
+    (:func:`kernix.language.annotation.check_vjp_pairs`), each file as its own
+    module, a forward function looked up in the other files; files with errors
+    are skipped.
     """
     if not any(f.get("vjp_of") for r in results for f in r["functions"]):
         return
@@ -177,7 +172,7 @@ def _unparsable(path: str, options: dict[str, Any]) -> dict[str, Any] | None:
 
 def _infer_one(path: str, options: dict[str, Any]) -> dict[str, Any]:
     """One file's inference, as JSON (in a worker process for parallel runs)."""
-    # Here: libclang and the parser, 15-25 ms, are not a cached file's to pay
+    # Imported here: a cached file needs neither libclang nor the parser.
     from ..frontend.infer import infer_file
 
     with command_line("inspect"):  # (a worker process did not run main())
@@ -214,7 +209,7 @@ def _infer_all(files: Sequence[str], options: dict[str, Any], jobs: int) -> list
             misses.append(i)
         results[i] = found
     if len(misses) > 1 and jobs > 1:
-        import multiprocessing  # (here: 10 ms or more, more than a warm inspect's own work)
+        import multiprocessing  # here: a warm inspect does not need it
         from concurrent.futures import ProcessPoolExecutor
 
         context = multiprocessing.get_context("spawn")  # libclang may be loaded here already

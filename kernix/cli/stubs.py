@@ -9,8 +9,7 @@ import sys
 from typing import Any
 
 from ..errors import KernixError
-from .args import add_source_args, inference_options, language_option
-from .checks import output_file_problem, source_problem
+from .args import add_source_args, inference_options, language_option, output_file_problem, source_problem
 from .output import error_line, print_error
 
 __all__ = ["add_parser", "run"]
@@ -29,7 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: dict[str, Any]) -> int:
     """Run ``kernix stubs`` with the parsed ``args``; returns the exit status."""
-    # (imported here: libclang and the parser, 15-25 ms, that every other command would pay)
+    # Imported here, so that other commands do not load libclang and the parser.
     from ..frontend.infer import infer_file
     from ..language.annotation import check_unique_names, check_vjp_pairs
     from ..runtime.stubs import stub_text

@@ -1,49 +1,201 @@
 """Binding ``// @BE`` annotations (or requested names) to function declarations.
 
-The rule is C++'s, not a line count: an annotation binds to the first
-function declaration that starts after it with only comments, whitespace and
-specifiers in between.  Each result is a :class:`Target`.
+An annotation binds to the first function declaration that starts after it
+with only comments, whitespace and specifiers in between (a :class:`Target`).
+:func:`refusal` says, with the fix, when the generated code cannot call that
+declaration.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ArgSpecError, SourceError
 from ..language.names import is_identifier
 from ..language.spec import parse_arg_spec
-from .lexer import Annotation
+from ..errors import ArgSpecError, SourceError
+from .clangparse import SPACE_ANNOTATIONS, in_file, in_system_header
 from .classify import qualified_name
-from .refusal import MEMBER_KINDS, declaration, is_member, refusal
-from .tu import in_file, in_system_header
+from .lexer import Annotation
 
-__all__ = [
-    "Target", "function_cursors", "bind_annotations", "annotated_targets", "requested_targets", "NOT_DECLARED",
-    "DECLARED_IN_HEADER",
-]
+__all__ = ["MEMBER_KINDS", "is_member", "execution_spaces", "declaration", "refusal", "Target", "function_cursors",
+           "bind_annotations", "annotated_targets", "requested_targets", "NOT_DECLARED", "DECLARED_IN_HEADER"]
+
+
+def _template_error(path: str, name: str, cursor: Any) -> SourceError:
+    params = [c.spelling for c in cursor.get_children()
+              if c.kind.name in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER")]
+    first = params[0] if params and params[0] else "T"
+    return SourceError(
+        f"function {name!r} is a template: a template is exported for the template arguments its annotation "
+        f"lists, each instantiation under its own name; write them after its name, e.g. "
+        f"`// @BE {name}<{first}: float, double>`",
+        file=path, line=cursor.location.line, column=cursor.location.column, function=name)
+
+
+#: The cursor kinds (names) of member functions.
+MEMBER_KINDS = ("CXX_METHOD", "CONSTRUCTOR", "DESTRUCTOR", "CONVERSION_FUNCTION")
+_CLASS_KINDS = ("STRUCT_DECL", "CLASS_DECL", "CLASS_TEMPLATE", "CLASS_TEMPLATE_PARTIAL_SPECIALIZATION", "UNION_DECL")
+
+
+def is_member(cursor: Any) -> bool:
+    """Whether ``cursor`` declares a member function (or member function template)."""
+    if cursor.kind.name in MEMBER_KINDS:
+        return True
+    parent = cursor.semantic_parent
+    return parent is not None and parent.kind.name in _CLASS_KINDS
+
+
+def execution_spaces(cursor: Any) -> set[str]:
+    """The CUDA execution spaces written on ``cursor``, from the prelude's
+    ``annotate`` markers (:data:`kernix.frontend.clangparse.SPACE_ANNOTATIONS`)
+    or clang's own CUDA attributes.
+    """
+    spaces: set[str] = set()
+    for child in cursor.get_children():
+        kind = child.kind.name
+        if kind == "ANNOTATE_ATTR" and child.spelling in SPACE_ANNOTATIONS:
+            spaces.add(SPACE_ANNOTATIONS[child.spelling])
+        elif kind in ("CUDAGLOBAL_ATTR", "CUDADEVICE_ATTR", "CUDAHOST_ATTR"):
+            spaces.add(kind[4:-5].lower())
+    return spaces
+
+
+def _is_deleted(cursor: Any) -> bool:
+    """Whether ``cursor`` is defined as deleted (``= delete``).
+
+    libclang answers this for member functions only, and a declaration's
+    extent stops before ``= delete``: the tokens right after it are read.
+    """
+    import clang.cindex as ci
+
+    end = cursor.extent.end
+    if end.file is None:
+        return False
+    tu = cursor.translation_unit
+    try:
+        size = os.path.getsize(end.file.name)
+    except OSError:
+        return False
+    stop = ci.SourceLocation.from_offset(tu, end.file, min(end.offset + 64, size))
+    tokens: list[str] = []
+    try:
+        for t in tu.get_tokens(extent=ci.SourceRange.from_locations(end, stop)):
+            tokens.append(t.spelling)
+            if len(tokens) == 3:
+                break
+    except UnicodeDecodeError:  # bytes that are not UTF-8 after the declaration: not `= delete`
+        pass
+    return tokens[:2] == ["=", "delete"] or tokens[1:3] == ["=", "delete"]
+
+
+def _declared_in_class_only(cursor: Any) -> bool:
+    """Whether ``cursor`` is a hidden friend: declared only in classes, found only
+    by argument-dependent lookup, so the generated code could not name it.
+    """
+    import clang.cindex as ci
+
+    lexical = cursor.lexical_parent
+    if lexical is None or lexical.kind.name not in (*_CLASS_KINDS, "FRIEND_DECL"):
+        return False
+    scopes: list[str] = []  # the USRs of the enclosing namespaces, outermost first
+    parent = cursor.semantic_parent
+    while parent is not None and parent.kind != ci.CursorKind.TRANSLATION_UNIT:
+        scopes.insert(0, parent.get_usr())
+        parent = parent.semantic_parent
+    target = cursor.canonical
+
+    def declares(scope: Any, depth: int) -> bool:
+        for c in scope.get_children():
+            kind = c.kind.name
+            if kind == "FUNCTION_DECL" and depth == len(scopes) and c.canonical == target:
+                return True
+            if kind in ("LINKAGE_SPEC", "UNEXPOSED_DECL") and declares(c, depth):
+                return True
+            if kind == "NAMESPACE" and depth < len(scopes) and c.get_usr() == scopes[depth] and declares(c, depth + 1):
+                return True
+        return False
+
+    return not declares(cursor.translation_unit.cursor, 0)
+
+
+def declaration(cursor: Any) -> str:
+    """A declaration of function ``cursor`` as its types are written (no body, no default arguments)."""
+    params = ", ".join(" ".join(w for w in (p.type.spelling, p.spelling) if w) for p in cursor.get_arguments())
+    noexcept = cursor.exception_specification_kind.name in ("BASIC_NOEXCEPT", "COMPUTED_NOEXCEPT", "DYNAMIC_NONE")
+    return f"{cursor.result_type.spelling} {cursor.spelling}({params})" + (" noexcept" if noexcept else "")
+
+
+def _undeducible_specialization(cursor: Any) -> list[str]:
+    """For an explicit specialization, the primary template's parameters that no
+    function parameter mentions (so a call cannot deduce them); else ``[]``."""
+    import clang.cindex as ci
+
+    primary = cursor.specialized_template
+    if primary is None or primary.kind != ci.CursorKind.FUNCTION_TEMPLATE:
+        return []
+    names = [c.spelling for c in primary.get_children()
+             if c.kind.name in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER",
+                                "TEMPLATE_TEMPLATE_PARAMETER")]
+    used: set[str] = set()
+    for p in primary.get_children():
+        if p.kind == ci.CursorKind.PARM_DECL:
+            used.update(t.spelling for t in p.get_tokens())
+    return [n for n in names if n and n not in used]
+
+
+def refusal(path: str, name: str, cursor: Any) -> SourceError | None:
+    """Why ``cursor`` cannot be exported as ``name`` (an error naming the fix), or ``None``."""
+    import clang.cindex as ci
+
+    where = dict(file=path, line=cursor.location.line, column=cursor.location.column, function=name)
+    if is_member(cursor):
+        owner = cursor.semantic_parent.spelling if cursor.semantic_parent is not None else "a class"
+        return SourceError(
+            f"{name!r} is a member function of {owner!r}: member functions cannot be exported: "
+            "annotate a free function that calls it", **where)
+    if cursor.kind == ci.CursorKind.FUNCTION_TEMPLATE:
+        return _template_error(path, name, cursor)
+    if _declared_in_class_only(cursor):
+        owner = cursor.lexical_parent.spelling or "its class"
+        return SourceError(
+            f"{name!r} is a friend function declared only inside class {owner!r}: outside argument-dependent "
+            "lookup nothing can name it, so the generated code cannot call it. Declare it at namespace scope "
+            f"too, after the class: `{declaration(cursor)};`", **where)
+    spaces = execution_spaces(cursor)
+    if "global" in spaces:
+        return SourceError(
+            f"{name!r} is a `__global__` kernel: a kernel cannot be called from the host. Annotate its "
+            f"launcher instead: a host function that runs `{name}<<<grid, block, 0, stream>>>(...)` "
+            "and takes the tensors", **where)
+    if "device" in spaces and "host" not in spaces:
+        return SourceError(
+            f"{name!r} is a `__device__` function: nvcc compiles it for the GPU only, so the host cannot "
+            f"call it. Annotate a host function that launches a kernel calling it, or declare it "
+            "`__host__ __device__`", **where)
+    if _is_deleted(cursor):
+        return SourceError(
+            f"{name!r} is a deleted function (`= delete`): it cannot be called. Annotate a function "
+            "that has a definition", **where)
+    missing = _undeducible_specialization(cursor)
+    if missing:
+        return SourceError(
+            f"{name!r} is an explicit specialization whose template argument(s) "
+            f"{', '.join(missing)} cannot be deduced at the call: no parameter mentions them. "
+            "Annotate a plain function that calls this specialization", **where)
+    return None
 
 
 @dataclass(frozen=True)
 class Target:
-    """A function to infer.
-
-    Attributes
-    ----------
-    name
-        The exported name.
-    cursor
-        Its libclang declaration cursor.
-    annotation
-        The ``// @BE`` annotation that named it, if any.
-    explicit
-        The arg_spec tokens a ``functions={name: spec}`` argument gave, if any.
-    second
-        The annotation's tokens came from a second annotation of the same
-        function (prototype, then definition): a disagreement is reported there.
+    """A function to infer: its exported ``name``, its declaration ``cursor``, the
+    ``annotation`` or ``explicit`` arg_spec tokens that named it, and whether the
+    tokens came from a ``second`` annotation of the function (where a
+    disagreement is reported).
     """
 
     name: str
@@ -61,13 +213,9 @@ def _by_name(cursors: list[Any]) -> dict[str, list[Any]]:
 
 
 def function_cursors(tu: Any, path: str) -> list[Any]:
-    """Function declarations located in the main file, in walk order.
-
-    Free functions and function templates, and also member functions (of
-    classes, structs and class templates, and out-of-class definitions) and
-    friend functions declared in a class, so that an annotation before one is
-    bound to it (and, where it cannot be exported, refused with a reason: see
-    :func:`refusal`) instead of being bound to nothing.
+    """Function declarations in the main file, in walk order, members and friends
+    included so that an annotation before one binds to it (and :func:`refusal`
+    can refuse it).
     """
     import clang.cindex as ci
 
@@ -123,22 +271,8 @@ _TEMPLATE_ID = re.compile(r"(?P<name>[A-Za-z_]\w*)\s*(?:<(?P<args>[^()]*)>)?\s*\
 
 
 def explicit_instantiation(raw: bytes, starts_of: list[int], annotation: Annotation) -> str | None:
-    """The explicit instantiation right after ``annotation`` (its declaration,
-    single-spaced, without ``template``), or ``None`` when something else follows.
-
-    Parameters
-    ----------
-    raw
-        The file's bytes.
-    starts_of
-        Where each line of ``raw`` starts (:func:`line_starts`).
-    annotation
-        An annotation of ``raw``.
-
-    Returns
-    -------
-    str or None
-        The instantiation's declaration, or ``None``.
+    """The explicit instantiation right after ``annotation`` in ``raw`` (single-spaced,
+    without ``template``), or ``None``; ``starts_of`` is :func:`line_starts`.
     """
     after = starts_of[annotation.end_line] if annotation.end_line < len(starts_of) else len(raw)
     skipped = _BEFORE_DECLARATION.match(raw, after)
@@ -166,15 +300,10 @@ def _instantiation_error(a: Annotation, decl: str, where: dict[str, Any]) -> Sou
 
 
 def bind_annotations(raw: bytes, annotations: list[Annotation], cursors: list[Any]) -> dict[int, Any]:
-    """Bind each annotation to the function declaration that follows it.
-
-    An annotation binds to the first function whose declaration (its extent:
-    ``template``, specifiers, or the macro call that generates it) starts
-    after the annotation, when only comments, whitespace and specifiers lie in
-    between -- no ``;``, braces or preprocessor lines, the rule clang itself
-    uses to attach comments.  (``cursor.raw_comment`` alone is not enough: a
-    comment between the return type and the name takes the annotation's place.)
-    Returns annotation line -> cursor.
+    """Annotation line -> the cursor of the function whose declaration extent starts
+    after it with only comments, whitespace and specifiers in between (clang's
+    own rule for comments; ``cursor.raw_comment`` would lose an annotation to a
+    comment between the return type and the name).
     """
     starts_of = line_starts(raw)
 
@@ -211,12 +340,6 @@ def bind_annotations(raw: bytes, annotations: list[Annotation], cursors: list[An
 def _start(cursor: Any) -> tuple[int, int]:
     st = cursor.extent.start
     return st.line, st.column
-
-
-def generated_together(cursor: Any, cursors: list[Any]) -> list[Any]:
-    """The functions whose declaration starts where ``cursor``'s does (one macro invocation)."""
-    key = _start(cursor)
-    return [c for c in cursors if _start(c) == key]
 
 
 def _name_problem(name: str) -> str:

@@ -1,96 +1,268 @@
 """Parsing a translation unit with libclang the way the real compiler sees it.
 
-What this module decides, and why (figures measured on a 2-core machine with
-libclang-ng 22, g++ 12 and CUDA 13):
+* C++17 with the host's libstdc++ (``-nostdinc++`` plus the directories
+  ``g++ -v`` reports): libclang-ng's bundled libc++ clashes with glibc.
+* The compiler's view (:mod:`kernix.frontend.compiler_view`): ``-undef`` plus
+  its predefined macros and include order. CUDA is parsed as C++ with
+  nvcc's host-pass macros and forced ``cuda_runtime.h`` (the prelude), since
+  clang's CUDA mode rejects the toolkit's own headers; the execution space
+  keywords leave ``annotate`` markers. Non-fatal errors inside toolchain
+  headers are dropped. Without nvcc, clang's CUDA mode and a stub prelude
+  are used.
+* The prelude and the file's leading ``#include`` lines are precompiled
+  (:mod:`kernix.frontend.pch`, :mod:`kernix.frontend.leading`).
+* Function bodies are skipped: only signatures matter.
+* Annotations are bound by position (:mod:`kernix.frontend.binding`), not
+  with ``-fparse-all-comments``, which attaches a comment to the nearest name.
 
-* C++17, with the host's libstdc++ selected explicitly (``-nostdinc++`` plus
-  the directories ``g++ -v`` reports, remembered on disk): libclang-ng's
-  bundled libc++ clashes with glibc.
-* The build compiler's own view (:mod:`kernix.frontend.compiler_view`):
-  ``-undef`` plus the macros nvcc's host pass (for ``.cu``) or the host
-  compiler (for C++) predefine, asked from the tools and remembered, and the
-  build's include order.  CUDA sources are parsed as C++ with those macros
-  (``__CUDACC__`` set, ``__CUDA_ARCH__`` not) and nvcc's forced
-  ``cuda_runtime.h``: clang's CUDA mode would apply clang's host/device
-  overloading rules, which reject the toolkit's own headers.  The execution
-  space keywords additionally leave ``annotate`` markers, so kernels and
-  ``__device__``-only functions are recognised.  Errors clang reports inside
-  toolchain headers (where clang and nvcc/g++ disagree) are dropped; fatal
-  ones (a missing header) and every error in the user's files are reported.
-* The CUDA prelude (with the ``#include <...>`` lines the file opens with) is
-  precompiled once per toolchain and flag set under the cache root: with
-  ``__CUDACC__`` defined, ``cuda_runtime.h`` costs ~0.5 s to parse and
-  ``<cub/cub.cuh>`` several seconds; through the PCH a file parses in tens
-  of milliseconds.  The file itself is then parsed with those lines blanked
-  out (:mod:`kernix.frontend.leading`): each header is read once, as nvcc
-  reads it, so one without include guards means what it means to nvcc.
-  Without nvcc or CUDA headers, clang's CUDA mode and a
-  stub prelude declare the few CUDA names a signature can use.
-* Function bodies are skipped (``PARSE_SKIP_FUNCTION_BODIES``): signatures
-  are all inference needs; it saves ~30% and keeps ``<<<...>>>`` launches and
-  device built-ins out of the picture.
-* Annotations are bound by position (see ``kernix.frontend.binding.bind_annotations``),
-  not with ``-fparse-all-comments``/``raw_comment``: clang attaches the comment
-  nearest the *name*, so a comment between the return type and the name
-  would steal the annotation's place.
-
-``clang.cindex`` is imported lazily, so importing this module is cheap.
+``clang.cindex`` is imported on first need (:func:`cindex`); a missing
+``libclang-ng`` is a :class:`~kernix.ToolchainError` saying how to install it.
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import functools
 import importlib.util
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
-from ..backend.toolchain import cuda_include_dirs, host_compiler_path
+from ..backend.toolchain import check_host_compiler, cuda_include_dirs, host_compiler_path
+from ..store.files import compiler_environment, FileStat, remembered
 from ..errors import SourceError, ToolchainError
+from ..interface import running_command
 from ..paths import cache_root, include_dir
-from ..store.files import FileStat, compiler_environment, remembered
 from . import compiler_view, pch
 from .leading import leading, leading_includes, leading_system_includes, without_leading
-from .libclang import cindex
-from .prelude import CUDA_PRELUDE_REAL, CUDA_PRELUDE_STUB, SPACE_MARKERS
 from .versions import merge_versions, read_versions
 
-__all__ = [
-    "PRELUDE_PATH",
-    "ParseOptions",
-    "parse_flags",
-    "parse",
-    "parsed_versions",
-    "host_cxx_include_dirs",
-    "ffi_include_dir",
-    "clang_identity",
-    "compiler_view_of",
-    "is_under",
-    "system_dirs",
-    "leading_system_includes",
-    "leading_includes",
-]
+__all__ = ["error_diagnostics", "in_file", "in_system_header", "skipped_ranges", "dependencies", "cindex",
+           "CUDA_PRELUDE_REAL", "CUDA_PRELUDE_STUB", "SPACE_MARKERS", "SPACE_ANNOTATIONS", "PRELUDE_PATH",
+           "ParseOptions", "parse_flags", "parse", "parsed_versions", "host_cxx_include_dirs", "ffi_include_dir",
+           "clang_identity", "compiler_view_of", "is_under", "system_dirs", "leading_system_includes",
+           "leading_includes"]
+
+
+def error_diagnostics(tu: Any, options: ParseOptions) -> list[SourceError]:
+    """Every error or fatal diagnostic of ``tu`` as a :class:`SourceError`.
+
+    Diagnostics in system headers or the prelude are kept too (they would make
+    inference unreliable) and say that the setup, not the user's code, is at fault.
+    """
+    sysdirs = system_dirs(options)
+    out: list[SourceError] = []
+    for diag in tu.diagnostics:
+        if diag.severity < 3:  # Error = 3, Fatal = 4
+            continue
+        loc = diag.location
+        fname = os.path.abspath(loc.file.name) if loc.file else ""
+        message = diag.spelling
+        in_toolchain = fname == PRELUDE_PATH or (fname and is_under(fname, sysdirs))
+        if in_toolchain and diag.severity < 4 and compiler_view_of(options) is not None:
+            # clang and nvcc's (or g++'s) front end disagree on a few declarations inside the
+            # toolkit's own headers; the build compiler accepts them, so they are not the user's
+            # problem.  A fatal error (a header the machine lacks) is still reported.
+            continue
+        if in_toolchain:
+            message += (
+                " [in a toolchain header while kernix parsed the file: check the CUDA/C++ "
+                "installation, or report this to kernix]"
+            )
+        elif message.startswith("'") and message.endswith("' file not found"):
+            message += _missing_header_hint(message[1:-len("' file not found")])
+        elif message in _UNDECLARED_BE:
+            message += ("; `BE::Tensor` is declared by kernix's header: add `#include \"kernix/common.h\"` "
+                        "before the first function that uses it")
+        out.append(SourceError(message, file=fname, line=loc.line, column=loc.column))
+    return out
+
+
+#: What clang says where ``BE::Tensor`` is used and no header declared ``BE``.
+_UNDECLARED_BE = ("use of undeclared identifier 'BE'", "unknown type name 'BE'")
+
+
+def _missing_header_hint(header: str) -> str:
+    """Where ``header`` was looked for, and the option that adds a directory; or,
+    when the host C++ compiler (which gives the standard headers) does not
+    work, what is wrong with it."""
+    try:
+        check_host_compiler()
+    except ToolchainError as exc:
+        return f"; the C++ standard headers are found through the host compiler, and {exc}"
+    if running_command() is not None:  # the command line reads files only, and its option is -I
+        return ("; #include \"...\" looks beside the including file, then in the include paths: pass the "
+                f"directory that holds {header!r} with -I DIR")
+    return (f"; #include \"...\" looks beside the including file (for a load_*_inline source, that is the cache's "
+            f"sources/ directory), then in the include paths: pass the directory that holds {header!r} in "
+            "extra_include_paths=[...] (include_dirs=[...] for build_module; or -I in the compiler flags)")
+
+
+@functools.lru_cache(maxsize=None)
+def _lib() -> Any:
+    import clang.cindex as ci
+
+    lib = ci.conf.lib
+
+    class CXSourceRangeList(ctypes.Structure):
+        _fields_ = [("count", ctypes.c_uint), ("ranges", ctypes.POINTER(ci.SourceRange))]
+
+    lib.clang_getAllSkippedRanges.restype = ctypes.POINTER(CXSourceRangeList)
+    lib.clang_getAllSkippedRanges.argtypes = [ci.TranslationUnit]
+    lib.clang_disposeSourceRangeList.restype = None
+    lib.clang_disposeSourceRangeList.argtypes = [ctypes.POINTER(CXSourceRangeList)]
+    lib.clang_Location_isFromMainFile.restype = ctypes.c_int
+    lib.clang_Location_isFromMainFile.argtypes = [ci.SourceLocation]
+    lib.clang_Location_isInSystemHeader.restype = ctypes.c_int
+    lib.clang_Location_isInSystemHeader.argtypes = [ci.SourceLocation]
+    return lib
+
+
+def in_file(cursor: Any, path: str) -> bool:
+    """Whether ``cursor``'s expansion location is in ``path``, by file name, since
+    ``clang_Location_isFromMainFile`` is false for macro-expanded declarations.
+    """
+    lib = _lib()
+    loc = cursor.location
+    if lib.clang_Location_isFromMainFile(loc):
+        return True
+    if lib.clang_Location_isInSystemHeader(loc):
+        return False
+    f = loc.file
+    return f is not None and os.path.abspath(f.name) == path
+
+
+def in_system_header(cursor: Any) -> bool:
+    """Whether ``cursor`` is located in a system header (toolchain, ``-isystem``)."""
+    return bool(_lib().clang_Location_isInSystemHeader(cursor.location))
+
+
+def skipped_ranges(tu: Any, path: str) -> list[tuple[int, int]]:
+    """Line ranges of ``path`` the preprocessor skipped (inactive ``#if`` regions).
+
+    ``tu`` must have been parsed with ``detailed=True``.
+    """
+    lib = _lib()
+    lst = lib.clang_getAllSkippedRanges(tu)
+    out: list[tuple[int, int]] = []
+    try:
+        for i in range(lst.contents.count):
+            rng = lst.contents.ranges[i]
+            f = rng.start.file
+            if f is not None and os.path.abspath(f.name) == path:
+                out.append((rng.start.line, rng.end.line))
+    finally:
+        lib.clang_disposeSourceRangeList(lst)
+    return out
+
+
+def dependencies(tu: Any, path: str) -> list[str]:
+    """Absolute paths of every file ``tu`` read besides ``path`` and the prelude
+    (those held by its precompiled prelude included)."""
+    used = getattr(tu, "kernix_pch", None)  # (see kernix.frontend.clangparse.parse)
+    seen: dict[str, None] = dict.fromkeys(v[0] for v in (used.prelude.versions if used else ()))
+    for inc in tu.get_includes():
+        name = inc.include.name
+        if name == PRELUDE_PATH:
+            continue
+        name = os.path.abspath(name)
+        if name != path:
+            seen.setdefault(name, None)
+    return list(seen)
+
+
+def cindex() -> Any:
+    """``clang.cindex`` with its native library loaded; a :class:`kernix.ToolchainError`
+    saying how to install ``libclang-ng`` when it does not load.
+    """
+    try:
+        import clang.cindex as ci
+
+        ci.conf.lib  # loads libclang.so: a LibclangError when it is missing or does not load
+        return ci
+    except Exception as exc:  # ImportError, clang.cindex.LibclangError, OSError from ctypes
+        where = getattr(sys.modules.get("clang"), "__file__", None)
+        found = f" (the clang package imported from {os.path.dirname(where)} is not usable)" if where else ""
+        raise ToolchainError(
+            f"inferring signatures needs libclang, from the libclang-ng package{found}: "
+            f"{type(exc).__name__}: {str(exc).strip() or 'no detail'}. Install it into this Python with "
+            f"`{sys.executable} -m pip install --force-reinstall libclang-ng`; if another package provides "
+            "clang.cindex here (the `clang` or `libclang` packages), `pip uninstall clang libclang` first."
+        ) from exc
+
+
+CUDA_PRELUDE_REAL = """\
+// kernix inference prelude: what nvcc puts in front of every .cu file.
+#include <cuda_runtime.h>
+"""
+
+# Used when no CUDA headers are installed: enough for signatures to parse.
+CUDA_PRELUDE_STUB = """\
+// kernix inference prelude (no CUDA headers found): stand-ins for signatures.
+#define __host__ __attribute__((host))
+#define __device__ __attribute__((device))
+#define __global__ __attribute__((global))
+#define __shared__ __attribute__((shared))
+#define __constant__ __attribute__((constant))
+#define __managed__ __attribute__((managed))
+#define __forceinline__ __inline__ __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
+#define __restrict__ __restrict
+#define __align__(n) __attribute__((aligned(n)))
+#define __device_builtin__
+#define __cudart_builtin__
+#define CUDART_CB
+typedef struct CUstream_st *cudaStream_t;
+typedef struct CUevent_st *cudaEvent_t;
+typedef enum cudaError { cudaSuccess = 0 } cudaError_t;
+struct __half { unsigned short __x; };
+struct __half2 { __half x, y; };
+typedef __half half;
+struct __nv_bfloat16 { unsigned short __x; };
+struct __nv_bfloat162 { __nv_bfloat16 x, y; };
+typedef __nv_bfloat16 nv_bfloat16;
+struct uint3 { unsigned int x, y, z; };
+struct dim3 {
+  unsigned int x, y, z;
+  constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1) : x(vx), y(vy), z(vz) {}
+};
+extern const uint3 threadIdx, blockIdx;
+extern const dim3 blockDim, gridDim;
+extern const int warpSize;
+cudaError_t cudaGetLastError();
+const char* cudaGetErrorName(cudaError_t);
+const char* cudaGetErrorString(cudaError_t);
+"""
+
+
+# After nvcc's forced includes: the execution-space keywords also leave an
+# ``annotate`` attribute that inference reads (``__global__`` kernels and
+# ``__device__``-only functions cannot be exported); they keep their meaning.
+SPACE_MARKERS = """\
+#undef __global__
+#define __global__ __attribute__((global, annotate("kernix.cuda.global")))
+#undef __device__
+#define __device__ __attribute__((device, annotate("kernix.cuda.device")))
+#undef __host__
+#define __host__ __attribute__((host, annotate("kernix.cuda.host")))
+"""
+
+#: The ``annotate`` texts :data:`SPACE_MARKERS` attaches.
+SPACE_ANNOTATIONS = {"kernix.cuda.global": "global", "kernix.cuda.device": "device", "kernix.cuda.host": "host"}
+
 
 #: The virtual file name of the CUDA prelude (never written to disk).
 PRELUDE_PATH = "/__kernix__/cuda_prelude.h"
 
 @dataclass(frozen=True)
 class ParseOptions:
-    """Everything that decides how a file is parsed.
-
-    Attributes
-    ----------
-    language
-        ``"cuda"`` or ``"cpp"``.
-    include_dirs
-        The user's include directories, absolute, in order.
-    defines
-        ``NAME`` or ``NAME=VALUE`` strings.
-    flags
-        The build's preprocessor flags (``-I``, ``-isystem``, ``-D``, ``-U``,
-        ``-include``, ``-std=``...), paths absolute, after the above.
+    """Everything that decides how a file is parsed: the ``language``, the user's
+    absolute ``include_dirs``, ``defines`` and the build's preprocessor ``flags``
+    (paths absolute, after those).
     """
 
     language: str
@@ -108,14 +280,9 @@ def _cxx() -> str | None:
 
 
 def host_cxx_include_dirs() -> tuple[str, ...]:
-    """The host C++ compiler's ``#include <...>`` directories, in order.
-
-    Asks ``$CXX`` (else ``g++``/``c++``) with ``-E -x c++ - -v`` once per
-    compiler binary and value of the variables that change its answer
-    (:data:`~kernix.store.files.COMPILER_ENVIRONMENT`, such as
-    ``CPLUS_INCLUDE_PATH``), and remembers the answer under the cache root,
-    so a warm process never runs the compiler.  Empty when there is no host
-    compiler.
+    """The host C++ compiler's ``#include <...>`` directories (``-E -x c++ - -v``),
+    remembered per compiler and :data:`~kernix.store.files.COMPILER_ENVIRONMENT`;
+    empty without a host compiler.
     """
     cxx = _cxx()
     if cxx is None:
@@ -204,17 +371,9 @@ def compiler_view_of(options: ParseOptions) -> compiler_view.CompilerView | None
 
 
 def parse_flags(options: ParseOptions) -> list[str]:
-    """The libclang command line for ``options`` (without the file name).
-
-    With the build compiler's view (:mod:`kernix.frontend.compiler_view`),
-    CUDA and C++ sources alike are parsed as C++ with ``-undef`` and the
-    compiler's own predefined macros (nvcc's host pass: ``__CUDACC__``, no
-    ``__CUDA_ARCH__``; g++: ``__GNUC__``, no ``__clang__``), in the build's
-    include order: user ``-I`` dirs, user flags, kernix's include dir, the
-    compiler's own dirs (nvcc: the toolkit's ``include``, then ``cccl``),
-    jaxlib's FFI headers, the host C++ library.  clang's CUDA mode is not
-    used: it enforces clang's host/device overloading rules, which nvcc's
-    front end does not, and would reject the toolkit's own headers.
+    """The libclang command line for ``options`` (without the file name), in the
+    build's include order: user ``-I`` dirs, user flags, kernix's include dir, the
+    compiler's own, jaxlib's FFI headers, the host C++ library.
     """
     view = compiler_view_of(options)
     if view is None and options.language == "cuda":
@@ -297,35 +456,21 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
           same_as: Any = None) -> Any:
     """Parse ``path`` and return the ``clang.cindex.TranslationUnit``.
 
-    For CUDA sources with nvcc's view, the prelude (``cuda_runtime.h`` with
-    nvcc's macros, then the ``#include <...>`` lines the file opens with:
-    ~0.5 s to several seconds of parsing) is precompiled once per toolchain,
-    flag set and include list, and stored under the cache root; a file then
-    parses in tens of milliseconds.  A stale or unreadable PCH is rebuilt once.
-    The precompiled prelude used, and the versions of the headers it holds,
-    are ``tu.kernix_pch`` (see :func:`parsed_versions`).
+    The prelude is precompiled once per toolchain, flag set and include list
+    under the cache root (a stale or unreadable PCH is rebuilt once);
+    ``tu.kernix_pch`` holds it and its headers' versions (:func:`parsed_versions`).
 
     Parameters
     ----------
-    path
-        The source file (absolute).
-    options
-        Language, include directories and defines.
+    path, options
+        The source file (absolute) and how to parse it.
     detailed
-        Also keep the detailed preprocessing record (needed for
-        :func:`skipped_ranges`; slower).
+        Keep the detailed preprocessing record (for :func:`skipped_ranges`).
     raw
-        The file's bytes, if already read (for its leading includes).
+        The file's bytes, if already read.
     same_as
-        An earlier parse of the same file in the same inference: the
-        precompiled prelude it used is used again without checking its
-        headers a second time (it is the one whose versions the inference
-        records).
-
-    Raises
-    ------
-    kernix.ToolchainError
-        When libclang is missing or does not load (see :func:`kernix.frontend.libclang.cindex`).
+        An earlier parse of the file in the same inference, whose precompiled
+        prelude is reused without checking its headers again.
     """
     ci = cindex()
 

@@ -1,26 +1,200 @@
 """Turning a function declaration into a :class:`~kernix.language.spec.FunctionSpec`.
 
-Every parameter is classified from its *canonical* type (never its
-spelling): const ``BE::Tensor`` -> ``arg``, non-const -> ``ret``
-(``BE::TensorOf<T>`` likewise, with the dtype of ``T`` pinned);
-``cudaStream_t`` -> ``stream``; XLA FFI buffer types -> ``arg``/``ret``;
-named scalars -> ``attr.<name>:<dtype>``.  Anything else is an error that
-names the parameter and says how to fix it.
+Each parameter is classified from its canonical type, so aliases count as
+what they name: const ``BE::Tensor`` -> ``arg``, non-const -> ``ret``
+(``TensorOf<T>`` pins the dtype; XLA FFI buffers likewise); ``BE::InOut`` ->
+``inout``; ``cudaStream_t`` -> ``stream``; scalars, spans, vectors and
+strings -> ``attr.<name>:<dtype>``; ``BE::Scratch``, ``BE::State<T>``,
+``BE::ThreadPool`` -> ``scratch``, ``state``, ``threads``. A function returns
+``void`` or ``xla::ffi::Error``: any other return value would be dropped.
 """
 
 from __future__ import annotations
 
+import keyword
 import re
 from typing import Any
 
-from ..language.dtypes import dtype_by_xla_name
-from ..errors import SourceError
+from ..language.dtypes import ARRAY_ATTR_DTYPES, dtype_by_xla_name
+from ..language.names import is_identifier
 from ..language.spec import FunctionSpec, Param
 from ..language.spelling import api_spelling, is_function_type
-from .kinds import RESERVED_ATTR_NAMES, Reject, check_attr_name, classify_special, integer_dtype, INTEGER_KINDS
-from .returns import return_kind
+from ..errors import SourceError
 
-__all__ = ["function_spec", "qualified_name", "RESERVED_ATTR_NAMES"]
+__all__ = ['Reject', 'classify_special', 'check_attr_name', 'RESERVED_ATTR_NAMES', 'ERROR_TYPE', 'return_kind',
+           'function_spec', 'qualified_name']
+
+
+#: Keyword names the Python callable takes itself (``fn(*inputs, out=..., vmap_method=...)``,
+#: see :meth:`kernix.runtime.function.KernelFunction.__call__`): an attribute cannot use them.
+RESERVED_ATTR_NAMES = frozenset({"self", "out", "vmap_method"})
+
+
+class Reject(Exception):
+    """A parameter kernix cannot pass; the message says why and how to fix it."""
+
+
+# An inline namespace of a standard library (libstdc++'s __cxx11, libc++'s __1) is not part of the name.
+_INLINE_NS = re.compile(r"::__\w+(?=::)")
+_SPANS = ("BE::Span", "std::span", "xla::ffi::Span")
+_STRINGS = {"std::basic_string_view": "std::string_view", "std::basic_string": "std::string"}
+#: libclang's builtin integer type kinds (canonical), by signedness.
+INTEGER_KINDS = {
+    "CHAR_S": "signed", "SCHAR": "signed", "SHORT": "signed", "INT": "signed", "LONG": "signed",
+    "LONGLONG": "signed", "CHAR_U": "unsigned", "UCHAR": "unsigned", "USHORT": "unsigned", "UINT": "unsigned",
+    "ULONG": "unsigned", "ULONGLONG": "unsigned",
+}
+_ARRAY_TYPES = ", ".join(ARRAY_ATTR_DTYPES.values())
+
+
+def _template_name(bare: str) -> str:
+    """``std::vector<long>`` -> ``std::vector`` (inline namespaces dropped)."""
+    return _INLINE_NS.sub("", bare.partition("<")[0].strip())
+
+
+def _arg(c: Any, k: int) -> Any:
+    if c.get_num_template_arguments() <= k:
+        return None
+    t = c.get_template_argument_type(k)
+    return None if t.kind.name == "INVALID" else t
+
+
+def integer_dtype(t: Any) -> str | None:
+    """The dtype of the canonical builtin integer (or ``bool``) type ``t`` (by its size: LP64's
+    ``long`` is 64-bit), or ``None``."""
+    kind = t.kind.name
+    if kind == "BOOL":
+        return "bool"
+    sign = INTEGER_KINDS.get(kind)
+    bits = 8 * t.get_size()
+    return f"{'u' if sign == 'unsigned' else ''}int{bits}" if sign and bits in (8, 16, 32, 64) else None
+
+
+def _array_dtype(element: Any) -> str | None:
+    c = element.get_canonical()
+    dtype = {"FLOAT": "float32", "DOUBLE": "float64"}.get(c.kind.name) or integer_dtype(c)
+    return dtype if dtype in ARRAY_ATTR_DTYPES else None
+
+
+def check_attr_name(pname: str, where: str, what: str = "an attribute") -> None:
+    """Raise :class:`Reject` unless ``pname`` can name an attribute (the Python keyword)."""
+    if not pname:
+        raise Reject(f"{where}: {what} needs a name; give the parameter a name: it becomes attr.<name>")
+    if not is_identifier(pname):
+        raise Reject(
+            f"{where}: attribute names must be ASCII C++ identifiers (the arg_spec `attr.<name>` and the "
+            "Python keyword argument use it); rename the parameter")
+    if pname in RESERVED_ATTR_NAMES:
+        raise Reject(
+            f"{where}: {pname!r} is reserved by the Python callable (its keyword arguments are "
+            f"{', '.join(sorted(RESERVED_ATTR_NAMES))}), so it cannot name an attribute; rename the parameter")
+    if keyword.iskeyword(pname):
+        raise Reject(
+            f"{where}: {pname!r} is a Python keyword, so the Python callable could not take it as a keyword "
+            f"argument ({pname}=...); rename the parameter, e.g. to {pname + '_'!r}")
+
+
+def classify_special(c: Any, ref: str | None, is_const: bool, bare: str, pname: str, synth: str,
+                     written: str, where: str) -> Param | None:
+    """The :class:`Param` of a parameter of one of this module's types, or ``None``.
+
+    ``c`` is the canonical type with any reference removed, ``ref`` the
+    reference (``"&"``, ``"&&"`` or ``None``), ``bare`` the canonical spelling
+    without cv-qualifiers, ``synth`` the name to use for an unnamed parameter.
+    """
+    name = _template_name(bare)
+    if name in ("BE::InOut", "BE::InOutOf"):
+        if is_const:
+            raise Reject(f"{where}: a tensor updated in place is written, so it cannot be const; take a "
+                         f"`{name}{'<T>' if name.endswith('Of') else ''}&`, or a `const BE::Tensor&` for an input")
+        if ref == "&&":
+            raise Reject(f"{where}: rvalue references are not supported; take a `{name}&`")
+        if name == "BE::InOut":
+            return Param(synth, "inout", written, bare, "tensor")
+        return None  # BE::InOutOf<T>: the caller reads T as for BE::TensorOf<T>
+    if name in ("BE::Scratch", "BE::ThreadPool") or name == "BE::State":
+        if ref == "&&":
+            raise Reject(f"{where}: rvalue references are not supported; take a `{name}&`")
+        if name == "BE::Scratch":
+            return Param(synth, "scratch", written, bare, "scratch")
+        if name == "BE::ThreadPool":
+            return Param(synth, "threads", written, bare, "threads")
+        state = _arg(c, 0)
+        if state is None or state.get_canonical().kind.name != "RECORD":
+            raise Reject(f"{where}: BE::State<T> takes a class or struct T, the state itself")
+        return Param(synth, "state", written, bare, "state")
+    if name in _SPANS or name == "std::vector":
+        return _array(c, ref, is_const, name, pname, written, where)
+    if name in _STRINGS:
+        element = _arg(c, 0)
+        if element is None or element.get_canonical().kind.name not in ("CHAR_S", "CHAR_U"):
+            raise Reject(f"{where}: a string attribute is a `std::string_view` or `const std::string&` of `char`")
+        if ref == "&&" or (ref == "&" and not is_const):
+            raise Reject(f"{where}: attributes are read-only; take a `{_STRINGS[name]}` by value or `const&`")
+        check_attr_name(pname, where, "a string attribute")
+        return Param(pname, "attr", written, bare, "string")
+    return None
+
+
+def _array(c: Any, ref: str | None, is_const: bool, name: str, pname: str, written: str, where: str) -> Param:
+    element = _arg(c, 0)
+    spelled = f"{name}<const T>" if name in _SPANS else "const std::vector<T>&"
+    if ref == "&&" or (ref == "&" and not is_const):
+        raise Reject(f"{where}: attributes are read-only; take a `{spelled}` by value or `const&`")
+    extent = _CV.sub("", c.spelling.strip()).partition("<")[2].rpartition(">")[0].partition(",")[2].strip().rstrip("UL")
+    if name == "std::span" and extent and extent != str(2**64 - 1):
+        raise Reject(f"{where}: a `std::span` of fixed extent cannot take an attribute of any length; "
+                     "take a `std::span<const T>` (dynamic extent) and check its size()")
+    if element is None:
+        raise Reject(f"{where}: kernix cannot read the element type of `{name}`")
+    if name in _SPANS and not element.is_const_qualified():
+        inner = written.partition("<")[2].rpartition(">")[0].strip() or element.spelling
+        raise Reject(f"{where}: an array attribute is read-only; take a `{name}<const {inner}>`")
+    dtype = _array_dtype(element)
+    if dtype is None or dtype not in ARRAY_ATTR_DTYPES:
+        raise Reject(
+            f"{where}: `{element.get_canonical().spelling}` is not an element type of an array attribute; XLA "
+            f"passes arrays of {_ARRAY_TYPES} (no bool, no 16-bit floats: take integers, e.g. `{spelled}` of "
+            "uint8_t, and convert)")
+    check_attr_name(pname, where, "an array attribute")
+    return Param(pname, "attr", written, api_spelling(_CV.sub("", c.spelling.strip())), "array", dtype)
+
+
+#: The canonical spelling of XLA's FFI error type.
+ERROR_TYPE = "xla::ffi::Error"
+
+_FIX = ("return `void` and write results to a `BE::Tensor&` output, or return `xla::ffi::Error` "
+        "(from \"xla/ffi/api/ffi.h\") to report a failure")
+
+
+def return_kind(cursor: Any) -> tuple[bool, str]:
+    """Whether the function at ``cursor`` returns ``xla::ffi::Error``, and ``""``
+    when it can be exported, else the message naming the type and the fix.
+    """
+    name = cursor.spelling
+    written_type = cursor.result_type
+    written = " ".join(written_type.spelling.split())
+    canonical = written_type.get_canonical()
+    kind = canonical.kind.name
+    if kind == "VOID":
+        return False, ""
+    where = f"function {name!r} returns `{written}`"
+    if kind in ("LVALUEREFERENCE", "RVALUEREFERENCE"):
+        pointee = _CV.sub("", canonical.get_pointee().get_canonical().spelling.strip())
+        if pointee == ERROR_TYPE:
+            return False, f"{where}, a reference: return `xla::ffi::Error` by value"
+    bare = _CV.sub("", canonical.spelling.strip())
+    if bare == ERROR_TYPE:
+        return True, ""
+    if bare.startswith(ERROR_TYPE + "Or<"):
+        return False, (f"{where}: the value an `xla::ffi::ErrorOr<T>` carries cannot reach JAX (results are "
+                      f"written to outputs); return `xla::ffi::Error` and write the value to a `BE::Tensor&` output")
+    if kind in ("AUTO", "UNEXPOSED") and "auto" in written.split():
+        return False, (f"{where}, and no body that deduces it is in this file; write the return type out: "
+                      f"{_FIX}")
+    return False, (f"{where}: a return value cannot reach JAX, and its value would be dropped "
+                  f"(a status returned this way would be ignored); {_FIX}")
+
 
 _FIX_TENSOR = "take a `const BE::Tensor&` for an input buffer or `BE::Tensor&` for an output"
 

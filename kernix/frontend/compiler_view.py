@@ -1,23 +1,12 @@
 """What the real compiler sees before the first line of a source file.
 
-The inference parse must see the file exactly as the build does: nvcc's host
-pass for ``.cu`` files, the host C++ compiler for C++ files.  Instead of a
-hand-written list of macros that drifts with every CUDA and GCC release, this
-module asks the tools themselves, once per compiler identity (path, size,
-mtime, ctime; see :func:`kernix.store.files.remembered`):
-
-* ``nvcc --dryrun`` prints the host preprocessing command of its host pass;
-  its ``-D``/``-U`` flags (``__CUDACC__``, ``__NVCC__``,
-  ``__CUDACC_VER_MAJOR__``...), include directories (the toolkit's
-  ``include`` and, since CUDA 13, ``include/cccl`` for CUB, Thrust and
-  libcu++) and forced includes (``cuda_runtime.h``) are taken from it.
-  ``__CUDA_ARCH__`` is absent there, as in nvcc's host pass.
-* The host compiler's own predefined macros come from
-  ``CXX -dM -E -x c++ -std=... [nvcc's -D flags] /dev/null``, so a parse of a
-  g++-built file sees ``__GNUC__`` and not ``__clang__``.
-
-:func:`view` combines both into a :class:`CompilerView`; the parse hands it
-to clang as ``-undef`` plus one ``-D`` per macro.
+Rather than a hand-written macro list that drifts with each CUDA and GCC
+release, the tools are asked, once per compiler identity: ``nvcc --dryrun``
+gives its host pass's ``-D``/``-U`` flags, include directories and forced
+includes (no ``__CUDA_ARCH__``, as in that pass), and
+``CXX -dM -E -x c++ /dev/null`` the host compiler's predefined macros.
+:func:`view` combines both into a :class:`CompilerView`, handed to clang as
+``-undef`` plus one ``-D`` per macro.
 """
 
 from __future__ import annotations
@@ -49,19 +38,9 @@ NVCC_BUILD_FLAGS = ("--expt-relaxed-constexpr", "--extended-lambda")
 
 @dataclass(frozen=True)
 class CompilerView:
-    """The predefined state of one compiler for one language standard.
-
-    Attributes
-    ----------
-    macros
-        ``(name, value)`` pairs in the compiler's order; ``name`` may carry a
-        parameter list (``F(x)``).
-    include_dirs
-        Directories the compiler adds with ``-I`` (nvcc: the toolkit's ``include``).
-    system_dirs
-        Directories it adds with ``-isystem`` (nvcc: ``include/cccl``).
-    forced_includes
-        Headers it includes before the file (nvcc: ``cuda_runtime.h``).
+    """The predefined state of one compiler for one language standard: ``macros``
+    (``(name, value)`` in order, a name may carry parameters), ``include_dirs``
+    (``-I``), ``system_dirs`` (``-isystem``) and ``forced_includes``.
     """
 
     macros: tuple[tuple[str, str], ...]
@@ -111,20 +90,7 @@ def parse_dm(text: str) -> list[tuple[str, str]]:
 
 
 def host_macros(cxx: str, flags: tuple[str, ...] = ()) -> tuple[tuple[str, str], ...] | None:
-    """The macros ``cxx`` predefines for C++ with ``flags`` (``-std=``, ``-D``, ``-m64``...).
-
-    Parameters
-    ----------
-    cxx
-        The host compiler executable (absolute).
-    flags
-        Flags that change the predefined set, passed before ``/dev/null``.
-
-    Returns
-    -------
-    tuple of (str, str) or None
-        ``None`` when the compiler could not be run.
-    """
+    """The macros ``cxx`` predefines for C++ with ``flags``; ``None`` when it could not be run."""
 
     def ask() -> list[list[str]] | None:
         proc = _run([cxx, "-dM", "-E", "-x", "c++", *flags, os.devnull])
@@ -148,16 +114,8 @@ def _host_pass_line(stderr: str) -> list[str] | None:
 
 
 def nvcc_host_pass(nvcc: str, cxx: str, std: str = "c++17") -> dict[str, list[str]] | None:
-    """What nvcc's host pass adds to the host compiler's command line.
-
-    Runs ``nvcc -ccbin=<cxx> -std=<std> <build flags> --dryrun -c x.cu`` and
-    reads the host preprocessing command it prints.
-
-    Returns
-    -------
-    dict or None
-        ``{"macro_flags": [...], "include_dirs": [...], "system_dirs": [...],
-        "forced_includes": [...]}``; ``None`` when nvcc could not be run.
+    """The macro flags, include, system and forced-include lists of nvcc's host
+    pass, read from ``nvcc --dryrun``; ``None`` when nvcc could not be run.
     """
 
     def ask() -> dict[str, list[str]] | None:
@@ -191,22 +149,9 @@ def _split_host_pass(argv: list[str]) -> dict[str, list[str]]:
 def inference_flags(
     include_dirs: Sequence[str], extra_cflags: Sequence[str], optimization_level: int, fast_math: bool
 ) -> tuple[str, ...]:
-    """What inference must see of a build's flags: include directories (user
-    paths first, as for the compiler), defines, undefines, forced includes and
-    the language standard, then the code-generation flags that change the
-    compiler's predefined macros (``-O3``: ``__OPTIMIZE__``, ``-ffast-math``,
-    ``-march=``, ``-fopenmp``, ``-pthread``...; see :func:`changes_macros`).
-
-    Parameters
-    ----------
-    include_dirs
-        The build's include directories, absolute.
-    extra_cflags
-        The user's compiler flags (paths absolute).
-    optimization_level
-        The build's ``-O`` level.
-    fast_math
-        Whether the host compiler gets ``-ffast-math`` (a C++ build with ``use_fast_math``).
+    """What inference must see of a build's flags: include directories (user paths
+    first), defines, undefines, forced includes, the standard, then the
+    code-generation flags that change predefined macros (:func:`changes_macros`).
     """
     build = [f"-O{optimization_level}", *(["-ffast-math"] if fast_math else []), *extra_cflags]
     codegen = tuple(f for f in build if changes_macros(f))
@@ -214,12 +159,10 @@ def inference_flags(
 
 
 def changes_macros(flag: str) -> bool:
-    """Whether ``flag`` is a code-generation flag that can change the host
-    compiler's predefined macros (``-O3``: ``__OPTIMIZE__``; ``-ffast-math``:
-    ``__FAST_MATH__``; ``-march=native``: ``__AVX2__``...; ``-fopenmp``:
-    ``_OPENMP``; ``-pthread``: ``_REENTRANT``).  The inference parse takes
-    the macros from the compiler with these flags; clang sees only those that
-    also change types (:func:`changes_types`)."""
+    """Whether ``flag`` can change the host compiler's predefined macros (``-O3``,
+    ``-ffast-math``, ``-march=``, ``-fopenmp``, ``-pthread``...); clang sees only
+    those that also change types (:func:`changes_types`).
+    """
     return flag.startswith(("-O", "-f", "-m", "-pthread"))
 
 
@@ -273,21 +216,9 @@ def _view(language: str, std: str, codegen: tuple[str, ...], cxx: str, nvcc: str
 
 
 def view(language: str, flags: tuple[str, ...] = ()) -> CompilerView | None:
-    """The predefined state of the compiler that builds ``language`` sources.
-
-    Parameters
-    ----------
-    language
-        ``"cuda"`` (nvcc's host pass with the host compiler) or ``"cpp"``.
-    flags
-        The build's flags; only ``-std=`` and the code-generation flags that
-        change predefined macros (:func:`changes_macros`) matter here.
-
-    Returns
-    -------
-    CompilerView or None
-        ``None`` when the compiler is missing or could not be asked (the
-        parse then falls back to clang's own view).
+    """The predefined state of the compiler that builds ``language`` sources with
+    ``flags``; ``None`` when it is missing or could not be asked (the parse then
+    uses clang's own view).
     """
     try:
         cxx = host_compiler_path()

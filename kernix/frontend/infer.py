@@ -1,22 +1,10 @@
-"""Exact signature inference: C++/CUDA source -> :class:`~kernix.language.spec.FunctionSpec`.
+"""Signature inference: C++/CUDA source -> :class:`~kernix.language.spec.FunctionSpec`.
 
-:func:`infer_file` parses a file with libclang (see :mod:`kernix.frontend.clangparse`
-for how), finds the ``// @BE`` annotations (:mod:`kernix.frontend.lexer`), binds
-each to the declaration that follows it, and turns every parameter's
-*canonical* type into an arg_spec token:
-
-* const ``BE::Tensor`` (by value or ``const&``) -> ``arg``; non-const
-  ``BE::Tensor`` (by value or ``&``) -> ``ret``;
-* ``cudaStream_t`` (any name), or a 64-bit signed integer named ``stream``
-  -> ``stream``;
-* XLA FFI ``AnyBuffer`` / ``Buffer<T, R>`` -> ``arg``, ``Result<...>`` -> ``ret``;
-* a named scalar (integers, ``bool``, ``float``, ``double``, enums,
-  ``__half``, ``__nv_bfloat16``) -> ``attr.<name>:<dtype>``.
-
-Everything else is an error that names the file, line, function and
-parameter and says how to fix it; all errors of a file are collected.
-Results are cached on disk (:mod:`kernix.frontend.speccache`), so re-inspecting an
-unchanged file neither parses it nor imports libclang.
+:func:`infer_file` parses a file (:mod:`kernix.frontend.clangparse`), finds its
+``// @BE`` annotations (:mod:`kernix.frontend.lexer`), binds each to its
+declaration (:mod:`kernix.frontend.binding`) and classifies the parameters
+(:mod:`kernix.frontend.classify`). All errors of a file are collected; results
+are cached (:mod:`kernix.frontend.speccache`).
 """
 
 from __future__ import annotations
@@ -40,12 +28,11 @@ from .binding import (
     function_cursors,
     requested_targets,
 )
-from .clangparse import ParseOptions, parse, parsed_versions
+from .clangparse import ParseOptions, dependencies, error_diagnostics, parse, parsed_versions, skipped_ranges
 from .classify import function_spec
 from ..language.annotation import SourceLines, annotate_spec
 from .speccache import look_up
 from .instantiation import InstanceTarget, instance_targets, split_templated
-from .tu import dependencies, error_diagnostics, skipped_ranges
 from .versions import merge_versions
 
 if TYPE_CHECKING:
@@ -187,13 +174,8 @@ def infer_file(
 def infer_source(
     path: str, raw: bytes, options: ParseOptions, wanted: dict[str, tuple[str, ...] | None] | None
 ) -> tuple[InferResult, list[list[Any]] | None]:
-    """Parse ``raw`` (the bytes of ``path``) and infer, without the spec cache.
-
-    Returns the result and, when it may be cached, the version of every
-    header the parse read, as it read them
-    (:func:`kernix.frontend.clangparse.parsed_versions`); ``None`` when clang
-    reported an error (only a clean result is cached) or a header changed
-    while it was read.
+    """Parse ``raw`` (the bytes of ``path``) and infer, without the spec cache; also
+    the headers' versions as read, ``None`` when the result may not be cached.
     """
     text = raw.decode("utf-8", errors="replace")
     # The parsing side loads here: a spec-cache hit needs none of it.

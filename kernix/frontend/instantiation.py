@@ -1,20 +1,12 @@
 """Exporting a function template for the template arguments its annotation lists.
 
-``// @BE scale<T: float, double>`` before ``template <typename T> void
-scale(...)`` exports ``scale_float32`` and ``scale_float64`` (the grammar and
-the names: :mod:`kernix.language.templates`).  libclang shows a template's parameters
-only with their dependent types, so each instantiation's signature is read
-the way a compiler would see it: the file is parsed once more with one probe
-per instantiation appended, ``auto* __kernix_probe_<k> = &::ns::scale<float>;``,
-whose initializer names the implicit instantiation: a function declaration
-with the parameters' names and their substituted types, which classifies like
-any function.  One extra parse (reusing the precompiled prelude) for all the
-file's instantiations: the time grows with their number as the text does.
-
-A probe that does not compile (an argument the template refuses, a parameter
-left without argument or default) is an error at the annotation, naming the
-instantiation and quoting clang.  The shim calls ``::ns::scale<float>(...)``
-with the arguments as written, in the same file-scope context as the probe.
+``// @BE scale<T: float, double>`` exports ``scale_float32`` and
+``scale_float64`` (:mod:`kernix.language.templates`). libclang shows a
+template's parameters only with dependent types, so the file is parsed once
+more with one probe per instantiation appended,
+``auto* __kernix_probe_<k> = &::ns::scale<float>;``, whose initializer names
+the implicit instantiation with substituted parameter types. A probe that
+does not compile is an error at the annotation, quoting clang.
 """
 
 from __future__ import annotations
@@ -28,10 +20,10 @@ from ..errors import SourceError
 from ..language.templates import TemplateList, instance_name, parse_template_list
 from ..language.spec import FunctionSpec
 from .lexer import Annotation
-from .binding import Target
+from .binding import Target, execution_spaces, is_member
 from .clangparse import ParseOptions, parse
 from .classify import element_dtype, qualified_name
-from .refusal import execution_spaces, is_member
+
 
 __all__ = ["InstanceTarget", "instance_targets", "split_templated"]
 

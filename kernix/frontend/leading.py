@@ -1,20 +1,11 @@
 """The ``#include`` lines a source file opens with, which inference precompiles.
 
-Headers such as ``<cub/cub.cuh>``, or a project's common header that pulls in
-``cuda_fp16.h``, cost hundreds of milliseconds to seconds to parse; the ones a
-file includes before any other code are precompiled together with the CUDA
-prelude (see :func:`kernix.frontend.clangparse.parse`), since nothing in the
-file can change how they read (no macro is defined before them).
-
-The precompiled prelude must not change what the file means: the file is then
-parsed with those directives blanked out (:func:`without_leading`), so each
-header is read once, where the compiler reads it.  Parsed as written, a header
-without include guards would be read twice, and clang would report every
-definition in it as a redefinition that nvcc never reports.
-
-A directive is taken only when nothing about it is in doubt: a line comment
-continued by a backslash, or anything but a ``//`` comment after the header
-name, ends the list there (the rest of the file is parsed as written).
+Nothing in the file can change how those headers read, so they are
+precompiled with the CUDA prelude (:func:`kernix.frontend.clangparse.parse`),
+and the file is parsed with them blanked out (:func:`without_leading`): a
+header without include guards read twice would report redefinitions nvcc
+never reports. A directive in any doubt (a backslash-continued comment,
+anything but a ``//`` comment after the header name) ends the list.
 """
 
 from __future__ import annotations
@@ -41,15 +32,8 @@ _REST = re.compile(rb"[ \t]*(?://[^\r\n]*)?")
 
 
 class LeadingInclude(NamedTuple):
-    """One opening ``#include``.
-
-    Attributes
-    ----------
-    line
-        The directive for the precompiled prelude: ``#include <...>`` as
-        written, or a ``"..."`` include by its absolute path.
-    start, end
-        Its bytes in the file (the whole directive, up to the line's end).
+    """One opening ``#include``: the ``line`` for the prelude (a ``"..."`` include by
+    its absolute path) and its ``start`` and ``end`` bytes in the file.
     """
 
     line: str
@@ -63,21 +47,9 @@ def _continued(text: bytes) -> bool:
 
 
 def leading(raw: bytes, quote_dirs: Sequence[str] | None) -> list[LeadingInclude]:
-    """The ``#include`` directives a file opens with, before any other code.
-
-    Parameters
-    ----------
-    raw
-        The file's bytes.
-    quote_dirs
-        Where a ``"..."`` include is looked for, in the compiler's order (the
-        file's directory first); one found nowhere ends the list.  ``None``:
-        the first ``"..."`` include ends it.
-
-    Returns
-    -------
-    list of LeadingInclude
-        In file order.
+    """The ``#include`` directives ``raw`` opens with, in order. A ``"..."`` include
+    is looked for in ``quote_dirs``; one found nowhere, or any when ``quote_dirs``
+    is ``None``, ends the list.
     """
     out: list[LeadingInclude] = []
     pos = 0

@@ -1,27 +1,14 @@
 """Finding ``// @BE`` annotations in C++/CUDA source text.
 
-An annotation is a ``//`` line comment whose text *starts* with ``@BE``::
+An annotation is a ``//`` line comment whose text starts with ``@BE``::
 
-    // @BE scale_by
     // @BE scale_by arg ret attr.factor:float32 stream
-    //@BE   scale_by
 
-This module lexes just enough C++ to tell comments from string literals
-(including raw strings), character literals, digit separators and block
-comments, so that ``"// @BE x"`` inside a string, ``/* // @BE x */`` and
-``// see @BE x`` are not annotations.  Which annotations sit in inactive
-``#if`` regions, and which declaration each one belongs to, is decided by
-:mod:`kernix.frontend.binding` with libclang's help.
-
-:func:`find_near_misses` finds the comments that look like an annotation but
-are not one, so that the function they seem to export is not silently left
-out: ``// @Be f`` or ``//@be f`` (the marker is ``@BE``, in capitals), ``/* @BE
-f */`` (a block comment, also a line of a ``/** ... */`` doc comment) and
-``/// @BE f`` or ``//! @BE f`` (documentation comments).  Only a comment whose
-text *starts* with the marker counts, followed by a blank or the comment's end:
-``@brief``, ``@BEGIN``, ``@be.example`` or an e-mail address are ordinary text.
-
-Pure Python, no dependencies: the warm path never needs it.
+Just enough C++ is lexed to tell comments from string, raw string and
+character literals, so ``"// @BE x"`` or ``/* // @BE x */`` are not
+annotations. :func:`find_near_misses` finds comments that look like one but
+are not (``// @Be f``, ``/* @BE f */``, ``/// @BE f``), so a function is not
+silently left out; ``@brief`` or ``@BEGIN`` are ordinary text.
 """
 
 from __future__ import annotations
@@ -68,18 +55,9 @@ _LINE_OPENING = re.compile(r"//[/!]*[ \t]*")
 
 @dataclass(frozen=True)
 class Annotation:
-    """One ``// @BE`` annotation.
-
-    Attributes
-    ----------
-    name
-        The function name it exports (``""`` when the annotation names none).
-    tokens
-        The inline arg_spec tokens after the name (empty when none).
-    line, column
-        1-based position of the ``//``.
-    end_line
-        The line the comment ends on (a ``\\``-continued comment spans several).
+    """One ``// @BE`` annotation: the exported ``name`` (maybe ``""``), the inline
+    arg_spec ``tokens``, the 1-based position of the ``//`` and the ``end_line``
+    of a ``\\``-continued comment.
     """
 
     name: str
@@ -97,22 +75,9 @@ class Annotation:
 
 @dataclass(frozen=True)
 class NearMiss:
-    """A comment that looks like a ``// @BE`` annotation but is not one.
-
-    Attributes
-    ----------
-    written
-        The comment's text as written (its first line, spaces collapsed; at
-        most :data:`SHOWN` characters, then ``...``).
-    name
-        The function name it seems to export (``""`` when none).
-    tokens
-        What follows the name (as many words as fit in :data:`SHOWN`
-        characters, then ``"..."``).
-    why
-        Why it is not an annotation.
-    line, column
-        1-based position of the comment's marker line.
+    """A comment that looks like a ``// @BE`` annotation but is not one: as
+    ``written`` (at most :data:`SHOWN` characters), the ``name`` and ``tokens`` it
+    seems to export, ``why`` it is not one, and its 1-based position.
     """
 
     written: str
@@ -132,29 +97,14 @@ class NearMiss:
 
 
 def find_annotations(source: str) -> list[Annotation]:
-    """Return every ``// @BE`` annotation in ``source``, in source order.
-
-    Parameters
-    ----------
-    source
-        The file's text.  CRLF and CR line endings are accepted.
-
-    Returns
-    -------
-    list of Annotation
-        Annotations in inactive preprocessor regions are included; the caller
-        filters them.
+    """Every ``// @BE`` annotation in ``source`` (any line endings), in order,
+    inactive preprocessor regions included.
     """
     return scan(source, near_misses=False)[0]
 
 
 def find_near_misses(source: str) -> list[NearMiss]:
-    """Return every comment in ``source`` that looks like an annotation but is
-    not one (see the module docstring), in source order.
-
-    Like annotations, those in inactive preprocessor regions are included;
-    the caller filters them.
-    """
+    """Every near miss in ``source``, in order, inactive preprocessor regions included."""
     return scan(source)[1]
 
 

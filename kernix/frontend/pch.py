@@ -2,15 +2,15 @@
 
 Parsing ``cuda_runtime.h`` with nvcc's macros costs ~0.5 s, ``<cub/cub.cuh>``
 several seconds; so the prelude (with the ``#include`` lines a file opens
-with: :mod:`kernix.frontend.leading`) is precompiled and kept under the cache
-root, ``toolchain/prelude-<key>.rec`` naming its PCH file and recording the
-version of every header it holds, as the build read them
-(:func:`kernix.frontend.versions.read_versions`).
+with: :mod:`kernix.frontend.leading`) is precompiled and kept in the store as
+a prelude (:func:`kernix.store.new_prelude_file`), its record naming its PCH
+file and recording the version of every header it holds, as the build read
+them (:func:`kernix.frontend.versions.read_versions`).
 
 clang checks a PCH's headers by size and modification time only: a header
 rewritten with the same size and its time set back passes, and clang would
 go on reading the old declarations from the PCH.  So each use checks the
-recorded versions first (:func:`kernix.store.files.versions_current`: the
+recorded versions first (:func:`kernix.store.version_current`: the
 stat, and the content when the stat moved) and builds the PCH again when one
 changed.  A PCH whose headers changed while it was being built is not kept.
 
@@ -22,15 +22,13 @@ another process writes a different one under the same name.
 from __future__ import annotations
 
 import os
-import secrets
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import CacheError
-from ..store.files import content_key, read_record, version_current, write_record
-from ..store.trust import is_private, makedirs
+from ..store import content_key, is_private, new_prelude_file, prelude_file, recall, remember, version_current
 from .versions import read_versions
 
 __all__ = ["PCH_FLAGS", "Prelude", "pch_failed", "prelude_pch", "with_pch"]
@@ -57,22 +55,21 @@ class Prelude(NamedTuple):
     versions: list[list[Any]]
 
 
-# This process's preludes (record path -> Prelude), checked again on each use; and
-# those that could not be built (record path -> the versions of the headers that
+# This process's preludes ((root, key) -> Prelude), checked again on each use; and
+# those that could not be built ((root, key) -> the versions of the headers that
 # build read: tried again when one of them changes).
-_known: dict[str, Prelude] = {}
-_failed: dict[str, list[list[Any]]] = {}
+_known: dict[tuple[str, str], Prelude] = {}
+_failed: dict[tuple[str, str], list[list[Any]]] = {}
 _lock = threading.Lock()
 
 
-def _record_path(root: Path, flags: Sequence[str], prelude: str, clang: str) -> Path:
-    key = content_key(["prelude-pch", _FORMAT, clang, list(flags)], prelude.encode())
-    return root / "toolchain" / f"prelude-{key[:24]}.rec"
+def _key(flags: Sequence[str], prelude: str, clang: str) -> str:
+    return content_key(["prelude-pch", _FORMAT, clang, list(flags)], prelude.encode())[:24]
 
 
 def _current(versions: list[list[Any]]) -> bool:
-    """:func:`kernix.store.files.versions_current`, with the common case (every
-    stat as recorded: a thousand headers for ``<cub/cub.cuh>``) cheaper."""
+    """Whether every header still has its version (:func:`kernix.store.version_current`),
+    the common case (every stat as recorded: a thousand headers for ``<cub/cub.cuh>``) cheaper."""
     for version in versions:
         try:
             st = os.stat(version[0])
@@ -89,16 +86,16 @@ def _usable(found: Prelude | None, root: Path) -> bool:
             and _current(found.versions))
 
 
-def _read(record: Path, root: Path) -> Prelude | None:
-    """The prelude ``record`` names, or ``None`` (missing, damaged, untrusted)."""
+def _read(key: str, root: Path) -> Prelude | None:
+    """The prelude ``key``'s record names, or ``None`` (missing, damaged, untrusted)."""
+    data = recall("prelude", key, root=root)
     try:
-        data = read_record(record, root)
-        name, versions = data["pch"], data["versions"]
-        if data.get("format") != _FORMAT or not isinstance(name, str) or "/" in name or not isinstance(versions, list):
-            return None
-        return Prelude(str(record.with_name(name)), versions)
-    except (OSError, ValueError, KeyError, TypeError):
+        path, versions = prelude_file(root, key, data["pch"]), data["versions"]
+    except (KeyError, TypeError):
         return None
+    if data.get("format") != _FORMAT or path is None or not isinstance(versions, list):
+        return None
+    return Prelude(str(path), versions)
 
 
 def prelude_pch(index: Any, root: str | os.PathLike[str], flags: Sequence[str], prelude: str, virtual_path: str,
@@ -128,22 +125,22 @@ def prelude_pch(index: Any, root: str | os.PathLike[str], flags: Sequence[str], 
         ``None`` when it cannot be built: the caller parses without it.
     """
     root = Path(root)
-    record = _record_path(root, flags, prelude, clang)
-    key = str(record)
+    key = _key(flags, prelude, clang)
+    slot = (str(root), key)
     with _lock:
-        found = None if rebuild else _known.get(key)
-        failed = None if rebuild else _failed.get(key)
+        found = None if rebuild else _known.get(slot)
+        failed = None if rebuild else _failed.get(slot)
     if failed is not None and _current(failed):
         return None  # (as the last try found it: no use trying again)
     if not _usable(found, root):
-        found = None if rebuild else _read(record, root)
+        found = None if rebuild else _read(key, root)
         if not _usable(found, root):
-            old = _read(record, root)
-            found, read = _build(index, flags, prelude, virtual_path, record, toolchain_dirs)
+            old = _read(key, root)
+            found, read = _build(index, flags, prelude, virtual_path, root, key, toolchain_dirs)
             if found is None:
                 if read is not None:
                     with _lock:
-                        _failed[key] = read
+                        _failed[slot] = read
                 return None
             if old is not None and old.path != found.path:
                 try:
@@ -151,12 +148,12 @@ def prelude_pch(index: Any, root: str | os.PathLike[str], flags: Sequence[str], 
                 except OSError:
                     pass
     with _lock:
-        _known[key] = found
-        _failed.pop(key, None)
+        _known[slot] = found
+        _failed.pop(slot, None)
     return found
 
 
-def _build(index: Any, flags: Sequence[str], prelude: str, virtual_path: str, record: Path,
+def _build(index: Any, flags: Sequence[str], prelude: str, virtual_path: str, root: Path, key: str,
            toolchain_dirs: Sequence[str]) -> tuple[Prelude | None, list[list[Any]] | None]:
     """Precompile the prelude and write its record.
 
@@ -182,20 +179,22 @@ def _build(index: Any, flags: Sequence[str], prelude: str, virtual_path: str, re
             return None, versions
     if versions is None:  # a header changed while it was read: nothing to vouch for
         return None, None
-    target = record.with_name(f"{record.stem}-{secrets.token_hex(8)}.pch")
+    try:
+        target = new_prelude_file(root, key, ".pch")
+    except CacheError:  # the PCH is an optimisation only
+        return None, None
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
-        makedirs(target.parent)
         tu.save(str(tmp))
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
-    except (OSError, ci.TranslationUnitSaveError, CacheError):  # the PCH is an optimisation only
+    except (OSError, ci.TranslationUnitSaveError):
         try:
             tmp.unlink()
         except OSError:
             pass
         return None, None
-    if not write_record(record, {"format": _FORMAT, "pch": target.name, "versions": versions}):
+    if not remember("prelude", key, {"format": _FORMAT, "pch": target.name, "versions": versions}, root=root):
         try:
             target.unlink()
         except OSError:

@@ -1,35 +1,20 @@
 """The spec cache: one file's inferred specs, found again without the parser.
 
-:func:`look_up` reads the source, resolves its options, works out the
-spec-cache key and reads the cached result.  The key is the store's content
-key (:func:`kernix.store.files.content_key`) over everything the parse
-depends on except the headers: kernix's version, the parse set-up (libclang's
-identity, its command line and the CUDA prelude), the language, the
-requested functions and the source bytes (the very bytes parsed).  The
-headers the parse read are stored in the entry with their versions as the
-parse read them (:func:`kernix.frontend.versions.read_versions`; a result
-whose headers changed during the parse is not stored); a look-up re-checks
-them so that an edited header is a miss, without parsing.
+:func:`look_up` reads the source, resolves its options and reads the entry
+under the store's content key (:func:`kernix.store.files.content_key`) of
+everything the parse depends on but the headers: kernix's version, the parse
+set-up (libclang, its command line, the CUDA prelude), the language, the
+requested functions and the source bytes. The headers are stored with the
+versions the parse read (:func:`kernix.frontend.versions.read_versions`) and
+re-checked on look-up, so an edited header is a miss.
 
-The parse set-up needs the toolchain to work out (the host compiler, nvcc,
-the CUDA and jaxlib headers, what the compilers predefine: see
-:mod:`kernix.frontend.compiler_view`), so it is remembered in the direct
-index (:mod:`kernix.store.direct`, records under ``direct/.parse/``) under a
-fingerprint of the options, the kernix, Python and environment that steer the
-search, with the identity of the files it came from.  A warm ``kernix
-inspect`` or load therefore neither searches for tools nor imports libclang
-(:mod:`kernix.frontend.clangparse` and :mod:`kernix.backend.toolchain` are
-imported only when the set-up is worked out: they cost a warm command about
-20 ms).
-
-An entry lives at ``<cache root>/specs/<key[:2]>/<key>.rec``: a record
-(:mod:`kernix.store.files`) holding ``format``, ``key``, ``dependencies`` and
-``payload`` (the :meth:`~kernix.frontend.infer.InferResult.to_json` form).
-A cached spec ends up in generated C++, so an entry is read only when no
-other user could have written it (:mod:`kernix.store.trust`), and its specs
-are validated again on the way in (:meth:`kernix.language.spec.FunctionSpec.from_json`).
-Entries are written atomically; a damaged, untrusted or stale entry is a
-miss, never an error.
+The parse set-up is remembered in the direct index (:mod:`kernix.store.direct`,
+under ``direct/.parse/``), so a warm look-up neither searches for tools nor
+imports libclang. An entry is a record at ``<cache root>/specs/<key[:2]>/<key>.rec``
+holding the :meth:`~kernix.frontend.infer.InferResult.to_json` payload; it is
+read only when trusted (:mod:`kernix.store.trust`) and its specs validated
+again, since they end up in generated C++. A damaged, untrusted or stale
+entry is a miss, never an error.
 """
 
 from __future__ import annotations
@@ -71,24 +56,8 @@ _BINDINGS = ("clang", "clang.py", "jaxlib")
 
 
 class SpecLookup(NamedTuple):
-    """The outcome of one look-up.
-
-    Attributes
-    ----------
-    path
-        The source file, absolute.
-    language
-        ``"cuda"`` or ``"cpp"``.
-    source
-        Its bytes, as read for the key.
-    include_dirs, defines, flags
-        The parse options, resolved (include directories absolute).
-    root
-        The cache root.
-    key
-        The spec-cache key (``None`` when the cache is not used).
-    payload
-        The cached result (:meth:`kernix.InferResult.to_json` form), or ``None``.
+    """The outcome of one look-up: the resolved parse options, the source bytes
+    read for the ``key`` (``None``: cache not used), and the cached ``payload`` or ``None``.
     """
 
     path: str
@@ -113,14 +82,8 @@ def look_up(
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> SpecLookup:
     """Look ``path`` up in the spec cache (arguments as for
-    :func:`kernix.frontend.infer.infer_file`; ``wanted`` is the requested
-    functions in key form, ``[[name, arg_spec or None], ...]``, or ``None``).
-
-    Raises
-    ------
-    KernixError
-        When the file cannot be read, its path is not valid UTF-8 or its
-        language is unknown.
+    :func:`kernix.frontend.infer.infer_file`; ``wanted`` in key form). Raises
+    :class:`KernixError` when the file cannot be read or its language is unknown.
     """
     path = os.path.abspath(os.fspath(path))
     problem = utf8_problem(path)
@@ -166,13 +129,7 @@ def load(root: str, key: str) -> dict[str, Any] | None:
 
 
 def store(root: str | os.PathLike[str], key: str, payload: dict[str, Any], versions: list[list[Any]]) -> None:
-    """Store ``payload`` under ``key`` with ``versions``, the version of every
-    header the parse read as it read them (:func:`kernix.frontend.clangparse.parsed_versions`:
-    taken from the bytes clang parsed, not from the files after the parse, so
-    a header saved during the parse is not recorded as what it came from).
-
-    Failures to write are ignored: the cache is an optimisation only.
-    """
+    """Store ``payload`` under ``key`` with the headers' ``versions`` as parsed; write failures are ignored."""
     write_record(entry_path(root, key), {"format": _FORMAT, "key": key, "dependencies": versions, "payload": payload})
 
 
@@ -193,8 +150,7 @@ def parse_setup(
     found = direct.lookup(root, _SETUP_SPACE, fingerprint, valid=_is_setup, what="inference set-up")
     if found is not None:
         return found
-    # Working the set-up out needs libclang and the toolchain search: imported only then (a warm
-    # `kernix inspect` would pay about 10 ms for them).
+    # Working the set-up out needs libclang and the toolchain search: imported only then.
     from ..backend import toolchain
     from . import clangparse
 

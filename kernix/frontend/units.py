@@ -34,32 +34,14 @@ def infer_units(
     flags: Sequence[str],
     cache_dir: str | os.PathLike[str],
 ) -> list[tuple[Path, list[FunctionSpec]]]:
-    """Infer every source of a module, reconciled.
+    """Infer every source of a module, reconciled: ``(source, specs)`` per file,
+    explicit ``functions=`` specs reconciled, names unique, ``vjp=`` pairs checked.
 
-    Parameters
-    ----------
-    sources
-        The module's source files.
-    functions
-        The functions to export, name -> arg_spec tokens (or ``None``), as a
-        load request holds them; ``None``: every annotated one.
-    language, flags, cache_dir
-        As for :func:`~kernix.frontend.infer.infer_file` (``flags``: the
-        build's preprocessor flags; ``cache_dir``: the root of the spec cache).
-
-    Returns
-    -------
-    list of (Path, list of FunctionSpec)
-        ``(source, specs)`` per file, the specs an explicit ``functions=``
-        gave reconciled, names unique, ``vjp=`` pairs checked.
-
-    Raises
-    ------
-    InferenceError
-        With every problem of every file.
-    KernixError
-        When nothing is exported, or a requested function is declared by no
-        source or by several.
+    ``functions`` maps name -> arg_spec tokens or ``None`` (``None``: every
+    annotated function); ``language``, ``flags`` and ``cache_dir`` are as for
+    :func:`~kernix.frontend.infer.infer_file`. Raises :class:`InferenceError`
+    with every problem of every file, :class:`KernixError` when nothing is
+    exported or a requested function is declared by no source or by several.
     """
     units: list[tuple[Path, list[FunctionSpec]]] = []
     errors: list[SourceError] = []
@@ -113,16 +95,9 @@ def _find_unannotated(
     flags: Sequence[str],
     cache_dir: str | os.PathLike[str],
 ) -> list[tuple[Path, list[FunctionSpec]]]:
-    """``units`` with the functions ``wanted`` names but no file annotates, each
-    inferred in the one source that declares it (added to ``found`` too).
-
-    Raises
-    ------
-    KernixError
-        For a name no source declares (naming the annotations in the included
-        ``headers``, which are not read, and each file whose included header
-        declares it, with the declaration to add), or that several do (the fix:
-        annotate the one to export).
+    """``units`` plus the functions ``wanted`` names that no file annotates, each
+    inferred in the one source declaring it; a :class:`KernixError` for a name
+    no source, or several, declare.
     """
     where: dict[str, list[tuple[int, FunctionSpec]]] = {n: [] for n in wanted}
     errors: list[SourceError] = []

@@ -1,24 +1,11 @@
 """The versions of the files a parse read, as the parse read them.
 
-A cached inference result, or a precompiled prelude, is only as current as
-the headers it came from, so each of those headers is recorded with its
-*version* (:func:`kernix.store.files.file_versions`: the stat and the SHA-256
-of its content) and checked before the result is used again.
-
-Taking those versions *after* the parse would vouch for whatever the file
-holds by then: a header saved while clang read it would be recorded as the
-new content, and every later look-up would accept results from the old one.
-So :func:`read_versions` hashes the bytes clang itself read
-(``clang_getFileContents``) and records a file only when the file on disk
-still holds exactly those bytes, its stat unchanged while it was hashed.
-Anything else -- a file that changed during the parse, one clang did not
-keep -- means the parse cannot be vouched for, and nothing is recorded.
-
-A file modified within :data:`RACY_NS` of the moment it is recorded is
-recorded with a ctime of 0: a later rewrite in the same timestamp tick, with
-the same size, would leave its stat as recorded, so such a file is always
-checked by content (:func:`kernix.store.files.version_current` hashes a file
-whose stat moved).
+A cached result is only as current as its headers, so each is recorded with
+its version (:func:`kernix.store.files.file_versions`). Taking versions after
+the parse would vouch for a header saved mid-parse, so :func:`read_versions`
+hashes the bytes clang read (``clang_getFileContents``) and records nothing
+unless the file on disk still holds them. A file modified within
+:data:`RACY_NS` is recorded with ctime 0, so it is always checked by content.
 """
 
 from __future__ import annotations
@@ -61,24 +48,8 @@ def _read_by_clang(tu: Any, file: Any) -> bytes | None:
 
 
 def read_versions(tu: Any, skip: Iterable[str] = ()) -> list[list[Any]] | None:
-    """The version of each file ``tu`` included, as ``tu`` read it.
-
-    Parameters
-    ----------
-    tu
-        A parsed ``clang.cindex.TranslationUnit``.
-    skip
-        Absolute paths left out (the main file, whose bytes the caller
-        keys by, and virtual files).
-
-    Returns
-    -------
-    list or None
-        ``[path, inode, size, mtime_ns, ctime_ns, sha256]`` per file, paths
-        absolute (the form of :func:`kernix.store.files.file_versions`), or
-        ``None`` when one of them no longer holds what the parse read,
-        changed while it was being hashed, or is gone: the parse's result
-        must not be recorded as current.
+    """``[path, inode, size, mtime_ns, ctime_ns, sha256]`` for each file ``tu`` read
+    but ``skip``, or ``None`` when one no longer holds what the parse read.
     """
     left_out = set(skip)
     out: dict[str, list[Any]] = {}

@@ -15,16 +15,34 @@ argument -- the dtype name of a type that is one dtype's element type
 ``bfloat16``), the value of an integer (``128``; ``-1`` -> ``m1``), else the
 argument as written with every other character made ``_``.
 
-Pure Python, no dependencies: a spec read back from the cache is checked here.
+A module's family ``name`` -- the instantiations of template ``name``, or
+functions named ``name_`` and a dtype suffix (``scale_f32``, ``scale_float32``:
+:data:`SUFFIX_DTYPES`), as brainevent's macros define them -- is one callable
+(:class:`~kernix.runtime.function.Dispatcher`): a call runs the member
+:func:`select` picks from the inputs' dtypes, and the ``.pyi`` stubs give it
+one ``@overload`` per member (:func:`family_overloads`).  A member fits a call when
+
+1. every input whose parameter pins a dtype (``BE::TensorOf<T>``, ``Buffer<T>``) has that dtype;
+2. unless a pinned input fixes its dtype -- the first template argument that is a dtype's
+   element type, or its name's suffix --, that dtype is the first unpinned input's (indices
+   pinned to ``int32`` beside data of type ``T`` dispatch on the data);
+3. each non-dtype template argument given by keyword has the value given
+   (``mod.tile(x, BLOCK=128)``).
+
+Pure Python, no dependencies: a spec read back from the cache is checked here,
+and a warm load dispatches without reading the spec grammar.
 """
 
 from __future__ import annotations
 
+import numbers
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import CallError
+from .dtypes import BUFFER_DTYPES
 from .names import is_identifier
 
 __all__ = [
@@ -35,6 +53,12 @@ __all__ = [
     "instance_suffix",
     "is_template_argument",
     "parse_template_list",
+    "SUFFIX_DTYPES",
+    "Member",
+    "family",
+    "family_names",
+    "select",
+    "family_overloads",
 ]
 
 # What a template argument written into generated code may hold: identifiers, ::, numbers,
@@ -183,3 +207,157 @@ def annotated_name(spec: Any) -> str:
     if not getattr(spec, "template_args", ()):
         return spec.name
     return template_name(spec) + "<...>"
+
+
+# -- families: which member a call runs, and its stubs ------------------------------------------
+
+#: Name suffix -> dtype, for families of functions written one per dtype (and every dtype's own name).
+SUFFIX_DTYPES: dict[str, str] = {
+    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
+    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "c64": "complex64", "c128": "complex128", "half": "float16", "float": "float32", "double": "float64",
+    **{d: d for d in BUFFER_DTYPES},
+}
+
+
+@dataclass(frozen=True)
+class Member:
+    """One function of a family.
+
+    Attributes
+    ----------
+    name
+        Its exported name.
+    dtype
+        The dtype it is for (rule 2 of the module docstring), or ``None``.
+    static
+        ``(template parameter, value)`` of its non-dtype template arguments.
+    shown
+        How a message describes it (``T=float, BLOCK=128``).
+    """
+
+    name: str
+    dtype: str | None
+    static: tuple[tuple[str, str], ...]
+    shown: str
+
+
+def family(functions: Mapping[str, Any], name: str) -> list[Member]:
+    """The members of family ``name`` among a module's ``functions`` (exported name -> spec; empty
+    if there is none, or if the module exports ``name`` itself)."""
+    if name in functions:
+        return []
+    members = []
+    for fname, spec in functions.items():
+        if spec.template_args and template_name(spec) == name and spec.vjp_of is None:
+            dtypes = [key for _, _, key in spec.template_args if key in BUFFER_DTYPES]
+            static = tuple((p, key) for p, _, key in spec.template_args if key not in BUFFER_DTYPES)
+            members.append(Member(fname, dtypes[0] if dtypes else None, static,
+                                  ", ".join(f"{p}={w}" for p, w, _ in spec.template_args)))
+    if members:
+        return members
+    prefix = name + "_"
+    for fname, spec in functions.items():
+        suffix = fname[len(prefix):] if fname.startswith(prefix) else ""
+        if suffix in SUFFIX_DTYPES and not spec.template_args and spec.vjp_of is None:
+            members.append(Member(fname, SUFFIX_DTYPES[suffix], (), SUFFIX_DTYPES[suffix]))
+    return members
+
+
+def family_names(specs: Iterable[Any]) -> list[str]:
+    """The names under which a module's specs form a family, in order of first member."""
+    specs = list(specs)
+    functions = {s.name: s for s in specs}
+    names: list[str] = []
+    for s in specs:
+        if s.template_args:
+            candidate = template_name(s)
+        else:
+            candidate, _, suffix = s.name.rpartition("_")
+            if suffix not in SUFFIX_DTYPES:
+                continue
+        if candidate and candidate not in names and family(functions, candidate):
+            names.append(candidate)
+    return names
+
+
+def _same_value(given: Any, key: str) -> bool:
+    """Whether keyword value ``given`` is the template argument whose key is ``key``."""
+    if isinstance(given, bool):
+        return key == ("true" if given else "false")
+    if isinstance(given, numbers.Integral):  # (NumPy's integers too)
+        return str(int(given)) == key
+    return isinstance(given, str) and given == key
+
+
+def _fits(m: Member, spec: Any, dtypes: Sequence[str | None], static: Mapping[str, Any]) -> bool:
+    if len(spec.inputs) != len(dtypes):
+        return False
+    pinned = [(p.dtype, d) for p, d in zip(spec.inputs, dtypes) if p.dtype]
+    if any(want != got for want, got in pinned):
+        return False
+    free = [d for p, d in zip(spec.inputs, dtypes) if not p.dtype]
+    if m.dtype is not None and m.dtype not in {want for want, _ in pinned} and free and free[0] != m.dtype:
+        return False
+    keys = dict(m.static)
+    return all(p in keys and _same_value(v, keys[p]) for p, v in static.items())
+
+
+def select(where: str, members: Sequence[Member], functions: Mapping[str, Any], dtypes: Sequence[str | None],
+           static: Mapping[str, Any]) -> str:
+    """The name of the member (of ``members``, their specs in ``functions``) that a call with inputs
+    of ``dtypes`` and the non-dtype template arguments ``static`` runs (rules in the module docstring).
+
+    Raises
+    ------
+    CallError
+        When no member fits, or several do, listing them; ``where`` (``module.family``) names the call.
+    """
+    fits = [m for m in members if _fits(m, functions[m.name], dtypes, static)]
+    if len(fits) == 1:
+        return fits[0].name
+    got = ", ".join(str(d) for d in dtypes) or "no inputs"
+    given = "".join(f", {p}={v!r}" for p, v in static.items())
+    if not fits:
+        available = "; ".join(f"{m.name} ({m.shown})" for m in members)
+        raise CallError(
+            f"{where}(): no instantiation fits inputs of dtype {got}{given}; the available ones are: {available}. "
+            "Cast the inputs to one of these dtypes, or add an instantiation for this one")
+    params = sorted({p for m in fits for p, _ in m.static} - set(static))
+    hint = (f"pass {' and '.join(f'{p}=...' for p in params)} to choose" if params else
+            "call one of them directly (module.<name>)")
+    raise CallError(
+        f"{where}(): inputs of dtype {got}{given} fit several instantiations: "
+        f"{'; '.join(f'{m.name} ({m.shown})' for m in fits)}; {hint}")
+
+
+def _literal(key: str) -> str:
+    """A template argument's key as a Python literal (``128``, ``True``, ``'Mode::Fast'``)."""
+    if key.lstrip("-").isdigit():
+        return key
+    return {"true": "True", "false": "False"}.get(key, repr(key))
+
+
+def family_overloads(specs: Sequence[Any], params: Mapping[str, list[str]], returns: Mapping[str, str]
+                     ) -> tuple[list[str], list[str]]:
+    """One ``@overload`` per member of each family: module-level lines, and ``Module`` method lines.
+
+    ``params`` and ``returns`` are each member's stub parameters and return annotation; a member's
+    non-dtype template arguments become ``Literal`` keywords (``BLOCK: Literal[128]``).
+    """
+    functions = {s.name: s for s in specs}
+    body: list[str] = []
+    methods: list[str] = []
+    for name in family_names(specs):
+        members = family(functions, name)
+        deco = ["@overload"] if len(members) > 1 else []  # (one alone is no overload)
+        for m in members:
+            extra = [f"{p}: Literal[{_literal(v)}]" for p, v in m.static]
+            own = params[m.name]
+            star = own.index("*")
+            full = [*own[:star + 1], *extra, *own[star + 1:]]
+            body += [*deco, f"def {name}({', '.join(full)}) -> {returns[m.name]}:",
+                     f'    """Runs ``{m.name}`` ({m.shown})."""', "    ...", "", ""]
+            methods += [*("    " + d for d in deco), f"    def {name}(self, {', '.join(full)}) -> {returns[m.name]}: ..."]
+    return body, methods

@@ -67,12 +67,10 @@ def _arguments_problem(paths: Sequence[str], language: str | None, arch: object,
 
 
 def source_headers(sources: Sequence[Path], dependencies: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """``(relative path, sha256)`` of each file in ``dependencies`` (what the
-    build read, absolute) that lies in a source's directory or below it and
-    is not a source itself, the path relative to :func:`headers_root` of the
-    sources; the others (other include directories, the toolchain's and
-    jaxlib's headers, kernix's own) are left out, so a module moved to
-    another machine names no path of this one."""
+    """``(relative path, sha256)`` of each file in ``dependencies`` within a source's
+    directory, not a source itself, relative to :func:`headers_root`: a module
+    moved to another machine names no path of this one.
+    """
     own = {os.path.abspath(s) for s in sources}
     dirs = tuple(os.path.join(os.path.dirname(p), "") for p in own)
     root = headers_root(sources)
@@ -144,11 +142,8 @@ def _publish(built: Path, manifest: PrebuiltManifest) -> None:
 
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``directory`` while a module is published into it.
-
-    The lock is ``flock`` on the directory itself, so no lock file joins the
-    module; concurrent builds into one directory publish one after another,
-    and each removes the library the one before it left.
+    """Hold ``flock`` on ``directory`` itself (no lock file joins the module) while
+    a module is published into it.
     """
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -1,12 +1,9 @@
 """The on-disk format of a prebuilt module, and the compatibility rules it is checked by.
 
-A prebuilt module is a directory holding two files::
-
-    kernix-prebuilt.json      the manifest (below)
-    <name>-<sha12>.so         the library: generated handlers + user code
-
-Format 2 of ``kernix-prebuilt.json`` (one JSON object; readers refuse another
-``format``)::
+A prebuilt module is a directory holding ``kernix-prebuilt.json`` (the
+manifest) and ``<name>-<sha12>.so`` (generated handlers + user code). The
+manifest, format 2 (readers refuse another ``format``, so format 1, which had
+no ``headers``, is refused)::
 
     format          2
     kind            "kernix-prebuilt"
@@ -24,16 +21,10 @@ Format 2 of ``kernix-prebuilt.json`` (one JSON object; readers refuse another
     sass            CUDA architectures with machine code, e.g. ["sm_80", "sm_90"]
     ptx             virtual architectures with PTX, e.g. ["compute_90"]
     sources         [[file name, sha256], ...] of the sources it was built from
-    headers         [[relative path, sha256], ...] of the headers the build read that lie
-                    in a source's directory or below it, each path relative to the
-                    sources' common directory (see :func:`headers_root`) and written
-                    with ``/``; headers elsewhere (other include directories, the
-                    toolchain's, jaxlib's) are not recorded
+    headers         [[path, sha256], ...] of the headers read from within the
+                    sources' common directory (:func:`headers_root`), ``/``-separated
     options         the build options (optimization level, fast math, defines...)
     created         seconds since the epoch
-
-Format 1 had no ``headers``: a module of format 1 is refused like any other
-format (``reason="format"``), since it cannot tell whether a header changed.
 
 This module imports nothing from :mod:`kernix.frontend` or
 :mod:`kernix.backend`: it is read on machines without a compiler.
@@ -137,15 +128,8 @@ class PrebuiltManifest:
 
     @classmethod
     def from_json(cls, directory: Path, data: Any) -> "PrebuiltManifest":
-        """Validate and read the on-disk form.
-
-        Everything that reaches ``dlopen`` or a symbol look-up is checked: the
-        library's file name, the handler symbols, the specs.
-
-        Raises
-        ------
-        PrebuiltError
-            With ``reason="format"``, saying what is wrong.
+        """Validate and read the on-disk form, everything that reaches ``dlopen`` or a
+        symbol look-up included; a :class:`PrebuiltError` with ``reason="format"``.
         """
         where = directory / MANIFEST_NAME
         try:
@@ -208,15 +192,13 @@ class PrebuiltManifest:
     def read(cls, directory: str | os.PathLike[str]) -> "PrebuiltManifest":
         """Read ``directory/kernix-prebuilt.json``.
 
-        ``directory`` is resolved first (``~`` expanded, symbolic links
-        followed), and :attr:`directory` is that real path: the manifest read
-        here, the library loaded from beside it and the trust checks of a load
-        all name the same files, whatever a link on the way points to later.
+        :attr:`directory` is the real path (``~`` expanded, links followed), so the
+        manifest, the library and the trust checks name the same files.
 
         Raises
         ------
         PrebuiltError
-            ``reason="missing"`` when there is no manifest, ``"format"`` when it is not valid.
+            ``reason="missing"`` without a manifest, ``"format"`` when it is not valid.
         """
         d = Path(os.path.realpath(Path(directory).expanduser()))
         try:
@@ -266,13 +248,7 @@ def _header_ffi_api(include_dir: str) -> tuple[int, int] | None:
 
 
 def ffi_api_of(include_dir: str) -> tuple[int, int]:
-    """``(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR)`` of the FFI headers under ``include_dir``.
-
-    Raises
-    ------
-    KernixError
-        When the headers hold no version.
-    """
+    """``(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR)`` of the FFI headers under ``include_dir``."""
     found = _header_ffi_api(include_dir)
     if found is None:
         raise KernixError(f"no XLA_FFI_API_MAJOR/MINOR in {include_dir}/xla/ffi/api/c_api.h")
@@ -291,12 +267,9 @@ def running_ffi_api() -> tuple[int, int] | None:
 
 
 def ffi_api_problem(built: tuple[int, int], running: tuple[int, int] | None) -> str | None:
-    """Why handlers built against FFI API ``built`` cannot run in a jaxlib of API
-    ``running``, or ``None`` when they can.
-
-    A major version change breaks the ABI; a handler built against a newer
-    minor version than the running jaxlib's may use what that jaxlib lacks
-    (it fails to register), while an older minor version is served.
+    """Why handlers built against FFI API ``built`` cannot run under API ``running``,
+    or ``None``: a major change breaks the ABI, a newer minor may use what the
+    running jaxlib lacks.
     """
     if running is None:
         return None  # headers not shipped: XLA itself checks the version at registration
@@ -316,11 +289,7 @@ def _release(version: str) -> tuple[str, str]:
 
 def kernix_version_problem(built: str, running: str) -> str | None:
     """Why a module built by kernix ``built`` cannot be loaded by kernix ``running``,
-    or ``None`` when it can.
-
-    The generated handlers and the runtime that calls them agree within one
-    ``major.minor`` release series (patch releases keep them); any other
-    version may pass arguments differently, so it is refused.
+    or ``None``: handlers and runtime agree within one ``major.minor`` series.
     """
     if _release(built) == _release(running):
         return None
@@ -342,10 +311,9 @@ def _arch_parts(arch: str) -> tuple[int, int, str]:
 def arch_runs_on(device: str, sass: tuple[str, ...], ptx: tuple[str, ...]) -> str | None:
     """What in a fat binary serves a GPU of architecture ``device`` (``sm_XY``), or ``None``.
 
-    Machine code for ``sm_XY`` runs on ``sm_XZ`` with ``Z >= Y`` (same major);
-    ``sm_XYa`` only on ``sm_XY``; ``sm_XYf`` on the same family.  PTX for
-    ``compute_XY`` is compiled by the driver for any GPU of ``XY`` or newer
-    (``compute_XYa`` only for ``sm_XY``).
+    ``sm_XY`` code runs on ``sm_XZ``, ``Z >= Y``; ``sm_XYa`` only on ``sm_XY``;
+    ``sm_XYf`` on its family; PTX ``compute_XY`` on ``XY`` or newer
+    (``compute_XYa`` only ``sm_XY``).
     """
     dmaj, dmin, _ = _arch_parts(device)
     for arch in sass:

@@ -1,11 +1,10 @@
 """``load_prebuilt``: load a module that ``kernix build`` made, with no compiler.
 
-Nothing here imports :mod:`kernix.frontend` (libclang) or the compilers and
-ninja of :mod:`kernix.backend` (a CUDA module's check imports
-:mod:`kernix.backend.gpus`, which asks the driver, not JAX, for the GPUs),
-and nothing writes to the kernix cache: the manifest, trust checks, a hash
-and a look at the library's ELF header, ``dlopen`` and JAX registration are
-all a load does.
+Nothing here imports libclang, the compilers or ninja, and nothing writes to
+the cache: a load reads the manifest, checks trust, hashes the library, reads
+its ELF header, ``dlopen``s it and registers it with JAX. ``load_or_build``
+falls back to a JIT build of the sources when the prebuilt module cannot
+serve this machine.
 """
 
 from __future__ import annotations
@@ -14,29 +13,100 @@ import hashlib
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from .. import __version__
+from .. import __version__, loaders
 from ..errors import PrebuiltError
+from ..languages import language_of
 from ..paths import ancestors
 from ..runtime import registry
 from ..runtime.module import CompiledModule
 from ..store import elf, trust
 from ..store.files import file_digest
 from .format import (
-    MANIFEST_NAME,
-    PrebuiltManifest,
     arch_problem,
     ffi_api_problem,
     headers_root,
     kernix_version_problem,
+    MANIFEST_NAME,
+    PrebuiltManifest,
     running_ffi_api,
 )
 
-__all__ = [
-    "load_prebuilt", "load_manifest", "check_prebuilt", "trust_problem", "elf_problem", "stale_problem",
-    "PrebuiltError",
-]
+__all__ = ["load_or_build", "last_load_reason", "load_prebuilt", "load_manifest", "check_prebuilt", "trust_problem",
+           "elf_problem", "stale_problem", "PrebuiltError"]
+
+
+_reasons: dict[str, str] = {}
+
+
+def last_load_reason(prebuilt_dir: str | os.PathLike[str]) -> str:
+    """How the last :func:`load_or_build` of ``prebuilt_dir`` was served:
+    ``"prebuilt"``, ``"jit: <why the prebuilt module could not be used>"``, or
+    ``"refused: <why>"`` when it was refused without a build (``"trust"``)."""
+    return _reasons.get(str(Path(prebuilt_dir).absolute()), "not loaded")
+
+
+def load_or_build(
+    prebuilt_dir: str | os.PathLike[str],
+    sources: Sequence[str | os.PathLike[str]],
+    *,
+    target_prefix: str | None = None,
+    name: str | None = None,
+    quiet: bool = False,
+    **options: Any,
+) -> CompiledModule:
+    """Load ``prebuilt_dir`` with :func:`load_prebuilt`, or, when it cannot serve
+    this machine, say why on stderr and build ``sources`` with the JIT loaders.
+
+    The prebuilt module is stale when ``sources`` exist and differ from those it
+    was built from, or a header recorded from their directories differs. One
+    another user could have written (reason ``"trust"``) is refused, not rebuilt:
+    its sources could be theirs too.
+
+    Parameters
+    ----------
+    prebuilt_dir : path
+        The prebuilt module (made at wheel-build time).
+    sources : list of paths
+        The shipped sources: one file (``load_*_file``) or several
+        (``load_*_dir`` of their common directory).
+    target_prefix : str, optional
+        FFI target prefix for both paths (keep it equal so exported artifacts
+        see one name).
+    name : str, optional
+        Module name of the JIT build (default: the prebuilt module's name).
+    quiet : bool
+        Do not print why the JIT build was needed.
+    **options
+        Loader options for the JIT build.
+    """
+    key = str(Path(prebuilt_dir).absolute())
+    paths = [Path(s) for s in sources]
+    manifest = None
+    try:
+        manifest = PrebuiltManifest.read(prebuilt_dir)
+        module = load_manifest(manifest, target_prefix=target_prefix, sources=paths)
+        _reasons[key] = "prebuilt"
+        return module
+    except PrebuiltError as exc:
+        if exc.reason == "trust":
+            _reasons[key] = f"refused: {exc}"
+            raise
+        why = f"{exc.reason}: {exc}"
+    _reasons[key] = f"jit: {why}"
+    if not quiet:
+        print(f"kernix: the prebuilt module {prebuilt_dir} cannot be used here ({why}); "
+              "building it from its sources instead", file=sys.stderr)
+
+    if name is None and manifest is not None:
+        name = manifest.name
+    cuda = language_of(str(paths[0])) == "cuda"
+    if len(paths) == 1:
+        load = loaders.load_cuda_file if cuda else loaders.load_cpp_file
+        return load(paths[0], name=name, target_prefix=target_prefix, **options)
+    load_dir = loaders.load_cuda_dir if cuda else loaders.load_cpp_dir
+    return load_dir(paths[0].parent, functions=None, name=name, target_prefix=target_prefix, **options)
 
 
 def _untrusted(path: str, st: os.stat_result, owners: tuple[int, ...]) -> str | None:
@@ -76,14 +146,9 @@ def _chain_problem(path: str, owners: tuple[int, ...], seen: set[str]) -> str | 
 
 
 def trusted_owners() -> tuple[int, ...]:
-    """The users whose files a prebuilt load trusts: this user, root, and the
-    owner of the kernix installation that is running, when no one else could
-    have written it.
-
-    Whoever can replace kernix's own code already runs in this process, so
-    trusting the modules they installed gives them nothing new: a shared
-    environment that a service account installed, kernix and prebuilt
-    modules alike, loads for every user of it.
+    """The users whose files a prebuilt load trusts: this user, root, and the owner
+    of the running kernix installation when no one else could write it (they
+    already run code in this process).
     """
     uid = os.getuid()
     package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # (the kernix package)
@@ -99,12 +164,9 @@ def trusted_owners() -> tuple[int, ...]:
 def trust_problem(paths: Sequence[str | os.PathLike[str]]) -> str | None:
     """Why code or data at ``paths`` could have been written by another user, or ``None``.
 
-    Each path is resolved (symbolic links followed), and it and every
-    directory above it must be owned by one of :func:`trusted_owners` (this
-    user, root, the owner of the kernix installation) and not writable by
-    other users (a sticky directory, like ``/tmp``, may be: others cannot
-    replace what is in it).  Group write permission is trusted, as in the
-    kernix cache.  Paths that do not exist are skipped.
+    Each resolved path and every directory above it must be owned by one of
+    :func:`trusted_owners` and not writable by others (sticky directories may be;
+    group write is trusted, as in the cache). Missing paths are skipped.
     """
     owners = trusted_owners()
     seen: set[str] = set()
@@ -116,13 +178,10 @@ def trust_problem(paths: Sequence[str | os.PathLike[str]]) -> str | None:
 
 
 def elf_problem(path: str | os.PathLike[str], data: bytes) -> tuple[str, str] | None:
-    """``(reason, why)`` when ``path``, whose bytes are ``data``, is not a shared
-    library this process could map, else ``None``.
-
-    Checked without loading it: the ELF class, byte order and machine against
-    this Python interpreter's (reason ``"platform"``), then that the file is
-    whole (:func:`kernix.store.elf.check_elf`, reason ``"format"``): mapping a
-    truncated library would crash the process (``SIGBUS``) instead of failing.
+    """``(reason, why)`` when ``path`` (bytes ``data``) is not a shared library this
+    process could map, else ``None``: its ELF class, byte order and machine
+    (``"platform"``), then that it is whole (``"format"``), since mapping a
+    truncated library crashes with ``SIGBUS``.
     """
     try:
         with open(os.path.realpath(sys.executable), "rb") as f:
@@ -152,15 +211,9 @@ def _gpus() -> tuple[list[tuple[str, str]], str]:
 
 
 def stale_problem(manifest: PrebuiltManifest, sources: Sequence[Path]) -> str | None:
-    """Why ``manifest`` was not built from ``sources`` as they are now, or ``None``.
-
-    Compares the files' names and SHA-256 with those the manifest records,
-    then the recorded headers (those in a source's directory or below it, by
-    their path relative to the sources' common directory) with the files now
-    at those paths.  Nothing is compared when a source does not exist (not
-    shipped), and a header that does not exist is not compared either; headers
-    outside the sources' directories are not recorded, so an edit to one alone
-    is not seen.
+    """Why ``manifest`` was not built from ``sources`` as they are now, or ``None``,
+    by the sources' SHA-256 and the recorded headers'. Nothing is compared when a
+    source is missing, nor a missing header.
     """
     if not sources or not manifest.sources or not all(s.is_file() for s in sources):
         return None
@@ -190,17 +243,9 @@ def stale_problem(manifest: PrebuiltManifest, sources: Sequence[Path]) -> str | 
 
 
 def check_prebuilt(manifest: PrebuiltManifest) -> None:
-    """Refuse a prebuilt module this process cannot run.
-
-    Checks, without running any tool: the kernix release series that built
-    it, the running jaxlib's FFI API version, and for a CUDA module that a
-    GPU is present and that every GPU has machine code or compatible PTX in
-    the library.
-
-    Raises
-    ------
-    PrebuiltError
-        ``reason`` ``"version"``, ``"ffi_api"``, ``"platform"`` or ``"arch"``, saying how to rebuild.
+    """Refuse a prebuilt module this process cannot run, without running any tool:
+    a :class:`PrebuiltError` with reason ``"version"``, ``"ffi_api"``,
+    ``"platform"`` or ``"arch"``, saying how to rebuild.
     """
     where = manifest.directory
     problem = kernix_version_problem(manifest.kernix, __version__)
@@ -278,29 +323,8 @@ def load_manifest(
     auto_register: bool = True,
     sources: Sequence[Path] = (),
 ) -> CompiledModule:
-    """:func:`load_prebuilt` of a manifest already read (the checks, then ``dlopen``).
-
-    Parameters
-    ----------
-    manifest : PrebuiltManifest
-        As :meth:`PrebuiltManifest.read` returns it.
-    target_prefix : str, optional
-        Prefix of the FFI target names (default: the module name).
-    auto_register : bool
-        Register every function with JAX.
-    sources : list of paths
-        The sources the module should have been built from: when they exist
-        and differ, or a header it recorded differs (:func:`stale_problem`),
-        the module is refused as stale (reason ``"stale"``).
-
-    Returns
-    -------
-    CompiledModule
-
-    Raises
-    ------
-    PrebuiltError
-        As :func:`load_prebuilt`, or with reason ``"stale"``.
+    """:func:`load_prebuilt` of a manifest already read; refused with reason
+    ``"stale"`` when ``sources`` exist and differ (:func:`stale_problem`).
     """
     lib = Path(os.path.realpath(manifest.library_path))
     problem = trust_problem([manifest.directory / MANIFEST_NAME, lib])

@@ -1,6 +1,6 @@
 """A setuptools ``build_py`` that precompiles a package's kernels into its wheel.
 
-A downstream package lists its modules in ``pyproject.toml``::
+A package lists its modules in ``pyproject.toml``::
 
     [[tool.kernix.modules]]
     name = "ops"                                   # module name = FFI target prefix
@@ -10,17 +10,10 @@ A downstream package lists its modules in ``pyproject.toml``::
     defines = ["USE_FAST_PATH=1"]                   # optional; also include_dirs,
                                                     # optimization_level, use_fast_math, language
 
-and hands kernix's command to setuptools in ``setup.py``::
-
-    from setuptools import setup
-    from kernix.prebuilt.setuptools_hook import kernix_setup_kwargs
-
-    setup(**kernix_setup_kwargs())
-
-``pip wheel .`` then runs :func:`kernix.build_module` for each module into
-the wheel, and marks the wheel platform-specific.  ``$KERNIX_CUDA_ARCH_LIST``
-overrides every CUDA module's ``arch``; ``KERNIX_SKIP_PREBUILT=1`` builds
-the package without prebuilt modules (they then build on first import).
+and calls ``setup(**kernix_setup_kwargs())`` in ``setup.py``. Each module is
+built with :func:`kernix.build_module` into a platform-specific wheel.
+``$KERNIX_CUDA_ARCH_LIST`` overrides ``arch``; ``KERNIX_SKIP_PREBUILT=1``
+skips the prebuilt modules.
 """
 
 from __future__ import annotations
@@ -43,12 +36,8 @@ _KEYS = {"name", "sources", "output", "arch", "defines", "include_dirs", "optimi
 
 
 def read_modules(project_root: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The ``[[tool.kernix.modules]]`` entries of ``project_root/pyproject.toml``.
-
-    Raises
-    ------
-    ValueError
-        For an entry without ``name``, ``sources`` or ``output``, or with an unknown key.
+    """The ``[[tool.kernix.modules]]`` entries of ``project_root/pyproject.toml``; a
+    :class:`ValueError` for a missing ``name``, ``sources`` or ``output`` or an unknown key.
     """
     path = Path(project_root) / "pyproject.toml"
     with open(path, "rb") as f:

@@ -1,4 +1,6 @@
-"""The typed Python callable of one exported function (:class:`KernelFunction`)."""
+"""The typed Python callables of a module: one exported function's
+(:class:`KernelFunction`), and one family's (:class:`Dispatcher`: a template's
+instantiations or ``name_f32``, ``name_f64``..., see :mod:`kernix.language.templates`)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,12 @@ from typing import Any
 
 from ..errors import RegistrationError
 from ..language.spec import FunctionSpec
+from ..language.templates import Member, select
 from .arguments import check_call
 from .operation import Backward, Operation, make_operation
 from .stubs import call_signature, docstring
 
-__all__ = ["KernelFunction", "unpicklable"]
+__all__ = ["KernelFunction", "Dispatcher", "unpicklable"]
 
 
 def unpicklable(what: str) -> TypeError:
@@ -109,3 +112,51 @@ class KernelFunction:
 
 
 KernelFunction.__doc__ = _Docstring(KernelFunction.__doc__ or "")  # type: ignore[assignment]
+
+
+class Dispatcher:
+    """The callable of a family of per-dtype functions: a call runs the member
+    that fits its inputs' dtypes (and, for a template's non-type parameters,
+    the keyword arguments named after them: ``mod.tile(x, BLOCK=128)``), so it
+    works wherever the member does (``jax.jit``, ``vmap``, ``grad``, sharding).
+
+    Attributes
+    ----------
+    module
+        The :class:`~kernix.runtime.module.CompiledModule`.
+    name
+        The family's name.
+    members
+        Its functions (:class:`~kernix.language.templates.Member`), in export order.
+    """
+
+    def __init__(self, module: Any, name: str, members: list[Member]) -> None:
+        self.module = module
+        self.name = self.__name__ = self.__qualname__ = name
+        self.members = tuple(members)
+
+    @property
+    def instances(self) -> dict[str, Any]:
+        """Member name -> its callable."""
+        return {m.name: self.module[m.name] for m in self.members}
+
+    def __repr__(self) -> str:
+        return f"<kernix dispatcher {self.module.name}.{self.name} over {', '.join(m.name for m in self.members)}>"
+
+    def select(self, *inputs: Any, **static: Any) -> str:
+        """The name of the member a call with ``inputs`` and the non-dtype template arguments
+        ``static`` runs.
+
+        Raises
+        ------
+        CallError
+            When no member fits, or several do, listing them.
+        """
+        dtypes = [None if getattr(x, "dtype", None) is None else str(getattr(x.dtype, "name", x.dtype))
+                  for x in inputs]
+        return select(f"{self.module.name}.{self.name}", self.members, self.module.functions, dtypes, static)
+
+    def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
+        statics = {p for m in self.members for p, _ in m.static}
+        static = {p: kwargs.pop(p) for p in list(kwargs) if p in statics}
+        return self.module[self.select(*inputs, **static)](*inputs, **kwargs)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequenc
 
 from ..errors import RegistrationError, SourceError
 from ..language.names import check_target_prefix
+from ..language.templates import family, family_names
 from . import registry
 
 # .function is imported when a function is first asked for: a callable's call machinery imports
@@ -178,17 +179,17 @@ class CompiledModule:
 
         A name the module does not export, but whose per-dtype family it does (a template's
         instantiations, or ``item_f32``, ``item_f64``...), is that family's
-        :class:`~kernix.runtime.dispatch.Dispatcher`."""
+        :class:`~kernix.runtime.function.Dispatcher`."""
         found = self._callables.get(item)
         if found is None and item in self.handlers:
             from .function import KernelFunction
 
             found = self._callables[item] = KernelFunction(self, self.functions[item])
         elif found is None and isinstance(item, str) and not item.startswith("__"):
-            from .dispatch import Dispatcher, family
-
             members = family(self.functions, item)
             if members:
+                from .function import Dispatcher
+
                 found = self._callables[item] = Dispatcher(self, item, members)  # type: ignore[assignment]
         return found
 
@@ -216,8 +217,6 @@ class CompiledModule:
         return len(self.handlers)
 
     def __dir__(self) -> list[str]:
-        from .family_stubs import family_names  # (the per-dtype families' dispatching callables)
-
         return sorted(set(super().__dir__()) | set(self.handlers) | set(family_names(self.functions.values())))
 
     def __reduce__(self) -> tuple:

@@ -5,10 +5,11 @@
 them, which it must, one ``jax.ffi.ffi_call``) or a :class:`ShapedOperation`
 (outputs from the signature, the call composed of the layers of
 :mod:`kernix.runtime.layers`, built once per set of attribute values).  Either
-refuses differentiation with kernix's error (:func:`no_backward`,
-:func:`forward_mode`) where no backward kernel applies, and compiling the call
-for a platform its target has no handler on
-(:func:`~kernix.runtime.primitives.check_platform`).
+passes the call's inputs through the platform check
+(:func:`~kernix.runtime.layers.check_platform`) and refuses differentiation
+with kernix's error (:func:`no_backward`, :func:`forward_mode`) where no
+backward kernel applies; :class:`Results` maps the FFI call's results
+(outputs, in-place aliases, scratch) to the outputs the callable returns.
 """
 
 from __future__ import annotations
@@ -19,21 +20,20 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from ..language.dtypes import numpy_dtype
 from ..errors import CallError
-from ..language.templates import annotated_name, template_name
-from ..language.shapes import bind, parse_signature
+from ..language.dtypes import numpy_dtype
+from ..language.shapes import bind, int_attr_names, parse_signature
+from ..language.sizes import evaluate
 from ..language.spec import FunctionSpec
+from ..language.templates import annotated_name, template_name
 from . import layers
 from .arguments import check_buffer
-from .primitives import check_platform
-from .results import Results
+from .layers import check_platform, in_shard_map, is_traced, output_structs
 from .stubs import input_names
-from .varying import in_shard_map, output_structs
 
 __all__ = [
     "Backward", "Operation", "PlainOperation", "ShapedOperation", "make_operation", "no_backward", "forward_mode",
-    "missing_out",
+    "missing_out", "Results",
 ]
 
 
@@ -136,6 +136,53 @@ def _listed(spec: FunctionSpec, out: Any) -> list[Any]:
     return outs
 
 
+class Results:
+    """The result layout of one function (computed once, from its spec).
+
+    XLA allocates one result buffer per ``ret``, ``inout`` and ``scratch``
+    parameter, in declaration order (the handler binds them in that order).
+    The callable returns the ``ret`` and ``inout`` ones (:attr:`visible`):
+    scratch memory is the kernel's own.  An ``inout`` result is aliased to its
+    operand (:attr:`aliases`, ``jax.ffi.ffi_call``'s ``input_output_aliases``),
+    so under ``jax.jit`` with donation XLA updates the caller's buffer in place.
+    """
+
+    __slots__ = ("spec", "aliases", "visible", "scratch", "_ints")
+
+    def __init__(self, spec: FunctionSpec) -> None:
+        self.spec = spec
+        results = spec.results
+        inputs = [p.name for p in spec.inputs]
+        #: operand index -> result index, for each in-place parameter.
+        self.aliases = {inputs.index(p.name): k for k, p in enumerate(results) if p.role == "inout"}
+        #: the result indices the callable returns (the outputs, in order).
+        self.visible = tuple(k for k, p in enumerate(results) if p.role != "scratch")
+        #: the scratch result's index, or None.
+        self.scratch = next((k for k, p in enumerate(results) if p.role == "scratch"), None)
+        self._ints = int_attr_names(spec)
+
+    def structs(self, outputs: Sequence[Any], inputs: Sequence[Any], attrs: Mapping[str, Any],
+                dims: Mapping[str, int] | None = None, batch: tuple[int, ...] = ()) -> list[Any]:
+        """The ``jax.ShapeDtypeStruct`` of every result: ``outputs`` (one per
+        output) with the scratch buffer's inserted, sized by its expression
+        over ``dims`` (a shape signature's, for these inputs) and the integer
+        attributes, times the ``batch`` shape."""
+        if self.scratch is None:
+            return list(outputs)
+        values = {n: int(attrs[n]) for n in self._ints if n in attrs}
+        values.update(dims or {})
+        assert self.spec.scratch is not None
+        nbytes = evaluate(self.spec.scratch, values, function=self.spec.name)
+        scratch = output_structs([((*batch, nbytes), np.uint8)], inputs)[0]
+        full = list(outputs)
+        full.insert(self.scratch, scratch)
+        return full
+
+    def outputs(self, got: Sequence[Any]) -> tuple[Any, ...]:
+        """The outputs among the call's results."""
+        return tuple(got[k] for k in self.visible)
+
+
 class Operation:
     """The JAX operation of one FFI target (a :class:`PlainOperation` or a :class:`ShapedOperation`).
 
@@ -176,7 +223,7 @@ class Operation:
 
         def ffi(*xs: Any) -> tuple[Any, ...]:
             structs = results(xs)
-            checked = check_platform(xs, **where) if any(isinstance(x, jax.core.Tracer) for x in xs) else xs
+            checked = check_platform(xs, **where) if is_traced(xs) else xs
             call = jax.ffi.ffi_call(self.target, structs, vmap_method=vmap_method, has_side_effect=effect,
                                     input_output_aliases=aliases)
             return self.results.outputs(call(*checked, **attrs))

@@ -23,7 +23,7 @@ from ..notes import warn_at
 
 # jax is imported where a target is registered, not here: kernix.compilation and kernix.pipeline
 # import this module, and a build that does not register (kernix.build_module, the command line)
-# would pay for importing jax: 0.4 s on the 2-core machine.
+# does not import jax.
 
 __all__ = [
     "loaded_libraries",

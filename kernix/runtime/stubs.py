@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..language.spec import FunctionSpec, Param
-from .family_stubs import family_overloads
+from ..language.templates import family_overloads
 
 __all__ = ["python_type", "declaration", "docstring", "input_names", "out_required", "call_signature", "stub_text"]
 

@@ -1,25 +1,124 @@
 """The store: everything kernix keeps on disk, and the rules that keep it safe.
 
+This package's namespace is the store's one face: the load pipeline and the
+other folders look entries up, publish, evict and remember small answers
+through the names below, never by writing paths under the cache root.
+
+* entries: :func:`lookup` (a :class:`Lookup`: a hit, or why not),
+  :func:`publish` (which keeps the cache within its size limit) and
+  :func:`discard`; :func:`prune_cache`, :func:`clear_cache`, :func:`cache_info`
+  (and the size limit, :func:`max_size`);
+* the direct index (:func:`recall_key`, :func:`remember_key`): a request's
+  entry key, remembered with the stat of every file it was computed from;
+* memos (:func:`recall`, :func:`remember`): small answers kept for the
+  toolchain, the GPUs and kernix's own code; a *prelude* is a memo with files
+  of its own (:func:`new_prelude_file`, :func:`prelude_file`), evicted with them;
+* building: :func:`build_lock`, :func:`work_directory`, :func:`write_source`.
+
 Layout under the cache root (see :func:`kernix.paths.cache_root`)::
 
     modules/<name>/<key[:32]>/manifest.json   what was built, and from what (manifest.py)
     modules/<name>/<key[:32]>/module-<sha>.so the library, named by its own hash
-    modules/<name>/<key[:32]>/last-use        its last use (mtime), and its lease (usage.py)
+    modules/<name>/<key[:32]>/last-use        its last use, by its mtime (entries.py)
     build/<name>/                              ninja's working directory (workdir.py)
     sources/<name>-<sha>.<ext>                 inline sources, written once (files.py)
     locks/<name>.lock                          held while <name> builds (lock.py)
     locks/.prune.lock                          held while the cache is pruned (prune.py)
-    direct/<name or .parse>/<fingerprint>.rec  the direct index: answers remembered (direct.py)
+    direct/<name or .parse>/<fingerprint>.rec  the direct index (direct.py)
     specs/<key[:2]>/<key>.rec                  inferred specs (kernix.frontend.speccache)
-    toolchain/<kind>-<stamp>.rec               what compilers said about themselves (files.py)
-
-The cache is kept within a size limit (limits.py) by evicting the least
-recently used entries after each build (prune.py).
+    toolchain/<kind>-<key>.rec                 memos; toolchain/prelude-<key>-<hex>.* a prelude's files
 
 ``.rec`` files are records (files.py: marshal'd plain data behind a magic
-line, read without importing json); manifests are JSON.
+line, read without importing json); manifests are JSON.  Every directory is
+created private to the user, and every file read back that can reach a
+compiler or the loader is trust-checked first (:mod:`kernix.store.trust`).
 
-Every directory is created private to the user (``0o755``, never writable by
-others) and every file read back that can reach a compiler or the loader is
-trust-checked first (:mod:`kernix.store.trust`).
+Each name is imported when first asked for beyond the few that every
+look-up needs: a warm ``kernix inspect`` reads no manifest, a warm load
+imports no lock, work directory or prune.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .direct import DIRECT_FORMAT, TOOL_ENVIRONMENT, file_stats, record, search_dirs
+from .direct import lookup as _direct_lookup
+from .files import (
+    UNSETTLED, compiler_environment, content_key, file_digest, new_prelude_file, prelude_file, recall, remember,
+    settled_versions, version_current, write_source,
+)
+from .trust import is_private
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from ..language.spec import FunctionSpec
+    from .manifest import Manifest
+
+__all__ = [
+    "build_lock", "build_started", "cache_info", "clear_cache", "code_identity", "compiler_environment",
+    "content_key", "DIRECT_FORMAT", "discard", "file_digest", "file_stats", "format_age", "format_size",
+    "is_private", "lookup", "Lookup", "Manifest", "MANIFEST_FORMAT", "ManifestError", "max_size",
+    "new_prelude_file", "noexec_problem", "parse_age", "parse_size", "prelude_file", "prune_cache", "publish",
+    "recall", "recall_key", "record_inputs", "remember", "remember_key", "search_dirs", "settled_versions",
+    "TOOL_ENVIRONMENT", "UNSETTLED", "version_current", "work_directory", "write_source",
+]
+
+# The names imported when first asked for, by the module that holds them: the entries (not needed by a
+# warm `kernix inspect`), and what only a miss, a build or `kernix cache` needs.
+_LATER = {
+    "Lookup": "entries", "lookup": "entries", "discard": "entries",
+    "MANIFEST_FORMAT": "manifest", "Manifest": "manifest", "ManifestError": "manifest",
+    "build_lock": "lock", "work_directory": "workdir", "record_inputs": "workdir", "build_started": "workdir",
+    "noexec_problem": "workdir", "code_identity": "identity", "prune_cache": "prune", "clear_cache": "admin",
+    "cache_info": "admin", "max_size": "limits", "parse_size": "limits", "parse_age": "limits",
+    "format_size": "limits", "format_age": "limits",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LATER.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+def _is_key(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64
+
+
+def recall_key(root: Path, name: str, fingerprint: str, *, verbose: bool = False) -> str | None:
+    """The entry key the direct index remembers for module ``name``'s request
+    ``fingerprint``, while every file it was computed from is unchanged, else
+    ``None`` (logged as ``"<name>: direct miss: <why>"``)."""
+    return _direct_lookup(root, name, fingerprint, valid=_is_key, what=name, verbose=verbose)
+
+
+def remember_key(root: Path, name: str, fingerprint: str, key: str, files: list[list[Any]], *,
+                 verbose: bool = False) -> None:
+    """Remember ``key`` for ``fingerprint``; ``files`` are the :func:`file_stats`
+    taken before the key was computed."""
+    record(root, name, fingerprint, key, files, what=name, verbose=verbose)
+
+
+
+def publish(root: Path, name: str, key: str, built_so: Path, functions: Sequence[FunctionSpec],
+            handlers: dict[str, str], dependencies: Sequence[Sequence[Any]], platform: str) -> Manifest:
+    """Publish a built library as the entry ``key`` of module ``name``
+    (:func:`kernix.store.entries.publish`), then bring the cache within its
+    size limit, this entry kept (:func:`kernix.store.prune.after_publish`).
+    Hold the module's build lock around this.
+
+    Raises
+    ------
+    CacheError
+        When the entry cannot be written.
+    """
+    from . import entries, prune
+
+    manifest = entries.publish(root, name, key, built_so, functions, handlers, dependencies, platform)
+    prune.after_publish(root, manifest)
+    return manifest

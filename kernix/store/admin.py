@@ -1,12 +1,9 @@
-"""``kernix cache info`` and ``kernix cache clear``: reading and emptying the store
-(``kernix cache prune`` is :mod:`kernix.store.prune`'s).
+"""``kernix cache info`` and ``kernix cache clear``: reading and emptying the store.
 
-Below the cache root (which may itself be a symbolic link) kernix creates no
-symbolic links, so neither command ever follows one: :func:`clear_cache`
-removes a link where it finds one (the link, never what it points to), and
-:func:`cache_info` neither lists nor counts what lies behind one.  Both say
-what they could not do, with a :class:`~kernix.errors.CacheError` that names
-the path and the fix, rather than leave it out of their answer.
+kernix creates no symbolic link below the cache root, so neither follows
+one: a clear removes the link itself, info does not count what is behind it.
+Both say what they could not do with a :class:`~kernix.errors.CacheError`
+naming the path and the fix.
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ from ..paths import cache_root, printable
 from .files import source_module
 from .lock import build_lock
 from .manifest import Manifest, ManifestError
-from .walk import AREAS, is_real_dir, listing, lstat_or_none, survey
+from .walk import AREAS, is_real_dir, listing, lstat_or_none, read_survey
 
 __all__ = ["Clearing", "cache_info", "clear_cache"]
 
@@ -63,9 +60,7 @@ class Clearing:
         self.failures: list[tuple[str, OSError]] = []
 
     def owned(self) -> dict[str, list[tuple[str, str]]]:
-        """What the cache's module areas hold, by the name it belongs to (see
-        :func:`_owner`: a module name, or the name of an entry no module owns):
-        ``(area, entry name)`` pairs, from one listing of each area."""
+        """``(area, entry name)`` pairs of the module areas, by :func:`_owner`, from one listing of each."""
         owned: dict[str, list[tuple[str, str]]] = {}
         for area in _MODULE_AREAS:
             for e in self._listing(self.base / area):
@@ -82,9 +77,8 @@ class Clearing:
         self.failures.append((path, exc if isinstance(exc, OSError) else OSError(str(exc))))
 
     def remove(self, path: str | os.PathLike[str]) -> bool:
-        """Remove ``path`` -- a file, a symbolic link (never what it points to) or a
-        directory tree (whose links :func:`shutil.rmtree` removes, not follows) --
-        and say whether it is gone; what cannot be removed is remembered."""
+        """Remove the file, link (never what it points to) or tree ``path`` and say
+        whether it is gone; what cannot be removed is remembered."""
         try:
             st = os.lstat(path)
         except (FileNotFoundError, NotADirectoryError):
@@ -102,10 +96,9 @@ class Clearing:
         return lstat_or_none(path) is None
 
     def _usable_lock(self, name: str) -> None:
-        """Remove what would stop the build lock of ``name`` from being taken and
-        that no kernix process can be holding, as the build lock refuses it: a
-        ``locks`` that is not a directory, a lock file that is a symbolic link,
-        not a regular file, or another user's (the refusal advises a clear)."""
+        """Remove what the build lock of ``name`` refuses, which no kernix process
+        can therefore hold (a ``locks`` that is no directory; a lock file that is
+        a link, not a regular file, or another user's): the refusal advises a clear."""
         locks = self.base / "locks"
         if not is_real_dir(locks):
             self.remove(locks)
@@ -116,14 +109,9 @@ class Clearing:
             self.remove(lock)
 
     def module(self, name: str, found: list[tuple[str, str]] | None = None) -> None:
-        """Remove what belongs to ``name`` in the module areas: under its build
-        lock when it is a module name (a build of it may be running), else at once
-        (no load uses a name that is not a module name).
-
-        ``found`` is what :meth:`owned` found of ``name``'s before the lock was
-        taken (a clear of every module lists each area once for all names);
-        ``None``: the areas are listed once the lock is held.
-        """
+        """Remove what belongs to ``name`` in the module areas, under its build lock
+        when it is a module name; ``found``: what :meth:`owned` found of it
+        before (``None``: listed under the lock)."""
         if not is_module_name(name):
             self.module_files(name, found)
             return
@@ -132,10 +120,9 @@ class Clearing:
             self.module_files(name, found)
 
     def module_files(self, name: str, found: list[tuple[str, str]] | None) -> None:
-        """Remove ``name``'s entries (counting each directory ``modules/<name>/<key>``
-        removed), work directories, inline sources and direct records: those in
-        ``found`` (``None``: listed now), and those named ``name`` itself, which a
-        build that held the lock may have made since ``found`` was listed."""
+        """Remove ``name``'s entries (counting them), work directories, inline
+        sources and direct records: those in ``found`` (``None``: listed now),
+        and those named ``name`` itself, which a build may have made since."""
         modules = self.base / "modules"
         for entry in self._listing(modules / name) if is_real_dir(modules) else ():  # (never through a link)
             was_entry = entry.is_dir(follow_symlinks=False)
@@ -161,24 +148,16 @@ class Clearing:
             return []
 
     def shared(self) -> None:
-        """Remove what no one module owns (inference set-ups, the records of modules
-        whose entries are gone, specs, compiler answers, preludes), and areas that
-        are not directories (links, files): kernix did not make them."""
+        """Remove what no one module owns (direct records, specs, memos), and
+        areas that are not directories (kernix did not make them)."""
         for area in (*AREAS, "locks"):
             if area in _SHARED_AREAS or not is_real_dir(self.base / area):
                 self.remove(self.base / area)
 
     def check(self, name: str | None = None) -> None:
-        """Raise if anything could not be removed by a clear of module ``name``
-        (``None``: of every module).
-
-        Raises
-        ------
-        CacheError
-            Naming the first path that could not be removed, why, and the fix:
-            the clear to run again is the one the user ran, ``kernix cache
-            clear [NAME]`` or ``kernix.clear_cache([NAME])``.
-        """
+        """Raise a :class:`CacheError` naming the first path a clear of module
+        ``name`` (``None``: of every module) could not remove, why, and the fix
+        (to run the clear again as the user ran it)."""
         if not self.failures:
             return
         if running_command() is not None:
@@ -190,9 +169,8 @@ class Clearing:
         raise CacheError(self.problem(call, again))
 
     def problem(self, call: str, again: str) -> str:
-        """What could not be removed (the first path, why, how many more) by
-        ``call`` (as the user spelled it), and the fix; ``again`` is the call
-        to repeat then, quoted."""
+        """What ``call`` (as the user spelled it) could not remove, and the fix;
+        ``again``: the call to repeat then, quoted."""
         path, exc = self.failures[0]
         more = len(self.failures) - 1
         also = f" and {more} more path{'s' if more > 1 else ''}" if more else ""
@@ -220,15 +198,11 @@ def _clear_advice(base: Path, path: str, exc: OSError, again: str) -> str:
 
 def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None = None) -> int:
     """Delete cached builds: of module ``name``, or of every module and with
-    them everything else the cache holds (inferred specs, the direct index's
-    inference set-ups, compiler answers, precompiled preludes), so that
-    :func:`cache_info` then counts nothing.
+    them everything else the cache holds (inferred specs, compiler answers,
+    precompiled preludes), so that :func:`cache_info` then counts nothing.
 
-    Waits for a build of the module in progress to finish first, so it never
-    pulls files from under a running build.  Libraries already loaded by a
-    process stay usable.  Symbolic links (which kernix never creates below the
-    cache root) are removed where they stand, never followed: nothing outside
-    the cache is deleted.
+    A build of the module in progress is waited for; libraries already loaded
+    stay usable; symbolic links are removed, never followed.
 
     Parameters
     ----------
@@ -267,8 +241,7 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
 
 
 def _describe(entry: str, size: int, used: float, now: float) -> dict[str, Any]:
-    """What ``cache_info`` says of one entry, whose files hold ``size`` bytes,
-    last used at ``used``."""
+    """What ``cache_info`` says of one entry of ``size`` bytes, last used at ``used``."""
     record: dict[str, Any] = {
         "name": printable(os.path.basename(os.path.dirname(entry))), "key": printable(os.path.basename(entry)),
         "path": printable(entry), "size_bytes": size, "last_use": used, "age_s": max(0.0, now - used),
@@ -279,25 +252,16 @@ def _describe(entry: str, size: int, used: float, now: float) -> dict[str, Any]:
         record["damaged"] = True
         record["why"] = str(exc)  # (another format: another kernix version's)
         return record
-    record.update({
-        "name": printable(m.name),
-        "key": m.key,
-        "platform": m.platform,
-        "functions": list(m.handlers),
-        "sources": [printable(s) for s in m.sources],
-        "created": m.created,
-    })
+    record.update(name=printable(m.name), key=m.key, platform=m.platform, functions=list(m.handlers),
+                  sources=[printable(s) for s in m.sources], created=m.created)
     return record
 
 
 def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Describe the cache: its root, total size, and one record per entry.
-
-    The size counts every regular file of the cache's areas (``modules``,
-    ``build``, ``sources``, ``direct``, ``specs``, ``toolchain``), never what a
-    symbolic link points to.  Each version of a module is an entry of its
-    own.  Names and paths that are not UTF-8 are given with ``\\xNN``
-    escapes, so that any output can write them.
+    """Describe the cache: its root, total size (every regular file of its
+    areas, never what a symbolic link points to), and one record per entry
+    (each version of a module is one).  Names that are not UTF-8 are given
+    with ``\\xNN`` escapes.
 
     Parameters
     ----------
@@ -322,15 +286,7 @@ def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """
     base = Path(root) if root is not None else cache_root()
     now = time.time()
-    try:
-        found = survey(base)
-        entries = [_describe(entry, found.entries[entry], found.used[entry], now)
-                   for entry in found.complete]
-    except OSError as exc:
-        where = printable(exc.filename if exc.filename is not None else base)
-        raise CacheError(
-            f"cannot read {where} in the kernix cache ({exc.strerror or exc}). Give yourself access "
-            f"(`chmod -R u+rwX {shlex.quote(printable(base))}`) and run `kernix cache info` again."
-        ) from exc
+    found = read_survey(base, "`kernix cache info`")
+    entries = [_describe(entry, found.entries[entry], found.used[entry], now) for entry in found.complete]
     entries.sort(key=lambda e: (e["name"], -e["last_use"], e["key"]))
     return {"root": printable(base), "total_bytes": found.total, "modules": entries}

@@ -1,36 +1,20 @@
 """The direct index: answers that need the toolchain to compute, remembered
-under a fingerprint with the identity of every file they were computed from.
+under the fingerprint of their question with the stat of every file they
+were computed from, as in ccache's direct mode.
 
-An entry's key covers the compilers' identities, the compile flags and the
-GPU architecture, so computing it means finding the compilers and the
-jaxlib and CUDA headers; so does the command line of an inference parse.  As
-in ccache's direct mode, such an answer is remembered under the *fingerprint*
-of its question (the request's options and the environment that steers the
-tool search), together with the identity of every file it was computed
-from: the sources, the compilers, and the directories searched for them (a
-compiler installed there later would be found first).  While all of them are
-unchanged the remembered answer is the one the full computation would give.
+An entry's key, or an inference parse's set-up, needs the compilers, jaxlib
+and the CUDA headers found; its fingerprint covers the request's options and
+the environment that steers the tool search.  While every file it was
+computed from (the sources, the compilers, the directories searched for them,
+kernix's own code) is unchanged, the remembered answer is the one the full
+computation would give.
 
-Two kinds of records, one format:
-
-* ``direct/<module name>/<fingerprint[:32]>.rec``: a load request's entry
-  key (the entry's manifest is then checked as always);
-* ``direct/.parse/<fingerprint[:32]>.rec``: an inference parse's set-up
-  (libclang's identity, its command line, the CUDA prelude), from which the
-  spec-cache key is computed with the source bytes (see
-  :mod:`kernix.frontend.setup`).  Module names never start with ``.``.
-
-Format 3 (a record, see :mod:`kernix.store.files`, holding one dict)::
-
-    format       3
-    fingerprint  the fingerprint (SHA-256 hex)
-    key          the remembered answer (plain data; named for the first kind)
-    files        [[path, inode, size, mtime_ns, ctime_ns], ...]; a missing
-                 file is recorded with inode -1; kernix's own code files
-                 (:func:`kernix.store.identity.code_stats`) last
-
-A record is trusted only when this user wrote it (see :mod:`kernix.store.trust`);
-anything else about it that is off is a miss, never an error.
+``direct/<module name>/<fingerprint[:32]>.rec`` holds a load request's entry
+key; ``direct/.parse/<fingerprint[:32]>.rec`` an inference parse's set-up
+(:mod:`kernix.frontend.setup`).  Each is a record (:mod:`kernix.store.files`)
+of ``format``, ``fingerprint``, ``key`` (the answer) and ``files``
+(``[path, inode, size, mtime_ns, ctime_ns]``, inode -1 for a missing file).
+Anything off about a record is a miss, never an error.
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """Looking up and publishing cache entries.
 
 An entry is used only when its manifest reads back valid, every file the
-build read still has its recorded content, and the library still has its
-recorded size and hash.  Every look-up ends in a :class:`Lookup` that says
-why (a hit, or the reason for a miss), which ``verbose=True`` /
-``KERNIX_VERBOSE=1`` prints, like ccache's debug log.
+build read still has its recorded content, and the library its recorded size
+and hash; a :class:`Lookup` says why not (``verbose=True`` prints it).
+Publishing writes the library under its own hash (never rewritten in place),
+the specs and the ``last-use`` file, then the manifest that vouches for them,
+atomically: a reader sees a complete entry or none.
 
-Publishing copies the library under a name derived from its own hash (never
-rewritten in place, so a process that has it loaded is not disturbed), writes
-the specs and the ``last-use`` file, and writes the manifest that vouches for
-them last, with an atomic rename, so a reader sees a complete entry or none;
-then it keeps the cache within its size limit (:mod:`kernix.store.prune`).
-
-A hit (and a publish) holds a lease on the entry for as long as its
-:class:`~kernix.store.manifest.Manifest` lives, and records its use
-(:mod:`kernix.store.usage`): an eviction never removes an entry in use.
+``last-use``'s modification time is the entry's last use, by which the cache
+is evicted (as in ccache, with no lock: a library removed while a process
+loads it fails to open, and that process builds it again).  A hit sets it to
+the present once it is :data:`TOUCH_INTERVAL_S` old (one ``lstat`` a load).
 """
 
 from __future__ import annotations
@@ -22,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import os
 import time
 import warnings
 from collections.abc import Sequence
@@ -33,30 +30,25 @@ from ..errors import CacheError
 from .files import UNSETTLED, FileStat, atomic_write, file_digest, stale_file
 from .manifest import SPECS_FILE, Manifest, ManifestError, entry_dir
 from .trust import check_private, io_message, makedirs
-from .usage import Evicting, create, hold, lease, release
 
 if TYPE_CHECKING:
     from ..language.spec import FunctionSpec
 
-__all__ = ["Lookup", "discard", "lookup", "publish"]
+__all__ = ["LAST_USE", "TOUCH_INTERVAL_S", "Lookup", "discard", "entry_time", "lookup", "publish", "record_use"]
+
+#: The file whose modification time is an entry's last use.
+LAST_USE = "last-use"
+#: A hit records a use when the recorded one is older than this (seconds).
+TOUCH_INTERVAL_S = 3600.0
 
 
 @dataclass(frozen=True)
 class Lookup:
-    """The outcome of one look-up.
-
-    Attributes
-    ----------
-    manifest
-        The usable entry, or ``None`` on a miss.
-    reason
-        ``"hit"``, or why the entry was not used: ``"no entry"`` (also for one
-        removed while it was read: a ``kernix cache clear``, an eviction),
-        ``"P changed since it was cached"``, ``"P changed during the build"``,
-        ``"damaged: ..."``.
-    damaged
-        Whether the entry exists but cannot be used as it is (the caller rebuilds it).
-    """
+    """The outcome of one look-up: the usable entry's ``manifest`` (``None``
+    on a miss), and the ``reason``: ``"hit"``, or why not (``"no entry"``, also
+    for one removed while it was read; ``"P changed since it was cached"``;
+    ``"P changed during the build"``; ``"damaged: ..."``, when ``damaged``:
+    the entry exists but cannot be used as it is, and the caller rebuilds it)."""
 
     manifest: Manifest | None
     reason: str
@@ -69,12 +61,8 @@ class Lookup:
 
 
 def lookup(root: Path, name: str, key: str, *, warn: bool = True) -> Lookup:
-    """Look up the entry for ``key``.
-
-    A hit's manifest holds a lease on the entry while it lives (see
-    :mod:`kernix.store.usage`), and the entry's use is recorded.  A damaged
-    entry (unreadable manifest, missing or altered library) is a miss, so the
-    caller rebuilds it, and (with ``warn``) a ``RuntimeWarning``.
+    """Look up the entry for ``key``; a hit records its use, a damaged entry is
+    a miss (the caller rebuilds it) and, with ``warn``, a ``RuntimeWarning``.
 
     Raises
     ------
@@ -82,10 +70,17 @@ def lookup(root: Path, name: str, key: str, *, warn: bool = True) -> Lookup:
         When the entry exists but another user could have written it, or the
         process has no file descriptor left to read it.
     """
-    found = _lookup(root, name, key)
+    entry = entry_dir(root, name, key)
+    try:
+        check_private(entry / "manifest.json", root)
+        found = _read_entry(entry, key, root)
+    except OSError as exc:
+        found = _damaged(f"cannot open it: {exc.strerror or exc}")
+    if found.manifest is not None:
+        record_use(entry)
     if warn and found.damaged:
         warnings.warn(
-            f"kernix: the cache entry {entry_dir(root, name, key)} is {found.reason}; rebuilding it",
+            f"kernix: the cache entry {entry} is {found.reason}; rebuilding it",
             RuntimeWarning, stacklevel=3,
         )
     return found
@@ -106,29 +101,26 @@ def _unread(entry: Path, exc: OSError) -> None:
 
 
 _CLEARED = Lookup(None, "no entry (removed while it was read: a cache clear)")
-_EVICTING = Lookup(None, "no entry (being evicted)")
 
 
-def _lookup(root: Path, name: str, key: str) -> Lookup:
-    entry = entry_dir(root, name, key)
-    try:
-        check_private(entry / "manifest.json", root)
-        held = lease(entry)  # first: an eviction that has not claimed the entry yet no longer can
-    except FileNotFoundError:  # (written before the manifest, removed after it)
-        return _damaged("its last-use file is missing") if _complete(entry) else Lookup(None, "no entry")
-    except Evicting:
-        return _EVICTING
-    except OSError as exc:
-        return _damaged(f"cannot open its last-use file: {exc.strerror or exc}")
-    found = None
-    try:
-        found = _read_entry(entry, key, root)
-    finally:
-        if found is not None and found.manifest is not None:
-            hold(found.manifest, held)
-        else:
-            release(held)
-    return found
+def record_use(entry: Path) -> None:
+    """Set the entry's ``last-use`` file to the present if it is
+    :data:`TOUCH_INTERVAL_S` old (or in the future); failing to (a read-only
+    cache, a file gone) is not an error, and a link is never followed."""
+    path = os.path.join(entry, LAST_USE)
+    with contextlib.suppress(OSError):
+        if not 0 <= time.time() - os.lstat(path).st_mtime < TOUCH_INTERVAL_S:
+            os.utime(path, follow_symlinks=False)
+
+
+def entry_time(entry: str | os.PathLike[str]) -> float:
+    """When the entry was last used: its ``last-use`` file's modification
+    time, else (half written or half removed) its manifest's, else its
+    directory's (``0.0`` when it is gone)."""
+    for path in (os.path.join(entry, LAST_USE), os.path.join(entry, "manifest.json"), entry):
+        with contextlib.suppress(OSError):
+            return os.lstat(path).st_mtime
+    return 0.0
 
 
 def _read_entry(entry: Path, key: str, root: Path) -> Lookup:
@@ -176,26 +168,11 @@ def _complete(entry: Path) -> bool:
     return (entry / "manifest.json").exists()
 
 
-def publish(
-    root: Path,
-    name: str,
-    key: str,
-    built_so: Path,
-    functions: "Sequence[FunctionSpec]",
-    handlers: dict[str, str],
-    dependencies: Sequence[Sequence[Any]],
-    platform: str,
-) -> Manifest:
-    """Copy a built library into the cache and write its manifest, atomically.
-
-    ``dependencies`` are the file versions (:func:`kernix.store.files.file_versions`)
-    of every file the build read.
-
-    The returned manifest holds a lease on the entry (as a hit's does); once
-    it is published, the cache is brought within its size limit
-    (:func:`kernix.store.prune.after_publish`), this entry kept.
-
-    Hold the module's build lock around this.
+def publish(root: Path, name: str, key: str, built_so: Path, functions: "Sequence[FunctionSpec]",
+            handlers: dict[str, str], dependencies: Sequence[Sequence[Any]], platform: str) -> Manifest:
+    """Copy a built library into the cache and write its manifest, atomically;
+    ``dependencies``: the version of every file the build read.  Hold the
+    module's build lock around this.
 
     Raises
     ------
@@ -217,21 +194,17 @@ def publish(
         specs = Manifest.specs_bytes(functions)
         atomic_write(entry / SPECS_FILE, specs)
         manifest = Manifest(
-            directory=entry,
-            key=key,
-            name=name,
-            platform=platform,
-            so=so_name,
-            so_size=len(data),
-            so_sha256=so_sha,
-            so_stat=FileStat.of(entry / so_name),
-            sources=tuple(dict.fromkeys(f.file for f in functions if f.file)),
-            handlers=dict(handlers),
-            specs_sha256=hashlib.sha256(specs).hexdigest(),
-            dependencies=tuple(tuple(d) for d in dependencies),
-            created=time.time(),
+            directory=entry, key=key, name=name, platform=platform, so=so_name, so_size=len(data), so_sha256=so_sha,
+            so_stat=FileStat.of(entry / so_name), sources=tuple(dict.fromkeys(f.file for f in functions if f.file)),
+            handlers=dict(handlers), specs_sha256=hashlib.sha256(specs).hexdigest(),
+            dependencies=tuple(tuple(d) for d in dependencies), created=time.time(),
         )
-        hold(manifest, create(entry))  # the last-use file, before the manifest
+        fd = os.open(entry / LAST_USE, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:  # the last-use file, before the manifest
+            os.fchmod(fd, 0o644)  # whatever the umask
+            os.utime(fd)
+        finally:
+            os.close(fd)
         manifest.write()
         manifest.keep_specs()
         for old in entry.glob("module-*.so"):  # superseded libraries of this entry
@@ -241,9 +214,6 @@ def publish(
     except OSError as exc:
         raise CacheError(io_message(entry, exc)) from exc
     check_private(entry / so_name, root)
-    from .prune import after_publish  # (here: a warm load does not import it)
-
-    after_publish(root, manifest)
     return manifest
 
 

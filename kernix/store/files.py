@@ -1,24 +1,18 @@
-"""Small file utilities shared by the caches: the content key, hashing,
-file versions, atomic writes, records, inline sources stored under a
-content-derived name, and answers remembered per executable.
+"""File primitives of the store: the content key, hashing, file versions,
+atomic writes, records and the memos kept in them, and inline sources.
 
-A file's *version* is ``[path, inode, size, mtime_ns, ctime_ns, sha256]``: its
-:class:`FileStat` and the hash of its content.  A file is still *current* when
-its stat is unchanged, or, if only the stat moved, when its content still
-hashes the same (so ``touch`` alone is not a change).  A file that changed
-while a build read it (:func:`settled_versions`) is recorded as *unsettled*:
-``[path, -1, -1, -1, -1, UNSETTLED]``, never current.
+A file's *version* is ``[path, inode, size, mtime_ns, ctime_ns, sha256]``.
+It is still *current* when its stat is unchanged or, if only the stat moved,
+its content hashes the same (``touch`` alone is no change).  A file that
+changed while a build read it is *unsettled* (:func:`settled_versions`),
+never current.
 
-A *record* (``*.rec``: the direct index, the spec cache, the tool memos, what
-every warm look-up reads) is :data:`RECORD_MAGIC` followed by one plain value
-(``None``, ``bool``, ``int``, ``float``, ``str``, ``list``, ``dict``) in
-:mod:`marshal`'s format version 4, CPython's own for ``.pyc`` files and the
-same in every Python kernix supports.  Reading one needs no import (:mod:`json`
-brings :mod:`re`, most of a warm ``kernix inspect``'s start-up), and is
-faster.  marshal is not meant for data others could have
-crafted: records are read only where no other user could have written them
-(:func:`read_record` checks it, :mod:`kernix.store.trust`), and each reader
-validates what it finds, as it would JSON (a wrong shape is a miss).  Manifests stay JSON.
+A *record* (``*.rec``: what every warm look-up reads) is :data:`RECORD_MAGIC`
+followed by one plain value in :mod:`marshal`'s format 4, read without
+importing :mod:`json`.  marshal is not meant for data others could craft:
+records are read only where no other user could have written them
+(:func:`read_record`), and each reader validates what it finds (a wrong shape
+is a miss).
 """
 
 from __future__ import annotations
@@ -27,6 +21,7 @@ import hashlib
 import marshal
 import os
 import re
+import secrets
 import tempfile
 import time
 from pathlib import Path
@@ -40,17 +35,12 @@ __all__ = [
     "content_key", "file_digest", "FileStat", "file_versions", "version_current", "versions_current", "stale_file",
     "settled_versions", "filesystem_now", "UNSETTLED", "atomic_write", "write_source", "source_module", "remembered",
     "COMPILER_ENVIRONMENT", "compiler_environment", "RECORD_MAGIC", "encode_record", "write_record", "read_record",
-    "UntrustedRecord",
+    "UntrustedRecord", "recall", "remember", "PRELUDE_FILE", "new_prelude_file", "prelude_file",
 ]
 
 #: The environment variables that change what a compiler does with the same
-#: arguments: the directories it searches for headers (GCC and clang read
-#: ``CPATH``, ``C_INCLUDE_PATH``, ``CPLUS_INCLUDE_PATH``) and libraries
-#: (``LIBRARY_PATH``), where it finds its own programs (``COMPILER_PATH``,
-#: ``GCC_EXEC_PREFIX``), the date it compiles in (``SOURCE_DATE_EPOCH``),
-#: options clang adds by itself (``CCC_OVERRIDE_OPTIONS``), and the flags and
-#: host compiler nvcc adds by itself (``NVCC_PREPEND_FLAGS``,
-#: ``NVCC_APPEND_FLAGS``, ``NVCC_CCBIN``).  They enter every cache key and
+#: arguments (header and library search, its own programs, the date, flags
+#: clang and nvcc add by themselves): they enter every cache key and
 #: fingerprint, and every answer remembered about a compiler.
 COMPILER_ENVIRONMENT = (
     "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH", "COMPILER_PATH", "GCC_EXEC_PREFIX",
@@ -82,13 +72,8 @@ def _canonical(value: Any) -> Any:
 
 def content_key(parts: Any, *blobs: bytes) -> str:
     """The one content key of every kernix cache: SHA-256 over the canonical
-    form of ``parts`` followed by each of ``blobs``.
-
-    ``parts`` is plain data (``None``, ``bool``, ``int``, ``float``, ``str``,
-    lists, tuples and dicts with string keys; other values are taken as their
-    ``str``); the canonical form is the ``repr`` of it with dicts in key
-    order and tuples as lists.
-    """
+    form of ``parts`` (plain data; the ``repr`` with dicts in key order,
+    tuples as lists, other values as their ``str``), then each of ``blobs``."""
     h = hashlib.sha256(repr(_canonical(parts)).encode("utf-8", "surrogatepass"))
     for blob in blobs:
         h.update(b"\0")
@@ -119,17 +104,15 @@ class UntrustedRecord(ValueError):
 
 
 def read_record(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Any:
-    """The value of the record file at ``path`` under the cache root ``root``,
-    read only when no other user could have written it (:func:`is_private`).
+    """The value of the record file at ``path`` under the cache root ``root``.
 
     Raises
     ------
     OSError
         When it cannot be read (:class:`FileNotFoundError` when missing).
-    UntrustedRecord
-        When another user could have written it.
     ValueError
-        When it is not a record, or a damaged one.
+        When it is not a record, a damaged one, or (:class:`UntrustedRecord`)
+        one another user could have written.
     """
     if not is_private(path, root):
         raise UntrustedRecord(f"{path} could have been written by another user")
@@ -143,6 +126,55 @@ def read_record(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> A
         raise ValueError(f"a damaged record ({exc})") from None
 
 
+def _memo_path(root: str | os.PathLike[str], kind: str, key: str, suffix: str = ".rec") -> Path:
+    return Path(root, "toolchain", f"{kind}-{key}{suffix}")
+
+
+def recall(kind: str, key: str, *, root: str | os.PathLike[str] | None = None) -> Any:
+    """The answer remembered as ``kind`` for ``key`` (:func:`remember`) under the
+    cache root ``root`` (default: :func:`kernix.paths.cache_root`), or ``None``:
+    none, a damaged one, or one another user could have written."""
+    base = root if root is not None else cache_root()
+    try:
+        return read_record(_memo_path(base, kind, key), base)
+    except (OSError, ValueError):
+        return None
+
+
+def remember(kind: str, key: str, value: Any, *, root: str | os.PathLike[str] | None = None) -> bool:
+    """Remember ``value`` (plain data) as ``kind`` for ``key`` in ``toolchain/``,
+    for :func:`recall`; whether it was written (failing to is not an error)."""
+    return write_record(_memo_path(root if root is not None else cache_root(), kind, key), value)
+
+
+#: A prelude: a record remembered as ``prelude`` (:func:`remember`) with the files
+#: it names (:func:`new_prelude_file`), evicted together by their last use.
+PRELUDE_FILE = re.compile(r"prelude-([0-9a-f]+)(?:\.rec|-[0-9a-f]{16}\.[a-z]+)")
+
+
+def new_prelude_file(root: str | os.PathLike[str], key: str, suffix: str) -> Path:
+    """A new file name for the prelude ``key``, ending in ``suffix``, its directory made.
+
+    Raises
+    ------
+    CacheError
+        When the directory cannot be made.
+    """
+    path = _memo_path(root, "prelude", key, f"-{secrets.token_hex(8)}{suffix}")
+    makedirs(path.parent)
+    return path
+
+
+def prelude_file(root: str | os.PathLike[str], key: str, name: object) -> Path | None:
+    """The file of the prelude ``key`` that its record names ``name``, if that
+    is one of its names and no other user could have written it."""
+    match = PRELUDE_FILE.fullmatch(name) if isinstance(name, str) else None
+    if match is None or match.group(1) != key or name.endswith(".rec"):  # type: ignore[union-attr]
+        return None
+    path = _memo_path(root, "prelude", key, "").with_name(name)  # type: ignore[arg-type]
+    return path if is_private(path, root) else None
+
+
 def file_digest(path: str | os.PathLike[str]) -> str:
     """SHA-256 of a file's bytes, as hex."""
     h = hashlib.sha256()
@@ -153,13 +185,9 @@ def file_digest(path: str | os.PathLike[str]) -> str:
 
 
 class FileStat(NamedTuple):
-    """What ``stat`` says of a file's version, without reading it.
-
-    Any write, replacement or ``utime()`` call changes the ctime, which no
-    user can set back, so a file with an equal ``FileStat`` has not changed
-    (a file replaced by one of the same size and mtime, by ``cp -p``, ``tar
-    x`` or ``rsync -a``, has another ctime and inode).
-    """
+    """What ``stat`` says of a file's version: any write, replacement or
+    ``utime()`` changes the ctime, which no user can set back, so a file with
+    an equal ``FileStat`` has not changed."""
 
     inode: int
     size: int
@@ -168,29 +196,19 @@ class FileStat(NamedTuple):
 
     @classmethod
     def of(cls, path: str | os.PathLike[str]) -> FileStat:
-        """The stat of ``path`` (following links).
-
-        Raises
-        ------
-        OSError
-            As :func:`os.stat`.
-        """
+        """The stat of ``path`` (following links); ``OSError`` as :func:`os.stat`."""
         st = os.stat(path)
         return cls(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def file_versions(paths: Iterable[str]) -> list[list[Any]]:
-    """The version of each file: ``[path, inode, size, mtime_ns, ctime_ns, sha256]``
-    (its :class:`FileStat` and the SHA-256 of its content)."""
+    """The version of each file (see the module documentation)."""
     return [[path, *FileStat.of(path), file_digest(path)] for path in paths]
 
 
 def version_current(version: Sequence[Any]) -> bool:
-    """Whether a file still has the content of its recorded :func:`file_versions` entry.
-
-    The file is hashed again only when its :class:`FileStat` differs and its
-    size does not.  An unsettled version (:func:`settled_versions`) is never current.
-    """
+    """Whether a file still has the content of its recorded version: hashed
+    again only when its stat moved and its size did not; never when unsettled."""
     path, inode, size, mtime_ns, ctime_ns, digest = version
     try:
         st = os.stat(path)  # (compared field by field: every warm load checks each file the build read)
@@ -217,19 +235,14 @@ def stale_file(versions: Sequence[Sequence[Any]]) -> str | None:
 
 
 def filesystem_now(directory: str | os.PathLike[str], *, settle_s: float = 2.0) -> int:
-    """The file system's clock in ``directory``, in nanoseconds, read so that
-    every file written before the call has an earlier time and every file
-    written after it returns a later or equal one.
+    """The file system's clock in ``directory`` (ns): every file written
+    before the call has an earlier time, every file written after a later or
+    equal one.
 
-    A reading is the modification time of a file created in ``directory``
-    (and deleted): the clock that stamps files there, unlike
-    :func:`time.time_ns`, whose clock may be another machine's (a network
-    file system) or finer than the file system's.  File systems stamp with a
-    coarse clock (a few milliseconds; a second or two on some), so a file
-    written just before a reading may carry the same time: the clock is read
-    until it moves past the first reading (at most ``settle_s`` seconds;
-    where it does not move by then, the first later-or-equal reading is
-    returned, and a file written just before may then count as written after).
+    It is the modification time of a file created there (not
+    :func:`time.time_ns`, which may be another machine's clock, or finer).
+    File systems stamp with a coarse clock, so it is read until it moves past
+    the first reading (at most ``settle_s`` seconds).
 
     Raises
     ------
@@ -258,19 +271,13 @@ def settled_versions(paths: Iterable[str], started_ns: int, fixed: dict[str, str
     """The version of each file a build that started at ``started_ns`` (the
     file system's clock, :func:`filesystem_now`) read, taken after the build.
 
-    A file whose modification or status-change time is at or after the start
-    may have changed while the build read it, so what the build read is not
-    known: its version is *unsettled* (``[path, -1, -1, -1, -1, UNSETTLED]``),
-    which is never current, so the entry that records it misses next time and
-    says why (ccache refuses to record such a file the same way).  So is a
-    file that is gone.  A modification time later than the file's own
-    status-change time was set by hand (``touch -d``, an archive dated in the
-    future) and says nothing of when the file changed: there the
-    status-change time, which every change sets to the clock's time, decides
-    (else such a file would never settle).  ``fixed`` maps paths whose
-    content cannot change to the SHA-256 it must have (an inline source,
-    stored under its content's hash): one of them is settled whenever it
-    still has that content.
+    A file changed (or status-changed) at or after the start may have changed
+    while the build read it: its version is *unsettled*
+    (``[path, -1, -1, -1, -1, UNSETTLED]``, never current, as ccache refuses
+    to record such a file), and so is a file that is gone.  A modification
+    time later than the status-change time was set by hand (``touch -d``) and
+    says nothing: the status-change time decides.  ``fixed`` maps paths whose
+    content cannot change (inline sources) to the SHA-256 they must have.
     """
     out: list[list[Any]] = []
     for path in paths:
@@ -287,11 +294,8 @@ def settled_versions(paths: Iterable[str], started_ns: int, fixed: dict[str, str
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename.
-
-    Readers see the old file or the whole new one, never a part.  With
-    ``durable`` the data is flushed to disk before the rename.
-    """
+    """Write ``data`` to ``path`` through a temporary file and a rename (readers
+    see the old file or the new one); ``durable``: flushed to disk first."""
     directory, name = os.path.split(os.fspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
     try:
@@ -344,24 +348,18 @@ def write_source(root: Path, name: str, text: str, ext: str) -> Path:
 
 
 def remembered(kind: str, executable: str, compute: Callable[[], Any]) -> Any:
-    """``compute()``, remembered on disk per (executable, size, mtime, ctime).
+    """``compute()``, remembered on disk per (executable, size, mtime, ctime)
+    and :data:`COMPILER_ENVIRONMENT` (which changes what a compiler answers).
 
     Used for what a compiler reports about itself (its version banner, its
-    include directories), so a warm process never runs a compiler.  The
-    answer is remembered per :data:`COMPILER_ENVIRONMENT` too: those variables
-    change what a compiler answers (``CPLUS_INCLUDE_PATH``, its search list).
-    A ``None`` answer (the question failed) is not remembered; failing to
-    remember is not an error.
+    include directories), so a warm process never runs a compiler.  A
+    ``None`` answer (the question failed) is not remembered.
     """
     stamp = content_key([kind, executable, *FileStat.of(executable), compiler_environment()])[:24]
-    root = str(cache_root())
-    memo = os.path.join(root, "toolchain", f"{kind}-{stamp}.rec")
-    try:
-        return read_record(memo, root)["value"]
-    except (OSError, ValueError, KeyError, TypeError):  # (an answer others could have written is not trusted)
-        pass
+    found = recall(kind, stamp)
+    if isinstance(found, dict) and "value" in found:
+        return found["value"]
     value = compute()
-    if value is None:
-        return None
-    write_record(memo, {"executable": executable, "value": value})
+    if value is not None:
+        remember(kind, stamp, {"executable": executable, "value": value})
     return value

@@ -1,25 +1,14 @@
 """kernix's own identity in every cache key: the content of the code that
-turns a source into specs and specs into compiled code, not just its version.
+turns a source into specs and specs into compiled code, not just its version
+(a checkout edited in place, or two installs of one version, generate other
+code under the same ``kernix.__version__``).
 
-A checkout edited in place, or two installs of one version, keep
-``kernix.__version__`` while generating other code, so the keys (build
-entries, inferred specs) cover the content of:
-
-* every Python module of ``kernix/language/`` (the annotation language and
-  ``FunctionSpec``), ``kernix/frontend/`` (annotations, the parse, the spec of
-  each function) and ``kernix/backend/`` (the code generator, the compiler
-  flags, the ninja build, the tool search);
-* the modules those build on for what they generate: ``languages.py`` and
-  ``compiler_flags.py``;
-* every file under ``kernix/include/`` (the C++ headers each unit includes).
-
-The identity is worked out once per process, when first needed (a miss, a
-spec-cache look-up), from the files as they are then: the process runs the
-modules it imported.  Their digest is remembered under the cache root
-(``toolchain/kernix-code-*.rec``) per the files' stats.
-A direct-index record (:mod:`kernix.store.direct`) vouches for the stat of
-each of these files taken before their content was read, so a warm load
-notices an edited generator or header by ``stat`` alone.
+It covers every Python module of ``kernix/language/``, ``kernix/frontend/``
+and ``kernix/backend/``, ``languages.py`` and ``compiler_flags.py``, and every
+file under ``kernix/include/``.  It is worked out once per process, its digest
+remembered per the files' stats (:func:`kernix.store.files.remember`); a
+direct-index record vouches for those stats, so a warm load notices an
+edited generator or header by ``stat`` alone.
 """
 
 from __future__ import annotations
@@ -28,8 +17,7 @@ import functools
 import os
 from typing import Any
 
-from ..paths import cache_root
-from .files import FileStat, content_key, read_record, write_record
+from .files import FileStat, content_key, recall, remember
 
 __all__ = ["code_files", "code_identity", "code_stats", "forget"]
 
@@ -56,20 +44,16 @@ def _identity() -> tuple[str, tuple[tuple[Any, ...], ...]]:
     (reading and hashing the files costs a warm ``kernix inspect`` about 2 ms)."""
     paths = code_files()
     stats = tuple((p, *FileStat.of(p)) for p in paths)
-    root = str(cache_root())
-    memo = os.path.join(root, "toolchain", f"kernix-code-{content_key(list(stats))[:24]}.rec")
-    try:
-        digest = read_record(memo, root)
-        if isinstance(digest, str) and len(digest) == 64:
-            return digest, stats
-    except (OSError, ValueError):  # (missing, damaged, or another user's: computed again)
-        pass
+    memo = content_key(list(stats))[:24]
+    digest = recall("kernix-code", memo)
+    if isinstance(digest, str) and len(digest) == 64:
+        return digest, stats
     blobs = []
     for p in paths:
         with open(p, "rb") as f:
             blobs.append(f.read())
     digest = content_key(["kernix code", [os.path.relpath(p, _PACKAGE) for p in paths]], *blobs)
-    write_record(memo, digest)
+    remember("kernix-code", memo, digest)
     return digest, stats
 
 

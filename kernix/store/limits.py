@@ -28,29 +28,11 @@ _UNLIMITED = ("0", "none", "unlimited")
 
 
 def parse_size(text: str, *, unlimited: bool = True) -> int | None:
-    """The number of bytes ``text`` spells.
-
-    Parameters
-    ----------
-    text
-        A number of bytes (``"1000000"``), or a number followed by ``K``,
-        ``M``, ``G`` or ``T`` (powers of 1024, as ``du -h`` writes them;
-        upper or lower case, optionally followed by ``B`` or ``iB``):
-        ``"500M"``, ``"2G"``, ``"1.5GiB"``.  ``"0"``, ``"none"`` and
-        ``"unlimited"`` mean no limit (where ``unlimited`` allows it).
-    unlimited
-        Whether no limit may be asked for.
-
-    Returns
-    -------
-    int or None
-        The bytes, at least 1; ``None`` for no limit.
-
-    Raises
-    ------
-    ValueError
-        Saying what a size looks like.
-    """
+    """The bytes (at least 1) ``text`` spells: a number, or one followed by
+    ``K``, ``M``, ``G`` or ``T`` (powers of 1024, as ``du -h`` writes them;
+    optionally ``B`` or ``iB`` after): ``"500M"``, ``"1.5GiB"``.  ``"0"``,
+    ``"none"`` and ``"unlimited"`` are no limit, ``None``, where ``unlimited``
+    allows it; anything else is a ``ValueError`` saying what a size looks like."""
     word = text.strip()
     if word.lower() in _UNLIMITED:
         if unlimited:
@@ -70,14 +52,8 @@ def parse_size(text: str, *, unlimited: bool = True) -> int | None:
 
 def parse_age(text: str) -> float:
     """The seconds ``text`` spells: a number followed by ``s``, ``m``, ``h``,
-    ``d`` or ``w`` (seconds, minutes, hours, days, weeks): ``"30d"``, ``"12h"``.
-
-    Raises
-    ------
-    ValueError
-        Saying what an age looks like (a number without its unit is refused:
-        ``30`` could be seconds or days).
-    """
+    ``d`` or ``w``: ``"30d"``, ``"12h"``; anything else (a bare ``30``, seconds
+    or days?) is a ``ValueError`` saying what an age looks like."""
     match = _AGE.fullmatch(text.strip())
     if match is None:
         raise ValueError(

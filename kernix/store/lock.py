@@ -1,15 +1,12 @@
-"""The inter-process build lock of a module.
+"""The inter-process build lock of a module: an ``flock`` on
+``locks/<name>.lock``, which the kernel drops when its holder dies.
 
-An ``flock`` on ``locks/<name>.lock``: the kernel drops it when its holder
-exits or is killed, so a dead builder never blocks anyone.  The lock file is
-opened with ``O_NOFOLLOW`` inside a trust-checked directory and kept ``0600``,
-so no other user can take it (``flock`` needs only an open descriptor, and a
-readable file would let anyone stall this user's builds).  The holder writes
-its pid and start time into the file; a waiter names it after a few seconds
-and, when it gives up, says whether that process is alive, stopped or gone.
-A file system that refuses ``flock`` (``ENOLCK``: NFS without lock support)
-is a :class:`~kernix.errors.CacheError` saying what to do; a load that finds
-its module built needs no lock.
+The file is opened with ``O_NOFOLLOW`` in a trust-checked directory and kept
+``0600``, so no other user can take it.  The holder writes its pid and start
+time into it; a waiter names it after a few seconds and, when it gives up,
+says whether it is alive, stopped or gone.  A file system that refuses
+``flock`` (NFS without lock support) is a :class:`~kernix.errors.CacheError`
+saying what to do; a load that finds its module built needs no lock.
 """
 
 from __future__ import annotations
@@ -146,6 +143,32 @@ def _open_in(root: Path, name: str) -> tuple[Path, int]:
     return path, _open_lock(path)
 
 
+def _take(fd: int, path: Path, root: Path, name: str, *, wait: bool, verbose: bool = False) -> bool:
+    """Take the lock on ``fd``: at once or not at all, or (``wait``) waiting
+    up to ``$KERNIX_LOCK_TIMEOUT`` seconds, naming the holder after a few."""
+    timeout = lock_timeout() if wait else 0.0
+    start = time.monotonic()
+    announced = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not wait:
+                return False
+            waited = time.monotonic() - start
+            if not announced and (verbose or waited >= ANNOUNCE_AFTER_S):
+                note(f"waiting for {_describe(_holder(fd), name)} (lock {path})", verbose=True)
+                announced = True
+            if waited > timeout:
+                raise CacheError(_timeout_message(fd, name, path, waited)) from None
+            time.sleep(0.05)
+            continue
+        except OSError as exc:  # ENOLCK, EOPNOTSUPP...: building without it could mix two builds
+            raise CacheError(_refused_message(path, root, name, exc)) from exc
+        _mark_holder(fd)
+        return True
+
+
 @contextlib.contextmanager
 def try_lock(root: Path, name: str) -> Iterator[bool]:
     """Hold the build lock of ``name`` under ``root`` if no process holds it,
@@ -159,15 +182,7 @@ def try_lock(root: Path, name: str) -> Iterator[bool]:
     """
     path, fd = _open_in(root, name)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        except OSError as exc:
-            raise CacheError(_refused_message(path, root, name, exc)) from exc
-        _mark_holder(fd)
-        yield True
+        yield _take(fd, path, root, name, wait=False)
     finally:
         os.close(fd)
 
@@ -184,24 +199,7 @@ def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None
     """
     path, fd = _open_in(root, name)
     try:
-        timeout = lock_timeout()
-        start = time.monotonic()
-        announced = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                waited = time.monotonic() - start
-                if not announced and (verbose or waited >= ANNOUNCE_AFTER_S):
-                    note(f"waiting for {_describe(_holder(fd), name)} (lock {path})", verbose=True)
-                    announced = True
-                if waited > timeout:
-                    raise CacheError(_timeout_message(fd, name, path, waited)) from None
-                time.sleep(0.05)
-            except OSError as exc:  # ENOLCK, EOPNOTSUPP...: building without it could mix two builds
-                raise CacheError(_refused_message(path, root, name, exc)) from exc
-        _mark_holder(fd)
+        _take(fd, path, root, name, wait=True, verbose=verbose)
         yield
     finally:
         os.close(fd)  # closing drops the flock

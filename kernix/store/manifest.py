@@ -22,25 +22,18 @@ refuse an unknown ``format``)::
                     (kernix.store.files.settled_versions)
     created         seconds since the epoch
 
-and beside it ``functions.json``: the JSON list of the functions' specs in
-export order (:meth:`kernix.language.spec.FunctionSpec.to_json`), and ``last-use``, an
-empty file whose modification time is the entry's last use and on which a
-process that holds the entry holds a lease (:mod:`kernix.store.usage`), both
-written before the manifest.  As in ccache's manifests, the headers a build
-read are only known after compiling, so they are recorded here and re-checked
-at every look-up.
-
-Reading a manifest checks what a load uses (library name, function names,
-handler symbols); the specs are read, matched against ``specs_sha256`` and
-the handlers, and validated only when :meth:`Manifest.specs` is asked (a hit keeps the
-file's bytes, see :meth:`Manifest.keep_specs`): a
-warm load that calls one function of forty does not parse forty specs to register them.
+and beside it, written first, ``functions.json`` (the functions' specs in
+export order) and ``last-use`` (:mod:`kernix.store.entries`).  Reading a
+manifest checks what a load uses (library name, handler symbols); the specs
+are parsed and checked only when :meth:`Manifest.specs` is asked: a warm load
+that calls one function of forty does not parse forty specs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -77,54 +70,27 @@ def entry_dir(root: Path, name: str, key: str) -> Path:
     return root / "modules" / name / key[:32]
 
 
+@dataclass(eq=False, kw_only=True, slots=True)
 class Manifest:
-    """A published cache entry (see the module docstring for the format).
+    """A published cache entry (see the module docstring for the format):
+    each field as stored, but ``directory``, the entry's directory (where the
+    manifest was read); ``handlers`` maps each exported name to its handler
+    symbol, in export order."""
 
-    Attributes
-    ----------
-    directory
-        The entry's directory (not stored: where the manifest was read).
-    key, name, platform, so, so_size, so_sha256, so_stat, sources, specs_sha256, dependencies, created
-        As stored.
-    handlers
-        Exported name -> handler symbol, in export order.
-    """
-
-    __slots__ = ("directory", "key", "name", "platform", "so", "so_size", "so_sha256", "so_stat", "sources",
-                 "handlers", "specs_sha256", "dependencies", "created", "_specs_raw",
-                 "__weakref__")  # (a lease on the entry is held as long as its manifest: kernix.store.usage)
-
-    def __init__(
-        self,
-        *,
-        directory: Path,
-        key: str,
-        name: str,
-        platform: str,
-        so: str,
-        so_size: int,
-        so_sha256: str,
-        so_stat: FileStat,
-        sources: tuple[str, ...] = (),
-        handlers: dict[str, str],
-        specs_sha256: str,
-        dependencies: tuple[tuple[Any, ...], ...],
-        created: float = 0.0,
-    ) -> None:
-        self.directory = directory
-        self.key = key
-        self.name = name
-        self.platform = platform
-        self.so = so
-        self.so_size = so_size
-        self.so_sha256 = so_sha256
-        self.so_stat = so_stat
-        self.sources = sources
-        self.handlers = handlers
-        self.specs_sha256 = specs_sha256
-        self.dependencies = dependencies
-        self.created = created
-        self._specs_raw: bytes | None = None  # functions.json, once kept (see keep_specs)
+    directory: Path
+    key: str
+    name: str
+    platform: str
+    so: str
+    so_size: int
+    so_sha256: str
+    so_stat: FileStat
+    sources: tuple[str, ...] = ()
+    handlers: dict[str, str]
+    specs_sha256: str
+    dependencies: tuple[tuple[Any, ...], ...]
+    created: float = 0.0
+    _specs_raw: bytes | None = field(default=None, init=False, repr=False)  # functions.json, once kept
 
     @property
     def so_path(self) -> Path:
@@ -138,14 +104,7 @@ class Manifest:
 
     def keep_specs(self) -> None:
         """Read ``functions.json`` into memory now (unchecked), so that :meth:`specs`
-        still works after the entry is removed (``kernix cache clear`` while the
-        module is in use).
-
-        Raises
-        ------
-        OSError
-            When it cannot be read (:class:`FileNotFoundError`: removed).
-        """
+        works after the entry is removed (an ``OSError`` when it cannot be read)."""
         self._specs_raw = (self.directory / SPECS_FILE).read_bytes()
 
     def specs(self) -> "tuple[FunctionSpec, ...]":
@@ -185,35 +144,13 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         """The on-disk form."""
-        return {
-            "format": MANIFEST_FORMAT,
-            "key": self.key,
-            "name": self.name,
-            "platform": self.platform,
-            "so": self.so,
-            "so_size": self.so_size,
-            "so_sha256": self.so_sha256,
-            "so_stat": list(self.so_stat),
-            "sources": list(self.sources),
-            "handlers": dict(self.handlers),
-            "specs_sha256": self.specs_sha256,
-            "dependencies": [list(d) for d in self.dependencies],
-            "created": self.created,
-        }
+        stored = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("directory", "_specs_raw")}
+        return {"format": MANIFEST_FORMAT, **stored}  # (tuples written as JSON lists)
 
     @classmethod
     def from_json(cls, directory: Path, data: Any) -> "Manifest":
-        """Validate and read the on-disk form.
-
-        What a load uses is checked here: the library name and the handler
-        symbols (one per function, in export order); the specs are checked
-        when :meth:`specs` reads them.
-
-        Raises
-        ------
-        ManifestError
-            Saying what is wrong.
-        """
+        """Validate and read the on-disk form: what a load uses (the library
+        name, the handler symbols); a :class:`ManifestError` says what is wrong."""
         try:
             if not isinstance(data, dict):
                 raise ManifestError("not a JSON object")
@@ -235,19 +172,11 @@ class Manifest:
             if platform not in JAX_PLATFORMS:
                 raise ManifestError(f"unknown platform {platform!r}")
             return cls(
-                directory=directory,
-                key=str(data["key"]),
-                name=str(data["name"]),
-                platform=platform,
-                so=so,
-                so_size=int(data["so_size"]),
-                so_sha256=str(data["so_sha256"]),
-                so_stat=FileStat(*(int(v) for v in data["so_stat"])),
-                sources=tuple(str(s) for s in data["sources"]),
-                handlers=handlers,
-                specs_sha256=str(data["specs_sha256"]),
-                dependencies=tuple(tuple(d) for d in data["dependencies"]),
-                created=float(data["created"]),
+                directory=directory, key=str(data["key"]), name=str(data["name"]), platform=platform, so=so,
+                so_size=int(data["so_size"]), so_sha256=str(data["so_sha256"]),
+                so_stat=FileStat(*(int(v) for v in data["so_stat"])), sources=tuple(str(s) for s in data["sources"]),
+                handlers=handlers, specs_sha256=str(data["specs_sha256"]),
+                dependencies=tuple(tuple(d) for d in data["dependencies"]), created=float(data["created"]),
             )
         except ManifestError:
             raise

@@ -2,36 +2,21 @@
 cache prune``) and the eviction after each build that stores an entry
 (:func:`after_publish`).
 
-What a prune removes, least recently used first, are module entries
-(``modules/<name>/<key>``, used when a load finds them: :mod:`kernix.store.usage`)
-work directories (``build/<name>``, used when a build runs in them), a
-build's old leftovers (``build/.<name>.stale-*``) and precompiled preludes
-(``toolchain/prelude-*``: used when their PCH was last read or written);
-when a module's last entry goes, its inline sources and direct records go
-with it.  The rest of the cache (inferred specs, compiler answers) counts
-towards the size but is left alone (``kernix cache clear`` empties it); when
-it alone fills the limit, nothing is evicted for the limit (a warning says so).
-
-A removal never disturbs a process:
-
-* one prune runs at a time (``locks/.prune.lock``; the eviction after a build
-  does not wait for another prune, it leaves the work to it);
-* each removal holds the module's build lock, taken without waiting: a module
-  being built (its new entry about to be loaded) or cleared is passed over;
-* an entry is removed only while no process holds a lease on it (no live
-  process has it loaded, or is loading it: :func:`kernix.store.usage.claim`),
-  and not when it was used since the prune looked;
-* its manifest goes first, so an entry half removed (a prune killed midway)
-  is never trusted by a load, and a later prune removes the rest;
-* no symbolic link is followed (:class:`kernix.store.admin.Clearing`).
-
-Every decision is logged (logger ``kernix``: DEBUG), every removal at INFO.
+It removes, least recently used first, module entries, work directories
+(``build/<name>``), a build's old leftovers (``build/.<name>.stale-*``) and
+preludes (``toolchain/prelude-*``); a module's last entry takes its inline
+sources and direct records with it.  The rest counts towards the size but
+stays (``kernix cache clear`` empties it).  One prune runs at a time
+(``locks/.prune.lock``); each removal holds the module's build lock, taken
+without waiting (a module being built is passed over); an entry used since
+the prune looked is kept; a manifest goes first, so a half-removed entry is
+never trusted; no symbolic link is followed.  Every decision is logged
+(logger ``kernix``: DEBUG), every removal at INFO.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import re
 import time
@@ -47,12 +32,12 @@ from ..paths import cache_root, printable
 from ..notes import note
 from . import limits
 from .admin import Clearing
-from .files import source_module
+from .files import PRELUDE_FILE, source_module
 from .limits import format_age, format_size, parse_age, parse_size
 from .lock import PRUNE_LOCK, build_lock, try_lock
 from .manifest import Manifest
-from .usage import LAST_USE, claim
-from .walk import Survey, is_real_dir, listing, lstat_or_none, survey
+from .entries import entry_time
+from .walk import Survey, is_real_dir, listing, lstat_or_none, read_survey, survey
 
 __all__ = ["Candidate", "after_publish", "candidates", "prune_cache"]
 
@@ -61,25 +46,11 @@ _INFO = 20  # logging.INFO
 
 @dataclass(frozen=True)
 class Candidate:
-    """Something a prune may remove.
-
-    Attributes
-    ----------
-    kind
-        ``"entry"``, ``"work directory"``, ``"leftovers"`` (a directory a
-        build moved aside to delete it) or ``"prelude"`` (a precompiled
-        prelude: its record and PCH files).
-    module
-        The module it belongs to (``""`` for a prelude).
-    path
-        Its directory (a prelude: its record, or its PCH file when it has none).
-    size
-        The bytes of its files.
-    used
-        Its last use, in seconds since the epoch.
-    files
-        A prelude's files (its record first), by path.
-    """
+    """Something a prune may remove: an ``"entry"``, a ``"work directory"``,
+    ``"leftovers"`` (a directory a build moved aside to delete it) or a
+    ``"prelude"`` (``files``: its record first, then its files; ``path``: the
+    first), of ``module`` (``""`` for a prelude), ``size`` bytes, last used at
+    ``used`` (seconds since the epoch)."""
 
     kind: str
     module: str
@@ -94,7 +65,7 @@ class Candidate:
         if self.kind == "entry":
             return printable(os.path.basename(self.path))
         if self.kind == "prelude":
-            return _PRELUDE.fullmatch(os.path.basename(self.path)).group(1)  # type: ignore[union-attr]
+            return PRELUDE_FILE.fullmatch(os.path.basename(self.path)).group(1)  # type: ignore[union-attr]
         return None
 
     @property
@@ -116,8 +87,6 @@ class Candidate:
         }
 
 
-# toolchain/prelude-<key>.rec names its PCH, toolchain/prelude-<key>-<hex>.pch (kernix.frontend.pch)
-_PRELUDE = re.compile(r"prelude-([0-9a-f]+)(?:\.rec|-[0-9a-f]+\.pch)")
 # build/.<name>.stale-<pid>-<n>: a work directory moved aside to be deleted (kernix.store.workdir)
 _LEFTOVERS = re.compile(r"\.(.+)\.stale-\d+-\d+")
 #: Leftovers younger than this (seconds) may still be being deleted by their build.
@@ -125,20 +94,21 @@ LEFTOVERS_AGE_S = 3600.0
 
 
 def _preludes(base: Path, found: Survey) -> list[Candidate]:
-    """Each precompiled prelude: its record with its PCH files (a PCH without
-    a record on its own), last used when its PCH was last read or written."""
+    """Each prelude (:data:`~kernix.store.files.PRELUDE_FILE`): its record with
+    its files (a file without a record on its own), last used when one of its
+    files was last read or written."""
     groups: dict[str, list[str]] = {}
     for name in found.preludes:
-        match = _PRELUDE.fullmatch(name)
+        match = PRELUDE_FILE.fullmatch(name)
         if match is not None:
             groups.setdefault(match.group(1), []).append(name)
     out = []
     toolchain = base / "toolchain"
     for names in groups.values():
-        names.sort(key=lambda n: not n.endswith(".rec"))  # the record first: no record names a removed PCH
-        pchs = [n for n in names if n.endswith(".pch")] or names
+        names.sort(key=lambda n: not n.endswith(".rec"))  # the record first: no record names a removed file
+        files = [n for n in names if not n.endswith(".rec")] or names
         out.append(Candidate("prelude", "", os.fspath(toolchain / names[0]),
-                             sum(found.preludes[n][0] for n in names), max(found.preludes[n][1] for n in pchs),
+                             sum(found.preludes[n][0] for n in names), max(found.preludes[n][1] for n in files),
                              tuple(os.fspath(toolchain / n) for n in names)))
     return out
 
@@ -225,7 +195,7 @@ class _Pruning:
 
     def _remove(self, c: Candidate) -> str | None:
         """Remove ``c`` under its module's build lock; ``None``, or why it was kept."""
-        if c.kind == "prelude":  # (no lock: a process that finds its PCH gone builds it again)
+        if c.kind == "prelude":  # (no lock: a process that finds its files gone builds them again)
             return None if all(self.clearing.remove(f) for f in c.files) else "it could not be removed"
         if c.module == self.held:
             return self._remove_locked(c)
@@ -236,31 +206,22 @@ class _Pruning:
             return f"its build lock cannot be taken ({exc})"
 
     def _remove_locked(self, c: Candidate) -> str | None:
-        if c.kind == "entry":
-            try:
-                with claim(c.path) as used:
-                    if used is None:
-                        return "in use by a running process"
-                    if used > c.used:
-                        return "used since the prune looked"
-                    try:  # the manifest first: no load trusts what is left
-                        os.unlink(os.path.join(c.path, "manifest.json"))
-                    except FileNotFoundError:
-                        pass
-                    except OSError as exc:  # (never a manifest without its library)
-                        self.clearing.failures.append((os.path.join(c.path, "manifest.json"), exc))
-                        return "its manifest could not be removed"
-                    gone = self.clearing.remove(c.path)
-            except OSError as exc:  # (its last-use file is a link, or another user's: not kernix's to judge)
-                if exc.errno == errno.ENOLCK:
-                    return f"the file system refuses locks on its {LAST_USE} file: whether it is in use cannot be told"
-                return f"its {LAST_USE} file cannot be opened ({exc.strerror or exc})"
-            if gone:
-                self.clearing.removed += 1
-                self._tidy(c.module)
-        else:
-            gone = self.clearing.remove(c.path)
-        return None if gone else "it could not be removed"
+        if c.kind != "entry":
+            return None if self.clearing.remove(c.path) else "it could not be removed"
+        if entry_time(c.path) > c.used:
+            return "used since the prune looked"
+        try:  # the manifest first: no load trusts what is left
+            os.unlink(os.path.join(c.path, "manifest.json"))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # (never a manifest without its library)
+            self.clearing.failures.append((os.path.join(c.path, "manifest.json"), exc))
+            return "its manifest could not be removed"
+        if not self.clearing.remove(c.path):
+            return "it could not be removed"
+        self.clearing.removed += 1
+        self._tidy(c.module)
+        return None
 
     def _tidy(self, module: str) -> None:
         """Once ``module`` has no entry left, remove its directory under
@@ -309,33 +270,22 @@ def _age_of(older_than: float | str) -> float:
     return float(older_than)
 
 
-def _survey(base: Path, command: str) -> Survey:
-    try:
-        return survey(base)
-    except OSError as exc:
-        where = printable(exc.filename if exc.filename is not None else base)
-        raise CacheError(f"cannot read {where} in the kernix cache ({exc.strerror or exc}); give yourself access "
-                         f"and run {command} again") from exc
-
-
 def prune_cache(
     max_size: int | str | None = None,
     *,
     older_than: float | str | None = None,
     root: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
-    """Remove least-recently-used cache entries (and work directories) until
-    the cache fits ``max_size``, and those unused for ``older_than``.
+    """Remove least-recently-used cache entries, work directories and
+    precompiled preludes until the cache fits ``max_size``, and those unused
+    for ``older_than``; with neither, bring it within its configured limit
+    (``$KERNIX_CACHE_MAX_SIZE``, default 5 GiB), as after every build.
 
-    With neither, the cache is brought within its configured limit
-    (``$KERNIX_CACHE_MAX_SIZE``, default 5 GiB), as after every build.  An
-    entry that a running process has loaded (or is loading), and every file
-    of a module being built, is kept (and reported as kept); so are
+    What a module being built holds is kept (and reported as kept); so are
     inferred specs and compiler answers, which count towards the size
     (:func:`clear_cache` empties them; when they alone fill ``max_size``,
-    nothing is removed for the size, with a ``RuntimeWarning``).  Precompiled
-    preludes are removed like entries (a parse builds them again).  Nothing outside the
-    cache is touched: symbolic links are never followed.
+    nothing is removed for the size, with a ``RuntimeWarning``).  Symbolic
+    links are never followed.
 
     Parameters
     ----------
@@ -376,12 +326,12 @@ def prune_cache(
     command = "`kernix cache prune`" if running_command() is not None else "`kernix.prune_cache()`"
     pruning = _Pruning(base)
     with build_lock(base, PRUNE_LOCK):
-        found = _survey(base, command)
+        found = read_survey(base, command)
         note(f"cache: {format_size(found.total)}, pruning to {format_size(limit)}"
              + ("" if cutoff_age is None else f" and what is unused for {format_age(cutoff_age)}"))
         now = time.time()
         pruning.run(found, limit=limit, cutoff=None if cutoff_age is None else now - cutoff_age)
-        after = _survey(base, command).total
+        after = read_survey(base, command).total
     if pruning.clearing.failures:
         raise CacheError(pruning.clearing.problem(command.strip("`"), command))
     return {
@@ -392,15 +342,10 @@ def prune_cache(
 
 def after_publish(root: Path, manifest: Manifest) -> None:
     """Bring the cache within its limit after ``manifest``'s entry was
-    published, keeping it; the caller holds its module's build lock.
-
-    Cheap when nothing is to be done: one walk of the cache's directories.
-    What cannot be removed is a ``RuntimeWarning``, not an error: the build
-    it follows succeeded.
-
-    A ``$KERNIX_CACHE_MAX_SIZE`` that is not a size is a ``RuntimeWarning``
-    too: the entry is published, and nothing is evicted.
-    """
+    published, keeping it; the caller holds its module's build lock.  One walk
+    of the cache when nothing is to be done; what cannot be removed, or a
+    ``$KERNIX_CACHE_MAX_SIZE`` that is no size, is a ``RuntimeWarning``: the
+    build it follows succeeded."""
     try:
         limit = limits.max_size()
     except CacheError as exc:

@@ -53,18 +53,10 @@ def _problem(p: str, st: os.stat_result, uid: int) -> str | None:
 
 
 def check_private(path: str | os.PathLike[str], root: str | os.PathLike[str], *more: str | os.PathLike[str]) -> None:
-    """Refuse ``path`` (and ``more``) if it, or a directory between it and
-    ``root``, is a symbolic link, is owned by another user, or can be written
-    by other users.
-
-    The root itself may be a symbolic link (a cache on another disk); what it
-    points to is checked.  Paths that do not exist yet are skipped.
-
-    Raises
-    ------
-    CacheError
-        Naming the path and the ``chmod`` (or the setting) that fixes it.
-    """
+    """Raise a :class:`CacheError` naming the fix if ``path`` (or ``more``), or
+    a directory between it and ``root``, is a symbolic link, another user's, or
+    writable by others (the root may be a link: its target is checked; paths
+    that do not exist yet are skipped)."""
     why = _first_problem(root, (path, *more))
     if why is not None:
         raise CacheError(why)

@@ -1,22 +1,22 @@
-"""Reading the cache's directories without ever following a symbolic link.
-
-Below the cache root (which may itself be a link) kernix creates no
-symbolic links, so what reads the cache as a whole -- ``kernix cache info``,
-``clear``, ``prune`` -- looks at each name with ``lstat`` and never goes
-through a link: a link is a file like any other, of no size.
+"""Reading the cache's directories (``kernix cache info``, ``clear``,
+``prune``) with ``lstat``, never through a symbolic link: below the cache
+root kernix creates none, and a link counts as a file of no size.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .usage import LAST_USE, entry_time
+from ..errors import CacheError
+from ..paths import printable
+from .entries import LAST_USE, entry_time
 
-__all__ = ["AREAS", "Survey", "directories", "is_real_dir", "listing", "lstat_or_none", "survey"]
+__all__ = ["AREAS", "Survey", "read_survey", "directories", "is_real_dir", "listing", "lstat_or_none", "survey"]
 
 #: The directories of the cache whose files ``kernix cache info`` counts.
 AREAS = ("modules", "build", "sources", "direct", "specs", "toolchain")
@@ -61,10 +61,9 @@ def _unreadable(exc: OSError) -> None:
 
 def directories(top: str | os.PathLike[str]) -> Iterator[tuple[str, list[str], int, dict[str, os.stat_result]]]:
     """``(path, names, size, stats)`` for ``top`` and each directory below it,
-    no symbolic link followed: the names in the directory, the bytes of the
-    regular files among them and their ``lstat`` by name (for a
-    ``top`` that is not a directory, no names and its own bytes if it is a
-    regular file); what is removed meanwhile counts nothing.
+    no symbolic link followed: its names, the bytes of its regular files and
+    their ``lstat`` by name (a ``top`` that is no directory: no names, its own
+    bytes); what is removed meanwhile counts nothing.
 
     Raises
     ------
@@ -88,29 +87,14 @@ def directories(top: str | os.PathLike[str]) -> Iterator[tuple[str, list[str], i
 
 @dataclass
 class Survey:
-    """What one walk of the cache found.
-
-    Attributes
-    ----------
-    total
-        The bytes of the regular files in the cache's areas (:data:`AREAS`).
-    entries
-        The bytes below each entry directory ``modules/<name>/<key>`` (a real
-        directory, with a manifest or not).
-    complete
-        Those of ``entries`` that hold a ``manifest.json``.
-    used
-        The last use of each entry (:func:`kernix.store.usage.entry_time`).
-    workdirs
-        The bytes below each work directory ``build/<name>``.
-    leftovers
-        The bytes below each directory a build moved aside to delete it
-        (``build/.<name>.stale-<pid>-<n>``), by path.
-    preludes
-        The files directly in ``toolchain/`` (precompiled preludes among
-        them: :mod:`kernix.frontend.pch`), by name: ``(size, last use)``,
-        the last use being the later of the access and the modification time.
-    """
+    """What one walk of the cache found: ``total``, the bytes of the regular
+    files of its :data:`AREAS`; by path, the bytes below each entry directory
+    ``modules/<name>/<key>`` (``entries``, those holding a manifest in
+    ``complete``, their last use in ``used``: :func:`kernix.store.entries.entry_time`),
+    below each work directory ``build/<name>`` (``workdirs``) and each
+    directory a build moved aside to delete it (``leftovers``); and the files
+    directly in ``toolchain/`` by name (``preludes``): ``(size, last use)``,
+    the later of their access and modification times."""
 
     total: int = 0
     entries: dict[str, int] = field(default_factory=dict)
@@ -160,3 +144,21 @@ def survey(base: str | os.PathLike[str]) -> Survey:
         if entry not in found.used:  # (neither a last-use file nor a manifest: the directory's time)
             found.used[entry] = entry_time(entry)
     return found
+
+
+def read_survey(base: str | os.PathLike[str], command: str) -> Survey:
+    """:func:`survey`, for ``command`` (as the user ran it, quoted).
+
+    Raises
+    ------
+    CacheError
+        When a directory or file cannot be read, naming it and the fix.
+    """
+    try:
+        return survey(base)
+    except OSError as exc:
+        where = printable(exc.filename if exc.filename is not None else base)
+        raise CacheError(
+            f"cannot read {where} in the kernix cache ({exc.strerror or exc}). Give yourself access "
+            f"(`chmod -R u+rwX {shlex.quote(printable(base))}`) and run {command} again."
+        ) from exc

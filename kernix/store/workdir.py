@@ -1,22 +1,15 @@
-"""The working directory where ninja builds a module (``build/<name>/``).
+"""The working directory where ninja builds a module (``build/<name>/``),
+kept between builds so ninja recompiles only what changed.  Hold the
+module's build lock around its use.
 
-Kept between builds so ninja recompiles only what changed; trusted only
-after the checks below.  Hold the module's build lock around its use.
-
-ninja decides what to recompile by modification times alone: a source
-replaced by a different file with an *older* mtime (``mv``, ``cp -p``,
-``tar x``, ``rsync -a``, a branch switch, a header turned into a symlink to
-an older file) looks up to date to it, and so does every object built by
-another compiler behind the same path.  So after each successful build the
-directory records (``.kernix-inputs.json``) its *stamp* (the compilers' and
-flags' identity) and the version of every input the compilers read
-(its path, stat and SHA-256).  The next build keeps the
-directory only when the stamp is the same and every input is either
-unchanged or newer than that build's start (so ninja sees it); otherwise it
-starts from an empty directory, as it does when an input changed while
-that build ran (an unsettled version: ninja may hold an object compiled
-from what the file was before).  Editing a kernel body keeps the build
-incremental.
+ninja decides by modification times alone, so a source replaced by a
+different file with an *older* mtime (``mv``, ``cp -p``, ``tar x``, a branch
+switch), or an object built by another compiler behind the same path, looks
+up to date to it.  So each successful build records (``.kernix-inputs.json``)
+its *stamp* (the compilers' and flags' identity) and the version of every
+input it read; the next build keeps the directory only when the stamp is the
+same and every input is unchanged or newer than that build's start, and
+otherwise starts from an empty directory.
 """
 
 from __future__ import annotations
@@ -32,10 +25,11 @@ from typing import Any, Iterator, Sequence
 
 from ..errors import CacheError
 from ..notes import note
-from .files import UNSETTLED, FileStat, atomic_write, version_current
+from ..paths import nearest_existing
+from .files import UNSETTLED, FileStat, atomic_write, filesystem_now, version_current
 from .trust import check_private, io_message, makedirs
 
-__all__ = ["work_directory", "record_inputs", "stale_reason", "BUILDING_MARKER", "INPUTS_RECORD"]
+__all__ = ["noexec_problem", "build_started", "work_directory", "record_inputs", "stale_reason", "BUILDING_MARKER", "INPUTS_RECORD"]
 
 #: A file present while a build runs: found on entry, the last builder died.
 BUILDING_MARKER = ".kernix-building"
@@ -44,6 +38,40 @@ INPUTS_RECORD = ".kernix-inputs.json"
 # 2: inputs are file versions (with the inode); 3: started_ns, the build's start by the file
 # system's clock, replaces built_ns (taken by time.time_ns()), and inputs may be unsettled
 _RECORD_FORMAT = 3
+
+
+def noexec_problem(root: str | os.PathLike[str]) -> str | None:
+    """Why no library built under the cache root ``root`` can be loaded, or
+    ``None``: its file system is mounted ``noexec`` (``dlopen``: "failed to
+    map segment"), which no rebuild changes, so nothing is built there."""
+    path = nearest_existing(os.fspath(root), os.path.exists)  # not made yet: its future file system
+    try:
+        if not os.statvfs(path).f_flag & os.ST_NOEXEC:
+            return None
+    except OSError:
+        return None
+    return (
+        f"the kernix cache {os.fspath(root)} is on a file system mounted noexec, so no library built there can be "
+        "loaded. Point kernix at a directory on a file system mounted without noexec (`findmnt -T DIR` shows "
+        "a directory's mount options) with KERNIX_CACHE_DIR, kernix.set_cache_dir() or build_directory=."
+    )
+
+
+def build_started(root: Path) -> int:
+    """The file system's clock (:func:`kernix.store.files.filesystem_now`) in
+    ``build/`` under ``root``, now: read before a build reads any input.
+
+    Raises
+    ------
+    CacheError
+        When no file can be created there.
+    """
+    directory = root / "build"
+    makedirs(directory)
+    try:
+        return filesystem_now(directory)
+    except OSError as exc:
+        raise CacheError(io_message(directory, exc)) from exc
 
 
 def record_inputs(path: Path, stamp: str, prints: Sequence[Sequence[Any]], started_ns: int) -> None:
@@ -105,21 +133,12 @@ def _empty(path: Path, name: str) -> None:
 def work_directory(
     root: Path, name: str, *, fresh: bool = False, stamp: str | None = None, verbose: bool = False
 ) -> Iterator[Path]:
-    """The working directory for building module ``name``; hold :func:`build_lock` around it.
-
-    The directory is kept between builds so ninja recompiles only what
-    changed (``fresh=True`` empties it first).  With a ``stamp``, it is also
-    emptied when :func:`stale_reason` finds its objects untrustworthy; call
-    :func:`record_inputs` with the same stamp after a successful build.
-
-    An ``OSError`` inside the block (the cache disk is full, say) becomes a
-    :class:`CacheError`.  While a build runs it holds a marker file; a marker found on
-    entry means the previous builder died mid-build (we hold the lock, so it
-    is not running), and its compilers, which run in process groups of their
-    own, may still be writing there.  That directory is moved aside and
-    deleted, and this build starts from an empty one: nothing a dead builder
-    half-wrote is ever linked or published.
-    """
+    """The working directory for building module ``name``, under its build lock:
+    emptied first with ``fresh``, or when :func:`stale_reason` distrusts it for
+    ``stamp`` (call :func:`record_inputs` with it after a successful build), or
+    when a marker says its last builder died mid-build (its compilers may still
+    write there: it is moved aside).  An ``OSError`` inside becomes a
+    :class:`CacheError`."""
     path = root / "build" / name
     marker = path / BUILDING_MARKER
     if fresh:
