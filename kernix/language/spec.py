@@ -349,7 +349,6 @@ def _is_callee(qualified: str, instance: bool) -> bool:
 
 
 def _with_operation_fields(spec: FunctionSpec, data: dict[str, Any]) -> FunctionSpec:
-
     signature, vjp_of, doc = data.get("signature"), data.get("vjp_of"), data.get("doc", "")
     if signature is not None:
         try:

@@ -70,7 +70,6 @@ class TemplateList:
 
 
 def _split_top(text: str, sep: str) -> list[str]:
-
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(text):
         if ch == "<":
