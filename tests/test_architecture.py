@@ -43,11 +43,11 @@ LAYERS = {
 
 #: The most lines of Python each folder of kernix/ may hold ("loose": the modules at its top), and the package.
 LINE_BUDGETS = {
-    "language": 1_960,
+    "language": 1_850,
     "frontend": 3_310,
     "backend": 2_370,
     "store": 3_140,
-    "runtime": 2_610,
+    "runtime": 2_070,
     "checking": 1_770,
     "prebuilt": 1_150,
     "cli": 725,

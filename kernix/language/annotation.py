@@ -1,9 +1,5 @@
-"""Shape signatures at inference: reading them from annotations, checking
-them against the C++ signature, and checking across a module that its names
-are unique and its ``vjp=`` pairs fit.
-
-The grammar itself (and binding at call time) is :mod:`kernix.language.shapes`.
-"""
+"""An annotation's words read onto an inferred spec (:func:`annotate_spec`), the doc comment above a
+function, and the checks across one module (unique names, ``vjp=`` pairs)."""
 
 from __future__ import annotations
 
@@ -24,17 +20,12 @@ __all__ = [
 ]
 
 
-#: The most characters of a doc comment a spec keeps (the rest is marked ``[...]``):
-#: a spec's size follows its function, not the comments above it.
+#: The most characters of a doc comment a spec keeps (the rest is marked ``[...]``).
 DOC_LIMIT = 4000
 
 
 class SourceLines:
-    """A file's lines, split once, for :func:`leading_comment` on each of its functions.
-
-    Where each comment above a line starts is remembered, so that annotations
-    stacked under one long comment find its start once between them.
-    """
+    """A file's lines, split once, and where each comment above a line starts (found once)."""
 
     def __init__(self, text: str) -> None:
         if "\r" in text:
@@ -43,10 +34,7 @@ class SourceLines:
         self._tops: dict[tuple[str, int], int] = {}
 
     def top(self, kind: str, i: int) -> int:
-        """The first line (0-based) of the comment that ends at line ``i``: the
-        run of ``//`` lines above it (``kind`` ``"line"``; line ``i`` is one) or
-        the ``/* */`` block (``"block"``: the nearest line at or above ``i``
-        holding ``/*``, else the first line)."""
+        """The first line (0-based) of the ``//`` run (``kind="line"``) or ``/* */`` block ending at line ``i``."""
         key = (kind, i)
         top = self._tops.get(key)
         if top is None:
@@ -54,8 +42,7 @@ class SourceLines:
         return top
 
     def _find_top(self, kind: str, i: int) -> int:
-        # Lines are examined upwards in growing windows, each test in C (map,
-        # compress, next): a comment of a million lines costs no Python work per line.
+        # Upwards in growing windows, each test in C (map, compress, next): no Python work per line.
         lines, tops = self.lines, self._tops
         hi, width = i + 1, 16
         while hi > 0:
@@ -83,7 +70,7 @@ _STARTS_COMMENT = operator.methodcaller("startswith", "//")
 
 
 def _clean(line: str) -> str | None:
-    """A ``//`` comment line's text without its markers; ``None`` for other lines and ``// @BE`` lines."""
+    """A ``//`` line's text without markers; ``None`` for other lines and ``// @BE`` lines."""
     s = line.strip()
     if s.startswith("//"):
         body = s.lstrip("/").lstrip("!")
@@ -94,21 +81,15 @@ def _clean(line: str) -> str | None:
 def leading_comment(text: str | SourceLines, first_line: int, decl_line: int = 0, limit: int = DOC_LIMIT) -> str:
     """The ``//`` or ``/* */`` comment directly above line ``first_line`` (1-based).
 
-    Other ``// @BE`` lines are skipped; comment lines between ``first_line``
-    and ``decl_line`` (the declaration) are added after.  Markers (``///``,
-    ``//!``, ``/**``, leading ``*``) are stripped.  At most ``limit``
-    characters are kept, from the top: a longer comment ends with ``[...]``.
-    ``text`` is the file's text, or its :class:`SourceLines` (split once for
-    all of its functions: the time then follows the comment's length, not the
-    file's).
+    Other ``// @BE`` lines are skipped; comment lines between ``first_line`` and ``decl_line`` (the
+    declaration) are added after; markers are stripped; past ``limit`` characters it ends with ``[...]``.
     """
     source = text if isinstance(text, SourceLines) else SourceLines(text)
     lines = source.lines
     kept: list[str] = []
     size = 0
 
-    def keep(line: str) -> bool:
-        """Add ``line``; whether there is room for more."""
+    def keep(line: str) -> bool:  # whether there is room for more
         nonlocal size
         size += len(line) + 1
         if size > limit + 1:
@@ -151,21 +132,9 @@ def annotate_spec(
 ) -> tuple[tuple[str, ...], Any, list[SourceError]]:
     """Attach an annotation's shape signature, ``vjp=`` and doc comment to ``spec``.
 
-    Parameters
-    ----------
-    spec
-        The :class:`~kernix.language.spec.FunctionSpec` inferred from the declaration.
-    annotation
-        Its :class:`~kernix.frontend.lexer.Annotation`, or ``None``.
-    source_text
-        The file's text, or its :class:`SourceLines` (for the comment above the declaration).
-
-    Returns
-    -------
-    tuple
-        The annotation's arg_spec tokens (to check against the signature as
-        before), the completed spec, and the errors found (at the
-        annotation's line).
+    ``spec`` is the :class:`~kernix.language.spec.FunctionSpec` inferred from the declaration,
+    ``annotation`` its :class:`~kernix.frontend.lexer.Annotation` or ``None``.  Returns the annotation's
+    arg_spec tokens (checked against the signature afterwards), the completed spec, and the errors found.
     """
     line = annotation.line if annotation is not None else spec.line
     doc = leading_comment(source_text, line, spec.line)
@@ -211,10 +180,8 @@ def annotate_spec(
 
 
 def _declared_roles(spec: Any, tokens: tuple[str, ...]) -> Any:
-    """``spec`` with the roles its annotation's tokens give a non-const tensor
-    (``inout``, ``arg``: see :func:`kernix.language.exports.check_spec_matches`,
-    which checks the tokens afterwards), so the shape signature is checked
-    against the inputs and outputs the call will have."""
+    """``spec`` with the ``inout``/``arg`` roles its tokens give a non-const tensor, so the shape
+    signature is checked against the call's inputs and outputs."""
     if len(tokens) != len(spec.params):
         return spec
     try:
@@ -257,21 +224,8 @@ def _scratch_problem(text: str, spec: Any, sig: Any) -> str | None:
 
 
 def check_unique_names(specs: Iterable[Any]) -> list[SourceError]:
-    """Check that one module's specs export each name once.
-
-    Parameters
-    ----------
-    specs
-        The module's :class:`~kernix.language.spec.FunctionSpec` values, in source order
-        (file by file).
-
-    Returns
-    -------
-    list of SourceError
-        One per spec whose name an earlier one exports, placed at it and
-        naming the earlier one's place: FFI target names are unique within a
-        module.
-    """
+    """One error per spec (in source order) whose name an earlier one exports: FFI target names are
+    unique within a module."""
     seen: dict[str, Any] = {}
     errors: list[SourceError] = []
     for spec in specs:
@@ -290,7 +244,7 @@ def check_unique_names(specs: Iterable[Any]) -> list[SourceError]:
 def check_vjp_pairs(specs: Iterable[Any]) -> list[SourceError]:
     """Check every ``vjp=`` declaration among one module's specs.
 
-    A backward kernel's inputs must be its forward's inputs followed by one
+    A backward kernel's inputs are its forward's inputs followed by one
     cotangent per forward output, its outputs one cotangent per forward input,
     its attributes a subset (by name and dtype) of the forward's; the forward
     must have a shape signature (which shapes the cotangents), and at most one

@@ -1,11 +1,5 @@
-"""The one table of element and attribute dtypes; everything else derives from it.
-
-Each :class:`DType` row says how a dtype appears on every side of the FFI
-boundary: the XLA FFI ``DataType`` enumerator (and ``BE::DType`` code, which
-numbers types as XLA does), the C++ type an FFI attribute of that dtype is
-decoded as (``None`` when it cannot be an attribute), and the NumPy /
-``ml_dtypes`` name.  Pure Python, imports nothing heavy.
-"""
+"""The one table of element and attribute dtypes (:data:`DTYPES`); everything else derives from it.
+``BE::DType`` numbers types as XLA's ``DataType`` does."""
 
 from __future__ import annotations
 
@@ -18,19 +12,9 @@ __all__ = [
 
 
 class DType(NamedTuple):
-    """One dtype.
-
-    Attributes
-    ----------
-    name
-        The NumPy/JAX spelling (``"float32"``).
-    xla
-        The ``xla::ffi::DataType`` enumerator (``"F32"``).
-    attr_ctype
-        The C++ type an attribute of this dtype is decoded as, or ``None`` when
-        it cannot be an attribute.  float16/bfloat16 travel as their 16-bit
-        payload: XLA FFI has no 16-bit float attribute.
-    """
+    """One dtype: its NumPy/JAX ``name`` (``"float32"``), its ``xla::ffi::DataType`` enumerator ``xla``
+    (``"F32"``), and ``attr_ctype``, the C++ type an attribute of it is decoded as (``None``: it cannot be
+    one; float16/bfloat16 travel as their 16-bit payload, as XLA FFI has no 16-bit float attribute)."""
 
     name: str
     xla: str
@@ -60,9 +44,8 @@ DTYPES: tuple[DType, ...] = (
 #: Attribute dtypes: name -> (C++ type the FFI handler decodes, numpy dtype name).
 ATTR_DTYPES: dict[str, tuple[str, str]] = {d.name: (d.attr_ctype, d.name) for d in DTYPES if d.attr_ctype}
 
-#: Element dtypes of array attributes (a read-only span of scalars): name -> the C++
-#: element type XLA's FFI decodes an array of (no bool, no 16-bit floats: XLA's FFI
-#: has no array attribute of those).
+#: Element dtypes of array attributes: name -> the C++ element type (XLA's FFI has no array of
+#: bool or 16-bit floats).
 ARRAY_ATTR_DTYPES: dict[str, str] = {
     d.name: d.attr_ctype for d in DTYPES
     if d.attr_ctype and d.name not in ("bool", "float16", "bfloat16")
@@ -91,8 +74,7 @@ def numpy_dtype(name: str) -> Any:
 
 
 def x64_hint(wanted: str) -> str:
-    """What to add to a "must be ``wanted``" error when JAX cannot make arrays
-    of that dtype: 64-bit types need JAX's 64-bit mode ("" otherwise)."""
+    """The hint for a "must be ``wanted``" error when JAX makes no such arrays (64-bit mode is off)."""
     import jax
 
     made = jax.dtypes.canonicalize_dtype(numpy_dtype(wanted))

@@ -1,6 +1,5 @@
-"""What a caller asks to export: the ``functions=`` argument, and an explicit
-arg_spec (given there or in an annotation) checked against the signature that
-kernix infers.  Pure Python; the grammar is :mod:`kernix.language.spec`'s."""
+"""What a caller asks to export: the ``functions=`` argument, and an explicit arg_spec (given there or
+in an annotation) checked against the inferred one."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ from ..notes import warn_at
 __all__ = ["InputDeclaredOnNonConstTensor", "Requested", "check_spec_matches", "normalize_functions"]
 
 
-#: Half-precision attribute dtypes that may name a ``uint16_t`` parameter:
-#: the function then receives the raw 16 bits (brainevent's convention).
+#: Attribute dtypes that may name a ``uint16_t`` parameter, which receives the raw 16 bits.
 _HALF_BITS_DTYPES = ("float16", "bfloat16")
 
 
@@ -30,34 +28,26 @@ def check_spec_matches(
 ) -> FunctionSpec:
     """Check that a declared arg_spec agrees with the real signature.
 
-    Three declarations that differ from what kernix infers are accepted, as the
-    reference's contract accepts the first two, and the returned spec follows them:
+    Three declarations that differ from what kernix infers are accepted, and the returned spec follows them:
 
-    * ``"arg"`` for a non-const ``BE::Tensor`` parameter: an input, by the
-      caller's explicit word (for a non-const *reference* a
-      :class:`InputDeclaredOnNonConstTensor` warning says that the function
-      could write to an input buffer);
-    * ``attr.x:float16`` / ``attr.x:bfloat16`` for a ``uint16_t`` parameter:
-      the caller passes a float, the function receives its 16 raw bits;
-    * ``"inout"`` for a non-const ``BE::Tensor`` parameter: a buffer updated
-      in place (what ``BE::InOut`` says, for headers that have no ``BE::InOut``).
+    * ``"arg"`` for a non-const ``BE::Tensor`` parameter: an input (for a non-const *reference*, with
+      an :class:`InputDeclaredOnNonConstTensor` warning);
+    * ``attr.x:float16`` / ``attr.x:bfloat16`` for a ``uint16_t`` parameter, which receives the 16 raw bits;
+    * ``"inout"`` for a non-const ``BE::Tensor`` parameter: updated in place (``BE::InOut``'s meaning).
 
     Parameters
     ----------
     declared
-        The spec the user gave (in a ``// @BE name tok ...`` annotation or a
-        ``functions`` dict).
+        The spec the user gave (in an annotation or a ``functions`` dict).
     spec
         The spec inferred from the C++ signature.
     source
-        Words naming where ``declared`` came from, for the message
-        (``"explicit"`` or ``"annotation"``).
+        Where ``declared`` came from, for the message (``"explicit"`` or ``"annotation"``).
 
     Returns
     -------
     FunctionSpec
-        ``spec`` with the roles and attribute dtypes the declaration chose;
-        the caller should export this one.
+        ``spec`` with the roles and attribute dtypes the declaration chose: the one to export.
 
     Raises
     ------
@@ -83,8 +73,6 @@ def check_spec_matches(
     for i, (tok, param) in enumerate(zip(tokens, spec.params)):
         if tok.role != param.role:
             if tok.role == "inout" and param.role == "ret" and param.kind == "tensor":
-                # A non-const BE::Tensor declared in place by the caller's word (a BE::Tensor of
-                # another library's headers has no BE::InOut to say it).
                 param = dataclasses.replace(param, role="inout")
             elif tok.role == "arg" and param.role == "ret" and param.kind == "tensor":
                 if "&" in param.type:
@@ -125,19 +113,11 @@ Requested = dict[str, tuple[str, ...] | None]
 def normalize_functions(functions: Any, *, parse: bool = True) -> Requested | None:
     """Validate and normalise a ``functions=`` argument.
 
-    ``None`` stays ``None`` (every annotated function); a sequence of names
-    becomes ``{name: None}``; a mapping ``{name: arg_spec}`` becomes
-    ``{name: parsed tokens}`` (a spec may be a token list or one string;
-    ``None`` means "infer it", so normalising twice changes nothing).  With
-    ``parse=False`` the specs are only split into tokens, for a caller that
-    reports a malformed spec at the function's own source line.
-
-    Raises
-    ------
-    ArgSpecError
-        For a bare string, a repeated name or a malformed arg_spec.
-    kernix.language.names.InvalidNameError
-        For a name that is not a C++ identifier.
+    ``None`` stays ``None`` (every annotated function); a sequence of names becomes ``{name: None}``;
+    ``{name: arg_spec}`` becomes ``{name: parsed tokens}`` (``None``: infer it), or with ``parse=False``
+    only split tokens (for a caller that reports a malformed spec at the function's source line).
+    Raises :class:`~kernix.errors.ArgSpecError` (a bare string, a repeated name, a malformed arg_spec)
+    or :class:`~kernix.errors.InvalidNameError`.
     """
     if functions is None:
         return None

@@ -1,8 +1,5 @@
-"""Validation of module names, target prefixes and exported function names.
-
-Names become directory names and FFI target names, so they are checked before
-anything touches the disk or a compiler.
-"""
+"""Module names, target prefixes and function names: they become directory and FFI target names, so
+they are checked before anything touches the disk or a compiler."""
 
 from __future__ import annotations
 
@@ -11,14 +8,8 @@ from typing import Mapping, Sequence
 from ..errors import InvalidNameError
 
 __all__ = [
-    "is_identifier",
-    "check_module_name",
-    "check_target_prefix",
-    "check_function_name",
-    "is_module_name",
-    "is_word",
-    "is_handler_symbol",
-    "handlers_problem",
+    "is_identifier", "check_module_name", "check_target_prefix", "check_function_name", "is_module_name",
+    "is_word", "is_handler_symbol", "handlers_problem",
 ]
 
 _CXX_KEYWORDS = frozenset(
@@ -35,13 +26,8 @@ _CXX_KEYWORDS = frozenset(
 
 
 def is_identifier(name: str) -> bool:
-    """Return whether ``name`` is a plain ASCII C/C++ identifier (not a keyword)."""
-    return (
-        bool(name)
-        and name.isascii()
-        and name.isidentifier()
-        and name not in _CXX_KEYWORDS
-    )
+    """Whether ``name`` is a plain ASCII C/C++ identifier (not a keyword)."""
+    return bool(name) and name.isascii() and name.isidentifier() and name not in _CXX_KEYWORDS
 
 
 def is_word(text: str) -> bool:
@@ -87,13 +73,8 @@ def _module_name_problem(name: object) -> str | None:
 
 
 def check_module_name(name: object) -> str:
-    """Return ``name`` if it is a valid module name, else raise
-    :class:`~kernix.errors.InvalidNameError`.
-
-    A module name is letters, digits and ``_``, optionally in parts joined by
-    ``.`` or ``-`` (``my_kernels``, ``pkg.ops``, ``ops-v2``): no path
-    separators, no ``..``, no NUL, at most 128 characters.
-    """
+    """``name`` if it is a valid module name (``my_kernels``, ``pkg.ops``, ``ops-v2``: words joined by
+    ``.`` or ``-``, at most 128 characters), else raise :class:`~kernix.errors.InvalidNameError`."""
     problem = _module_name_problem(name)
     if problem is not None:
         raise InvalidNameError(problem)

@@ -14,13 +14,9 @@ leading batch dimensions there; every ``...`` input of one call must have the
 same batch shape, which the ``...`` outputs then get.  ``:dtype`` after a group
 pins that buffer's dtype; an output's dtype defaults to the first input's.
 
-``vjp=NAME`` declares the function as the backward kernel of ``NAME``: its
-inputs are NAME's inputs followed by the cotangents of NAME's outputs, its
-outputs are the cotangents of NAME's inputs, its attributes a subset of NAME's.
-
-Everything here is pure Python (no jax or numpy): parsing, the checks made at
-inference (:func:`check_against_spec`, :func:`check_vjp_pairs`) and the
-binding made when a call is traced (:func:`bind`).
+``vjp=NAME`` declares the function as the backward kernel of ``NAME`` (checked by
+:func:`kernix.language.annotation.check_vjp_pairs`).  Pure Python: parsing, the check at inference
+(:func:`check_against_spec`) and the binding when a call is traced (:func:`bind`).
 """
 
 from __future__ import annotations
@@ -34,13 +30,7 @@ from ..errors import CallError, SignatureError
 from .names import is_identifier
 
 __all__ = [
-    "Group",
-    "Signature",
-    "Binding",
-    "parse_signature",
-    "split_annotation",
-    "check_against_spec",
-    "bind",
+    "Group", "Signature", "Binding", "parse_signature", "split_annotation", "check_against_spec", "bind",
     "int_attr_names",
 ]
 
@@ -49,21 +39,11 @@ _INT_ATTR_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint3
 
 @dataclass(frozen=True)
 class Group:
-    """The shape of one buffer in a signature.
+    """The shape of one buffer in a signature."""
 
-    Attributes
-    ----------
-    dims
-        The core dimensions: names (``str``) or sizes (``int``).
-    batch
-        Whether the group starts with ``...`` (any leading batch dimensions).
-    dtype
-        The pinned dtype, or ``None``.
-    """
-
-    dims: tuple[Any, ...]
-    batch: bool = False
-    dtype: str | None = None
+    dims: tuple[Any, ...]  #: the core dimensions: names (``str``) or sizes (``int``)
+    batch: bool = False  #: whether the group starts with ``...`` (any leading batch dimensions)
+    dtype: str | None = None  #: the pinned dtype, or ``None``
 
     def __str__(self) -> str:
         parts = (["..."] if self.batch else []) + [str(d) for d in self.dims]
@@ -150,13 +130,7 @@ def _parse_group(body: str, dtype: str | None, full: str) -> Group:
 
 
 def parse_signature(text: str) -> Signature:
-    """Parse a shape signature such as ``"(...,d),(d)->(...,d)"``.
-
-    Raises
-    ------
-    SignatureError
-        Naming what is malformed.
-    """
+    """Parse a shape signature such as ``"(...,d),(d)->(...,d)"`` (a SignatureError names what is malformed)."""
     if not isinstance(text, str):
         raise SignatureError(f"a shape signature must be a string, not {type(text).__name__}")
     full = " ".join(text.split())
@@ -170,15 +144,8 @@ def parse_signature(text: str) -> Signature:
 
 
 def split_annotation(tokens: Sequence[str]) -> tuple[tuple[str, ...], str | None, str | None]:
-    """Split a ``// @BE name ...`` annotation's tokens.
-
-    Returns
-    -------
-    tuple
-        ``(arg_spec tokens, shape signature text or None, vjp forward name or None)``.
-        The signature starts at the first token beginning with ``(`` and runs
-        to the end (``vjp=NAME`` tokens may come anywhere).
-    """
+    """``(arg_spec tokens, shape signature text or None, vjp= name or None)`` of an annotation's tokens:
+    the signature runs from the first token starting with ``(`` to the end; ``vjp=`` may come anywhere."""
     spec: list[str] = []
     sig: list[str] = []
     vjp = None
@@ -202,13 +169,9 @@ def int_attr_names(spec: Any) -> list[str]:
 
 
 def check_against_spec(sig: Signature, spec: Any) -> list[str]:
-    """Check a signature against the function it annotates.
-
-    Returns a list of messages (empty when they agree): group counts, names of
-    attributes used as dimensions, output dimensions that nothing binds,
-    ``...`` outputs with no ``...`` input, and the ranks and dtypes that typed
-    XLA FFI buffers fix.
-    """
+    """What disagrees between a signature and the function it annotates (empty when nothing): group
+    counts, non-integer attributes as dimensions, unbound output dimensions, ``...`` outputs with no
+    ``...`` input, in-place groups, and the ranks and dtypes typed buffers fix."""
     problems: list[str] = []
     n_in, n_out = len(spec.inputs), len(spec.outputs)
     if len(sig.inputs) != n_in or len(sig.outputs) != n_out:
@@ -260,22 +223,12 @@ def check_against_spec(sig: Signature, spec: Any) -> list[str]:
 
 @dataclass(frozen=True)
 class Binding:
-    """What a call's input shapes bind.
+    """What a call's input shapes bind."""
 
-    Attributes
-    ----------
-    dims
-        Dimension name -> size.
-    batch_shape
-        The common batch shape of the ``...`` inputs (``()`` if none).
-    out_shapes, out_dtypes
-        The shape and dtype name of each output.
-    """
-
-    dims: Mapping[str, int]
-    batch_shape: tuple[int, ...]
+    dims: Mapping[str, int]  #: dimension name -> size
+    batch_shape: tuple[int, ...]  #: the common batch shape of the ``...`` inputs (``()`` if none)
     out_shapes: tuple[tuple[int, ...], ...]
-    out_dtypes: tuple[str, ...]
+    out_dtypes: tuple[str, ...]  #: each output's dtype name
 
 
 def bind(
@@ -285,24 +238,9 @@ def bind(
     dtypes: Sequence[str],
     attrs: Mapping[str, Any],
 ) -> Binding:
-    """Bind a call's input shapes and dtypes to ``sig``; compute the outputs.
-
-    Parameters
-    ----------
-    sig
-        The function's signature.
-    spec
-        Its :class:`~kernix.language.spec.FunctionSpec`.
-    shapes, dtypes
-        Each input's shape and dtype name (``"float32"``).
-    attrs
-        Attribute values by name (integer attributes may be dimensions).
-
-    Raises
-    ------
-    CallError
-        Naming the function, the input, the dimension and both values.
-    """
+    """Bind a call's input ``shapes`` and ``dtypes`` (names) and integer ``attrs`` to ``spec``'s
+    signature ``sig``; compute the outputs.  A :class:`~kernix.errors.CallError` names the input, the
+    dimension and both values."""
     fn = spec.name
     names = [p.name for p in spec.inputs]
     ints = _int_attrs(spec)

@@ -1,16 +1,11 @@
 """Size expressions: how many bytes of scratch memory a call needs.
 
-A function with a ``BE::Scratch`` parameter declares its size in its
-annotation, ``// @BE f (...,n,k)->(...,n) scratch=n*k*4``: an integer
-expression over the shape signature's dimension names, integer attributes
-and integer literals, with ``+``, ``-``, ``*``, ``/`` and ``//`` (both integer
-division, rounding down), ``%``, parentheses, ``max(a, b, ...)`` and
-``min(a, b, ...)``.  It is the size of one problem: under ``...`` batch
-dimensions a call gets that many bytes times the batch size.
-
-Pure Python: parsing checks the form, :func:`size_names` lists the names an
-expression uses (checked against the function at inference), and
-:func:`evaluate` computes it for one call.
+A function with a ``BE::Scratch`` parameter declares its size in its annotation,
+``// @BE f (...,n,k)->(...,n) scratch=n*k*4``: an integer expression over the shape signature's
+dimension names, integer attributes and literals, with ``+ - * / // %`` (both divisions round down),
+parentheses, ``max(...)`` and ``min(...)``.  It is the size of one problem: under ``...`` batch
+dimensions a call gets that times the batch size.  :func:`size_names` lists the names an expression
+uses (checked at inference); :func:`evaluate` computes it for one call.
 """
 
 from __future__ import annotations
@@ -28,13 +23,7 @@ _MAX_LEN = 500
 
 
 def parse_size(text: str) -> ast.expr:
-    """Parse a size expression.
-
-    Raises
-    ------
-    ValueError
-        Naming what is not allowed (the message starts with the expression).
-    """
+    """Parse a size expression; a ``ValueError`` (starting with the expression) names what is not allowed."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"{text!r}: a size expression is an integer expression such as n*k*4")
     if len(text) > _MAX_LEN:
@@ -52,9 +41,7 @@ def _check(node: ast.AST, text: str) -> None:
     if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
         _check(node.left, text)
         _check(node.right, text)
-    elif isinstance(node, ast.Constant) and type(node.value) is int:
-        pass
-    elif isinstance(node, ast.Name):
+    elif isinstance(node, ast.Constant) and type(node.value) is int or isinstance(node, ast.Name):
         pass
     elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS:
         if node.keywords or len(node.args) < 2:
@@ -81,13 +68,8 @@ def size_names(text: str) -> list[str]:
 
 
 def evaluate(text: str, values: Mapping[str, int], *, function: str = "") -> int:
-    """The value of ``text`` with ``values`` for its names.
-
-    Raises
-    ------
-    CallError
-        When a name has no value, a division is by zero, or the result is negative.
-    """
+    """The value of ``text`` with ``values`` for its names; a :class:`~kernix.errors.CallError` when a
+    name has no value, a division is by zero, or the result is negative."""
     where = f"{function}(): " if function else ""
 
     def ev(node: ast.AST) -> int:

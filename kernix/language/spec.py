@@ -30,8 +30,6 @@ native function.  Each parameter is one token:
 
 Aliases are accepted and normalised: ``args`` -> ``arg``, ``rets`` -> ``ret``,
 ``ctx.stream`` -> ``stream``, ``attrs.<name>`` -> ``attr.<name>``.
-
-This module is pure Python and imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -48,14 +46,7 @@ from .shapes import check_against_spec, parse_signature
 from .spelling import is_function_type, is_qualified_name, is_type_spelling
 
 __all__ = [
-    "ATTR_DTYPES",
-    "ARRAY_ATTR_DTYPES",
-    "BUFFER_DTYPES",
-    "Role",
-    "Token",
-    "Param",
-    "FunctionSpec",
-    "parse_token",
+    "ATTR_DTYPES", "ARRAY_ATTR_DTYPES", "BUFFER_DTYPES", "Role", "Token", "Param", "FunctionSpec", "parse_token",
     "parse_arg_spec",
 ]
 
@@ -70,19 +61,8 @@ _ALIASES = {"args": "arg", "rets": "ret", "ctx.stream": "stream"}
 
 @dataclass(frozen=True)
 class Token:
-    """One parsed arg_spec token.
-
-    Attributes
-    ----------
-    role
-        ``"arg"``, ``"ret"``, ``"inout"``, ``"stream"``, ``"attr"``,
-        ``"scratch"``, ``"state"`` or ``"threads"``.
-    name
-        The attribute's name (``None`` for the other roles).
-    dtype
-        The attribute's type when the token pins it, else ``None``: a dtype
-        (``"float32"``), an array of one (``"int64[]"``) or ``"str"``.
-    """
+    """One parsed arg_spec token: its ``role``, and an attribute's ``name`` and the ``dtype`` the token
+    pins (``"float32"``, ``"int64[]"``, ``"str"``; ``None`` where it pins none or for other roles)."""
 
     role: Role
     name: str | None = None
@@ -189,23 +169,18 @@ class Param:
     name
         The parameter's name in the C++ declaration.
     role
-        ``"arg"``, ``"ret"``, ``"inout"``, ``"stream"``, ``"attr"``,
-        ``"scratch"``, ``"state"`` or ``"threads"``.
+        One of :data:`Role`.
     type
         The type as written in the source (e.g. ``const BE::Tensor &``).
     canonical_type
-        The fully resolved C++ type, valid after the user's code (e.g.
-        ``float`` for ``using real = float``, ``ns::Mode`` for an enum).
+        The fully resolved C++ type, valid after the user's code (``float`` for ``using real = float``).
     kind
-        How the native function takes the value: ``"tensor"`` (``BE::Tensor``,
-        ``BE::TensorOf<T>``, ``BE::InOut``, ``BE::InOutOf<T>``), ``"ffi"`` (an
-        XLA FFI buffer or result type), ``"scalar"``, ``"array"`` (a span or
-        vector of scalars), ``"string"``, ``"stream"``, ``"scratch"``,
-        ``"state"`` or ``"threads"``.
+        How the native function takes the value: ``"tensor"`` (``BE::Tensor`` and its typed and
+        in-place forms), ``"ffi"`` (an XLA FFI buffer or result type), ``"scalar"``, ``"array"`` (a span
+        or vector of scalars), ``"string"``, ``"stream"``, ``"scratch"``, ``"state"`` or ``"threads"``.
     dtype
-        The attribute dtype (for scalar attributes; the element dtype for
-        array attributes; ``None`` for strings), or the element dtype a typed
-        FFI buffer or a ``BE::TensorOf<T>`` fixes; ``None`` when not fixed.
+        A scalar attribute's dtype, an array attribute's element dtype, or the element dtype a typed
+        buffer fixes; ``None`` when not fixed (and for strings).
     rank
         The rank a typed FFI buffer fixes; ``None`` when not fixed.
     """
@@ -248,29 +223,22 @@ class FunctionSpec:
     file, line
         Where the declaration is (for messages); ``""`` / 0 if unknown.
     signature
-        The shape signature in canonical form (``"(...,d),(d)->(...,d)"``,
-        see ``kernix.language.shapes``), or ``None``.
+        The shape signature in canonical form (``"(...,d),(d)->(...,d)"``), or ``None``.
     vjp_of
         For a backward kernel (``vjp=NAME``), the forward function's name.
     doc
         The comment directly above the declaration (``""`` if none).
     function_type
-        The function's exact C++ type as the compiler sees it, spelled so that
-        it is valid at file scope (``void (const BE::Tensor &, BE::Tensor &,
-        float)``), or ``""`` when inference could not spell it (a function
-        template, a type in an anonymous namespace) or the spec was written by
-        hand.  With it, the generated shim calls the function through a pointer
-        of that type, so the compiler does not compile the function's body a
-        second time inside the shim.  Not part of a spec's identity
-        (comparisons ignore it).
+        The function's exact C++ type, spelled validly at file scope (``void (const BE::Tensor &,
+        BE::Tensor &, float)``), or ``""`` where inference could not spell it or the spec was written by
+        hand.  The shim calls the function through a pointer of that type, so its body is not compiled
+        again there.  Comparisons ignore it.
     returns_error
         The function returns an ``xla::ffi::Error``, whose failure the call reports (else ``void``).
     has_side_effect
-        The annotation says ``has_side_effect``: every call runs, even when its
-        results are unused, and two identical calls are never merged.
+        Every call runs, even when its results are unused, and identical calls are never merged.
     scratch
-        The size expression of the ``scratch`` parameter, in bytes per problem
-        (``scratch=n*4`` in the annotation; see ``kernix.language.sizes``), or ``None``.
+        The size expression of the ``scratch`` parameter, in bytes per problem (``scratch=n*4``), or ``None``.
     """
 
     name: str
@@ -325,12 +293,7 @@ class FunctionSpec:
         return any(p.role == "stream" for p in self.params)
 
     def to_json(self) -> dict[str, Any]:
-        """Return a JSON-serialisable dict; stable key order, round-trips via :meth:`from_json`.
-
-        ``signature``, ``vjp_of``, ``doc``, ``function_type``, ``returns_error``,
-        ``has_side_effect`` and ``scratch`` appear only when set, so a spec
-        without them has the same JSON form as before they existed.
-        """
+        """A JSON-serialisable dict (stable key order; optional fields only when set) for :meth:`from_json`."""
         data: dict[str, Any] = {
             "name": self.name,
             "qualified_name": self.qualified_name,
@@ -348,17 +311,8 @@ class FunctionSpec:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "FunctionSpec":
-        """Rebuild a spec from :meth:`to_json` output, validating every field.
-
-        A spec read back from disk is written into generated C++, so names
-        must be identifiers, types must be C++ type spellings (no ``;``, braces,
-        quotes, ``#`` or comments), roles, kinds and dtypes must be known.
-
-        Raises
-        ------
-        ValueError
-            Naming the field that is not acceptable.
-        """
+        """Rebuild a spec from :meth:`to_json` output, validating every field (it is written into
+        generated C++: names, type spellings, roles, kinds and dtypes); a ``ValueError`` names the bad one."""
         params = tuple(_checked_param(Param(**p)) for p in data["params"])
         name, qualified = data["name"], data["qualified_name"]
         if not (isinstance(name, str) and is_identifier(name)):
@@ -395,7 +349,6 @@ def _is_callee(qualified: str, instance: bool) -> bool:
 
 
 def _with_operation_fields(spec: FunctionSpec, data: dict[str, Any]) -> FunctionSpec:
-    """``spec`` with the ``signature``/``vjp_of``/``doc`` fields of ``data``, validated."""
     signature, vjp_of, doc = data.get("signature"), data.get("vjp_of"), data.get("doc", "")
     if signature is not None:
         try:
@@ -448,7 +401,7 @@ def _checked_param(p: Param) -> Param:
 
 
 def _checked_scratch(text: Any, params: Sequence[Param]) -> str | None:
-    """The ``scratch`` field of a spec read back: a size expression exactly when a parameter is scratch."""
+    # A size expression exactly when a parameter is scratch.
     has_param = any(p.role == "scratch" for p in params)
     if text is None and not has_param:
         return None

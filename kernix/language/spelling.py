@@ -1,11 +1,6 @@
-"""The C++ spellings a spec carries into generated code, and what they may contain.
-
-A spec read back from the cache is written into generated C++ (the shim calls
-``qualified_name``, casts to a parameter's ``canonical_type``, takes the
-function's address with its ``function_type``), so each spelling is checked
-to hold nothing that could end a statement or open a block, string or
-comment.
-"""
+"""The C++ spellings a spec read back from the cache carries into generated code (``qualified_name``,
+``canonical_type``, ``function_type``), checked to hold nothing that could end a statement or open a
+block, string or comment."""
 
 from __future__ import annotations
 
@@ -14,12 +9,9 @@ import re
 __all__ = ["api_spelling", "is_qualified_name", "is_type_spelling", "is_function_type"]
 
 _QUALIFIED_RE = re.compile(r"(?:::)?[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*")
-# A canonical type: identifiers, ::, template brackets and commas, numbers,
-# pointers, references, spaces (no "/", so no comment either).
-_TYPE_RE = re.compile(r"[A-Za-z0-9_:<>,*& -]*")
-# A function type as clang spells a canonical one: the return type, then the
-# parameter types in parentheses, perhaps ``noexcept``.  Parentheses and
-# brackets appear inside, in function-pointer and array parameter types.
+_TYPE_RE = re.compile(r"[A-Za-z0-9_:<>,*& -]*")  # (no "/", so no comment either)
+# A function type as clang spells a canonical one: the return type, then the parameter types in
+# parentheses (which may hold parentheses and brackets), perhaps ``noexcept``.
 _FUNCTION_TYPE_RE = re.compile(r"[A-Za-z0-9_:<>,*&\[\] -]*\([A-Za-z0-9_:<>,*&()\[\] -]*\)(?: noexcept)?")
 # What clang prints for types that no declaration at file scope can name.
 _UNSPELLABLE = ("(anonymous", "(unnamed", "(lambda", "type-parameter-", "<dependent", "__attribute__")
@@ -50,8 +42,7 @@ def is_type_spelling(text: str) -> bool:
 
 
 def is_function_type(text: str) -> bool:
-    """Whether ``text`` is ``""`` or a function type that can be written at
-    file scope (see :attr:`kernix.FunctionSpec.function_type`)."""
+    """Whether ``text`` is ``""`` or a function type that can be written at file scope."""
     return text == "" or (
         _FUNCTION_TYPE_RE.fullmatch(text) is not None and not any(bad in text for bad in _UNSPELLABLE)
     )

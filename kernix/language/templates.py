@@ -46,24 +46,12 @@ from .dtypes import BUFFER_DTYPES
 from .names import is_identifier
 
 __all__ = [
-    "template_name",
-    "TemplateList",
-    "check_template_args",
-    "instance_name",
-    "instance_suffix",
-    "is_template_argument",
-    "parse_template_list",
-    "SUFFIX_DTYPES",
-    "Member",
-    "family",
-    "family_names",
-    "select",
+    "template_name", "TemplateList", "check_template_args", "instance_name", "instance_suffix",
+    "is_template_argument", "parse_template_list", "SUFFIX_DTYPES", "Member", "family", "family_names", "select",
     "family_overloads",
 ]
 
-# What a template argument written into generated code may hold: identifiers, ::, numbers,
-# nested template brackets, commas, pointers, references, spaces, a sign (no ';', braces,
-# quotes, '#', '/' or parentheses: nothing that ends a statement or opens a comment).
+# A template argument written into generated code: no ';', braces, quotes, '#', '/' or parentheses.
 _ARGUMENT = re.compile(r"[A-Za-z0-9_:<>,*& +-]+")
 
 
@@ -74,25 +62,14 @@ def is_template_argument(text: str) -> bool:
 
 @dataclass(frozen=True)
 class TemplateList:
-    """An annotation's template list: ``scale<T: float, double; BLOCK: 128>``.
+    """An annotation's template list: ``scale<T: float, double; BLOCK: 128>``."""
 
-    Attributes
-    ----------
-    name
-        The template's name (``scale``).
-    groups
-        ``(parameter name or "", arguments)`` per group, as written.
-    rest
-        The annotation's tokens after the list (arg_spec, shape signature, ``vjp=``).
-    """
-
-    name: str
-    groups: tuple[tuple[str, tuple[str, ...]], ...]
-    rest: tuple[str, ...]
+    name: str  #: the template's name (``scale``)
+    groups: tuple[tuple[str, tuple[str, ...]], ...]  #: ``(parameter name or "", arguments)`` per group
+    rest: tuple[str, ...]  #: the annotation's tokens after the list
 
 
 def _split_top(text: str, sep: str) -> list[str]:
-    """``text`` split at ``sep`` outside angle brackets."""
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(text):
         if ch == "<":
@@ -107,13 +84,8 @@ def _split_top(text: str, sep: str) -> list[str]:
 
 
 def parse_template_list(name: str, tokens: Sequence[str]) -> TemplateList | None:
-    """The template list of an annotation whose first word is ``name``, or ``None`` if it has none.
-
-    Raises
-    ------
-    ValueError
-        With a message saying what is wrong with the list and how to write it.
-    """
+    """The template list of an annotation whose first word is ``name``, or ``None`` if it has none
+    (a ``ValueError`` says what is wrong with the list and how to write it)."""
     if "<" not in name:
         return None
     text = " ".join((name, *tokens))
@@ -175,13 +147,7 @@ def instance_name(template: str, keys: Sequence[str]) -> str:
 
 
 def check_template_args(data: Any) -> tuple[tuple[str, str, str], ...]:
-    """Validate a spec's ``template_args`` as read from JSON: ``[[parameter, written, key], ...]``.
-
-    Raises
-    ------
-    ValueError
-        Naming the entry that is not acceptable.
-    """
+    """Validate a spec's ``template_args`` read from JSON, ``[[parameter, written, key], ...]`` (ValueError)."""
     if not isinstance(data, (list, tuple)):
         raise ValueError(f"bad template_args {data!r}")
     out = []
@@ -223,24 +189,12 @@ SUFFIX_DTYPES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Member:
-    """One function of a family.
+    """One function of a family."""
 
-    Attributes
-    ----------
-    name
-        Its exported name.
-    dtype
-        The dtype it is for (rule 2 of the module docstring), or ``None``.
-    static
-        ``(template parameter, value)`` of its non-dtype template arguments.
-    shown
-        How a message describes it (``T=float, BLOCK=128``).
-    """
-
-    name: str
-    dtype: str | None
-    static: tuple[tuple[str, str], ...]
-    shown: str
+    name: str  #: its exported name
+    dtype: str | None  #: the dtype it is for (rule 2 of the module docstring), or ``None``
+    static: tuple[tuple[str, str], ...]  #: ``(template parameter, value)`` of its non-dtype arguments
+    shown: str  #: how a message describes it (``T=float, BLOCK=128``)
 
 
 def family(functions: Mapping[str, Any], name: str) -> list[Member]:
@@ -306,14 +260,9 @@ def _fits(m: Member, spec: Any, dtypes: Sequence[str | None], static: Mapping[st
 
 def select(where: str, members: Sequence[Member], functions: Mapping[str, Any], dtypes: Sequence[str | None],
            static: Mapping[str, Any]) -> str:
-    """The name of the member (of ``members``, their specs in ``functions``) that a call with inputs
-    of ``dtypes`` and the non-dtype template arguments ``static`` runs (rules in the module docstring).
-
-    Raises
-    ------
-    CallError
-        When no member fits, or several do, listing them; ``where`` (``module.family``) names the call.
-    """
+    """The name of the member (of ``members``, their specs in ``functions``) that a call with inputs of
+    ``dtypes`` and the non-dtype template arguments ``static`` runs (rules in the module docstring); a
+    :class:`~kernix.errors.CallError` lists them when none or several fit."""
     fits = [m for m in members if _fits(m, functions[m.name], dtypes, static)]
     if len(fits) == 1:
         return fits[0].name
@@ -341,11 +290,8 @@ def _literal(key: str) -> str:
 
 def family_overloads(specs: Sequence[Any], params: Mapping[str, list[str]], returns: Mapping[str, str]
                      ) -> tuple[list[str], list[str]]:
-    """One ``@overload`` per member of each family: module-level lines, and ``Module`` method lines.
-
-    ``params`` and ``returns`` are each member's stub parameters and return annotation; a member's
-    non-dtype template arguments become ``Literal`` keywords (``BLOCK: Literal[128]``).
-    """
+    """One ``@overload`` per member of each family (given each one's stub ``params`` and ``returns``),
+    non-dtype template arguments as ``Literal`` keywords: module-level lines, and ``Module`` method lines."""
     functions = {s.name: s for s in specs}
     body: list[str] = []
     methods: list[str] = []

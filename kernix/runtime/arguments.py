@@ -1,5 +1,5 @@
-"""The arguments of a kernel call, checked against the function's spec and
-converted to what the FFI call takes (:func:`check_call`)."""
+"""A kernel call's arguments, checked against the function's spec and converted for the FFI call
+(:func:`check_call`)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,8 @@ VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_a
 
 
 class _UInt64Bits(int):
-    """A uint64 attribute value of 2**63 or more.
-
-    JAX lowers a ``numpy.uint64`` attribute through a signed 64-bit conversion,
-    which fails for the upper half of the range; this type is lowered through
-    its two's-complement bits instead (see :func:`_install_uint64_lowering`).
-    """
+    """A uint64 attribute of 2**63 or more, lowered through its two's-complement bits (JAX's signed
+    conversion of ``numpy.uint64`` fails there)."""
 
 
 _uint64_lowering_installed = False
@@ -46,13 +42,7 @@ def _install_uint64_lowering() -> bool:
 
 
 def coerce_attr(fn: str, param: Param, value: Any) -> Any:
-    """``value`` as the exact numpy scalar type XLA expects for the attribute ``param`` of ``fn``.
-
-    Raises
-    ------
-    CallError
-        Naming the attribute, its type and why ``value`` does not fit it.
-    """
+    """``value`` as the exact NumPy type XLA expects for attribute ``param`` of ``fn`` (else CallError)."""
     if param.kind in ("array", "string"):
         return coerce_array_attr(fn, param, value)
     dtype = param.dtype
@@ -99,15 +89,8 @@ _TRACED = (
 
 
 def coerce_array_attr(fn: str, param: Param, value: Any) -> Any:
-    """An array attribute's ``value`` (a tuple, list or 1-D NumPy array) as a
-    1-D NumPy array of exactly its dtype, or a string attribute's as ``str``.
-
-    Raises
-    ------
-    CallError
-        Naming the attribute, its type and why ``value`` does not fit it: not
-        a sequence of numbers, a float for an integer array, a value out of range.
-    """
+    """An array attribute's ``value`` (a sequence or 1-D array) as a 1-D NumPy array of exactly its
+    dtype, or a string attribute's as ``str`` (else CallError)."""
     try:
         if isinstance(value, jax.core.Tracer):
             raise ValueError(_TRACED)
@@ -146,7 +129,6 @@ def coerce_array_attr(fn: str, param: Param, value: Any) -> Any:
 
 
 def _integral(value: Any) -> bool:
-    """Whether every element of the 1-D ``value`` is an integer (or a bool), exactly."""
     if isinstance(value, np.ndarray):
         return value.dtype == np.bool_ or np.issubdtype(value.dtype, np.integer) or (
             value.dtype == object and all(isinstance(v, (int, np.integer)) for v in value))
@@ -154,7 +136,6 @@ def _integral(value: Any) -> bool:
 
 
 def _real(value: Any) -> bool:
-    """Whether every element of the 1-D ``value`` is a real number."""
     if isinstance(value, np.ndarray) and value.dtype != object:
         return np.issubdtype(value.dtype, np.floating) or np.issubdtype(value.dtype, np.integer)
     return all(isinstance(v, (int, float, np.integer, np.floating, np.bool_)) for v in value)
@@ -166,9 +147,7 @@ def _short(value: Any) -> str:
 
 
 def _as_jax(fn: str, param: Param, x: Any) -> Any:
-    """``x`` as the array JAX passes to the kernel: a NumPy array, scalar or list
-    becomes a JAX array of JAX's dtype for it (``float64`` is ``float32`` unless
-    64-bit mode is on), as under ``jax.jit``; JAX arrays and tracers are kept."""
+    """``x`` as a JAX array, of the dtype ``jax.jit`` would give it; JAX arrays and tracers are kept."""
     if isinstance(x, jax.Array):
         return x
     try:
@@ -178,10 +157,8 @@ def _as_jax(fn: str, param: Param, x: Any) -> Any:
 
 
 def check_buffer(fn: str, param: Param, value: Any, what: str) -> None:
-    """Raise :class:`CallError` unless ``value`` (an array or a
-    ``jax.ShapeDtypeStruct``) has the dtype and rank ``param`` declares (a
-    ``BE::TensorOf<T>`` or a typed XLA FFI buffer): the kernel would read its
-    elements as another type."""
+    """Raise :class:`CallError` unless ``value`` (an array or a ``jax.ShapeDtypeStruct``) has the dtype
+    and rank that ``param``, a typed buffer, declares."""
     if param.dtype is not None and np.dtype(value.dtype) != np.dtype(numpy_dtype(param.dtype)):
         hint = x64_hint(param.dtype)
         if not hint:
@@ -199,8 +176,7 @@ def check_buffer(fn: str, param: Param, value: Any, what: str) -> None:
 
 
 def _check_platform(spec: FunctionSpec, inputs: Sequence[Any], platform: str, module: str) -> None:
-    """Refuse concrete arrays on a device of another platform than the module's
-    (XLA would fail with "No FFI handler registered"); tracers are not checked."""
+    """Refuse concrete arrays on another platform than the module's (tracers are not checked)."""
     want, label = ("cpu", "the CPU") if platform == "cpu" else ("gpu", "CUDA GPUs")
     for p, x in zip(spec.inputs, inputs):
         if not isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer):
@@ -217,21 +193,13 @@ def _check_platform(spec: FunctionSpec, inputs: Sequence[Any], platform: str, mo
         )
 
 
-def check_call(
-    spec: FunctionSpec, inputs: Sequence[Any], attrs: Mapping[str, Any], vmap_method: str | None,
-    platform: str, module: str,
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Check a call's ``inputs``, ``attrs`` and ``vmap_method`` against ``spec``
-    before anything is traced or run; concrete inputs must be on a device of the
-    ``platform`` of the module (named ``module``) that loaded the function.
+def check_call(spec: FunctionSpec, inputs: Sequence[Any], attrs: Mapping[str, Any], vmap_method: str | None,
+               platform: str, module: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Check a call's ``inputs``, ``attrs`` and ``vmap_method`` against ``spec``, and concrete inputs'
+    devices against the ``platform`` of ``module``, before anything is traced or run.
 
-    Returns the inputs as JAX arrays (tracers as given) and the attributes
-    converted to their exact dtypes (:func:`coerce_attr`).
-
-    Raises
-    ------
-    CallError
-        Naming the function and the argument at fault.
+    Returns the inputs as JAX arrays (tracers as given) and the attributes converted to their exact
+    dtypes (:func:`coerce_attr`); a :class:`CallError` names the argument at fault.
     """
     expected = spec.inputs
     if len(inputs) != len(expected):

@@ -1,17 +1,10 @@
 """``jax.export`` for functions that call kernix kernels.
 
-XLA serialises a custom call by its target name alone, and ``jax.export``
-refuses non-builtin targets unless told they are safe.  A target name like
-``"ops.scale"`` does not say which code it stands for, so :func:`export`
-writes content-versioned names instead: every kernix target it calls is also
-registered as ``"<prefix>.<function>@<12 hex of the library's SHA-256>"``, or,
-exported for several platforms whose libraries differ (a C++ and a CUDA build
-under one target prefix), ``"<prefix>.<function>@cpu:<12 hex>,cuda:<12 hex>"``
-(see :func:`kernix.runtime.registry.versioned_name`), and the exported module
-calls those (a module loaded again with edited code calls such a name already:
-it keeps it).  A deserialised artifact therefore runs only where the very same
-library is loaded for the platform it runs on; :func:`deserialize` checks that
-before a call and says which module to load when it is not.
+XLA serialises a custom call by its target name alone, which does not say which code it stands for,
+so :func:`export` writes content-versioned names instead
+(:func:`kernix.runtime.registry.versioned_name`), registered for the libraries loaded, and marks them
+safe for ``jax.export``.  A deserialised artifact therefore runs only where the very same library is
+loaded for its platform; :func:`deserialize` checks that before a call and says what to load.
 """
 
 from __future__ import annotations
@@ -35,9 +28,8 @@ _VERSIONED_RE = re.compile(r"[^@\s\"]+@(?:[0-9a-f]{12}|[a-z]+:[0-9a-f]{12}(?:,[a
 
 
 def _rewrite(value: Any, rename: Callable[[str], str | None]) -> Any:
-    """``value`` (a jaxpr, closed jaxpr, or a tuple/list of them) with every
-    ffi_call target renamed to ``rename(target)`` where that is not ``None``;
-    other values unchanged."""
+    """``value`` (a jaxpr or a sequence of them) with each ffi_call target renamed to ``rename(target)``
+    where that is not ``None``; other values unchanged."""
     if core.ClosedJaxpr is not core.Jaxpr and isinstance(value, core.ClosedJaxpr):
         # (jax >= 0.11 merged the two classes: a Jaxpr carries its consts.)
         return core.ClosedJaxpr(_rewrite(value.jaxpr, rename), value.consts)
@@ -55,8 +47,7 @@ def _rewrite(value: Any, rename: Callable[[str], str | None]) -> Any:
 
 
 def _platforms(targets: set[str]) -> list[str]:
-    """The platforms on which every one of ``targets`` has a handler (the
-    default of :func:`export`)."""
+    """The platforms on which every one of ``targets`` has a handler."""
     have = {t: registry.platforms_of(t) for t in sorted(targets)}
     common = sorted(set.intersection(*(set(p) for p in have.values())))
     if not common:
@@ -76,10 +67,8 @@ def export(
 ) -> Any:
     """Export ``fn(*args)`` with :func:`jax.export.export`, kernix calls made safe.
 
-    Every kernix kernel that ``fn`` calls is written into the artifact under
-    its content-versioned target name, which names the library of each
-    platform it is exported for, and the custom-call safety check is
-    disabled for exactly those names.
+    Every kernix kernel ``fn`` calls is written under its content-versioned target name, which names
+    its library on each platform exported for; the custom-call check is disabled for those names only.
 
     Parameters
     ----------
@@ -89,12 +78,9 @@ def export(
     *args
         Example arguments: arrays or ``jax.ShapeDtypeStruct`` (pytrees allowed).
     platforms : sequence of str, optional
-        Lowering platforms (``["cpu"]``, ``["cuda"]``, ``["cpu", "cuda"]``).
-        Each kernel needs a handler on each of them: for ``["cpu", "cuda"]``,
-        a C++ and a CUDA build of its module loaded under one target prefix.
-        Default: the platforms on which every kernel ``fn`` calls has one (a
-        C++ module's kernels run on the CPU even where a GPU is the default
-        backend), else (no kernel) the default backend's.
+        Lowering platforms (``["cpu"]``, ``["cuda"]``, ``["cpu", "cuda"]``), on each of which every
+        kernel needs a handler (for both, a C++ and a CUDA build loaded under one target prefix).
+        Default: those on which every kernel has one, else (no kernel) the default backend's.
     disabled_checks : sequence, optional
         Further :class:`jax.export.DisabledSafetyCheck` values.
 
@@ -152,8 +138,7 @@ def kernix_targets(exported: Any) -> tuple[str, ...]:
 
 
 def _unpinned(names: Sequence[str]) -> str | None:
-    """The problem with an artifact that calls kernix targets by plain names
-    (``names``: its targets that are not content-versioned), or ``None``."""
+    """The problem with an artifact whose non-versioned targets ``names`` include kernix's, or ``None``."""
     plain = [n for n in names if registry.platforms_of(n)]
     if not plain:
         return None
@@ -168,12 +153,8 @@ _LABELS = {"cpu": "CPU", "cuda": "CUDA"}
 
 
 def _problem(name: str, exported_for: Sequence[str], platform: str | None) -> str | None:
-    """What keeps the artifact's call of ``name`` (a content-versioned
-    target) from running on ``platform`` here (``None``: any platform it was
-    exported for), or ``None`` when nothing does (the name is then
-    registered for each platform where the library it names is loaded, under
-    the plain target or, for a module loaded again with other code, under
-    its own content-versioned name)."""
+    """What keeps the artifact's call of the versioned ``name`` from running on ``platform`` here
+    (``None``: any it was exported for), or ``None``, having registered ``name`` where its library is loaded."""
     base, recorded = registry.parse_versioned(name)
     if None in recorded:  # one library, named without its platform
         recorded = {p: recorded[None] for p in (exported_for or _LABELS)}
@@ -205,9 +186,7 @@ def _problem(name: str, exported_for: Sequence[str], platform: str | None) -> st
 
 
 def _call_platform(args: Any) -> str | None:
-    """The platform a call of an artifact with ``args`` runs on: the device of
-    its first array argument, else JAX's default device (``None`` where
-    neither says)."""
+    """The platform a call with ``args`` runs on: its first array's, else JAX's default device's."""
     for x in jax.tree_util.tree_leaves(args):
         if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
             devices = x.devices()
@@ -221,34 +200,15 @@ def _call_platform(args: Any) -> str | None:
 
 @dataclass(eq=False)  # hashable by identity, as a function is: jax.jit(artifact) works
 class ExportedKernels:
-    """A deserialised artifact whose calls are checked against the loaded kernix modules.
+    """A deserialised artifact whose calls are checked against the loaded kernix modules."""
 
-    Attributes
-    ----------
-    exported
-        The :class:`jax.export.Exported`.
-    targets
-        The content-versioned kernix targets it calls.
-    other_targets
-        Its other custom-call targets (a kernix target among them, called by
-        its plain name, is refused).
-    """
-
-    exported: Any
-    targets: tuple[str, ...]
-    other_targets: tuple[str, ...] = ()
+    exported: Any  #: the :class:`jax.export.Exported`
+    targets: tuple[str, ...]  #: the content-versioned kernix targets it calls
+    other_targets: tuple[str, ...] = ()  #: its other custom-call targets (none may be kernix's)
 
     def check(self, platform: str | None = None) -> None:
-        """Raise unless every kernix target of the artifact is loaded with the
-        same code for ``platform`` (``"cpu"``, ``"cuda"``; ``None``: for one
-        of the platforms the artifact was exported for), and no target is
-        loaded with other code.
-
-        Raises
-        ------
-        KernixError
-            Naming each missing or different module and what to load.
-        """
+        """Raise :class:`~kernix.errors.KernixError` (naming what to load) unless every kernix target is
+        loaded with the same code for ``platform`` (``None``: one the artifact was exported for)."""
         exported_for = tuple(getattr(self.exported, "platforms", ()) or ())
         problems = [p for t in self.targets if (p := _problem(t, exported_for, platform))]
         if unpinned := _unpinned(self.other_targets):
@@ -259,8 +219,7 @@ class ExportedKernels:
             )
 
     def call(self, *args: Any, **kwargs: Any) -> Any:
-        """Check (:meth:`check`, for the platform the call runs on), then run
-        the artifact (``Exported.call``)."""
+        """:meth:`check` for the platform the call runs on, then run the artifact (``Exported.call``)."""
         self.check(_call_platform((args, kwargs)))
         return self.exported.call(*args, **kwargs)
 

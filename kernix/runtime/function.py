@@ -1,6 +1,5 @@
-"""The typed Python callables of a module: one exported function's
-(:class:`KernelFunction`), and one family's (:class:`Dispatcher`: a template's
-instantiations or ``name_f32``, ``name_f64``..., see :mod:`kernix.language.templates`)."""
+"""The callables of a module: one exported function's (:class:`KernelFunction`), and one family's
+(:class:`Dispatcher`: see :mod:`kernix.language.templates`)."""
 
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ __all__ = ["KernelFunction", "Dispatcher", "unpicklable"]
 
 
 def unpicklable(what: str) -> TypeError:
-    """The error of pickling a module or function: its native code is loaded in this process only."""
     return TypeError(
         f"kernix {what} cannot be pickled: it calls native code loaded in this process. In the "
         "other process, load the same sources (the same kernix.load_* call) or a prebuilt "
@@ -28,9 +26,7 @@ def unpicklable(what: str) -> TypeError:
 
 
 class _Docstring:
-    """``__doc__`` of a :class:`KernelFunction`: the class's own text on the
-    class, the function's (spec, shape signature, C++ declaration) on an
-    instance, built when first asked for (``help()``, an IDE), not at load."""
+    """``__doc__``: the class's text on the class, the function's (built when asked for) on an instance."""
 
     def __init__(self, class_doc: str) -> None:
         self.class_doc = class_doc
@@ -49,19 +45,12 @@ class KernelFunction:
     (keywords, converted to their exact dtypes) and returns the output array,
     or a tuple when the function has several outputs.
 
-    Without a shape signature, ``out`` gives the output shapes and dtypes (a
-    ``jax.ShapeDtypeStruct`` or a sequence of them), and must be given: a
-    call without it is a :class:`~kernix.errors.CallError` that shows the
-    ``out=`` call and a shape signature to add.  Works under
-    ``jax.jit`` and ``jax.vmap`` (vmap runs the kernel once per batch element
-    unless ``vmap_method`` says otherwise).
-
-    With a shape signature (``// @BE f (m,k),(k,n)->(m,n)``) the outputs come
-    from the signature (an ``out=`` must agree with it), the inputs are checked
-    against it before launch (:class:`~kernix.errors.CallError`), ``jax.vmap``
-    over ``...`` dimensions is one kernel call, a ``vjp=`` backward kernel makes
-    ``jax.grad`` work, and inputs sharded along ``...`` dimensions are
-    processed per shard.  See ``kernix.runtime.operation``.
+    Without a shape signature, ``out`` (a ``jax.ShapeDtypeStruct`` or a sequence of them) must give the
+    output shapes and dtypes; ``jax.vmap`` runs the kernel once per batch element unless
+    ``vmap_method`` says otherwise.  With one (``// @BE f (m,k),(k,n)->(m,n)``) the outputs come from
+    it (an ``out=`` must agree), the inputs are checked against it before launch, ``jax.vmap`` over
+    ``...`` dimensions is one kernel call, a ``vjp=`` backward kernel makes ``jax.grad`` work, and
+    inputs sharded along ``...`` dimensions are processed per shard.
     """
 
     def __init__(self, module: Any, spec: FunctionSpec) -> None:
@@ -76,11 +65,11 @@ class KernelFunction:
 
     @functools.cached_property
     def operation(self) -> Operation:
-        """What a call runs once its arguments are checked (made at the first
-        call, when the module is registered and the target name is final)."""
-        backward = self.module.backward_of(self.spec.name)
+        """What a call runs once its arguments are checked (made at the first call: the target is final)."""
+        name = self.module.backward_name(self.spec.name)
+        backward = None if name is None else self.module[name]
         if backward is not None:
-            backward = Backward(backward.spec.name, backward, tuple(p.name for p in backward.spec.attrs))
+            backward = Backward(name, backward, tuple(p.name for p in backward.spec.attrs))
         return make_operation(self.target, self.spec, backward, self.module.name)
 
     @property
@@ -119,15 +108,7 @@ class Dispatcher:
     that fits its inputs' dtypes (and, for a template's non-type parameters,
     the keyword arguments named after them: ``mod.tile(x, BLOCK=128)``), so it
     works wherever the member does (``jax.jit``, ``vmap``, ``grad``, sharding).
-
-    Attributes
-    ----------
-    module
-        The :class:`~kernix.runtime.module.CompiledModule`.
-    name
-        The family's name.
-    members
-        Its functions (:class:`~kernix.language.templates.Member`), in export order.
+    ``members`` are its functions (:class:`~kernix.language.templates.Member`), in export order.
     """
 
     def __init__(self, module: Any, name: str, members: list[Member]) -> None:
@@ -144,14 +125,8 @@ class Dispatcher:
         return f"<kernix dispatcher {self.module.name}.{self.name} over {', '.join(m.name for m in self.members)}>"
 
     def select(self, *inputs: Any, **static: Any) -> str:
-        """The name of the member a call with ``inputs`` and the non-dtype template arguments
-        ``static`` runs.
-
-        Raises
-        ------
-        CallError
-            When no member fits, or several do, listing them.
-        """
+        """The name of the member a call with ``inputs`` and the non-dtype template arguments ``static``
+        runs (a :class:`~kernix.errors.CallError` lists them when none or several fit)."""
         dtypes = [None if getattr(x, "dtype", None) is None else str(getattr(x.dtype, "name", x.dtype))
                   for x in inputs]
         return select(f"{self.module.name}.{self.name}", self.members, self.module.functions, dtypes, static)

@@ -41,16 +41,14 @@ from ..errors import CallError
 from ..language.shapes import Group, Signature
 from .registry import platforms_of
 
-__all__ = [
-    "aval", "varying_axes", "in_shard_map", "output_structs", "check_platform", "partitioned", "sharding_rule",
-    "batched", "refusing", "reverse_only",
-]
+__all__ = ["aval", "varying_axes", "in_shard_map", "output_structs", "check_platform", "partitioned",
+           "sharding_rule", "batched", "refusing", "reverse_only"]
 
 Call = Callable[..., tuple[Any, ...]]  # arrays -> tuple of arrays
 
 
 def is_traced(xs: Sequence[Any]) -> bool:
-    """Whether any of ``xs`` is a tracer (a call on concrete arrays alone cannot be differentiated or lowered)."""
+    """Whether any of ``xs`` is a tracer (else nothing can differentiate or lower the call)."""
     return any(isinstance(x, jax.core.Tracer) for x in xs)
 
 
@@ -58,15 +56,13 @@ def is_traced(xs: Sequence[Any]) -> bool:
 
 
 def _axes(x: Any) -> tuple[Any, Any, frozenset[str]]:
-    """``(aval, manual_axis_type or None, the axes x varies over)`` (JAX 0.10 and later name the type
-    ``manual_axis_type``, earlier releases ``vma``)."""
+    """``(aval, manual_axis_type or None, the axes x varies over)`` (older JAX: ``vma``)."""
     a = aval(x)
     manual = getattr(a, "manual_axis_type", None)
     return a, manual, frozenset(manual.varying if manual is not None else getattr(a, "vma", ()))
 
 
 def aval(x: Any) -> Any:
-    """The abstract value of ``x``."""
     return jax.typeof(x) if hasattr(jax, "typeof") else jax.core.get_aval(x)
 
 
@@ -81,8 +77,7 @@ def in_shard_map(inputs: Sequence[Any]) -> bool:
 
 
 def output_structs(outputs: Iterable[tuple[Sequence[int], Any]], inputs: Sequence[Any]) -> list[Any]:
-    """``jax.ShapeDtypeStruct`` of each ``(shape, dtype)`` in ``outputs``,
-    varying over the mesh axes of the first of ``inputs`` that varies."""
+    """``jax.ShapeDtypeStruct`` of each ``(shape, dtype)``, varying over the first varying input's axes."""
     keywords: dict[str, Any] = {}
     for x in inputs:
         aval, manual, axes = _axes(x)
@@ -100,9 +95,8 @@ _platform_p.multiple_results = True
 
 
 def _eager_platform(*xs: Any, function: str, module: str, side_effect: bool = False, **_: Any) -> tuple[Any, ...]:
-    """The check applied eagerly (a custom_jvp evaluates its traced body one equation at a time):
-    arrays spread over several devices are refused for a kernel with side effects, as lowering
-    refuses them under ``jax.jit`` (XLA's partitioner fails on them with an internal error)."""
+    """The check applied eagerly (as a custom_jvp evaluates its body): a kernel with side effects
+    refuses arrays spread over several devices, as its lowering does."""
     if side_effect:
         devices = max((len(x.sharding.device_set) for x in xs if hasattr(x, "sharding")), default=1)
         if devices > 1:
@@ -121,16 +115,13 @@ _LABELS = {"cpu": "the CPU", "cuda": "CUDA GPUs"}
 
 def check_platform(xs: Sequence[Any], *, target: str, function: str, module: str,
                    side_effect: bool = False) -> tuple[Any, ...]:
-    """``xs`` unchanged; lowering them for a platform on which ``target`` has no
-    handler raises :class:`~kernix.errors.CallError` (``function`` and
-    ``module`` name the kernel in the message), and so does lowering a kernel
-    with ``side_effect`` for XLA's partitioner to split across devices."""
+    """``xs`` unchanged; lowering them raises :class:`~kernix.errors.CallError` on a platform where
+    ``target`` has no handler, or where XLA's partitioner would split a kernel with ``side_effect``."""
     return tuple(_platform_p.bind(*xs, target=target, function=function, module=module, side_effect=side_effect))
 
 
 def _partitioned_devices(ctx: Any) -> int:
-    """How many devices XLA's partitioner splits this equation across (1: none,
-    or inside a ``jax.shard_map`` manual over every mesh axis)."""
+    """How many devices XLA's partitioner splits this equation across (1: none)."""
     context = ctx.module_context.axis_context
     mesh = getattr(context, "mesh", None)
     if mesh is not None:  # SPMDAxisContext: manual over some axes
@@ -202,12 +193,8 @@ mlir.register_lowering(_platform_p, _lower_platform)
 
 
 def sharding_rule(sig: Signature, ranks: Sequence[int]) -> tuple[list[list[str]], list[list[str]], list[str]]:
-    """Factor names of each input and output, and the core factors.
-
-    ``ranks`` are the input ranks; the batch rank is that of the ``...`` inputs.
-    Batch factors are ``b0, b1, ...``; a named core dimension ``n`` is ``d_n``;
-    an integer one gets a factor of its own.
-    """
+    """Factor names of each input and output (of input ``ranks``), and the core factors: batch
+    factors ``b0, b1, ...``, a named core dimension ``n`` is ``d_n``, an integer one a factor of its own."""
     n_batch = next(r - len(g.dims) for g, r in zip(sig.inputs, ranks) if g.batch)
     batch = [f"b{i}" for i in range(n_batch)]
     core: dict[str, None] = {}
@@ -225,16 +212,11 @@ def sharding_rule(sig: Signature, ranks: Sequence[int]) -> tuple[list[list[str]]
 
 
 def partitioned(sig: Signature, ffi: Call) -> Call:
-    """``ffi`` as a ``jax.experimental.custom_partitioning`` whose Shardy rule
-    keeps the ``...`` batch dimensions of ``sig`` sharded and replicates the
-    core dimensions, so each device runs the kernel on its own shard.
+    """``ffi`` as a ``custom_partitioning`` whose Shardy rule keeps the ``...`` batch dimensions of
+    ``sig`` sharded and replicates the core ones, so each device runs the kernel on its own shard.
 
-    The batch dimensions are independent problems; every other (core)
-    dimension is a ``need_replication`` factor: the kernel sees it whole.
-    Only when every output has ``...`` (an output without would be a reduction
-    over the batch, which a foreign kernel cannot be split into) and at least
-    one input has; with one device, and inside ``jax.shard_map`` (where each
-    device already holds its own shard), ``ffi`` itself is used.
+    Only when every output has ``...`` (else it reduces over the batch) and an input has; with one
+    device, and inside ``jax.shard_map``, ``ffi`` itself is used.
     """
     shardable = all(g.batch for g in sig.outputs) and any(g.batch for g in sig.inputs)
     if not shardable or jax.device_count() < 2:
@@ -286,9 +268,8 @@ def _custom_partitioning(sig: Signature, ffi: Call, ranks: tuple[int, ...]) -> A
 
 
 def batched(sig: Signature, inner: Call, ffi: Call) -> Call:
-    """``inner`` under a ``custom_vmap``: one call of it over a vmap axis where
-    ``sig`` allows, else ``jax.vmap`` of the plain ``ffi`` (a loop, or as its
-    ``vmap_method`` says)."""
+    """``inner`` under a ``custom_vmap``: one call over a vmap axis where ``sig`` allows, else
+    ``jax.vmap`` of the plain ``ffi``."""
     all_outputs_batch = all(g.batch for g in sig.outputs)
 
     @jax.custom_batching.custom_vmap
@@ -313,14 +294,8 @@ def batched(sig: Signature, inner: Call, ffi: Call) -> Call:
 
 
 def refusing(forward: Call, error: Callable[[], Exception]) -> Call:
-    """``forward``, raising ``error()`` where JAX differentiates it.
-
-    The rule is a ``jax.custom_jvp`` of ``forward``, so it holds however the
-    call is reached: ``jax.grad``, ``jax.jvp``, or a gradient of a ``jax.jit``
-    function whose program calls the kernel.  A call on concrete arrays (no
-    tracer among the inputs, so nothing can differentiate it) runs ``forward``
-    itself (``custom_jvp`` adds about 100 µs to an eager call).
-    """
+    """``forward``, raising ``error()`` wherever JAX differentiates it (a ``jax.custom_jvp``); a call
+    on concrete arrays runs ``forward`` itself."""
     guarded = jax.custom_jvp(forward)
 
     @guarded.defjvp
@@ -344,14 +319,9 @@ def pullback_tangents(
     primals: Sequence[Any], tangents: Sequence[Any], *, out_avals: Sequence[Any],
     pullback: Callable[[Sequence[Any], Sequence[Any]], Sequence[Any]], error: Callable[[], Exception],
 ) -> list[Any]:
-    """The tangents (avals ``out_avals``) of a kernel's outputs at ``primals``,
-    linear in ``tangents``.
-
-    Transposed (reverse mode), it is ``pullback(primals, cotangents)``, which
-    returns one cotangent per tangent.  Evaluated or compiled (forward mode:
-    ``jax.jvp``, ``jax.jacfwd``, the function of ``jax.linearize``) it raises
-    ``error()``.
-    """
+    """The tangents (avals ``out_avals``) of a kernel's outputs at ``primals``, linear in ``tangents``:
+    transposed, ``pullback(primals, cotangents)`` (one cotangent per tangent); evaluated or compiled
+    (forward mode), ``error()`` is raised."""
     return list(_pullback_p.bind(*primals, *tangents, n_primals=len(primals), out_avals=tuple(out_avals),
                                  pullback=pullback, error=error, vmapped=0))
 
@@ -377,8 +347,7 @@ def _transpose(cts: Sequence[Any], *args: Any, n_primals: int, pullback: Callabl
 
 def _batch(args: Sequence[Any], dims: Sequence[Any], *, out_avals: Sequence[Any], vmapped: int,
            **params: Any) -> tuple[Any, list[int]]:
-    # Every argument gets the vmap axis first (an unbatched one is broadcast to it, which
-    # transposes to a sum of its cotangents), and the transposed pullback runs under jax.vmap.
+    # Every argument gets the vmap axis first (an unbatched one broadcast: its cotangents are summed).
     size = next(jnp.shape(a)[d] for a, d in zip(args, dims) if d is not None)
     moved = [jnp.broadcast_to(a, (size, *jnp.shape(a))) if d is None else jnp.moveaxis(a, d, 0)
              for a, d in zip(args, dims)]
@@ -392,8 +361,7 @@ batching.primitive_batchers[_pullback_p] = _batch
 
 
 def _summed(g: Any, x: Any) -> Any:
-    # Inside jax.shard_map an input the same on every device (w) met inputs that
-    # differ (x): its cotangent is the sum of every device's.
+    # Inside jax.shard_map, the cotangent of an input the same on every device is the sum of all devices'.
     extra = varying_axes(g) - varying_axes(x)
     return jax.lax.psum(g, tuple(sorted(extra))) if extra else g
 
@@ -408,33 +376,12 @@ def reverse_only(
 ) -> Call:
     """``forward``, differentiable in reverse mode through ``backward``.
 
-    A ``jax.custom_jvp`` whose rule gives the outputs' tangents as a
-    :func:`pullback_tangents`: reverse mode
-    (``jax.grad``, ``jax.vjp``, ``jax.jacrev``) transposes it into a call of
-    ``backward``; forward mode (``jax.jvp``, ``jax.jacfwd``) raises
-    ``forward_mode()`` when it would evaluate or compile it.  The rule
-    computes the outputs through :func:`refusing` with ``higher_order``, so a
-    derivative of the derivative (``jax.hessian``, a gradient of a gradient)
-    raises that.
-
-    Parameters
-    ----------
-    forward
-        The composed forward call (inputs -> tuple of outputs).
-    backward
-        The backward kernel, its attributes bound: called with the forward's
-        inputs, then the output cotangents, and ``out=`` the inputs' shapes
-        and dtypes; returns the input cotangents (an array for one input).
-    out_structs
-        The ``jax.ShapeDtypeStruct`` of each output for given inputs (an
-        integer output's cotangent is zeros of its type).
-    higher_order, forward_mode
-        The errors to raise.
-
-    Returns
-    -------
-    callable
-        Differentiable in reverse mode; integer inputs get ``float0`` cotangents.
+    A ``jax.custom_jvp`` whose tangents are :func:`pullback_tangents`: reverse mode transposes them into
+    a call of ``backward`` (attributes bound; the forward's inputs, then the output cotangents, and
+    ``out=`` the inputs' structs), forward mode raises ``forward_mode()``.  The rule computes the outputs
+    through :func:`refusing` with ``higher_order``, so a derivative of the derivative raises that.
+    ``out_structs`` gives each output's struct (an integer output's cotangent is zeros); integer inputs
+    get ``float0`` cotangents.
     """
 
     def pullback(xs: Sequence[Any], cts: Sequence[Any]) -> list[Any]:

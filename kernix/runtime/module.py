@@ -22,11 +22,9 @@ __all__ = ["CompiledModule", "check_function_names", "RESERVED_NAMES"]
 class CompiledModule:
     """A compiled, loaded module.
 
-    Each exported function is also an attribute (``mod.vector_add``) and an
-    item (``mod["vector_add"]``): a :class:`KernelFunction`.  An exported name
-    that is one of the module's own attributes (``path``, ``targets``,
-    ``__init__``...) is rejected when the module is loaded, so every function
-    is reachable by attribute.
+    Each exported function is an attribute (``mod.vector_add``) and an item (``mod["vector_add"]``):
+    a :class:`KernelFunction`.  A name that is one of the module's own attributes (``path``,
+    ``targets``...) is rejected at load, so every function is reachable by attribute.
 
     Attributes
     ----------
@@ -41,11 +39,8 @@ class CompiledModule:
     handlers
         Exported name -> the library's handler symbol, in export order.
     targets
-        Exported name -> the FFI target name its function calls:
-        ``"<target_prefix>.<function>"``, or where this process had
-        registered that name with other code when the module was registered
-        (the code was edited and loaded again), the new code's
-        content-versioned name ``"<target_prefix>.<function>@<12 hex>"``.
+        Exported name -> the FFI target name its function calls: ``"<target_prefix>.<function>"``, or
+        where that name ran other code at registration, ``"<target_prefix>.<function>@<12 hex>"``.
     digest
         SHA-256 of the library: modules with equal digests hold the same code.
     """
@@ -60,10 +55,8 @@ class CompiledModule:
         digest: str,
         target_prefix: str | None = None,
     ) -> None:
-        """``functions`` are the specs in export order, or a function that
-        returns them, called when a spec is first needed (a warm load passes
-        its manifest's, so loading and registering read no spec); ``handlers``
-        name every function, in the same order."""
+        """``functions`` are the specs in export order, or a function returning them when first needed
+        (a warm load reads no spec to load and register); ``handlers`` name every function, in order."""
         self._callables: dict[str, KernelFunction] = {}
         self._registered_as: dict[str, str] = {}  # exported name -> target its handler is registered under
         self._functions: dict[str, FunctionSpec] | None = None
@@ -83,7 +76,6 @@ class CompiledModule:
             self._check_specs()  # (a warm load's specs are checked when first used)
 
     def _check_specs(self) -> dict[str, FunctionSpec]:
-        """Read the specs, check them against the handlers and the reserved names, and keep them."""
         specs = list(self._read_specs())
         if [f.name for f in specs] != list(self.handlers):
             raise RegistrationError(
@@ -101,21 +93,11 @@ class CompiledModule:
 
     def backward_name(self, function: str) -> str | None:
         """The name of the backward kernel that declares ``vjp=function``, if any."""
-        for name, spec in self.functions.items():
-            if spec.vjp_of == function:
-                return name
-        return None
-
-    def backward_of(self, function: str) -> KernelFunction | None:
-        """The backward kernel's callable for ``function``, if one declares ``vjp=function``."""
-        name = self.backward_name(function)
-        return None if name is None else self[name]
+        return next((name for name, spec in self.functions.items() if spec.vjp_of == function), None)
 
     @property
     def targets(self) -> dict[str, str]:
-        """Exported name -> the FFI target name its function calls
-        (``"<target_prefix>.<function>"``, or its content-versioned name where
-        that name runs other code: see the class's attributes)."""
+        """Exported name -> the FFI target name its function calls (see the class's attributes)."""
         return {n: self._registered_as.get(n) or f"{self.target_prefix}.{n}" for n in self.handlers}
 
     @property
@@ -129,13 +111,7 @@ class CompiledModule:
         return "sha256:" + self.digest[:16]
 
     def get_handler(self, name: str):
-        """The ctypes function of ``name``'s XLA FFI handler (as brainevent's modules give it).
-
-        Raises
-        ------
-        KeyError
-            Naming the functions the module exports.
-        """
+        """The ctypes function of ``name``'s XLA FFI handler (as brainevent's modules give it)."""
         if name not in self.handlers:
             raise KeyError(f"module {self.name!r} has no function {name!r}; it exports: {', '.join(self.handlers)}")
         return registry.handler_address(registry.load_library(self.path), self.handlers[name])
@@ -146,19 +122,13 @@ class CompiledModule:
         return {n: f.arg_spec for n, f in self.functions.items()}
 
     def register(self, target_prefix: str | None = None) -> list[str]:
-        """Register every function as ``"<target_prefix>.<function>"``.
+        """Register every function as ``"<target_prefix>.<function>"``; returns :attr:`targets`' names.
 
-        Registering the same module again is a no-op.  A name this process has
-        registered with other code keeps it (XLA cannot replace a handler):
-        the function is registered under its content-versioned name instead,
-        which its callable calls, with a :class:`~kernix.errors.ReloadWarning`
-        the first time.  Returns the target names (:attr:`targets`).
-
-        Raises
-        ------
-        RegistrationError
-            If a library's handler is missing, or the prefix differs from the
-            one the module is registered under.
+        Registering the same module again is a no-op.  A name this process registered with other code
+        keeps it (XLA cannot replace a handler): the function goes under its content-versioned name,
+        with a :class:`~kernix.errors.ReloadWarning` the first time.  A
+        :class:`~kernix.errors.RegistrationError` if a handler is missing or the module is registered
+        under another prefix.
         """
         if target_prefix is not None:
             check_target_prefix(target_prefix)
@@ -175,11 +145,7 @@ class CompiledModule:
         return list(self._registered_as.values())
 
     def _callable(self, item: str) -> KernelFunction | None:
-        """The callable of ``item``, made on first use; ``None`` if the module has no such function.
-
-        A name the module does not export, but whose per-dtype family it does (a template's
-        instantiations, or ``item_f32``, ``item_f64``...), is that family's
-        :class:`~kernix.runtime.function.Dispatcher`."""
+        """The callable of ``item`` (a function's, or a family's Dispatcher), made on first use, or ``None``."""
         found = self._callables.get(item)
         if found is None and item in self.handlers:
             from .function import KernelFunction
@@ -225,13 +191,13 @@ class CompiledModule:
         raise unpicklable(f"module {self.name!r}")
 
     def __copy__(self) -> CompiledModule:
-        """A shallow copy (``copy.copy`` and ``copy.deepcopy``; ``__reduce__`` refuses pickling)."""
+        """A shallow copy (for ``copy.deepcopy`` too: the same library)."""
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__, _callables={})
         return new
 
     def __deepcopy__(self, memo: object) -> CompiledModule:
-        return self.__copy__()  # the same library: nothing below it to copy
+        return self.__copy__()
 
     def __repr__(self) -> str:
         return f"<kernix.CompiledModule {self.name!r} ({self.platform}, {len(self)} functions) at {self.path}>"
@@ -245,13 +211,7 @@ RESERVED_NAMES: frozenset[str] = frozenset(dir(CompiledModule)) | frozenset(
 
 
 def check_function_names(functions: Iterable[FunctionSpec]) -> None:
-    """Reject exported names that would hide, or be hidden by, a module attribute.
-
-    Raises
-    ------
-    SourceError
-        Naming the function, where it is annotated, and how to rename it.
-    """
+    """Reject exported names that would hide, or be hidden by, a module attribute (SourceError)."""
     for fn in functions:
         if fn.name in RESERVED_NAMES:
             raise SourceError(

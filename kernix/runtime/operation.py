@@ -38,8 +38,7 @@ __all__ = [
 
 
 class Backward(NamedTuple):
-    """The backward kernel of an operation (declaring ``vjp=`` it): its name,
-    its callable, and its attributes' names (the forward call's values pass on)."""
+    """The backward kernel of an operation: its name, callable, and attribute names (given the forward's values)."""
 
     name: str
     call: Callable[..., Any]
@@ -47,9 +46,8 @@ class Backward(NamedTuple):
 
 
 def no_backward(spec: FunctionSpec, backward: str | None) -> CallError:
-    """The error for differentiating ``spec``'s function where no rule applies:
-    it has no backward kernel, or (``backward``) it has one, which gives
-    first-order reverse mode only."""
+    """The error for differentiating ``spec``'s function where no rule applies (no ``backward`` kernel,
+    or one, which gives first-order reverse mode only)."""
     name = spec.name
     if backward is not None:
         return CallError(
@@ -76,8 +74,7 @@ def no_backward(spec: FunctionSpec, backward: str | None) -> CallError:
 
 
 def forward_mode(spec: FunctionSpec, backward: str) -> CallError:
-    """The error for forward-mode differentiation of ``spec``'s function,
-    whose backward kernel ``backward`` gives reverse mode only."""
+    """The error for forward-mode differentiation of a function whose backward kernel gives reverse mode only."""
     name = spec.name
     return CallError(
         f"{name}() cannot be differentiated in forward mode (jax.jvp, jax.jacfwd, jax.hessian, or calling the "
@@ -91,10 +88,8 @@ _DIM_NAMES = "nmkpqrstuvwabcdefghij"
 
 
 def missing_out(spec: FunctionSpec, inputs: Sequence[Any]) -> CallError:
-    """The error for calling ``spec``'s function, which has no shape
-    signature, without ``out=``: the ``out=`` call and the annotation to
-    write, both guessed from this call's inputs (each output like the first
-    input), as a start to correct."""
+    """The error for calling a function without shape signature without ``out=``: it shows the ``out=``
+    call and the annotation to write, guessed from the inputs (each output like the first input)."""
     name = spec.name
     rets = [p for p in spec.outputs if p.role == "ret"]
     taken = {p.name for p in spec.attrs}
@@ -125,8 +120,7 @@ def missing_out(spec: FunctionSpec, inputs: Sequence[Any]) -> CallError:
 
 
 def _listed(spec: FunctionSpec, out: Any) -> list[Any]:
-    """``out=`` as a list of one struct per ``ret`` output (an in-place
-    output's shape and dtype are its input's: out= does not list it)."""
+    """``out=`` as a list of one struct per ``ret`` output (in-place outputs are not listed)."""
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     n = sum(p.role == "ret" for p in spec.outputs)
     if len(outs) != n:
@@ -137,15 +131,9 @@ def _listed(spec: FunctionSpec, out: Any) -> list[Any]:
 
 
 class Results:
-    """The result layout of one function (computed once, from its spec).
-
-    XLA allocates one result buffer per ``ret``, ``inout`` and ``scratch``
-    parameter, in declaration order (the handler binds them in that order).
-    The callable returns the ``ret`` and ``inout`` ones (:attr:`visible`):
-    scratch memory is the kernel's own.  An ``inout`` result is aliased to its
-    operand (:attr:`aliases`, ``jax.ffi.ffi_call``'s ``input_output_aliases``),
-    so under ``jax.jit`` with donation XLA updates the caller's buffer in place.
-    """
+    """The result layout of one function: XLA allocates one result per ``ret``, ``inout`` and
+    ``scratch`` parameter, in declaration order; the callable returns the first two kinds; an ``inout``
+    result is aliased to its operand (so with donation XLA updates the caller's buffer in place)."""
 
     __slots__ = ("spec", "aliases", "visible", "scratch", "_ints")
 
@@ -163,10 +151,8 @@ class Results:
 
     def structs(self, outputs: Sequence[Any], inputs: Sequence[Any], attrs: Mapping[str, Any],
                 dims: Mapping[str, int] | None = None, batch: tuple[int, ...] = ()) -> list[Any]:
-        """The ``jax.ShapeDtypeStruct`` of every result: ``outputs`` (one per
-        output) with the scratch buffer's inserted, sized by its expression
-        over ``dims`` (a shape signature's, for these inputs) and the integer
-        attributes, times the ``batch`` shape."""
+        """``outputs`` with the scratch buffer's struct inserted, sized by its expression over ``dims``
+        and the integer attributes, times the ``batch`` shape."""
         if self.scratch is None:
             return list(outputs)
         values = {n: int(attrs[n]) for n in self._ints if n in attrs}
@@ -179,28 +165,15 @@ class Results:
         return full
 
     def outputs(self, got: Sequence[Any]) -> tuple[Any, ...]:
-        """The outputs among the call's results."""
         return tuple(got[k] for k in self.visible)
 
 
 class Operation:
     """The JAX operation of one FFI target (a :class:`PlainOperation` or a :class:`ShapedOperation`).
 
-    ``op(inputs, attrs, raw_attrs, out, vmap_method)`` runs it on checked
-    inputs: ``attrs`` are the attributes converted to their exact dtypes,
-    ``raw_attrs`` the caller's values (what a backward kernel is called with).
-    It returns the output array, or a tuple of them when the function has several outputs.
-
-    Parameters
-    ----------
-    target
-        The FFI target name.
-    spec
-        The function's spec.
-    backward
-        The backward kernel that declares ``vjp=`` the function, if any.
-    module
-        The name of the module that loaded it (for error messages).
+    ``op(inputs, attrs, raw_attrs, out, vmap_method)`` runs it on checked inputs (``attrs`` converted,
+    ``raw_attrs`` as the caller gave them, for a backward kernel) and returns the output array, or a
+    tuple of them.  ``module`` names the module that loaded it, for messages.
     """
 
     __slots__ = ("target", "spec", "backward", "module", "results")
@@ -215,8 +188,7 @@ class Operation:
     def _ffi(
         self, results: Callable[[Sequence[Any]], list[Any]], attrs: Mapping[str, Any], vmap_method: str | None,
     ) -> layers.Call:
-        """The plain FFI call, the structs of its results ``results(inputs)``,
-        behind the platform check; it returns the outputs (no scratch)."""
+        """The plain FFI call (result structs ``results(inputs)``) behind the platform check; returns the outputs."""
         aliases = self.results.aliases or None
         effect = self.spec.has_side_effect
         where = {"target": self.target, "function": self.spec.name, "module": self.module, "side_effect": effect}
@@ -239,9 +211,7 @@ class Operation:
 
 
 class PlainOperation(Operation):
-    """A function without a shape signature: one ``jax.ffi.ffi_call``, its
-    outputs as ``out=`` gives them (a call without ``out=`` is refused:
-    :func:`missing_out`)."""
+    """A function without a shape signature: one ``jax.ffi.ffi_call``, its outputs as ``out=`` gives them."""
 
     __slots__ = ()
 
@@ -261,8 +231,7 @@ class PlainOperation(Operation):
         return _unpack(layers.refusing(self._ffi(results, attrs, vmap_method), self._refusal)(*inputs))
 
     def _outputs(self, out: Any, inputs: Sequence[Any]) -> list[Any]:
-        """``out=`` checked against the spec: the struct of each ``ret`` output
-        (varying over the inputs' mesh axes inside ``jax.shard_map``)."""
+        """``out=`` checked against the spec: the struct of each ``ret`` output."""
         spec = self.spec
         rets = [p for p in spec.outputs if p.role == "ret"]
         if out is None:
@@ -294,7 +263,6 @@ class ShapedOperation(Operation):
         return self._structs(inputs, attrs, scratch=False)
 
     def _structs(self, inputs: Sequence[Any], attrs: Mapping[str, Any], *, scratch: bool = True) -> list[Any]:
-        """The outputs' structs, and with ``scratch`` every result's (see :class:`Results`)."""
         b = bind(self.signature, self.spec, [np.shape(x) for x in inputs], [np.dtype(x.dtype).name for x in inputs],
                  attrs)
         outs = output_structs([(s, numpy_dtype(d)) for s, d in zip(b.out_shapes, b.out_dtypes)], inputs)
@@ -321,14 +289,11 @@ class ShapedOperation(Operation):
         return _unpack(fn(*inputs))
 
     def _build(self, attrs: dict[str, Any], raw_attrs: dict[str, Any], vmap_method: str | None) -> layers.Call:
-        """The layers, innermost first, for these attribute values."""
-
         def outs(xs: Sequence[Any]) -> list[Any]:
             return self.out_structs(xs, attrs)
 
         ffi = self._ffi(lambda xs: self._structs(xs, attrs), attrs, vmap_method)
-        # custom_partitioning carries no effects (JAX would drop an unused call): a kernel with side
-        # effects is not partitioned (the platform check refuses it where XLA would have to).
+        # custom_partitioning carries no effects (JAX would drop an unused call): not for side effects.
         forward = ffi if self.spec.has_side_effect else layers.partitioned(self.signature, ffi)
         if self.signature.batched:
             forward = layers.batched(self.signature, forward, ffi)
@@ -339,9 +304,7 @@ class ShapedOperation(Operation):
 
 
 def make_operation(target: str, spec: FunctionSpec, backward: Backward | None = None, module: str = "") -> Operation:
-    """The operation of ``spec``'s function (loaded by the module named
-    ``module``): a :class:`ShapedOperation` if it has a shape signature,
-    else a :class:`PlainOperation`."""
+    """A :class:`ShapedOperation` for a function with a shape signature, else a :class:`PlainOperation`."""
     return (PlainOperation if spec.signature is None else ShapedOperation)(target, spec, backward, module)
 
 

@@ -1,13 +1,9 @@
 """Loading compiled libraries and registering their handlers with JAX.
 
-XLA keeps one handler per (target name, platform) for the life of the
-process, and a conflicting registration can break the JAX backend, so every
-registration goes through here: registering the same content again is a
-no-op, and different content under a taken name (code edited and loaded
-again under the same module name) is registered under its content-versioned
-name instead (:func:`versioned_name`), which the new module's callables
-call, with a :class:`~kernix.errors.ReloadWarning` the first time a target
-is taken so.
+XLA keeps one handler per (target name, platform) for the life of the process, so every registration
+goes through here: the same content again is a no-op, and different content under a taken name (code
+edited and loaded again) is registered under its content-versioned name (:func:`versioned_name`),
+which the new module's callables call, with a :class:`~kernix.errors.ReloadWarning` once per target.
 """
 
 from __future__ import annotations
@@ -21,24 +17,12 @@ from ..errors import RegistrationError, ReloadWarning
 from ..languages import JAX_PLATFORMS
 from ..notes import warn_at
 
-# jax is imported where a target is registered, not here: kernix.compilation and kernix.pipeline
-# import this module, and a build that does not register (kernix.build_module, the command line)
-# does not import jax.
+# jax is imported where a target is registered: a build that does not register does not import it.
 
 __all__ = [
-    "loaded_libraries",
-    "Registration",
-    "open_library",
-    "load_library",
-    "handler_address",
-    "register_targets",
-    "list_registered_targets",
-    "platforms_of",
-    "versioned_name",
-    "versioned_target",
-    "parse_versioned",
-    "register_alias",
-    "loaded_code",
+    "loaded_libraries", "Registration", "open_library", "load_library", "handler_address", "register_targets",
+    "list_registered_targets", "platforms_of", "versioned_name", "versioned_target", "parse_versioned",
+    "register_alias", "loaded_code",
 ]
 
 _lock = threading.RLock()
@@ -54,9 +38,8 @@ class Registration:
 
     __slots__ = ("target", "platform", "digest", "library", "symbol", "base", "stateful")
 
-    def __init__(
-        self, target: str, platform: str, digest: str, library: str, symbol: str, base: str | None = None,
-    ) -> None:
+    def __init__(self, target: str, platform: str, digest: str, library: str, symbol: str,
+                 base: str | None = None) -> None:
         self.target = target  # the name registered with XLA
         self.platform = platform
         self.digest = digest  # the library's SHA-256: equal digest and symbol = same code
@@ -66,18 +49,11 @@ class Registration:
         self.stateful = False  # the handler has an instantiate stage (BE::State<T>), found at registration
 
     def same_code(self, digest: str, symbol: str) -> bool:
-        """Whether ``symbol`` of the library with SHA-256 ``digest`` is this handler."""
         return self.digest == digest and self.symbol == symbol
 
 
 def open_library(path: str | Path) -> ctypes.CDLL:
-    """``dlopen`` a library once per path (``RTLD_LOCAL``: symbols stay private).
-
-    Raises
-    ------
-    OSError
-        As ``dlopen`` fails (see :func:`load_library` for kernix's error).
-    """
+    """``dlopen`` a library once per path (``RTLD_LOCAL``: symbols stay private); OSError as it fails."""
     key = str(path)
     with _lock:
         lib = _libraries.get(key)
@@ -110,8 +86,7 @@ def handler_address(library: ctypes.CDLL, symbol: str) -> ctypes._CFuncPtr:  # t
 
 
 def _capsule(library: ctypes.CDLL, symbol: str) -> object:
-    """A ``PyCapsule`` holding the address of ``symbol`` (what XLA registers),
-    made without a ctypes function object per handler."""
+    """A ``PyCapsule`` of ``symbol``'s address (what XLA registers), without a ctypes function object."""
     try:
         address = ctypes.addressof(ctypes.c_char.in_dll(library, symbol))
     except ValueError:
@@ -119,50 +94,18 @@ def _capsule(library: ctypes.CDLL, symbol: str) -> object:
     return _capsule_maker()(address, None, None)
 
 
-def register_targets(
-    platform: str, library_path: str | Path, digest: str, symbols: Mapping[str, str],
-) -> dict[str, str]:
-    """Register the handlers of one library as FFI targets, all or none.
+def register_targets(platform: str, library_path: str | Path, digest: str, symbols: Mapping[str, str],
+                     ) -> dict[str, str]:
+    """Register the handlers of one library (SHA-256 ``digest``) as FFI targets, all or none.
 
-    Parameters
-    ----------
-    platform
-        ``"cuda"`` or ``"cpu"``.
-    library_path
-        The library.
-    digest
-        Its SHA-256: a target registered again with the same digest and
-        symbol is the same code, and is left as it is.
-    symbols
-        FFI target name (``"<prefix>.<function>"``) -> handler symbol.
+    ``symbols`` maps each target (``"<prefix>.<function>"``) to its handler symbol.  A target registered
+    with the same digest and symbol is left as it is; one registered with other code keeps it (XLA
+    cannot replace it) and the new handler goes under its content-versioned name.  A handler with an
+    instantiate stage (``BE::State<T>``) is registered with it, and the library's state type with XLA.
 
-    A target that this process has registered with other code (the code was
-    edited and loaded again under the same name) keeps its first handler,
-    as XLA cannot replace it: the new handler is registered under its
-    content-versioned name (:func:`versioned_name`) only, and a
-    :class:`~kernix.errors.ReloadWarning` says so, once per target.
-
-    A handler with an instantiate stage beside it in the library (a function
-    with state, ``BE::State<T>``) is registered with it, and the library's
-    state type with XLA.
-
-    Each handler is also known by a content-versioned name
-    (:func:`versioned_name`), the name that :func:`kernix.export` writes
-    into exported artifacts; that name is registered with XLA when first
-    asked for (:func:`versioned_target`).
-
-    Returns
-    -------
-    dict of str to str
-        Each target -> the name its handler from this library is registered
-        under: the target itself, or its content-versioned name where the
-        target runs other code.
-
-    Raises
-    ------
-    RegistrationError
-        If a symbol is missing from the library, or a content-versioned name
-        is taken by other code (then nothing is registered).
+    Returns each target -> the name its handler is registered under.  Raises
+    :class:`~kernix.errors.RegistrationError` (nothing registered) for a missing symbol or a
+    content-versioned name taken by other code.
     """
     jax_platform = JAX_PLATFORMS[platform]
     library = str(library_path)
@@ -198,8 +141,7 @@ def _taken(name: str, platform: str, previous: Registration) -> RegistrationErro
 
 
 def _warn_moved(moved: list[tuple[str, str, Registration]], platform: str) -> None:
-    """One :class:`~kernix.errors.ReloadWarning` naming each of ``moved``'s
-    targets, which run their first code, and the names of the new code."""
+    """One :class:`~kernix.errors.ReloadWarning` naming each target that keeps its first code, and the new names."""
     if not moved:
         return
     quoted = ", ".join(repr(target) for target, _, _ in moved)
@@ -219,8 +161,7 @@ def _warn_moved(moved: list[tuple[str, str, Registration]], platform: str) -> No
 
 
 def _capsules(regs: list[Registration]) -> list[object]:
-    """The handler capsule of each registration (raises for a missing symbol);
-    for a stateful one, the capsules of its instantiate and execute stages."""
+    """The handler capsule of each registration (for a stateful one, its two stages')."""
     capsules: list[object] = []
     for reg in regs:
         library = load_library(reg.library)
@@ -236,7 +177,7 @@ def _capsules(regs: list[Registration]) -> list[object]:
 
 
 def _instantiate_address(library: ctypes.CDLL, symbol: str) -> int | None:
-    """The address of the instantiate handler beside handler ``symbol``, or ``None`` (a function without state)."""
+    """The address of the instantiate stage beside handler ``symbol``, or ``None`` (no state)."""
     try:
         return ctypes.addressof(ctypes.c_char.in_dll(library, "kernix_instantiate_" + symbol.removeprefix(
             "kernix_handler_")))
@@ -245,7 +186,6 @@ def _instantiate_address(library: ctypes.CDLL, symbol: str) -> int | None:
 
 
 def _register_state_type(library: ctypes.CDLL, reg: Registration) -> None:
-    """Register the state type of ``reg``'s library with XLA (once per library and platform)."""
     import jax.ffi
 
     symbol = "kernix_statetype_" + reg.symbol.removeprefix("kernix_handler_")
@@ -282,10 +222,8 @@ def _register(reg: Registration, capsule: object) -> None:
 
 
 def versioned_name(target: str, digests: str | Mapping[str, str]) -> str:
-    """The target name that also names the code: ``"<target>@<first 12 hex
-    digits of the library's SHA-256>"`` for one library (``digests`` a
-    digest, or a mapping of one platform to it), and for libraries of
-    several platforms ``"<target>@cpu:<12 hex>,cuda:<12 hex>"``."""
+    """The target name that also names the code: ``"<target>@<12 hex of the SHA-256>"`` for one
+    library, ``"<target>@cpu:<12 hex>,cuda:<12 hex>"`` for different libraries per platform."""
     if isinstance(digests, str):
         return f"{target}@{digests[:12]}"
     if len(set(digests.values())) == 1:
@@ -294,8 +232,7 @@ def versioned_name(target: str, digests: str | Mapping[str, str]) -> str:
 
 
 def parse_versioned(name: str) -> tuple[str, dict[str | None, str]]:
-    """``(target, {platform: 12 hex})`` of a :func:`versioned_name`; the
-    platform is ``None`` in the one-library form, which does not name it."""
+    """``(target, {platform: 12 hex})`` of a :func:`versioned_name` (platform ``None`` in the one-library form)."""
     target, _, version = name.rpartition("@")
     if ":" not in version:
         return target, {None: version}
@@ -303,15 +240,8 @@ def parse_versioned(name: str) -> tuple[str, dict[str | None, str]]:
 
 
 def versioned_target(target: str, platforms: Sequence[str] | None = None) -> str | None:
-    """The content-versioned name of a target kernix registered, for the
-    libraries registered under it on ``platforms`` (``"cpu"``, ``"cuda"``;
-    default: every platform it has); ``None`` where it has none of them.
-
-    The name is registered with XLA now, on each of those platforms, for
-    that platform's library, if it was not yet.  A ``target`` that is a
-    content-versioned name already (the name a module loaded again with
-    other code calls) is its own.
-    """
+    """The content-versioned name of ``target``, for its libraries on ``platforms`` (default: all it
+    has), registered with XLA now if not yet; ``None`` where it has none of them."""
     with _lock:
         regs = {p: r for p, jp in JAX_PLATFORMS.items() if (r := _targets.get((target, jp))) is not None
                 and (platforms is None or p in platforms)}
@@ -324,15 +254,8 @@ def versioned_target(target: str, platforms: Sequence[str] | None = None) -> str
 
 
 def register_alias(name: str, target: str, platforms: Sequence[str]) -> None:
-    """Register ``name`` with XLA for the handler of ``target`` (a name
-    registered by kernix) on each of ``platforms`` (kernix platforms where
-    ``target`` is registered), unless it is already.
-
-    Raises
-    ------
-    RegistrationError
-        If ``name`` is registered with other code.
-    """
+    """Register ``name`` for the handler of kernix's ``target`` on each of ``platforms`` unless it is
+    already (a RegistrationError if ``name`` runs other code)."""
     with _lock:
         for p in platforms:
             reg = _targets[(target, JAX_PLATFORMS[p])]
@@ -345,10 +268,8 @@ def register_alias(name: str, target: str, platforms: Sequence[str]) -> None:
 
 
 def loaded_code(target: str) -> dict[str, dict[str, str]]:
-    """Every library whose handler kernix registered for the plain target
-    ``target`` (under it, or under a content-versioned name of it), by kernix
-    platform: ``{platform: {SHA-256: a name it is registered under}}``, the
-    library registered under ``target`` itself first."""
+    """Each library registered for the plain ``target`` (under it or a versioned name), by platform:
+    ``{platform: {SHA-256: a name it is registered under}}``, the one under ``target`` first."""
     with _lock:
         found: dict[str, dict[str, str]] = {}
         for p, jp in JAX_PLATFORMS.items():
@@ -360,8 +281,7 @@ def loaded_code(target: str) -> dict[str, dict[str, str]]:
 
 
 def platforms_of(target: str) -> list[str]:
-    """The kernix platforms (``"cpu"``, ``"cuda"``) on which ``target`` has a
-    handler registered by kernix, sorted."""
+    """The kernix platforms (``"cpu"``, ``"cuda"``) on which kernix registered ``target``, sorted."""
     with _lock:
         return sorted(p for p, jax_platform in JAX_PLATFORMS.items() if (target, jax_platform) in _targets)
 

@@ -1,8 +1,5 @@
-"""Python signatures, docstrings and ``.pyi`` stubs of exported functions.
-
-Everything is computed from a :class:`~kernix.language.spec.FunctionSpec`; no jax
-import.  ``inspect`` is imported only when a signature object is asked for.
-"""
+"""Python signatures, docstrings and ``.pyi`` stubs of exported functions, from their
+:class:`~kernix.language.spec.FunctionSpec` (no jax import)."""
 
 from __future__ import annotations
 
@@ -15,8 +12,7 @@ __all__ = ["python_type", "declaration", "docstring", "input_names", "out_requir
 
 
 def python_type(param: Param) -> str:
-    """The Python type an attribute takes: ``bool``, ``int`` (integers, enums),
-    ``float``, ``str``, or a sequence of ints or floats (array attributes)."""
+    """The Python type an attribute takes (``bool``, ``int``, ``float``, ``str``, ``Sequence[...]``)."""
     if param.kind == "string":
         return "str"
     if param.kind == "array":
@@ -48,8 +44,7 @@ def _returns(spec: FunctionSpec) -> str:
 
 
 def out_required(spec: FunctionSpec) -> bool:
-    """Whether a call must pass ``out=``: the function has no shape signature
-    (kernix does not guess output shapes) and an output not updated in place."""
+    """Whether a call must pass ``out=``: no shape signature, and an output not updated in place."""
     return spec.signature is None and any(p.role == "ret" for p in spec.outputs)
 
 
@@ -106,7 +101,6 @@ def docstring(spec: FunctionSpec, *, backward: str | None = None) -> str:
 
 
 def _context_lines(spec: FunctionSpec) -> list[str]:
-    """What the docstring says of side effects, scratch, state and the thread pool."""
     lines = []
     if spec.has_side_effect:
         lines += ["Has side effects: every call runs, even when its results are unused."]
@@ -121,10 +115,8 @@ def _context_lines(spec: FunctionSpec) -> list[str]:
 
 
 def input_names(spec: FunctionSpec) -> list[str]:
-    """The Python names of ``spec``'s inputs: the C++ names, with ``_`` added to
-    one that Python cannot take (a keyword such as ``in``) or that the call
-    already uses (``out``, ``vmap_method``, an attribute; ``self`` in the
-    ``Module`` protocol).  Inputs are positional-only, so callers never write them."""
+    """The Python names of ``spec``'s (positional-only) inputs: the C++ names, with ``_`` added to a
+    keyword or a name the call already uses (``out``, ``vmap_method``, ``self``, an attribute)."""
     import keyword
 
     taken = {"out", "vmap_method", "self", *(p.name for p in spec.attrs)}
@@ -141,10 +133,9 @@ def input_names(spec: FunctionSpec) -> list[str]:
 def call_signature(spec: FunctionSpec) -> Any:
     """The ``inspect.Signature`` of a function's callable."""
     import inspect
-
-    P = inspect.Parameter
     from typing import Sequence
 
+    P = inspect.Parameter
     types = {"bool": bool, "int": int, "float": float, "str": str, "Sequence[int]": Sequence[int],
              "Sequence[float]": Sequence[float]}
     params = [P(name, P.POSITIONAL_ONLY) for name in input_names(spec)]
