@@ -15,19 +15,14 @@ _TYPE_RE = re.compile(r"[A-Za-z0-9_:<>,*& -]*")  # (no "/", so no comment either
 _FUNCTION_TYPE_RE = re.compile(r"[A-Za-z0-9_:<>,*&\[\] -]*\([A-Za-z0-9_:<>,*&()\[\] -]*\)(?: noexcept)?")
 # What clang prints for types that no declaration at file scope can name.
 _UNSPELLABLE = ("(anonymous", "(unnamed", "(lambda", "type-parameter-", "<dependent", "__attribute__")
-# kernix's C++ API types, in the namespace of their declaration.
+# kernix's C++ API types as clang spells them canonically: in namespace kernix, which kernix's headers
+# also name BE (``namespace BE = kernix;``), whichever name the source wrote.
 _KERNIX_API = re.compile(r"(?<![\w:])kernix::(?=(?:Tensor|TensorOf|InOut|InOutOf|Span|Scratch|State|ThreadPool)\b)")
 
 
 def api_spelling(text: str) -> str:
-    """``text`` (a type as clang spells it) with kernix's API types named ``BE::``.
-
-    kernix's headers declare the C++ API in namespace kernix and name it BE
-    too (``namespace BE = kernix;``): clang spells a canonical type with the
-    namespace's own name, ``kernix::Tensor``, whichever name the source wrote.
-    A spec says ``BE::`` (brainevent's name, valid C++ wherever kernix's
-    headers are included), so the two spellings give one spec.
-    """
+    """``text`` with kernix's API types named ``BE::`` (``kernix::Tensor`` -> ``BE::Tensor``), as specs
+    spell them: both names give one spec, valid C++ wherever kernix's headers are included."""
     return _KERNIX_API.sub("BE::", text)
 
 
