@@ -4,9 +4,7 @@
                                        miss -> lock, infer (libclang), generate, build (ninja), publish
 
 :mod:`kernix.pipeline` comes here only when the direct index has no usable
-answer, when a cached library failed to load, or when an entry's specs turn
-out damaged; a warm load imports neither this module nor what it imports (the
-toolchain search, inference, the code generator: about 9 ms).
+answer, a cached library failed to load, or an entry's specs are damaged.
 """
 
 from __future__ import annotations
@@ -42,27 +40,21 @@ def build_config(request: LoadRequest) -> BuildConfig:
     """How ``request`` is compiled."""
     cuda = request.platform == "cuda"
     return BuildConfig(
-        platform=request.platform,
-        optimization_level=request.optimization_level,
-        use_fast_math=request.use_fast_math,
-        extra_cflags=request.extra_cflags,
-        extra_ldflags=request.extra_ldflags,
-        include_dirs=request.include_dirs,
+        platform=request.platform, optimization_level=request.optimization_level,
+        use_fast_math=request.use_fast_math, extra_cflags=request.extra_cflags, extra_ldflags=request.extra_ldflags,
+        include_dirs=request.include_dirs, allow_cuda_graph=request.allow_cuda_graph,
         arch=detect_compute_capability(request.compute_capability, root=request.root) if cuda else None,
-        allow_cuda_graph=request.allow_cuda_graph,
     )
 
 
 def _nvcc_profile() -> str | None:
-    """The CUDA toolkit's ``bin/nvcc.profile``, which nvcc reads (its include and library
-    directories), or ``None`` when no toolkit is found."""
+    """The CUDA toolkit's ``bin/nvcc.profile`` (which nvcc reads), or ``None``: no toolkit."""
     home = toolchain.find_cuda_home()
     return None if home is None else str(home / "bin" / "nvcc.profile")
 
 
 def _toolchain_parts(config: BuildConfig) -> dict[str, object]:
-    """What decides how any input is compiled: kernix's code, tools, their
-    environment, flags, versions."""
+    """What decides how any input is compiled: kernix's code, tools, their environment, flags, versions."""
     compilers = [toolchain.find_host_compiler().identity]
     if config.platform == "cuda":
         compilers.append(toolchain.find_nvcc().identity)
@@ -104,28 +96,22 @@ def cache_key(request: LoadRequest, config: BuildConfig) -> str:
 
 
 def _key_files(request: LoadRequest) -> list[str]:
-    """The files the entry key is computed from: the sources, the compilers
-    (and nvcc's profile), and the directories searched for compilers
-    (``PATH``); kernix's own code is added by :func:`kernix.store.remember_key`."""
+    """The files the entry key is computed from: the sources, the compilers (and
+    nvcc's profile), and the directories searched for compilers."""
     cuda = request.platform == "cuda"
     compilers = toolchain.compiler_paths(cuda) + [p for p in [_nvcc_profile() if cuda else None] if p]
     return [str(s) for s in request.sources] + compilers + store.search_dirs()
 
 
 def store_inline_source(request: LoadRequest) -> None:
-    """Store the source of an inline ``request`` in the cache again if it is gone
-    (or holds other bytes); nothing for a file or directory load.
+    """Store the source of an inline ``request`` again if it is gone (or holds
+    other bytes); nothing for a file or directory load.
 
-    The inline loaders store the source in ``sources/`` before any lock is taken
-    (a warm load takes none), so ``kernix cache clear`` of the module, which
-    removes the module's sources under its build lock, may remove it before a
-    build reads it.  The build therefore stores it again before the key is
-    computed from it and once more once it holds the build lock, after which no
-    clear can remove it until the build is done.  This is sure and costs a warm
-    load nothing, where sparing sources in the clear is not: by age, a stalled
-    process outlives any age; by use, every load would have to mark its source.
-    The file's name is derived from its content, so storing it again changes
-    nothing that another process could read.
+    The inline loaders store it before any lock is taken, so a ``kernix cache
+    clear`` of the module may remove it before a build reads it: the build
+    stores it again before the key is computed from it, and once more once it
+    holds the build lock.  Its name is its content's hash, so storing it again
+    changes nothing another process could read.
     """
     if request.inline_source is None:
         return
@@ -167,8 +153,7 @@ def _entry(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
 
 
 def discard(request: LoadRequest, manifest: Manifest) -> None:
-    """Remove ``request``'s entry ``manifest`` from the cache, under the
-    module's build lock: never a hit again, the next load rebuilds it."""
+    """Remove ``request``'s entry ``manifest`` from the cache, under its build lock."""
     with build_lock(request.root, request.name, verbose=request.verbose):
         store.discard(manifest)
 
@@ -185,15 +170,9 @@ def _load_failed(request: LoadRequest, manifest: Manifest, exc: RegistrationErro
 def reload(request: LoadRequest, manifest: Manifest, exc: OSError) -> Manifest:
     """The entry of ``manifest`` again, after its library failed to load with
     ``exc``: a damaged entry is discarded and built once from an empty work
-    directory; one cleared meanwhile is looked up (or built) again.
-
-    Raises
-    ------
-    RegistrationError
-        When the rebuilt library does not load either (it is not kept).
-    CacheError
-        When the cache is on a ``noexec`` file system (nothing is rebuilt).
-    """
+    directory; one cleared meanwhile is looked up (or built) again.  A
+    :class:`RegistrationError` when the rebuilt library does not load either
+    (it is not kept), a :class:`CacheError` on a ``noexec`` file system."""
     noexec = noexec_problem(request.root)
     if noexec is not None:
         raise CacheError(f"cannot load the compiled library {manifest.so_path} ({exc}): {noexec}") from exc
@@ -212,9 +191,8 @@ def reload(request: LoadRequest, manifest: Manifest, exc: OSError) -> Manifest:
 
 
 def exported_units(request: LoadRequest) -> list[tuple[str, list[codegen.ExportedFunction]]]:
-    """``request``'s sources inferred (:func:`kernix.frontend.units.infer_units`)
-    and numbered for code generation: ``(source, functions)`` per file, every
-    function's index unique in the module (its generated symbols are)."""
+    """``request``'s sources inferred and numbered for code generation:
+    ``(source, functions)`` per file, every function's index unique in the module."""
     toolchain.check_host_compiler()  # before inference, whose parse would only miss its standard headers
     flags = inference_flags(request.include_dirs, request.extra_cflags, request.optimization_level,
                             fast_math=request.use_fast_math and request.language == "cpp")
@@ -250,22 +228,11 @@ def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
     )
 
 
-def _build_in_work_dir(
-    request: LoadRequest,
-    config: BuildConfig,
-    exported: list[tuple[str, list[codegen.ExportedFunction]]],
-    stamp: str,
-    started: int,
-    *,
-    fresh: bool,
-) -> tuple[Path, list[list[Any]]]:
-    """Build in the module's work directory; record its inputs when it succeeds.
-
-    Returns the built library and the version of every file the compilers
-    read (taken once: the work directory's record and the manifest share
-    them); a file changed since ``started`` is unsettled
-    (:func:`kernix.store.settled_versions`).
-    """
+def _build_in_work_dir(request: LoadRequest, config: BuildConfig,
+                       exported: list[tuple[str, list[codegen.ExportedFunction]]], stamp: str, started: int, *,
+                       fresh: bool) -> tuple[Path, list[list[Any]]]:
+    """Build in the module's work directory: the library and the version of
+    every file the compilers read (a file changed since ``started`` unsettled)."""
     fixed = {}
     if request.inline_source is not None:  # stored under its content's hash: it cannot change
         text = request.inline_source.encode("utf-8", "surrogateescape")

@@ -1,9 +1,11 @@
-"""Platforms and source languages: one type for each, one extension map."""
+"""Platforms and source languages: one type for each, one extension map; and
+how a compiler's flags are split into ``(flag, value)`` pairs, and which of
+them change preprocessing (and so what inference sees)."""
 
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Literal, Sequence
 
 from .errors import KernixError
 
@@ -13,7 +15,7 @@ Platform = Literal["cuda", "cpu"]
 Language = Literal["cuda", "cpp"]
 
 __all__ = ["Platform", "Language", "LANGUAGES_BY_EXTENSION", "language_of", "unknown_extension", "platform_of",
-           "JAX_PLATFORMS"]
+           "JAX_PLATFORMS", "PREPROCESSOR_FLAGS", "split_flags", "preprocessor_flags"]
 
 
 #: File extension -> language.
@@ -49,3 +51,36 @@ def unknown_extension(path: str, remedy: str) -> str:
 def platform_of(language: Language) -> Platform:
     """The platform a module of ``language`` sources is built for."""
     return "cuda" if language == "cuda" else "cpu"
+
+
+#: The flags that change what the preprocessor does (inference must see them too).
+PREPROCESSOR_FLAGS = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-D", "-U")
+
+
+def split_flags(flags: Sequence[str]) -> list[tuple[str, str | None]]:
+    """``[(flag, value)]``: joined (``-IDIR``) and separate (``-I DIR``) forms alike."""
+    out: list[tuple[str, str | None]] = []
+    it = iter(flags)
+    for flag in it:
+        for opt in sorted(PREPROCESSOR_FLAGS + ("-L",), key=len, reverse=True):
+            if flag == opt:
+                out.append((opt, next(it, "")))
+                break
+            if flag.startswith(opt):
+                out.append((opt, flag[len(opt):]))
+                break
+        else:
+            out.append((flag, None))
+    return out
+
+
+def preprocessor_flags(flags: Sequence[str]) -> tuple[str, ...]:
+    """The flags of ``flags`` that change preprocessing (``-I``, ``-isystem``,
+    ``-iquote``, ``-idirafter``, ``-include``, ``-D``, ``-U``, ``-std=``), in order."""
+    out: list[str] = []
+    for opt, value in split_flags(flags):
+        if value is not None and opt in PREPROCESSOR_FLAGS:
+            out += [opt, value] if opt in ("-isystem", "-iquote", "-idirafter", "-include") else [opt + value]
+        elif value is None and opt.startswith(("-std=", "--std=")):
+            out.append("-std=" + opt.split("=", 1)[1])
+    return tuple(out)

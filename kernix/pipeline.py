@@ -4,17 +4,11 @@
                                                        miss -> kernix.compilation: cache key (toolchain), lock, infer
                                                                (libclang), generate, build (ninja), publish
 
-A warm load (a hit) runs no compiler, does not import libclang, the miss
-path (:mod:`kernix.compilation`) or the error classes, and does not look for the
-toolchain: the direct index (:func:`kernix.store.recall_key`) gives the entry key
-remembered for the request, and the specs are in the entry's manifest (read
-when a function is first used).  Every look-up says hit or miss-and-why
-through :func:`kernix.notes.note`.
-
-A library that fails to load is never left as a cache hit: its entry is
-discarded and the module is rebuilt once from an empty work directory; if
-that library fails to load as well, the error says what to do
-(:func:`kernix.compilation.reload`).
+A warm load (a hit) runs no compiler and imports neither libclang nor the
+miss path (:mod:`kernix.compilation`): the direct index gives the entry key
+remembered for the request, and the specs are read when a function is first
+used.  A library that fails to load is never left as a hit: it is rebuilt
+once (:func:`kernix.compilation.reload`).
 """
 
 from __future__ import annotations
@@ -26,7 +20,6 @@ from typing import TYPE_CHECKING, Callable
 from . import __version__
 
 from . import notes
-from .backend.arch import detect_compute_capability
 from .errors import CacheError
 from .paths import jaxlib_install
 from .request import LoadRequest
@@ -49,8 +42,7 @@ def load(request: LoadRequest) -> CompiledModule:
         from .compilation import keyed_entry
 
         manifest = keyed_entry(request, fp)
-    # Map the library now: once loaded it stays usable even if another
-    # process clears the cache.
+    # Mapped now: once loaded it stays usable even if another process clears the cache.
     try:
         registry.open_library(manifest.so_path)
     except OSError as exc:
@@ -69,6 +61,8 @@ def load(request: LoadRequest) -> CompiledModule:
 def _arch(request: LoadRequest) -> str:
     """The GPU architecture(s) a CUDA request is built for (given, else asked
     of the driver, never of JAX: the backend stays unstarted)."""
+    from .backend.arch import detect_compute_capability  # (CUDA only)
+
     return detect_compute_capability(request.compute_capability, root=request.root)
 
 
@@ -93,8 +87,7 @@ def fingerprint(request: LoadRequest) -> str:
 
 
 def _direct_hit(request: LoadRequest, fp: str) -> Manifest | None:
-    """The entry the direct index gives for ``request``, if it is a hit (a
-    miss is left to the full look-up, which says why)."""
+    """The entry the direct index gives for ``request``, if it is a hit."""
     key = store.recall_key(request.root, request.name, fp, verbose=request.verbose)
     if key is None:
         return None

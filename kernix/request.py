@@ -14,9 +14,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .compiler_flags import PREPROCESSOR_FLAGS, split_flags
 from .errors import OptionError
-from .languages import Language, Platform, platform_of
+from .languages import PREPROCESSOR_FLAGS, Language, Platform, platform_of, split_flags
 from .language.names import check_module_name, check_target_prefix
 from .paths import cache_root, check_source, text_problem
 

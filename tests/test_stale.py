@@ -380,7 +380,7 @@ def test_kernixs_inference_code_is_in_the_spec_key(tmp_path: Path) -> None:
 
 
 def test_the_identity_covers_the_generator_the_inference_and_the_headers() -> None:
-    from kernix.store.identity import code_files
+    from kernix.store.direct import code_files
 
     package = Path(kernix.__file__).resolve().parent
     names = {str(Path(p).resolve().relative_to(package)) for p in code_files()}

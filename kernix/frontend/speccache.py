@@ -34,7 +34,7 @@ from ..store.files import (
     versions_current,
     write_record,
 )
-from ..store.identity import code_identity
+from ..store.direct import code_identity
 
 __all__ = ["SpecLookup", "look_up", "load", "store", "entry_path", "parse_setup"]
 

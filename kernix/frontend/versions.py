@@ -81,7 +81,7 @@ def _read(path: str) -> bytes:
 def _trusted_stat(stat: FileStat) -> FileStat:
     """``stat``, with a ctime of 0 when the file changed too recently for its stat to tell a later rewrite."""
     if time.time_ns() - max(stat.mtime_ns, stat.ctime_ns) < RACY_NS:
-        return stat._replace(ctime_ns=0)
+        return FileStat(stat.inode, stat.size, stat.mtime_ns, 0)
     return stat
 
 

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequenc
 
 from ..errors import RegistrationError, SourceError
 from ..language.names import check_target_prefix
-from ..language.templates import family, family_names
 from . import registry
 
 # .function is imported when a function is first asked for: a callable's call machinery imports
-# jax's transformations (custom_vmap, custom_partitioning...), which a warm load does not need.
+# jax's transformations (custom_vmap, custom_partitioning...), which a warm load does not need; and
+# ..language.templates when a name is not exported (a family's), or the names are listed.
 if TYPE_CHECKING:
     from ..language.spec import FunctionSpec
     from .function import KernelFunction
@@ -152,6 +152,8 @@ class CompiledModule:
 
             found = self._callables[item] = KernelFunction(self, self.functions[item])
         elif found is None and isinstance(item, str) and not item.startswith("__"):
+            from ..language.templates import family
+
             members = family(self.functions, item)
             if members:
                 from .function import Dispatcher
@@ -183,6 +185,8 @@ class CompiledModule:
         return len(self.handlers)
 
     def __dir__(self) -> list[str]:
+        from ..language.templates import family_names
+
         return sorted(set(super().__dir__()) | set(self.handlers) | set(family_names(self.functions.values())))
 
     def __reduce__(self) -> tuple:

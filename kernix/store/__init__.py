@@ -1,18 +1,17 @@
 """The store: everything kernix keeps on disk, and the rules that keep it safe.
 
-This package's namespace is the store's one face: the load pipeline and the
-other folders look entries up, publish, evict and remember small answers
-through the names below, never by writing paths under the cache root.
+This namespace is the store's one face: the pipeline and the other folders
+look entries up, publish, evict and remember small answers through the names
+below, never by writing paths under the cache root.
 
-* entries: :func:`lookup` (a :class:`Lookup`: a hit, or why not),
-  :func:`publish` (which keeps the cache within its size limit) and
-  :func:`discard`; :func:`prune_cache`, :func:`clear_cache`, :func:`cache_info`
-  (and the size limit, :func:`max_size`);
-* the direct index (:func:`recall_key`, :func:`remember_key`): a request's
-  entry key, remembered with the stat of every file it was computed from;
-* memos (:func:`recall`, :func:`remember`): small answers kept for the
-  toolchain, the GPUs and kernix's own code; a *prelude* is a memo with files
-  of its own (:func:`new_prelude_file`, :func:`prelude_file`), evicted with them;
+* entries: :func:`lookup` (a :class:`Lookup`), :func:`publish` (which keeps the
+  cache within :func:`max_size`), :func:`discard`, :func:`prune_cache`,
+  :func:`clear_cache`, :func:`cache_info`;
+* the direct index (:func:`recall_key`, :func:`remember_key`): a request's entry
+  key, remembered with the stat of every file it was computed from;
+* memos (:func:`recall`, :func:`remember`): small answers about the toolchain,
+  the GPUs and kernix's own code; a *prelude* is a memo with files of its own
+  (:func:`new_prelude_file`, :func:`prelude_file`), evicted with them;
 * building: :func:`build_lock`, :func:`work_directory`, :func:`write_source`.
 
 Layout under the cache root (see :func:`kernix.paths.cache_root`)::
@@ -28,14 +27,11 @@ Layout under the cache root (see :func:`kernix.paths.cache_root`)::
     specs/<key[:2]>/<key>.rec                  inferred specs (kernix.frontend.speccache)
     toolchain/<kind>-<key>.rec                 memos; toolchain/prelude-<key>-<hex>.* a prelude's files
 
-``.rec`` files are records (files.py: marshal'd plain data behind a magic
-line, read without importing json); manifests are JSON.  Every directory is
-created private to the user, and every file read back that can reach a
-compiler or the loader is trust-checked first (:mod:`kernix.store.trust`).
-
-Each name is imported when first asked for beyond the few that every
-look-up needs: a warm ``kernix inspect`` reads no manifest, a warm load
-imports no lock, work directory or prune.
+``.rec`` files are records (marshal'd plain data, :mod:`kernix.store.files`);
+manifests are JSON.  Every directory is private to the user, and every file
+read back that can reach a compiler or the loader is trust-checked first
+(:mod:`kernix.store.trust`).  What only a miss, a build or ``kernix cache``
+needs is imported when first asked for.
 """
 
 from __future__ import annotations
@@ -43,7 +39,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .direct import DIRECT_FORMAT, TOOL_ENVIRONMENT, file_stats, record, search_dirs
+from .direct import DIRECT_FORMAT, TOOL_ENVIRONMENT, code_identity, file_stats, record, search_dirs
 from .direct import lookup as _direct_lookup
 from .files import (
     UNSETTLED, compiler_environment, content_key, file_digest, new_prelude_file, prelude_file, recall, remember,
@@ -67,13 +63,12 @@ __all__ = [
     "TOOL_ENVIRONMENT", "UNSETTLED", "version_current", "work_directory", "write_source",
 ]
 
-# The names imported when first asked for, by the module that holds them: the entries (not needed by a
-# warm `kernix inspect`), and what only a miss, a build or `kernix cache` needs.
+# The names imported when first asked for, by the module that holds them.
 _LATER = {
     "Lookup": "entries", "lookup": "entries", "discard": "entries",
     "MANIFEST_FORMAT": "manifest", "Manifest": "manifest", "ManifestError": "manifest",
     "build_lock": "lock", "work_directory": "workdir", "record_inputs": "workdir", "build_started": "workdir",
-    "noexec_problem": "workdir", "code_identity": "identity", "prune_cache": "prune", "clear_cache": "admin",
+    "noexec_problem": "workdir", "prune_cache": "prune", "clear_cache": "admin",
     "cache_info": "admin", "max_size": "limits", "parse_size": "limits", "parse_age": "limits",
     "format_size": "limits", "format_age": "limits",
 }
@@ -86,15 +81,12 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
-def _is_key(value: object) -> bool:
-    return isinstance(value, str) and len(value) == 64
-
-
 def recall_key(root: Path, name: str, fingerprint: str, *, verbose: bool = False) -> str | None:
     """The entry key the direct index remembers for module ``name``'s request
     ``fingerprint``, while every file it was computed from is unchanged, else
     ``None`` (logged as ``"<name>: direct miss: <why>"``)."""
-    return _direct_lookup(root, name, fingerprint, valid=_is_key, what=name, verbose=verbose)
+    return _direct_lookup(root, name, fingerprint, valid=lambda v: isinstance(v, str) and len(v) == 64, what=name,
+                          verbose=verbose)
 
 
 def remember_key(root: Path, name: str, fingerprint: str, key: str, files: list[list[Any]], *,
@@ -104,19 +96,12 @@ def remember_key(root: Path, name: str, fingerprint: str, key: str, files: list[
     record(root, name, fingerprint, key, files, what=name, verbose=verbose)
 
 
-
 def publish(root: Path, name: str, key: str, built_so: Path, functions: Sequence[FunctionSpec],
             handlers: dict[str, str], dependencies: Sequence[Sequence[Any]], platform: str) -> Manifest:
     """Publish a built library as the entry ``key`` of module ``name``
     (:func:`kernix.store.entries.publish`), then bring the cache within its
-    size limit, this entry kept (:func:`kernix.store.prune.after_publish`).
-    Hold the module's build lock around this.
-
-    Raises
-    ------
-    CacheError
-        When the entry cannot be written.
-    """
+    size limit, this entry kept; a :class:`CacheError` when the entry cannot
+    be written.  Hold the module's build lock around this."""
     from . import entries, prune
 
     manifest = entries.publish(root, name, key, built_so, functions, handlers, dependencies, platform)

@@ -1,9 +1,6 @@
-"""``kernix cache info`` and ``kernix cache clear``: reading and emptying the store.
-
-kernix creates no symbolic link below the cache root, so neither follows
-one: a clear removes the link itself, info does not count what is behind it.
-Both say what they could not do with a :class:`~kernix.errors.CacheError`
-naming the path and the fix.
+"""``kernix cache info`` and ``kernix cache clear``: reading and emptying the
+store, following no symbolic link; what they cannot do is a
+:class:`~kernix.errors.CacheError` naming the path and the fix.
 """
 
 from __future__ import annotations
@@ -40,8 +37,7 @@ _ON_ERROR = "onexc" if sys.version_info >= (3, 12) else "onerror"
 
 def _owner(area: str, entry: str) -> str:
     """The module an entry of ``area`` belongs to, by its name (``build/.ops.stale-*``
-    and ``sources/ops-<hash>.cpp`` belong to ``ops``); the entry's own name when
-    that is no module's (nothing kernix made)."""
+    and ``sources/ops-<hash>.cpp`` are ``ops``'s); else the entry's own name."""
     if area == "build" and entry.startswith("."):
         candidate = entry[1:].rpartition(".stale-")[0]
     elif area == "sources":
@@ -68,7 +64,6 @@ class Clearing:
         return owned
 
     def _failed(self, function: Any, path: str, exc: Any) -> None:
-        """:func:`shutil.rmtree`'s error handler: remember what could not be removed."""
         exc = exc[1] if isinstance(exc, tuple) else exc  # (onerror gives sys.exc_info())
         if isinstance(exc, FileNotFoundError):
             return  # removed meanwhile
@@ -96,9 +91,8 @@ class Clearing:
         return lstat_or_none(path) is None
 
     def _usable_lock(self, name: str) -> None:
-        """Remove what the build lock of ``name`` refuses, which no kernix process
-        can therefore hold (a ``locks`` that is no directory; a lock file that is
-        a link, not a regular file, or another user's): the refusal advises a clear."""
+        """Remove what the build lock of ``name`` refuses (a ``locks`` that is no
+        directory; a lock file that is no regular file, or another user's)."""
         locks = self.base / "locks"
         if not is_real_dir(locks):
             self.remove(locks)
@@ -110,8 +104,7 @@ class Clearing:
 
     def module(self, name: str, found: list[tuple[str, str]] | None = None) -> None:
         """Remove what belongs to ``name`` in the module areas, under its build lock
-        when it is a module name; ``found``: what :meth:`owned` found of it
-        before (``None``: listed under the lock)."""
+        when it is a module name; ``found``: what :meth:`owned` found of it."""
         if not is_module_name(name):
             self.module_files(name, found)
             return
@@ -122,7 +115,7 @@ class Clearing:
     def module_files(self, name: str, found: list[tuple[str, str]] | None) -> None:
         """Remove ``name``'s entries (counting them), work directories, inline
         sources and direct records: those in ``found`` (``None``: listed now),
-        and those named ``name`` itself, which a build may have made since."""
+        and those named ``name`` itself."""
         modules = self.base / "modules"
         for entry in self._listing(modules / name) if is_real_dir(modules) else ():  # (never through a link)
             was_entry = entry.is_dir(follow_symlinks=False)
@@ -140,7 +133,6 @@ class Clearing:
                     self.remove(self.base / area / entry)
 
     def _listing(self, directory: Path) -> list[os.DirEntry[str]]:
-        """:func:`~kernix.store.walk.listing`, remembering a directory that cannot be read."""
         try:
             return listing(directory)
         except OSError as exc:
@@ -148,16 +140,14 @@ class Clearing:
             return []
 
     def shared(self) -> None:
-        """Remove what no one module owns (direct records, specs, memos), and
-        areas that are not directories (kernix did not make them)."""
+        """Remove what no one module owns, and areas that are not directories."""
         for area in (*AREAS, "locks"):
             if area in _SHARED_AREAS or not is_real_dir(self.base / area):
                 self.remove(self.base / area)
 
     def check(self, name: str | None = None) -> None:
         """Raise a :class:`CacheError` naming the first path a clear of module
-        ``name`` (``None``: of every module) could not remove, why, and the fix
-        (to run the clear again as the user ran it)."""
+        ``name`` (``None``: of every module) could not remove, why, and the fix."""
         if not self.failures:
             return
         if running_command() is not None:
@@ -169,8 +159,7 @@ class Clearing:
         raise CacheError(self.problem(call, again))
 
     def problem(self, call: str, again: str) -> str:
-        """What ``call`` (as the user spelled it) could not remove, and the fix;
-        ``again``: the call to repeat then, quoted."""
+        """What ``call`` could not remove, and the fix; ``again``: the call to repeat, quoted."""
         path, exc = self.failures[0]
         more = len(self.failures) - 1
         also = f" and {more} more path{'s' if more > 1 else ''}" if more else ""
@@ -181,8 +170,6 @@ class Clearing:
 
 
 def _clear_advice(base: Path, path: str, exc: OSError, again: str) -> str:
-    """What to do about ``path`` that a clear could not remove with ``exc``;
-    ``again`` is the clear to run afterwards, as the user spells it."""
     if exc.errno in (errno.EACCES, errno.EPERM):
         return (
             f"Give yourself write permission in the cache (`chmod -R u+rwX {shlex.quote(printable(base))}`) and run "
@@ -223,8 +210,8 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
     InvalidNameError
         When ``name`` is not a module name.
     CacheError
-        When something could not be removed (after removing all it could),
-        naming it and the fix, or the build lock could not be taken.
+        When something could not be removed (naming it and the fix), or the
+        build lock could not be taken.
     """
     base = Path(root) if root is not None else cache_root()
     clearing = Clearing(base)
@@ -241,7 +228,6 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
 
 
 def _describe(entry: str, size: int, used: float, now: float) -> dict[str, Any]:
-    """What ``cache_info`` says of one entry of ``size`` bytes, last used at ``used``."""
     record: dict[str, Any] = {
         "name": printable(os.path.basename(os.path.dirname(entry))), "key": printable(os.path.basename(entry)),
         "path": printable(entry), "size_bytes": size, "last_use": used, "age_s": max(0.0, now - used),
@@ -282,7 +268,7 @@ def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     Raises
     ------
     CacheError
-        When a directory or file in the cache cannot be read, naming it and the fix.
+        When a directory or file in the cache cannot be read (naming it and the fix).
     """
     base = Path(root) if root is not None else cache_root()
     now = time.time()

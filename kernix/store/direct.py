@@ -1,13 +1,9 @@
-"""The direct index: answers that need the toolchain to compute, remembered
-under the fingerprint of their question with the stat of every file they
-were computed from, as in ccache's direct mode.
-
-An entry's key, or an inference parse's set-up, needs the compilers, jaxlib
-and the CUDA headers found; its fingerprint covers the request's options and
-the environment that steers the tool search.  While every file it was
-computed from (the sources, the compilers, the directories searched for them,
-kernix's own code) is unchanged, the remembered answer is the one the full
-computation would give.
+"""The direct index: answers that need the toolchain to compute (an entry's
+key, an inference parse's set-up), remembered under the fingerprint of their
+question (the request's options, the environment that steers the tool search)
+with the stat of every file they were computed from, as in ccache's direct
+mode: while those are unchanged, the answer is the one the full computation
+would give.
 
 ``direct/<module name>/<fingerprint[:32]>.rec`` holds a load request's entry
 key; ``direct/.parse/<fingerprint[:32]>.rec`` an inference parse's set-up
@@ -15,18 +11,27 @@ key; ``direct/.parse/<fingerprint[:32]>.rec`` an inference parse's set-up
 of ``format``, ``fingerprint``, ``key`` (the answer) and ``files``
 (``[path, inode, size, mtime_ns, ctime_ns]``, inode -1 for a missing file).
 Anything off about a record is a miss, never an error.
+
+Every record also vouches for kernix's own code (:func:`code_stats`), whose
+content (:func:`code_identity`: every Python module of ``kernix/language/``,
+``kernix/frontend/`` and ``kernix/backend/``, ``languages.py``, and every file
+under ``kernix/include/``) enters every cache key: a checkout edited in place,
+or two installs of one version, generate other code under one version.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Callable, Iterable, Sequence
 
 from .. import notes
-from .files import COMPILER_ENVIRONMENT, UntrustedRecord, read_record, write_record
-from .identity import code_stats
+from .files import (
+    COMPILER_ENVIRONMENT, FileStat, UntrustedRecord, content_key, read_record, recall, remember, write_record,
+)
 
-__all__ = ["DIRECT_FORMAT", "TOOL_ENVIRONMENT", "file_stats", "search_dirs", "lookup", "record", "records"]
+__all__ = ["DIRECT_FORMAT", "TOOL_ENVIRONMENT", "file_stats", "search_dirs", "lookup", "record",
+           "code_files", "code_identity", "code_stats", "forget"]
 
 DIRECT_FORMAT = 3  # 3: records vouch for kernix's code; fingerprints cover the compilers' environment
 
@@ -38,8 +43,10 @@ TOOL_ENVIRONMENT = (
     *COMPILER_ENVIRONMENT,
 )
 
+
+
 def _file_stat(path: str) -> list[Any]:
-    """``[path, inode, size, mtime_ns, ctime_ns]`` (:class:`~kernix.store.files.FileStat`; inode -1: missing)."""
+    """``[path, inode, size, mtime_ns, ctime_ns]`` (inode -1: missing)."""
     try:
         st = os.stat(path)  # (not through FileStat: a warm load checks every file of its record)
     except OSError:
@@ -48,9 +55,8 @@ def _file_stat(path: str) -> list[Any]:
 
 
 def search_dirs() -> list[str]:
-    """The directories ``PATH`` searches for tools, each once, in order: a
-    record that depends on which compiler is found vouches for each of them
-    (a compiler installed into one later changes its identity)."""
+    """The directories ``PATH`` searches for tools, each once, in order (a
+    record of which compiler is found vouches for each)."""
     return list(dict.fromkeys(d for d in os.environ.get("PATH", "").split(os.pathsep) if d))
 
 
@@ -59,19 +65,12 @@ def file_stats(paths: Iterable[str]) -> list[list[Any]]:
     return [_file_stat(p) for p in paths]
 
 
-def records(root: str | os.PathLike[str], space: str) -> str:
-    """The directory of one kind of record: a module name, or ``".parse"``."""
-    return os.path.join(root, "direct", space)
-
-
 def _record_path(root: str | os.PathLike[str], space: str, fingerprint: str) -> str:
-    return os.path.join(records(root, space), f"{fingerprint[:32]}.rec")
+    return os.path.join(root, "direct", space, f"{fingerprint[:32]}.rec")
 
 
-def lookup(
-    root: str | os.PathLike[str], space: str, fingerprint: str, *, valid: Callable[[Any], bool], what: str,
-    verbose: bool = False,
-) -> Any:
+def lookup(root: str | os.PathLike[str], space: str, fingerprint: str, *, valid: Callable[[Any], bool], what: str,
+           verbose: bool = False) -> Any:
     """The answer remembered for ``fingerprint`` in ``space`` if ``valid``
     accepts it, else ``None`` (no record, a changed file, or a record that is
     not usable); a miss is logged as ``"<what>: direct miss: <why>"``."""
@@ -81,9 +80,7 @@ def lookup(
     return value
 
 
-def _read(
-    root: str | os.PathLike[str], path: str, fingerprint: str, valid: Callable[[Any], bool]
-) -> tuple[Any, str]:
+def _read(root: str | os.PathLike[str], path: str, fingerprint: str, valid: Callable[[Any], bool]) -> tuple[Any, str]:
     """``(answer, "hit")`` when the record at ``path`` holds, else ``(None, why not)``."""
     try:
         data = read_record(path, root)
@@ -107,15 +104,61 @@ def _read(
     return value, "hit"
 
 
-def record(
-    root: str | os.PathLike[str], space: str, fingerprint: str, value: Any, files: Sequence[list[Any]], *, what: str,
-    verbose: bool = False,
-) -> None:
-    """Remember ``value`` for ``fingerprint`` in ``space``; ``files`` are
-    the :func:`file_stats` taken before the value was computed (the record
-    vouches for kernix's own code as well).  Failing to remember is not an error."""
+def record(root: str | os.PathLike[str], space: str, fingerprint: str, value: Any, files: Sequence[list[Any]], *,
+           what: str, verbose: bool = False) -> None:
+    """Remember ``value`` for ``fingerprint`` in ``space`` (failing to is no
+    error); ``files``: the :func:`file_stats` taken before it was computed."""
     data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": [*files, *code_stats()]}
-    if not write_record(_record_path(root, space, fingerprint), data):
-        return
+    if write_record(_record_path(root, space, fingerprint), data):
+        notes.note(f"{what}: direct record {fingerprint[:16]}", verbose=verbose)
 
-    notes.note(f"{what}: direct record {fingerprint[:16]}", verbose=verbose)
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_DIRECTORIES = ("language", "frontend", "backend")
+_MODULES = ("languages.py",)
+_HEADERS = "include"
+
+
+def code_files() -> list[str]:
+    """The files whose content is kernix's identity, absolute, sorted."""
+    found = [os.path.join(_PACKAGE, m) for m in _MODULES]
+    for d in _DIRECTORIES:
+        found += [e.path for e in os.scandir(os.path.join(_PACKAGE, d)) if e.name.endswith(".py") and e.is_file()]
+    for top, _, names in os.walk(os.path.join(_PACKAGE, _HEADERS)):
+        found += [os.path.join(top, n) for n in names]
+    return sorted(found)
+
+
+@functools.lru_cache(maxsize=None)
+def _identity() -> tuple[str, tuple[tuple[Any, ...], ...]]:
+    """``(SHA-256 over the files' names and content, their stats taken before
+    reading them)``; the digest is remembered per stats."""
+    paths = code_files()
+    stats = tuple((p, *FileStat.of(p)) for p in paths)
+    memo = content_key(list(stats))[:24]
+    digest = recall("kernix-code", memo)
+    if isinstance(digest, str) and len(digest) == 64:
+        return digest, stats
+    blobs = []
+    for p in paths:
+        with open(p, "rb") as f:
+            blobs.append(f.read())
+    digest = content_key(["kernix code", [os.path.relpath(p, _PACKAGE) for p in paths]], *blobs)
+    remember("kernix-code", memo, digest)
+    return digest, stats
+
+
+def code_identity() -> str:
+    """The SHA-256 of kernix's code, the same for the whole process."""
+    return _identity()[0]
+
+
+def code_stats() -> list[list[Any]]:
+    """``[path, inode, size, mtime_ns, ctime_ns]`` of each of :func:`code_files`,
+    as taken before :func:`code_identity` read them (for direct-index records)."""
+    return [list(s) for s in _identity()[1]]
+
+
+def forget() -> None:
+    """Work the identity out again when next needed (tests that edit a copy of kernix)."""
+    _identity.cache_clear()

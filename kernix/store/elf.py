@@ -1,9 +1,7 @@
 """Structural checks of ELF files (objects and shared libraries) in pure Python.
 
-A build output is checked before it is linked or published: a file cut short
-(a full disk, a killed linker, a copy interrupted), overwritten with other
-bytes, or lacking the symbols kernix exports must never be linked, cached or
-loaded.  Only 64-bit little-endian ELF (x86-64, aarch64 Linux) is read.
+A build output cut short, overwritten, or lacking the symbols kernix exports
+is never linked, cached or loaded.  Only 64-bit little-endian ELF is read.
 """
 
 from __future__ import annotations
@@ -47,10 +45,7 @@ def _sections(data: bytes, path: Path) -> list[tuple[int, ...]]:
 
 def check_elf(path: Path, data: bytes | None = None) -> None:
     """Raise :class:`ElfError` unless ``path`` (whose bytes are ``data``, when
-    the caller has read them) is a whole ELF file.
-
-    Every table and section the header names must lie inside the file.
-    """
+    read) is a whole ELF file: every table and section it names inside it."""
     if data is None:
         try:
             data = path.read_bytes()
@@ -60,13 +55,8 @@ def check_elf(path: Path, data: bytes | None = None) -> None:
 
 
 def dynamic_symbols(path: Path) -> set[str]:
-    """The names of the symbols ``path`` defines in its dynamic symbol table.
-
-    Raises
-    ------
-    ElfError
-        If ``path`` is not a whole ELF file.
-    """
+    """The names of the symbols ``path`` defines in its dynamic symbol table
+    (:class:`ElfError` if it is not a whole ELF file)."""
     try:
         data = path.read_bytes()
     except OSError as exc:

@@ -2,15 +2,13 @@
 
 An entry is used only when its manifest reads back valid, every file the
 build read still has its recorded content, and the library its recorded size
-and hash; a :class:`Lookup` says why not (``verbose=True`` prints it).
-Publishing writes the library under its own hash (never rewritten in place),
-the specs and the ``last-use`` file, then the manifest that vouches for them,
-atomically: a reader sees a complete entry or none.
+and hash; a :class:`Lookup` says why not.  Publishing writes the library
+under its own hash, the specs and the ``last-use`` file, then the manifest
+that vouches for them, atomically: a reader sees a complete entry or none.
 
 ``last-use``'s modification time is the entry's last use, by which the cache
-is evicted (as in ccache, with no lock: a library removed while a process
-loads it fails to open, and that process builds it again).  A hit sets it to
-the present once it is :data:`TOUCH_INTERVAL_S` old (one ``lstat`` a load).
+is evicted (with no lock, as in ccache: a library removed while a process
+loads it fails to open, and that process builds it again).
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ import os
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +39,6 @@ LAST_USE = "last-use"
 TOUCH_INTERVAL_S = 3600.0
 
 
-@dataclass(frozen=True)
 class Lookup:
     """The outcome of one look-up: the usable entry's ``manifest`` (``None``
     on a miss), and the ``reason``: ``"hit"``, or why not (``"no entry"``, also
@@ -50,9 +46,12 @@ class Lookup:
     ``"P changed during the build"``; ``"damaged: ..."``, when ``damaged``:
     the entry exists but cannot be used as it is, and the caller rebuilds it)."""
 
-    manifest: Manifest | None
-    reason: str
-    damaged: bool = False
+    __slots__ = ("manifest", "reason", "damaged")
+
+    def __init__(self, manifest: Manifest | None, reason: str, damaged: bool = False) -> None:
+        self.manifest = manifest
+        self.reason = reason
+        self.damaged = damaged
 
     @property
     def hit(self) -> bool:
@@ -62,14 +61,9 @@ class Lookup:
 
 def lookup(root: Path, name: str, key: str, *, warn: bool = True) -> Lookup:
     """Look up the entry for ``key``; a hit records its use, a damaged entry is
-    a miss (the caller rebuilds it) and, with ``warn``, a ``RuntimeWarning``.
-
-    Raises
-    ------
-    CacheError
-        When the entry exists but another user could have written it, or the
-        process has no file descriptor left to read it.
-    """
+    a miss (the caller rebuilds it) and, with ``warn``, a ``RuntimeWarning``;
+    a :class:`CacheError` when another user could have written the entry, or
+    no file descriptor is left to read it."""
     entry = entry_dir(root, name, key)
     try:
         check_private(entry / "manifest.json", root)
@@ -79,10 +73,7 @@ def lookup(root: Path, name: str, key: str, *, warn: bool = True) -> Lookup:
     if found.manifest is not None:
         record_use(entry)
     if warn and found.damaged:
-        warnings.warn(
-            f"kernix: the cache entry {entry} is {found.reason}; rebuilding it",
-            RuntimeWarning, stacklevel=3,
-        )
+        warnings.warn(f"kernix: the cache entry {entry} is {found.reason}; rebuilding it", RuntimeWarning, stacklevel=3)
     return found
 
 
@@ -91,8 +82,7 @@ def _damaged(why: str) -> Lookup:
 
 
 def _unread(entry: Path, exc: OSError) -> None:
-    """Raise when ``exc`` says this process has no file descriptor left: the
-    entry is not damaged, and a rebuild would fail the same way."""
+    """Raise when ``exc`` says this process has no file descriptor left (no damage)."""
     if exc.errno in (errno.EMFILE, errno.ENFILE):
         raise CacheError(
             f"cannot read the cache entry {entry}: {exc.strerror} (this process holds too many open files). Close "
@@ -104,9 +94,8 @@ _CLEARED = Lookup(None, "no entry (removed while it was read: a cache clear)")
 
 
 def record_use(entry: Path) -> None:
-    """Set the entry's ``last-use`` file to the present if it is
-    :data:`TOUCH_INTERVAL_S` old (or in the future); failing to (a read-only
-    cache, a file gone) is not an error, and a link is never followed."""
+    """Set the entry's ``last-use`` file to the present if it is :data:`TOUCH_INTERVAL_S`
+    old (or in the future); failing to is not an error, a link is never followed."""
     path = os.path.join(entry, LAST_USE)
     with contextlib.suppress(OSError):
         if not 0 <= time.time() - os.lstat(path).st_mtime < TOUCH_INTERVAL_S:
@@ -114,9 +103,8 @@ def record_use(entry: Path) -> None:
 
 
 def entry_time(entry: str | os.PathLike[str]) -> float:
-    """When the entry was last used: its ``last-use`` file's modification
-    time, else (half written or half removed) its manifest's, else its
-    directory's (``0.0`` when it is gone)."""
+    """When the entry was last used: its ``last-use`` file's mtime, else its
+    manifest's, else its directory's (``0.0`` when it is gone)."""
     for path in (os.path.join(entry, LAST_USE), os.path.join(entry, "manifest.json"), entry):
         with contextlib.suppress(OSError):
             return os.lstat(path).st_mtime
@@ -124,7 +112,6 @@ def entry_time(entry: str | os.PathLike[str]) -> float:
 
 
 def _read_entry(entry: Path, key: str, root: Path) -> Lookup:
-    """The entry in ``entry`` checked: a hit, or why not."""
     try:
         manifest = Manifest.read(entry)
     except FileNotFoundError:
@@ -163,22 +150,15 @@ def _read_entry(entry: Path, key: str, root: Path) -> Lookup:
 
 
 def _complete(entry: Path) -> bool:
-    """Whether the entry has its manifest: a clear or an eviction removes it
-    first, so a file of an entry without one was removed, not damaged."""
+    """Whether the entry has its manifest (a clear removes it first)."""
     return (entry / "manifest.json").exists()
 
 
 def publish(root: Path, name: str, key: str, built_so: Path, functions: "Sequence[FunctionSpec]",
             handlers: dict[str, str], dependencies: Sequence[Sequence[Any]], platform: str) -> Manifest:
-    """Copy a built library into the cache and write its manifest, atomically;
-    ``dependencies``: the version of every file the build read.  Hold the
-    module's build lock around this.
-
-    Raises
-    ------
-    CacheError
-        When the entry cannot be written.
-    """
+    """Copy a built library into the cache and write its manifest, atomically
+    (a :class:`CacheError` when it cannot); ``dependencies``: the version of
+    every file the build read.  Hold the module's build lock around this."""
     entry = entry_dir(root, name, key)
     try:
         makedirs(entry)
@@ -218,7 +198,6 @@ def publish(root: Path, name: str, key: str, built_so: Path, functions: "Sequenc
 
 
 def discard(manifest: Manifest) -> None:
-    """Remove an entry whose library turned out unusable (it failed to load),
-    so it is never a hit again.  Hold the module's build lock around this."""
+    """Remove an entry whose library failed to load.  Hold the module's build lock around this."""
     with contextlib.suppress(OSError):
         (manifest.directory / "manifest.json").unlink()

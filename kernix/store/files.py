@@ -1,22 +1,20 @@
 """File primitives of the store: the content key, hashing, file versions,
 atomic writes, records and the memos kept in them, and inline sources.
 
-A file's *version* is ``[path, inode, size, mtime_ns, ctime_ns, sha256]``.
-It is still *current* when its stat is unchanged or, if only the stat moved,
-its content hashes the same (``touch`` alone is no change).  A file that
-changed while a build read it is *unsettled* (:func:`settled_versions`),
-never current.
+A file's *version* is ``[path, inode, size, mtime_ns, ctime_ns, sha256]``: still
+*current* when its stat is unchanged or its content hashes the same (``touch``
+alone is no change); one that changed while a build read it is *unsettled*
+(:func:`settled_versions`), never current.
 
-A *record* (``*.rec``: what every warm look-up reads) is :data:`RECORD_MAGIC`
-followed by one plain value in :mod:`marshal`'s format 4, read without
-importing :mod:`json`.  marshal is not meant for data others could craft:
-records are read only where no other user could have written them
-(:func:`read_record`), and each reader validates what it finds (a wrong shape
-is a miss).
+A *record* (``*.rec``) is :data:`RECORD_MAGIC` and one plain value in
+:mod:`marshal`'s format 4.  marshal is not meant for data others could craft:
+records are read only where no other user could have written them, and each
+reader validates what it finds (a wrong shape is a miss).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import marshal
 import os
@@ -25,7 +23,8 @@ import secrets
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from operator import itemgetter
+from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import CacheError, KernixError
 from ..paths import cache_root
@@ -38,10 +37,8 @@ __all__ = [
     "UntrustedRecord", "recall", "remember", "PRELUDE_FILE", "new_prelude_file", "prelude_file",
 ]
 
-#: The environment variables that change what a compiler does with the same
-#: arguments (header and library search, its own programs, the date, flags
-#: clang and nvcc add by themselves): they enter every cache key and
-#: fingerprint, and every answer remembered about a compiler.
+#: The environment variables that change what a compiler does with the same arguments:
+#: they enter every cache key and fingerprint, and every answer remembered about a compiler.
 COMPILER_ENVIRONMENT = (
     "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH", "COMPILER_PATH", "GCC_EXEC_PREFIX",
     "SOURCE_DATE_EPOCH", "CCC_OVERRIDE_OPTIONS", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN",
@@ -55,14 +52,13 @@ def compiler_environment() -> dict[str, str | None]:
     """The value of each of :data:`COMPILER_ENVIRONMENT` (``None``: unset)."""
     return {v: os.environ.get(v) for v in COMPILER_ENVIRONMENT}
 
+
+#: The first bytes of every record file.
 RECORD_MAGIC = b"kernix record 1\n"
-"""The first bytes of every record file (see the module documentation)."""
 
 
 def _canonical(value: Any) -> Any:
-    """``value`` with each dict (keys: strings) replaced by its items in key
-    order and each value other than plain data by its ``str``, so that its
-    ``repr`` does not depend on insertion order or on object identities."""
+    """``value`` with dicts as their items in key order and other than plain data as ``str``."""
     if isinstance(value, dict):
         return ("{}", [(k, _canonical(value[k])) for k in sorted(value)])
     if isinstance(value, (list, tuple)):
@@ -71,9 +67,8 @@ def _canonical(value: Any) -> Any:
 
 
 def content_key(parts: Any, *blobs: bytes) -> str:
-    """The one content key of every kernix cache: SHA-256 over the canonical
-    form of ``parts`` (plain data; the ``repr`` with dicts in key order,
-    tuples as lists, other values as their ``str``), then each of ``blobs``."""
+    """The one content key of every kernix cache: SHA-256 over the ``repr`` of
+    ``parts`` (dicts in key order, tuples as lists, other values as ``str``), then ``blobs``."""
     h = hashlib.sha256(repr(_canonical(parts)).encode("utf-8", "surrogatepass"))
     for blob in blobs:
         h.update(b"\0")
@@ -87,10 +82,8 @@ def encode_record(value: Any) -> bytes:
 
 
 def write_record(path: str | os.PathLike[str], value: Any) -> bool:
-    """Write the record file ``path`` holding ``value``, atomically (not
-    durably: every record is an optimisation, computed again when missing),
-    creating its directory.  Whether it was written: failing to (a read-only
-    cache, a full disk, a value that is not plain data) is not an error."""
+    """Write the record file ``path`` holding ``value``, atomically (not durably:
+    a record is computed again when missing); whether it was written."""
     try:
         makedirs(os.path.dirname(path))
         atomic_write(path, encode_record(value), durable=False)
@@ -104,16 +97,9 @@ class UntrustedRecord(ValueError):
 
 
 def read_record(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Any:
-    """The value of the record file at ``path`` under the cache root ``root``.
-
-    Raises
-    ------
-    OSError
-        When it cannot be read (:class:`FileNotFoundError` when missing).
-    ValueError
-        When it is not a record, a damaged one, or (:class:`UntrustedRecord`)
-        one another user could have written.
-    """
+    """The value of the record file at ``path`` under the cache root ``root``:
+    an ``OSError`` when it cannot be read, a ``ValueError`` when it is not a
+    record, a damaged one, or (:class:`UntrustedRecord`) another user's."""
     if not is_private(path, root):
         raise UntrustedRecord(f"{path} could have been written by another user")
     with open(path, "rb") as f:
@@ -131,9 +117,8 @@ def _memo_path(root: str | os.PathLike[str], kind: str, key: str, suffix: str = 
 
 
 def recall(kind: str, key: str, *, root: str | os.PathLike[str] | None = None) -> Any:
-    """The answer remembered as ``kind`` for ``key`` (:func:`remember`) under the
-    cache root ``root`` (default: :func:`kernix.paths.cache_root`), or ``None``:
-    none, a damaged one, or one another user could have written."""
+    """The answer remembered as ``kind`` for ``key`` under the cache root ``root``
+    (default: :func:`kernix.paths.cache_root`), or ``None`` (none, or unusable)."""
     base = root if root is not None else cache_root()
     try:
         return read_record(_memo_path(base, kind, key), base)
@@ -142,24 +127,17 @@ def recall(kind: str, key: str, *, root: str | os.PathLike[str] | None = None) -
 
 
 def remember(kind: str, key: str, value: Any, *, root: str | os.PathLike[str] | None = None) -> bool:
-    """Remember ``value`` (plain data) as ``kind`` for ``key`` in ``toolchain/``,
-    for :func:`recall`; whether it was written (failing to is not an error)."""
+    """Remember ``value`` (plain data) as ``kind`` for ``key``; whether it was written."""
     return write_record(_memo_path(root if root is not None else cache_root(), kind, key), value)
 
 
 #: A prelude: a record remembered as ``prelude`` (:func:`remember`) with the files
 #: it names (:func:`new_prelude_file`), evicted together by their last use.
-PRELUDE_FILE = re.compile(r"prelude-([0-9a-f]+)(?:\.rec|-[0-9a-f]{16}\.[a-z]+)")
+PRELUDE_FILE = r"prelude-([0-9a-f]+)(?:\.rec|-[0-9a-f]{16}\.[a-z]+)"
 
 
 def new_prelude_file(root: str | os.PathLike[str], key: str, suffix: str) -> Path:
-    """A new file name for the prelude ``key``, ending in ``suffix``, its directory made.
-
-    Raises
-    ------
-    CacheError
-        When the directory cannot be made.
-    """
+    """A new file name for the prelude ``key``, ending in ``suffix``, its directory made."""
     path = _memo_path(root, "prelude", key, f"-{secrets.token_hex(8)}{suffix}")
     makedirs(path.parent)
     return path
@@ -168,7 +146,7 @@ def new_prelude_file(root: str | os.PathLike[str], key: str, suffix: str) -> Pat
 def prelude_file(root: str | os.PathLike[str], key: str, name: object) -> Path | None:
     """The file of the prelude ``key`` that its record names ``name``, if that
     is one of its names and no other user could have written it."""
-    match = PRELUDE_FILE.fullmatch(name) if isinstance(name, str) else None
+    match = re.fullmatch(PRELUDE_FILE, name) if isinstance(name, str) else None
     if match is None or match.group(1) != key or name.endswith(".rec"):  # type: ignore[union-attr]
         return None
     path = _memo_path(root, "prelude", key, "").with_name(name)  # type: ignore[arg-type]
@@ -184,21 +162,28 @@ def file_digest(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-class FileStat(NamedTuple):
-    """What ``stat`` says of a file's version: any write, replacement or
-    ``utime()`` changes the ctime, which no user can set back, so a file with
-    an equal ``FileStat`` has not changed."""
+class FileStat(tuple):
+    """``(inode, size, mtime_ns, ctime_ns)``: what ``stat`` says of a file's
+    version.  Any write, replacement or ``utime()`` changes the ctime, which no
+    user can set back, so a file with an equal ``FileStat`` has not changed."""
 
-    inode: int
-    size: int
-    mtime_ns: int
-    ctime_ns: int
+    __slots__ = ()
+    inode = property(itemgetter(0))
+    size = property(itemgetter(1))
+    mtime_ns = property(itemgetter(2))
+    ctime_ns = property(itemgetter(3))
+
+    def __new__(cls, inode: int, size: int, mtime_ns: int, ctime_ns: int) -> FileStat:
+        return tuple.__new__(cls, (inode, size, mtime_ns, ctime_ns))
+
+    def __getnewargs__(self) -> tuple[int, ...]:  # (copy and pickle)
+        return tuple(self)
 
     @classmethod
     def of(cls, path: str | os.PathLike[str]) -> FileStat:
         """The stat of ``path`` (following links); ``OSError`` as :func:`os.stat`."""
         st = os.stat(path)
-        return cls(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        return tuple.__new__(cls, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
 
 
 def file_versions(paths: Iterable[str]) -> list[list[Any]]:
@@ -207,8 +192,7 @@ def file_versions(paths: Iterable[str]) -> list[list[Any]]:
 
 
 def version_current(version: Sequence[Any]) -> bool:
-    """Whether a file still has the content of its recorded version: hashed
-    again only when its stat moved and its size did not; never when unsettled."""
+    """Whether a file still has its recorded version's content (hashed only when its stat moved)."""
     path, inode, size, mtime_ns, ctime_ns, digest = version
     try:
         st = os.stat(path)  # (compared field by field: every warm load checks each file the build read)
@@ -225,9 +209,8 @@ def versions_current(versions: Sequence[Sequence[Any]]) -> bool:
 
 
 def stale_file(versions: Sequence[Sequence[Any]]) -> str | None:
-    """Why ``versions`` (:func:`file_versions`) are not all current: ``"P changed
-    during the build"`` for an unsettled one, ``"P changed"`` for the first
-    other file that no longer has its recorded content; ``None`` when all do."""
+    """Why ``versions`` are not all current (``"P changed during the build"``,
+    ``"P changed"``, of the first that is not), else ``None``."""
     for version in versions:
         if not version_current(version):
             return f"{version[0]} {UNSETTLED if version[-1] == UNSETTLED else 'changed'}"
@@ -235,20 +218,12 @@ def stale_file(versions: Sequence[Sequence[Any]]) -> str | None:
 
 
 def filesystem_now(directory: str | os.PathLike[str], *, settle_s: float = 2.0) -> int:
-    """The file system's clock in ``directory`` (ns): every file written
-    before the call has an earlier time, every file written after a later or
-    equal one.
-
-    It is the modification time of a file created there (not
-    :func:`time.time_ns`, which may be another machine's clock, or finer).
-    File systems stamp with a coarse clock, so it is read until it moves past
-    the first reading (at most ``settle_s`` seconds).
-
-    Raises
-    ------
-    OSError
-        When no file can be created in ``directory``.
-    """
+    """The file system's clock in ``directory`` (ns): every file written before
+    the call has an earlier time, every file written after a later or equal
+    one.  It is the modification time of a file created there (the clock may
+    be another machine's), read until it moves past the first reading (file
+    systems stamp coarsely), at most ``settle_s`` seconds; ``OSError`` when no
+    file can be created there."""
     first = _clock_reading(directory)
     deadline = time.monotonic() + settle_s
     while True:
@@ -268,17 +243,12 @@ def _clock_reading(directory: str | os.PathLike[str]) -> int:
 
 
 def settled_versions(paths: Iterable[str], started_ns: int, fixed: dict[str, str] | None = None) -> list[list[Any]]:
-    """The version of each file a build that started at ``started_ns`` (the
-    file system's clock, :func:`filesystem_now`) read, taken after the build.
-
-    A file changed (or status-changed) at or after the start may have changed
-    while the build read it: its version is *unsettled*
-    (``[path, -1, -1, -1, -1, UNSETTLED]``, never current, as ccache refuses
-    to record such a file), and so is a file that is gone.  A modification
-    time later than the status-change time was set by hand (``touch -d``) and
-    says nothing: the status-change time decides.  ``fixed`` maps paths whose
-    content cannot change (inline sources) to the SHA-256 they must have.
-    """
+    """The version of each file a build that started at ``started_ns`` (by
+    :func:`filesystem_now`) read, taken after the build.  A file changed at or
+    after the start, or gone, is *unsettled* (``[path, -1, -1, -1, -1,
+    UNSETTLED]``, as ccache refuses to record one); an mtime later than the
+    ctime was set by hand and says nothing.  ``fixed`` maps paths whose content
+    cannot change (inline sources) to the SHA-256 they must have."""
     out: list[list[Any]] = []
     for path in paths:
         try:
@@ -307,17 +277,14 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, durable: bool = T
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 
 def source_module(file_name: str) -> str | None:
     """The module whose inline source is stored under ``file_name``
-    (:func:`write_source`: ``<module>-<16 hex digits>.<ext>``), or ``None``
-    when it is no inline source's name: ``ops-v2-<hash>.cpp`` is ``ops-v2``'s."""
+    (``<module>-<16 hex digits>.<ext>``), or ``None``."""
     match = re.fullmatch(r"(.+)-[0-9a-f]{16}\.[a-z]+", file_name)
     return match.group(1) if match else None
 
@@ -348,13 +315,9 @@ def write_source(root: Path, name: str, text: str, ext: str) -> Path:
 
 
 def remembered(kind: str, executable: str, compute: Callable[[], Any]) -> Any:
-    """``compute()``, remembered on disk per (executable, size, mtime, ctime)
-    and :data:`COMPILER_ENVIRONMENT` (which changes what a compiler answers).
-
-    Used for what a compiler reports about itself (its version banner, its
-    include directories), so a warm process never runs a compiler.  A
-    ``None`` answer (the question failed) is not remembered.
-    """
+    """``compute()``, remembered on disk per the executable's stat and
+    :data:`COMPILER_ENVIRONMENT` (what a compiler says of itself: a warm
+    process never runs one); a ``None`` answer is not remembered."""
     stamp = content_key([kind, executable, *FileStat.of(executable), compiler_environment()])[:24]
     found = recall(kind, stamp)
     if isinstance(found, dict) and "value" in found:

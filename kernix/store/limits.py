@@ -1,10 +1,4 @@
-"""The cache's size limit and the spellings of sizes and ages.
-
-``$KERNIX_CACHE_MAX_SIZE`` bounds the cache (see :func:`max_size`); sizes
-are written as ``kernix cache prune --max-size`` takes them (:func:`parse_size`)
-and ages as ``--older-than`` takes them (:func:`parse_age`).  Pure functions:
-nothing here touches the disk.
-"""
+"""The cache's size limit (``$KERNIX_CACHE_MAX_SIZE``) and the spellings of sizes and ages."""
 
 from __future__ import annotations
 
@@ -64,14 +58,9 @@ def parse_age(text: str) -> float:
 
 
 def max_size() -> int | None:
-    """The cache's size limit in bytes: ``$KERNIX_CACHE_MAX_SIZE``
-    (:func:`parse_size`), else :data:`DEFAULT_MAX_SIZE`; ``None``: no limit.
-
-    Raises
-    ------
-    CacheError
-        When the variable is set to something that is not a size.
-    """
+    """The cache's size limit in bytes: ``$KERNIX_CACHE_MAX_SIZE`` (a
+    :class:`CacheError` when it is no size), else :data:`DEFAULT_MAX_SIZE`;
+    ``None``: no limit."""
     raw = os.environ.get(MAX_SIZE_VARIABLE)
     if raw is None or not raw.strip():
         return DEFAULT_MAX_SIZE

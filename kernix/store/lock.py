@@ -1,12 +1,7 @@
 """The inter-process build lock of a module: an ``flock`` on
-``locks/<name>.lock``, which the kernel drops when its holder dies.
-
-The file is opened with ``O_NOFOLLOW`` in a trust-checked directory and kept
-``0600``, so no other user can take it.  The holder writes its pid and start
-time into it; a waiter names it after a few seconds and, when it gives up,
-says whether it is alive, stopped or gone.  A file system that refuses
-``flock`` (NFS without lock support) is a :class:`~kernix.errors.CacheError`
-saying what to do; a load that finds its module built needs no lock.
+``locks/<name>.lock`` (``O_NOFOLLOW``, ``0600``, in a trust-checked
+directory), which the kernel drops when its holder dies.  The holder writes
+its pid and start time into it, for waiters to name it.
 """
 
 from __future__ import annotations
@@ -64,7 +59,7 @@ def _open_lock(path: Path) -> int:
 
 
 def _holder(fd: int) -> tuple[int, float, str] | None:
-    """(pid, start time) the holder wrote, if readable, and its :func:`_process_state`."""
+    """(pid, start time) the holder wrote, if readable, and its state."""
     try:
         text = os.pread(fd, 256, 0).decode("ascii", "replace").split()
         pid, since = int(text[0]), float(text[1])
@@ -90,7 +85,6 @@ def _process_state(pid: int) -> str:
 
 
 def _describe(held: tuple[int, float, str] | None, name: str) -> str:
-    """Who holds the lock (see :func:`_holder`)."""
     if held is None:
         return f"another process building {name!r}"
     pid, since, state = held
@@ -100,7 +94,6 @@ def _describe(held: tuple[int, float, str] | None, name: str) -> str:
 
 
 def _timeout_message(fd: int, name: str, path: Path, waited: float) -> str:
-    """Why the lock was not had, whom it is held by, and what to do."""
     held = _holder(fd)
     state = None if held is None else held[2]
     if state == "stopped":
@@ -116,18 +109,14 @@ def _timeout_message(fd: int, name: str, path: Path, waited: float) -> str:
 
 
 def _refused_message(path: Path, root: Path, name: str, exc: OSError) -> str:
-    """What to do when the file system refuses ``flock`` itself."""
-    return (
-        f"the file system of the kernix cache {root} refuses the lock {path} ({exc.strerror or exc}), as an NFS "
-        f"mount without lock support does. kernix holds it to build or remove module {name!r}, so that two "
-        "processes never mix their files. Put the cache on a local disk (KERNIX_CACHE_DIR, or build_directory=), "
-        "mount the share with locking (NFSv4, or NFSv3 with lockd running), or ship prebuilt modules "
-        "(`kernix build`); modules already built in this cache load without the lock."
-    )
+    return (f"the file system of the kernix cache {root} refuses the lock {path} ({exc.strerror or exc}), as an NFS "
+            f"mount without lock support does. kernix holds it to build or remove module {name!r}, so that two "
+            "processes never mix their files. Put the cache on a local disk (KERNIX_CACHE_DIR, or build_directory=), "
+            "mount the share with locking (NFSv4, or NFSv3 with lockd running), or ship prebuilt modules "
+            "(`kernix build`); modules already built in this cache load without the lock.")
 
 
 def _mark_holder(fd: int) -> None:
-    """Write our pid and the time into the lock file, for waiters to name us."""
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {time.time():.3f}\n".encode(), 0)
@@ -172,14 +161,8 @@ def _take(fd: int, path: Path, root: Path, name: str, *, wait: bool, verbose: bo
 @contextlib.contextmanager
 def try_lock(root: Path, name: str) -> Iterator[bool]:
     """Hold the build lock of ``name`` under ``root`` if no process holds it,
-    without waiting: yields whether it is held (a prune passes over a module
-    being built).
-
-    Raises
-    ------
-    CacheError
-        When the lock cannot be opened safely, or the file system refuses ``flock``.
-    """
+    without waiting: yields whether it is held; a :class:`CacheError` when it
+    cannot be opened safely, or the file system refuses ``flock``."""
     path, fd = _open_in(root, name)
     try:
         yield _take(fd, path, root, name, wait=False)
@@ -189,14 +172,9 @@ def try_lock(root: Path, name: str) -> Iterator[bool]:
 
 @contextlib.contextmanager
 def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None]:
-    """Hold the build lock of module ``name`` under cache root ``root``.
-
-    Raises
-    ------
-    CacheError
-        When the lock cannot be opened safely, or after ``$KERNIX_LOCK_TIMEOUT``
-        seconds of waiting (naming the holder and what to do).
-    """
+    """Hold the build lock of module ``name`` under cache root ``root``; a
+    :class:`CacheError` when it cannot be opened safely, or after
+    ``$KERNIX_LOCK_TIMEOUT`` seconds of waiting (naming the holder)."""
     path, fd = _open_in(root, name)
     try:
         _take(fd, path, root, name, wait=True, verbose=verbose)

@@ -25,15 +25,13 @@ refuse an unknown ``format``)::
 and beside it, written first, ``functions.json`` (the functions' specs in
 export order) and ``last-use`` (:mod:`kernix.store.entries`).  Reading a
 manifest checks what a load uses (library name, handler symbols); the specs
-are parsed and checked only when :meth:`Manifest.specs` is asked: a warm load
-that calls one function of forty does not parse forty specs.
+are parsed and checked only when :meth:`Manifest.specs` is asked.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -46,15 +44,11 @@ if TYPE_CHECKING:
 
 __all__ = ["MANIFEST_FORMAT", "Manifest", "ManifestError", "entry_dir"]
 
-# 4: dependencies record ctime_ns; 5: file versions and the library's stat hold the inode;
-# 6: specs record a returned xla::ffi::Error (a library built before checks none); 7: dependencies cover
-# system and CUDA headers and may be unsettled; 8: sources, and every entry has a last-use file
 MANIFEST_FORMAT = 8
 SPECS_FILE = "functions.json"
 
 
 def _is_library_name(name: object) -> bool:
-    """``module-<16 lower-case hex digits>.so``."""
     return (
         isinstance(name, str) and len(name) == 26 and name.startswith("module-") and name.endswith(".so")
         and all(c in "0123456789abcdef" for c in name[7:23])
@@ -70,27 +64,32 @@ def entry_dir(root: Path, name: str, key: str) -> Path:
     return root / "modules" / name / key[:32]
 
 
-@dataclass(eq=False, kw_only=True, slots=True)
 class Manifest:
-    """A published cache entry (see the module docstring for the format):
-    each field as stored, but ``directory``, the entry's directory (where the
-    manifest was read); ``handlers`` maps each exported name to its handler
-    symbol, in export order."""
+    """A published cache entry: each field as stored, and ``directory``, the
+    entry's directory (where the manifest was read)."""
 
-    directory: Path
-    key: str
-    name: str
-    platform: str
-    so: str
-    so_size: int
-    so_sha256: str
-    so_stat: FileStat
-    sources: tuple[str, ...] = ()
-    handlers: dict[str, str]
-    specs_sha256: str
-    dependencies: tuple[tuple[Any, ...], ...]
-    created: float = 0.0
-    _specs_raw: bytes | None = field(default=None, init=False, repr=False)  # functions.json, once kept
+    #: The fields stored in ``manifest.json``, in order.
+    STORED = ("key", "name", "platform", "so", "so_size", "so_sha256", "so_stat", "sources", "handlers",
+              "specs_sha256", "dependencies", "created")
+    __slots__ = ("directory", *STORED, "_specs_raw")
+
+    def __init__(self, *, directory: Path, key: str, name: str, platform: str, so: str, so_size: int,
+                 so_sha256: str, so_stat: FileStat, sources: tuple[str, ...] = (), handlers: dict[str, str],
+                 specs_sha256: str, dependencies: tuple[tuple[Any, ...], ...], created: float = 0.0) -> None:
+        self.directory = directory
+        self.key = key
+        self.name = name
+        self.platform = platform
+        self.so = so
+        self.so_size = so_size
+        self.so_sha256 = so_sha256
+        self.so_stat = so_stat
+        self.sources = sources
+        self.handlers = handlers
+        self.specs_sha256 = specs_sha256
+        self.dependencies = dependencies
+        self.created = created
+        self._specs_raw: bytes | None = None  # functions.json, once kept
 
     @property
     def so_path(self) -> Path:
@@ -103,22 +102,13 @@ class Manifest:
         return json.dumps([f.to_json() for f in specs], separators=(",", ":")).encode()
 
     def keep_specs(self) -> None:
-        """Read ``functions.json`` into memory now (unchecked), so that :meth:`specs`
-        works after the entry is removed (an ``OSError`` when it cannot be read)."""
+        """Read ``functions.json`` now (unchecked): :meth:`specs` works after the entry is removed."""
         self._specs_raw = (self.directory / SPECS_FILE).read_bytes()
 
     def specs(self) -> "tuple[FunctionSpec, ...]":
-        """The functions' specs, read from ``functions.json`` and validated
-        (see :meth:`kernix.language.spec.FunctionSpec.from_json`).
-
-        Raises
-        ------
-        ManifestError
-            When the file does not have its recorded hash, its functions are not
-            the handlers' in order, or a record is not a valid spec (naming it).
-        """
-        # Not with the manifest: a warm load reads no spec (a third of its time)
-        from ..language.spec import FunctionSpec
+        """The functions' specs, read from ``functions.json`` and validated; a
+        :class:`ManifestError` says what is wrong."""
+        from ..language.spec import FunctionSpec  # (a warm load reads no spec)
 
         raw = self._specs_raw
         if raw is None:
@@ -144,13 +134,11 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         """The on-disk form."""
-        stored = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("directory", "_specs_raw")}
-        return {"format": MANIFEST_FORMAT, **stored}  # (tuples written as JSON lists)
+        return {"format": MANIFEST_FORMAT, **{f: getattr(self, f) for f in self.STORED}}  # (tuples as JSON lists)
 
     @classmethod
     def from_json(cls, directory: Path, data: Any) -> "Manifest":
-        """Validate and read the on-disk form: what a load uses (the library
-        name, the handler symbols); a :class:`ManifestError` says what is wrong."""
+        """Validate and read the on-disk form; a :class:`ManifestError` says what is wrong."""
         try:
             if not isinstance(data, dict):
                 raise ManifestError("not a JSON object")
@@ -185,14 +173,7 @@ class Manifest:
 
     @classmethod
     def read(cls, directory: Path) -> "Manifest":
-        """Read ``directory/manifest.json``.
-
-        Raises
-        ------
-        FileNotFoundError
-            When there is none; ``OSError`` when it cannot be read;
-            :class:`ManifestError` when it is not a valid manifest.
-        """
+        """Read ``directory/manifest.json`` (``OSError``, or :class:`ManifestError`)."""
         raw = (directory / "manifest.json").read_bytes()
         try:
             data = json.loads(raw)

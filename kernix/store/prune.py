@@ -1,17 +1,12 @@
 """Keeping the cache within its size limit: :func:`prune_cache` (``kernix
-cache prune``) and the eviction after each build that stores an entry
-(:func:`after_publish`).
+cache prune``) and the eviction after each build (:func:`after_publish`).
 
-It removes, least recently used first, module entries, work directories
-(``build/<name>``), a build's old leftovers (``build/.<name>.stale-*``) and
-preludes (``toolchain/prelude-*``); a module's last entry takes its inline
-sources and direct records with it.  The rest counts towards the size but
-stays (``kernix cache clear`` empties it).  One prune runs at a time
-(``locks/.prune.lock``); each removal holds the module's build lock, taken
-without waiting (a module being built is passed over); an entry used since
-the prune looked is kept; a manifest goes first, so a half-removed entry is
-never trusted; no symbolic link is followed.  Every decision is logged
-(logger ``kernix``: DEBUG), every removal at INFO.
+It removes, least recently used first, module entries, work directories, a
+build's old leftovers and preludes; a module's last entry takes its inline
+sources and direct records with it.  One prune runs at a time; each removal
+holds the module's build lock, taken without waiting (a module being built
+is passed over); an entry used since the prune looked is kept; a manifest
+goes first.  Every decision is logged (``kernix``: DEBUG), removals at INFO.
 """
 
 from __future__ import annotations
@@ -47,10 +42,8 @@ _INFO = 20  # logging.INFO
 @dataclass(frozen=True)
 class Candidate:
     """Something a prune may remove: an ``"entry"``, a ``"work directory"``,
-    ``"leftovers"`` (a directory a build moved aside to delete it) or a
-    ``"prelude"`` (``files``: its record first, then its files; ``path``: the
-    first), of ``module`` (``""`` for a prelude), ``size`` bytes, last used at
-    ``used`` (seconds since the epoch)."""
+    ``"leftovers"`` or a ``"prelude"`` (``files``: its record, then its files),
+    of ``module`` (``""`` for a prelude), ``size`` bytes, last used at ``used``."""
 
     kind: str
     module: str
@@ -65,13 +58,12 @@ class Candidate:
         if self.kind == "entry":
             return printable(os.path.basename(self.path))
         if self.kind == "prelude":
-            return PRELUDE_FILE.fullmatch(os.path.basename(self.path)).group(1)  # type: ignore[union-attr]
+            return re.fullmatch(PRELUDE_FILE, os.path.basename(self.path)).group(1)  # type: ignore[union-attr]
         return None
 
     @property
     def label(self) -> str:
-        """``ops 1a2b3c4d5e6f`` (an entry, by its key), ``ops (work directory)``,
-        ``prelude 1a2b3c4d5e6f``."""
+        """``ops 1a2b3c4d5e6f``, ``ops (work directory)``, ``prelude 1a2b3c4d5e6f``."""
         if self.kind == "prelude":
             return f"prelude {self.key[:12]}"  # type: ignore[index]
         if self.kind == "entry":
@@ -94,12 +86,10 @@ LEFTOVERS_AGE_S = 3600.0
 
 
 def _preludes(base: Path, found: Survey) -> list[Candidate]:
-    """Each prelude (:data:`~kernix.store.files.PRELUDE_FILE`): its record with
-    its files (a file without a record on its own), last used when one of its
-    files was last read or written."""
+    """Each prelude: its record with its files, last used when one of them was last read or written."""
     groups: dict[str, list[str]] = {}
     for name in found.preludes:
-        match = PRELUDE_FILE.fullmatch(name)
+        match = re.fullmatch(PRELUDE_FILE, name)
         if match is not None:
             groups.setdefault(match.group(1), []).append(name)
     out = []
@@ -115,8 +105,7 @@ def _preludes(base: Path, found: Survey) -> list[Candidate]:
 
 def candidates(found: Survey, base: str | os.PathLike[str]) -> list[Candidate]:
     """What a prune may remove of what ``found`` (the cache under ``base``)
-    holds, least recently used first (directories whose names are no module's
-    are not kernix's: ``kernix cache clear`` removes them)."""
+    holds, least recently used first."""
     out = []
     for path, size in found.entries.items():
         module = os.path.basename(os.path.dirname(path))
@@ -140,10 +129,8 @@ _warned_unevictable = False
 
 
 def _unevictable(total: int, evictable: int, limit: int) -> bool:
-    """Whether what no prune removes (specs, compiler answers, ...) alone
-    fills ``limit``; then evicting would empty the cache of entries and still
-    leave it over the limit: say so (a ``RuntimeWarning`` once per process)
-    and evict nothing for the limit."""
+    """Whether what no prune removes alone fills ``limit`` (then nothing is
+    evicted for it, with a ``RuntimeWarning`` once per process)."""
     fixed = total - evictable
     if fixed < limit:
         return False
@@ -171,7 +158,7 @@ class _Pruning:
 
     def run(self, found: Survey, *, limit: int | None, cutoff: float | None) -> int:
         """Remove what is older than ``cutoff`` and, least recently used first,
-        what exceeds ``limit``; return the bytes left by the estimate."""
+        what exceeds ``limit``; the bytes left, by the estimate."""
         total = found.total
         found_candidates = candidates(found, self.base)
         if limit is not None and total > limit and _unevictable(total, sum(c.size for c in found_candidates), limit):
@@ -224,9 +211,7 @@ class _Pruning:
         return None
 
     def _tidy(self, module: str) -> None:
-        """Once ``module`` has no entry left, remove its directory under
-        ``modules/``, its direct records and its inline sources (its work
-        directory is a candidate of its own)."""
+        """Once ``module`` has no entry left, remove its directory, direct records and inline sources."""
         directory = self.base / "modules" / module
         if not is_real_dir(directory) or listing(directory):
             return
@@ -240,10 +225,8 @@ class _Pruning:
 
 
 def _summary(pruning: _Pruning, now: float) -> dict[str, list[dict[str, Any]]]:
-    return {
-        "removed": [c.record(now, reason=why) for c, why in pruning.removed],
-        "kept": [c.record(now, reason=why) for c, why in pruning.kept],
-    }
+    return {"removed": [c.record(now, reason=why) for c, why in pruning.removed],
+            "kept": [c.record(now, reason=why) for c, why in pruning.kept]}
 
 
 def _limit_of(max_size_: int | str | None) -> int:
@@ -270,22 +253,17 @@ def _age_of(older_than: float | str) -> float:
     return float(older_than)
 
 
-def prune_cache(
-    max_size: int | str | None = None,
-    *,
-    older_than: float | str | None = None,
-    root: str | os.PathLike[str] | None = None,
-) -> dict[str, Any]:
+def prune_cache(max_size: int | str | None = None, *, older_than: float | str | None = None,
+                root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Remove least-recently-used cache entries, work directories and
     precompiled preludes until the cache fits ``max_size``, and those unused
     for ``older_than``; with neither, bring it within its configured limit
     (``$KERNIX_CACHE_MAX_SIZE``, default 5 GiB), as after every build.
 
     What a module being built holds is kept (and reported as kept); so are
-    inferred specs and compiler answers, which count towards the size
-    (:func:`clear_cache` empties them; when they alone fill ``max_size``,
-    nothing is removed for the size, with a ``RuntimeWarning``).  Symbolic
-    links are never followed.
+    inferred specs and compiler answers, which count towards the size (when
+    they alone fill ``max_size``, nothing is removed for it, with a
+    ``RuntimeWarning``).  Symbolic links are never followed.
 
     Parameters
     ----------
@@ -314,14 +292,11 @@ def prune_cache(
     OptionError
         When ``max_size`` or ``older_than`` is not a size or an age.
     CacheError
-        When something could not be removed or read (after removing what it
-        could), naming it and the fix, or ``$KERNIX_CACHE_MAX_SIZE`` is not a size.
+        When something could not be removed or read (naming it and the fix),
+        or ``$KERNIX_CACHE_MAX_SIZE`` is not a size.
     """
     cutoff_age = None if older_than is None else _age_of(older_than)
-    if max_size is not None:
-        limit: int | None = _limit_of(max_size)
-    else:
-        limit = limits.max_size() if older_than is None else None
+    limit = _limit_of(max_size) if max_size is not None else limits.max_size() if older_than is None else None
     base = Path(root) if root is not None else cache_root()
     command = "`kernix cache prune`" if running_command() is not None else "`kernix.prune_cache()`"
     pruning = _Pruning(base)
@@ -341,11 +316,8 @@ def prune_cache(
 
 
 def after_publish(root: Path, manifest: Manifest) -> None:
-    """Bring the cache within its limit after ``manifest``'s entry was
-    published, keeping it; the caller holds its module's build lock.  One walk
-    of the cache when nothing is to be done; what cannot be removed, or a
-    ``$KERNIX_CACHE_MAX_SIZE`` that is no size, is a ``RuntimeWarning``: the
-    build it follows succeeded."""
+    """Bring the cache within its limit after ``manifest``'s entry was published,
+    keeping it (the caller holds its build lock); what fails is a ``RuntimeWarning``."""
     try:
         limit = limits.max_size()
     except CacheError as exc:

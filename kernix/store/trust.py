@@ -1,10 +1,6 @@
-"""Trust checks: nothing another user can write is ever compiled or loaded.
-
-A shared library is code, and so is anything written into generated C++ or
-handed to a compiler: a file in the cache that another user can replace
-would let them run code in this process.  :func:`check_private` refuses such
-paths; :func:`makedirs` creates directories that only their owner can write,
-whatever the umask; :func:`io_message` turns an ``OSError`` into advice.
+"""Trust checks: nothing another user can write is ever compiled or loaded
+(:func:`check_private`); :func:`makedirs` creates directories only their owner
+can write, whatever the umask; :func:`io_message` turns an ``OSError`` into advice.
 """
 
 from __future__ import annotations
@@ -19,11 +15,9 @@ __all__ = ["check_private", "makedirs", "io_message", "is_private", "foreign_wri
 
 
 def foreign_writer(st: os.stat_result, owners: tuple[int, ...], *, sticky_ok: bool) -> str | None:
-    """Who, besides the users ``owners`` (this user and root, and whoever else
-    the caller trusts), could replace what ``st`` describes: ``"owner"``
-    (another user owns it), ``"others"`` (other users may write it; a sticky
-    directory, whose entries only their owners replace, is exempt where
-    ``sticky_ok``), else ``None``."""
+    """Who, besides the users ``owners``, could replace what ``st`` describes:
+    ``"owner"`` (another user owns it), ``"others"`` (others may write it; a
+    sticky directory is exempt where ``sticky_ok``), else ``None``."""
     if st.st_uid not in owners:
         return "owner"
     sticky_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
@@ -55,8 +49,7 @@ def _problem(p: str, st: os.stat_result, uid: int) -> str | None:
 def check_private(path: str | os.PathLike[str], root: str | os.PathLike[str], *more: str | os.PathLike[str]) -> None:
     """Raise a :class:`CacheError` naming the fix if ``path`` (or ``more``), or
     a directory between it and ``root``, is a symbolic link, another user's, or
-    writable by others (the root may be a link: its target is checked; paths
-    that do not exist yet are skipped)."""
+    writable by others (paths that do not exist yet are skipped)."""
     why = _first_problem(root, (path, *more))
     if why is not None:
         raise CacheError(why)
@@ -68,8 +61,7 @@ def is_private(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bo
 
 
 def _first_problem(root: str | os.PathLike[str], paths: tuple[str | os.PathLike[str], ...]) -> str | None:
-    """``"refusing to use P: why"`` for the first path of the chains from
-    ``root`` to ``paths`` that is not private, else ``None``."""
+    """``"refusing to use P: why"`` for the first path from ``root`` to ``paths`` not private."""
     uid = os.getuid()
     top = os.fspath(root)
     inside = top.rstrip(os.sep) + os.sep
@@ -92,8 +84,7 @@ def _first_problem(root: str | os.PathLike[str], paths: tuple[str | os.PathLike[
 
 
 def makedirs(path: str | os.PathLike[str]) -> None:
-    """Create ``path`` and its missing parents as ``0o755`` whatever the umask,
-    so a permissive umask never makes the cache writable by others."""
+    """Create ``path`` and its missing parents as ``0o755`` whatever the umask."""
     missing = []
     p = os.fspath(path)
     while not os.path.isdir(p):

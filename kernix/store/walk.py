@@ -1,7 +1,5 @@
-"""Reading the cache's directories (``kernix cache info``, ``clear``,
-``prune``) with ``lstat``, never through a symbolic link: below the cache
-root kernix creates none, and a link counts as a file of no size.
-"""
+"""Reading the cache's directories with ``lstat``, never through a symbolic
+link (a link counts as a file of no size)."""
 
 from __future__ import annotations
 
@@ -37,13 +35,7 @@ def is_real_dir(path: str | os.PathLike[str]) -> bool:
 
 
 def listing(directory: str | os.PathLike[str]) -> list[os.DirEntry[str]]:
-    """The entries of ``directory``: none when it is missing, not a directory, or a link.
-
-    Raises
-    ------
-    OSError
-        When it cannot be read.
-    """
+    """The entries of ``directory``: none when it is missing, not a directory, or a link."""
     if not is_real_dir(directory):
         return []
     try:
@@ -61,15 +53,8 @@ def _unreadable(exc: OSError) -> None:
 
 def directories(top: str | os.PathLike[str]) -> Iterator[tuple[str, list[str], int, dict[str, os.stat_result]]]:
     """``(path, names, size, stats)`` for ``top`` and each directory below it,
-    no symbolic link followed: its names, the bytes of its regular files and
-    their ``lstat`` by name (a ``top`` that is no directory: no names, its own
-    bytes); what is removed meanwhile counts nothing.
-
-    Raises
-    ------
-    OSError
-        When a directory or file cannot be read.
-    """
+    no link followed: its names, the bytes of its regular files and their
+    ``lstat`` by name; what is removed meanwhile counts nothing."""
     st = lstat_or_none(top)
     if st is None or not stat.S_ISDIR(st.st_mode):
         yield os.fspath(top), [], st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0, {}
@@ -87,14 +72,11 @@ def directories(top: str | os.PathLike[str]) -> Iterator[tuple[str, list[str], i
 
 @dataclass
 class Survey:
-    """What one walk of the cache found: ``total``, the bytes of the regular
-    files of its :data:`AREAS`; by path, the bytes below each entry directory
-    ``modules/<name>/<key>`` (``entries``, those holding a manifest in
-    ``complete``, their last use in ``used``: :func:`kernix.store.entries.entry_time`),
-    below each work directory ``build/<name>`` (``workdirs``) and each
-    directory a build moved aside to delete it (``leftovers``); and the files
-    directly in ``toolchain/`` by name (``preludes``): ``(size, last use)``,
-    the later of their access and modification times."""
+    """What one walk of the cache found: ``total``, the bytes of its :data:`AREAS`;
+    by path, the bytes below each entry (``entries``; with a manifest:
+    ``complete``; last use: ``used``), work directory (``workdirs``) and
+    directory a build moved aside (``leftovers``); ``preludes``: the files in
+    ``toolchain/``, ``(size, later of atime and mtime)`` by name."""
 
     total: int = 0
     entries: dict[str, int] = field(default_factory=dict)
@@ -111,13 +93,7 @@ def _two_below(directory: str, area: str) -> list[str]:
 
 
 def survey(base: str | os.PathLike[str]) -> Survey:
-    """Walk the cache under ``base`` once, following no symbolic link.
-
-    Raises
-    ------
-    OSError
-        When a directory or file cannot be read.
-    """
+    """Walk the cache under ``base`` once, following no symbolic link."""
     found = Survey()
     modules, build = os.path.join(base, "modules"), os.path.join(base, "build")
     toolchain = os.path.join(base, "toolchain")
@@ -147,13 +123,8 @@ def survey(base: str | os.PathLike[str]) -> Survey:
 
 
 def read_survey(base: str | os.PathLike[str], command: str) -> Survey:
-    """:func:`survey`, for ``command`` (as the user ran it, quoted).
-
-    Raises
-    ------
-    CacheError
-        When a directory or file cannot be read, naming it and the fix.
-    """
+    """:func:`survey`, for ``command`` (as the user ran it, quoted); a
+    :class:`CacheError` naming what cannot be read and the fix."""
     try:
         return survey(base)
     except OSError as exc:

@@ -2,14 +2,12 @@
 kept between builds so ninja recompiles only what changed.  Hold the
 module's build lock around its use.
 
-ninja decides by modification times alone, so a source replaced by a
-different file with an *older* mtime (``mv``, ``cp -p``, ``tar x``, a branch
-switch), or an object built by another compiler behind the same path, looks
-up to date to it.  So each successful build records (``.kernix-inputs.json``)
-its *stamp* (the compilers' and flags' identity) and the version of every
-input it read; the next build keeps the directory only when the stamp is the
-same and every input is unchanged or newer than that build's start, and
-otherwise starts from an empty directory.
+ninja goes by modification times alone, so a source replaced by one with an
+*older* mtime (``mv``, ``cp -p``, a branch switch), or another compiler behind
+the same path, looks up to date to it.  So each successful build records its
+*stamp* (the compilers' and flags' identity) and the version of every input
+it read; the next keeps the directory only when the stamp is the same and
+every input is unchanged or newer than that build's start.
 """
 
 from __future__ import annotations
@@ -35,15 +33,12 @@ __all__ = ["noexec_problem", "build_started", "work_directory", "record_inputs",
 BUILDING_MARKER = ".kernix-building"
 #: What the last successful build in the directory read, and with which tools.
 INPUTS_RECORD = ".kernix-inputs.json"
-# 2: inputs are file versions (with the inode); 3: started_ns, the build's start by the file
-# system's clock, replaces built_ns (taken by time.time_ns()), and inputs may be unsettled
 _RECORD_FORMAT = 3
 
 
 def noexec_problem(root: str | os.PathLike[str]) -> str | None:
-    """Why no library built under the cache root ``root`` can be loaded, or
-    ``None``: its file system is mounted ``noexec`` (``dlopen``: "failed to
-    map segment"), which no rebuild changes, so nothing is built there."""
+    """Why no library built under the cache root ``root`` can be loaded (its
+    file system is mounted ``noexec``), or ``None``."""
     path = nearest_existing(os.fspath(root), os.path.exists)  # not made yet: its future file system
     try:
         if not os.statvfs(path).f_flag & os.ST_NOEXEC:
@@ -58,14 +53,8 @@ def noexec_problem(root: str | os.PathLike[str]) -> str | None:
 
 
 def build_started(root: Path) -> int:
-    """The file system's clock (:func:`kernix.store.files.filesystem_now`) in
-    ``build/`` under ``root``, now: read before a build reads any input.
-
-    Raises
-    ------
-    CacheError
-        When no file can be created there.
-    """
+    """The file system's clock in ``build/`` under ``root``, now (read before a
+    build reads any input); a :class:`CacheError` when no file can be made there."""
     directory = root / "build"
     makedirs(directory)
     try:
@@ -75,10 +64,8 @@ def build_started(root: Path) -> int:
 
 
 def record_inputs(path: Path, stamp: str, prints: Sequence[Sequence[Any]], started_ns: int) -> None:
-    """Record, after a successful build in ``path`` that started at
-    ``started_ns`` (the file system's clock), the ``stamp`` it was built with
-    and the version of every input it read
-    (:func:`kernix.store.files.settled_versions`, taken after the build)."""
+    """Record, after a successful build in ``path`` that started at ``started_ns``,
+    its ``stamp`` and the version of every input it read (:func:`settled_versions`)."""
     record = {"format": _RECORD_FORMAT, "stamp": stamp, "started_ns": started_ns, "inputs": list(prints)}
     atomic_write(path / INPUTS_RECORD, json.dumps(record).encode(), durable=False)
 
@@ -130,25 +117,20 @@ def _empty(path: Path, name: str) -> None:
 
 
 @contextlib.contextmanager
-def work_directory(
-    root: Path, name: str, *, fresh: bool = False, stamp: str | None = None, verbose: bool = False
-) -> Iterator[Path]:
+def work_directory(root: Path, name: str, *, fresh: bool = False, stamp: str | None = None,
+                   verbose: bool = False) -> Iterator[Path]:
     """The working directory for building module ``name``, under its build lock:
-    emptied first with ``fresh``, or when :func:`stale_reason` distrusts it for
-    ``stamp`` (call :func:`record_inputs` with it after a successful build), or
-    when a marker says its last builder died mid-build (its compilers may still
-    write there: it is moved aside).  An ``OSError`` inside becomes a
-    :class:`CacheError`."""
+    emptied first with ``fresh``, when :func:`stale_reason` distrusts it for
+    ``stamp``, or when a marker says its last builder died mid-build.  An
+    ``OSError`` inside becomes a :class:`CacheError`."""
     path = root / "build" / name
     marker = path / BUILDING_MARKER
     if fresh:
         shutil.rmtree(path, ignore_errors=True)
     elif marker.exists():
         _empty(path, name)
-        warnings.warn(
-            f"kernix: a previous build of {name!r} in {path} was interrupted (its process died); "
-            "starting that build afresh", RuntimeWarning, stacklevel=3,
-        )
+        warnings.warn(f"kernix: a previous build of {name!r} in {path} was interrupted (its process died); "
+                      "starting that build afresh", RuntimeWarning, stacklevel=3)
     elif stamp is not None and path.exists():
         check_private(path, root)
         why = stale_reason(path, stamp)
