@@ -123,10 +123,11 @@ def one_tu(lang: str, mod: kernix.CompiledModule, arch: str | None, workdir: Pat
     combined = Path(tempfile.mkdtemp(dir=workdir)) / f"one.{ext}"
     # The shim unit includes the user's file; then one ffi.h handler per
     # function, as a hand-written FFI binding would have: the fixed reference
-    # that kernix's own (C-API) handlers are measured against.
+    # that kernix's own (C-API) handlers are measured against; and the text of
+    # failed checks that the user's code links to.
     fns = [codegen.ExportedFunction(i, spec) for i, spec in enumerate(mod.functions.values())]
     handlers = codegen.ffi_handler_unit(fns, mod.platform, True)
-    combined.write_text("\n".join([(build / f"shim_0.{ext}").read_text(), handlers]))
+    combined.write_text("\n".join([(build / f"shim_0.{ext}").read_text(), handlers, codegen.messages_unit()]))
     flags = compile_flags(BuildConfig("cuda" if lang == "cuda" else "cpu", arch=arch))
     obj = combined.with_suffix(".o")
     compile_cmd = [*flags["user"], "-c", str(combined), "-o", str(obj)]

@@ -260,7 +260,7 @@ def test_a_build_logs_one_info_line_and_a_warm_load_none(
     kernix.load_cpp_inline(name, SOURCE, build_directory=str(tmp_path), auto_register=False)
     infos = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
     assert len(infos) == 1
-    assert re.fullmatch(rf"built module '{name}' \(cpu\): 2 of 2 units compiled in \d+\.\d\d s", infos[0])
+    assert re.fullmatch(rf"built module '{name}' \(cpu\): 3 of 3 units compiled in \d+\.\d\d s", infos[0])
     assert capfd.readouterr().err == ""  # not a terminal, not asked: silent
     caplog.clear()
     kernix.load_cpp_inline(name, SOURCE, build_directory=str(tmp_path), auto_register=False)

@@ -139,7 +139,7 @@ def test_eight_processes_one_compile(wrapper: Wrapper, root: Path, source: Path,
                 os.killpg(p.pid, signal.SIGKILL)
     assert all(r["values"] == EXPECTED for r in results)
     assert len({r["so"] for r in results}) == 1
-    assert wrapper.calls("compile") == 2  # the user's unit and the handler unit, once
+    assert wrapper.calls("compile") == 3  # the user's unit, the handler unit and the messages unit, once
     assert wrapper.calls("link") == 1
     assert len(list((root / "modules" / name).glob("*/manifest.json"))) == 1
 
@@ -170,7 +170,7 @@ def test_two_threads_in_one_process(wrapper: Wrapper, root: Path, tmp_path: Path
         assert isinstance(r, kernix.CompiledModule), r
         _check(r)
     assert results[0].path == results[1].path and results[2].path == results[3].path
-    assert wrapper.calls("compile") == 4 and wrapper.calls("link") == 2
+    assert wrapper.calls("compile") == 6 and wrapper.calls("link") == 2
 
 
 # --------------------------------------------------------------------- crashes
@@ -235,7 +235,7 @@ def test_builder_killed_mid_compile(wrapper: Wrapper, root: Path, source: Path, 
         mod = kernix.load_cpp_file(source, name=name)
     elapsed = time.monotonic() - start
     _check(mod)
-    assert wrapper.calls("compile") - before == 2  # rebuilt from scratch
+    assert wrapper.calls("compile") - before == 3  # rebuilt from scratch
     assert elapsed < 60, elapsed
     assert not (build_dir / ".kernix-building").exists()
     assert not list((root / "build").glob(f".{name}.stale-*"))  # the dead build's dir is gone

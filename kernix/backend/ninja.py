@@ -4,8 +4,8 @@ Layout of one build directory (stable per module name, so ninja rebuilds only
 what changed)::
 
     shim_0.cu ... shim_N.cu     user file i + its shims   (nvcc, or c++ for CPU)
-    handlers_0.cpp ...          the XLA FFI handlers      (host c++; specs only;
-                                the first also kernix/detail/messages.cc)
+    handlers_0.cpp ...          the XLA FFI handlers      (host c++; specs only)
+    messages.cpp                kernix/detail/messages.cc (host c++): the text of failed checks
     build.ninja
     module.so                   all of the above, linked
 
@@ -114,7 +114,10 @@ def _ninja_file(n_units: int, n_handler_units: int, flags: dict[str, list[str]],
         "  description = link $out",
         "",
     ]
-    objs = []
+    # The messages unit comes first: ninja starts it beside the first shim unit,
+    # so on two cores it is not left to run alone after the others.
+    objs = ["messages.o"]
+    rules.append("build messages.o: handler_cc messages.cpp")
     for i in range(n_units):
         rules.append(f"build shim_{i}.o: user_cc shim_{i}.{ext}")
         objs.append(f"shim_{i}.o")
@@ -374,8 +377,9 @@ def compile_library(
     for k, chunk in enumerate(chunks):
         _write_if_changed(
             build_dir / f"handlers_{k}.cpp",
-            codegen.handler_unit(chunk, config.platform, config.allow_cuda_graph, with_messages=k == 0),
+            codegen.handler_unit(chunk, config.platform, config.allow_cuda_graph),
         )
+    _write_if_changed(build_dir / "messages.cpp", codegen.messages_unit())
     _write_if_changed(build_dir / "build.ninja", _ninja_file(len(units), len(chunks), flags, ext))
     _drop_damaged_outputs(build_dir)
 
@@ -402,12 +406,13 @@ def compile_library(
     except BaseException:
         progress.finish(None)
         raise
-    total = len(units) + len(chunks)
+    total = len(units) + len(chunks) + 1
     summary = f"built {what}: {progress.compiled} of {total} units compiled in {progress.elapsed():.2f} s"
     progress.finish(summary)  # (first: a log handler writing to stderr then starts on a line of its own)
     logging.getLogger("kernix").info(summary)
     deps: set[str] = {os.path.abspath(s) for s, _ in units}
     objects = [f"shim_{i}.o" for i in range(len(units))] + [f"handlers_{k}.o" for k in range(len(chunks))]
+    objects.append("messages.o")
     for obj in objects:
         deps.update(read_depfile(build_dir / f"{obj}.d"))
     generated = {str(build_dir / name) for name in os.listdir(build_dir)}

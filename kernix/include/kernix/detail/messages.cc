@@ -1,10 +1,10 @@
 // kernix/detail/messages.cc -- the out-of-line half of kernix/detail/messages.h.
 //
-// Not part of the public API.  kernix compiles this file once per module (it
-// is included by the module's first handler unit, compiled by the host
-// compiler) and links it with the user's translation units, which see only
-// the declarations.  Everything here is hidden (KERNIX_LOCAL on the
-// declarations): a module's copy serves that module alone.
+// Not part of the public API.  kernix compiles this file once per module, as
+// a unit of its own (compiled by the host compiler), and links it with the
+// user's translation units, which see only the declarations.  Everything here
+// is hidden (KERNIX_LOCAL on the declarations): a module's copy serves that
+// module alone.
 #include <cstdio>
 #include <cstring>
 #include <new>

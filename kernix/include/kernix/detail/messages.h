@@ -4,7 +4,7 @@
 // formatted by the functions declared here: a tensor read as the wrong type,
 // an index out of range, BE_CHECK's and BE_CUDA_CHECK's texts, a handler's
 // error.  They are defined once per module, in messages.cc, which kernix
-// compiles into the module's first handler unit; a translation unit of the
+// compiles as a unit of its own beside the handlers; a translation unit of the
 // user's sees only these declarations, so it does not compile text
 // formatting it rarely runs.
 //
