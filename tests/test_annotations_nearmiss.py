@@ -6,6 +6,7 @@ ordinary text (``@brief``, e-mail addresses, ``@BEGIN``) is not."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 import warnings
 from pathlib import Path
@@ -162,3 +163,35 @@ def test_inspect_prints_the_warnings(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["inspect", "--json", str(src)]) == 0
     (entry,) = json.loads(capsys.readouterr().out)["files"]
     assert [(w["line"], w["column"]) for w in entry["warnings"]] == [e[:2] for e in EXPECTED]
+
+
+def _interpreters_kernix_admits() -> list[str]:
+    """Every Python on this machine that ``requires-python`` admits: the one
+    running the tests, and the other ``python3``s on PATH or at ``/usr/bin``
+    (Debian 12's 3.11.2 matches some patterns differently from later 3.11s)."""
+    import shutil
+    import subprocess
+    import sys
+
+    found = {os.path.realpath(sys.executable): sys.executable}
+    for name in ("python3", "python3.11", "python3.12", "python3.13", "python3.14", "/usr/bin/python3"):
+        path = shutil.which(name)
+        if path and os.path.realpath(path) not in found:
+            version = subprocess.run([path, "-c", "import sys; print(sys.version_info >= (3, 11))"],
+                                     capture_output=True, text=True).stdout.strip()
+            if version == "True":
+                found[os.path.realpath(path)] = path
+    return sorted(found.values())
+
+
+@pytest.mark.parametrize("python", _interpreters_kernix_admits())
+def test_every_python_kernix_admits_finds_the_annotations_of_a_file(python: str) -> None:
+    """The lexer is pure Python: run it in each interpreter, with only the standard library."""
+    import subprocess
+
+    text = "#include <x>\n// a comment\n// @BE f\nvoid f();\n/* @BE? no */\n// @BE g arg ret\nvoid g();\n"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from kernix.frontend.lexer import find_annotations; "
+            "print([(a.name, a.line) for a in find_annotations(sys.argv[2])])")
+    out = subprocess.run([python, "-c", code, str(Path(kernix.__file__).parent.parent), text],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str([("f", 3), ("g", 6)])

@@ -28,7 +28,6 @@ import ctypes
 import hashlib
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import NamedTuple
 
 __all__ = ["CUDA_LIBRARY", "DRIVER_PROC", "NVML_LIBRARY", "Gpu", "Survey", "survey", "visible"]

@@ -25,8 +25,8 @@ __all__ = ["SHOWN", "Annotation", "NearMiss", "find_annotations", "find_near_mis
 # the comments, which start with '/', could be moved ahead of the rest).
 _TOKEN = r"""
       [^\w$"'/.]+                                            # nothing that starts a token
-    | //[^\n@\\]*+(?![^\n])                                   # a line comment without '@' or '\'
-    | /\*(?:[^*@]|\*(?!/))*+(?:\*/|\Z)                        # a block comment without '@'
+    | //[^\n@\\]*(?![^\n])                                     # a line comment without '@' or '\'
+    | /\*(?:[^*@]|\*(?!/))*(?:\*/|\Z)                         # a block comment without '@'
     | (?:u8|[uUL])?R"(?P<delim>[^()\\\s"]{0,16})\((?:.|\n)*?\)(?P=delim)"   # a raw string
     | [A-Za-z_$][\w$]*                                        # an identifier
     | \.?\d(?:[eEpP][+-]|'(?=\w)|[\w.])*                     # a number (1'000 has no character literal)
@@ -39,7 +39,7 @@ _TOKEN = r"""
 # match: a file's size costs no Python work per line), and the comments that
 # may (containing '@', or a line comment continued by a backslash).
 _LEXER = re.compile(
-    rf"""(?P<skip>(?:{_TOKEN})++)
+    rf"""(?P<skip>(?:{_TOKEN})+)
        | (?P<block>/\*(?:.|\n)*?(?:\*/|\Z))
        | (?P<line>//(?:\\\r?\n|[^\n])*)""",
     re.VERBOSE,
