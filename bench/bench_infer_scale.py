@@ -99,7 +99,7 @@ def stored_bytes(path: Path, cache: Path) -> int:
 def parse_only(path: Path, runs: int) -> float:
     """libclang alone parsing ``path`` (as inference parses it)."""
     from kernix.frontend.clangparse import ParseOptions, parse
-    from kernix.languages import language_of
+    from kernix.platforms import language_of
 
     options = ParseOptions(language_of(str(path)), (), (), ())
     return median_time(lambda: parse(str(path.resolve()), options), runs)

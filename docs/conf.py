@@ -62,7 +62,7 @@ nitpick_ignore_regex = [
 _PUBLIC_ALIASES = {"kernix.errors.", "kernix.language.spec.", "kernix.paths.", "kernix.runtime.module.",
                    "kernix.runtime.function.", "kernix.loaders.", "kernix.store.admin.",
                    "kernix.runtime.registry.", "kernix.language.names.", "kernix.frontend.infer.",
-                   "kernix.languages.", "kernix.checking.api.", "kernix.checking.report."}
+                   "kernix.platforms.", "kernix.checking.api.", "kernix.checking.report."}
 
 
 def _resolve_alias(app, env, node, contnode):

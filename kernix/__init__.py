@@ -37,7 +37,7 @@ from .errors import (
     SourceNotFoundError,
     ToolchainError,
 )
-from .languages import language_of
+from .platforms import language_of
 from .paths import cache_root, set_cache_dir
 
 if TYPE_CHECKING:

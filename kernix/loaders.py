@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import KernixError, OptionError, SourceNotFoundError
-from .languages import LANGUAGES_BY_EXTENSION, Language
+from .platforms import LANGUAGES_BY_EXTENSION, Language
 from .language.names import check_module_name
 from .paths import check_source, printable
 from .pipeline import load

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .errors import OptionError
-from .languages import PREPROCESSOR_FLAGS, Language, Platform, platform_of, split_flags
+from .platforms import PREPROCESSOR_FLAGS, Language, Platform, platform_of, split_flags
 from .language.names import check_module_name, check_target_prefix
 from .paths import cache_root, check_source, text_problem
 

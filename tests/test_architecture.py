@@ -21,7 +21,7 @@ PACKAGE = Path(kernix.__file__).resolve().parent
 # defaults; the command line drives everything else.
 LAYERS = {
     "kernix.errors": 0,
-    "kernix.languages": 1,
+    "kernix.platforms": 1,
     "kernix.paths": 1,
     "kernix.notes": 1,
     "kernix.interface": 1,
@@ -146,6 +146,24 @@ def test_the_package_keeps_to_its_line_budget() -> None:
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and any(p.rglob("*.py"))}
     assert folders <= set(LINE_BUDGETS), f"folders with no line budget: {sorted(folders - set(LINE_BUDGETS))}"
     assert _lines(SOURCES) <= PACKAGE_BUDGET
+
+
+#: The ``kernix`` commands: a command's module under cli/ may share its command's name.
+COMMANDS = ("build", "cache", "inspect", "stubs")
+
+
+def _near(a: str, b: str) -> bool:
+    """Whether two names differ only by a letter or two at the end (``request``, ``requested``)."""
+    short, long = sorted((a, b), key=len)
+    return long.startswith(short) and len(long) - len(short) <= 2
+
+
+def test_no_two_modules_are_named_a_letter_or_a_folder_apart() -> None:
+    units = {p.relative_to(PACKAGE).with_suffix("") for p in SOURCES if p.name != "__init__.py"}
+    units |= {p.relative_to(PACKAGE) for p in PACKAGE.iterdir() if p.is_dir() and any(p.rglob("*.py"))}
+    named = sorted((u.name, u) for u in units if not (u.parts[0] == "cli" and u.name in COMMANDS))
+    clashes = [(str(u), str(v)) for i, (a, u) in enumerate(named) for b, v in named[i + 1:] if _near(a, b)]
+    assert not clashes
 
 
 def test_few_modules_sit_at_the_top_of_the_package() -> None:

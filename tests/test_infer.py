@@ -434,7 +434,7 @@ def test_functions_across_sources_check_an_explicit_arg_spec_once(tmp_path: Path
     """Was: an unannotated function's explicit arg_spec was checked by the look-up in
     the sources, then again.  A name a file annotates and another declares (to call
     it) is the annotated one; another file's static function of that name is not asked."""
-    import kernix.language.exports
+    import kernix.language.selection
     from kernix.frontend import infer as infer_mod
     from kernix.frontend.units import infer_units
 
@@ -443,7 +443,7 @@ def test_functions_across_sources_check_an_explicit_arg_spec_once(tmp_path: Path
                  "static int h(int n) { return n; }\n")
     b.write_text('#include "kernix/common.h"\nvoid f(const BE::Tensor& x, BE::Tensor& y);\n'
                  "void g(const BE::Tensor& x, BE::Tensor& y, float k) {}\nstatic int h(int n) { return -n; }\n")
-    checks = [_count_calls(monkeypatch, m, "check_spec_matches") for m in (infer_mod, kernix.language.exports)]
+    checks = [_count_calls(monkeypatch, m, "check_spec_matches") for m in (infer_mod, kernix.language.selection)]
     units = infer_units([a, b], {"f": None, "g": ("arg", "ret", "attr.k")}, language="cpp", flags=(),
                         cache_dir=tmp_path / "cache")
     assert [(src, [(s.name, s.line, s.arg_spec) for s in specs]) for src, specs in units] == [

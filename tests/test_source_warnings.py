@@ -19,7 +19,7 @@ import kernix
 from kernix import AnnotationWarning
 from kernix.errors import SourceError
 from kernix.frontend.infer import InferResult
-from kernix.language.exports import InputDeclaredOnNonConstTensor, check_spec_matches
+from kernix.language.selection import InputDeclaredOnNonConstTensor, check_spec_matches
 from kernix.language.spec import FunctionSpec, Param
 
 SOURCE = textwrap.dedent(

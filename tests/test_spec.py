@@ -8,7 +8,7 @@ import json
 import pytest
 
 from kernix.errors import ArgSpecError, SourceError
-from kernix.language.exports import check_spec_matches
+from kernix.language.selection import check_spec_matches
 from kernix.language.spec import (
     ATTR_DTYPES,
     FunctionSpec,
@@ -239,7 +239,7 @@ def test_explicit_arg_for_a_non_const_by_value_tensor_is_an_input() -> None:
 
 
 def test_explicit_arg_for_a_non_const_reference_warns() -> None:
-    from kernix.language.exports import InputDeclaredOnNonConstTensor
+    from kernix.language.selection import InputDeclaredOnNonConstTensor
 
     base = _by_value_spec()
     spec = dataclasses.replace(base, params=(*base.params, Param("z", "ret", "BE::Tensor", "BE::Tensor", "tensor")))

@@ -62,7 +62,7 @@ from typing import NamedTuple, Sequence
 
 from ..language.dtypes import ARRAY_ATTR_DTYPES, ATTR_DTYPES, DTYPES
 from ..errors import KernixError
-from ..languages import Platform
+from ..platforms import Platform
 from ..paths import include_dir
 from ..language.spec import FunctionSpec, Param
 

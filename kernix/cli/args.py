@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..languages import LANGUAGES_BY_EXTENSION, unknown_extension
+from ..platforms import LANGUAGES_BY_EXTENSION, unknown_extension
 from ..paths import directory_problem, regular_file_problem, repeated_source, text_problem
 
 __all__ = ["source_problem", "output_file_problem", "add_source_args", "language_option", "inference_options"]

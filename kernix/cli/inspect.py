@@ -16,7 +16,7 @@ from ..backend.jobs import parallel_jobs
 from ..errors import KernixError, SourceError
 from ..frontend.speccache import look_up
 from ..interface import command_line
-from ..languages import LANGUAGES_BY_EXTENSION, language_of
+from ..platforms import LANGUAGES_BY_EXTENSION, language_of
 from ..paths import printable, utf8_problem
 from .args import add_source_args, inference_options, source_problem
 from .output import error_line, print_error

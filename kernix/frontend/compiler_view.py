@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..backend.toolchain import host_compiler_path, nvcc_path_or_none
-from ..languages import preprocessor_flags
+from ..platforms import preprocessor_flags
 from ..errors import ToolchainError
 from ..store.files import compiler_environment, content_key, remembered
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..errors import AnnotationWarning, ArgSpecError, InferenceError, SourceError
-from ..languages import LANGUAGES_BY_EXTENSION, language_of
+from ..platforms import LANGUAGES_BY_EXTENSION, language_of
 from ..paths import check_source
-from ..language.exports import check_spec_matches, normalize_functions
+from ..language.selection import check_spec_matches, normalize_functions
 from ..notes import warn_at
 from ..language.spec import FunctionSpec
 from . import speccache

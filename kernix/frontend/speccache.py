@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, Sequence
 
 from .. import __version__
 from ..errors import KernixError, ToolchainError
-from ..languages import language_of
+from ..platforms import language_of
 from ..paths import absolute, cache_root, printable, utf8_problem
 from ..store import direct
 from ..store.files import (

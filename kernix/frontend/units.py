@@ -16,7 +16,7 @@ from typing import Sequence
 
 from ..errors import InferenceError, KernixError, SourceError
 from ..paths import include_dir
-from ..language.exports import Requested, check_spec_matches
+from ..language.selection import Requested, check_spec_matches
 from ..language.spec import FunctionSpec
 from .lexer import find_annotations
 from .binding import DECLARED_IN_HEADER, NOT_DECLARED

@@ -12,7 +12,7 @@ hands each part to its module: the arg_spec tokens to :mod:`.spec` (the
 grammar and ``FunctionSpec``, ``Param``), the shape signature to
 :mod:`.shapes` (parsed once, bound to arrays at every call), the
 ``scratch=`` expression to :mod:`.sizes`, the template list and instance
-names to :mod:`.templates`.  :mod:`.exports` holds what a caller asks to
+names to :mod:`.templates`.  :mod:`.selection` holds what a caller asks to
 export (``functions=``) and checks an explicit arg_spec against the inferred
 one; :mod:`.annotation` also checks a whole module (unique names, ``vjp=``
 pairs).  Every module leans on two tables: :mod:`.dtypes` (each dtype on

@@ -24,7 +24,7 @@ from ..backend.ninja import compile_library
 from ..compilation import build_config, exported_units
 from ..errors import KernixError, OptionError, PrebuiltError, SourceNotFoundError
 from ..interface import running_command
-from ..languages import LANGUAGES_BY_EXTENSION, Language, language_of, unknown_extension
+from ..platforms import LANGUAGES_BY_EXTENSION, Language, language_of, unknown_extension
 from ..loaders import default_module_name
 from ..paths import check_source, directory_problem, printable, repeated_source
 from ..request import make_request

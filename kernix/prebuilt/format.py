@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import KernixError, PrebuiltError
-from ..languages import JAX_PLATFORMS
+from ..platforms import JAX_PLATFORMS
 from ..language.names import handlers_problem
 from ..language.spec import FunctionSpec
 from ..store.files import atomic_write

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from .. import __version__, loaders
 from ..errors import PrebuiltError
-from ..languages import language_of
+from ..platforms import language_of
 from ..paths import ancestors
 from ..runtime import registry
 from ..runtime.module import CompiledModule

@@ -26,7 +26,7 @@ from typing import Any
 from setuptools import Distribution
 from setuptools.command.build_py import build_py as _build_py
 
-from ..languages import language_of
+from ..platforms import language_of
 from .build import build_module
 
 __all__ = ["build_py", "BinaryDistribution", "kernix_setup_kwargs", "read_modules"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import RegistrationError, ReloadWarning
-from ..languages import JAX_PLATFORMS
+from ..platforms import JAX_PLATFORMS
 from ..notes import warn_at
 
 # jax is imported where a target is registered: a build that does not register does not import it.

@@ -14,7 +14,7 @@ Anything off about a record is a miss, never an error.
 
 Every record also vouches for kernix's own code (:func:`code_stats`), whose
 content (:func:`code_identity`: every Python module of ``kernix/language/``,
-``kernix/frontend/`` and ``kernix/backend/``, ``languages.py``, and every file
+``kernix/frontend/`` and ``kernix/backend/``, ``platforms.py``, and every file
 under ``kernix/include/``) enters every cache key: a checkout edited in place,
 or two installs of one version, generate other code under one version.
 """
@@ -115,7 +115,7 @@ def record(root: str | os.PathLike[str], space: str, fingerprint: str, value: An
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DIRECTORIES = ("language", "frontend", "backend")
-_MODULES = ("languages.py",)
+_MODULES = ("platforms.py",)
 _HEADERS = "include"
 
 

@@ -35,7 +35,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..languages import JAX_PLATFORMS
+from ..platforms import JAX_PLATFORMS
 from ..language.names import handlers_problem
 from .files import FileStat, atomic_write
 
