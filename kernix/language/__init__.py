@@ -11,8 +11,10 @@ declaration by :func:`.annotation.annotate_spec`, the one entry point, which
 hands each part to its module: the arg_spec tokens to :mod:`.spec` (the
 grammar and ``FunctionSpec``, ``Param``), the shape signature to
 :mod:`.shapes` (parsed once, bound to arrays at every call), the
-``scratch=`` expression to :mod:`.sizes`, the template list and instance
-names to :mod:`.templates`.  :mod:`.selection` holds what a caller asks to
+``scratch=`` expression to :mod:`.sizes`, the template list to
+:mod:`.templates`, which holds the whole template feature but the libclang
+probe (:mod:`kernix.frontend.instantiation`): instance names, families, the
+member a call's dtypes pick, and the families' ``@overload`` stubs.  :mod:`.selection` holds what a caller asks to
 export (``functions=``) and checks an explicit arg_spec against the inferred
 one; :mod:`.annotation` also checks a whole module (unique names, ``vjp=``
 pairs).  Every module leans on two tables: :mod:`.dtypes` (each dtype on
