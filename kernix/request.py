@@ -20,7 +20,7 @@ from .language.names import check_module_name, check_target_prefix
 from .paths import cache_root, check_source, text_problem
 
 if TYPE_CHECKING:
-    from .language.exports import Requested
+    from .language.selection import Requested
 
 __all__ = ["LoadRequest", "make_request"]
 
@@ -166,7 +166,7 @@ def _functions(functions: Any) -> Requested | None:
     if functions is None:
         return None
     # Not with the request: a warm load reads no spec (a third of its time)
-    from .language.exports import normalize_functions
+    from .language.selection import normalize_functions
 
     return normalize_functions(functions)
 
