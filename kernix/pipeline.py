@@ -17,15 +17,12 @@ import os
 import sys
 from typing import TYPE_CHECKING, Callable
 
-from . import __version__
-
-from . import notes
+from . import __version__, notes, store
 from .errors import CacheError
 from .paths import jaxlib_install
 from .request import LoadRequest
 from .runtime import registry
 from .runtime.module import CompiledModule
-from . import store
 from .store import Manifest, ManifestError
 
 if TYPE_CHECKING:
