@@ -98,7 +98,7 @@ def test_normalize_arch(value, expected):
     assert arch.normalize_arch(value) == expected
 
 
-@pytest.mark.parametrize("value", ["", "sm90x", "gpu", "9.0.1"])
+@pytest.mark.parametrize("value", ["", "sm90x", "gpu", "9.0.1", "99999", "sm_1000", "sm_09"])
 def test_bad_arch_is_an_error(value):
     with pytest.raises(ToolchainError, match="bad compute capability"):
         arch.normalize_arch(value)
@@ -123,6 +123,29 @@ def test_compute_capability_order(monkeypatch):
         arch.detect_compute_capability()
 
 
+@pytest.mark.parametrize("source,value", [
+    ("KERNIX_CUDA_ARCH", "sm_abc"), ("KERNIX_CUDA_ARCH", "9.x"), ("KERNIX_CUDA_ARCH", "sm_90;rm"),
+    ("KERNIX_CUDA_ARCH", "99999"), ("KERNIX_CUDA_ARCH_LIST", "sm_80,sm_9x"), ("explicit", "99999"),
+    ("driver", "sm_-10"),
+])
+def test_a_bad_architecture_names_where_it_came_from_and_the_fix(monkeypatch, source, value):
+    """Refused when the request is fingerprinted, before any compiler runs."""
+    from kernix.backend import gpus
+
+    monkeypatch.delenv("KERNIX_CUDA_ARCH_LIST", raising=False)
+    monkeypatch.delenv("KERNIX_CUDA_ARCH", raising=False)
+    found = gpus.Survey((gpus.Gpu(value, "NVIDIA Odd GPU"),), "nvml", "")  # (NVML said -1.0: sm_-10)
+    monkeypatch.setattr(gpus, "survey", lambda *a, **k: found)
+    if source.startswith("KERNIX"):
+        monkeypatch.setenv(source, value)
+    where = {"explicit": "compute_capability=", "driver": "the driver (nvml) for the NVIDIA Odd GPU"}.get(source, source)
+    with pytest.raises(ToolchainError) as caught:
+        arch.detect_compute_capability(value if source == "explicit" else None)
+    message = str(caught.value)
+    assert where in message and "bad compute capability" in message
+    assert "KERNIX_CUDA_ARCH=sm_90" in message and "compute_capability='sm_90'" in message
+
+
 _ARCH_GRAMMAR = re.compile(r"(?:sm_|compute_)?([0-9]+)(?:\.([0-9]+))?([af]?)")
 
 
@@ -139,13 +162,13 @@ _ARCH_GRAMMAR = re.compile(r"(?:sm_|compute_)?([0-9]+)(?:\.([0-9]+))?([af]?)")
 @example("compute_9.0f")
 @example("90;80, 86")
 def test_arch_names_follow_the_documented_grammar(text: str) -> None:
-    """normalize_arch accepts exactly ``[sm_|compute_]X[.Y][a|f]`` with two digits at least (after
+    """normalize_arch accepts exactly ``[sm_|compute_]X[.Y][a|f]`` with two or three digits, the first not 0 (after
     trimming and lower-casing), arch_key orders what it returns, and a list is its items, sorted and
     distinct."""
 
     def grammatical(name: str) -> re.Match[str] | None:
         m = _ARCH_GRAMMAR.fullmatch(name.strip().lower())
-        return m if m and len(m[1] + (m[2] or "")) >= 2 else None
+        return m if m and 2 <= len(m[1] + (m[2] or "")) <= 3 and m[1][0] != "0" else None
 
     m = grammatical(text)
     if m is None:

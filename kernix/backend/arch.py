@@ -20,30 +20,33 @@ def _digits(text: str) -> bool:
 
 
 def _parse(text: str) -> tuple[str, str] | None:
-    """``(digits, suffix)`` of ``[sm_|compute_]X[.Y][a|f]`` (lower case; two digits
-    at least, as every CUDA architecture has), else ``None``."""
+    """``(digits, suffix)`` of ``[sm_|compute_]X[.Y][a|f]`` (lower case; two or
+    three digits, the first not 0, as every CUDA architecture has), else ``None``."""
     for prefix in ("sm_", "compute_"):
         if text.startswith(prefix):
             text = text[len(prefix):]
             break
     suffix = text[-1:] if text[-1:] in ("a", "f") else ""
     major, dot, minor = text[: len(text) - len(suffix)].partition(".")
-    if not _digits(major) or (dot and not _digits(minor)) or len(major + minor) < 2:
+    if not _digits(major) or (dot and not _digits(minor)) or not 2 <= len(major + minor) <= 3 or major[0] == "0":
         return None
     return major + minor, suffix
 
 
-def normalize_arch(value: str | int) -> str:
+def normalize_arch(value: str | int, where: str = "") -> str:
     """Turn ``"sm_90"``, ``"90"``, ``"9.0"``, ``90`` or ``"sm_90a"`` into ``"sm_90"``-style.
 
     Raises
     ------
     ToolchainError
-        If ``value`` is not a compute capability.
+        If ``value`` is not a compute capability (the message names ``where``
+        it came from, when given).
     """
     parsed = _parse(str(value).strip().lower())
     if parsed is None:
-        raise ToolchainError(f"bad compute capability {value!r}: expected a form like 'sm_90', '90', '9.0' or 'sm_90a'")
+        origin = f" from {where}" if where else ""
+        raise ToolchainError(f"bad compute capability {value!r}{origin}: expected a form like 'sm_90', '90', "
+                             "'9.0' or 'sm_90a' (two or three digits)")
     return f"sm_{parsed[0]}{parsed[1]}"
 
 
@@ -62,7 +65,7 @@ def _items(text: str) -> list[str]:
     return text.replace(",", " ").replace(";", " ").split()
 
 
-def normalize_arch_list(value: str | int | Sequence[str | int]) -> tuple[str, ...]:
+def normalize_arch_list(value: str | int | Sequence[str | int], where: str = "") -> tuple[str, ...]:
     """Turn an architecture list into sorted, distinct ``sm_XY`` names.
 
     Accepts ``"sm_80,sm_90"``, ``"80;90"``, ``"8.0 9.0"``, ``["80", "sm_90"]``
@@ -80,7 +83,7 @@ def normalize_arch_list(value: str | int | Sequence[str | int]) -> tuple[str, ..
         items = [t for v in value for t in (_items(v) if isinstance(v, str) else [v])]
     if not items:
         raise ToolchainError(f"empty architecture list {value!r}: give at least one, e.g. 'sm_80,sm_90'")
-    return tuple(sorted({normalize_arch(v) for v in items}, key=arch_key))
+    return tuple(sorted({normalize_arch(v, where) for v in items}, key=arch_key))
 
 
 def detect_compute_capability(explicit: str | Sequence[str] | None = None, *,
@@ -108,22 +111,28 @@ def detect_compute_capability(explicit: str | Sequence[str] | None = None, *,
     ToolchainError
         When none of them gives one, saying why and how to set it.
     """
-    if explicit:
-        return ",".join(normalize_arch_list(explicit))
-    env_list = os.environ.get(ARCH_LIST_ENV)
-    if env_list and env_list.strip():
-        return ",".join(normalize_arch_list(env_list))
-    env = os.environ.get(ARCH_ENV)
-    if env:
-        return normalize_arch(env)
-    from . import gpus  # (a CUDA load's alone: a C++ load does not import it)
+    try:
+        if explicit:
+            return ",".join(normalize_arch_list(explicit, "the architecture given (compute_capability=, arch= "
+                                                          "or --arch)"))
+        env_list = os.environ.get(ARCH_LIST_ENV)
+        if env_list and env_list.strip():
+            return ",".join(normalize_arch_list(env_list, f"${ARCH_LIST_ENV}"))
+        env = os.environ.get(ARCH_ENV)
+        if env:
+            return normalize_arch(env, f"${ARCH_ENV}")
+        from . import gpus  # (a CUDA load's alone: a C++ load does not import it)
 
-    found = gpus.survey(root)
-    if found.gpus:
-        return ",".join(normalize_arch_list([g.arch for g in found.gpus]))
-    raise ToolchainError(
-        f"could not detect the GPU's compute capability: {found.problem}. "
-        "Name the architecture: compute_capability='sm_90' (or a list, ['sm_80', 'sm_90']) for a load, "
+        found = gpus.survey(root)
+        if found.gpus:
+            return ",".join(sorted({normalize_arch(g.arch, f"the driver ({found.source}) for the {g.name}")
+                                    for g in found.gpus}, key=arch_key))
+    except ToolchainError as exc:
+        raise ToolchainError(f"{exc}. {_FIX}") from None
+    raise ToolchainError(f"could not detect the GPU's compute capability: {found.problem}. {_FIX}")
+
+
+#: How to name the architecture, said by every error about it.
+_FIX = ("Name the architecture: compute_capability='sm_90' (or a list, ['sm_80', 'sm_90']) for a load, "
         "arch= for build_module, --arch sm_90 (or --arch sm_80,sm_90) for kernix build; "
-        f"or set ${ARCH_ENV}=sm_90 (or ${ARCH_LIST_ENV}=sm_80,sm_90)."
-    )
+        f"or set ${ARCH_ENV}=sm_90 (or ${ARCH_LIST_ENV}=sm_80,sm_90).")
