@@ -44,9 +44,8 @@ def normalize_arch(value: str | int, where: str = "") -> str:
     """
     parsed = _parse(str(value).strip().lower())
     if parsed is None:
-        origin = f" from {where}" if where else ""
-        raise ToolchainError(f"bad compute capability {value!r}{origin}: expected a form like 'sm_90', '90', "
-                             "'9.0' or 'sm_90a' (two or three digits)")
+        raise ToolchainError(f"bad compute capability {value!r}{f' from {where}' if where else ''}: expected a "
+                             "form like 'sm_90', '90', '9.0' or 'sm_90a' (two or three digits)")
     return f"sm_{parsed[0]}{parsed[1]}"
 
 
@@ -113,8 +112,7 @@ def detect_compute_capability(explicit: str | Sequence[str] | None = None, *,
     """
     try:
         if explicit:
-            return ",".join(normalize_arch_list(explicit, "the architecture given (compute_capability=, arch= "
-                                                          "or --arch)"))
+            return ",".join(normalize_arch_list(explicit, "the argument (compute_capability=, arch=, --arch)"))
         env_list = os.environ.get(ARCH_LIST_ENV)
         if env_list and env_list.strip():
             return ",".join(normalize_arch_list(env_list, f"${ARCH_LIST_ENV}"))
