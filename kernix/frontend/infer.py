@@ -32,7 +32,7 @@ from .clangparse import ParseOptions, dependencies, error_diagnostics, parse, pa
 from .classify import function_spec
 from ..language.annotation import SourceLines, annotate_spec
 from .speccache import look_up
-from .instantiation import InstanceTarget, instance_targets, split_templated
+from .instantiation import InstanceTarget, instance_targets, split_templated, state_errors
 from .versions import merge_versions
 
 if TYPE_CHECKING:
@@ -223,6 +223,7 @@ def infer_source(
 
     lines = SourceLines(text)  # (split once: each function's doc comment costs its own length)
     specs: list[FunctionSpec] = []
+    targets_of: dict[str, Target] = {}  # exported name -> its target
     for target in targets:
         name, cursor, ann, explicit = target.name, target.cursor, target.annotation, target.explicit
         start, end = cursor.extent.start.line, cursor.extent.end.line
@@ -258,7 +259,15 @@ def infer_source(
                 ok = False
         if ok:
             specs.append(spec)
+            targets_of[spec.name] = target
 
+    errs, refused, probed = state_errors(path, raw, options, tu, [(targets_of[s.name].cursor, s) for s in specs])
+    for e in errs:  # (an instantiation's error says which one it is)
+        t = targets_of[e.function or ""]
+        errors += t.explain([e]) if isinstance(t, InstanceTarget) else [e]
+    specs = [s for s in specs if s.name not in refused]
+    if versions is not None and probed is not None:
+        versions = merge_versions(versions, parsed_versions(probed, path))
     specs.sort(key=lambda s: s.line)
     errors.sort(key=lambda e: (e.file != path, e.line, e.column))
     result = InferResult(
