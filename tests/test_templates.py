@@ -203,6 +203,8 @@ def test_an_out_that_fits_no_candidate_or_no_out_is_an_error_naming_them(mod):
         mod.dequant(q, scale=1.0, out=jax.ShapeDtypeStruct((1,), jnp.int16))
     with pytest.raises(kernix.CallError, match=r"out= of dtype float64.*iota_float32 .*iota_int32"):
         jax.jit(lambda: mod.iota(start=1, out=jax.ShapeDtypeStruct((1,), jnp.float64)))()
+    with pytest.raises(kernix.CallError, match=r"out= of dtype float32 fit several.*tile_float32_2 .*tile_float32_m3 "):
+        mod.tile(np.zeros(2, np.float32), out=jax.ShapeDtypeStruct((2,), jnp.float32))  # out= cannot tell BLOCK
 
 
 def _defs(text: str, name: str) -> list[str]:
