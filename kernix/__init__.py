@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 #: The kernix version (one place: the cache keys import it from here, and the
 #: packaging reads it without importing kernix).
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 from .errors import (
     AnnotationWarning,
