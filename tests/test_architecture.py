@@ -43,7 +43,7 @@ LAYERS = {
 #: The most lines of Python each folder of kernix/ may hold ("loose": the modules at its top), and the package.
 LINE_BUDGETS = {
     "language": 1_850,
-    "frontend": 3_316,
+    "frontend": 3_334,
     "backend": 2_210,
     "store": 2_430,
     "runtime": 2_070,
