@@ -44,7 +44,7 @@ LAYERS = {
 LINE_BUDGETS = {
     "language": 1_850,
     "frontend": 3_334,
-    "backend": 2_210,
+    "backend": 2_232,
     "store": 2_430,
     "runtime": 2_070,
     "checking": 1_770,
