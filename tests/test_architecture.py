@@ -46,11 +46,11 @@ LINE_BUDGETS = {
     "frontend": 3_334,
     "backend": 2_232,
     "store": 2_430,
-    "runtime": 2_070,
+    "runtime": 2_076,
     "checking": 1_770,
     "prebuilt": 1_150,
     "cli": 720,
-    "loose": 1_720,
+    "loose": 1_723,
 }
 PACKAGE_BUDGET = 17_500
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
