@@ -28,6 +28,7 @@ from .errors import (
     CompilationError,
     InferenceError,
     InvalidNameError,
+    KernelRuntimeError,
     KernixError,
     OptionError,
     PrebuiltError,
@@ -97,7 +98,8 @@ _LAZY = {
 
 __all__ = [
     "__version__", "register_ffi_target", "AnnotationWarning", "ArgSpecError", "CacheError", "CallError",
-    "CheckError", "CompilationError", "InferenceError", "InvalidNameError", "KernixError", "OptionError",
+    "CheckError", "CompilationError", "InferenceError", "InvalidNameError", "KernelRuntimeError",
+    "KernixError", "OptionError",
     "PrebuiltError", "RegistrationError", "ReloadWarning", "SourceError", "SourceNotFoundError", "ToolchainError",
     "language_of", "cache_root", "set_cache_dir", *_LAZY,
 ]

@@ -43,14 +43,14 @@ LAYERS = {
 #: The most lines of Python each folder of kernix/ may hold ("loose": the modules at its top), and the package.
 LINE_BUDGETS = {
     "language": 1_890,
-    "frontend": 3_360,
-    "backend": 2_210,
+    "frontend": 3_384,
+    "backend": 2_232,
     "store": 2_430,
-    "runtime": 2_070,
+    "runtime": 2_084,
     "checking": 1_770,
     "prebuilt": 1_150,
     "cli": 720,
-    "loose": 1_720,
+    "loose": 1_723,
 }
 PACKAGE_BUDGET = 17_500
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).

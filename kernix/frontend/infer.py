@@ -182,6 +182,11 @@ def infer_source(
 
     tu = parse(path, options, raw=raw)
     errors: list[SourceError] = error_diagnostics(tu, options)
+    if any(d.severity >= 4 for d in tu.diagnostics):
+        # A fatal error (a header not found) ends clang's diagnostics and leaves the types after it unknown
+        # (read as int): reported alone, not with what it makes of the functions' parameters.
+        return InferResult(path=path, language=options.language, functions=(), errors=tuple(errors),
+                           dependencies=tuple(dependencies(tu, path))), None
     versions = parsed_versions(tu, path) if not errors else None
     # Lines of the user's file with a clang error: a function whose declaration
     # covers one is not inferred (clang may have typed a broken parameter as int).

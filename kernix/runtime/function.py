@@ -6,14 +6,16 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..errors import RegistrationError
+import jax
+
+from ..errors import KernelRuntimeError, RegistrationError
 from ..language.spec import FunctionSpec
 from ..language.templates import Member, select
 from .arguments import check_call
 from .operation import Backward, Operation, make_operation
 from .stubs import call_signature, docstring
 
-__all__ = ["KernelFunction", "Dispatcher", "unpicklable"]
+__all__ = ["KernelFunction", "Dispatcher", "unpicklable", "kernel_refusal"]
 
 
 def unpicklable(what: str) -> TypeError:
@@ -23,6 +25,13 @@ def unpicklable(what: str) -> TypeError:
         "directory (kernix.load_prebuilt); to send a computation, use "
         "kernix.export(jax.jit(f), ...).serialize() and kernix.deserialize there"
     )
+
+
+def kernel_refusal(function: str, exc: Exception) -> KernelRuntimeError | None:
+    """The :class:`~kernix.KernelRuntimeError` for the error ``function``'s kernel reported as it ran, which
+    XLA gives as ``exc`` (its text kept); ``None`` for any other error."""
+    text = str(exc.args[0]) if exc.args else str(exc)
+    return KernelRuntimeError(text) if f"kernix: {function}: " in text else None
 
 
 class _Docstring:
@@ -97,7 +106,13 @@ class KernelFunction:
                 "module.register() (it was loaded with auto_register=False)"
             )
         arrays, coerced = check_call(self.spec, inputs, attrs, vmap_method, module.platform, module.name)
-        return self.operation(arrays, coerced, attrs, out, vmap_method)
+        try:
+            return self.operation(arrays, coerced, attrs, out, vmap_method)
+        except jax.errors.JaxRuntimeError as exc:  # (an eager call: under jit the error comes when XLA runs it)
+            refused = kernel_refusal(self.spec.name, exc)
+            if refused is None:
+                raise
+            raise refused from exc
 
 
 KernelFunction.__doc__ = _Docstring(KernelFunction.__doc__ or "")  # type: ignore[assignment]
