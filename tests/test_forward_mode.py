@@ -147,6 +147,13 @@ def test_linearize_gives_the_jvp(mod, points):
     np.testing.assert_allclose(dy, 2.0 * r * jnp.cos(theta), rtol=1e-5, atol=1e-6)
 
 
+def test_a_forward_mode_program_exports_and_runs_from_its_serialized_form(mod, points):
+    f = jax.jit(lambda r, t: jax.jvp(lambda a, b: mod.polar(a, b, scale=1.0), (r, t), (r, t))[1])
+    restored = kernix.deserialize(kernix.export(f, *points).serialize())
+    for got, want in zip(restored.call(*points), f(*points)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_a_template_is_paired_with_its_tangent_template_per_instantiation(mod):
     assert mod.tangent_name("power_2") == "power_jvp_2" and mod.tangent_name("power_3") == "power_jvp_3"
     assert [m.name for m in mod.power.members] == ["power_2", "power_3"]  # tangent kernels are no members

@@ -437,15 +437,15 @@ def differentiable(
     rules = Rules(None if tangent is None else push, None if backward is None else pullback, no_tangent, no_backward)
     op = jax.custom_jvp(forward)
 
+    def call(*xs: Any) -> tuple[Any, ...]:
+        return op(*xs) if is_traced(xs) else forward(*xs)
+
     @op.defjvp
     def rule(primals: Any, tangents: Any) -> Any:
-        outs = tuple(op(*primals))
+        outs = tuple(call(*primals))
         linear = [t for t, x in zip(tangents, primals) if _inexact(x)]
         avals = [aval(o).to_tangent_aval() for o in outs if _inexact(o)]
         lin = iter(output_tangents(primals, linear, out_avals=avals, rules=rules))
         return outs, tuple(next(lin) if _inexact(o) else np.zeros(jnp.shape(o), jax.dtypes.float0) for o in outs)
-
-    def call(*xs: Any) -> tuple[Any, ...]:
-        return op(*xs) if is_traced(xs) else forward(*xs)
 
     return call
