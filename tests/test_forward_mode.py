@@ -66,6 +66,22 @@ SRC = textwrap.dedent(
       for (int64_t i = 0; i < x.numel(); ++i) dy.data_ptr<float>()[i] = P * std::pow(a[i], P - 1) * d[i];
     }
 
+    // x[idx]: an integer input, whose tangent the tangent kernel gets as zeros.
+    // @BE take (n),(k):int32->(k)
+    void take(const BE::Tensor& x, const BE::Tensor& idx, BE::Tensor& y) {
+      const int32_t* k = idx.data_ptr<int32_t>();
+      for (int64_t i = 0; i < idx.numel(); ++i) y.data_ptr<float>()[i] = x.data_ptr<float>()[k[i]];
+    }
+    // @BE take_jvp (n),(k):int32,(n),(k):int32->(k) jvp=take
+    void take_jvp(const BE::Tensor& x, const BE::Tensor& idx, const BE::Tensor& dx, const BE::Tensor& didx,
+                  BE::Tensor& dy) {
+      for (int64_t i = 0; i < idx.numel(); ++i) {
+        const int32_t k = idx.data_ptr<int32_t>()[i];
+        BE_CHECK(didx.data_ptr<int32_t>()[i] == 0) << "the tangent of an integer input is zero";
+        dy.data_ptr<float>()[i] = dx.data_ptr<float>()[k];
+      }
+    }
+
     // x ** 3, with a backward kernel that has a backward kernel (grad of grad).
     // @BE cube (...,n)->(...,n)
     void cube(const BE::Tensor& x, BE::Tensor& y) {
@@ -145,6 +161,14 @@ def test_linearize_gives_the_jvp(mod, points):
     dx, dy = push(jnp.ones_like(theta))
     np.testing.assert_allclose(dx, -2.0 * r * jnp.sin(theta), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(dy, 2.0 * r * jnp.cos(theta), rtol=1e-5, atol=1e-6)
+
+
+def test_an_integer_input_gets_a_zero_tangent(mod):
+    x = jnp.asarray([10.0, 20.0, 30.0], jnp.float32)
+    idx = jnp.asarray([2, 0, 2], jnp.int32)
+    _, tangent = jax.jvp(lambda v: mod.take(v, idx), (x,), (jnp.asarray([1.0, 2.0, 3.0], jnp.float32),))
+    np.testing.assert_array_equal(tangent, [3.0, 1.0, 3.0])
+    np.testing.assert_array_equal(jax.jit(jax.jacfwd(mod.take))(x, idx), np.eye(3, dtype=np.float32)[[2, 0, 2]])
 
 
 def test_a_forward_mode_program_exports_and_runs_from_its_serialized_form(mod, points):

@@ -171,8 +171,10 @@ def test_jvp_pair_checks():
     bwd_bwd = spec("f_bwd_bwd", 5, 3, vjp_of="f_bwd")  # reverse over reverse
     assert check_jvp_pairs([fwd, good, bwd, bwd_jvp, bwd_bwd]) == check_vjp_pairs([fwd, good, bwd, bwd_bwd]) == []
     cases = [
-        (spec("t", 4, 1, signature="(...,k),(k),(...,m),(k)->(...,k)", jvp_of="f"), "'x2' (the tangent of input 'x0'", "x2"),
-        (spec("t", 4, 1, signature="(...,k),(k),(...,k),(k)->(k)", jvp_of="f"), "'y0' (the tangent of output 'y0'", "y0"),
+        (spec("t", 4, 1, signature="(...,k),(k),(...,m),(k)->(...,k)", jvp_of="f"),
+         "'x2' (the tangent of input 'x0'", "x2"),
+        (spec("t", 4, 1, signature="(...,k),(k),(...,k),(k)->(k)", jvp_of="f"), "'y0' (the tangent of output 'y0'",
+         "y0"),
         (spec("t", 4, 1, signature="(...,k),(m),(...,k),(m)->(...,m)", jvp_of="f"), "'x1'", "x1"),  # m and k: both d
         (spec("t", 4, 2, jvp_of="f"), "one tangent per output of 'f' (1), but it has 2", "y1"),
         (spec("t", 4, 1, attrs=[("eps", "float32")], jvp_of="f"), "'eps' is float32 here but float64", "eps"),

@@ -71,7 +71,8 @@ CPP = textwrap.dedent(
                       BE::Tensor& ddx) {
       const float *a = x.data_ptr<float>(), *b = g.data_ptr<float>();
       const float *c = dx.data_ptr<float>(), *d = dg.data_ptr<float>();
-      for (int64_t i = 0; i < x.numel(); ++i) ddx.data_ptr<float>()[i] = std::cos(a[i]) * d[i] - std::sin(a[i]) * b[i] * c[i];
+      float* o = ddx.data_ptr<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) o[i] = std::cos(a[i]) * d[i] - std::sin(a[i]) * b[i] * c[i];
     }
     """
 )

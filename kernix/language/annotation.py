@@ -371,9 +371,9 @@ def _tangent_problems(fwd: Any, tan: Any) -> list[tuple[str, str | None]]:
         dtypes = (tgroup.dtype, fgroup.dtype)
         if not same or (all(dtypes) and dtypes[0] != dtypes[1]):
             problems.append((f"parameter {t.name!r} ({stands}) has shape {tgroup} in the shape signature "
-                             f"{tan.signature}, but {f.name!r} has {fgroup} in {fwd.name}'s {fwd.signature}: each group "
-                             "of a tangent kernel is the one of the value it stands for (up to the dimensions' names)",
-                             t.name))
+                             f"{tan.signature}, but {f.name!r} has {fgroup} in {fwd.name}'s {fwd.signature}: each "
+                             "group of a tangent kernel is the one of the value it stands for (up to the dimensions' "
+                             "names)", t.name))
     return problems
 
 

@@ -305,7 +305,8 @@ class FunctionSpec:
             "arg_spec": list(self.arg_spec),
             "params": [dataclasses.asdict(p) for p in self.params],
         }
-        for key in ("signature", "vjp_of", "jvp_of", "doc", "function_type", "returns_error", "has_side_effect", "scratch"):
+        for key in ("signature", "vjp_of", "jvp_of", "doc", "function_type", "returns_error", "has_side_effect",
+                    "scratch"):
             if getattr(self, key):
                 data[key] = getattr(self, key)
         if self.template_args:
