@@ -269,8 +269,8 @@ def check_jvp_pairs(specs: Iterable[Any]) -> list[SourceError]:
     outputs), and at most one tangent kernel per function (which may be a
     backward or tangent kernel itself: forward over reverse, forward over
     forward).  Where the tangent kernel has a shape signature too, each of its
-    groups is the group of the value it stands for, up to the dimensions' names;
-    a dtype either pins is the other's, each error naming the parameter.
+    groups is the group of the value it stands for, up to the dimensions' names,
+    and a dtype pinned on both sides is the same; each error names the parameter.
     """
     return _check_pairs(specs, "jvp")
 
