@@ -42,17 +42,17 @@ LAYERS = {
 
 #: The most lines of Python each folder of kernix/ may hold ("loose": the modules at its top), and the package.
 LINE_BUDGETS = {
-    "language": 1_890,
+    "language": 1_980,
     "frontend": 3_384,
     "backend": 2_232,
     "store": 2_430,
-    "runtime": 2_084,
+    "runtime": 2_181,
     "checking": 1_770,
     "prebuilt": 1_150,
     "cli": 720,
     "loose": 1_723,
 }
-PACKAGE_BUDGET = 17_500
+PACKAGE_BUDGET = 17_690
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.

@@ -213,12 +213,13 @@ def test_no_backward_no_grad(ops):
         with pytest.raises(kernix.CallError, match=r"plain_copy\(\) cannot be differentiated.*give plain_copy a "
                            r"shape signature \(`// @BE plain_copy \(\.\.\.,n\)->\(\.\.\.,n\)`"):
             differentiate(lambda x: jnp.sum(ops.plain_copy(x, out=jax.ShapeDtypeStruct(x.shape, x.dtype))))(x)
-    # A backward kernel gives first-order reverse mode only: a gradient of a gradient says so.
+    # A gradient of a gradient differentiates the backward kernel: the error names the kernel it needs.
     x2, w2 = jnp.ones((2, 3), jnp.float32), jnp.ones(3, jnp.float32)
     loss = lambda x: jnp.sum(ops.rms_norm(x, w2, eps=1e-6) ** 2)
     for inner in (loss, jax.jit(loss)):
-        with pytest.raises(kernix.CallError, match=r"rms_norm\(\) cannot be differentiated here: its backward "
-                           r"kernel rms_norm_bwd\(\) gives first-order reverse-mode gradients"):
+        with pytest.raises(kernix.CallError, match=r"rms_norm_bwd\(\) cannot be differentiated: no backward kernel "
+                           r"declares vjp=rms_norm_bwd\..*`// @BE rms_norm_bwd_bwd vjp=rms_norm_bwd`.*"
+                           r"rms_norm_bwd\(\) is the backward kernel of rms_norm"):
             jax.grad(lambda x: jnp.sum(jax.grad(inner)(x)))(x2)
     # Not differentiated through the kernel: no error.
     copied = jax.lax.stop_gradient(ops.plain_copy(x, out=jax.ShapeDtypeStruct(x.shape, x.dtype)))

@@ -9,17 +9,18 @@ import pytest
 
 import kernix
 from kernix.errors import CallError, InferenceError, SignatureError
-from kernix.language.annotation import check_vjp_pairs, leading_comment
+from kernix.language.annotation import check_jvp_pairs, check_vjp_pairs, leading_comment
 from kernix.language.shapes import Group, bind, parse_signature, split_annotation
 from kernix.language.spec import FunctionSpec, Param
 
 from helpers import unique_name
 
 
-def spec(name, n_in, n_out, attrs=(), signature=None, vjp_of=None):
+def spec(name, n_in, n_out, attrs=(), signature=None, vjp_of=None, jvp_of=None):
     params = [Param(f"x{i}", "arg") for i in range(n_in)] + [Param(f"y{i}", "ret") for i in range(n_out)]
     params += [Param(a, "attr", kind="scalar", dtype=d, type=d) for a, d in attrs]
-    return FunctionSpec(name, name, tuple(params), file="k.cpp", line=3, signature=signature, vjp_of=vjp_of)
+    return FunctionSpec(name, name, tuple(params), file="k.cpp", line=3, signature=signature, vjp_of=vjp_of,
+                        jvp_of=jvp_of)
 
 
 @pytest.mark.parametrize(
@@ -162,6 +163,36 @@ def test_vjp_pair_checks():
     assert "'f' has no shape signature" in err.message
 
 
+def test_jvp_pair_checks():
+    fwd = spec("f", 2, 1, attrs=[("eps", "float64")], signature="(...,d),(d)->(...,d)")
+    good = spec("f_jvp", 4, 1, attrs=[("eps", "float64")], signature="(...,k),(k),(...,k),(k)->(...,k)", jvp_of="f")
+    bwd = spec("f_bwd", 3, 2, signature="(...,d),(d),(...,d)->(...,d),(d)", vjp_of="f")
+    bwd_jvp = spec("f_bwd_jvp", 6, 2, jvp_of="f_bwd")  # forward over reverse: a backward kernel's tangent kernel
+    bwd_bwd = spec("f_bwd_bwd", 5, 3, vjp_of="f_bwd")  # reverse over reverse
+    assert check_jvp_pairs([fwd, good, bwd, bwd_jvp, bwd_bwd]) == check_vjp_pairs([fwd, good, bwd, bwd_bwd]) == []
+    cases = [
+        (spec("t", 4, 1, signature="(...,k),(k),(...,m),(k)->(...,k)", jvp_of="f"),
+         "'x2' (the tangent of input 'x0'", "x2"),
+        (spec("t", 4, 1, signature="(...,k),(k),(...,k),(k)->(k)", jvp_of="f"), "'y0' (the tangent of output 'y0'",
+         "y0"),
+        (spec("t", 4, 1, signature="(...,k),(m),(...,k),(m)->(...,m)", jvp_of="f"), "'x1'", "x1"),  # m and k: both d
+        (spec("t", 4, 2, jvp_of="f"), "one tangent per output of 'f' (1), but it has 2", "y1"),
+        (spec("t", 4, 1, attrs=[("eps", "float32")], jvp_of="f"), "'eps' is float32 here but float64", "eps"),
+        (spec("t", 4, 1, jvp_of="t"), "a function cannot be its own tangent kernel", None),
+    ]
+    for tangent, match, parameter in cases:
+        err = check_jvp_pairs([fwd, tangent])[0]
+        assert match in err.message and err.function == "t" and err.line == 3, err.message
+        assert err.parameter == parameter
+    pinned = spec("f", 1, 1, signature="(n):float64->(n)")
+    (err,) = check_jvp_pairs([pinned, spec("t", 2, 1, signature="(n),(n):float32->(n)", jvp_of="f")])
+    assert err.parameter == "x1" and "(n):float32" in err.message
+    (err,) = check_jvp_pairs([fwd, good, spec("g_jvp", 4, 1, jvp_of="f")])
+    assert "'f' already has a tangent kernel, 'f_jvp'" in err.message
+    (err,) = check_jvp_pairs([spec("f", 2, 1), spec("f_jvp", 4, 1, jvp_of="f")])
+    assert "'f' has no shape signature" in err.message and "their tangents" in err.message
+
+
 def test_vjp_errors_fail_the_load(tmp_path):
     src = (
         '#include "kernix/common.h"\n'
@@ -180,7 +211,9 @@ def test_spec_json_round_trip_and_validation():
     s = spec("f", 2, 1, attrs=[("k", "int64")], signature="(...,n),(n)->(...,k)")
     data = json.loads(json.dumps(s.to_json()))
     assert FunctionSpec.from_json(data) == s
-    for key, bad in [("signature", "(n)->"), ("signature", "(n)->(n),(n)"), ("vjp_of", "a;b"), ("doc", 3)]:
+    assert FunctionSpec.from_json(json.loads(json.dumps(spec("g", 2, 1, jvp_of="f").to_json()))).jvp_of == "f"
+    for key, bad in [("signature", "(n)->"), ("signature", "(n)->(n),(n)"), ("vjp_of", "a;b"), ("jvp_of", "a b"),
+                     ("doc", 3)]:
         with pytest.raises(ValueError):
             FunctionSpec.from_json({**data, key: bad})
     old = {k: v for k, v in data.items() if k not in ("signature", "vjp_of", "doc")}

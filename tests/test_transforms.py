@@ -21,10 +21,12 @@ import kernix
 
 from helpers import gpus, unique_name
 
-# Two elementwise kernels over any leading dimensions: `twice` has no backward
-# kernel, `cube` has one.  The same code as C++ and as CUDA.
+# Elementwise kernels over any leading dimensions, with every combination of derivative kernels:
+# `twice` has none, `cube` a backward kernel, `square` a tangent kernel, `sine` both, and its backward
+# kernel a tangent kernel of its own (forward over reverse: jax.hessian).  The same code as C++ and as CUDA.
 CPP = textwrap.dedent(
     """\
+    #include <cmath>
     #include "kernix/common.h"
     // @BE twice (...,n)->(...,n)
     void twice(const BE::Tensor& x, BE::Tensor& y) {
@@ -39,6 +41,38 @@ CPP = textwrap.dedent(
     void cube_bwd(const BE::Tensor& x, const BE::Tensor& g, BE::Tensor& dx) {
       const float* a = x.data_ptr<float>();
       for (int64_t i = 0; i < x.numel(); ++i) dx.data_ptr<float>()[i] = 3 * a[i] * a[i] * g.data_ptr<float>()[i];
+    }
+    // @BE square (...,n)->(...,n)
+    void square(const BE::Tensor& x, BE::Tensor& y) {
+      const float* a = x.data_ptr<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = a[i] * a[i];
+    }
+    // @BE square_jvp (...,n),(...,n)->(...,n) jvp=square
+    void square_jvp(const BE::Tensor& x, const BE::Tensor& dx, BE::Tensor& dy) {
+      const float* a = x.data_ptr<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) dy.data_ptr<float>()[i] = 2 * a[i] * dx.data_ptr<float>()[i];
+    }
+    // @BE sine (...,n)->(...,n)
+    void sine(const BE::Tensor& x, BE::Tensor& y) {
+      for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = std::sin(x.data_ptr<float>()[i]);
+    }
+    // @BE sine_jvp (...,n),(...,n)->(...,n) jvp=sine
+    void sine_jvp(const BE::Tensor& x, const BE::Tensor& dx, BE::Tensor& dy) {
+      const float* a = x.data_ptr<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) dy.data_ptr<float>()[i] = std::cos(a[i]) * dx.data_ptr<float>()[i];
+    }
+    // @BE sine_bwd (...,n),(...,n)->(...,n) vjp=sine
+    void sine_bwd(const BE::Tensor& x, const BE::Tensor& g, BE::Tensor& dx) {
+      const float* a = x.data_ptr<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) dx.data_ptr<float>()[i] = std::cos(a[i]) * g.data_ptr<float>()[i];
+    }
+    // @BE sine_bwd_jvp (...,n),(...,n),(...,n),(...,n)->(...,n) jvp=sine_bwd
+    void sine_bwd_jvp(const BE::Tensor& x, const BE::Tensor& g, const BE::Tensor& dx, const BE::Tensor& dg,
+                      BE::Tensor& ddx) {
+      const float *a = x.data_ptr<float>(), *b = g.data_ptr<float>();
+      const float *c = dx.data_ptr<float>(), *d = dg.data_ptr<float>();
+      float* o = ddx.data_ptr<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) o[i] = std::cos(a[i]) * d[i] - std::sin(a[i]) * b[i] * c[i];
     }
     """
 )
@@ -58,6 +92,28 @@ CUDA = textwrap.dedent(
       int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
       if (i < n) dx[i] = 3 * x[i] * x[i] * g[i];
     }
+    __global__ void square_k(const float* x, float* y, int64_t n) {
+      int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+      if (i < n) y[i] = x[i] * x[i];
+    }
+    __global__ void square_jvp_k(const float* x, const float* dx, float* dy, int64_t n) {
+      int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+      if (i < n) dy[i] = 2 * x[i] * dx[i];
+    }
+    __global__ void sine_k(const float* x, float* y, int64_t n) {
+      int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+      if (i < n) y[i] = sinf(x[i]);
+    }
+    // cos(x) * t: sine's tangent (t the tangent of x) and its cotangent (t the output's cotangent)
+    __global__ void cos_times_k(const float* x, const float* t, float* out, int64_t n) {
+      int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+      if (i < n) out[i] = cosf(x[i]) * t[i];
+    }
+    __global__ void sine_bwd_jvp_k(const float* x, const float* g, const float* dx, const float* dg, float* ddx,
+                                   int64_t n) {
+      int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+      if (i < n) ddx[i] = cosf(x[i]) * dg[i] - sinf(x[i]) * g[i] * dx[i];
+    }
     static int blocks(int64_t n) { return (int)((n + 255) / 256); }
     // @BE twice (...,n)->(...,n)
     void twice(const BE::Tensor& x, BE::Tensor& y, cudaStream_t s) {
@@ -72,13 +128,61 @@ CUDA = textwrap.dedent(
       cube_bwd_k<<<blocks(x.numel()), 256, 0, s>>>(x.data_ptr<float>(), g.data_ptr<float>(), dx.data_ptr<float>(),
                                                    x.numel());
     }
+    // @BE square (...,n)->(...,n)
+    void square(const BE::Tensor& x, BE::Tensor& y, cudaStream_t s) {
+      square_k<<<blocks(x.numel()), 256, 0, s>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    }
+    // @BE square_jvp (...,n),(...,n)->(...,n) jvp=square
+    void square_jvp(const BE::Tensor& x, const BE::Tensor& dx, BE::Tensor& dy, cudaStream_t s) {
+      square_jvp_k<<<blocks(x.numel()), 256, 0, s>>>(x.data_ptr<float>(), dx.data_ptr<float>(),
+                                                     dy.data_ptr<float>(), x.numel());
+    }
+    // @BE sine (...,n)->(...,n)
+    void sine(const BE::Tensor& x, BE::Tensor& y, cudaStream_t s) {
+      sine_k<<<blocks(x.numel()), 256, 0, s>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    }
+    // @BE sine_jvp (...,n),(...,n)->(...,n) jvp=sine
+    void sine_jvp(const BE::Tensor& x, const BE::Tensor& dx, BE::Tensor& dy, cudaStream_t s) {
+      cos_times_k<<<blocks(x.numel()), 256, 0, s>>>(x.data_ptr<float>(), dx.data_ptr<float>(),
+                                                    dy.data_ptr<float>(), x.numel());
+    }
+    // @BE sine_bwd (...,n),(...,n)->(...,n) vjp=sine
+    void sine_bwd(const BE::Tensor& x, const BE::Tensor& g, BE::Tensor& dx, cudaStream_t s) {
+      cos_times_k<<<blocks(x.numel()), 256, 0, s>>>(x.data_ptr<float>(), g.data_ptr<float>(),
+                                                    dx.data_ptr<float>(), x.numel());
+    }
+    // @BE sine_bwd_jvp (...,n),(...,n),(...,n),(...,n)->(...,n) jvp=sine_bwd
+    void sine_bwd_jvp(const BE::Tensor& x, const BE::Tensor& g, const BE::Tensor& dx, const BE::Tensor& dg,
+                      BE::Tensor& ddx, cudaStream_t s) {
+      sine_bwd_jvp_k<<<blocks(x.numel()), 256, 0, s>>>(x.data_ptr<float>(), g.data_ptr<float>(),
+                                                       dx.data_ptr<float>(), dg.data_ptr<float>(),
+                                                       ddx.data_ptr<float>(), x.numel());
+    }
     """
 )
 
-NO_BACKWARD = r"twice\(\) cannot be differentiated: no backward kernel declares vjp=twice\. For reverse mode"
-FORWARD_MODE = (r"cube\(\) cannot be differentiated in forward mode \(jax\.jvp, jax\.jacfwd, jax\.hessian.*"
-                r"backward kernel cube_bwd\(\) gives reverse mode only\. Write jax\.jacrev instead of jax\.jacfwd")
-HIGHER_ORDER = r"cube\(\) cannot be differentiated here: its backward kernel cube_bwd\(\) gives first-order"
+#: Each kernel's first and second derivatives (elementwise, in NumPy), from which every transformation's numbers follow.
+DERIVATIVES = {
+    "twice": (lambda x: np.full_like(x, 2), np.zeros_like),
+    "cube": (lambda x: 3 * x ** 2, lambda x: 6 * x),
+    "square": (lambda x: 2 * x, lambda x: np.full_like(x, 2)),
+    "sine": (np.cos, lambda x: -np.sin(x)),
+}
+
+
+def expected(kernel: str, transform: str, x: np.ndarray) -> np.ndarray:
+    """What ``transform`` (a name of :func:`_transforms`) of elementwise ``kernel`` gives at ``x``."""
+    d1, d2 = (d(x) for d in DERIVATIVES[kernel])
+    diagonal = lambda d: np.einsum("ij,ik,jl->ijkl", d, np.eye(x.shape[0]), np.eye(x.shape[1]))  # noqa: E731
+    if transform in ("jacrev", "jacfwd", "jit(jacfwd)"):
+        return diagonal(d1)
+    if transform in HESSIAN:
+        return diagonal(d2)
+    if transform in REVERSE_OVER_REVERSE:
+        return d2
+    if transform in FORWARD:  # the tangent is x (2 x under vmap(jvp))
+        return d1 * x * (2 if transform == "vmap(jvp)" else 1)
+    return d1  # a gradient of the sum
 
 
 def _transforms(f):
@@ -100,6 +204,8 @@ def _transforms(f):
         "jacfwd": jax.jacfwd(f),
         "jit(jacfwd)": jax.jit(jax.jacfwd(f)),
         "linearize": lambda x: jax.linearize(f, x)[1](x),
+        "vmap(jvp)": jax.vmap(lambda x: jax.jvp(f, (x,), (2 * x,))[1]),
+        "jvp(vmap)": lambda x: jax.jvp(jax.vmap(f), (x,), (x,))[1],
         "hessian": jax.hessian(loss),
         "jit(hessian)": jax.jit(jax.hessian(loss)),
         "hessian(jit)": jax.hessian(jax.jit(loss)),
@@ -110,44 +216,60 @@ def _transforms(f):
 
 REVERSE = ("grad", "jit(grad)", "grad(jit)", "vjp", "jacrev", "vmap(grad)", "grad(vmap)", "jit(vmap(grad))",
            "checkpoint")
-FORWARD = ("jvp", "jit(jvp)", "jvp(jit)", "jacfwd", "jit(jacfwd)", "linearize")
-SECOND = ("hessian", "jit(hessian)", "hessian(jit)", "grad(grad)", "grad(jit(grad))")
+FORWARD = ("jvp", "jit(jvp)", "jvp(jit)", "jacfwd", "jit(jacfwd)", "linearize", "vmap(jvp)", "jvp(vmap)")
+HESSIAN = ("hessian", "jit(hessian)", "hessian(jit)")
+REVERSE_OVER_REVERSE = ("grad(grad)", "grad(jit(grad))")
+
+# Each error names the function and the kernel to write (its annotation).
+NO_DERIVATIVES = (r"twice\(\) cannot be differentiated: no backward kernel declares vjp=twice\. For reverse mode.*"
+                  r"`// @BE twice_bwd vjp=twice`.*For forward mode.*`// @BE twice_jvp jvp=twice`")
+FORWARD_MODE = (r"cube\(\) cannot be differentiated in forward mode \(jax\.jvp, jax\.jacfwd, jax\.hessian.*"
+                r"backward kernel cube_bwd\(\) gives reverse mode only\. Write jax\.jacrev instead of jax\.jacfwd.*"
+                r"`// @BE cube_jvp jvp=cube`")
+# forward over reverse: cube_bwd differentiated in forward mode (under jit, cube's own tangents are unused)
+CUBE_BWD = (r"cube_bwd\(\) cannot be differentiated: no backward kernel declares vjp=cube_bwd.*"
+            r"`// @BE cube_bwd_jvp jvp=cube_bwd`.*cube_bwd\(\) is the backward kernel of cube")
+REVERSE_MODE = (r"square\(\) cannot be differentiated in reverse mode \(jax\.grad.*its tangent kernel square_jvp\(\) "
+                r"gives forward mode only\. Write jax\.jacfwd instead of jax\.jacrev.*`// @BE square_bwd vjp=square`")
+SINE_BWD = (r"sine_bwd\(\) cannot be differentiated in reverse mode.*`// @BE sine_bwd_bwd vjp=sine_bwd`.*"
+            r"sine_bwd\(\) is the backward kernel of sine")
+
+
+def expected_error(kernel: str, transform: str) -> str | None:
+    """The pattern of the CallError that ``transform`` of ``kernel`` raises, or ``None`` where it works."""
+    if kernel == "twice":
+        return NO_DERIVATIVES
+    if kernel == "cube":
+        if transform in REVERSE:
+            return None
+        return CUBE_BWD if transform in ("jit(hessian)", *REVERSE_OVER_REVERSE) else FORWARD_MODE
+    if kernel == "square":
+        return None if transform in FORWARD else REVERSE_MODE
+    return SINE_BWD if transform in REVERSE_OVER_REVERSE else None
 
 
 def check_transforms(mod, x) -> list[str]:
-    """Run every transformation of ``mod.twice`` and ``mod.cube`` on ``x``
-    (a float32 array of shape (b, n), maybe sharded along b); return the
-    names of those checked (raises AssertionError on the first wrong one)."""
+    """Run every transformation of every kernel of ``mod`` on ``x`` (a float32 array of shape (b, n),
+    maybe sharded along b): each gives the numbers of :func:`expected`, or the CallError of
+    :func:`expected_error`; return the names of those checked (raises AssertionError on
+    the first wrong one)."""
     import re
 
     done = []
-    want_grad = 3 * np.asarray(x, np.float64) ** 2
-    for name, fn in _transforms(mod.cube).items():
-        if name in REVERSE:
-            got = np.asarray(fn(x))
-            want = want_grad
-            if name == "jacrev":  # d cube(x)[i,j] / d x[k,l] = 3 x[i,j]^2 where (i,j) == (k,l), else 0
-                want = np.zeros(x.shape * 2)
-                for i, j in np.ndindex(*x.shape):
-                    want[i, j, i, j] = want_grad[i, j]
-            np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=name)
-        else:
-            pattern = FORWARD_MODE if name in FORWARD else HIGHER_ORDER
-            try:
-                fn(x)
-            except kernix.CallError as e:
-                assert re.search(pattern, str(e), re.S), f"cube, {name}: {e}"
+    for kernel in DERIVATIVES:
+        for name, fn in _transforms(mod[kernel]).items():
+            pattern = expected_error(kernel, name)
+            if pattern is None:
+                want = expected(kernel, name, np.asarray(x, np.float64))
+                np.testing.assert_allclose(np.asarray(fn(x)), want, rtol=2e-5, atol=1e-6, err_msg=f"{kernel} {name}")
             else:
-                raise AssertionError(f"cube, {name}: no error")
-        done.append(f"cube {name}")
-    for name, fn in _transforms(mod.twice).items():
-        try:
-            fn(x)
-        except kernix.CallError as e:
-            assert re.search(NO_BACKWARD, str(e)), f"twice, {name}: {e}"
-        else:
-            raise AssertionError(f"twice, {name}: no error")
-        done.append(f"twice {name}")
+                try:
+                    fn(x)
+                except kernix.CallError as e:
+                    assert re.search(pattern, str(e), re.S), f"{kernel}, {name}: {e}"
+                else:
+                    raise AssertionError(f"{kernel}, {name}: no error")
+            done.append(f"{kernel} {name}")
     return done
 
 
@@ -160,7 +282,7 @@ def cpu_mod(tmp_path_factory):
 def test_transforms_on_one_device(cpu_mod):
     x = jnp.asarray(np.random.default_rng(0).uniform(0.5, 1.5, (2, 3)), jnp.float32)
     done = check_transforms(cpu_mod, x)
-    assert len(done) == 2 * len(_transforms(cpu_mod.cube))
+    assert len(done) == len(DERIVATIVES) * len(_transforms(cpu_mod.cube))
 
 
 def test_forward_call_is_unchanged_under_every_layer(cpu_mod):
@@ -203,17 +325,27 @@ SEVERAL = textwrap.dedent(
     done += t.check_transforms(mod, xs)  # sharded along the batch dimension
     f = jax.jit(jax.grad(lambda v: jnp.sum(mod.cube(v))))
     assert "all-gather" not in f.lower(xs).compile().as_text()  # the backward runs per shard too
+    f = jax.jit(lambda v: jax.jvp(mod.sine, (v,), (v,))[1])
+    assert "all-gather" not in f.lower(xs).compile().as_text()  # and the tangent kernel
     # Inside jax.shard_map, each device calls the kernels on its own shard.
     in_shards = lambda k: jax.shard_map(k, mesh=mesh, in_specs=P("b", None), out_specs=P("b", None))
     g = jax.jit(jax.grad(lambda v: jnp.sum(in_shards(mod.cube)(v))))(xs)
     np.testing.assert_allclose(g, 3 * x.astype(np.float64) ** 2, rtol=1e-5)
-    for k, pattern in ((mod.cube, t.FORWARD_MODE), (mod.twice, t.NO_BACKWARD)):
+    tangent = jax.jit(lambda v: jax.jvp(in_shards(mod.sine), (v,), (v,))[1])(xs)
+    np.testing.assert_allclose(tangent, np.cos(x.astype(np.float64)) * x, rtol=1e-5)
+    for k, pattern in ((mod.cube, t.FORWARD_MODE), (mod.twice, t.NO_DERIVATIVES)):
         try:
             jax.jit(lambda v: jax.jvp(in_shards(k), (v,), (v,))[1])(xs)
         except kernix.CallError as e:
             assert re.search(pattern, str(e), re.S), e
         else:
             raise AssertionError("jvp through shard_map: no error")
+    try:
+        jax.jit(jax.grad(lambda v: jnp.sum(in_shards(mod.square)(v))))(xs)
+    except kernix.CallError as e:
+        assert re.search(t.REVERSE_MODE, str(e), re.S), e
+    else:
+        raise AssertionError("grad through shard_map of a kernel with a tangent kernel only: no error")
     print("OK", len(done))
     """
 )
@@ -228,7 +360,7 @@ def test_transforms_on_several_cpu_devices(tmp_path, devices=2):
         env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert proc.stdout.split()[-1] == str(2 * 2 * len(_transforms(lambda x: x)))
+    assert proc.stdout.split()[-1] == str(2 * len(DERIVATIVES) * len(_transforms(lambda x: x)))
 
 
 # -- on GPUs -------------------------------------------------------------------------------------
@@ -244,7 +376,7 @@ def test_transforms_on_one_gpu(cuda_mod):
     x = jax.device_put(np.random.default_rng(0).uniform(0.5, 1.5, (2, 3)).astype(np.float32), gpus()[0])
     with jax.default_device(gpus()[0]):
         done = check_transforms(cuda_mod, x)
-    assert len(done) == 2 * len(_transforms(cuda_mod.cube))
+    assert len(done) == len(DERIVATIVES) * len(_transforms(cuda_mod.cube))
 
 
 @pytest.mark.gpu

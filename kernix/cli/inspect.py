@@ -74,11 +74,10 @@ def _attr_type(param: dict[str, Any]) -> str:
 
 
 def _annotation_extras(function: dict[str, Any]) -> str:
-    """The shape signature column: the signature, ``vjp=``, ``has_side_effect``
+    """The shape signature column: the signature, ``vjp=``, ``jvp=``, ``has_side_effect``
     and ``scratch=`` as the annotation says them, or ``"-"``."""
-    parts = [function.get("signature") or ("-" if function.get("vjp_of") else "")]
-    if function.get("vjp_of"):
-        parts.append(f"vjp={function['vjp_of']}")
+    pairs = [f"{w}={function[k]}" for w, k in (("vjp", "vjp_of"), ("jvp", "jvp_of")) if function.get(k)]
+    parts = [function.get("signature") or ("-" if pairs else ""), *pairs]
     if function.get("has_side_effect"):
         parts.append("has_side_effect")
     if function.get("scratch"):
@@ -98,7 +97,7 @@ def _buffer_pins(function: dict[str, Any]) -> str:
 
 def _json_file(result: dict[str, Any]) -> dict[str, Any]:
     """What ``--json`` prints for one file."""
-    keys = ("name", "qualified_name", "line", "arg_spec", "signature", "vjp_of", "params")
+    keys = ("name", "qualified_name", "line", "arg_spec", "signature", "vjp_of", "jvp_of", "params")
     return {
         "path": result["path"],
         "language": result["language"],
@@ -116,15 +115,15 @@ def _errors(result: dict[str, Any], key: str = "errors") -> list[SourceError]:
     return [SourceError.from_json(e) for e in result.get(key, [])]
 
 
-def _check_vjp(results: list[dict[str, Any]]) -> None:
-    """Add the errors a load would find in ``vjp=`` declarations to each result
-    (:func:`kernix.language.annotation.check_vjp_pairs`), each file as its own
+def _check_pairs(results: list[dict[str, Any]]) -> None:
+    """Add the errors a load would find in ``vjp=`` and ``jvp=`` declarations to each result
+    (:func:`kernix.language.annotation.check_pairs`), each file as its own
     module, a forward function looked up in the other files; files with errors
     are skipped.
     """
-    if not any(f.get("vjp_of") for r in results for f in r["functions"]):
+    if not any(f.get("vjp_of") or f.get("jvp_of") for r in results for f in r["functions"]):
         return
-    from ..language.annotation import check_vjp_pairs
+    from ..language.annotation import check_pairs
     from ..language.spec import FunctionSpec
 
     specs = [[FunctionSpec.from_json(f) for f in r["functions"]] for r in results]
@@ -136,9 +135,9 @@ def _check_vjp(results: list[dict[str, Any]]) -> None:
         if result["errors"]:
             continue
         own = {s.name for s in file_specs}
-        wanted = {s.vjp_of for s in file_specs if s.vjp_of and s.vjp_of not in own}
+        wanted = {n for s in file_specs for n in (s.vjp_of, s.jvp_of) if n and n not in own}
         borrowed = [elsewhere[n][0] for n in sorted(wanted) if len(elsewhere.get(n, ())) == 1]
-        errors = [e for e in check_vjp_pairs([*file_specs, *borrowed]) if e.function in own]
+        errors = [e for e in check_pairs([*file_specs, *borrowed]) if e.function in own]
         result["errors"] = [*result["errors"], *(e.to_json() for e in errors)]
 
 
@@ -240,7 +239,7 @@ def run(args: dict[str, Any]) -> int:
     except KernixError as exc:
         print_error("inspect", str(exc))
         return 2
-    _check_vjp(results)
+    _check_pairs(results)
     for result in results:
         for warning in _errors(result, "warnings"):  # comments that look like annotations but are not
             print(printable(f"{warning.location()}: warning: {warning.message}"), file=sys.stderr)

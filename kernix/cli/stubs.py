@@ -30,7 +30,7 @@ def run(args: dict[str, Any]) -> int:
     """Run ``kernix stubs`` with the parsed ``args``; returns the exit status."""
     # Imported here, so that other commands do not load libclang and the parser.
     from ..frontend.infer import infer_file
-    from ..language.annotation import check_unique_names, check_vjp_pairs
+    from ..language.annotation import check_unique_names, check_pairs
     from ..runtime.stubs import stub_text
 
     files, output = args["files"], args["output"]
@@ -54,7 +54,7 @@ def run(args: dict[str, Any]) -> int:
             print(error_line(err), file=sys.stderr)
         failed = failed or bool(result.errors)
         specs.extend(result.functions)
-    for err in check_unique_names(specs) or check_vjp_pairs(specs):
+    for err in check_unique_names(specs) or check_pairs(specs):
         print(error_line(err), file=sys.stderr)
         failed = True
     if failed:

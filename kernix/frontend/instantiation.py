@@ -41,7 +41,7 @@ class InstanceTarget(Target):
     """A :class:`~kernix.frontend.binding.Target` that is one instantiation of an annotated template.
 
     ``cursor`` is the instantiation's declaration; ``annotation`` is the template's,
-    renamed to the instance (and its ``vjp=`` to the same instance of the forward template).
+    renamed to the instance (and its ``vjp=`` or ``jvp=`` to the same instance of the forward template).
     """
 
     qualified: str = ""
@@ -220,7 +220,7 @@ def instance_targets(path: str, raw: bytes, options: ParseOptions, tu: Any, anno
             continue
         made[name] = p.template.canonical
         suffix = name[len(lists[a.line].name):]
-        tokens = tuple(f"{t}{suffix}" if t.startswith("vjp=") else t for t in a.tokens)
+        tokens = tuple(f"{t}{suffix}" if t.startswith(("vjp=", "jvp=")) else t for t in a.tokens)
         targets.append(InstanceTarget(
             name, spec_cursor, replace(a, name=name, tokens=tokens), None,
             qualified=shown, template_args=tuple((n, w, key) for (n, w), key in zip(p.args, keys, strict=True))))

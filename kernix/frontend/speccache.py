@@ -46,8 +46,8 @@ __all__ = ["SpecLookup", "look_up", "load", "store", "entry_path", "parse_setup"
 # read once; 13: a BE::TensorOf<T> parameter is a tensor whose dtype the spec pins; 14: dependencies are the
 # versions the parse read (a header saved during it is not recorded); 15: in-place tensors, array and string
 # attributes, scratch, state and thread-pool parameters, has_side_effect and scratch=; 16: a template's annotation
-# lists the arguments it is exported for (an instantiation's spec records them)
-_FORMAT = 16
+# lists the arguments it is exported for (an instantiation's spec records them); 17: jvp= (a tangent kernel)
+_FORMAT = 17
 
 _SETUP_SPACE = ".parse"  # the direct index's records of parse set-ups
 

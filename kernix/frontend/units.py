@@ -21,7 +21,7 @@ from ..language.spec import FunctionSpec
 from .lexer import find_annotations
 from .binding import DECLARED_IN_HEADER, NOT_DECLARED
 from .infer import infer_file
-from ..language.annotation import check_unique_names, raise_for_vjp_pairs
+from ..language.annotation import check_unique_names, raise_for_pairs
 
 __all__ = ["infer_units"]
 
@@ -35,7 +35,7 @@ def infer_units(
     cache_dir: str | os.PathLike[str],
 ) -> list[tuple[Path, list[FunctionSpec]]]:
     """Infer every source of a module, reconciled: ``(source, specs)`` per file,
-    explicit ``functions=`` specs reconciled, names unique, ``vjp=`` pairs checked.
+    explicit ``functions=`` specs reconciled, names unique, ``vjp=`` and ``jvp=`` pairs checked.
 
     ``functions`` maps name -> arg_spec tokens or ``None`` (``None``: every
     annotated function); ``language``, ``flags`` and ``cache_dir`` are as for
@@ -73,7 +73,7 @@ def infer_units(
     errors = check_unique_names(specs)
     if errors:
         raise InferenceError(errors)
-    raise_for_vjp_pairs(specs)  # (names unique: checked above)
+    raise_for_pairs(specs)  # (names unique: checked above)
     if not specs:
         where = sources[0] if single else f"{len(sources)} files"
         raise KernixError(

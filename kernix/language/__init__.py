@@ -17,7 +17,7 @@ probe (:mod:`kernix.frontend.instantiation`): instance names, families, the
 member a call's dtypes pick, and the families' ``@overload`` stubs.  :mod:`.selection` holds what a caller asks to
 export (``functions=``) and checks an explicit arg_spec against the inferred
 one; :mod:`.annotation` also checks a whole module (unique names, ``vjp=``
-pairs).  Every module leans on two tables: :mod:`.dtypes` (each dtype on
+and ``jvp=`` pairs).  Every module leans on two tables: :mod:`.dtypes` (each dtype on
 every side of the FFI boundary) and :mod:`.names` (what a module, target or
 function may be called), and on :mod:`.spelling` (what C++ spelling a spec
 may carry into generated code).  This ``__init__`` imports nothing, so a

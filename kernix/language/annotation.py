@@ -1,5 +1,5 @@
 """An annotation's words read onto an inferred spec (:func:`annotate_spec`), the doc comment above a
-function, and the checks across one module (unique names, ``vjp=`` pairs)."""
+function, and the checks across one module (unique names, ``vjp=`` and ``jvp=`` pairs)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .spec import parse_arg_spec
 
 __all__ = [
     "DOC_LIMIT", "SourceLines", "leading_comment", "annotate_spec", "check_unique_names", "check_vjp_pairs",
-    "raise_for_vjp_pairs",
+    "check_jvp_pairs", "check_pairs", "raise_for_pairs",
 ]
 
 
@@ -130,7 +130,7 @@ def leading_comment(text: str | SourceLines, first_line: int, decl_line: int = 0
 def annotate_spec(
     spec: Any, annotation: Any, source_text: str | SourceLines
 ) -> tuple[tuple[str, ...], Any, list[SourceError]]:
-    """Attach an annotation's shape signature, ``vjp=`` and doc comment to ``spec``.
+    """Attach an annotation's shape signature, ``vjp=``, ``jvp=`` and doc comment to ``spec``.
 
     ``spec`` is the :class:`~kernix.language.spec.FunctionSpec` inferred from the declaration,
     ``annotation`` its :class:`~kernix.frontend.lexer.Annotation` or ``None``.  Returns the annotation's
@@ -143,8 +143,10 @@ def annotate_spec(
         if spec.has("scratch"):
             errors.append(_no_scratch_size(spec, spec.line))
         return (), replace(spec, doc=doc), errors
-    words = [t for t in annotation.tokens if t != "has_side_effect" and not t.startswith("scratch=")]
+    words = [t for t in annotation.tokens
+             if t != "has_side_effect" and not t.startswith(("scratch=", "jvp="))]
     sizes = [t[len("scratch="):] for t in annotation.tokens if t.startswith("scratch=")]
+    jvps = [t[len("jvp="):] for t in annotation.tokens if t.startswith("jvp=")]
     tokens, sig_text, vjp = split_annotation(words)
     errors: list[SourceError] = []
 
@@ -152,8 +154,11 @@ def annotate_spec(
         errors.append(SourceError(msg, file=spec.file, line=annotation.line, column=annotation.column,
                                   function=spec.name))
 
-    if annotation.tokens.count("has_side_effect") > 1 or len(sizes) > 1:
-        error("an annotation says has_side_effect and scratch= at most once each")
+    if annotation.tokens.count("has_side_effect") > 1 or len(sizes) > 1 or len(jvps) > 1:
+        error("an annotation says has_side_effect, scratch= and jvp= at most once each")
+    jvp = jvps[0] if jvps else None
+    if jvp is not None and vjp is not None:
+        error(f"vjp={vjp} and jvp={jvp}: a kernel is a backward kernel (vjp=) or a tangent kernel (jvp=), not both")
 
     signature = None
     if sig_text is not None:
@@ -165,8 +170,9 @@ def annotate_spec(
             for msg in check_against_spec(sig, _declared_roles(spec, tokens)):
                 error(f"shape signature of {spec.name!r} disagrees with its C++ signature: {msg}")
             signature = str(sig)
-    if vjp is not None and not is_identifier(vjp):
-        error(f"vjp={vjp!r}: the forward function's name must be an identifier")
+    for word, name in (("vjp", vjp), ("jvp", jvp)):
+        if name is not None and not is_identifier(name):
+            error(f"{word}={name!r}: the forward function's name must be an identifier")
     scratch = sizes[0] if sizes else None
     if scratch is None and spec.has("scratch"):
         errors.append(_no_scratch_size(spec, annotation.line, annotation.column))
@@ -174,7 +180,7 @@ def annotate_spec(
         problem = _scratch_problem(scratch, spec, parse_signature(signature) if signature else None)
         if problem:
             error(problem)
-    spec = replace(spec, signature=signature, vjp_of=vjp, doc=doc,
+    spec = replace(spec, signature=signature, vjp_of=vjp, jvp_of=jvp, doc=doc,
                    has_side_effect="has_side_effect" in annotation.tokens, scratch=scratch)
     return tokens, spec, errors
 
@@ -248,56 +254,131 @@ def check_vjp_pairs(specs: Iterable[Any]) -> list[SourceError]:
     cotangent per forward output, its outputs one cotangent per forward input,
     its attributes a subset (by name and dtype) of the forward's; the forward
     must have a shape signature (which shapes the cotangents), and at most one
-    backward per forward.
+    backward per forward (which may itself be a backward kernel: reverse over reverse).
     """
+    return _check_pairs(specs, "vjp")
+
+
+def check_jvp_pairs(specs: Iterable[Any]) -> list[SourceError]:
+    """Check every ``jvp=`` declaration among one module's specs.
+
+    A tangent kernel's inputs are its function's inputs followed by one tangent
+    per input (in the same order), its outputs one tangent per output of the
+    function, its attributes a subset (by name and dtype) of the function's; the
+    function must have a shape signature (which shapes the tangents of its
+    outputs), and at most one tangent kernel per function (which may be a
+    backward or tangent kernel itself: forward over reverse, forward over
+    forward).  Where the tangent kernel has a shape signature too, each of its
+    groups is the group of the value it stands for, up to the dimensions' names,
+    and a dtype pinned on both sides is the same; each error names the parameter.
+    """
+    return _check_pairs(specs, "jvp")
+
+
+def check_pairs(specs: Iterable[Any]) -> list[SourceError]:
+    """The errors of :func:`check_vjp_pairs` and :func:`check_jvp_pairs`."""
+    specs = list(specs)
+    return check_vjp_pairs(specs) + check_jvp_pairs(specs)
+
+
+def _check_pairs(specs: Iterable[Any], word: str) -> list[SourceError]:
     by_name = {s.name: s for s in specs}
+    kind = "backward kernel" if word == "vjp" else "tangent kernel"
     errors: list[SourceError] = []
     claimed: dict[str, str] = {}
-    for bwd in by_name.values():
-        if bwd.vjp_of is None:
+    for der in by_name.values():
+        of = der.vjp_of if word == "vjp" else der.jvp_of
+        if of is None:
             continue
 
-        def error(msg: str) -> None:
-            errors.append(SourceError(f"{bwd.name!r} (vjp={bwd.vjp_of}): {msg}", file=bwd.file,  # noqa: B023
-                                      line=bwd.line, function=bwd.name))  # noqa: B023
+        def error(msg: str, parameter: str | None = None) -> None:
+            errors.append(SourceError(f"{der.name!r} ({word}={of}): {msg}", file=der.file,  # noqa: B023
+                                      line=der.line, function=der.name, parameter=parameter))  # noqa: B023
 
-        fwd = by_name.get(bwd.vjp_of)
+        fwd = by_name.get(of)
         if fwd is None:
-            error(f"the module exports no function {bwd.vjp_of!r}; it exports: {', '.join(by_name)}")
+            error(f"the module exports no function {of!r}; it exports: {', '.join(by_name)}")
             continue
-        if fwd.vjp_of is not None or fwd.name == bwd.name:
-            error(f"{fwd.name!r} is itself a backward kernel")
+        if fwd.name == der.name:
+            error(f"a function cannot be its own {kind}")
             continue
-        if bwd.vjp_of in claimed:
-            error(f"{fwd.name!r} already has a backward kernel, {claimed[bwd.vjp_of]!r}")
+        if of in claimed:
+            error(f"{fwd.name!r} already has a {kind}, {claimed[of]!r}")
             continue
-        claimed[bwd.vjp_of] = bwd.name
+        claimed[of] = der.name
         n_in, n_out = len(fwd.inputs), len(fwd.outputs)
-        if len(bwd.inputs) != n_in + n_out:
-            error(
-                f"a backward kernel takes the forward's {n_in} input(s) then the cotangents of its "
-                f"{n_out} output(s): {n_in + n_out} inputs, but it takes {len(bwd.inputs)}"
-            )
-        if len(bwd.outputs) != n_in:
-            error(
-                f"a backward kernel returns one cotangent per forward input ({n_in}), "
-                f"but it has {len(bwd.outputs)} output(s)"
-            )
+        if word == "vjp":
+            if len(der.inputs) != n_in + n_out:
+                error(f"a backward kernel takes the forward's {n_in} input(s) then the cotangents of its "
+                      f"{n_out} output(s): {n_in + n_out} inputs, but it takes {len(der.inputs)}")
+            if len(der.outputs) != n_in:
+                error(f"a backward kernel returns one cotangent per forward input ({n_in}), "
+                      f"but it has {len(der.outputs)} output(s)")
+        else:
+            for msg, parameter in _tangent_problems(fwd, der):
+                error(msg, parameter)
         fattrs = {p.name: p for p in fwd.attrs}
-        for p in bwd.attrs:
+        for p in der.attrs:
             if p.name not in fattrs:
                 error(f"attribute {p.name!r} is not an attribute of {fwd.name!r} "
-                      f"(it has: {', '.join(fattrs) or 'none'})")
+                      f"(it has: {', '.join(fattrs) or 'none'})", p.name)
             elif fattrs[p.name].attr_type != p.attr_type:
-                error(f"attribute {p.name!r} is {p.attr_type} here but {fattrs[p.name].attr_type} in {fwd.name!r}")
+                error(f"attribute {p.name!r} is {p.attr_type} here but {fattrs[p.name].attr_type} in {fwd.name!r}",
+                      p.name)
         if fwd.signature is None:
+            what = "cotangents" if word == "vjp" else "tangents"
             error(f"{fwd.name!r} has no shape signature; declare one (e.g. '// @BE {fwd.name} (...,n)->(...,n)') "
-                  "so that the shapes of its outputs, and so of their cotangents, are known")
+                  f"so that the shapes of its outputs, and so of their {what}, are known")
     return errors
 
 
-def raise_for_vjp_pairs(specs: Iterable[Any]) -> None:
-    """Raise :class:`~kernix.errors.InferenceError` if :func:`check_vjp_pairs` finds anything."""
-    errors = check_vjp_pairs(specs)
+def _tangent_problems(fwd: Any, tan: Any) -> list[tuple[str, str | None]]:
+    """What disagrees between ``fwd`` and its tangent kernel ``tan``: ``(message, parameter)`` pairs."""
+    n_in, n_out = len(fwd.inputs), len(fwd.outputs)
+    problems: list[tuple[str, str | None]] = []
+    ins, outs = tan.inputs, tan.outputs
+    names = ", ".join(p.name for p in fwd.inputs)
+    if len(ins) != 2 * n_in:
+        extra = ins[2 * n_in].name if len(ins) > 2 * n_in else None
+        problems.append((f"a tangent kernel takes {fwd.name!r}'s {n_in} input(s) ({names}) then their {n_in} "
+                         f"tangent(s), in the same order: {2 * n_in} inputs, but it takes {len(ins)}", extra))
+    if len(outs) != n_out:
+        problems.append((f"a tangent kernel returns one tangent per output of {fwd.name!r} ({n_out}), but it has "
+                         f"{len(outs)} output(s)", outs[n_out].name if len(outs) > n_out else None))
+    if problems:
+        return problems
+    fsig = parse_signature(fwd.signature) if fwd.signature else None
+    tsig = parse_signature(tan.signature) if tan.signature else None
+    pairs = [(t, f, "input" if k < n_in else "the tangent of input", fsig.inputs[k % n_in] if fsig else None,
+              tsig.inputs[k] if tsig else None) for k, (t, f) in enumerate(zip(ins, [*fwd.inputs, *fwd.inputs]))]
+    pairs += [(t, f, "the tangent of output", fsig.outputs[k] if fsig else None, tsig.outputs[k] if tsig else None)
+              for k, (t, f) in enumerate(zip(outs, fwd.outputs))]
+    renamed: dict[str, str] = {}  # the tangent kernel's name of a dimension -> the function's, and back
+    back: dict[str, str] = {}
+    for t, f, what, fgroup, tgroup in pairs:
+        stands = f"{what} {f.name!r} of {fwd.name}()"
+        if t.dtype and f.dtype and t.dtype != f.dtype:
+            problems.append((f"parameter {t.name!r} ({stands}) is {t.dtype} but {f.name!r} is {f.dtype}: a tangent "
+                             "has its value's dtype", t.name))
+        if fgroup is None or tgroup is None:
+            continue
+        same = tgroup.batch == fgroup.batch and len(tgroup.dims) == len(fgroup.dims)
+        for a, b in zip(tgroup.dims, fgroup.dims) if same else ():
+            if isinstance(a, str) and isinstance(b, str):
+                same = same and renamed.setdefault(a, b) == b and back.setdefault(b, a) == a
+            else:
+                same = same and a == b
+        dtypes = (tgroup.dtype, fgroup.dtype)
+        if not same or (all(dtypes) and dtypes[0] != dtypes[1]):
+            problems.append((f"parameter {t.name!r} ({stands}) has shape {tgroup} in the shape signature "
+                             f"{tan.signature}, but {f.name!r} has {fgroup} in {fwd.name}'s {fwd.signature}: each "
+                             "group of a tangent kernel is the one of the value it stands for (up to the dimensions' "
+                             "names)", t.name))
+    return problems
+
+
+def raise_for_pairs(specs: Iterable[Any]) -> None:
+    """Raise :class:`~kernix.errors.InferenceError` if :func:`check_pairs` finds anything."""
+    errors = check_pairs(specs)
     if errors:
         raise InferenceError(errors)

@@ -15,7 +15,8 @@ same batch shape, which the ``...`` outputs then get.  ``:dtype`` after a group
 pins that buffer's dtype; an output's dtype defaults to the first input's.
 
 ``vjp=NAME`` declares the function as the backward kernel of ``NAME`` (checked by
-:func:`kernix.language.annotation.check_vjp_pairs`).  Pure Python: parsing, the check at inference
+:func:`kernix.language.annotation.check_vjp_pairs`; ``jvp=NAME``, a tangent kernel, by
+:func:`~kernix.language.annotation.check_jvp_pairs`).  Pure Python: parsing, the check at inference
 (:func:`check_against_spec`) and the binding when a call is traced (:func:`bind`).
 """
 

@@ -226,6 +226,8 @@ class FunctionSpec:
         The shape signature in canonical form (``"(...,d),(d)->(...,d)"``), or ``None``.
     vjp_of
         For a backward kernel (``vjp=NAME``), the forward function's name.
+    jvp_of
+        For a tangent kernel (``jvp=NAME``), the name of the function whose tangents it computes.
     doc
         The comment directly above the declaration (``""`` if none).
     function_type
@@ -249,6 +251,7 @@ class FunctionSpec:
     signature: str | None = None
     vjp_of: str | None = None
     doc: str = ""
+    jvp_of: str | None = None
     function_type: str = dataclasses.field(default="", compare=False)
     returns_error: bool = False
     has_side_effect: bool = False
@@ -302,7 +305,8 @@ class FunctionSpec:
             "arg_spec": list(self.arg_spec),
             "params": [dataclasses.asdict(p) for p in self.params],
         }
-        for key in ("signature", "vjp_of", "doc", "function_type", "returns_error", "has_side_effect", "scratch"):
+        for key in ("signature", "vjp_of", "jvp_of", "doc", "function_type", "returns_error", "has_side_effect",
+                    "scratch"):
             if getattr(self, key):
                 data[key] = getattr(self, key)
         if self.template_args:
@@ -335,7 +339,7 @@ class FunctionSpec:
             scratch=_checked_scratch(data.get("scratch"), params),
             template_args=template_args,
         )
-        if data.get("signature") is None and data.get("vjp_of") is None and not data.get("doc"):
+        if all(data.get(k) is None for k in ("signature", "vjp_of", "jvp_of")) and not data.get("doc"):
             return spec  # the common case: no operation fields to check
         return _with_operation_fields(spec, data)
 
@@ -359,11 +363,13 @@ def _with_operation_fields(spec: FunctionSpec, data: dict[str, Any]) -> Function
         if problems:
             raise ValueError(f"bad signature of {spec.name!r}: {problems[0]}")
         signature = str(parsed)
-    if vjp_of is not None and not (isinstance(vjp_of, str) and is_identifier(vjp_of)):
-        raise ValueError(f"bad vjp_of {vjp_of!r}")
+    jvp_of = data.get("jvp_of")
+    for key, name in (("vjp_of", vjp_of), ("jvp_of", jvp_of)):
+        if name is not None and not (isinstance(name, str) and is_identifier(name)):
+            raise ValueError(f"bad {key} {name!r}")
     if not isinstance(doc, str):
         raise ValueError(f"bad doc {doc!r}")
-    return dataclasses.replace(spec, signature=signature, vjp_of=vjp_of, doc=doc)
+    return dataclasses.replace(spec, signature=signature, vjp_of=vjp_of, jvp_of=jvp_of, doc=doc)
 
 
 #: Each kind -> the roles a parameter of that kind may have.

@@ -208,7 +208,7 @@ def family(functions: Mapping[str, Any], name: str) -> list[Member]:
         return []
     members = []
     for fname, spec in functions.items():
-        if spec.template_args and template_name(spec) == name and spec.vjp_of is None:
+        if spec.template_args and template_name(spec) == name and spec.vjp_of is spec.jvp_of is None:
             dtypes = [key for _, _, key in spec.template_args if key in BUFFER_DTYPES]
             static = tuple((p, key) for p, _, key in spec.template_args if key not in BUFFER_DTYPES)
             members.append(Member(fname, dtypes[0] if dtypes else None, static,
@@ -218,7 +218,7 @@ def family(functions: Mapping[str, Any], name: str) -> list[Member]:
     prefix = name + "_"
     for fname, spec in functions.items():
         suffix = fname[len(prefix):] if fname.startswith(prefix) else ""
-        if suffix in SUFFIX_DTYPES and not spec.template_args and spec.vjp_of is None:
+        if suffix in SUFFIX_DTYPES and not spec.template_args and spec.vjp_of is spec.jvp_of is None:
             members.append(Member(fname, SUFFIX_DTYPES[suffix], (), SUFFIX_DTYPES[suffix]))
     return members
 

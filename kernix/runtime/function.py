@@ -12,7 +12,7 @@ from ..errors import KernelRuntimeError, RegistrationError
 from ..language.spec import FunctionSpec
 from ..language.templates import Member, select
 from .arguments import check_call
-from .operation import Backward, Operation, make_operation
+from .operation import Derivative, Operation, make_operation
 from .stubs import call_signature, docstring
 
 __all__ = ["KernelFunction", "Dispatcher", "unpicklable", "kernel_refusal"]
@@ -43,7 +43,8 @@ class _Docstring:
     def __get__(self, obj: Any, owner: Any = None) -> str:
         if obj is None:
             return self.class_doc
-        return docstring(obj.spec, backward=obj.module.backward_name(obj.spec.name))
+        return docstring(obj.spec, backward=obj.module.backward_name(obj.spec.name),
+                         tangent=obj.module.tangent_name(obj.spec.name))
 
 
 class KernelFunction:
@@ -75,11 +76,14 @@ class KernelFunction:
     @functools.cached_property
     def operation(self) -> Operation:
         """What a call runs once its arguments are checked (made at the first call: the target is final)."""
-        name = self.module.backward_name(self.spec.name)
-        backward = None if name is None else self.module[name]
-        if backward is not None:
-            backward = Backward(name, backward, tuple(p.name for p in backward.spec.attrs))
-        return make_operation(self.target, self.spec, backward, self.module.name)
+        def derivative(name: str | None) -> Derivative | None:
+            if name is None:
+                return None
+            kernel = self.module[name]
+            return Derivative(name, kernel, tuple(p.name for p in kernel.spec.attrs))
+
+        return make_operation(self.target, self.spec, derivative(self.module.backward_name(self.spec.name)),
+                              self.module.name, derivative(self.module.tangent_name(self.spec.name)))
 
     @property
     def target(self) -> str:

@@ -9,9 +9,10 @@ and a kernel with side effects that XLA's partitioner would split),
 :func:`partitioned` (per shard, on several devices), :func:`batched` (a
 ``custom_vmap`` folding a vmap axis into the ``...`` dimensions), and
 outermost :func:`refusing` (a ``custom_jvp`` that raises kernix's error) or,
-for a kernel with a backward kernel, :func:`reverse_only` (a ``custom_jvp``
-whose tangents are the ``kernix_pullback`` primitive: reverse mode transposes
-it into the backward kernel, forward mode raises kernix's error).  Being
+for a kernel with a backward or a tangent kernel, :func:`differentiable` (a
+``custom_jvp`` whose tangents are the ``kernix_tangent`` primitive: forward
+mode evaluates it by the tangent kernel, reverse mode transposes it into the
+backward kernel, each raising kernix's error where that kernel is missing).  Being
 outermost, every differentiation, however the call is reached (``jax.jit``,
 ``jax.vmap``, several devices), meets kernix's rule first.
 
@@ -23,6 +24,7 @@ values it is given, so :func:`output_structs` gives them the inputs' axes
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import jax
@@ -33,7 +35,7 @@ from jax.experimental.custom_partitioning import (
     SdyShardingRule,
     custom_partitioning,
 )
-from jax.extend.core import Primitive
+from jax.extend.core import Primitive, jaxpr_as_fun
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -42,7 +44,7 @@ from ..language.shapes import Group, Signature
 from .registry import platforms_of
 
 __all__ = ["aval", "varying_axes", "in_shard_map", "output_structs", "check_platform", "partitioned",
-           "sharding_rule", "batched", "refusing", "reverse_only"]
+           "sharding_rule", "batched", "refusing", "Rules", "output_tangents", "differentiable"]
 
 Call = Callable[..., tuple[Any, ...]]  # arrays -> tuple of arrays
 
@@ -308,56 +310,81 @@ def refusing(forward: Call, error: Callable[[], Exception]) -> Call:
     return call
 
 
-# -- the reverse-mode tangent of a kernel: the kernix_pullback primitive ----------------------
-
-_pullback_p = Primitive("kernix_pullback")
-_pullback_p.multiple_results = True
-_pullback_p.def_abstract_eval(lambda *avals, out_avals, **_: out_avals)
+# -- the tangents of a kernel's outputs: the kernix_tangent primitive -------------------------
 
 
-def pullback_tangents(
-    primals: Sequence[Any], tangents: Sequence[Any], *, out_avals: Sequence[Any],
-    pullback: Callable[[Sequence[Any], Sequence[Any]], Sequence[Any]], error: Callable[[], Exception],
-) -> list[Any]:
+@dataclass(frozen=True, eq=False)
+class Rules:
+    """What the ``kernix_tangent`` primitive of one kernel runs: ``tangent(primals, tangents)`` (forward
+    mode) and ``pullback(primals, cotangents)`` (reverse mode), each ``None`` where no kernel gives it,
+    and the errors raised then (one object per operation, a primitive parameter equal only to itself).
+
+    The tangents are traced when the primitive is bound, into its ``jaxpr`` parameter: JAX sees the
+    tangent kernel's call there (a ``custom_partitioning`` needs the devices when the program is lowered)."""
+
+    tangent: Callable[[Sequence[Any], Sequence[Any]], Sequence[Any]] | None
+    pullback: Callable[[Sequence[Any], Sequence[Any]], Sequence[Any]] | None
+    no_tangent: Callable[[], Exception]
+    no_pullback: Callable[[], Exception]
+
+
+_tangent_p = Primitive("kernix_tangent")
+_tangent_p.multiple_results = True
+_tangent_p.def_abstract_eval(lambda *avals, out_avals, **_: out_avals)
+
+
+def output_tangents(primals: Sequence[Any], tangents: Sequence[Any], *, out_avals: Sequence[Any],
+                    rules: Rules) -> list[Any]:
     """The tangents (avals ``out_avals``) of a kernel's outputs at ``primals``, linear in ``tangents``:
-    transposed, ``pullback(primals, cotangents)`` (one cotangent per tangent); evaluated or compiled
-    (forward mode), ``error()`` is raised."""
-    return list(_pullback_p.bind(*primals, *tangents, n_primals=len(primals), out_avals=tuple(out_avals),
-                                 pullback=pullback, error=error, vmapped=0))
+    evaluated or compiled (forward mode), ``rules.tangent``; transposed (reverse mode), ``rules.pullback``
+    of the cotangents (one per tangent); differentiated, JAX's derivative of ``rules.tangent`` (so of the
+    tangent kernel: through its own rules)."""
+    n = len(primals)
+    push = rules.tangent
+    jaxpr = None if push is None else jax.make_jaxpr(lambda *xs: list(push(xs[:n], xs[n:])))(*primals, *tangents)
+    return list(_tangent_p.bind(*primals, *tangents, n_primals=n, out_avals=tuple(out_avals), rules=rules,
+                                jaxpr=jaxpr, vmapped=0))
 
 
-def _forward_mode(*_: Any, error: Callable[[], Exception], **__: Any) -> Any:
-    raise error()
+def _evaluate(*args: Any, rules: Rules, jaxpr: Any, **_: Any) -> list[Any]:
+    if jaxpr is None:
+        raise rules.no_tangent()
+    return list(jaxpr_as_fun(jaxpr)(*args))
 
 
-_pullback_p.def_impl(_forward_mode)
-mlir.register_lowering(_pullback_p, lambda ctx, *xs, error, **_: _forward_mode(error=error))
+def _jvp(primals: Sequence[Any], tangents: Sequence[Any], **params: Any) -> tuple[Any, Any]:
+    return jax.jvp(lambda *xs: _evaluate(*xs, **params), tuple(primals), tuple(map(ad.instantiate_zeros, tangents)))
 
 
-def _transpose(cts: Sequence[Any], *args: Any, n_primals: int, pullback: Callable[..., Any], vmapped: int,
+def _transpose(cts: Sequence[Any], *args: Any, n_primals: int, rules: Rules, vmapped: int,
                **_: Any) -> list[Any]:
-    primals = args[:n_primals]
-    cts = [ad.instantiate_zeros(ct) for ct in cts]
-    fn = pullback
-    for _level in range(vmapped):  # a pullback batched by jax.vmap, one leading axis per level
-        fn = jax.vmap(fn)
-    grads = fn(tuple(primals), tuple(cts))
+    if rules.pullback is None:
+        raise rules.no_pullback()
+    pullback = rules.pullback
+    for _level in range(vmapped):  # batched by jax.vmap, one leading axis per level
+        pullback = jax.vmap(pullback)
+    grads = pullback(tuple(args[:n_primals]), tuple(map(ad.instantiate_zeros, cts)))
     return [None] * n_primals + list(grads)
 
 
-def _batch(args: Sequence[Any], dims: Sequence[Any], *, out_avals: Sequence[Any], vmapped: int,
+def _batch(args: Sequence[Any], dims: Sequence[Any], *, out_avals: Sequence[Any], jaxpr: Any, vmapped: int,
            **params: Any) -> tuple[Any, list[int]]:
     # Every argument gets the vmap axis first (an unbatched one broadcast: its cotangents are summed).
     size = next(jnp.shape(a)[d] for a, d in zip(args, dims) if d is not None)
     moved = [jnp.broadcast_to(a, (size, *jnp.shape(a))) if d is None else jnp.moveaxis(a, d, 0)
              for a, d in zip(args, dims)]
     avals = tuple(a.update(shape=(size, *a.shape)) for a in out_avals)
-    out = _pullback_p.bind(*moved, out_avals=avals, vmapped=vmapped + 1, **params)
+    if jaxpr is not None:
+        jaxpr = jax.make_jaxpr(jax.vmap(jaxpr_as_fun(jaxpr)))(*moved)
+    out = _tangent_p.bind(*moved, out_avals=avals, jaxpr=jaxpr, vmapped=vmapped + 1, **params)
     return out, [0] * len(out)
 
 
-ad.primitive_transposes[_pullback_p] = _transpose
-batching.primitive_batchers[_pullback_p] = _batch
+_tangent_p.def_impl(_evaluate)
+mlir.register_lowering(_tangent_p, mlir.lower_fun(_evaluate, multiple_results=True))
+ad.primitive_jvps[_tangent_p] = _jvp
+ad.primitive_transposes[_tangent_p] = _transpose
+batching.primitive_batchers[_tangent_p] = _batch
 
 
 def _summed(g: Any, x: Any) -> Any:
@@ -370,40 +397,55 @@ def _inexact(x: Any) -> bool:
     return bool(jnp.issubdtype(x.dtype, jnp.inexact))
 
 
-def reverse_only(
-    forward: Call, backward: Callable[..., Any], out_structs: Callable[[Sequence[Any]], list[Any]],
-    higher_order: Callable[[], Exception], forward_mode: Callable[[], Exception],
+def differentiable(
+    forward: Call, out_structs: Callable[[Sequence[Any]], list[Any]], *,
+    tangent: Callable[..., Any] | None, backward: Callable[..., Any] | None,
+    no_tangent: Callable[[], Exception], no_backward: Callable[[], Exception],
 ) -> Call:
-    """``forward``, differentiable in reverse mode through ``backward``.
+    """``forward``, differentiable through its tangent kernel (forward mode) and its backward kernel
+    (reverse mode), each called with attributes bound and ``out=`` (``None``: that mode raises
+    ``no_tangent()`` or ``no_backward()``).
 
-    A ``jax.custom_jvp`` whose tangents are :func:`pullback_tangents`: reverse mode transposes them into
-    a call of ``backward`` (attributes bound; the forward's inputs, then the output cotangents, and
-    ``out=`` the inputs' structs), forward mode raises ``forward_mode()``.  The rule computes the outputs
-    through :func:`refusing` with ``higher_order``, so a derivative of the derivative raises that.
-    ``out_structs`` gives each output's struct (an integer output's cotangent is zeros); integer inputs
-    get ``float0`` cotangents.
+    A ``jax.custom_jvp`` whose tangents are :func:`output_tangents`: forward mode evaluates them by
+    ``tangent`` (the forward's inputs, then their tangents; ``out=`` the outputs' structs), reverse mode
+    transposes them into ``backward`` (the forward's inputs, then the output cotangents; ``out=`` the
+    inputs' structs).  The rule's outputs are this same operation, so a derivative of a derivative
+    differentiates the outputs through these rules, and the tangent or backward kernel through its own.
+    ``out_structs`` gives each output's struct; integer inputs get zero tangents and ``float0``
+    cotangents, integer outputs ``float0`` tangents and zero cotangents.
     """
 
     def pullback(xs: Sequence[Any], cts: Sequence[Any]) -> list[Any]:
         given = iter(cts)
         full = [next(given) if _inexact(o) else jnp.zeros(o.shape, o.dtype) for o in out_structs(xs)]
+        assert backward is not None
         grads = backward(*xs, *full, out=output_structs([(jnp.shape(x), x.dtype) for x in xs], xs))
         if not isinstance(grads, tuple):  # one input: one output, returned as it is
             grads = (grads,)
         return [_summed(g, x) for g, x in zip(grads, xs) if _inexact(x)]
 
-    primal = refusing(forward, higher_order)
-    differentiable = jax.custom_jvp(forward)
+    def push(xs: Sequence[Any], ts: Sequence[Any]) -> list[Any]:
+        given = iter(ts)
+        full = [next(given) if _inexact(x) else jnp.zeros(jnp.shape(x), x.dtype) for x in xs]
+        structs = out_structs(xs)
+        assert tangent is not None
+        outs = tangent(*xs, *full, out=structs[0] if len(structs) == 1 else structs)
+        if not isinstance(outs, tuple):  # one output: one tangent, returned as it is
+            outs = (outs,)
+        return [t for t, o in zip(outs, structs) if _inexact(o)]
 
-    @differentiable.defjvp
-    def rule(primals: Any, tangents: Any) -> Any:
-        outs = tuple(primal(*primals))
-        linear = [t for t, x in zip(tangents, primals) if _inexact(x)]
-        avals = [aval(o).to_tangent_aval() for o in outs if _inexact(o)]
-        lin = iter(pullback_tangents(primals, linear, out_avals=avals, pullback=pullback, error=forward_mode))
-        return outs, tuple(next(lin) if _inexact(o) else np.zeros(jnp.shape(o), jax.dtypes.float0) for o in outs)
+    rules = Rules(None if tangent is None else push, None if backward is None else pullback, no_tangent, no_backward)
+    op = jax.custom_jvp(forward)
 
     def call(*xs: Any) -> tuple[Any, ...]:
-        return differentiable(*xs) if is_traced(xs) else forward(*xs)
+        return op(*xs) if is_traced(xs) else forward(*xs)
+
+    @op.defjvp
+    def rule(primals: Any, tangents: Any) -> Any:
+        outs = tuple(call(*primals))
+        linear = [t for t, x in zip(tangents, primals) if _inexact(x)]
+        avals = [aval(o).to_tangent_aval() for o in outs if _inexact(o)]
+        lin = iter(output_tangents(primals, linear, out_avals=avals, rules=rules))
+        return outs, tuple(next(lin) if _inexact(o) else np.zeros(jnp.shape(o), jax.dtypes.float0) for o in outs)
 
     return call

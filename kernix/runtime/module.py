@@ -95,6 +95,10 @@ class CompiledModule:
         """The name of the backward kernel that declares ``vjp=function``, if any."""
         return next((name for name, spec in self.functions.items() if spec.vjp_of == function), None)
 
+    def tangent_name(self, function: str) -> str | None:
+        """The name of the tangent kernel that declares ``jvp=function``, if any."""
+        return next((name for name, spec in self.functions.items() if spec.jvp_of == function), None)
+
     @property
     def targets(self) -> dict[str, str]:
         """Exported name -> the FFI target name its function calls (see the class's attributes)."""

@@ -8,7 +8,8 @@ them, which it must, one ``jax.ffi.ffi_call``) or a :class:`ShapedOperation`
 passes the call's inputs through the platform check
 (:func:`~kernix.runtime.layers.check_platform`) and refuses differentiation
 with kernix's error (:func:`no_backward`, :func:`forward_mode`) where no
-backward kernel applies; :class:`Results` maps the FFI call's results
+derivative kernel applies (a backward kernel, ``vjp=``, for reverse mode, a
+tangent kernel, ``jvp=``, for forward mode); :class:`Results` maps the FFI call's results
 (outputs, in-place aliases, scratch) to the outputs the callable returns.
 """
 
@@ -32,55 +33,86 @@ from .layers import check_platform, in_shard_map, is_traced, output_structs
 from .stubs import input_names
 
 __all__ = [
-    "Backward", "Operation", "PlainOperation", "ShapedOperation", "make_operation", "no_backward", "forward_mode",
+    "Derivative", "Operation", "PlainOperation", "ShapedOperation", "make_operation", "no_backward", "forward_mode",
     "missing_out", "Results",
 ]
 
 
-class Backward(NamedTuple):
-    """The backward kernel of an operation: its name, callable, and attribute names (given the forward's values)."""
+class Derivative(NamedTuple):
+    """A derivative kernel of an operation (its backward or tangent kernel): its name, callable, and
+    attribute names (given the forward's values)."""
 
     name: str
     call: Callable[..., Any]
     attrs: tuple[str, ...]
 
 
-def no_backward(spec: FunctionSpec, backward: str | None) -> CallError:
-    """The error for differentiating ``spec``'s function where no rule applies (no ``backward`` kernel,
-    or one, which gives first-order reverse mode only)."""
+def _kernel_to_write(spec: FunctionSpec, word: str) -> str:
+    """How to write ``spec``'s backward (``word="vjp"``) or tangent (``"jvp"``) kernel, and what it takes."""
     name = spec.name
-    if backward is not None:
-        return CallError(
-            f"{name}() cannot be differentiated here: its backward kernel {backward}() gives first-order "
-            f"reverse-mode gradients (jax.grad, jax.vjp), and a gradient of a gradient would differentiate "
-            f"{name}() itself. Neither higher orders nor forward mode (jax.jvp, jax.jacfwd) are available for "
-            f"kernels: for those, differentiate an implementation of {name} written in JAX."
-        )
+    t = template_name(spec) if spec.template_args else ""
+    suffix = "_bwd" if word == "vjp" else "_jvp"
+    annotation = f"{t}{suffix}<...> {word}={t}" if t else f"{name}{suffix} {word}={name}"
     inputs = ", ".join(p.name for p in spec.inputs)
     outputs = ", ".join(p.name for p in spec.outputs)
-    written = annotated_name(spec)  # (a template's instantiation: the template's annotation)
-    needs_signature = "" if spec.signature else (
-        f", and give {name} a shape signature (`// @BE {written} (...,n)->(...,n)`, say), which shapes the "
-        "cotangents")
-    t = template_name(spec) if spec.template_args else ""
-    bwd = f"{t}_bwd<...> vjp={t}" if t else f"{name}_bwd vjp={name}"
+    if word == "vjp":
+        what = (f"its inputs: {name}'s inputs ({inputs}), then the cotangents of its outputs ({outputs}); its outputs: "
+                f"the cotangents of {name}'s inputs")
+    else:
+        what = (f"its inputs: {name}'s inputs ({inputs}), then their tangents, in the same order; its outputs: the "
+                f"tangents of {name}'s outputs ({outputs})")
+    return f"`// @BE {annotation}` ({what})"
+
+
+def _needs_signature(spec: FunctionSpec) -> str:
+    return "" if spec.signature else (
+        f" For either, give {spec.name} a shape signature (`// @BE {annotated_name(spec)} (...,n)->(...,n)`, "
+        "say), which shapes the derivatives.")
+
+
+def _second_order(spec: FunctionSpec) -> str:
+    """For a derivative kernel, the second derivatives that differentiate it ("" for other kernels)."""
+    if spec.vjp_of:
+        return (f" ({spec.name}() is the backward kernel of {spec.vjp_of}: jax.hessian of {spec.vjp_of}, forward "
+                f"over reverse, differentiates it in forward mode, and jax.grad of jax.grad in reverse mode.)")
+    if spec.jvp_of:
+        return (f" ({spec.name}() is the tangent kernel of {spec.jvp_of}: jax.jacfwd of jax.jacfwd of "
+                f"{spec.jvp_of} differentiates it in forward mode, jax.jacrev of jax.jacfwd in reverse mode.)")
+    return ""
+
+
+def no_backward(spec: FunctionSpec, tangent: str | None = None) -> CallError:
+    """The error for reverse-mode differentiation of ``spec``'s function, which no backward kernel
+    declares; without a ``tangent`` kernel either, for any differentiation."""
+    name = spec.name
+    if tangent is not None:
+        return CallError(
+            f"{name}() cannot be differentiated in reverse mode (jax.grad, jax.vjp, jax.jacrev, jax.hessian): no "
+            f"backward kernel declares vjp={name}, and its tangent kernel {tangent}() gives forward mode only. "
+            f"Write jax.jacfwd instead of jax.jacrev or jax.grad, and jax.jvp instead of jax.vjp; or write a "
+            f"backward kernel and annotate it {_kernel_to_write(spec, 'vjp')}.{_second_order(spec)}"
+        )
     return CallError(
         f"{name}() cannot be differentiated: no backward kernel declares vjp={name}. For reverse mode "
-        f"(jax.grad, jax.vjp), write one and annotate it `// @BE {bwd}` (its inputs: {name}'s "
-        f"inputs ({inputs}), then the cotangents of its outputs ({outputs}); its outputs: the cotangents of "
-        f"{name}'s inputs){needs_signature}, or wrap the call in a jax.custom_vjp whose backward pass is written "
-        "in JAX. Forward mode (jax.jvp, jax.jacfwd) is not available for kernels."
+        f"(jax.grad, jax.vjp), write one and annotate it {_kernel_to_write(spec, 'vjp')}, or wrap the call in a "
+        f"jax.custom_vjp whose backward pass is written in JAX. For forward mode (jax.jvp, jax.jacfwd), write a "
+        f"tangent kernel and annotate it {_kernel_to_write(spec, 'jvp')}.{_needs_signature(spec)}"
+        f"{_second_order(spec)}"
     )
 
 
-def forward_mode(spec: FunctionSpec, backward: str) -> CallError:
-    """The error for forward-mode differentiation of a function whose backward kernel gives reverse mode only."""
-    name = spec.name
+def forward_mode(spec: FunctionSpec, backward: FunctionSpec, backward_has_tangent: bool = False) -> CallError:
+    """The error for forward-mode differentiation of a function whose ``backward`` kernel gives reverse mode only
+    (and which, unless ``backward_has_tangent``, jax.hessian needs a tangent kernel of too)."""
+    name, bwd = spec.name, backward.name
+    hessian = "" if backward_has_tangent else (
+        f" jax.hessian (forward over reverse) needs one of {bwd}() too: {_kernel_to_write(backward, 'jvp')}.")
     return CallError(
         f"{name}() cannot be differentiated in forward mode (jax.jvp, jax.jacfwd, jax.hessian, or calling the "
-        f"function jax.linearize returns): its backward kernel {backward}() gives reverse mode only. Write "
-        f"jax.jacrev instead of jax.jacfwd, and jax.vjp (vector-Jacobian products) instead of jax.jvp; for "
-        f"forward mode or second derivatives, differentiate an implementation of {name} written in JAX."
+        f"function jax.linearize returns): no tangent kernel declares jvp={name}, and its backward kernel "
+        f"{bwd}() gives reverse mode only. Write jax.jacrev instead of jax.jacfwd, and jax.vjp (vector-"
+        f"Jacobian products) instead of jax.jvp; or write a tangent kernel and annotate it "
+        f"{_kernel_to_write(spec, 'jvp')}.{hessian}{_second_order(spec)}"
     )
 
 
@@ -172,16 +204,18 @@ class Operation:
     """The JAX operation of one FFI target (a :class:`PlainOperation` or a :class:`ShapedOperation`).
 
     ``op(inputs, attrs, raw_attrs, out, vmap_method)`` runs it on checked inputs (``attrs`` converted,
-    ``raw_attrs`` as the caller gave them, for a backward kernel) and returns the output array, or a
+    ``raw_attrs`` as the caller gave them, for a derivative kernel) and returns the output array, or a
     tuple of them.  ``module`` names the module that loaded it, for messages.
     """
 
-    __slots__ = ("target", "spec", "backward", "module", "results")
+    __slots__ = ("target", "spec", "backward", "tangent", "module", "results")
 
-    def __init__(self, target: str, spec: FunctionSpec, backward: Backward | None = None, module: str = "") -> None:
+    def __init__(self, target: str, spec: FunctionSpec, backward: Derivative | None = None, module: str = "",
+                 tangent: Derivative | None = None) -> None:
         self.target = target
         self.spec = spec
         self.backward = backward
+        self.tangent = tangent
         self.module = module or target.rpartition(".")[0]
         self.results = Results(spec)
 
@@ -203,11 +237,12 @@ class Operation:
         return ffi
 
     def _refusal(self) -> CallError:
-        return no_backward(self.spec, None if self.backward is None else self.backward.name)
+        return no_backward(self.spec, None if self.tangent is None else self.tangent.name)
 
     def _forward_mode(self) -> CallError:
         assert self.backward is not None
-        return forward_mode(self.spec, self.backward.name)
+        kernel = self.backward.call
+        return forward_mode(self.spec, kernel.spec, kernel.module.tangent_name(kernel.spec.name) is not None)
 
 
 class PlainOperation(Operation):
@@ -252,8 +287,9 @@ class ShapedOperation(Operation):
 
     __slots__ = ("signature", "_built")
 
-    def __init__(self, target: str, spec: FunctionSpec, backward: Backward | None = None, module: str = "") -> None:
-        super().__init__(target, spec, backward, module)
+    def __init__(self, target: str, spec: FunctionSpec, backward: Derivative | None = None, module: str = "",
+                 tangent: Derivative | None = None) -> None:
+        super().__init__(target, spec, backward, module, tangent)
         assert spec.signature is not None
         self.signature = parse_signature(spec.signature)
         self._built: dict[Any, layers.Call] = {}
@@ -297,15 +333,21 @@ class ShapedOperation(Operation):
         forward = ffi if self.spec.has_side_effect else layers.partitioned(self.signature, ffi)
         if self.signature.batched:
             forward = layers.batched(self.signature, forward, ffi)
-        if self.backward is None:
+        if self.backward is None and self.tangent is None:
             return layers.refusing(forward, self._refusal)
-        backward = functools.partial(self.backward.call, **{n: raw_attrs[n] for n in self.backward.attrs})
-        return layers.reverse_only(forward, backward, outs, self._refusal, self._forward_mode)
+
+        def bound(kernel: Derivative | None) -> Callable[..., Any] | None:
+            return None if kernel is None else functools.partial(kernel.call, **{n: raw_attrs[n] for n in kernel.attrs})
+
+        return layers.differentiable(forward, outs, tangent=bound(self.tangent), backward=bound(self.backward),
+                                     no_tangent=self._forward_mode, no_backward=self._refusal)
 
 
-def make_operation(target: str, spec: FunctionSpec, backward: Backward | None = None, module: str = "") -> Operation:
-    """A :class:`ShapedOperation` for a function with a shape signature, else a :class:`PlainOperation`."""
-    return (PlainOperation if spec.signature is None else ShapedOperation)(target, spec, backward, module)
+def make_operation(target: str, spec: FunctionSpec, backward: Derivative | None = None, module: str = "",
+                   tangent: Derivative | None = None) -> Operation:
+    """A :class:`ShapedOperation` for a function with a shape signature, else a :class:`PlainOperation`
+    (whose derivative kernels are not used: pairing them needs a shape signature)."""
+    return (PlainOperation if spec.signature is None else ShapedOperation)(target, spec, backward, module, tangent)
 
 
 def _unpack(result: Sequence[Any]) -> Any:
