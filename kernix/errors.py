@@ -61,13 +61,13 @@ class CallError(KernixError, TypeError):
 
 
 class KernelRuntimeError(KernixError, RuntimeError):
-    """A kernel called eagerly reported an error as it ran: a ``BE::Error``, a failed ``BE_CHECK``,
+    """A kernel called eagerly on the CPU reported an error as it ran: a ``BE::Error``, a failed ``BE_CHECK``,
     ``data_ptr<T>()`` of a tensor of another dtype, or a returned ``xla::ffi::Error``.
 
     The message is XLA's (its error code, then ``kernix: <function>: `` and the kernel's text); the
-    ``JaxRuntimeError`` it replaces is its ``__cause__``. Under ``jax.jit`` the kernel runs when XLA runs
-    the compiled computation, so the error stays JAX's ``JaxRuntimeError`` (a ``RuntimeError`` too), with
-    the same text."""
+    ``JaxRuntimeError`` it replaces is its ``__cause__``. Under ``jax.jit``, and on a GPU (where a call
+    returns before its work runs), the kernel runs when XLA runs the computation, so the error stays JAX's
+    ``JaxRuntimeError`` (a ``RuntimeError`` too), with the same text, raised where the result is used."""
 
 
 class CheckError(KernixError, AssertionError):

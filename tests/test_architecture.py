@@ -43,7 +43,7 @@ LAYERS = {
 #: The most lines of Python each folder of kernix/ may hold ("loose": the modules at its top), and the package.
 LINE_BUDGETS = {
     "language": 1_980,
-    "frontend": 3_384,
+    "frontend": 3_386,
     "backend": 2_232,
     "store": 2_430,
     "runtime": 2_181,

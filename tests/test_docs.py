@@ -254,6 +254,7 @@ def page_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subpr
     """Start every runnable page in its own process, all at once."""
     base = tmp_path_factory.mktemp("docs-run")
     env = _page_environment(base)
+    env["JAX_PLATFORMS"] = "cpu"  # the pages' CPU run is a machine without a GPU, also where one is present
     runs = {}
     for page, steps in RUNNABLE_PAGES.items():
         proc, workdir = _start_page(page, steps, base, env)

@@ -112,6 +112,19 @@ def test_the_suggested_fix_for_a_parameter_without_argument_works(tmp_path):
     assert not r.errors and [f.name for f in r.functions] == ["two_float32_int32"]
 
 
+def test_an_error_in_a_header_is_not_taken_for_a_failed_instantiation(tmp_path):
+    # The instantiations are probed on lines appended to the file; an error in a header on one of those
+    # line numbers (glibc's _Float32 under some toolchains) belongs to the header, not to a probe.
+    (tmp_path / "sys").mkdir()
+    (tmp_path / "sys" / "quirky.h").write_text("#pragma once\n" + "\n" * 4 + "inline unknown_type_t quirky();\n")
+    path = tmp_path / "k.cpp"
+    path.write_text('#include "kernix/common.h"\n#include <quirky.h>\n// @BE twice<T: float, double>\n'
+                    "template <typename T>\nvoid twice(const BE::Tensor& x, BE::Tensor& y) {}\n")
+    r = infer_file(path, flags=["-isystem", str(tmp_path / "sys")], use_cache=False)
+    assert [f.name for f in r.functions] == ["twice_float32", "twice_float64"]
+    assert [(e.file, e.line) for e in r.errors] == [(str(tmp_path / "sys" / "quirky.h"), 6)]
+
+
 def test_a_plain_annotation_on_a_template_is_still_refused(tmp_path):
     errors = _errors(tmp_path, "// @BE t\ntemplate <typename T>\nvoid t(const BE::Tensor& x, BE::Tensor& o) {}\n")
     assert len(errors) == 1 and "template" in errors[0]

@@ -17,6 +17,7 @@ parameter, not a compiler error inside generated code.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -233,12 +234,13 @@ def probe(path: str, raw: bytes, options: ParseOptions, tu: Any, lines: list[str
     text = raw if raw.endswith((b"\n", b"\r")) else raw + b"\n"
     first = text.count(b"\n") + 1 if b"\r" not in text else len(text.splitlines()) + 1
     probed = parse(path, options, raw=text + "\n".join(lines).encode() + b"\n", same_as=tu)
+    main = os.path.abspath(path)  # a header's line numbers are not the probes' (a toolchain header may have errors)
     failed: dict[int, str] = {}
     for diag in probed.diagnostics:
         if diag.severity < 3:
             continue
         for loc in (diag.location, *(n.location for n in diag.children)):
-            if loc.file is not None and loc.line >= first and loc.line < first + len(lines):
+            if loc.file is not None and first <= loc.line < first + len(lines) and os.path.abspath(loc.file.name) == main:
                 failed.setdefault(loc.line - first, diag.spelling)
                 break
     return probed, first, failed
