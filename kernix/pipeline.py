@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from typing import TYPE_CHECKING, Callable
 
 from . import __version__, notes, store
@@ -28,7 +29,15 @@ from .store import Manifest, ManifestError
 if TYPE_CHECKING:
     from .language.spec import FunctionSpec
 
-__all__ = ["load", "fingerprint"]
+__all__ = ["load", "fingerprint", "request_of"]
+
+#: The request each module this process loaded came from (kernix.check rebuilds its sources under sanitizers).
+_REQUESTS: weakref.WeakKeyDictionary[CompiledModule, LoadRequest] = weakref.WeakKeyDictionary()
+
+
+def request_of(module: CompiledModule) -> LoadRequest | None:
+    """The request ``module`` was loaded from in this process (``None``: a prebuilt module, say)."""
+    return _REQUESTS.get(module)
 
 
 def load(request: LoadRequest) -> CompiledModule:
@@ -50,6 +59,7 @@ def load(request: LoadRequest) -> CompiledModule:
         name=request.name, path=manifest.so_path, platform=manifest.platform, functions=_specs_of(request, manifest),
         handlers=manifest.handlers, digest=manifest.so_sha256, target_prefix=request.target_prefix,
     )
+    _REQUESTS[module] = request
     if request.auto_register:
         module.register()
     return module

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 import jax
 import numpy as np
 
 from ..language.dtypes import numpy_dtype
-from ..errors import CallError, KernixError, RegistrationError
-from ..runtime.arguments import check_call, coerce_attr
+from ..errors import CallError, RegistrationError
+from ..runtime.arguments import check_call
 from .compare import Tolerance
 from .drawing import check_drawn, require_hypothesis
+from .memory import FILLS, Memory
 from .report import CHECKS, CheckReport, CheckResult
 from .subject import Subject, describe
 from .transforms import (
@@ -22,6 +22,7 @@ from .transforms import (
     check_jit,
     check_sharded,
     check_vmap,
+    example_cotangents,
 )
 
 __all__ = ["check", "OPTIONS"]
@@ -101,58 +102,24 @@ def _dtype_combos(s: Subject, dtypes: Sequence[Any] | None) -> list[tuple[np.dty
     return combos
 
 
-def _buffers_runner(s: Subject) -> tuple[Callable[[Sequence[Any]], list[Any]] | None, str]:
-    """A function running the kernel on guarded buffers, or ``None`` and why not."""
-    from .guarded import buffer_problems
-
-    # The harness hands a handler tensors, scalar attributes and a stream only: XLA's state, its
-    # thread pool, scratch, in-place tensors and array or string attributes come from XLA itself.
-    unsupported = [p for p in s.spec.params
-                   if p.kind in ("array", "string", "scratch", "state", "threads") or p.role == "inout"]
-    if unsupported:
-        p = unsupported[0]
-        what = "an in-place tensor" if p.role == "inout" else {
-            "array": "an array attribute", "string": "a string attribute", "scratch": "scratch memory",
-            "state": "per-instance state", "threads": "XLA's thread pool"}[p.kind]
-        return None, (f"no guarded run: parameter {p.name!r} is {what}, which only XLA provides "
-                      "(the other checks run the kernel through XLA)")
-    from .harness import load
-    from .memory import CudaMemory, HostMemory
-
-    ordinal = getattr(s.device, "local_hardware_id", None)
-    ordinal = s.device.id if ordinal is None else ordinal
+def _check_buffers(s: Subject, memory: Memory | None) -> tuple[CheckResult, bool]:
+    """The ``buffers`` row, and whether on the example the kernel crashes (or a sanitizer stops it)."""
+    if memory is None or memory.driver is None:
+        return CheckResult("buffers", "n/a", f"not run: {memory.why if memory else 'not asked for'}"), False
+    xs = list(s.example)
     try:
-        harness = load()
-        memory = HostMemory() if s.fn.module.platform == "cpu" else CudaMemory(ordinal)
-    except KernixError as exc:
-        return None, f"no guarded run: {exc}"
-    handler = ctypes.cast(s.fn.module.get_handler(s.spec.name), ctypes.c_void_p).value
-    coerced = {p.name: coerce_attr(s.spec.name, p, s.attrs[p.name]) for p in s.spec.attrs}
-
-    def run(xs: Sequence[Any]) -> list[Any]:
-        outputs = [(o.shape, o.dtype) for o in s.out_structs(xs)]
-        with memory:
-            return buffer_problems(harness, memory, handler, s.spec, [np.asarray(x) for x in xs], outputs, coerced,
-                                   s.tolerance)
-
-    return run, ""
-
-
-def _check_buffers(s: Subject, run: Callable[[Sequence[Any]], list[Any]] | None,
-                   why: str) -> tuple[CheckResult, bool]:
-    """The ``buffers`` row, and whether the kernel writes outside its buffers on the example."""
-    if run is None:
-        return CheckResult("buffers", "n/a", why), False
-    try:
-        problems = run(s.example)
+        problems = memory.run(xs, cotangents=example_cotangents(s, xs))
     except Exception as exc:  # noqa: BLE001 - what the kernel raised is the finding
         return CheckResult("buffers", "failed", f"raised {describe(exc)}"), False
     if problems:
-        detail = "; ".join(p.message for p in problems)
+        detail = "; ".join(p.message for p in problems) + f" (on the example: {s.describe_inputs(xs)})"
         return (CheckResult("buffers", "failed", detail, parameter=problems[0].parameter),
                 any(p.unsafe for p in problems))
-    return CheckResult("buffers", "passed", "on guarded buffers it leaves its inputs and the memory around every "
-                       "buffer unchanged, and writes every output element"), False
+    both = " and its backward kernel" if s.backward is not None else ""
+    return CheckResult("buffers", "passed", f"outside XLA, on buffers of exactly their size, under AddressSanitizer "
+                       f"and UBSan in a child process, the kernel{both} read and wrote only within its buffers, left "
+                       f"its inputs unchanged, wrote every output element and gave the same result on each of "
+                       f"{len(FILLS)} calls"), False
 
 
 def check(
@@ -269,30 +236,40 @@ def check(
 
 def _run(s: Subject, wanted: set[str], expected: Sequence[Any], examples: int, seed: int | None,
          sizes: Mapping[str, Any], values: Mapping[str, Any], combos: list[tuple[np.dtype, ...]]) -> list[CheckResult]:
-    # The guarded run comes first: a kernel that writes outside its buffers would corrupt XLA's memory (or crash
-    # the process) in the checks that run it under XLA, so those are not run then.
-    runner, why = _buffers_runner(s) if wanted & {"buffers", "drawn"} else (None, "")
-    buffers, unsafe = _check_buffers(s, runner, why) if "buffers" in wanted else (None, False)
+    # The run on exact buffers, in a child process, comes first: a kernel that crashes there (or writes
+    # outside its buffers) would corrupt XLA's memory or take this process down, so no other check runs it.
+    memory = Memory(s)
+    try:
+        return _checks(s, wanted, expected, examples, seed, sizes, values, combos, memory)
+    finally:
+        memory.close()
+
+
+def _checks(s: Subject, wanted: set[str], expected: Sequence[Any], examples: int, seed: int | None,
+            sizes: Mapping[str, Any], values: Mapping[str, Any], combos: list[tuple[np.dtype, ...]],
+            memory: Memory) -> list[CheckResult]:
+    buffers, unsafe = _check_buffers(s, memory)
     if unsafe:
-        skipped = ("not run: on the example the kernel writes outside its buffers (see 'buffers'); under XLA that "
-                   "would corrupt memory")
+        skipped = ("not run: on the example the kernel crashed outside XLA, or a sanitizer stopped it (see "
+                   "'buffers'); under XLA it could corrupt memory or take this process down")
         return [buffers if name == "buffers" else CheckResult(name, "n/a", skipped)
                 for name in CHECKS if name in wanted]  # type: ignore[misc]
+    guard = memory.guard if memory.driver is not None else None
     rows: list[CheckResult] = []
     if "eager" in wanted:
         rows.append(check_eager(s, expected))
     if "jit" in wanted:
         rows.append(check_jit(s, expected))
     if wanted & {"vmap", "vmap_one_call"}:
-        rows += [r for r in check_vmap(s) if r.name in wanted]
+        rows += [r for r in check_vmap(s, guard) if r.name in wanted]
     if wanted & {"grad", "finite_differences"}:
         rows += [r for r in check_grad(s) if r.name in wanted]
     if "sharded" in wanted:
         rows.append(check_sharded(s))
     if "export" in wanted:
         rows.append(check_export(s, expected))
-    if buffers is not None:
+    if "buffers" in wanted:
         rows.append(buffers)
     if "drawn" in wanted:
-        rows.append(check_drawn(s, examples, seed, sizes, values, combos, runner if "buffers" in wanted else None))
+        rows.append(check_drawn(s, examples, seed, sizes, values, combos, memory if guard else None))
     return rows

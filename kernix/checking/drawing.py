@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import CallError, KernixError
 from .report import CheckResult
 from .subject import Subject, describe
-from .transforms import GRAD_SCALE, cotangents, gradients
+from .transforms import GRAD_SCALE, cotangents, example_cotangents, gradients
 
 __all__ = ["DEFAULT_SIZES", "BATCH_SIZES", "require_hypothesis", "check_drawn"]
 
@@ -87,10 +87,11 @@ def _describe(s: Subject, xs: Sequence[np.ndarray], dims: Mapping[str, int], bat
 
 def check_drawn(
     s: Subject, examples: int, seed: int | None, sizes: Mapping[str, Any], values: Mapping[str, Callable[..., Any]],
-    dtype_combos: Sequence[tuple[np.dtype, ...]], buffers: Callable[[Sequence[Any]], list[Any]] | None,
+    dtype_combos: Sequence[tuple[np.dtype, ...]], memory: Any,
 ) -> CheckResult:
     """The ``drawn`` row: ``examples`` inputs drawn with ``sizes``, ``values`` and
-    ``dtype_combos``; ``buffers`` (or ``None``) runs the guarded-buffer check on them.
+    ``dtype_combos``; ``memory`` (a :class:`~kernix.checking.memory.Memory`, or ``None``) runs each
+    on exact buffers first.
     """
     sig = s.signature
     if sig is None:
@@ -158,12 +159,13 @@ def check_drawn(
         except Exception:  # noqa: BLE001 - any refusal: not an input the reference takes
             hypothesis.reject()  # not an input the reference takes
         state["run"] += 1
-        problems = buffers(xs) if buffers is not None else []
-        for p in problems:  # first: a kernel writing outside its buffers would corrupt XLA's memory
-            if p.unsafe:
-                fail(p.message, xs, described, p.parameter)
         floating = [n for n, x in zip(s.input_names, args) if np.issubdtype(x.dtype, np.inexact)]
         cts = cotangents(s, args) if grads and floating else None
+        problems = memory.run(xs, cotangents=example_cotangents(s, xs) if cts is not None else None) \
+            if memory is not None else []
+        for p in problems:  # first: a kernel that crashes would take this process down under XLA
+            if p.unsafe:
+                fail(p.message, xs, described, p.parameter)
         try:
             got, want, got_grads, want_grads = evaluate(args, cts)
         except Exception as exc:  # noqa: BLE001 - what the kernel raised is the finding
@@ -204,7 +206,7 @@ def check_drawn(
     if state["run"] == 0:
         return refused
     what = " and gradients" if grads else ""
-    guarded = ", on guarded buffers" if buffers is not None else ""
+    guarded = ", and on exact buffers under sanitizers" if memory is not None else ""
     batches = ", empty batches included" if s.batch_inputs else ""
     return CheckResult("drawn", "passed", f"{state['run']} examples drawn from the signature{batches}: outputs{what} "
                        f"match the reference{guarded}")

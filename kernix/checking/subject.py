@@ -85,6 +85,13 @@ class Subject:
                         f"{show(after[i])}), which it does not declare as an output: the caller's array changed")
         return None
 
+    def describe_inputs(self, xs: Sequence[Any], attrs: Mapping[str, Any] | None = None) -> str:
+        """``x: float32[3,4], k=2``: each input's dtype and shape, and the attributes."""
+        attrs = self.attrs if attrs is None else attrs
+        parts = [f"{n}: {np.dtype(x.dtype).name}[{','.join(map(str, np.shape(x)))}]" for n, x in zip(self.input_names, xs)]
+        parts += [f"{p.name}={attrs[p.name]!r}" for p in self.spec.attrs if p.name in attrs]
+        return ", ".join(parts)
+
     @property
     def output_names(self) -> list[str]:
         return [p.name for p in self.spec.outputs]

@@ -18,7 +18,8 @@ import numpy as np
 from .report import CheckResult
 from .subject import Subject, describe, failure, stack, variants
 
-__all__ = ["check_eager", "check_jit", "check_vmap", "check_grad", "check_sharded", "check_export", "count_calls"]
+__all__ = ["check_eager", "check_jit", "check_vmap", "check_grad", "check_sharded", "check_export", "count_calls",
+           "example_cotangents"]
 
 #: How many examples a vmap check batches.
 VMAP_BATCH = 3
@@ -86,12 +87,17 @@ def _vmap_values(s: Subject, examples: list[tuple[np.ndarray, ...]], how: str, a
     return _compared("vmap", s, got, want, "", f" under jax.vmap over {how}")
 
 
-def check_vmap(s: Subject) -> list[CheckResult]:
-    """The ``vmap`` and ``vmap_one_call`` rows."""
+def check_vmap(s: Subject, guard: Callable[[Sequence[np.ndarray]], str | None] | None = None) -> list[CheckResult]:
+    """The ``vmap`` and ``vmap_one_call`` rows; ``guard(inputs)`` says why the kernel must not run on a batch."""
     if not s.args:
         reason = "the kernel has no inputs to batch"
         return [CheckResult("vmap", "n/a", reason), CheckResult("vmap_one_call", "n/a", reason)]
     examples = variants(s.args, VMAP_BATCH, seed=1)
+    if guard is not None and s.batch_inputs:
+        crash = guard([stack(examples, i) if i in s.batch_inputs else e for i, e in enumerate(s.example)])
+        if crash is not None:
+            return [CheckResult("vmap", "failed", f"not run under XLA: {crash}"),
+                    CheckResult("vmap_one_call", "n/a", "not run: see 'vmap'")]
     rows: list[CheckResult] = []
     checked = []
     for how, axes in _vmap_axes(s):
@@ -137,6 +143,15 @@ def cotangents(s: Subject, args: Sequence[Any], seed: int = 2) -> list[Any]:
     rng = np.random.default_rng(seed)
     return [s.put(rng.uniform(-1, 1, o.shape).astype(o.dtype)) if _floating(o) else None
             for o in s.out_structs(args)]
+
+
+def example_cotangents(s: Subject, xs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+    """Cotangents for every output of ``xs`` (zeros for an integer one) when the kernel has a backward kernel."""
+    if s.backward is None or not any(_floating(x) for x in xs):
+        return None
+    structs = s.out_structs(xs)
+    return [np.asarray(c) if c is not None else np.zeros(o.shape, o.dtype)
+            for c, o in zip(cotangents(s, xs), structs)]
 
 
 def gradients(call: Callable[..., Sequence[Any]], args: Sequence[Any], cts: Sequence[Any]) -> list[Any]:

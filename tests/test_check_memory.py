@@ -1,0 +1,90 @@
+"""kernix.check's memory check: every kind of kernel runs outside XLA, on buffers of exactly their
+size, under AddressSanitizer and UBSan in a child process; a finding names what the kernel did, at
+the user's line, with the input; a kernel that crashes, aborts or hangs never takes the caller down."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import kernix
+from kernix.checking import sanitized
+
+from helpers import FIXTURES, unique_name
+
+KINDS = FIXTURES / "checking" / "kinds.cpp"
+SOURCE = KINDS.read_text().splitlines()
+
+
+def line_of(tag: str) -> str:
+    """``kinds.cpp:<line>`` of the line marked ``// <tag>``."""
+    return f"kinds.cpp:{next(i + 1 for i, text in enumerate(SOURCE) if text.rstrip().endswith(tag))}"
+
+
+@pytest.fixture(scope="module")
+def kinds(tmp_path_factory):
+    return kernix.load_cpp_file(KINDS, name=unique_name("kinds"), build_directory=tmp_path_factory.mktemp("k"))
+
+
+X = np.arange(1, 5, dtype=np.float32)
+
+
+def copy(x, **_):
+    return x
+
+
+def test_a_stateful_kernel_is_run_on_exact_buffers_and_passes(kinds):
+    report = kernix.check(kinds.state_copy, copy, X, examples=2)
+    assert report.ok and report["buffers"].passed and "AddressSanitizer" in report["buffers"].detail
+
+
+@pytest.mark.parametrize("name, attrs, tag, words", [
+    ("state_past", {}, "y[i] = i < x.numel()", r"wrote 4 bytes past the end of output 'y' \(float32\[4\], 16 bytes\): "
+                                              r"at byte 16, element 4 of 4"),
+    ("string_read_past", {"mode": "fast"}, "BUG-READ", r"read 4 bytes past the end of input 'x' \(float32\[4\], 16 bytes\)"),
+    ("array_read_past", {"ks": (1, 2)}, "BUG-ARRAY", r"read 4 bytes past the end of attr 'ks' \(.*8 bytes\)"),
+    ("scratch_past", {}, "BUG-SCRATCH", r"wrote 4 bytes past the end of scratch 'tmp'"),
+    ("pool_past", {}, "BUG-POOL", r"wrote 4 bytes past the end of output 'y'"),
+    ("inplace_past", {}, "BUG-INPLACE", r"read 4 bytes past the end of in-place tensor 'x'"),
+])
+def test_a_memory_error_in_every_kind_of_kernel_is_reported_at_its_line(kinds, name, attrs, tag, words):
+    ref = (lambda x: 2 * x) if name == "inplace_past" else copy
+    report = kernix.check(getattr(kinds, name), ref, X, **attrs, examples=2, strict=False)
+    buffers = report["buffers"]
+    assert buffers.failed, report
+    assert re.search(words, buffers.detail), buffers.detail
+    if name != "state_past":
+        assert line_of(tag) in buffers.detail, buffers.detail
+    assert "on the example: x: float32[4]" in buffers.detail
+    # the other checks do not run the kernel in this process
+    assert all(r.status == "n/a" for r in report if r.name != "buffers")
+
+
+def test_a_backward_kernel_is_run_on_exact_buffers(kinds):
+    report = kernix.check(kinds.triple, lambda x: 3 * x, X, strict=False, examples=2)
+    assert report["buffers"].failed
+    assert "its backward kernel triple_bwd() wrote 4 bytes past the end of output 'dx'" in report["buffers"].detail
+    assert line_of("BUG-BWD") in report["buffers"].detail
+
+
+def test_an_integer_division_by_zero_is_a_failed_check_not_a_dead_process(kinds):
+    report = kernix.check(kinds.per_count, lambda x: x, np.zeros(0, np.float32), strict=False, examples=2)
+    assert report["buffers"].failed and "division by zero" in report["buffers"].detail
+    assert line_of("BUG-FPE").split(":")[0] in report["buffers"].detail
+    assert "x: float32[0]" in report["buffers"].detail
+
+
+def test_an_abort_is_a_failed_check(kinds):
+    report = kernix.check(kinds.picky, copy, -X, strict=False, examples=0)
+    assert report["buffers"].failed and "aborted (SIGABRT)" in report["buffers"].detail
+    assert line_of("BUG-ABORT") in report["buffers"].detail
+
+
+def test_a_hang_is_a_failed_check(kinds, monkeypatch):
+    monkeypatch.setattr(sanitized, "TIMEOUT", 1.0)
+    x = np.array([42, 1], np.float32)
+    report = kernix.check(kinds.stuck, copy, x, strict=False, examples=0)
+    assert report["buffers"].failed and "did not return within 1 s" in report["buffers"].detail
+    assert report["eager"].status == "n/a"
