@@ -113,7 +113,8 @@ def test_a_write_past_the_end_of_an_output_is_caught(kernels):
     assert buffers.failed and buffers.parameter == "y"
     assert "wrote 4 bytes past the end of output 'y' (float32[4], 16 bytes): at byte 16, element 4 of 4 at " \
         in buffers.detail
-    assert f"{KERNELS}:55 (in copy_past)" in buffers.detail and "(on the example: x: float32[4])" in buffers.detail
+    line = next(i + 1 for i, text in enumerate(KERNELS.read_text().splitlines()) if "i <= x.numel(); ++i) out[i]" in text)
+    assert f"{KERNELS}:{line} (in copy_past)" in buffers.detail and "(on the example: x: float32[4])" in buffers.detail
     # Under XLA the same write would land in memory XLA uses: the other checks do not run it.
     assert [r.name for r in report if r.status != "n/a"] == ["buffers"]
     assert "a sanitizer stopped it (see 'buffers')" in report["eager"].detail
@@ -314,3 +315,30 @@ def test_cuda_kernel_sharded_over_two_gpus(cuda_kernels):
     x = np.random.default_rng(0).uniform(-1, 1, (4, 8)).astype(np.float32)
     report = kernix.check(cuda_kernels.triple, lambda x: 3 * x, x, checks=["sharded"])
     assert report["sharded"].passed and "each device runs the kernel on its shard" in report["sharded"].detail
+
+
+# -- inputs that find bugs by default ----------------------------------------------------------
+
+def test_an_attribute_kept_from_the_first_call_is_caught_by_drawn_attributes(kernels):
+    report = kernix.check(kernels.scale_cached, lambda x, a: a * x, X, a=1.5, strict=False)
+    assert [r.name for r in report if r.failed] == ["drawn"], report
+    assert "a=" in report["drawn"].detail and "a=1.5" not in report["drawn"].detail.split("on drawn inputs")[1]
+
+
+def test_listed_attribute_values_are_drawn(kernels):
+    report = kernix.check(kernels.scale_cached, lambda x, a: a * x, X, a=1.5, strict=False,
+                          drawing=kernix.Drawing(attrs={"a": [-4.0]}, examples=20))
+    assert report["drawn"].failed and "a=-4.0" in report["drawn"].detail
+
+
+def test_large_values_find_an_overflow_the_example_does_not_show(kernels):
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 5)).astype(np.float32)
+    report = kernix.check(kernels.softmax_naive, lambda x: jax.nn.softmax(x, axis=-1), x, strict=False,
+                          examples=20)
+    assert [r.name for r in report if r.failed] == ["drawn"], report
+    assert "large values" in report["drawn"].detail
+
+
+def test_a_correct_softmax_over_special_values_has_no_false_alarm(kernels):
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 5)).astype(np.float32)
+    assert kernix.check(kernels.softmax_stable, lambda x: jax.nn.softmax(x, axis=-1), x, examples=20).ok

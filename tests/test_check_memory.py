@@ -88,3 +88,16 @@ def test_a_hang_is_a_failed_check(kinds, monkeypatch):
     report = kernix.check(kinds.stuck, copy, x, strict=False, examples=0)
     assert report["buffers"].failed and "did not return within 1 s" in report["buffers"].detail
     assert report["eager"].status == "n/a"
+
+
+def test_drawn_inputs_reach_an_empty_dimension_and_its_crash_is_a_failed_check(kinds):
+    report = kernix.check(kinds.per_count, copy, X, strict=False)
+    assert report["eager"].passed and report["buffers"].passed  # the example (n=4) is fine
+    drawn = report["drawn"]
+    assert drawn.failed and "division by zero" in drawn.detail and "(n=0" in drawn.detail, drawn.detail
+
+
+def test_drawing_options_in_one_value_or_as_keywords_but_not_both(kinds):
+    with pytest.raises(kernix.CallError, match="examples given both"):
+        kernix.check(kinds.state_copy, copy, X, examples=3, drawing=kernix.Drawing(examples=2))
+    assert kernix.check(kinds.state_copy, copy, X, drawing=kernix.Drawing(examples=2, sizes={"n": [2, 3]})).ok

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .api import check
 from .compare import TOLERANCES
+from .drawing import Drawing
 from .report import CHECKS, CheckReport, CheckResult
 
-__all__ = ["check", "CheckReport", "CheckResult", "CHECKS", "TOLERANCES"]
+__all__ = ["check", "Drawing", "CheckReport", "CheckResult", "CHECKS", "TOLERANCES"]

@@ -11,7 +11,7 @@ from ..language.dtypes import numpy_dtype
 from ..errors import CallError, RegistrationError
 from ..runtime.arguments import check_call
 from .compare import Tolerance
-from .drawing import check_drawn, require_hypothesis
+from .drawing import Drawing, check_drawn, require_hypothesis
 from .memory import FILLS, Memory
 from .report import CHECKS, CheckReport, CheckResult
 from .subject import Subject, describe
@@ -28,7 +28,7 @@ from .transforms import (
 __all__ = ["check", "OPTIONS"]
 
 #: kernix.check's own keyword arguments (a kernel attribute of one of these names goes in attrs=).
-OPTIONS = ("strict", "rtol", "atol", "examples", "seed", "sizes", "values", "dtypes", "checks", "attrs")
+OPTIONS = ("strict", "rtol", "atol", "examples", "seed", "sizes", "values", "dtypes", "checks", "attrs", "drawing")
 
 
 def _kernel_function(fn: Any) -> Any:
@@ -129,13 +129,14 @@ def check(
     strict: bool = True,
     rtol: float | Mapping[str, float] | None = None,
     atol: float | Mapping[str, float] | None = None,
-    examples: int = 10,
+    examples: int | None = None,
     seed: int | None = None,
     sizes: Mapping[str, int | Sequence[int]] | None = None,
     values: Mapping[str, Callable[..., Any]] | None = None,
     dtypes: Sequence[Any] | None = None,
     checks: Collection[str] | None = None,
     attrs: Mapping[str, Any] | None = None,
+    drawing: Drawing | None = None,
     **kernel_attrs: Any,
 ) -> CheckReport:
     """Check that a kernel is a correct JAX operation, against a pure-JAX reference.
@@ -186,6 +187,10 @@ def check(
         The checks to run (default: all; see :data:`kernix.checking.report.CHECKS`).
     attrs : dict, optional
         Kernel attributes, for one named like an option of this function.
+    drawing : Drawing, optional
+        Every drawing option in one value (:class:`kernix.Drawing`: ``examples``,
+        ``seed``, ``sizes``, ``values``, ``dtypes``, and ``attrs``, the values
+        to draw each attribute from), instead of the keywords above.
     **kernel_attrs
         The kernel's attributes (as the kernel takes them).
 
@@ -214,7 +219,13 @@ def check(
                         f"{', '.join(CHECKS)}")
     wanted = set(CHECKS) if checks is None else set(checks)
     all_attrs = _attrs(fn, attrs, kernel_attrs)
-    if examples and "drawn" in wanted and fn.spec.signature is not None:
+    loose = {"examples": examples, "seed": seed, "sizes": sizes, "values": values, "dtypes": dtypes}
+    given = sorted(k for k, v in loose.items() if v is not None)
+    if drawing is not None and given:
+        raise CallError(f"kernix.check: {', '.join(given)} given both as keyword(s) and in drawing=; give them in "
+                        f"drawing=kernix.Drawing({given[0]}=...) only")
+    drawing = drawing or Drawing(**{k: v for k, v in loose.items() if v is not None})
+    if drawing.examples and "drawn" in wanted and fn.spec.signature is not None:
         require_hypothesis()
     device = _device(fn)
     with jax.default_device(device):
@@ -226,28 +237,26 @@ def check(
             raise
         except Exception as exc:
             raise CallError(f"kernix.check: the reference raised on the example: {describe(exc)}") from exc
-        combos = _dtype_combos(s, dtypes)
-        results = _run(s, wanted, expected, examples, seed, sizes or {}, values or {}, combos)
+        results = _run(s, wanted, expected, drawing, _dtype_combos(s, drawing.dtypes))
     report = CheckReport(fn.target, results)
     if strict and not report.ok:
         raise report.error()
     return report
 
 
-def _run(s: Subject, wanted: set[str], expected: Sequence[Any], examples: int, seed: int | None,
-         sizes: Mapping[str, Any], values: Mapping[str, Any], combos: list[tuple[np.dtype, ...]]) -> list[CheckResult]:
+def _run(s: Subject, wanted: set[str], expected: Sequence[Any], drawing: Drawing,
+         combos: list[tuple[np.dtype, ...]]) -> list[CheckResult]:
     # The run on exact buffers, in a child process, comes first: a kernel that crashes there (or writes
     # outside its buffers) would corrupt XLA's memory or take this process down, so no other check runs it.
     memory = Memory(s)
     try:
-        return _checks(s, wanted, expected, examples, seed, sizes, values, combos, memory)
+        return _checks(s, wanted, expected, drawing, combos, memory)
     finally:
         memory.close()
 
 
-def _checks(s: Subject, wanted: set[str], expected: Sequence[Any], examples: int, seed: int | None,
-            sizes: Mapping[str, Any], values: Mapping[str, Any], combos: list[tuple[np.dtype, ...]],
-            memory: Memory) -> list[CheckResult]:
+def _checks(s: Subject, wanted: set[str], expected: Sequence[Any], drawing: Drawing,
+            combos: list[tuple[np.dtype, ...]], memory: Memory) -> list[CheckResult]:
     buffers, unsafe = _check_buffers(s, memory)
     if unsafe:
         skipped = ("not run: on the example the kernel crashed outside XLA, or a sanitizer stopped it (see "
@@ -271,5 +280,6 @@ def _checks(s: Subject, wanted: set[str], expected: Sequence[Any], examples: int
     if "buffers" in wanted:
         rows.append(buffers)
     if "drawn" in wanted:
-        rows.append(check_drawn(s, examples, seed, sizes, values, combos, memory if guard else None))
+        rows.append(check_drawn(s, drawing.examples, drawing.seed, drawing.sizes or {}, drawing.values or {}, combos,
+                                memory if guard else None, drawing.attrs))
     return rows

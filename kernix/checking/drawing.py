@@ -10,6 +10,7 @@ buffers.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -21,12 +22,34 @@ from .report import CheckResult
 from .subject import Subject, describe
 from .transforms import GRAD_SCALE, cotangents, example_cotangents, gradients
 
-__all__ = ["DEFAULT_SIZES", "BATCH_SIZES", "require_hypothesis", "check_drawn"]
+__all__ = ["DEFAULT_SIZES", "BATCH_SIZES", "PATTERNS", "Drawing", "require_hypothesis", "check_drawn"]
 
 #: The sizes a dimension is drawn from, simplest first (hypothesis shrinks towards the front).
-DEFAULT_SIZES = (1, 2, 3, 5, 4, 7, 8, 13, 17, 32)
+DEFAULT_SIZES = (1, 2, 3, 0, 5, 4, 7, 8, 13, 17, 32)
 #: The sizes of a ``...`` batch dimension.
 BATCH_SIZES = (1, 0, 2, 3, 5)
+#: How the values of floating inputs are drawn: in the example's range, all zero, equal along the last
+#: axis, or a thousand times the example's magnitude (an input where the reference is not finite is
+#: not compared).
+PATTERNS = ("range", "zeros", "range", "equal", "large")
+
+
+@dataclass(frozen=True)
+class Drawing:
+    """How :func:`kernix.check` draws further inputs, as one value (``drawing=kernix.Drawing(...)``).
+
+    ``examples`` inputs (0: none); ``seed`` (``None``: the same ones every run); ``sizes``: dimension
+    name -> a size or the sizes to draw from; ``values``: input name -> ``f(shape, dtype, rng, dims)``;
+    ``dtypes``: the dtype combinations (a dtype, or one per input); ``attrs``: attribute name -> the
+    values to draw it from besides the example's (default: others of its type).
+    """
+
+    examples: int = 10
+    seed: int | None = None
+    sizes: Mapping[str, Any] | None = None
+    values: Mapping[str, Callable[..., Any]] | None = None
+    dtypes: Sequence[Any] | None = None
+    attrs: Mapping[str, Sequence[Any]] | None = None
 
 
 def require_hypothesis() -> Any:
@@ -66,20 +89,62 @@ def _value_range(example: np.ndarray) -> tuple[float, float]:
     return -1.0, 1.0
 
 
-def _values(example: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
+def _values(example: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator,
+            pattern: str = "range") -> np.ndarray:
     if dtype == np.bool_:
         return rng.integers(0, 2, shape).astype(bool)
     if np.issubdtype(dtype, np.integer):
         lo, hi = (int(example.min()), int(example.max())) if example.size else (0, 3)
         return rng.integers(lo, hi + 1, shape).astype(dtype)
     lo, hi = _value_range(example)
+    if pattern == "zeros":
+        return np.zeros(shape, dtype)
+    if pattern == "equal" and shape:
+        row = rng.uniform(lo, hi, shape[:-1] + (1,))
+        return np.broadcast_to(row, shape).astype(dtype)
+    if pattern == "large":
+        big = min(1000.0, float(np.finfo(np.float16 if np.dtype(dtype).itemsize <= 2 else np.float32).max) ** 0.25)
+        lo, hi = lo * big, hi * big
     if np.issubdtype(dtype, np.complexfloating):
         return (rng.uniform(lo, hi, shape) + 1j * rng.uniform(lo, hi, shape)).astype(dtype)
     return rng.uniform(lo, hi, shape).astype(dtype)
 
 
-def _describe(s: Subject, xs: Sequence[np.ndarray], dims: Mapping[str, int], batch: Sequence[int]) -> str:
+def _attr_choices(p: Any, value: Any, listed: Sequence[Any] | None) -> list[Any]:
+    """The values attribute ``p`` is drawn from: the example's first (hypothesis shrinks towards it), then
+    the ones the user listed, else others of its type."""
+    if listed is not None:
+        return [value, *[v for v in listed if not _same(v, value)]]
+    if p.kind != "scalar" or p.dtype is None:
+        return [value]
+    if p.dtype == "bool":
+        return [value, not value]
+    if "int" in p.dtype:
+        info = np.iinfo(p.dtype)
+        return [value, *[v for v in (int(value) + 1, int(value) + 2, int(value) * 2) if info.min <= v <= info.max
+                         and v != value]]
+    return [value, *([0.5, 2.0] if value == 0 else [value * 2, value / 2])]
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(np.all(np.asarray(a) == np.asarray(b)))
+    except Exception:  # noqa: BLE001 - not comparable: different
+        return False
+
+
+def _finite(x: Any) -> bool:
+    x = np.asarray(x)
+    return not np.issubdtype(x.dtype, np.inexact) or bool(np.all(np.isfinite(x)))
+
+
+def _describe(s: Subject, xs: Sequence[np.ndarray], dims: Mapping[str, int], batch: Sequence[int],
+              attrs: Mapping[str, Any] | None = None, pattern: str = "range") -> str:
     inputs = ", ".join(f"{n}: {x.dtype.name}[{','.join(map(str, x.shape))}]" for n, x in zip(s.input_names, xs))
+    if pattern != "range":
+        inputs += f" ({ {'zeros': 'all zero', 'equal': 'equal along the last axis', 'large': 'large values'}[pattern]})"
+    if attrs:
+        inputs += ", " + ", ".join(f"{k}={v!r}" for k, v in attrs.items())
     bound = ", ".join(f"{k}={v}" for k, v in dims.items())
     lead = f"'...'={tuple(batch)}" if s.batch_inputs else ""
     return f"{inputs} ({', '.join(p for p in (bound, lead) if p) or 'no dimensions'})"
@@ -87,7 +152,7 @@ def _describe(s: Subject, xs: Sequence[np.ndarray], dims: Mapping[str, int], bat
 
 def check_drawn(
     s: Subject, examples: int, seed: int | None, sizes: Mapping[str, Any], values: Mapping[str, Callable[..., Any]],
-    dtype_combos: Sequence[tuple[np.dtype, ...]], memory: Any,
+    dtype_combos: Sequence[tuple[np.dtype, ...]], memory: Any, attr_values: Mapping[str, Sequence[Any]] | None = None,
 ) -> CheckResult:
     """The ``drawn`` row: ``examples`` inputs drawn with ``sizes``, ``values`` and
     ``dtype_combos``; ``memory`` (a :class:`~kernix.checking.memory.Memory`, or ``None``) runs each
@@ -120,11 +185,20 @@ def check_drawn(
     # A typed XLA FFI buffer of fixed rank (xla::ffi::Buffer<T, R>) in a '...' group fixes the batch rank.
     ranks = {p.rank - len(g.dims) for p, g in zip(s.spec.inputs, sig.inputs) if g.batch and p.rank is not None}
     low, high = (min(ranks), min(ranks)) if ranks else (0, 2)
+    listed = dict(attr_values or {})
+    unknown = sorted(set(listed) - {p.name for p in s.spec.attrs})
+    if unknown:
+        raise CallError(f"kernix.check: attribute values are listed for {', '.join(map(repr, unknown))}, which "
+                        f"{s.spec.name}() does not take as an attribute")
+    drawn_attrs = {p.name: _attr_choices(p, s.attrs[p.name], listed.get(p.name)) for p in s.spec.attrs
+                   if p.name not in fixed}
     strategy = st.tuples(
         st.fixed_dictionaries({n: choices(n) for n in names}),
         st.lists(st.sampled_from(BATCH_SIZES), min_size=low, max_size=high) if s.batch_inputs else st.just([]),
         st.sampled_from(list(dtype_combos)),
         st.integers(0, 2**32 - 1),
+        st.sampled_from(PATTERNS),
+        st.fixed_dictionaries({n: st.sampled_from(v) for n, v in drawn_attrs.items() if len(v) > 1}),
     )
     base = list(s.example)
     state: dict[str, Any] = {"run": 0, "failure": None}
@@ -135,41 +209,64 @@ def check_drawn(
         state["failure"] = _Failure(detail, parameter, difference, index, tuple(xs), described)
         raise AssertionError(detail)
 
-    @jax.jit
-    def evaluate(args: list[Any], cts: list[Any] | None) -> tuple[Any, ...]:
+    def evaluate(t: Subject, args: list[Any], cts: list[Any] | None) -> tuple[Any, ...]:
         """Kernel and reference (and their gradients): one compile per drawn shape, not one per operation."""
         if cts is None:
-            return s.kernel(*args), s.ref(*args), None, None
-        return s.kernel(*args), s.ref(*args), gradients(s.kernel, args, cts), gradients(s.ref, args, cts)
+            return t.kernel(*args), t.ref(*args), None, None
+        return t.kernel(*args), t.ref(*args), gradients(t.kernel, args, cts), gradients(t.ref, args, cts)
 
     def one(drawn: tuple[Any, ...]) -> None:
-        dims, batch, combo, value_seed = drawn
+        dims, batch, combo, value_seed, pattern, changed_attrs = drawn
         dims = {**dims, **fixed}
+        t = s.with_attrs(changed_attrs)
+        # An input unlike the example (special values, an empty dimension, other attributes): the kernel may
+        # refuse it, and where the reference is not finite there is nothing to compare.
+        unusual = pattern != "range" or 0 in dims.values() or bool(changed_attrs)
         rng = np.random.default_rng(value_seed)
         xs = []
         for i, (g, dtype) in enumerate(zip(sig.inputs, combo)):
             shape = tuple(batch if g.batch else ()) + tuple(d if isinstance(d, int) else dims[d] for d in g.dims)
             make = values.get(s.input_names[i])
-            x = make(shape, dtype, rng, dict(dims)) if make else _values(base[i], shape, dtype, rng)
+            x = make(shape, dtype, rng, dict(dims)) if make else _values(base[i], shape, dtype, rng, pattern)
             xs.append(np.asarray(x, dtype=dtype).reshape(shape))
-        described = _describe(s, xs, {k: v for k, v in dims.items() if k not in fixed}, batch)
+        described = _describe(s, xs, {k: v for k, v in dims.items() if k not in fixed}, batch, changed_attrs,
+                              pattern)
         args = [s.put(x) for x in xs]
         try:
-            jax.eval_shape(s.ref, *args)
+            jax.eval_shape(t.ref, *args)
         except Exception:  # noqa: BLE001 - any refusal: not an input the reference takes
             hypothesis.reject()  # not an input the reference takes
         state["run"] += 1
         floating = [n for n, x in zip(s.input_names, args) if np.issubdtype(x.dtype, np.inexact)]
         cts = cotangents(s, args) if grads and floating else None
-        problems = memory.run(xs, cotangents=example_cotangents(s, xs) if cts is not None else None) \
+        problems = memory.run(xs, t.attrs, example_cotangents(s, xs) if cts is not None else None) \
             if memory is not None else []
         for p in problems:  # first: a kernel that crashes would take this process down under XLA
             if p.unsafe:
                 fail(p.message, xs, described, p.parameter)
+        def refuses_plain_values() -> bool:
+            """Whether the kernel also raises on values in the example's range, with the example's attributes."""
+            plain = [_values(base[i], x.shape, x.dtype, rng) for i, x in enumerate(xs)]
+            if memory is not None:
+                return any(p.kind == "error" for p in memory.run(plain))
+            try:
+                jax.block_until_ready(s.kernel(*[s.put(x) for x in plain]))
+            except Exception:  # noqa: BLE001 - it raised
+                return True
+            return False
+
+        if unusual and any(p.kind == "error" for p in problems):
+            if 0 in dims.values() or not refuses_plain_values():
+                return  # the kernel refuses an unusual input with an error: its right
+            fail(next(p.message for p in problems if p.kind == "error"), xs, described)
         try:
-            got, want, got_grads, want_grads = evaluate(args, cts)
+            got, want, got_grads, want_grads = jax.jit(functools.partial(evaluate, t))(args, cts)
         except Exception as exc:  # noqa: BLE001 - what the kernel raised is the finding
-            fail(f"the kernel raised {describe(exc)}, where the reference did not", xs, described)
+            if not unusual or (0 not in dims.values() and refuses_plain_values()):
+                fail(f"the kernel raised {describe(exc)}, where the reference did not", xs, described)
+            return
+        if unusual and not all(_finite(w) for w in [*want, *(want_grads or [])]):
+            return
         changed = s.changed_input(args, xs)
         if changed:
             fail(changed, xs, described, changed.split("'")[1])

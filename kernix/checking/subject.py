@@ -4,6 +4,7 @@ making more examples like the given one."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -61,6 +62,14 @@ class Subject:
         backward = fn.module.backward_name(self.spec.name) if self.signature is not None else None
         self.backward: str | None = backward
         self.name = fn.target
+
+    def with_attrs(self, changed: Mapping[str, Any]) -> Subject:
+        """The same subject with some attributes changed (itself when none are)."""
+        if not changed:
+            return self
+        other = copy.copy(self)
+        other.attrs = {**self.attrs, **changed}
+        return other
 
     def put(self, x: Any) -> Any:
         """``x`` as a new JAX array on the subject's device (NumPy float64 is float32 unless 64-bit mode is on);
