@@ -84,6 +84,7 @@ def test_a_wrong_gradient_is_caught(kernels):
     assert grad.failed and grad.parameter == "x" and grad.difference > 0.1 and grad.index is not None
     assert "gradient of input 'x' differs from the reference" in grad.detail
     assert report["finite_differences"].failed and "check_grads" in report["finite_differences"].detail
+    assert "the reference passes it: the kernel's gradient is wrong" in report["finite_differences"].detail
     message = str(info.value)
     assert message.startswith(f"{kernels.cube.target} is not a correct JAX operation: 3 check(s) failed "
                               "(grad, finite_differences, drawn)")
@@ -342,3 +343,12 @@ def test_large_values_find_an_overflow_the_example_does_not_show(kernels):
 def test_a_correct_softmax_over_special_values_has_no_false_alarm(kernels):
     x = np.random.default_rng(0).uniform(-1, 1, (2, 5)).astype(np.float32)
     assert kernix.check(kernels.softmax_stable, lambda x: jax.nn.softmax(x, axis=-1), x, examples=20).ok
+
+
+def test_a_family_is_checked_as_one_operation_naming_each_member(kernels):
+    report = kernix.check(kernels.halve, lambda x: x / 2, X, strict=False, examples=3)
+    assert "halve_float32" in report.function and "halve_float64" in report.function
+    assert report["eager"].failed and report["eager"].detail.startswith("halve_float64: output 'y' differs"), report
+    assert "halve_float32" not in report["eager"].detail  # float32 is right
+    assert report["jit"].failed and report["buffers"].passed and "halve_float32, halve_float64" in \
+        report["buffers"].detail

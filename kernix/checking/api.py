@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 import jax
@@ -36,11 +38,51 @@ def _kernel_function(fn: Any) -> Any:
 
     if not isinstance(fn, KernelFunction):
         raise CallError(
-            f"kernix.check(fn, reference, *inputs, **attrs) checks a kernel function (module.name, as a "
-            f"kernix.load_* call returns it), got {type(fn).__name__}: kernix reads its signature, shape "
+            f"kernix.check(fn, reference, *inputs, **attrs) checks a kernel function or a family (module.name, "
+            f"as a kernix.load_* call returns it), got {type(fn).__name__}: kernix reads its signature, shape "
             "signature and backward from it. To check a function that calls kernels, check each kernel"
         )
     return fn
+
+
+def _check_family(fn: Any, reference: Callable[..., Any], example_args: Sequence[Any], strict: bool,
+                  options: dict[str, Any], kernel_attrs: dict[str, Any]) -> CheckReport:
+    """A family (a template's dispatcher, or per-dtype functions) checked as one operation: each member on
+    the example cast to its dtypes (64-bit ones with JAX's 64-bit mode on), one row per check naming them."""
+    statics = {p for m in fn.members for p, _ in m.static}
+    static = {k: kernel_attrs.pop(k) for k in list(kernel_attrs) if k in statics}
+    reports = []
+    for m in fn.members:
+        spec = fn.module.functions[m.name]
+        cast = [np.asarray(a).astype(numpy_dtype(p.dtype or m.dtype)) if (p.dtype or m.dtype) else np.asarray(a)
+                for p, a in zip(spec.inputs, example_args)]
+        try:
+            if fn.select(*cast, **static) != m.name:
+                continue
+        except CallError:
+            continue  # another choice of the non-dtype template arguments
+        wide = any(np.dtype(a.dtype).itemsize == 8 for a in cast)
+        with jax.enable_x64(True) if wide else contextlib.nullcontext():
+            reports.append((m.name, check(fn.module[m.name], reference, *cast, strict=False, **options,
+                                          **kernel_attrs)))
+    if not reports:
+        raise CallError(f"kernix.check: no member of {fn.module.name}.{fn.name} fits the example and "
+                        f"{static or 'no template arguments'}; its members: {', '.join(m.name for m in fn.members)}")
+    rows = []
+    for name in CHECKS:
+        per = [(member, r) for member, report in reports for r in report if r.name == name]
+        failed = [(member, r) for member, r in per if r.failed]
+        passed = [member for member, r in per if r.passed]
+        if failed:
+            rows.append(dataclasses.replace(failed[0][1], detail="; ".join(f"{m}: {r.detail}" for m, r in failed)))
+        elif passed:
+            rows.append(CheckResult(name, "passed", f"{', '.join(passed)}: {next(r for _, r in per if r.passed).detail}"))
+        elif per:
+            rows.append(CheckResult(name, "n/a", f"{per[0][0]}: {per[0][1].detail}"))
+    report = CheckReport(f"{fn.module.name}.{fn.name} ({', '.join(m for m, _ in reports)})", rows)
+    if strict and not report.ok:
+        raise report.error()
+    return report
 
 
 def _device(fn: Any) -> Any:
@@ -209,6 +251,12 @@ def check(
         function are wrong.
     """
     __tracebackhide__ = True  # pytest: show the failure, not this frame
+    from ..runtime.function import Dispatcher
+
+    if isinstance(fn, Dispatcher):
+        options = {"rtol": rtol, "atol": atol, "examples": examples, "seed": seed, "sizes": sizes, "values": values,
+                   "dtypes": dtypes, "checks": checks, "attrs": attrs, "drawing": drawing}
+        return _check_family(fn, reference, example_args, strict, options, dict(kernel_attrs))
     fn = _kernel_function(fn)
     if not fn.module.registered:
         raise RegistrationError(f"kernix.check: module {fn.module.name!r} is not registered; call "
