@@ -101,3 +101,24 @@ def test_drawing_options_in_one_value_or_as_keywords_but_not_both(kinds):
     with pytest.raises(kernix.CallError, match="examples given both"):
         kernix.check(kinds.state_copy, copy, X, examples=3, drawing=kernix.Drawing(examples=2))
     assert kernix.check(kinds.state_copy, copy, X, drawing=kernix.Drawing(examples=2, sizes={"n": [2, 3]})).ok
+
+
+def segment_sum_ref(x, segment):
+    import jax
+
+    flat, seg = x.reshape(-1, x.shape[-1]), segment.reshape(-1)
+    return jax.ops.segment_sum(flat, seg, num_segments=flat.shape[0]).reshape(x.shape)
+
+
+def test_a_race_between_the_pools_threads_is_reported_at_its_line(kinds):
+    x = np.random.default_rng(0).uniform(-1, 1, (8, 16)).astype(np.float32)
+    segment = np.repeat(np.arange(4, dtype=np.int32), 2)
+    report = kernix.check(kinds.segment_sum, segment_sum_ref, x, segment, strict=False, examples=0)
+    buffers = report["buffers"]
+    assert buffers.failed and "under ThreadSanitizer" in buffers.detail and "data race" in buffers.detail, buffers
+    assert line_of("BUG-RACE") in buffers.detail
+
+
+def test_a_correct_kernel_on_the_pool_passes_under_thread_sanitizer(kinds):
+    report = kernix.check(kinds.pool_twice, lambda x: 2 * x, np.ones((3, 50), np.float32), examples=2)
+    assert report.ok and "ThreadSanitizer" in report["buffers"].detail

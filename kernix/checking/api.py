@@ -151,6 +151,7 @@ def _check_buffers(s: Subject, memory: Memory | None) -> tuple[CheckResult, bool
     xs = list(s.example)
     try:
         problems = memory.run(xs, cotangents=example_cotangents(s, xs))
+        problems = problems or memory.races(xs)
     except Exception as exc:  # noqa: BLE001 - what the kernel raised is the finding
         return CheckResult("buffers", "failed", f"raised {describe(exc)}"), False
     if problems:
@@ -158,8 +159,9 @@ def _check_buffers(s: Subject, memory: Memory | None) -> tuple[CheckResult, bool
         return (CheckResult("buffers", "failed", detail, parameter=problems[0].parameter),
                 any(p.unsafe for p in problems))
     both = " and its backward kernel" if s.backward is not None else ""
+    tsan = " (and ThreadSanitizer on the pool's threads)" if any(p.role == "threads" for p in s.spec.params) else ""
     return CheckResult("buffers", "passed", f"outside XLA, on buffers of exactly their size, under AddressSanitizer "
-                       f"and UBSan in a child process, the kernel{both} read and wrote only within its buffers, left "
+                       f"and UBSan{tsan} in a child process, the kernel{both} read and wrote only within its buffers, left "
                        f"its inputs unchanged, wrote every output element and gave the same result on each of "
                        f"{len(FILLS)} calls"), False
 

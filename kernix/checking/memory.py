@@ -57,8 +57,34 @@ class Memory:
         self.sanitizer = sanitizer
 
     def close(self) -> None:
-        if self.driver is not None:
-            self.driver.close()
+        for driver in (self.driver, getattr(self, "_tsan", None)):
+            if driver is not None:
+                driver.close()
+
+    def races(self, xs: Sequence[np.ndarray]) -> list[Problem]:
+        """For a kernel on the thread pool: the example, and many of it along the '...' batch, run under
+        ThreadSanitizer (a data race between the pool's threads is a problem of kind "crash")."""
+        s = self.s
+        if not any(p.role == "threads" for p in s.spec.params):
+            return []
+        if not hasattr(self, "_tsan"):
+            exe, why = driver_for(s.fn.module, "thread")
+            self._tsan = Driver(exe, s.fn.module.functions, "thread") if exe is not None else None
+        if self._tsan is None:
+            return []
+        times = max(64, (1 << 20) // max(sum(x.size for x in xs), 1))  # ranges long enough to overlap in time
+        big = [np.repeat(x[None], times, axis=0) if i in s.batch_inputs else x for i, x in enumerate(xs)]
+        problems = []
+        for inputs in ([xs, big] if s.batch_inputs else [xs]):
+            inputs = [np.asarray(x, order="C") for x in inputs]
+            outputs = [(o.shape, o.dtype) for o in s.out_structs(inputs)]
+            coerced = {p.name: coerce_attr(s.spec.name, p, s.attrs[p.name]) for p in s.spec.attrs}
+            ran = self._tsan.call(s.spec.name, inputs, outputs, coerced, self._scratch(s.spec, inputs, s.attrs))
+            if isinstance(ran, Crash):
+                problems.append(Problem(ran.parameter, f"under ThreadSanitizer, on {s.describe_inputs(inputs)}: "
+                                        f"the kernel {ran.message}", "crash"))
+                break
+        return problems
 
     def _scratch(self, spec: Any, xs: Sequence[np.ndarray], attrs: dict[str, Any]) -> tuple[int, ...]:
         if spec.scratch is None:

@@ -336,7 +336,7 @@ def _request(spec: FunctionSpec, index: int, inputs: Sequence[np.ndarray],
 # ---- reading a sanitizer's report ------------------------------------------------------------
 
 _SIGNALS = {getattr(signal, n): n for n in dir(signal) if n.startswith("SIG") and not n.startswith("SIG_")}
-_FRAME = re.compile(r"#\d+ 0x[0-9a-f]+ in (.+?) (/[^\s:]+):(\d+)")
+_FRAME = re.compile(r"#\d+ (?:0x[0-9a-f]+ in )?(.+?) (/[^\s:]+):(\d+)")
 
 
 def _user_frame(lines: Sequence[str]) -> str:

@@ -19,6 +19,7 @@
 // and scratch start filled with the request's byte.  Before each call the driver writes the
 // buffers' addresses to stderr ("kernix-check: buffer <parameter> <address> <bytes>"), so that a
 // sanitizer's report, which names an address, can be told which parameter it concerns.
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -96,7 +97,9 @@ int32_t dtype_code(const std::string& name) {
   return 0;
 }
 
-// XLA's intra-op pool, played by four threads of the driver's own.
+// XLA's intra-op pool, played by four threads of the driver's own.  schedule() returns once a thread
+// has taken the task, so that the loop's ranges are spread over the threads (a race between them is
+// then one ThreadSanitizer can see) rather than all run by the calling thread.
 class Pool {
  public:
   explicit Pool(int n) {
@@ -104,9 +107,10 @@ class Pool {
   }
   static void schedule(void* pool, void (*task)(void*), void* data) {
     Pool* self = static_cast<Pool*>(pool);
-    std::lock_guard<std::mutex> lock(self->mutex_);
+    std::unique_lock<std::mutex> lock(self->mutex_);
     self->tasks_.emplace_back(task, data);
     self->ready_.notify_one();
+    self->taken_.wait_for(lock, std::chrono::milliseconds(50), [self] { return self->tasks_.empty(); });
   }
   int64_t size() const { return static_cast<int64_t>(threads_.size()); }
 
@@ -119,6 +123,7 @@ class Pool {
         ready_.wait(lock, [this] { return !tasks_.empty(); });
         task = tasks_.front();
         tasks_.pop_front();
+        taken_.notify_all();
       }
       task.first(task.second);
     }
@@ -126,7 +131,7 @@ class Pool {
   std::vector<std::thread> threads_;
   std::deque<std::pair<void (*)(void*), void*>> tasks_;
   std::mutex mutex_;
-  std::condition_variable ready_;
+  std::condition_variable ready_, taken_;
 };
 
 // One parameter's storage for a call.
