@@ -122,3 +122,10 @@ def test_a_race_between_the_pools_threads_is_reported_at_its_line(kinds):
 def test_a_correct_kernel_on_the_pool_passes_under_thread_sanitizer(kinds):
     report = kernix.check(kinds.pool_twice, lambda x: 2 * x, np.ones((3, 50), np.float32), examples=2)
     assert report.ok and "ThreadSanitizer" in report["buffers"].detail
+
+
+def test_state_kept_from_an_earlier_call_is_caught_on_drawn_inputs(kinds):
+    report = kernix.check(kinds.mean_scale, lambda x: x / x.shape[0], X, strict=False)
+    assert report["eager"].passed and report["buffers"].passed
+    drawn = report["drawn"]
+    assert drawn.failed and "after earlier calls on other inputs" in drawn.detail and "keep state" in drawn.detail

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import CallError, KernixError
 from .report import CheckResult
+from ..language.shapes import bind
 from .subject import Subject, describe
 from .transforms import GRAD_SCALE, cotangents, example_cotangents, gradients
 
@@ -31,7 +32,7 @@ BATCH_SIZES = (1, 0, 2, 3, 5)
 #: How the values of floating inputs are drawn: in the example's range, all zero, equal along the last
 #: axis, or a thousand times the example's magnitude (an input where the reference is not finite is
 #: not compared).
-PATTERNS = ("range", "zeros", "range", "equal", "large")
+PATTERNS = ("range", "zeros", "range", "equal", "range", "large")
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,34 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
+def _explicit(s: Subject, names: Sequence[str], allowed: Callable[[str], list[int]],
+              combos: Sequence[tuple[np.dtype, ...]], attrs: Mapping[str, list[Any]], low: int,
+              high: int) -> list[tuple[Any, ...]]:
+    """The examples every drawing runs first, whatever hypothesis draws: the example's sizes with each
+    special pattern, every attribute's other values, every dtype combination, a batch of three, and
+    every dimension 0 (each where the sizes allow it)."""
+    assert s.signature is not None
+    bound = bind(s.signature, s.spec, [x.shape for x in s.example], [x.dtype.name for x in s.example], s.attrs)
+    dims = {n: bound.dims[n] if bound.dims.get(n) in allowed(n) else allowed(n)[0] for n in names}
+    batch = [b for b in bound.batch_shape if b in BATCH_SIZES][:high]
+    batch = batch if len(batch) >= low else [1] * low
+
+    def case(pattern: str = "range", changed: Mapping[str, Any] | None = None, combo: Any = None,
+             sizes: Mapping[str, int] | None = None, lead: list[int] | None = None) -> tuple[Any, ...]:
+        return ({**dims, **(sizes or {})}, batch if lead is None else lead, combo or combos[0], 0, pattern,
+                dict(changed or {}))
+
+    cases = [case(p) for p in PATTERNS if p != "range"]
+    cases += [case(changed={n: v}) for n, vs in attrs.items() for v in vs[1:2]]
+    cases += [case(combo=c) for c in combos[1:]]
+    if s.batch_inputs and high >= 1:
+        cases.append(case(lead=[3] + batch[1:] if low <= 1 + len(batch[1:]) <= high else batch))
+    empty = {n: 0 for n in names if 0 in allowed(n)}
+    if empty:
+        cases.append(case(sizes=empty))
+    return cases
+
+
 def _finite(x: Any) -> bool:
     x = np.asarray(x)
     return not np.issubdtype(x.dtype, np.inexact) or bool(np.all(np.isfinite(x)))
@@ -178,9 +207,12 @@ def check_drawn(
         raise CallError(f"kernix.check: values= names {', '.join(map(repr, unknown))}, which {s.spec.name}() "
                         f"does not take as an input (its inputs: {', '.join(s.input_names) or 'none'})")
 
-    def choices(name: str) -> Any:
+    def allowed(name: str) -> list[int]:
         given = sizes.get(name, DEFAULT_SIZES)
-        return st.just(int(given)) if isinstance(given, (int, np.integer)) else st.sampled_from(list(given))
+        return [int(given)] if isinstance(given, (int, np.integer)) else [int(g) for g in given]
+
+    def choices(name: str) -> Any:
+        return st.sampled_from(allowed(name))
 
     # A typed XLA FFI buffer of fixed rank (xla::ffi::Buffer<T, R>) in a '...' group fixes the batch rank.
     ranks = {p.rank - len(g.dims) for p, g in zip(s.spec.inputs, sig.inputs) if g.batch and p.rank is not None}
@@ -192,13 +224,14 @@ def check_drawn(
                         f"{s.spec.name}() does not take as an attribute")
     drawn_attrs = {p.name: _attr_choices(p, s.attrs[p.name], listed.get(p.name)) for p in s.spec.attrs
                    if p.name not in fixed}
+    drawn_attrs = {n: v for n, v in drawn_attrs.items() if len(v) > 1}
     strategy = st.tuples(
         st.fixed_dictionaries({n: choices(n) for n in names}),
         st.lists(st.sampled_from(BATCH_SIZES), min_size=low, max_size=high) if s.batch_inputs else st.just([]),
         st.sampled_from(list(dtype_combos)),
         st.integers(0, 2**32 - 1),
         st.sampled_from(PATTERNS),
-        st.fixed_dictionaries({n: st.sampled_from(v) for n, v in drawn_attrs.items() if len(v) > 1}),
+        st.fixed_dictionaries({n: st.sampled_from(v) for n, v in drawn_attrs.items()}),
     )
     base = list(s.example)
     state: dict[str, Any] = {"run": 0, "failure": None}
@@ -217,6 +250,7 @@ def check_drawn(
 
     def one(drawn: tuple[Any, ...]) -> None:
         dims, batch, combo, value_seed, pattern, changed_attrs = drawn
+        changed_attrs = {k: v for k, v in changed_attrs.items() if not _same(v, s.attrs[k])}
         dims = {**dims, **fixed}
         t = s.with_attrs(changed_attrs)
         # An input unlike the example (special values, an empty dimension, other attributes): the kernel may
@@ -273,6 +307,12 @@ def check_drawn(
         found = s.mismatch(got, want)
         if found:
             fail(found[0].message, xs, described, found[1], found[0].difference, found[0].index)
+        # Outside XLA the kernel's state lives on from every earlier drawn input (under XLA each shape gets its own).
+        found = s.mismatch(memory.outputs, want, " outside XLA, after earlier calls on other inputs") \
+            if memory is not None and memory.outputs else None
+        if found:
+            fail(found[0].message + ": does the kernel keep state (a static, BE::State) across calls?", xs,
+                 described, found[1], found[0].difference, found[0].index)
         if cts is not None:
             found = s.mismatch(got_grads, want_grads, scale=GRAD_SCALE, names=floating, kind="gradient of input")
             if found:
@@ -289,10 +329,16 @@ def check_drawn(
     test = hypothesis.given(strategy)(one)
     if seed is not None:
         test = hypothesis.seed(seed)(test)
+    # Then, when hypothesis found nothing, the cases every drawing covers (unshrunk: they are the example's size).
+    covered = hypothesis.given(strategy)(one)
+    for explicit in reversed(_explicit(s, names, allowed, dtype_combos, drawn_attrs, low, high)):
+        covered = hypothesis.example(explicit)(covered)
     refused = CheckResult("drawn", "failed", "the reference raised on every drawn input: constrain the sizes "
                           "(sizes={name: [...]}) or the values (values={input: f}) to inputs it takes")
     try:
         settings(test)()
+        state["drawn"] = state["run"]
+        hypothesis.settings(settings, phases=(hypothesis.Phase.explicit,))(covered)()
     except Exception as exc:  # noqa: BLE001 - what the kernel raised is the finding
         f = state["failure"]
         if f is None:
@@ -305,5 +351,7 @@ def check_drawn(
     what = " and gradients" if grads else ""
     guarded = ", and on exact buffers under sanitizers" if memory is not None else ""
     batches = ", empty batches included" if s.batch_inputs else ""
-    return CheckResult("drawn", "passed", f"{state['run']} examples drawn from the signature{batches}: outputs{what} "
-                       f"match the reference{guarded}")
+    always = state["run"] - state["drawn"]
+    return CheckResult("drawn", "passed", f"{state['drawn']} examples drawn from the signature{batches}, and {always} "
+                       f"more (special values, other attributes, dtypes, sizes): outputs{what} match the "
+                       f"reference{guarded}")

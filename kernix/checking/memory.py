@@ -55,6 +55,8 @@ class Memory:
         exe, self.why = driver_for(s.fn.module, sanitizer)
         self.driver = Driver(exe, s.fn.module.functions, sanitizer) if exe is not None else None
         self.sanitizer = sanitizer
+        #: The outputs of the last forward run (its first call), as the driver gave them.
+        self.outputs: list[np.ndarray] = []
 
     def close(self) -> None:
         for driver in (self.driver, getattr(self, "_tsan", None)):
@@ -132,6 +134,8 @@ class Memory:
             if ran.error is not None:
                 return [Problem(None, f"{who or 'the kernel '}raised on exact buffers: {ran.error}", "error")]
             runs.append(ran.buffers)
+        if not who:
+            self.outputs = [runs[0][p.name] for p in spec.outputs]  # the forward's, for drawn inputs to compare
         problems = []
         for p, x in zip(spec.inputs, xs):
             if p.role != "arg":

@@ -1,8 +1,9 @@
 // kernix/detail/check_driver.cc -- kernix.check's driver: a kernel run outside XLA, on exact buffers.
 //
-// Not part of the public API.  kernix.check (kernix/checking/sanitized.py) generates a unit that
-// defines the table of the functions to run (kernix_check_functions) and then includes this file;
-// it links the unit with the user's code and its shims, all built under a sanitizer
+// Not part of the public API.  kernix.check (kernix/checking/sanitized.py) compiles this file once
+// per sanitizer, and generates per module a unit defining the table of the functions to run
+// (kernix_check_functions, of the type check_driver.h declares); it links them with the user's code
+// and its shims, all built under a sanitizer
 // (AddressSanitizer and UndefinedBehaviorSanitizer, or ThreadSanitizer).  The driver reads calls
 // from one file descriptor and answers on another (the kernel's own stdout stays its own):
 //
@@ -34,28 +35,10 @@
 
 #include <unistd.h>
 
-#include "run_shim.h"
+#include "check_driver.h"
 #include "shim.h"
 #include "xla/ffi/api/c_api.h"
 
-namespace kernix {
-namespace check {
-
-// One function the driver can run: its parameters' kind letters, its shim, how to make its state,
-// and for typed XLA buffers a decoder from an XLA_FFI_Buffer (nullptr for the other parameters).
-struct Function {
-  const char* name;
-  const char* kinds;
-  detail::ShimFn shim;
-  void* (*new_state)();
-  void* (*const* decode)(void* buffer);
-};
-
-}  // namespace check
-}  // namespace kernix
-
-extern const kernix::check::Function kernix_check_functions[];
-extern const int kernix_check_function_count;
 
 namespace {
 
