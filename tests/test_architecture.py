@@ -47,12 +47,12 @@ LINE_BUDGETS = {
     "backend": 2_210,
     "store": 2_430,
     "runtime": 2_070,
-    "checking": 2_100,
+    "checking": 2_200,
     "prebuilt": 1_150,
     "cli": 720,
     "loose": 1_730,
 }
-PACKAGE_BUDGET = 17_840
+PACKAGE_BUDGET = 17_940
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.

@@ -303,8 +303,11 @@ def test_cuda_kernels_are_checked_on_the_gpu(cuda_kernels):
     report = kernix.check(cuda_kernels.triple, lambda x: 3 * x, x)
     assert report.ok, report
     assert report["buffers"].passed and report["vmap_one_call"].passed and report["grad"].passed
+    assert "compute-sanitizer memcheck and initcheck" in report["buffers"].detail
     report = kernix.check(cuda_kernels.copy_unguarded, lambda x: x, x, strict=False)
-    assert report["buffers"].failed and "wrote past the end of output 'y'" in report["buffers"].detail, report
+    assert report["buffers"].failed and "bytes past the end of output 'y' (float32[5,300]" in report["buffers"].detail, \
+        report
+    assert "kernels_cuda.cu:" in report["buffers"].detail and report["eager"].status == "n/a"
     report = kernix.check(cuda_kernels.double_and_clear, lambda x: 2 * x, x, strict=False)
     assert report["buffers"].failed and "wrote into input 'x'" in report["buffers"].detail, report
     assert report["eager"].failed and report["eager"].parameter == "x", report

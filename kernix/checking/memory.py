@@ -52,6 +52,8 @@ class Memory:
 
     def __init__(self, s: Any, sanitizer: str = "address") -> None:
         self.s = s
+        self.cuda = s.fn.module.platform == "cuda"
+        sanitizer = "memcheck" if self.cuda else sanitizer  # CUDA: under compute-sanitizer's tools
         exe, self.why = driver_for(s.fn.module, sanitizer)
         self.driver = Driver(exe, s.fn.module.functions, sanitizer) if exe is not None else None
         self.sanitizer = sanitizer
@@ -65,25 +67,28 @@ class Memory:
 
     def races(self, xs: Sequence[np.ndarray]) -> list[Problem]:
         """For a kernel on the thread pool: the example, and many of it along the '...' batch, run under
-        ThreadSanitizer (a data race between the pool's threads is a problem of kind "crash")."""
+        ThreadSanitizer (a data race between the pool's threads is a problem of kind "crash"); for a CUDA
+        kernel, the same under compute-sanitizer's initcheck (a read of uninitialised memory)."""
         s = self.s
-        if not any(p.role == "threads" for p in s.spec.params):
+        if not self.cuda and not any(p.role == "threads" for p in s.spec.params):
             return []
+        tool = "initcheck" if self.cuda else "thread"
         if not hasattr(self, "_tsan"):
-            exe, why = driver_for(s.fn.module, "thread")
-            self._tsan = Driver(exe, s.fn.module.functions, "thread") if exe is not None else None
+            exe, why = driver_for(s.fn.module, tool)
+            self._tsan = Driver(exe, s.fn.module.functions, tool) if exe is not None else None
         if self._tsan is None:
             return []
         times = max(64, (1 << 20) // max(sum(x.size for x in xs), 1))  # ranges long enough to overlap in time
         big = [np.repeat(x[None], times, axis=0) if i in s.batch_inputs else x for i, x in enumerate(xs)]
         problems = []
-        for inputs in ([xs, big] if s.batch_inputs else [xs]):
+        for inputs in ([xs, big] if s.batch_inputs and not self.cuda else [xs]):
             inputs = [np.asarray(x, order="C") for x in inputs]
             outputs = [(o.shape, o.dtype) for o in s.out_structs(inputs)]
             coerced = {p.name: coerce_attr(s.spec.name, p, s.attrs[p.name]) for p in s.spec.attrs}
             ran = self._tsan.call(s.spec.name, inputs, outputs, coerced, self._scratch(s.spec, inputs, s.attrs))
             if isinstance(ran, Crash):
-                problems.append(Problem(ran.parameter, f"under ThreadSanitizer, on {s.describe_inputs(inputs)}: "
+                under = "compute-sanitizer initcheck" if self.cuda else "ThreadSanitizer"
+                problems.append(Problem(ran.parameter, f"under {under}, on {s.describe_inputs(inputs)}: "
                                         f"the kernel {ran.message}", "crash"))
                 break
         return problems

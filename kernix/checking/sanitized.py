@@ -17,6 +17,7 @@ import hashlib
 import os
 import re
 import select
+import shutil
 import signal
 import struct
 import subprocess
@@ -43,7 +44,10 @@ TIMEOUT = 20.0
 SANITIZERS = {
     "address": ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"],
     "thread": ["-fsanitize=thread"],
+    "cuda": [],  # CUDA: the driver runs under compute-sanitizer (memcheck, initcheck), no compiler sanitizer
 }
+#: The compute-sanitizer tools a CUDA driver runs under.
+CUDA_TOOLS = ("memcheck", "initcheck")
 _ENV = {
     "ASAN_OPTIONS": "detect_leaks=0:handle_abort=1:handle_sigfpe=1:handle_segv=1:handle_sigill=1:"
                     "allocator_may_return_null=1:symbolize=1:abort_on_error=0:exitcode=86",
@@ -136,14 +140,20 @@ def driver_for(module: Any, sanitizer: str = "address") -> tuple[Path | None, st
     if request is None:
         return None, (f"module {module.name!r} was not loaded from sources in this process (a prebuilt module?): "
                       "kernix.check has no sources to build under a sanitizer")
-    if module.platform != "cpu":
-        return None, "a CUDA module: run the CUDA check under compute-sanitizer (see the testing tutorial)"
+    cuda = module.platform == "cuda"
+    sanitizer = "cuda" if cuda else sanitizer
     config = build_config(request)
     flags = compile_flags(config)
     # -O0: every access the source makes stays in the code (and it compiles in half the time)
-    user = [f for f in flags["user"] if not re.fullmatch(r"-O\d|-ffast-math", f)]
-    user += ["-O0", "-g", *SANITIZERS[sanitizer]]
+    user = [f for f in flags["user"] if not re.fullmatch(r"-O\d|-ffast-math|-Xptxas=-O\d|--use_fast_math", f)]
+    user += ["-O0", "-g", *SANITIZERS[sanitizer]] + (["-lineinfo"] if cuda else [])
     ours = [*flags["handlers"][:2], "-O0", "-g", *SANITIZERS[sanitizer], *flags["handlers"][4:]]
+    home = toolchain.find_cuda_home() if cuda else None
+    if cuda:
+        if home is None or _compute_sanitizer() is None:
+            return None, ("no CUDA toolkit with compute-sanitizer found (on $PATH or in the toolkit's bin/) to "
+                          "build and run the CUDA driver with")
+        ours += ["-DKERNIX_CHECK_CUDA", f"-I{home / 'include'}"]
     sources = sorted((include_dir() / "kernix").rglob("*.[hc]*"))
     core_key = hashlib.sha256(repr((ours, [p.read_bytes() for p in sources])).encode()).hexdigest()[:24]
     key = hashlib.sha256(repr((module.digest, user, config.extra_ldflags, core_key)).encode()).hexdigest()[:24]
@@ -158,10 +168,11 @@ def driver_for(module: Any, sanitizer: str = "address") -> tuple[Path | None, st
         work = Path(tempfile.mkdtemp(prefix="build-", dir=_mkdir(root)))
         jobs = []
         for i, (source, fns) in enumerate(units):
-            (work / f"shim_{i}.cpp").write_text(codegen.shim_unit(os.path.abspath(source), fns))
-            jobs.append(_compile([*user, "-c", f"shim_{i}.cpp", "-o", f"shim_{i}.o"], work))
+            unit = f"shim_{i}.{'cu' if cuda else 'cpp'}"
+            (work / unit).write_text(codegen.shim_unit(os.path.abspath(source), fns))
+            jobs.append(_compile([*user, "-c", unit, "-o", f"shim_{i}.o"], work))
         (work / "table.cpp").write_text(_table(functions))
-        jobs.append(_compile([*user, "-c", "table.cpp", "-o", "table.o"], work))
+        jobs.append(_compile([*(ours if cuda else user), "-c", "table.cpp", "-o", "table.o"], work))
         if not (core / "driver.o").exists():  # the driver and kernix's messages: once per sanitizer
             core_work = Path(tempfile.mkdtemp(prefix="build-", dir=root))
             (core_work / "messages.cpp").write_text(codegen.messages_unit())
@@ -178,8 +189,10 @@ def driver_for(module: Any, sanitizer: str = "address") -> tuple[Path | None, st
                 return None, f"building the sanitizer driver failed: {failed[-3000:]}"
         objects = [f"shim_{i}.o" for i in range(len(units))] + ["table.o", str(core / "messages.o"),
                                                                  str(core / "driver.o")]
-        link = [toolchain.host_compiler_path(), *SANITIZERS[sanitizer], *objects, "-o", "driver", "-lpthread",
-                *config.extra_ldflags]
+        runtime = [f"-L{d}" for d in (home / "lib64", home / "lib") if d.is_dir()] + \
+            ["-l:libcudart_static.a", "-ldl", "-lrt"] if home is not None else []
+        link = [toolchain.host_compiler_path(), *SANITIZERS[sanitizer], *objects, "-o", "driver", *runtime,
+                "-lpthread", *config.extra_ldflags]
         job = _compile(link, work)
         out, _ = job.communicate()
         if job.returncode != 0:
@@ -189,6 +202,15 @@ def driver_for(module: Any, sanitizer: str = "address") -> tuple[Path | None, st
         except OSError:  # another process built it first
             return work / "driver", ""
         return exe, ""
+
+
+def _compute_sanitizer() -> str | None:
+    home = toolchain.find_cuda_home()
+    found = shutil.which("compute-sanitizer")
+    if found is None and home is not None:
+        candidate = home / "bin" / "compute-sanitizer"
+        found = str(candidate) if candidate.exists() else None
+    return found
 
 
 def _finished(job: subprocess.Popen[str]) -> str | None:
@@ -206,6 +228,7 @@ class Driver:
     """A running driver process for one module (started on the first call, again after a crash)."""
 
     def __init__(self, exe: Path, specs: Mapping[str, FunctionSpec], sanitizer: str = "address") -> None:
+        """``sanitizer``: the one the driver was built with, or a compute-sanitizer tool to run it under."""
         self.exe = exe
         self.index = {name: k for k, name in enumerate(specs)}
         self.specs = dict(specs)
@@ -217,8 +240,10 @@ class Driver:
         self._from, replies = os.pipe()
         self._log = tempfile.TemporaryFile()
         env = dict(os.environ, **_ENV)
-        self._proc = subprocess.Popen([str(self.exe), str(requests), str(replies)], pass_fds=(requests, replies),
-                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log, env=env)
+        tool = [str(_compute_sanitizer()), "--tool", self.sanitizer, "--print-limit", "10"] \
+            if self.sanitizer in CUDA_TOOLS else []
+        self._proc = subprocess.Popen([*tool, str(self.exe), str(requests), str(replies)], pass_fds=(requests, replies),
+                                      stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, env=env)
         os.close(requests)
         os.close(replies)
 
@@ -250,9 +275,20 @@ class Driver:
         start = os.fstat(self._log.fileno()).st_size
         try:
             _write_all(self._to, message)
-            return self._reply(spec, tensors)
+            ran = self._reply(spec, tensors)
         except (_Died, BrokenPipeError):
             return self._crash(spec, start, {p.name: (shape, dtype) for p, shape, dtype in tensors})
+        if self.sanitizer in CUDA_TOOLS and isinstance(ran, Ran):
+            log = self._since(start)
+            if re.search(r"^========= (Invalid|Uninitialized|Program hit|Out-of-range|Misaligned)", log, re.M):
+                self.close()  # the context may be unusable after an error
+                return describe_crash(log, None, spec, {p.name: (shape, dtype) for p, shape, dtype in tensors})
+        return ran
+
+    def _since(self, start: int) -> str:
+        """The log from byte ``start`` (read without moving the offset the process writes at)."""
+        fd = self._log.fileno()
+        return os.pread(fd, max(os.fstat(fd).st_size - start, 0), start).decode(errors="replace")
 
     def _read(self, n: int, deadline: float) -> bytes:
         chunks, got = [], 0
@@ -290,8 +326,7 @@ class Driver:
             code = self._proc.wait(timeout=TIMEOUT)
         except subprocess.TimeoutExpired:
             code = None
-        self._log.seek(start)
-        log = self._log.read().decode(errors="replace")
+        log = self._since(start)
         self.close()
         return describe_crash(log, code, spec, layout)
 
@@ -377,6 +412,7 @@ def describe_crash(log: str, code: int | None, spec: FunctionSpec,
     """What a sanitizer's report (or the exit status) says the kernel did; ``layout`` gives each tensor
     parameter's shape and dtype."""
     layout = layout or {}
+    cuda = re.search(r"^========= ((?:Invalid|Uninitialized|Out-of-range|Misaligned)[^\n]*)", log, re.M)
     log = log[log.rfind("kernix-check: call "):] if "kernix-check: call " in log else log
     buffers = []  # (name, address, size, role, dtype/shape unknown here)
     for m in re.finditer(r"kernix-check: buffer (\d+) (0x[0-9a-f]+|\(nil\)) (\d+)", log):
@@ -388,6 +424,8 @@ def describe_crash(log: str, code: int | None, spec: FunctionSpec,
     asan = re.search(r"ERROR: AddressSanitizer: ([\w-]+)", log)
     ubsan = re.search(r"(/[^\s:]+:\d+:\d+): runtime error: (.*)", log)
     tsan = re.search(r"WARNING: ThreadSanitizer: ([^\n(]+)", log)
+    if cuda:
+        return _describe_cuda(cuda.group(1), log, buffers, layout)
     if asan and asan.group(1) in ("heap-buffer-overflow", "heap-use-after-free", "use-after-poison"):
         access = re.search(r"(READ|WRITE) of size (\d+) at (0x[0-9a-f]+)", log)
         region = re.search(r"is located (\d+) bytes (to the right of|to the left of|inside of|after|before) "
@@ -435,6 +473,30 @@ def describe_crash(log: str, code: int | None, spec: FunctionSpec,
         return Crash(f"was killed by {_SIGNALS.get(-code, f'signal {-code}')}{at}")
     tail = "; ".join(ln.strip() for ln in lines[-3:] if ln.strip() and not ln.startswith("kernix-check"))
     return Crash(f"ended the process (exit status {code}){': ' + tail if tail else ''}{at}")
+
+
+def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]],
+                   layout: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> Crash:
+    """What compute-sanitizer's first report says the kernel did."""
+    frame = re.search(r"=========\s+at (.+?)(?:\+0x[0-9a-f]+)? in (/[^\s:]+):(\d+)", log)
+    at = f" at {frame.group(2)}:{frame.group(3)} (in {frame.group(1).split('(')[0]})" if frame else ""
+    thread = re.search(r"by thread \(([^)]*)\) in block \(([^)]*)\)", log)
+    who = f", thread ({thread.group(1)}) of block ({thread.group(2)})" if thread else ""
+    near = re.search(r"(\d+) bytes (after|before) the nearest allocation at (0x[0-9a-f]+) of size (\d+) bytes", log)
+    size = re.search(r"of size (\d+) bytes?", kind)
+    verb = "wrote" if "write" in kind else "read"
+    if "Uninitialized" in kind:
+        return Crash(f"read uninitialised GPU memory (compute-sanitizer initcheck: {kind.strip()}){at}{who}")
+    if near:
+        owner = next(((p, n) for p, a, n in buffers if a == int(near.group(3), 16)), None)
+        if owner is not None:
+            p, nbytes = owner
+            shape, dtype = layout.get(p.name, ((nbytes,), np.dtype(np.uint8)))
+            side = "past the end of" if near.group(2) == "after" else "before the start of"
+            return Crash(f"{verb} {size.group(1) if size else 'some'} bytes {side} {_param_words(p)} {p.name!r} "
+                         f"({_layout(shape, dtype)}, {nbytes} bytes): {near.group(1)} byte(s) {near.group(2)} "
+                         f"it{at}{who}", p.name)
+    return Crash(f"compute-sanitizer memcheck: {kind.strip()}{at}{who}")
 
 
 def _layout(shape: Sequence[int], dtype: np.dtype) -> str:

@@ -16,7 +16,11 @@
 //   reply: u32 status (0: returned, 1: threw), u32 message length, the message, then per
 //     tensor parameter u64 bytes and its bytes after the call.
 //
-// Every buffer is its own malloc of exactly its size: a sanitizer sees any access past it.  Outputs
+// Every buffer is its own malloc of exactly its size: a sanitizer sees any access past it.  Built with
+// KERNIX_CHECK_CUDA (for CUDA functions, run under compute-sanitizer), every tensor is its own
+// cudaMalloc of exactly its size instead, scratch is left uninitialised (for initcheck), the stream
+// is the default one and the driver waits for the device after each call (a failure there is the
+// call's error).  Outputs
 // and scratch start filled with the request's byte.  Before each call the driver writes the
 // buffers' addresses to stderr ("kernix-check: buffer <parameter> <address> <bytes>"), so that a
 // sanitizer's report, which names an address, can be told which parameter it concerns.
@@ -34,6 +38,10 @@
 #include <vector>
 
 #include <unistd.h>
+
+#ifdef KERNIX_CHECK_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include "check_driver.h"
 #include "shim.h"
@@ -123,6 +131,7 @@ struct Slot {
   void* data = nullptr;
   size_t bytes = 0;
   std::vector<int64_t> dims;
+  std::vector<char> host;  // a tensor's bytes, read or to be written
   kernix::TensorView view{};
   kernix::ArrayView array{};
 };
@@ -139,6 +148,37 @@ void* typed_buffer(void* (*decode)(void*), const kernix::TensorView& v, XLA_FFI_
   return decode(b);
 }
 
+// Where a tensor lives: host memory, or (KERNIX_CHECK_CUDA) device memory staged through `host`.
+struct Memory {
+#ifdef KERNIX_CHECK_CUDA
+  static void* allocate(size_t n) {
+    void* p = nullptr;
+    return cudaMalloc(&p, n) == cudaSuccess ? p : nullptr;
+  }
+  static void put(void* d, const std::vector<char>& h) { cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice); }
+  static void fill(void* d, int v, size_t n, char kind) {
+    if (kind != 's') cudaMemset(d, v, n);
+  }
+  static void get(std::vector<char>& h, const void* d) { cudaMemcpy(h.data(), d, h.size(), cudaMemcpyDeviceToHost); }
+  static void release(void* d) { cudaFree(d); }
+  static const char* finish() {
+    const cudaError_t e = cudaDeviceSynchronize();
+    return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
+  }
+#else
+  static void* allocate(size_t n) { return std::malloc(n); }
+  static void put(void* d, const std::vector<char>& h) {
+    if (!h.empty()) std::memcpy(d, h.data(), h.size());
+  }
+  static void fill(void* d, int v, size_t n, char) { std::memset(d, v, n); }
+  static void get(std::vector<char>& h, const void* d) {
+    if (!h.empty()) std::memcpy(h.data(), d, h.size());
+  }
+  static void release(void* d) { std::free(d); }
+  static const char* finish() { return nullptr; }
+#endif
+};
+
 bool is_tensor(char kind) { return kind == 'i' || kind == 'b' || kind == 'o' || kind == 's' || kind == 'f' || kind == 'F'; }
 
 }  // namespace
@@ -148,8 +188,12 @@ int main(int argc, char** argv) {
     in_fd = std::atoi(argv[1]);
     out_fd = std::atoi(argv[2]);
   }
+#ifdef KERNIX_CHECK_CUDA
+  kernix::ThreadPoolView pool_view{nullptr, 0, nullptr};  // CUDA functions: a pool of no threads
+#else
   Pool pool(4);
   kernix::ThreadPoolView pool_view{&pool, pool.size(), &Pool::schedule};
+#endif
   std::vector<void*> states(static_cast<size_t>(kernix_check_function_count), nullptr);
   void* no_stream = nullptr;
   for (;;) {
@@ -172,11 +216,13 @@ int main(int argc, char** argv) {
         s.dims.resize(take<uint32_t>());
         for (int64_t& d : s.dims) d = take<int64_t>();
         s.bytes = take<uint64_t>();
-        s.data = std::malloc(s.bytes);
+        s.data = Memory::allocate(s.bytes);
+        s.host.resize(s.bytes);
         if (s.kind == 'i' || s.kind == 'b' || s.kind == 'f') {
-          if (!read_all(s.data, s.bytes)) return 0;
+          if (s.bytes && !read_all(s.host.data(), s.bytes)) return 0;
+          Memory::put(s.data, s.host);
         } else {
-          std::memset(s.data, fill, s.bytes);
+          Memory::fill(s.data, fill, s.bytes, s.kind);
         }
         s.view = kernix::TensorView{s.data, dtype_code(name), static_cast<int64_t>(s.dims.size()), s.dims.data()};
         params[k] = &s.view;
@@ -210,6 +256,7 @@ int main(int argc, char** argv) {
     std::fflush(stderr);
     int code = 0;
     const char* message = kernix::detail::run_shim(f.shim, params.data(), &code);
+    if (message == nullptr) message = Memory::finish();
     const uint32_t status = message ? 1 : 0;
     const uint32_t length = message ? static_cast<uint32_t>(std::strlen(message)) : 0;
     write_all(&status, sizeof status);
@@ -219,9 +266,12 @@ int main(int argc, char** argv) {
       if (is_tensor(s.kind)) {
         const uint64_t bytes = s.bytes;
         write_all(&bytes, sizeof bytes);
-        if (bytes) write_all(s.data, bytes);
+        Memory::get(s.host, s.data);
+        if (bytes) write_all(s.host.data(), bytes);
+        Memory::release(s.data);
+      } else {
+        std::free(s.data);
       }
-      std::free(s.data);
     }
   }
 }
