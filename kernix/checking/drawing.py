@@ -94,8 +94,12 @@ def _values(example: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, rng: n
             pattern: str = "range") -> np.ndarray:
     if dtype == np.bool_:
         return rng.integers(0, 2, shape).astype(bool)
-    if np.issubdtype(dtype, np.integer):
+    if np.issubdtype(dtype, np.integer):  # (within the example's range: integers are often indices)
         lo, hi = (int(example.min()), int(example.max())) if example.size else (0, 3)
+        if pattern == "zeros" and lo <= 0 <= hi:
+            return np.zeros(shape, dtype)
+        if pattern in ("equal", "zeros"):  # every element the same (every row in one segment, say)
+            return np.full(shape, rng.integers(lo, hi + 1), dtype)
         return rng.integers(lo, hi + 1, shape).astype(dtype)
     lo, hi = _value_range(example)
     if pattern == "zeros":
