@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 #: The kernix version (one place: the cache keys import it from here, and the
 #: packaging reads it without importing kernix).
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 from .errors import (
     AnnotationWarning,
@@ -28,6 +28,7 @@ from .errors import (
     CompilationError,
     InferenceError,
     InvalidNameError,
+    KernelRuntimeError,
     KernixError,
     OptionError,
     PrebuiltError,
@@ -98,7 +99,8 @@ _LAZY = {
 
 __all__ = [
     "__version__", "register_ffi_target", "AnnotationWarning", "ArgSpecError", "CacheError", "CallError",
-    "CheckError", "CompilationError", "InferenceError", "InvalidNameError", "KernixError", "OptionError",
+    "CheckError", "CompilationError", "InferenceError", "InvalidNameError", "KernelRuntimeError",
+    "KernixError", "OptionError",
     "PrebuiltError", "RegistrationError", "ReloadWarning", "SourceError", "SourceNotFoundError", "ToolchainError",
     "language_of", "cache_root", "set_cache_dir", *_LAZY,
 ]

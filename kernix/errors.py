@@ -17,6 +17,7 @@ __all__ = [
     "InvalidNameError",
     "SourceNotFoundError",
     "CallError",
+    "KernelRuntimeError",
     "CheckError",
     "SourceError",
     "InferenceError",
@@ -57,6 +58,16 @@ class SourceNotFoundError(KernixError, FileNotFoundError):
 
 class CallError(KernixError, TypeError):
     """A kernel was called with the wrong inputs or attributes."""
+
+
+class KernelRuntimeError(KernixError, RuntimeError):
+    """A kernel called eagerly reported an error as it ran: a ``BE::Error``, a failed ``BE_CHECK``,
+    ``data_ptr<T>()`` of a tensor of another dtype, or a returned ``xla::ffi::Error``.
+
+    The message is XLA's (its error code, then ``kernix: <function>: `` and the kernel's text); the
+    ``JaxRuntimeError`` it replaces is its ``__cause__``. Under ``jax.jit`` the kernel runs when XLA runs
+    the compiled computation, so the error stays JAX's ``JaxRuntimeError`` (a ``RuntimeError`` too), with
+    the same text."""
 
 
 class CheckError(KernixError, AssertionError):

@@ -1,12 +1,18 @@
 """Shared test fixtures.
 
-Every test runs with ``KERNIX_CACHE_DIR`` pointing at a per-session temporary
-directory, so the suite never reads or writes the user's real cache.
+From the start of the session (before any module is collected or any fixture,
+of whatever scope, runs), ``KERNIX_CACHE_DIR`` and ``XDG_CACHE_HOME`` point at
+temporary directories of this process, removed at its end, so the suite never
+reads or writes the user's real cache (``~/.cache/kernix``), also where a test
+unsets ``KERNIX_CACHE_DIR``; each test sets ``KERNIX_CACHE_DIR`` again, in case
+the one before changed it.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,7 +23,24 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
+_SESSION_DIRS: list[str] = []
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    """Point kernix's cache (and the XDG cache it would fall back on) at temporary
+    directories for the whole session; see the module's docstring."""
+    for variable, prefix in (("KERNIX_CACHE_DIR", "kernix-test-cache-"), ("XDG_CACHE_HOME", "kernix-test-xdg-")):
+        _SESSION_DIRS.append(tempfile.mkdtemp(prefix=prefix))
+        os.environ[variable] = _SESSION_DIRS[-1]
+    _check_installed()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for directory in _SESSION_DIRS:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _check_installed() -> None:
     """With ``KERNIX_TEST_INSTALLED=1`` (set by ``.ci/run``), the suite tests an
     installed kernix: fail at once if ``import kernix`` finds a source checkout."""
     if os.environ.get("KERNIX_TEST_INSTALLED") != "1":
@@ -34,9 +57,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def session_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The cache root shared by the whole test session."""
-    return tmp_path_factory.mktemp("kernix-cache")
+def session_cache_dir() -> Path:
+    """The cache root shared by the whole test session (set up by :func:`pytest_configure`)."""
+    return Path(_SESSION_DIRS[0])
 
 
 @pytest.fixture(autouse=True)

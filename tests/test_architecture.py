@@ -42,15 +42,15 @@ LAYERS = {
 
 #: The most lines of Python each folder of kernix/ may hold ("loose": the modules at its top), and the package.
 LINE_BUDGETS = {
-    "language": 1_850,
-    "frontend": 3_310,
-    "backend": 2_210,
+    "language": 1_890,
+    "frontend": 3_384,
+    "backend": 2_232,
     "store": 2_430,
-    "runtime": 2_070,
+    "runtime": 2_084,
     "checking": 2_200,
     "prebuilt": 1_150,
     "cli": 720,
-    "loose": 1_730,
+    "loose": 1_735,
 }
 PACKAGE_BUDGET = 17_940
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).

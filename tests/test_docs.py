@@ -17,10 +17,13 @@ Conventions in ``docs/**/*.rst`` (see ``docs/contributing/testing-the-docs.rst``
   Python block is what that block prints; a runnable block with no output
   block must print nothing.  In expected output, ``...`` matches any text
   within a line (paths, hashes).
-* ``:class: cuda-example`` marks CUDA examples, which need a GPU: each C++
-  source in them (a ``.. code-block:: cuda``, or a string holding ``// @BE``
-  in a Python block) must infer without errors, exporting every annotated
-  function.
+* A runnable block with ``:class: runnable gpu`` needs an NVIDIA GPU: it (and
+  its output block) is left out of the page's run here, and
+  ``test_gpu_page_examples`` (marked ``gpu``) runs the whole page, such blocks
+  included, on a machine with a GPU, comparing every output the same way.
+* ``:class: cuda-example`` marks CUDA examples: each C++ source in them (a
+  ``.. code-block:: cuda``, or a string holding ``// @BE`` in a Python block)
+  must infer without errors, exporting every annotated function, on any machine.
 
 All pages run concurrently, so the whole file takes about as long as the
 slowest page.
@@ -73,7 +76,7 @@ class Block:
 def parse_blocks(path: Path) -> list[Block]:
     """Every ``.. code-block::`` of an .rst file, with its options and dedented text."""
     lines = path.read_text().splitlines()
-    page = path.relative_to(DOCS).as_posix()
+    page = path.relative_to(DOCS).as_posix() if path.is_relative_to(DOCS) else path.name
     blocks: list[Block] = []
     i = 0
     while i < len(lines):
@@ -112,11 +115,22 @@ class Step:
     expected: list[tuple[str, str]] = field(default_factory=list)  # (command or "", expected output)
 
 
-def page_steps(blocks: list[Block]) -> list[Step]:
+def needs_gpu(b: Block) -> bool:
+    """A runnable block that runs only on a machine with an NVIDIA GPU."""
+    return "runnable" in b.classes and "gpu" in b.classes
+
+
+def page_steps(blocks: list[Block], gpu: bool = False) -> list[Step]:
+    """What running a page does: every runnable block, in order, with its expected output;
+    without ``gpu``, the blocks that need a GPU (and their output blocks) are left out."""
     steps: list[Step] = []
     previous: Step | None = None
+    left_out = False  # the last runnable block needs a GPU and is not run: so is its output block
     for b in blocks:
         if "output" in b.classes:
+            if left_out:
+                left_out = False
+                continue
             assert previous is not None and previous.kind == "python", (
                 f"{b.where}: an output block must follow a runnable Python block"
             )
@@ -126,6 +140,9 @@ def page_steps(blocks: list[Block]) -> list[Step]:
             continue
         previous = None
         if "runnable" not in b.classes:
+            continue
+        left_out = needs_gpu(b) and not gpu
+        if left_out:
             continue
         if b.lang in ("python", "python3", "py") and "caption" not in b.options:
             previous = Step(b, "python")
@@ -190,41 +207,56 @@ def _expected_matches(expected: str, actual: str) -> bool:
 
 
 RUNNABLE_PAGES = {page: steps for page, blocks in all_pages().items() if (steps := page_steps(blocks))}
+#: The pages with examples that need a GPU, each with all its steps (those of the CPU too).
+GPU_PAGES = {page: page_steps(blocks, gpu=True) for page, blocks in all_pages().items()
+             if any(needs_gpu(b) for b in blocks)}
+
+
+def _page_environment(base: Path) -> dict[str, str]:
+    """The environment of a page's process: the ``kernix`` command on ``PATH``, 32-bit JAX."""
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    if shutil.which("kernix", path=env["PATH"]) is None:  # kernix importable but its script not installed
+        bin_dir = base / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        (bin_dir / "kernix").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m kernix \"$@\"\n")
+        (bin_dir / "kernix").chmod(0o755)
+        env["PATH"] = str(bin_dir) + os.pathsep + env["PATH"]
+    env.pop("JAX_ENABLE_X64", None)
+    return env
+
+
+def _start_page(page: str, steps: list[Step], base: Path, env: dict[str, str]) -> tuple[subprocess.Popen, Path]:
+    """Run ``steps`` in a new process, in a working directory and a cache of their own."""
+    workdir = base / page.replace("/", "_").removesuffix(".rst")
+    workdir.mkdir()
+    spec = [
+        {
+            "kind": s.kind,
+            "where": s.block.where,
+            "code": s.block.code,
+            "path": s.block.options.get("caption", ""),
+            "commands": [c for c, _ in s.expected] if s.kind == "console" else [],
+        }
+        for s in steps
+    ]
+    (workdir / "steps.json").write_text(json.dumps(spec))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUNNER, "steps.json", "results.json"],
+        cwd=workdir, env={**env, "KERNIX_CACHE_DIR": str(workdir.with_name(workdir.name + "-cache"))},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    return proc, workdir
 
 
 @pytest.fixture(scope="module")
 def page_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.Popen, Path, list[Step]]]:
     """Start every runnable page in its own process, all at once."""
     base = tmp_path_factory.mktemp("docs-run")
-    env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    if shutil.which("kernix", path=env["PATH"]) is None:  # kernix importable but its script not installed
-        bin_dir = base / "bin"
-        bin_dir.mkdir()
-        (bin_dir / "kernix").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m kernix \"$@\"\n")
-        (bin_dir / "kernix").chmod(0o755)
-        env["PATH"] = str(bin_dir) + os.pathsep + env["PATH"]
-    env.pop("JAX_ENABLE_X64", None)
+    env = _page_environment(base)
     runs = {}
     for page, steps in RUNNABLE_PAGES.items():
-        workdir = base / page.replace("/", "_").removesuffix(".rst")
-        workdir.mkdir()
-        spec = [
-            {
-                "kind": s.kind,
-                "where": s.block.where,
-                "code": s.block.code,
-                "path": s.block.options.get("caption", ""),
-                "commands": [c for c, _ in s.expected] if s.kind == "console" else [],
-            }
-            for s in steps
-        ]
-        (workdir / "steps.json").write_text(json.dumps(spec))
-        proc = subprocess.Popen(
-            [sys.executable, "-c", RUNNER, "steps.json", "results.json"],
-            cwd=workdir, env={**env, "KERNIX_CACHE_DIR": str(workdir.with_name(workdir.name + "-cache"))},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
+        proc, workdir = _start_page(page, steps, base, env)
         runs[page] = (proc, workdir, steps)
     yield runs
     for proc, _, _ in runs.values():
@@ -234,7 +266,30 @@ def page_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subpr
 
 @pytest.mark.parametrize("page", sorted(RUNNABLE_PAGES))
 def test_runnable_examples(page: str, page_runs) -> None:
-    proc, workdir, steps = page_runs[page]
+    _check_page(page, *page_runs[page])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", sorted(GPU_PAGES))
+def test_gpu_page_examples(page: str, tmp_path: Path) -> None:
+    """A page's examples that need a GPU run, with the rest of the page, on a machine with one."""
+    from helpers import gpus
+
+    if not gpus():
+        pytest.skip(f"docs/{page}: its examples marked `gpu` need an NVIDIA GPU and a CUDA-enabled jax")
+    env = _page_environment(tmp_path)
+    env.pop("JAX_PLATFORMS", None)  # the page's process chooses the GPU as a user's does
+    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # this process holds GPU memory already
+    proc, workdir = _start_page(page, GPU_PAGES[page], tmp_path, env)
+    try:
+        _check_page(page, proc, workdir, GPU_PAGES[page])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _check_page(page: str, proc: subprocess.Popen, workdir: Path, steps: list[Step]) -> None:
+    """Wait for a page's process, then compare what each step printed with what the page shows."""
     try:
         log, _ = proc.communicate(timeout=PAGE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -287,6 +342,55 @@ def test_cuda_examples_are_there() -> None:
     pages = {b.page for b in CUDA_EXAMPLES}
     assert {"getting-started.rst", "tutorials/cuda.rst"} <= pages
     assert sum(b.page == "tutorials/cuda.rst" for b in CUDA_EXAMPLES) >= 4
+
+
+def test_the_cuda_examples_run_on_a_gpu() -> None:
+    """The CUDA tutorial and the getting-started page's CUDA example are run on a GPU machine,
+    each CUDA source of the tutorial among them."""
+    assert {"getting-started.rst", "tutorials/cuda.rst"} <= set(GPU_PAGES)
+    cuda_page = [b for b in all_pages()["tutorials/cuda.rst"] if "cuda-example" in b.classes]
+    assert all("runnable" in b.classes for b in cuda_page)
+
+
+def test_gpu_blocks_are_left_out_of_the_cpu_run_with_their_output(tmp_path: Path) -> None:
+    page = tmp_path / "page.rst"
+    page.write_text(textwrap.dedent("""\
+        .. code-block:: python
+           :class: runnable
+
+           print(1)
+
+        .. code-block:: text
+           :class: output
+
+           1
+
+        .. code-block:: python
+           :class: runnable gpu
+
+           print(2)
+
+        .. code-block:: text
+           :class: output
+
+           2
+
+        .. code-block:: console
+           :class: runnable gpu
+
+           $ nvidia-smi -L
+           GPU 0: ...
+
+        .. code-block:: python
+           :class: runnable
+
+           print(3)
+        """))
+    steps = page_steps(parse_blocks(page))
+    assert [(s.block.code, s.expected) for s in steps] == [("print(1)\n", [("", "1\n")]), ("print(3)\n", [])]
+    on_gpu = page_steps(parse_blocks(page), gpu=True)
+    assert [s.kind for s in on_gpu] == ["python", "python", "console", "python"]
+    assert on_gpu[1].expected == [("", "2\n")] and on_gpu[2].expected == [("nvidia-smi -L", "GPU 0: ...\n")]
 
 
 @pytest.mark.parametrize("block", CUDA_EXAMPLES, ids=lambda b: b.where)

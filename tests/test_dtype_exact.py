@@ -166,6 +166,22 @@ def test_int32_read_as_float_is_refused_naming_function_parameter_dtype_shape_an
     assert runs(mod) == before + 1
 
 
+def test_a_dtype_error_reaches_an_eager_caller_as_kernix_error_and_a_jitted_one_when_xla_runs_it(mod) -> None:
+    """Was: a JaxRuntimeError for the eager call too. Under jax.jit the kernel runs inside XLA's
+    execution, past kernix's code: the error is JAX's there, with the same text (docs/troubleshooting.rst)."""
+    x = jnp.arange(6, dtype=jnp.int32).reshape(2, 3)
+    out = jax.ShapeDtypeStruct((2, 3), jnp.float32)
+    said = r"kernix: twice_f32: BE::Tensor::data_ptr<float>\(\): parameter 'x' is int32"
+    with pytest.raises(kernix.KernelRuntimeError, match=said) as info:
+        mod.twice_f32(x, out=out)
+    assert isinstance(info.value, RuntimeError) and isinstance(info.value.__cause__, jax.errors.JaxRuntimeError)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=said):
+        jax.block_until_ready(jax.jit(lambda x: mod.twice_f32(x, out=out))(x))
+    from kernix.runtime.function import kernel_refusal  # any other error of XLA's is left as it is
+
+    assert kernel_refusal("twice_f32", jax.errors.JaxRuntimeError("INTERNAL: kernix: twice_f64: no")) is None
+
+
 def test_a_wider_type_than_the_element_says_it_would_run_past_the_buffer(mod) -> None:
     with pytest.raises(Exception, match=(
             r"kernix: twice_f64: BE::Tensor::data_ptr<double>\(\): parameter 'x' is float32 \(shape \[4\]\), but "
@@ -247,7 +263,7 @@ def test_mismatched_dtypes_shapes_and_ranks_never_reach_the_kernel(mod, which, d
     before = runs(mod)
     try:
         result = jax.block_until_ready(getattr(mod, which)(*args, out=out))
-    except (kernix.CallError, jax.errors.JaxRuntimeError):  # the callable refused, or the kernel's BE::Error
+    except (kernix.CallError, kernix.KernelRuntimeError):  # the callable refused, or the kernel's BE::Error
         assert not fits
         assert runs(mod) == before, "a refused call ran the kernel"
         return

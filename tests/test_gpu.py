@@ -209,6 +209,16 @@ def test_a_typed_pointer_of_the_wrong_size_is_a_python_error(checks):
     np.testing.assert_array_equal(checks.fill(x32, value=2.0, threads=128, out=like(x32)), np.full(8, 2.0))
 
 
+def test_an_eager_call_whose_kernel_refuses_raises_kernix_error_on_the_gpu_too(checks):
+    """As on the CPU (tests/test_dtype_exact.py): eagerly kernix.KernelRuntimeError, under jit JAX's error."""
+    x = jnp.zeros(8, jnp.float64)
+    said = r"kernix: fill: BE::Tensor::data_ptr<float>\(\): parameter 'out' is float64"
+    with pytest.raises(kernix.KernelRuntimeError, match=said):
+        jax.block_until_ready(checks.fill(x, value=5.0, threads=128, out=like(x)))
+    with pytest.raises(jax.errors.JaxRuntimeError, match=said):
+        jax.block_until_ready(jax.jit(lambda x: checks.fill(x, value=6.0, threads=128, out=like(x)))(x))
+
+
 def test_kernel_launch_error_is_a_python_error(checks):
     x = jnp.zeros(8, jnp.float32)
     with pytest.raises(Exception, match=r"cudaGetLastError\(\) returned cudaError"):

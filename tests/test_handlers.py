@@ -73,6 +73,12 @@ TYPED = textwrap.dedent(
                       xla::ffi::ResultBuffer<xla::ffi::DataType::F32, 1> out) {
       for (size_t i = 0; i < x.element_count(); ++i) out->typed_data()[i] = 2 * x.typed_data()[i];
     }
+
+    // @BE typed_scale (n)->(n)
+    void typed_scale(xla::ffi::Buffer<xla::ffi::DataType::F32, 1> x,
+                     xla::ffi::ResultBuffer<xla::ffi::DataType::F32, 1> out, float factor, int64_t shift) {
+      for (size_t i = 0; i < x.element_count(); ++i) out->typed_data()[i] = factor * x.typed_data()[i] + shift;
+    }
     """
 )
 
@@ -204,6 +210,41 @@ def test_wrong_attribute_dtype_names_function_and_attribute(fast):
     np.testing.assert_allclose(
         _call(mod, "affine", out, x, factor=np.float32(5.0), offset=np.int32(4), negate=False), 5 * np.arange(3) + 4
     )
+
+
+def test_a_wrong_attribute_dtype_names_the_numpy_scalar_to_pass(fast):
+    """Was: "has type F64, expected F32" for a Python float, with no word of the fix."""
+    mod, _ = fast
+    x = jnp.arange(3, dtype=jnp.float32)
+    out = jax.ShapeDtypeStruct((3,), jnp.float32)
+    with pytest.raises(Exception, match=r"attribute 'factor' has type F64, expected F32: pass np\.float32\(value\)"):
+        _call(mod, "affine", out, x, factor=6.5, offset=np.int32(5), negate=True)  # a Python float
+    with pytest.raises(Exception, match=r"attribute 'offset' has type S64, expected S32: pass np\.int32\(value\)"):
+        _call(mod, "affine", out, x, factor=np.float32(7.0), offset=6, negate=True)  # a Python int
+    with pytest.raises(Exception, match=r"attribute 'negate' has type S32, expected PRED: pass np\.bool_\(value\)"):
+        _call(mod, "affine", out, x, factor=np.float32(8.0), offset=np.int32(7), negate=np.int32(1))
+    with pytest.raises(Exception, match=r"'half_bits' has type F32, expected U16: pass np\.uint16\(value\)"):
+        _call(mod, "fill_bits", jax.ShapeDtypeStruct((4,), jnp.int32), half_bits=np.float32(1.5),  # (float16's bits)
+              d=np.float64(6.5), big=np.int64(-10), small=np.uint8(202))
+    factor = np.float32(6.5)  # what the message says works
+    np.testing.assert_allclose(_call(mod, "affine", out, x, factor=factor, offset=np.int32(5), negate=False),
+                               6.5 * np.arange(3) + 5)
+
+
+def test_an_ffi_h_handler_names_the_numpy_scalar_to_pass_too(mixed):
+    """The handlers built on ffi.h's bindings (typed XLA FFI parameters) said only XLA's "Wrong scalar
+    data type: expected F32 but got F64"."""
+    mod, _ = mixed
+    x = jnp.arange(3, dtype=jnp.float32)
+    out = jax.ShapeDtypeStruct((3,), jnp.float32)
+    with pytest.raises(Exception, match=r"attribute has type F64: pass np\.float32\(value\)"):
+        _call(mod, "typed_scale", out, x, factor=2.5, shift=np.int64(1))
+    with pytest.raises(Exception, match=r"attribute has type S32: pass np\.int64\(value\)"):
+        _call(mod, "typed_scale", out, x, factor=np.float32(3.5), shift=np.int32(2))
+    # (other values: jax caches a lowering by its attributes' values, and np.float32(2.5) == 2.5)
+    np.testing.assert_allclose(_call(mod, "typed_scale", out, x, factor=np.float32(1.5), shift=np.int64(3)),
+                               1.5 * np.arange(3) + 3)
+    np.testing.assert_allclose(mod.typed_scale(x, factor=0.5, shift=-1), 0.5 * np.arange(3) - 1)
 
 
 def test_missing_or_misnamed_attribute(fast):

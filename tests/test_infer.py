@@ -590,3 +590,26 @@ def test_import_is_cheap() -> None:
     env = dict(os.environ)
     out = subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_misspelt_kernix_header_is_named_with_the_one_meant_and_nothing_else_is_reported(tmp_path: Path) -> None:
+    """Was: the include-path advice, no "did you mean", and a second error calling the output a
+    non-const `int &` (clang reads the types the missing header declares as int)."""
+    src = tmp_path / "misspelt.cpp"
+    src.write_text('#include "kernix/comon.h"\n// @BE f\nvoid f(const BE::Tensor& x, BE::Tensor& y) {}\n')
+    r = infer_file(src, use_cache=False)
+    assert len(r.errors) == 1, [str(e) for e in r.errors]
+    (error,) = r.errors
+    assert error.line == 1 and "kernix/comon.h" in error.message
+    assert 'did you mean "kernix/common.h"' in error.message
+    assert "extra_include_paths" not in error.message  # kernix's headers need no include path
+    assert r.functions == ()
+
+
+def test_a_missing_header_of_the_users_own_is_reported_alone_with_the_include_path_advice(tmp_path: Path) -> None:
+    src = tmp_path / "own.cpp"
+    src.write_text('#include "kernix/common.h"\n#include "my/types.h"\n// @BE f\n'
+                   "void f(const BE::Tensor& x, my_scale_t& s, BE::Tensor& y) {}\n")  # (s: no int&)
+    r = infer_file(src, use_cache=False)
+    assert [e.line for e in r.errors] == [2], [str(e) for e in r.errors]
+    assert "extra_include_paths" in r.errors[0].message and "did you mean" not in r.errors[0].message

@@ -40,3 +40,16 @@ def test_the_sdist_ships_the_changelog() -> None:
     if not manifest.is_file():
         pytest.skip("MANIFEST.in is not here (the tests run from a copy beside an installed kernix)")
     assert re.search(r"^include .*\bCHANGELOG\.rst\b", manifest.read_text(), re.MULTILINE)
+
+
+def test_the_metadata_names_the_authors() -> None:
+    authors = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("authors", [])
+    assert authors and all(a.get("name") for a in authors)
+
+
+def test_every_declared_pytest_marker_marks_a_test() -> None:
+    """A marker nobody uses promises a selection (``-m "not slow"``) that selects nothing."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    sources = "".join(p.read_text() for p in (ROOT / "tests").glob("*.py"))
+    for marker in (m.split(":", 1)[0].strip() for m in declared):
+        assert re.search(rf"pytest\.mark\.{marker}\b", sources), f"the marker {marker!r} marks no test"

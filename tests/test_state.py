@@ -22,6 +22,7 @@ from helpers import first_gpu, infer_cuda_text, unique_name
 CPP = textwrap.dedent(
     """\
     #include <atomic>
+    #include <optional>
     #include <stdexcept>
     #include "kernix/common.h"
 
@@ -50,6 +51,18 @@ CPP = textwrap.dedent(
     void counts(const BE::Tensor& unused, BE::Tensor& out) {
       out.data_ptr<int64_t>()[0] = made;
       out.data_ptr<int64_t>()[1] = destroyed;
+    }
+
+    // A type made with an argument: held in an optional, as the refusal of a state without a
+    // default constructor suggests (tests/test_state.py, test_a_state_kernix_cannot_make_...).
+    struct Offset {
+      explicit Offset(float by) : by(by) {}
+      float by;
+    };
+    // @BE offset_once (n)->(n)
+    void offset_once(const BE::Tensor& x, BE::Tensor& y, BE::State<std::optional<Offset>> offset) {
+      if (!*offset) offset->emplace(x.data_ptr<float>()[0]);  // the first call's first element, kept
+      for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = x.data_ptr<float>()[i] + (*offset)->by;
     }
 
     struct Broken {
@@ -141,6 +154,64 @@ def test_rejected(tmp_path):
     messages = {e.function: e.message for e in result.errors}
     assert "BE::State<T> takes a class or struct T, the state itself" in messages["scalar_state"]
     assert "takes more than one state parameter ('a', 'b'); take one" in messages["two_states"]
+
+
+def test_a_state_made_empty_and_filled_at_the_first_call_works(mod):
+    """What the refusal below suggests for a T made with arguments: BE::State<std::optional<T>>."""
+    f = jax.jit(mod.offset_once)
+    np.testing.assert_array_equal(f(jnp.full(2, 5.0, jnp.float32)), [10.0, 10.0])
+    np.testing.assert_array_equal(f(jnp.full(2, 1.0, jnp.float32)), [6.0, 6.0])  # made once: still 5
+
+
+UNMAKEABLE = """\
+#include "kernix/common.h"
+struct NoDefault { explicit NoDefault(int n) : n(n) {} int n; };
+class PrivateDestructor { ~PrivateDestructor() {} };
+struct Abstract { virtual void f() = 0; };
+struct Incomplete;
+struct HoldsNoDefault { NoDefault inner; };
+template <typename T> struct Holder { explicit Holder(T v) : v(v) {} T v; };
+struct Fine { int n = 3; };
+// @BE no_default (n)->(n)
+void no_default(const BE::Tensor& x, BE::Tensor& y, BE::State<NoDefault> nd) {}
+// @BE private_destructor (n)->(n)
+void private_destructor(const BE::Tensor& x, BE::Tensor& y, BE::State<PrivateDestructor>& pd) {}
+// @BE abstract (n)->(n)
+void abstract(const BE::Tensor& x, BE::Tensor& y, BE::State<Abstract> ab) {}
+// @BE incomplete (n)->(n)
+void incomplete(const BE::Tensor& x, BE::Tensor& y, BE::State<Incomplete> inc) {}
+// @BE member (n)->(n)
+void member(const BE::Tensor& x, BE::Tensor& y,
+            const BE::State<HoldsNoDefault>& held) {}
+// @BE templated<T: float> (n)->(n)
+template <typename T>
+void templated(const BE::Tensor& x, BE::Tensor& y, BE::State<Holder<T>> h) {}
+// @BE fine (n)->(n)
+void fine(const BE::Tensor& x, BE::Tensor& y, BE::State<Fine> ok) {}
+"""
+
+
+def test_a_state_kernix_cannot_make_is_refused_at_its_parameter(tmp_path):
+    """Was: inference passed a BE::State<T> whose T kernix's generated code cannot make (`new T()`) or
+    delete, and the build failed inside kernix's shim.h with a g++ error naming neither function nor
+    parameter. Each is an error at the parameter, naming T and what a state needs."""
+    path = tmp_path / "unmakeable.cpp"
+    path.write_text(UNMAKEABLE)
+    lines = UNMAKEABLE.splitlines()
+    result = infer_file(str(path), use_cache=False)
+    assert [f.name for f in result.functions] == ["fine"]
+    found = {e.function: e for e in result.errors}
+    expected = {"no_default": ("nd", "NoDefault"), "private_destructor": ("pd", "PrivateDestructor"),
+                "abstract": ("ab", "Abstract"), "incomplete": ("inc", "Incomplete"),
+                "member": ("held", "HoldsNoDefault"), "templated_float32": ("h", "Holder<float>")}
+    assert set(found) == set(expected), [e.format() for e in result.errors]
+    for function, (parameter, state) in expected.items():
+        e = found[function]
+        assert e.file == str(path) and e.parameter == parameter
+        written = state.replace("float", "T")  # (the template's parameter as its source spells it)
+        assert f"BE::State<{written}>" in lines[e.line - 1] and parameter in lines[e.line - 1]  # the parameter's line
+        assert f"`{state}`" in e.message and "default constructor" in e.message and "std::optional" in e.message
+    assert "T = float" in found["templated_float32"].message  # which instantiation
 
 
 CUDA = textwrap.dedent(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 
 import jax
@@ -65,6 +66,7 @@ def test_each_instantiation_is_inferred_under_its_name():
     by = {f.name: f for f in r.functions}
     assert list(by) == ["scale_float32", "scale_float64", "scale_bwd_float32", "scale_bwd_float64",
                         "tile_float32_2", "tile_float32_m3", "tile_int32_2", "tile_int32_m3",
+                        "dequant_float32", "dequant_float64", "iota_float32", "iota_int32",
                         "negate_f32", "negate_f64"]
     assert by["scale_float64"].arg_spec == ("arg", "ret", "attr.factor:float64")
     assert by["scale_float64"].qualified_name == "ops::scale<double>"
@@ -174,13 +176,74 @@ def test_functions_named_with_a_dtype_suffix_form_a_family(mod):
         mod.negate(x.astype(jnp.int32))
 
 
-def test_stubs_overload_each_member():
+def test_out_chooses_the_instantiation_when_no_input_decides(mod):
+    """dequant<T>'s only input is int8 and iota<T> has none: out='s dtype says which T is meant."""
+    q = np.array([1, -2, 3], np.int8)
+    for dtype in (jnp.float32, jnp.float64):
+        out = jax.ShapeDtypeStruct((3,), dtype)
+        assert mod.dequant.select(q, out=out) == f"dequant_{np.dtype(dtype).name}"
+        eager = mod.dequant(q, scale=0.5, out=out)
+        jitted = jax.jit(lambda v, out=out: mod.dequant(v, scale=0.5, out=out))(q)
+        for y in (eager, jitted):
+            assert y.dtype == dtype
+            np.testing.assert_array_equal(y, [0.5, -1.0, 1.5])
+    ints = jax.jit(lambda: mod.iota(start=7, out=jax.ShapeDtypeStruct((3,), jnp.int32)))()
+    assert ints.dtype == jnp.int32 and ints.tolist() == [7, 8, 9]
+    floats = mod.iota(start=0.5, out=[jax.ShapeDtypeStruct((2,), jnp.float32)])
+    assert floats.dtype == jnp.float32 and floats.tolist() == [0.5, 1.5]
+    # where the inputs decide, out= is not what chooses (it is the member's to check)
+    assert mod.scale.select(jnp.ones(2, jnp.float64), out=jax.ShapeDtypeStruct((2,), jnp.float32)) == "scale_float64"
+
+
+def test_an_out_that_fits_no_candidate_or_no_out_is_an_error_naming_them(mod):
+    q = np.array([1], np.int8)
+    with pytest.raises(kernix.CallError, match=r"dequant_float32 .*dequant_float64 .*out=jax\.ShapeDtypeStruct"):
+        mod.dequant(q, scale=1.0)  # nothing says which T
+    with pytest.raises(kernix.CallError, match=r"out= of dtype int16.*dequant_float32 .*dequant_float64"):
+        mod.dequant(q, scale=1.0, out=jax.ShapeDtypeStruct((1,), jnp.int16))
+    with pytest.raises(kernix.CallError, match=r"out= of dtype float64.*iota_float32 .*iota_int32"):
+        jax.jit(lambda: mod.iota(start=1, out=jax.ShapeDtypeStruct((1,), jnp.float64)))()
+    with pytest.raises(kernix.CallError, match=r"out= of dtype float32 fit several.*tile_float32_2 .*tile_float32_m3 "):
+        mod.tile(np.zeros(2, np.float32), out=jax.ShapeDtypeStruct((2,), jnp.float32))  # out= cannot tell BLOCK
+
+
+def _defs(text: str, name: str) -> list[str]:
+    """The module-level declarations of ``name`` in stub ``text``, each with its decorator."""
+    return [d for d in text.split("\n\n\n") if f"\ndef {name}(" in "\n" + d]
+
+
+def test_stubs_give_one_overload_per_distinct_signature():
+    """Members Python's types cannot tell apart (a float32 and a float64 array are both jax.Array) share
+    one signature: identical @overloads are an error to type checkers (mypy's overload-cannot-match)."""
     text = stub_text(infer_file(CPU).functions)
     ast.parse(text)
-    assert text.count("@overload\ndef scale(") == 2
-    assert "def tile(x: ArrayLike, /, *, BLOCK: Literal[-3]" in text
-    assert text.count("@overload\ndef negate(") == 2
-    assert "    @overload\n    def scale(self, x: ArrayLike" in text
+    for name in ("scale", "negate", "dequant"):  # members differ only by dtype: one plain function
+        (one,) = _defs(text, name)
+        assert "@overload" not in one and f"Runs ``{name}_" in one
+    tiles = _defs(text, "tile")  # BLOCK tells them apart, T does not: 4 members, 2 signatures
+    assert [d.count("@overload") for d in tiles] == [1, 1]
+    assert "BLOCK: Literal[2]" in tiles[0] and "BLOCK: Literal[-3]" in tiles[1]
+    assert "tile_float32_2" in tiles[0] and "tile_int32_2" in tiles[0]
+    iotas = _defs(text, "iota")  # start: float and start: int are two signatures
+    assert len(iotas) == 2 and "start: float" in iotas[0] and "start: int" in iotas[1]
+    assert "    def scale(self, x: ArrayLike" in text and "    @overload\n    def tile(self, x: ArrayLike" in text
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed (the test extra has it)")
+def test_stubs_of_templates_and_families_pass_mypy(tmp_path):
+    import subprocess
+    import sys
+
+    stub = tmp_path / "templated_ops.pyi"
+    stub.write_text(stub_text(infer_file(CPU).functions))
+    # jax's own modules are not followed (jax.Array and ArrayLike are then Any, the same in every overload):
+    # checking all of jax would take most of a minute; every other type is checked as written.
+    config = tmp_path / "mypy.ini"
+    config.write_text("[mypy]\n[mypy-jax.*]\nfollow_imports = skip\n")
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(config), "--cache-dir",
+                           str(tmp_path / "cache"), "--no-error-summary", str(stub)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_inspect_lists_each_instance(capsys):

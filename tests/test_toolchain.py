@@ -315,3 +315,35 @@ def test_missing_or_broken_libclang_says_how_to_install_it(tmp_path: Path, broke
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert proc.stdout.startswith("ToolchainError: inferring signatures needs libclang")
     assert "pip install --force-reinstall libclang-ng" in proc.stdout
+
+
+def _failing_nvcc(path: Path) -> Path:
+    """An nvcc that rejects what the real one rejects: a host compiler's option given to it bare."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\nfor a in \"$@\"; do case \"$a\" in -Wall|--no-such-option)\n"
+                    "  echo \"nvcc fatal   : Unknown option '$a'\" >&2; exit 1;; esac; done\n"
+                    "echo 'Cuda compilation tools, release 12.4 (a stand-in)'\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+@pytest.mark.parametrize("option, host", [("-Wall", True), ("--no-such-option", False)])
+def test_an_option_nvcc_rejects_is_named_with_how_to_give_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             option: str, host: bool) -> None:
+    """Was: `nvcc fatal : Unknown option '-Wall'` and nothing more. A host compiler's option is
+    given to nvcc behind -Xcompiler; one neither compiler knows is a misspelling."""
+    from kernix.backend import ninja
+    from kernix.backend.flags import BuildConfig
+    from kernix.errors import CompilationError
+
+    monkeypatch.setenv("KERNIX_NVCC", str(_failing_nvcc(tmp_path / "cuda" / "bin" / "nvcc")))
+    src = tmp_path / "k.cu"
+    src.write_text("void f() {}\n")
+    config = BuildConfig(platform="cuda", arch="sm_90", extra_cflags=(option,))
+    with pytest.raises(CompilationError) as info:
+        ninja.compile_library(tmp_path / "build", [(str(src), [])], config, name="unknown_option")
+    message = str(info.value).split("\n", 1)[0]
+    assert option in message and "extra_cuda_cflags" in message
+    assert (f"-Xcompiler={option}" in message) is host
+    assert ("spelling" in message) is not host
+    assert f"Unknown option '{option}'" in info.value.output  # nvcc's own words are kept

@@ -393,10 +393,7 @@ def _bound_type(param: Param) -> str:
 
 
 def _binding(param: Param, bound_type: str = "") -> str:
-    """The ``.Arg<>()`` / ``.Ret<>()`` / ``.Attr<>()`` binding of one parameter."""
-    if param.role == "attr":
-        assert param.dtype is not None
-        return f".Attr<{ATTR_DTYPES[param.dtype][0]}>({_cxx_string(param.name)})"
+    """The ``.Arg<>()`` / ``.Ret<>()`` binding of one buffer parameter."""
     method = "Arg" if param.role == "arg" else "Ret"
     return f".{method}<{bound_type or _bound_type(param)}>()"
 
@@ -440,9 +437,10 @@ def _handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bool) -
             slots.append(f"&v{i}")
         else:
             assert param.dtype is not None
-            decl.append(f"{ATTR_DTYPES[param.dtype][0]} a{i}")
-            slots.append(f"&a{i}")
-            bind.append(_binding(param))
+            scalar = f"::kernix::detail::ScalarAttr<{ATTR_DTYPES[param.dtype][0]}>"
+            decl.append(f"{scalar} a{i}")
+            slots.append(f"&a{i}.value")
+            bind.append(f".Attr<{scalar}>({_cxx_string(param.name)})")
     impl = f"kernix_impl_{fn.index}"
     array = ", ".join(f"static_cast<void*>({s})" for s in slots) or "nullptr"
     traits = ", {ffi::Traits::kCmdBufferCompatible}" if _graph_ok(spec, platform, allow_cuda_graph) else ""

@@ -22,6 +22,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -327,6 +328,26 @@ def _no_space_message(build_dir: Path, output: str) -> str | None:
     )
 
 
+_NVCC_UNKNOWN_OPTION_RE = re.compile(r"nvcc fatal\s*:\s*Unknown option '([^'\n]+)'")  # nvcc's words
+
+
+def _unknown_option_message(build_dir: Path, output: str) -> str | None:
+    """For an option nvcc rejected: behind ``-Xcompiler`` if the host compiler takes it, else check it."""
+    m = _NVCC_UNKNOWN_OPTION_RE.search(output)
+    if m is None:
+        return None
+    option = m.group(1)
+    try:
+        host = subprocess.run([toolchain.find_host_compiler().path, option, "-fsyntax-only", "-x", "c++", "-"],
+                              input="", capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError, ToolchainError):
+        host = False
+    fix = (f"an option of the host C++ compiler, which nvcc passes on only behind -Xcompiler: write "
+           f"'-Xcompiler={option}'" if host else "check its spelling against `nvcc --help`")
+    return (f"building {build_dir} failed: nvcc does not know the option {option!r} (given in extra_cuda_cflags, or "
+            f"extra_cflags for build_module): {fix}")
+
+
 def compile_library(
     build_dir: Path,
     units: Sequence[tuple[str, Sequence[codegen.ExportedFunction]]],
@@ -393,6 +414,7 @@ def compile_library(
             output = _trim_ninja_output(stdout)
             raise CompilationError(
                 _no_space_message(build_dir, output)
+                or _unknown_option_message(build_dir, output)
                 or _link_error_message(build_dir, output, [str(source) for source, _ in units])
                 or f"building {build_dir} failed (ninja exit code {returncode})",
                 output=output,

@@ -317,14 +317,23 @@ def bind_annotations(raw: bytes, annotations: list[Annotation], cursors: list[An
     starts.sort(key=lambda t: (t[0], t[1]))
     keys = [t[0] for t in starts]
     bound: dict[int, Any] = {}
-    for a in annotations:
+    # From the lowest annotation up, each checked as far as the one below it (a comment): each byte once,
+    # not once per annotation above. reach[i]: where the checked text before declaration i starts (None:
+    # it holds something besides specifiers, as then does the text of every annotation above).
+    reach: dict[int, int | None] = {}
+    for a in reversed(annotations):
         end_line = a.end_line
         after = starts_of[end_line] if end_line < len(starts_of) else len(raw)
         i = bisect.bisect_left(keys, after)
         if i == len(starts):
             continue
-        if not _between_is_specifiers(raw[after:starts[i][0]]):
+        upto = reach.get(i, starts[i][0])
+        if upto is None or not _between_is_specifiers(raw[after:upto]):
+            reach[i] = None
             continue
+        start = starts_of[a.line - 1]  # (the column counts characters: the offset counts bytes)
+        reach[i] = start + len(raw[start:start + 4 * a.column].decode("utf-8", "surrogateescape")[:a.column - 1]
+                               .encode("utf-8", "surrogateescape"))
         # One macro invocation may generate several functions (all starting at
         # the invocation): a stack of annotations before it binds each to its own name.
         j = i
@@ -334,7 +343,7 @@ def bind_annotations(raw: bytes, annotations: list[Annotation], cursors: list[An
                 break
             j += 1
         bound[a.line] = starts[i][2]
-    return bound
+    return dict(reversed(bound.items()))  # (in source order)
 
 
 def _start(cursor: Any) -> tuple[int, int]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import difflib
 import functools
 import importlib.util
 import os
@@ -89,6 +90,10 @@ def _missing_header_hint(header: str) -> str:
     """Where ``header`` was looked for, and the option that adds a directory; or,
     when the host C++ compiler (which gives the standard headers) does not
     work, what is wrong with it."""
+    meant = _shipped_header_like(header)
+    if meant is not None:
+        return (f"; did you mean \"{meant}\"? kernix ships that header, always on the include path: "
+                f"write `#include \"{meant}\"`")
     try:
         check_host_compiler()
     except ToolchainError as exc:
@@ -99,6 +104,16 @@ def _missing_header_hint(header: str) -> str:
     return (f"; #include \"...\" looks beside the including file (for a load_*_inline source, that is the cache's "
             f"sources/ directory), then in the include paths: pass the directory that holds {header!r} in "
             "extra_include_paths=[...] (include_dirs=[...] for build_module; or -I in the compiler flags)")
+
+
+def _shipped_header_like(header: str) -> str | None:
+    """The header kernix ships whose name ``header`` misspells (``kernix/comon.h``), if one is close."""
+    try:
+        root = include_dir()
+    except ToolchainError:
+        return None
+    shipped = [p.relative_to(root).as_posix() for p in root.rglob("*.h")]
+    return next(iter(difflib.get_close_matches(header, shipped, n=1, cutoff=0.8)), None)
 
 
 @functools.lru_cache(maxsize=None)

@@ -32,7 +32,7 @@ from .clangparse import ParseOptions, dependencies, error_diagnostics, parse, pa
 from .classify import function_spec
 from ..language.annotation import SourceLines, annotate_spec
 from .speccache import look_up
-from .instantiation import InstanceTarget, instance_targets, split_templated
+from .instantiation import InstanceTarget, instance_targets, split_templated, state_errors
 from .versions import merge_versions
 
 if TYPE_CHECKING:
@@ -182,6 +182,11 @@ def infer_source(
 
     tu = parse(path, options, raw=raw)
     errors: list[SourceError] = error_diagnostics(tu, options)
+    if any(d.severity >= 4 for d in tu.diagnostics):
+        # A fatal error (a header not found) ends clang's diagnostics and leaves the types after it unknown
+        # (read as int): reported alone, not with what it makes of the functions' parameters.
+        return InferResult(path=path, language=options.language, functions=(), errors=tuple(errors),
+                           dependencies=tuple(dependencies(tu, path))), None
     versions = parsed_versions(tu, path) if not errors else None
     # Lines of the user's file with a clang error: a function whose declaration
     # covers one is not inferred (clang may have typed a broken parameter as int).
@@ -223,6 +228,7 @@ def infer_source(
 
     lines = SourceLines(text)  # (split once: each function's doc comment costs its own length)
     specs: list[FunctionSpec] = []
+    targets_of: dict[str, Target] = {}  # exported name -> its target
     for target in targets:
         name, cursor, ann, explicit = target.name, target.cursor, target.annotation, target.explicit
         start, end = cursor.extent.start.line, cursor.extent.end.line
@@ -258,7 +264,15 @@ def infer_source(
                 ok = False
         if ok:
             specs.append(spec)
+            targets_of[spec.name] = target
 
+    errs, refused, probed = state_errors(path, raw, options, tu, [(targets_of[s.name].cursor, s) for s in specs])
+    for e in errs:  # (an instantiation's error says which one it is)
+        t = targets_of[e.function or ""]
+        errors += t.explain([e]) if isinstance(t, InstanceTarget) else [e]
+    specs = [s for s in specs if s.name not in refused]
+    if versions is not None and probed is not None:
+        versions = merge_versions(versions, parsed_versions(probed, path))
     specs.sort(key=lambda s: s.line)
     errors.sort(key=lambda e: (e.file != path, e.line, e.column))
     result = InferResult(

@@ -1,4 +1,5 @@
-"""Exporting a function template for the template arguments its annotation lists.
+"""What only the compiler can say, asked by parsing the file once more with probes appended
+(:func:`probe`): the instantiations of an exported function template, and whether a state can be made.
 
 ``// @BE scale<T: float, double>`` exports ``scale_float32`` and
 ``scale_float64`` (:mod:`kernix.language.templates`). libclang shows a
@@ -7,6 +8,10 @@ more with one probe per instantiation appended,
 ``auto* __kernix_probe_<k> = &::ns::scale<float>;``, whose initializer names
 the implicit instantiation with substituted parameter types. A probe that
 does not compile is an error at the annotation, quoting clang.
+
+Whether the generated code (``shim.h``) can make and delete a ``BE::State<T>``'s
+``T`` is asked with the expressions it uses (:func:`state_errors`): an error at the
+parameter, not a compiler error inside generated code.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from .clangparse import ParseOptions, parse
 from .classify import element_dtype, qualified_name
 
 
-__all__ = ["InstanceTarget", "instance_targets", "split_templated"]
+__all__ = ["InstanceTarget", "instance_targets", "split_templated", "probe", "state_errors"]
 
 _PROBE = "__kernix_probe_"
 _PARAMETER_KINDS = ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER", "TEMPLATE_TEMPLATE_PARAMETER")
@@ -180,18 +185,8 @@ def instance_targets(path: str, raw: bytes, options: ParseOptions, tu: Any, anno
         probes += found
     if not probes:
         return [], errors, None
-    text = raw if raw.endswith((b"\n", b"\r")) else raw + b"\n"
-    first = text.count(b"\n") + 1 if b"\r" not in text else len(text.splitlines()) + 1
     lines = [f"auto* {_PROBE}{k} = &::{p.call};" for k, p in enumerate(probes)]
-    probed = parse(path, options, raw=text + "\n".join(lines).encode() + b"\n", same_as=tu)
-    failed: dict[int, str] = {}
-    for diag in probed.diagnostics:
-        if diag.severity < 3:
-            continue
-        for loc in (diag.location, *(n.location for n in diag.children)):
-            if loc.file is not None and loc.line >= first and loc.line < first + len(probes):
-                failed.setdefault(loc.line - first, diag.spelling)
-                break
+    probed, first, failed = probe(path, raw, options, tu, lines)
     targets: list[InstanceTarget] = []
     made: dict[str, Any] = {}  # instance name -> its template
     for k, p in enumerate(probes):
@@ -230,3 +225,49 @@ def instance_targets(path: str, raw: bytes, options: ParseOptions, tu: Any, anno
             name, spec_cursor, replace(a, name=name, tokens=tokens), None,
             qualified=shown, template_args=tuple((n, w, key) for (n, w), key in zip(p.args, keys, strict=True))))
     return targets, errors, probed
+
+
+def probe(path: str, raw: bytes, options: ParseOptions, tu: Any, lines: list[str]) -> tuple[Any, int, dict[int, str]]:
+    """Parse ``raw`` (the file at ``path``, parsed as ``tu``) again with ``lines`` appended, one probe a
+    line: the parse, the first probe's line, and clang's first error of each failing probe, by index."""
+    text = raw if raw.endswith((b"\n", b"\r")) else raw + b"\n"
+    first = text.count(b"\n") + 1 if b"\r" not in text else len(text.splitlines()) + 1
+    probed = parse(path, options, raw=text + "\n".join(lines).encode() + b"\n", same_as=tu)
+    failed: dict[int, str] = {}
+    for diag in probed.diagnostics:
+        if diag.severity < 3:
+            continue
+        for loc in (diag.location, *(n.location for n in diag.children)):
+            if loc.file is not None and loc.line >= first and loc.line < first + len(lines):
+                failed.setdefault(loc.line - first, diag.spelling)
+                break
+    return probed, first, failed
+
+
+def state_errors(path: str, raw: bytes, options: ParseOptions, tu: Any, found: list[tuple[Any, FunctionSpec]]
+                 ) -> tuple[list[SourceError], set[str], Any | None]:
+    """An error at each ``BE::State<T>`` parameter (of the ``(cursor, spec)`` pairs) whose ``T`` ``shim.h``
+    cannot make (``new T()``) or delete, the names of their functions, and the probing parse (or ``None``)."""
+    states = [(cursor, spec, p) for cursor, spec in found for p in spec.params if p.role == "state"]
+    if not states:
+        return [], set(), None
+    probed, _, failed = probe(path, raw, options, tu, [
+        f"auto* {_PROBE}state_{k} = new ::{p.canonical_type}::value_type(); "
+        f"using {_PROBE}state_{k}_deleted = decltype(delete {_PROBE}state_{k});"
+        for k, (_, _, p) in enumerate(states)])
+    errors: list[SourceError] = []
+    for k, (cursor, spec, p) in enumerate(states):
+        if k not in failed:
+            continue
+        decl = next((a for a in cursor.get_arguments() if a.spelling == p.name), cursor)
+        state = p.canonical_type.partition("<")[2].rpartition(">")[0].strip()
+        errors.append(SourceError(
+            f"parameter {p.name!r} of {spec.name!r} is `{p.type}`, but kernix cannot make its state: it makes one "
+            f"`{state}` per compiled call with `new {state}()` and deletes it with `delete`, and here clang says: "
+            f"{failed[k]}. A state is a class defined before the function, not abstract, with a public default "
+            f"constructor and destructor: give `{state}` those, or, to make it with arguments, hold it in a "
+            f"state that starts empty and fill it at the first call: `BE::State<std::optional<{state}>> "
+            f"{p.name}` (#include <optional>), with `if (!*{p.name}) {p.name}->emplace(...);` in the function",
+            file=path, line=decl.location.line, column=decl.location.column, function=spec.name,
+            parameter=p.name))
+    return errors, {e.function for e in errors if e.function}, probed

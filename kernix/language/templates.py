@@ -20,14 +20,18 @@ functions named ``name_`` and a dtype suffix (``scale_f32``, ``scale_float32``:
 :data:`SUFFIX_DTYPES`), as brainevent's macros define them -- is one callable
 (:class:`~kernix.runtime.function.Dispatcher`): a call runs the member
 :func:`select` picks from the inputs' dtypes, and the ``.pyi`` stubs give it
-one ``@overload`` per member (:func:`family_overloads`).  A member fits a call when
+one ``@overload`` per distinct Python signature (:func:`family_overloads`).  A member fits a call when
 
 1. every input whose parameter pins a dtype (``BE::TensorOf<T>``, ``Buffer<T>``) has that dtype;
 2. unless a pinned input fixes its dtype -- the first template argument that is a dtype's
    element type, or its name's suffix --, that dtype is the first unpinned input's (indices
    pinned to ``int32`` beside data of type ``T`` dispatch on the data);
 3. each non-dtype template argument given by keyword has the value given
-   (``mod.tile(x, BLOCK=128)``).
+   (``mod.tile(x, BLOCK=128)``);
+4. where the inputs leave several members (a type parameter only outputs use: dequantize, cast,
+   random numbers), ``out=`` chooses: every output whose parameter pins a dtype has that dtype in
+   ``out=``, and, unless a pinned input or output fixes the member's dtype, the first other output
+   has it.
 
 Pure Python, no dependencies: a spec read back from the cache is checked here,
 and a warm load dispatches without reading the spec grammar.
@@ -258,27 +262,56 @@ def _fits(m: Member, spec: Any, dtypes: Sequence[str | None], static: Mapping[st
     return all(p in keys and _same_value(v, keys[p]) for p, v in static.items())
 
 
+def _wanted_out(m: Member, spec: Any) -> tuple[str | None, ...]:
+    """The dtype ``out=`` gives each ``ret`` output of a call ``m`` fits (``None``: any), by rule 4."""
+    rets = [p for p in spec.outputs if p.role == "ret"]
+    fixed = m.dtype is None or any(p.dtype == m.dtype for p in spec.params if p.role in ("arg", "inout", "ret"))
+    free = next((p for p in rets if not p.dtype), None)
+    return tuple(p.dtype or (m.dtype if p is free and not fixed else None) for p in rets)
+
+
 def select(where: str, members: Sequence[Member], functions: Mapping[str, Any], dtypes: Sequence[str | None],
-           static: Mapping[str, Any]) -> str:
+           static: Mapping[str, Any], out_dtypes: Sequence[str | None] | None = None) -> str:
     """The name of the member (of ``members``, their specs in ``functions``) that a call with inputs of
-    ``dtypes`` and the non-dtype template arguments ``static`` runs (rules in the module docstring); a
-    :class:`~kernix.errors.CallError` lists them when none or several fit."""
+    ``dtypes``, the non-dtype template arguments ``static`` and (where given) ``out=`` of ``out_dtypes``
+    (one per output it describes) runs (rules in the module docstring); a :class:`~kernix.errors.CallError`
+    lists them when none or several fit."""
     fits = [m for m in members if _fits(m, functions[m.name], dtypes, static)]
+    got = f"inputs of dtype {', '.join(str(d) for d in dtypes)}" if dtypes else "a call without inputs"
+    given = "".join(f", {p}={v!r}" for p, v in static.items())
+    if len(fits) > 1 and out_dtypes is not None:  # the inputs leave it open: out= chooses (rule 4)
+        wanted = {m.name: _wanted_out(m, functions[m.name]) for m in fits}
+        chosen = [m for m in fits if len(wanted[m.name]) == len(out_dtypes) and all(
+            w is None or w == d for w, d in zip(wanted[m.name], out_dtypes))]
+        given += f" with out= of dtype {', '.join(str(d) for d in out_dtypes) or 'nothing'}"
+        if not chosen:
+            raise CallError(
+                f"{where}(): no instantiation fits {got}{given}; the candidates are "
+                f"{'; '.join(f'{m.name} ({m.shown})' for m in fits)}; "
+                f"{_by_out(fits, functions) or 'call one of them directly (module.<name>)'}")
+        fits = chosen
     if len(fits) == 1:
         return fits[0].name
-    got = ", ".join(str(d) for d in dtypes) or "no inputs"
-    given = "".join(f", {p}={v!r}" for p, v in static.items())
     if not fits:
         available = "; ".join(f"{m.name} ({m.shown})" for m in members)
         raise CallError(
-            f"{where}(): no instantiation fits inputs of dtype {got}{given}; the available ones are: {available}. "
+            f"{where}(): no instantiation fits {got}{given}; the available ones are: {available}. "
             "Cast the inputs to one of these dtypes, or add an instantiation for this one")
     params = sorted({p for m in fits for p, _ in m.static} - set(static))
     hint = (f"pass {' and '.join(f'{p}=...' for p in params)} to choose" if params else
-            "call one of them directly (module.<name>)")
+            (out_dtypes is None and _by_out(fits, functions)) or "call one of them directly (module.<name>)")
     raise CallError(
-        f"{where}(): inputs of dtype {got}{given} fit several instantiations: "
+        f"{where}(): {got}{given} {'fit' if dtypes else 'fits'} several instantiations: "
         f"{'; '.join(f'{m.name} ({m.shown})' for m in fits)}; {hint}")
+
+
+def _by_out(fits: Sequence[Member], functions: Mapping[str, Any]) -> str:
+    """How ``out=`` would choose among ``fits`` (``""`` when it cannot)."""
+    by = {m.name: _wanted_out(m, functions[m.name]) for m in fits}
+    if any(not w or None in w for w in by.values()) or len(set(by.values())) < len(by):
+        return ""
+    return ("pass out=jax.ShapeDtypeStruct(shape, dtype) with the output's dtype to choose: "
+            + ", ".join(f"{' and '.join(map(str, w))} for {name}" for name, w in by.items()))
 
 
 def _literal(key: str) -> str:
@@ -290,20 +323,24 @@ def _literal(key: str) -> str:
 
 def family_overloads(specs: Sequence[Any], params: Mapping[str, list[str]], returns: Mapping[str, str]
                      ) -> tuple[list[str], list[str]]:
-    """One ``@overload`` per member of each family (given each one's stub ``params`` and ``returns``),
-    non-dtype template arguments as ``Literal`` keywords: module-level lines, and ``Module`` method lines."""
+    """Each family's stub (given each member's stub ``params`` and ``returns``): module-level lines, and
+    ``Module`` method lines.  One ``@overload`` per distinct signature (non-dtype template arguments as
+    ``Literal`` keywords), a plain function if there is one: Python's types do not tell a float32 array
+    from a float64 one, and identical overloads are an error to type checkers."""
     functions = {s.name: s for s in specs}
     body: list[str] = []
     methods: list[str] = []
     for name in family_names(specs):
-        members = family(functions, name)
-        deco = ["@overload"] if len(members) > 1 else []  # (one alone is no overload)
-        for m in members:
-            extra = [f"{p}: Literal[{_literal(v)}]" for p, v in m.static]
+        shared: dict[str, list[Member]] = {}
+        for m in family(functions, name):
             own = params[m.name]
             star = own.index("*")
-            full = [*own[:star + 1], *extra, *own[star + 1:]]
-            body += [*deco, f"def {name}({', '.join(full)}) -> {returns[m.name]}:",
-                     f'    """Runs ``{m.name}`` ({m.shown})."""', "    ...", "", ""]
-            methods += [*("    " + d for d in deco), f"    def {name}(self, {', '.join(full)}) -> {returns[m.name]}: ..."]
+            full = [*own[:star + 1], *(f"{p}: Literal[{_literal(v)}]" for p, v in m.static), *own[star + 1:]]
+            shared.setdefault(f"{', '.join(full)}) -> {returns[m.name]}", []).append(m)
+        deco = ["@overload"] if len(shared) > 1 else []  # (one alone is no overload)
+        for signature, members in shared.items():
+            runs = " or ".join(f"``{m.name}`` ({m.shown})" for m in members)
+            how = ", whichever the dtypes of the inputs (or of ``out=``) fit" if len(members) > 1 else ""
+            body += [*deco, f"def {name}({signature}:", f'    """Runs {runs}{how}."""', "    ...", "", ""]
+            methods += [*("    " + d for d in deco), f"    def {name}(self, {signature}: ..."]
     return body, methods

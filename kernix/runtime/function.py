@@ -6,14 +6,16 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..errors import RegistrationError
+import jax
+
+from ..errors import KernelRuntimeError, RegistrationError
 from ..language.spec import FunctionSpec
 from ..language.templates import Member, select
 from .arguments import check_call
 from .operation import Backward, Operation, make_operation
 from .stubs import call_signature, docstring
 
-__all__ = ["KernelFunction", "Dispatcher", "unpicklable"]
+__all__ = ["KernelFunction", "Dispatcher", "unpicklable", "kernel_refusal"]
 
 
 def unpicklable(what: str) -> TypeError:
@@ -23,6 +25,13 @@ def unpicklable(what: str) -> TypeError:
         "directory (kernix.load_prebuilt); to send a computation, use "
         "kernix.export(jax.jit(f), ...).serialize() and kernix.deserialize there"
     )
+
+
+def kernel_refusal(function: str, exc: Exception) -> KernelRuntimeError | None:
+    """The :class:`~kernix.KernelRuntimeError` for the error ``function``'s kernel reported as it ran, which
+    XLA gives as ``exc`` (its text kept); ``None`` for any other error."""
+    text = str(exc.args[0]) if exc.args else str(exc)
+    return KernelRuntimeError(text) if f"kernix: {function}: " in text else None
 
 
 class _Docstring:
@@ -97,7 +106,13 @@ class KernelFunction:
                 "module.register() (it was loaded with auto_register=False)"
             )
         arrays, coerced = check_call(self.spec, inputs, attrs, vmap_method, module.platform, module.name)
-        return self.operation(arrays, coerced, attrs, out, vmap_method)
+        try:
+            return self.operation(arrays, coerced, attrs, out, vmap_method)
+        except jax.errors.JaxRuntimeError as exc:  # (an eager call: under jit the error comes when XLA runs it)
+            refused = kernel_refusal(self.spec.name, exc)
+            if refused is None:
+                raise
+            raise refused from exc
 
 
 KernelFunction.__doc__ = _Docstring(KernelFunction.__doc__ or "")  # type: ignore[assignment]
@@ -106,7 +121,8 @@ KernelFunction.__doc__ = _Docstring(KernelFunction.__doc__ or "")  # type: ignor
 class Dispatcher:
     """The callable of a family of per-dtype functions: a call runs the member
     that fits its inputs' dtypes (and, for a template's non-type parameters,
-    the keyword arguments named after them: ``mod.tile(x, BLOCK=128)``), so it
+    the keyword arguments named after them: ``mod.tile(x, BLOCK=128)``; where
+    the inputs leave several, ``out=``'s dtypes: ``mod.dequant(q, out=...)``), so it
     works wherever the member does (``jax.jit``, ``vmap``, ``grad``, sharding).
     ``members`` are its functions (:class:`~kernix.language.templates.Member`), in export order.
     """
@@ -124,14 +140,21 @@ class Dispatcher:
     def __repr__(self) -> str:
         return f"<kernix dispatcher {self.module.name}.{self.name} over {', '.join(m.name for m in self.members)}>"
 
-    def select(self, *inputs: Any, **static: Any) -> str:
-        """The name of the member a call with ``inputs`` and the non-dtype template arguments ``static``
-        runs (a :class:`~kernix.errors.CallError` lists them when none or several fit)."""
-        dtypes = [None if getattr(x, "dtype", None) is None else str(getattr(x.dtype, "name", x.dtype))
-                  for x in inputs]
-        return select(f"{self.module.name}.{self.name}", self.members, self.module.functions, dtypes, static)
+    def select(self, *inputs: Any, out: Any = None, **static: Any) -> str:
+        """The name of the member a call with ``inputs``, the non-dtype template arguments ``static`` and
+        ``out=`` runs (a :class:`~kernix.errors.CallError` lists them when none or several fit): the
+        inputs' dtypes choose, and where they leave several members, ``out=``'s dtypes."""
+        outs = None if out is None else [_dtype_name(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+        return select(f"{self.module.name}.{self.name}", self.members, self.module.functions,
+                      [_dtype_name(x) for x in inputs], static, outs)
 
     def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
         statics = {p for m in self.members for p, _ in m.static}
         static = {p: kwargs.pop(p) for p in list(kwargs) if p in statics}
-        return self.module[self.select(*inputs, **static)](*inputs, **kwargs)
+        return self.module[self.select(*inputs, out=kwargs.get("out"), **static)](*inputs, **kwargs)
+
+
+def _dtype_name(x: Any) -> str | None:
+    """The dtype name of an array or ``jax.ShapeDtypeStruct`` (``None`` for what has no dtype)."""
+    dtype = getattr(x, "dtype", None)
+    return None if dtype is None else str(getattr(dtype, "name", dtype))

@@ -164,8 +164,10 @@ KERNIX_COLD inline XLA_FFI_Error* attr_error(const XLA_FFI_Api* api, const Funct
   } else if (type != XLA_FFI_AttrType_SCALAR) {
     m.add(" is not a scalar");
   } else {
-    add_xla_type(add_xla_type(m.add(" has type "), static_cast<const XLA_FFI_Scalar*>(attr)->dtype).add(", expected "),
-              p.dtype);
+    int32_t got = static_cast<const XLA_FFI_Scalar*>(attr)->dtype;
+    add_xla_type(add_xla_type(m.add(" has type "), got).add(", expected "), p.dtype);
+    // A Python float arrives as F64 and a Python int as S64: name the NumPy scalar that arrives as expected.
+    m.add(": pass ").add_numpy_scalar(static_cast<DType>(p.dtype)).add("(value)");
   }
   return make_error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT, m);
 }

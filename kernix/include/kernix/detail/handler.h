@@ -14,6 +14,8 @@
 #include <string>
 
 // Relative to this file: a user's header named kernix/... cannot shadow it.
+#include "dtype.h"
+#include "messages.h"
 #include "run_shim.h"
 #include "tensor_view.h"
 #include "xla/ffi/api/ffi.h"
@@ -68,7 +70,29 @@ inline xla::ffi::Error check_aliased(const xla::ffi::AnyBuffer& in, const xla::f
                              param + "' are different buffers (XLA did not alias them)");
 }
 
+// A scalar attribute: decoded as ffi.h decodes T, but one of another type names the NumPy scalar to
+// pass (a Python float arrives as F64, a Python int as S64), as frame.h's handlers say.
+template <typename T>
+struct ScalarAttr {
+  T value;
+};
+
 }  // namespace detail
 }  // namespace kernix
+
+template <typename T>
+struct xla::ffi::AttrDecoding<::kernix::detail::ScalarAttr<T>> {
+  using Type = ::kernix::detail::ScalarAttr<T>;
+  static std::optional<Type> Decode(XLA_FFI_AttrType type, void* attr, DiagnosticEngine& diagnostic) {
+    if (type == XLA_FFI_AttrType_SCALAR && !AttrDecoding<T>::Isa(type, attr)) {
+      ::kernix::detail::Message m;
+      m.add("pass ").add_numpy_scalar(::kernix::element_dtype<T>::value).add("(value)");
+      return diagnostic.Emit("attribute has type ") << static_cast<XLA_FFI_Scalar*>(attr)->dtype << ": " << m.c_str();
+    }
+    std::optional<T> value = AttrDecoding<T>::Decode(type, attr, diagnostic);
+    if (!value) return std::nullopt;
+    return Type{*value};
+  }
+};
 
 #include "state.h"

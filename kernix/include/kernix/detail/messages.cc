@@ -69,6 +69,13 @@ Message& Message::add_pointer(const void* value) noexcept {
 
 Message& Message::add_dtype(DType dtype) noexcept { return add(::kernix::dtype_name(dtype)); }
 
+Message& Message::add_numpy_scalar(DType dtype) noexcept {
+  if (dtype == DType::Bool) return add("np.bool_");
+  const char* name = ::kernix::dtype_name(dtype);  // NumPy's own name, or ml_dtypes' (bfloat16, float8_*)
+  bool numpy = dtype != DType::BFloat16 && std::strncmp(name, "float8", 6) != 0;
+  return add(numpy ? "np." : "ml_dtypes.").add(name);
+}
+
 // ---- BE_CHECK ------------------------------------------------------------------
 
 CheckMessage::CheckMessage(const char* file, int line, const char* condition) noexcept {

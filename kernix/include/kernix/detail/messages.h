@@ -50,6 +50,7 @@ class KERNIX_LOCAL Message {
   KERNIX_COLD Message& add_float(double value) noexcept;            // "%.9g"
   KERNIX_COLD Message& add_pointer(const void* value) noexcept;     // "%p"
   KERNIX_COLD Message& add_dtype(DType dtype) noexcept;             // "float32"
+  KERNIX_COLD Message& add_numpy_scalar(DType dtype) noexcept;      // "np.float32": what Python passes
 
   Message& operator<<(const char* s) noexcept { return add(s ? s : "(null)"); }
   Message& operator<<(char c) noexcept { return add(&c, 1); }
