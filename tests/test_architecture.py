@@ -50,7 +50,7 @@ LINE_BUDGETS = {
     "checking": 2_200,
     "prebuilt": 1_150,
     "cli": 720,
-    "loose": 1_735,
+    "loose": 1_755,
 }
 PACKAGE_BUDGET = 17_940
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).

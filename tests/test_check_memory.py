@@ -129,3 +129,13 @@ def test_state_kept_from_an_earlier_call_is_caught_on_drawn_inputs(kinds):
     assert report["eager"].passed and report["buffers"].passed
     drawn = report["drawn"]
     assert drawn.failed and "after earlier calls on other inputs" in drawn.detail and "keep state" in drawn.detail
+
+
+def test_sources_changed_since_the_load_are_not_built_in_their_place(tmp_path):
+    source = tmp_path / "edited.cpp"
+    source.write_text(KINDS.read_text())
+    module = kernix.load_cpp_file(source, name=unique_name("edited"), build_directory=tmp_path / "cache")
+    source.write_text(KINDS.read_text() + "\n// edited after the load\n")
+    report = kernix.check(module.state_copy, copy, X, examples=0)
+    assert report["buffers"].status == "n/a" and "changed or went since module" in report["buffers"].detail
+    assert report["eager"].passed

@@ -79,9 +79,9 @@ class Memory:
         if self._tsan is None:
             return []
         times = max(64, (1 << 20) // max(sum(x.size for x in xs), 1))  # ranges long enough to overlap in time
-        big = [np.repeat(x[None], times, axis=0) if i in s.batch_inputs else x for i, x in enumerate(xs)]
+        big = self._larger(xs, times)
         problems = []
-        for inputs in ([xs, big] if s.batch_inputs and not self.cuda else [xs]):
+        for inputs in ([xs, big] if big is not None and not self.cuda else [xs]):
             inputs = [np.asarray(x, order="C") for x in inputs]
             outputs = [(o.shape, o.dtype) for o in s.out_structs(inputs)]
             coerced = {p.name: coerce_attr(s.spec.name, p, s.attrs[p.name]) for p in s.spec.attrs}
@@ -112,7 +112,7 @@ class Memory:
         s = self.s
         attrs = dict(s.attrs if attrs is None else attrs)
         xs = [np.asarray(x, order="C") for x in xs]
-        outputs = [(o.shape, o.dtype) for o in s.out_structs(xs)]
+        outputs = [(o.shape, o.dtype) for o in s.with_attrs(attrs).out_structs(xs)]
         problems = self._runs(s.spec, xs, outputs, attrs, "")
         if cotangents is not None and s.backward is not None and not any(p.unsafe for p in problems):
             spec = s.fn.module.functions[s.backward]
@@ -126,6 +126,20 @@ class Memory:
         buffers, or a sanitizer stopped it), or ``None``."""
         crash = next((p for p in self.run(xs) if p.unsafe), None)
         return None if crash is None else f"outside XLA, on {self.s.describe_inputs(xs)}, {crash.message}"
+
+    def _larger(self, xs: Sequence[np.ndarray], times: int) -> list[np.ndarray] | None:
+        """``xs`` ``times`` over: stacked along '...', else repeated along the first dimension the inputs
+        name (values kept, so indices stay valid); ``None`` when neither can be."""
+        s = self.s
+        if s.batch_inputs:
+            return [np.repeat(x[None], times, axis=0) if i in s.batch_inputs else x for i, x in enumerate(xs)]
+        sig = s.signature
+        ints = {p.name for p in s.spec.attrs}
+        name = next((d for g in (sig.inputs if sig else ()) for d in g.dims if isinstance(d, str) and d not in ints),
+                    None)
+        if name is None:
+            return None
+        return [np.tile(x, [times if d == name else 1 for d in g.dims]) for x, g in zip(xs, sig.inputs)]
 
     def _runs(self, spec: Any, xs: list[np.ndarray], outputs: list[tuple[Any, Any]], attrs: dict[str, Any],
               who: str) -> list[Problem]:

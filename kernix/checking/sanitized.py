@@ -137,9 +137,8 @@ def driver_for(module: Any, sanitizer: str = "address") -> tuple[Path | None, st
     from ..pipeline import request_of
 
     request = request_of(module)
-    if request is None:
-        return None, (f"module {module.name!r} was not loaded from sources in this process (a prebuilt module?): "
-                      "kernix.check has no sources to build under a sanitizer")
+    if isinstance(request, str):
+        return None, f"{request}: kernix.check has no sources to build under a sanitizer"
     cuda = module.platform == "cuda"
     sanitizer = "cuda" if cuda else sanitizer
     config = build_config(request)
@@ -163,7 +162,10 @@ def driver_for(module: Any, sanitizer: str = "address") -> tuple[Path | None, st
     with _lock:
         if exe.exists():
             return exe, ""
-        units = exported_units(request)
+        try:
+            units = exported_units(request)
+        except KernixError as exc:
+            return None, f"kernix.check cannot infer the sources again to build them under a sanitizer: {exc}"
         functions = [f for _, fs in units for f in fs]
         work = Path(tempfile.mkdtemp(prefix="build-", dir=_mkdir(root)))
         jobs = []
