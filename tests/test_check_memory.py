@@ -5,6 +5,7 @@ the user's line, with the input; a kernel that crashes, aborts or hangs never ta
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,3 +140,13 @@ def test_sources_changed_since_the_load_are_not_built_in_their_place(tmp_path):
     report = kernix.check(module.state_copy, copy, X, examples=0)
     assert report["buffers"].status == "n/a" and "changed or went since module" in report["buffers"].detail
     assert report["eager"].passed
+
+
+def test_a_driver_that_cannot_start_is_no_finding_about_the_kernel(kinds, monkeypatch):
+    monkeypatch.setattr(sanitized, "driver_for", lambda module, sanitizer="address": (Path("/bin/false"), ""))
+    from kernix.checking import memory
+
+    monkeypatch.setattr(memory, "driver_for", sanitized.driver_for)
+    report = kernix.check(kinds.state_copy, copy, X, examples=2)
+    assert report.ok and report["buffers"].status == "n/a"
+    assert "the sanitizer driver ended before calling the kernel" in report["buffers"].detail

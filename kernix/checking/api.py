@@ -154,6 +154,8 @@ def _check_buffers(s: Subject, memory: Memory | None) -> tuple[CheckResult, bool
         problems = problems or memory.races(xs)
     except Exception as exc:  # noqa: BLE001 - what the kernel raised is the finding
         return CheckResult("buffers", "failed", f"raised {describe(exc)}"), False
+    if problems and all(p.kind == "unavailable" for p in problems):
+        return CheckResult("buffers", "n/a", f"not run: {problems[0].message}"), False
     if problems:
         detail = "; ".join(p.message for p in problems) + f" (on the example: {s.describe_inputs(xs)})"
         return (CheckResult("buffers", "failed", detail, parameter=problems[0].parameter),

@@ -31,7 +31,8 @@ FILLS = (0xFF, 0x00, 0xFF)
 @dataclass(frozen=True)
 class Problem:
     """One thing a run on exact buffers showed, about ``parameter`` (``None``: the call).
-    ``kind``: ``"crash"``, ``"input"``, ``"unwritten"``, ``"changing"`` or ``"error"``."""
+    ``kind``: ``"crash"``, ``"input"``, ``"unwritten"``, ``"changing"``, ``"error"`` or ``"unavailable"`` (the
+    driver could not run the kernel: nothing is known)."""
 
     parameter: str | None
     message: str
@@ -149,6 +150,8 @@ class Memory:
         for fill in FILLS:
             ran = self.driver.call(spec.name, xs, outputs, coerced, scratch, fill)  # type: ignore[union-attr]
             if isinstance(ran, Crash):
+                if ran.unavailable:
+                    return [Problem(None, ran.message, "unavailable")]
                 return [Problem(ran.parameter, f"{who or 'the kernel '}{ran.message}", "crash")]
             if ran.error is not None:
                 return [Problem(None, f"{who or 'the kernel '}raised on exact buffers: {ran.error}", "error")]

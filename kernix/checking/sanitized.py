@@ -70,6 +70,9 @@ class Crash:
 
     message: str
     parameter: str | None = None
+    #: The driver itself did not start or reach the call (the sanitizer's runtime refused this machine,
+    #: say): nothing is known about the kernel.
+    unavailable: bool = False
 
 
 def _letter(p: Param) -> str:
@@ -330,6 +333,10 @@ class Driver:
             code = None
         log = self._since(start)
         self.close()
+        if "kernix-check: call " not in log:
+            lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+            return Crash(f"the sanitizer driver ended before calling the kernel (exit status {code}"
+                         f"{': ' + lines[-1][:300] if lines else ''})", unavailable=True)
         return describe_crash(log, code, spec, layout)
 
 
