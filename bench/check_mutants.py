@@ -141,7 +141,9 @@ def child(kernel_name: str, bug_name: str | None, thorough: bool, extra: dict[st
 
     source = patched_source(kernel, bug)
     result: dict[str, Any] = {"kernel": kernel_name, "bug": bug_name}
-    with tempfile.TemporaryDirectory(prefix="kernix-mutant-") as tmp:
+    # kept until the check is over: a checker may build the sources again (kernix.check's sanitizer driver)
+    keep = tempfile.TemporaryDirectory(prefix="kernix-mutant-")
+    for tmp in (keep.name,):
         path = Path(tmp) / kernel["source"]
         path.write_text(source)
         start = time.perf_counter()

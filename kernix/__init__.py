@@ -89,6 +89,7 @@ _LAZY = {
     "ExportedKernels": "kernix.runtime.export",
     "check": "kernix.checking",
     "CheckReport": "kernix.checking",
+    "Drawing": "kernix.checking",
     "CheckResult": "kernix.checking",
     "cache_info": "kernix.store.admin",
     "clear_cache": "kernix.store.admin",

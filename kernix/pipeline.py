@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Callable
+import weakref
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import __version__, notes, store
 from .errors import CacheError
@@ -28,7 +29,36 @@ from .store import Manifest, ManifestError
 if TYPE_CHECKING:
     from .language.spec import FunctionSpec
 
-__all__ = ["load", "fingerprint"]
+__all__ = ["load", "fingerprint", "request_of"]
+
+#: The request each module this process loaded came from, and its sources' (mtime, size) then
+#: (kernix.check rebuilds the sources under sanitizers, and must know they are still those loaded).
+_REQUESTS: weakref.WeakKeyDictionary[CompiledModule, tuple[LoadRequest, list[Any]]] = weakref.WeakKeyDictionary()
+
+
+def _stamps(request: LoadRequest) -> list[Any]:
+    out = []
+    for source in request.sources:
+        try:
+            st = os.stat(source)
+            out.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return out
+
+
+def request_of(module: CompiledModule) -> LoadRequest | str:
+    """The request ``module`` was loaded from in this process, or why there is none to build again: a
+    prebuilt module, or one whose sources changed (or went) since it was loaded."""
+    found = _REQUESTS.get(module)
+    if found is None:
+        return f"module {module.name!r} was not loaded from sources in this process (a prebuilt module?)"
+    request, stamps = found
+    changed = [str(s) for s, was, now in zip(request.sources, stamps, _stamps(request)) if was != now]
+    if changed:
+        return (f"{', '.join(changed)} changed or went since module {module.name!r} was loaded: building it again "
+                "would check other code (load the module again)")
+    return request
 
 
 def load(request: LoadRequest) -> CompiledModule:
@@ -50,6 +80,7 @@ def load(request: LoadRequest) -> CompiledModule:
         name=request.name, path=manifest.so_path, platform=manifest.platform, functions=_specs_of(request, manifest),
         handlers=manifest.handlers, digest=manifest.so_sha256, target_prefix=request.target_prefix,
     )
+    _REQUESTS[module] = (request, _stamps(request))
     if request.auto_register:
         module.register()
     return module

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
+import dataclasses
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 import jax
 import numpy as np
 
 from ..language.dtypes import numpy_dtype
-from ..errors import CallError, KernixError, RegistrationError
-from ..runtime.arguments import check_call, coerce_attr
+from ..errors import CallError, RegistrationError
+from ..runtime.arguments import check_call
 from .compare import Tolerance
-from .drawing import check_drawn, require_hypothesis
+from .drawing import Drawing, check_drawn, require_hypothesis
+from .memory import FILLS, Memory
 from .report import CHECKS, CheckReport, CheckResult
 from .subject import Subject, describe
 from .transforms import (
@@ -22,12 +24,13 @@ from .transforms import (
     check_jit,
     check_sharded,
     check_vmap,
+    example_cotangents,
 )
 
 __all__ = ["check", "OPTIONS"]
 
 #: kernix.check's own keyword arguments (a kernel attribute of one of these names goes in attrs=).
-OPTIONS = ("strict", "rtol", "atol", "examples", "seed", "sizes", "values", "dtypes", "checks", "attrs")
+OPTIONS = ("strict", "rtol", "atol", "examples", "seed", "sizes", "values", "dtypes", "checks", "attrs", "drawing")
 
 
 def _kernel_function(fn: Any) -> Any:
@@ -35,11 +38,51 @@ def _kernel_function(fn: Any) -> Any:
 
     if not isinstance(fn, KernelFunction):
         raise CallError(
-            f"kernix.check(fn, reference, *inputs, **attrs) checks a kernel function (module.name, as a "
-            f"kernix.load_* call returns it), got {type(fn).__name__}: kernix reads its signature, shape "
+            f"kernix.check(fn, reference, *inputs, **attrs) checks a kernel function or a family (module.name, "
+            f"as a kernix.load_* call returns it), got {type(fn).__name__}: kernix reads its signature, shape "
             "signature and backward from it. To check a function that calls kernels, check each kernel"
         )
     return fn
+
+
+def _check_family(fn: Any, reference: Callable[..., Any], example_args: Sequence[Any], strict: bool,
+                  options: dict[str, Any], kernel_attrs: dict[str, Any]) -> CheckReport:
+    """A family (a template's dispatcher, or per-dtype functions) checked as one operation: each member on
+    the example cast to its dtypes (64-bit ones with JAX's 64-bit mode on), one row per check naming them."""
+    statics = {p for m in fn.members for p, _ in m.static}
+    static = {k: kernel_attrs.pop(k) for k in list(kernel_attrs) if k in statics}
+    reports = []
+    for m in fn.members:
+        spec = fn.module.functions[m.name]
+        cast = [np.asarray(a).astype(numpy_dtype(p.dtype or m.dtype)) if (p.dtype or m.dtype) else np.asarray(a)
+                for p, a in zip(spec.inputs, example_args)]
+        try:
+            if fn.select(*cast, **static) != m.name:
+                continue
+        except CallError:
+            continue  # another choice of the non-dtype template arguments
+        wide = any(np.dtype(a.dtype).itemsize == 8 for a in cast)
+        with jax.enable_x64(True) if wide else contextlib.nullcontext():
+            reports.append((m.name, check(fn.module[m.name], reference, *cast, strict=False, **options,
+                                          **kernel_attrs)))
+    if not reports:
+        raise CallError(f"kernix.check: no member of {fn.module.name}.{fn.name} fits the example and "
+                        f"{static or 'no template arguments'}; its members: {', '.join(m.name for m in fn.members)}")
+    rows = []
+    for name in CHECKS:
+        per = [(member, r) for member, report in reports for r in report if r.name == name]
+        failed = [(member, r) for member, r in per if r.failed]
+        passed = [member for member, r in per if r.passed]
+        if failed:
+            rows.append(dataclasses.replace(failed[0][1], detail="; ".join(f"{m}: {r.detail}" for m, r in failed)))
+        elif passed:
+            rows.append(CheckResult(name, "passed", f"{', '.join(passed)}: {next(r for _, r in per if r.passed).detail}"))
+        elif per:
+            rows.append(CheckResult(name, "n/a", f"{per[0][0]}: {per[0][1].detail}"))
+    report = CheckReport(f"{fn.module.name}.{fn.name} ({', '.join(m for m, _ in reports)})", rows)
+    if strict and not report.ok:
+        raise report.error()
+    return report
 
 
 def _device(fn: Any) -> Any:
@@ -101,58 +144,29 @@ def _dtype_combos(s: Subject, dtypes: Sequence[Any] | None) -> list[tuple[np.dty
     return combos
 
 
-def _buffers_runner(s: Subject) -> tuple[Callable[[Sequence[Any]], list[Any]] | None, str]:
-    """A function running the kernel on guarded buffers, or ``None`` and why not."""
-    from .guarded import buffer_problems
-
-    # The harness hands a handler tensors, scalar attributes and a stream only: XLA's state, its
-    # thread pool, scratch, in-place tensors and array or string attributes come from XLA itself.
-    unsupported = [p for p in s.spec.params
-                   if p.kind in ("array", "string", "scratch", "state", "threads") or p.role == "inout"]
-    if unsupported:
-        p = unsupported[0]
-        what = "an in-place tensor" if p.role == "inout" else {
-            "array": "an array attribute", "string": "a string attribute", "scratch": "scratch memory",
-            "state": "per-instance state", "threads": "XLA's thread pool"}[p.kind]
-        return None, (f"no guarded run: parameter {p.name!r} is {what}, which only XLA provides "
-                      "(the other checks run the kernel through XLA)")
-    from .harness import load
-    from .memory import CudaMemory, HostMemory
-
-    ordinal = getattr(s.device, "local_hardware_id", None)
-    ordinal = s.device.id if ordinal is None else ordinal
+def _check_buffers(s: Subject, memory: Memory | None) -> tuple[CheckResult, bool]:
+    """The ``buffers`` row, and whether on the example the kernel crashes (or a sanitizer stops it)."""
+    if memory is None or memory.driver is None:
+        return CheckResult("buffers", "n/a", f"not run: {memory.why if memory else 'not asked for'}"), False
+    xs = list(s.example)
     try:
-        harness = load()
-        memory = HostMemory() if s.fn.module.platform == "cpu" else CudaMemory(ordinal)
-    except KernixError as exc:
-        return None, f"no guarded run: {exc}"
-    handler = ctypes.cast(s.fn.module.get_handler(s.spec.name), ctypes.c_void_p).value
-    coerced = {p.name: coerce_attr(s.spec.name, p, s.attrs[p.name]) for p in s.spec.attrs}
-
-    def run(xs: Sequence[Any]) -> list[Any]:
-        outputs = [(o.shape, o.dtype) for o in s.out_structs(xs)]
-        with memory:
-            return buffer_problems(harness, memory, handler, s.spec, [np.asarray(x) for x in xs], outputs, coerced,
-                                   s.tolerance)
-
-    return run, ""
-
-
-def _check_buffers(s: Subject, run: Callable[[Sequence[Any]], list[Any]] | None,
-                   why: str) -> tuple[CheckResult, bool]:
-    """The ``buffers`` row, and whether the kernel writes outside its buffers on the example."""
-    if run is None:
-        return CheckResult("buffers", "n/a", why), False
-    try:
-        problems = run(s.example)
+        problems = memory.run(xs, cotangents=example_cotangents(s, xs))
+        problems = problems or memory.races(xs)
     except Exception as exc:  # noqa: BLE001 - what the kernel raised is the finding
         return CheckResult("buffers", "failed", f"raised {describe(exc)}"), False
+    if problems and all(p.kind == "unavailable" for p in problems):
+        return CheckResult("buffers", "n/a", f"not run: {problems[0].message}"), False
     if problems:
-        detail = "; ".join(p.message for p in problems)
+        detail = "; ".join(p.message for p in problems) + f" (on the example: {s.describe_inputs(xs)})"
         return (CheckResult("buffers", "failed", detail, parameter=problems[0].parameter),
                 any(p.unsafe for p in problems))
-    return CheckResult("buffers", "passed", "on guarded buffers it leaves its inputs and the memory around every "
-                       "buffer unchanged, and writes every output element"), False
+    both = " and its backward kernel" if s.backward is not None else ""
+    tsan = " (and ThreadSanitizer on the pool's threads)" if any(p.role == "threads" for p in s.spec.params) else ""
+    tools = "compute-sanitizer memcheck and initcheck" if memory.cuda else f"AddressSanitizer and UBSan{tsan}"
+    return CheckResult("buffers", "passed", f"outside XLA, on buffers of exactly their size, under {tools} "
+                       f"in a child process, the kernel{both} read and wrote only within its buffers, left "
+                       f"its inputs unchanged, wrote every output element and gave the same result on each of "
+                       f"{len(FILLS)} calls"), False
 
 
 def check(
@@ -162,13 +176,14 @@ def check(
     strict: bool = True,
     rtol: float | Mapping[str, float] | None = None,
     atol: float | Mapping[str, float] | None = None,
-    examples: int = 10,
+    examples: int | None = None,
     seed: int | None = None,
     sizes: Mapping[str, int | Sequence[int]] | None = None,
     values: Mapping[str, Callable[..., Any]] | None = None,
     dtypes: Sequence[Any] | None = None,
     checks: Collection[str] | None = None,
     attrs: Mapping[str, Any] | None = None,
+    drawing: Drawing | None = None,
     **kernel_attrs: Any,
 ) -> CheckReport:
     """Check that a kernel is a correct JAX operation, against a pure-JAX reference.
@@ -219,6 +234,10 @@ def check(
         The checks to run (default: all; see :data:`kernix.checking.report.CHECKS`).
     attrs : dict, optional
         Kernel attributes, for one named like an option of this function.
+    drawing : Drawing, optional
+        Every drawing option in one value (:class:`kernix.Drawing`: ``examples``,
+        ``seed``, ``sizes``, ``values``, ``dtypes``, and ``attrs``, the values
+        to draw each attribute from), instead of the keywords above.
     **kernel_attrs
         The kernel's attributes (as the kernel takes them).
 
@@ -237,6 +256,12 @@ def check(
         function are wrong.
     """
     __tracebackhide__ = True  # pytest: show the failure, not this frame
+    from ..runtime.function import Dispatcher
+
+    if isinstance(fn, Dispatcher):
+        options = {"rtol": rtol, "atol": atol, "examples": examples, "seed": seed, "sizes": sizes, "values": values,
+                   "dtypes": dtypes, "checks": checks, "attrs": attrs, "drawing": drawing}
+        return _check_family(fn, reference, example_args, strict, options, dict(kernel_attrs))
     fn = _kernel_function(fn)
     if not fn.module.registered:
         raise RegistrationError(f"kernix.check: module {fn.module.name!r} is not registered; call "
@@ -247,7 +272,13 @@ def check(
                         f"{', '.join(CHECKS)}")
     wanted = set(CHECKS) if checks is None else set(checks)
     all_attrs = _attrs(fn, attrs, kernel_attrs)
-    if examples and "drawn" in wanted and fn.spec.signature is not None:
+    loose = {"examples": examples, "seed": seed, "sizes": sizes, "values": values, "dtypes": dtypes}
+    given = sorted(k for k, v in loose.items() if v is not None)
+    if drawing is not None and given:
+        raise CallError(f"kernix.check: {', '.join(given)} given both as keyword(s) and in drawing=; give them in "
+                        f"drawing=kernix.Drawing({given[0]}=...) only")
+    drawing = drawing or Drawing(**{k: v for k, v in loose.items() if v is not None})
+    if drawing.examples and "drawn" in wanted and fn.spec.signature is not None:
         require_hypothesis()
     device = _device(fn)
     with jax.default_device(device):
@@ -259,40 +290,49 @@ def check(
             raise
         except Exception as exc:
             raise CallError(f"kernix.check: the reference raised on the example: {describe(exc)}") from exc
-        combos = _dtype_combos(s, dtypes)
-        results = _run(s, wanted, expected, examples, seed, sizes or {}, values or {}, combos)
+        results = _run(s, wanted, expected, drawing, _dtype_combos(s, drawing.dtypes))
     report = CheckReport(fn.target, results)
     if strict and not report.ok:
         raise report.error()
     return report
 
 
-def _run(s: Subject, wanted: set[str], expected: Sequence[Any], examples: int, seed: int | None,
-         sizes: Mapping[str, Any], values: Mapping[str, Any], combos: list[tuple[np.dtype, ...]]) -> list[CheckResult]:
-    # The guarded run comes first: a kernel that writes outside its buffers would corrupt XLA's memory (or crash
-    # the process) in the checks that run it under XLA, so those are not run then.
-    runner, why = _buffers_runner(s) if wanted & {"buffers", "drawn"} else (None, "")
-    buffers, unsafe = _check_buffers(s, runner, why) if "buffers" in wanted else (None, False)
+def _run(s: Subject, wanted: set[str], expected: Sequence[Any], drawing: Drawing,
+         combos: list[tuple[np.dtype, ...]]) -> list[CheckResult]:
+    # The run on exact buffers, in a child process, comes first: a kernel that crashes there (or writes
+    # outside its buffers) would corrupt XLA's memory or take this process down, so no other check runs it.
+    memory = Memory(s)
+    try:
+        return _checks(s, wanted, expected, drawing, combos, memory)
+    finally:
+        memory.close()
+
+
+def _checks(s: Subject, wanted: set[str], expected: Sequence[Any], drawing: Drawing,
+            combos: list[tuple[np.dtype, ...]], memory: Memory) -> list[CheckResult]:
+    buffers, unsafe = _check_buffers(s, memory)
     if unsafe:
-        skipped = ("not run: on the example the kernel writes outside its buffers (see 'buffers'); under XLA that "
-                   "would corrupt memory")
+        skipped = ("not run: on the example the kernel crashed outside XLA, or a sanitizer stopped it (see "
+                   "'buffers'); under XLA it could corrupt memory or take this process down")
         return [buffers if name == "buffers" else CheckResult(name, "n/a", skipped)
                 for name in CHECKS if name in wanted]  # type: ignore[misc]
+    guard = memory.guard if memory.driver is not None else None
     rows: list[CheckResult] = []
     if "eager" in wanted:
         rows.append(check_eager(s, expected))
     if "jit" in wanted:
         rows.append(check_jit(s, expected))
     if wanted & {"vmap", "vmap_one_call"}:
-        rows += [r for r in check_vmap(s) if r.name in wanted]
+        rows += [r for r in check_vmap(s, guard) if r.name in wanted]
     if wanted & {"grad", "finite_differences"}:
         rows += [r for r in check_grad(s) if r.name in wanted]
     if "sharded" in wanted:
         rows.append(check_sharded(s))
     if "export" in wanted:
         rows.append(check_export(s, expected))
-    if buffers is not None:
+    if "buffers" in wanted:
         rows.append(buffers)
     if "drawn" in wanted:
-        rows.append(check_drawn(s, examples, seed, sizes, values, combos, runner if "buffers" in wanted else None))
+        rows.append(check_drawn(s, drawing.examples, drawing.seed, drawing.sizes or {}, drawing.values or {}, combos,
+                                memory if guard else None, drawing.attrs))
     return rows

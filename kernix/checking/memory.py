@@ -1,125 +1,195 @@
-"""Memory for the guarded call: the host's (NumPy) for C++ kernels, the
-GPU's (the CUDA driver API, through :mod:`ctypes`) for CUDA kernels.
+"""The ``buffers`` check: a kernel (and its backward kernel) run outside XLA on exact buffers, under
+sanitizers, in a child process (:class:`Memory`, over a :class:`~kernix.checking.sanitized.Driver`).
 
-Both give raw addresses that kernix.check hands to a handler, with the same
-four operations: allocate, write, read back, free; :meth:`synchronize` waits
-for the kernel.  GPU memory is allocated in the device's primary context,
-the one JAX uses, made current on this thread while the memory is in use.
+Each input is run three times, the outputs filled first with ``0xff`` bytes, then ``0x00``, then
+``0xff`` again: a crash, a sanitizer's report or a hang is a :class:`Problem` of kind ``"crash"``
+(the other checks then leave that input alone: under XLA it could corrupt the process); an input
+whose bytes changed was written to; the first and third runs differ: the result is not the same
+from call to call (state kept across calls, a race); the first and second differ: an output
+element left unwritten (or read before it is written).
 """
 
 from __future__ import annotations
 
-import ctypes
-from typing import Any, Self
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import KernixError
+from ..language.shapes import bind
+from ..language.sizes import evaluate
+from ..runtime.arguments import coerce_attr
+from .compare import compare, show
+from .sanitized import Crash, Driver, driver_for
 
-__all__ = ["HostMemory", "CudaMemory", "ALIGNMENT"]
+__all__ = ["Problem", "Memory", "FILLS"]
 
-#: Every buffer starts at a multiple of this many bytes (XLA aligns its buffers to 64 on the CPU, 256 on GPUs).
-ALIGNMENT = 256
-
-
-class HostMemory:
-    """Host memory, for kernels of C++ modules (the handler runs on this thread)."""
-
-    stream: int | None = None
-
-    def __init__(self) -> None:
-        self._arrays: dict[int, np.ndarray] = {}
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._arrays.clear()
-
-    def allocate(self, nbytes: int) -> int:
-        raw = np.empty(nbytes + ALIGNMENT, np.uint8)
-        start = (-raw.ctypes.data) % ALIGNMENT
-        view = raw[start:start + nbytes]
-        self._arrays[view.ctypes.data] = view
-        return view.ctypes.data
-
-    def write(self, address: int, data: np.ndarray) -> None:
-        self._arrays[address][: data.nbytes] = data.view(np.uint8).reshape(-1)
-
-    def read(self, address: int, nbytes: int) -> np.ndarray:
-        return self._arrays[address][:nbytes].copy()
-
-    def synchronize(self) -> str | None:
-        return None
-
-    def free(self, address: int) -> None:
-        self._arrays.pop(address, None)
+#: The bytes the outputs start as, one run each.
+FILLS = (0xFF, 0x00, 0xFF)
 
 
-class CudaMemory:
-    """GPU memory of CUDA device ``ordinal`` (as the driver numbers the visible GPUs).
+@dataclass(frozen=True)
+class Problem:
+    """One thing a run on exact buffers showed, about ``parameter`` (``None``: the call).
+    ``kind``: ``"crash"``, ``"input"``, ``"unwritten"``, ``"changing"``, ``"error"`` or ``"unavailable"`` (the
+    driver could not run the kernel: nothing is known)."""
 
-    The handler gets the legacy default stream (``nullptr``), and
-    :meth:`synchronize` waits for the whole context.
-    """
+    parameter: str | None
+    message: str
+    kind: str = "crash"
 
-    stream: int | None = None
+    @property
+    def unsafe(self) -> bool:
+        """Whether running the kernel under XLA on the same inputs could take the process down."""
+        return self.kind == "crash"
 
-    def __init__(self, ordinal: int) -> None:
-        try:
-            self._lib = ctypes.CDLL("libcuda.so.1")
-        except OSError as exc:
-            raise KernixError(f"the CUDA driver (libcuda.so.1) cannot be loaded: {exc}") from None
-        lib = self._lib
-        u64, size = ctypes.c_uint64, ctypes.c_size_t
-        lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(u64), size]
-        lib.cuMemFree_v2.argtypes = [u64]
-        lib.cuMemcpyHtoD_v2.argtypes = [u64, ctypes.c_void_p, size]
-        lib.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, u64, size]
-        self._ordinal = ordinal
-        self._device = ctypes.c_int()
-        self._context = ctypes.c_void_p()
-        self._call("cuInit", 0)
-        self._call("cuDeviceGet", ctypes.byref(self._device), ordinal)
 
-    def _error(self, name: str, rc: int) -> str:
-        text = ctypes.c_char_p()
-        self._lib.cuGetErrorName(rc, ctypes.byref(text))
-        return f"the CUDA driver's {name} failed on GPU {self._ordinal}: {(text.value or b'?').decode()} ({rc})"
+def _element(shape: tuple[int, ...], flat: int) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
 
-    def _call(self, name: str, *args: Any) -> None:
-        rc = getattr(self._lib, name)(*args)
-        if rc:
-            raise KernixError(self._error(name, rc))
 
-    def __enter__(self) -> Self:
-        self._call("cuDevicePrimaryCtxRetain", ctypes.byref(self._context), self._device)
-        self._call("cuCtxPushCurrent_v2", self._context)
-        return self
+class Memory:
+    """Runs the subject's kernel and backward kernel on exact buffers (``why`` says why it cannot, if so)."""
 
-    def __exit__(self, *exc: object) -> None:
-        popped = ctypes.c_void_p()
-        self._lib.cuCtxPopCurrent_v2(ctypes.byref(popped))
-        self._lib.cuDevicePrimaryCtxRelease_v2(self._device)
+    def __init__(self, s: Any, sanitizer: str = "address") -> None:
+        self.s = s
+        self.cuda = s.fn.module.platform == "cuda"
+        sanitizer = "memcheck" if self.cuda else sanitizer  # CUDA: under compute-sanitizer's tools
+        exe, self.why = driver_for(s.fn.module, sanitizer)
+        self.driver = Driver(exe, s.fn.module.functions, sanitizer) if exe is not None else None
+        self.sanitizer = sanitizer
+        #: The outputs of the last forward run (its first call), as the driver gave them.
+        self.outputs: list[np.ndarray] = []
 
-    def allocate(self, nbytes: int) -> int:
-        address = ctypes.c_uint64()
-        self._call("cuMemAlloc_v2", ctypes.byref(address), max(nbytes, 1))  # aligned to at least 256 bytes
-        return address.value
+    def close(self) -> None:
+        for driver in (self.driver, getattr(self, "_tsan", None)):
+            if driver is not None:
+                driver.close()
 
-    def write(self, address: int, data: np.ndarray) -> None:
-        data = np.ascontiguousarray(data)
-        self._call("cuMemcpyHtoD_v2", address, data.ctypes.data, data.nbytes)
+    def races(self, xs: Sequence[np.ndarray]) -> list[Problem]:
+        """For a kernel on the thread pool: the example, and many of it along the '...' batch, run under
+        ThreadSanitizer (a data race between the pool's threads is a problem of kind "crash"); for a CUDA
+        kernel, the same under compute-sanitizer's initcheck (a read of uninitialised memory)."""
+        s = self.s
+        if not self.cuda and not any(p.role == "threads" for p in s.spec.params):
+            return []
+        tool = "initcheck" if self.cuda else "thread"
+        if not hasattr(self, "_tsan"):
+            exe, why = driver_for(s.fn.module, tool)
+            self._tsan = Driver(exe, s.fn.module.functions, tool) if exe is not None else None
+        if self._tsan is None:
+            return []
+        times = max(64, (1 << 20) // max(sum(x.size for x in xs), 1))  # ranges long enough to overlap in time
+        big = self._larger(xs, times)
+        problems = []
+        for inputs in ([xs, big] if big is not None and not self.cuda else [xs]):
+            inputs = [np.asarray(x, order="C") for x in inputs]
+            outputs = [(o.shape, o.dtype) for o in s.out_structs(inputs)]
+            coerced = {p.name: coerce_attr(s.spec.name, p, s.attrs[p.name]) for p in s.spec.attrs}
+            ran = self._tsan.call(s.spec.name, inputs, outputs, coerced, self._scratch(s.spec, inputs, s.attrs))
+            if isinstance(ran, Crash):
+                under = "compute-sanitizer initcheck" if self.cuda else "ThreadSanitizer"
+                problems.append(Problem(ran.parameter, f"under {under}, on {s.describe_inputs(inputs)}: "
+                                        f"the kernel {ran.message}", "crash"))
+                break
+        return problems
 
-    def read(self, address: int, nbytes: int) -> np.ndarray:
-        out = np.empty(nbytes, np.uint8)
-        self._call("cuMemcpyDtoH_v2", out.ctypes.data, address, nbytes)
-        return out
+    def _scratch(self, spec: Any, xs: Sequence[np.ndarray], attrs: dict[str, Any]) -> tuple[int, ...]:
+        if spec.scratch is None:
+            return ()
+        values = {p.name: int(attrs[p.name]) for p in spec.attrs if p.dtype and "int" in p.dtype and p.name in attrs}
+        batch: tuple[int, ...] = ()
+        if self.s.signature is not None and spec is self.s.spec:
+            b = bind(self.s.signature, spec, [x.shape for x in xs], [x.dtype.name for x in xs], attrs)
+            values.update(b.dims)
+            batch = tuple(b.batch_shape)
+        return (*batch, evaluate(spec.scratch, values, function=spec.name))
 
-    def synchronize(self) -> str | None:
-        """Wait for the kernel; the driver's error (a fault in the kernel) as a message, or ``None``."""
-        rc = self._lib.cuCtxSynchronize()
-        return None if rc == 0 else self._error("cuCtxSynchronize", rc)
+    def run(self, xs: Sequence[np.ndarray], attrs: dict[str, Any] | None = None,
+            cotangents: Sequence[np.ndarray] | None = None) -> list[Problem]:
+        """The problems of the kernel on inputs ``xs`` (and of its backward kernel on ``xs`` and
+        ``cotangents``, when given): empty when it kept to its buffers and wrote every output."""
+        assert self.driver is not None
+        s = self.s
+        attrs = dict(s.attrs if attrs is None else attrs)
+        xs = [np.asarray(x, order="C") for x in xs]
+        outputs = [(o.shape, o.dtype) for o in s.with_attrs(attrs).out_structs(xs)]
+        problems = self._runs(s.spec, xs, outputs, attrs, "")
+        if cotangents is not None and s.backward is not None and not any(p.unsafe for p in problems):
+            spec = s.fn.module.functions[s.backward]
+            battrs = {p.name: attrs[p.name] for p in spec.attrs if p.name in attrs}
+            grads = [(x.shape, x.dtype) for x in xs]
+            problems += self._runs(spec, [*xs, *cotangents], grads, battrs, f"its backward kernel {spec.name}() ")
+        return problems
 
-    def free(self, address: int) -> None:
-        self._lib.cuMemFree_v2(address)
+    def guard(self, xs: Sequence[np.ndarray]) -> str | None:
+        """Why running the kernel on ``xs`` under XLA could take this process down (it crashed on exact
+        buffers, or a sanitizer stopped it), or ``None``."""
+        crash = next((p for p in self.run(xs) if p.unsafe), None)
+        return None if crash is None else f"outside XLA, on {self.s.describe_inputs(xs)}, {crash.message}"
+
+    def _larger(self, xs: Sequence[np.ndarray], times: int) -> list[np.ndarray] | None:
+        """``xs`` ``times`` over: stacked along '...', else repeated along the first dimension the inputs
+        name (values kept, so indices stay valid); ``None`` when neither can be."""
+        s = self.s
+        if s.batch_inputs:
+            return [np.repeat(x[None], times, axis=0) if i in s.batch_inputs else x for i, x in enumerate(xs)]
+        sig = s.signature
+        ints = {p.name for p in s.spec.attrs}
+        name = next((d for g in (sig.inputs if sig else ()) for d in g.dims if isinstance(d, str) and d not in ints),
+                    None)
+        if name is None:
+            return None
+        return [np.tile(x, [times if d == name else 1 for d in g.dims]) for x, g in zip(xs, sig.inputs)]
+
+    def _runs(self, spec: Any, xs: list[np.ndarray], outputs: list[tuple[Any, Any]], attrs: dict[str, Any],
+              who: str) -> list[Problem]:
+        coerced = {p.name: coerce_attr(spec.name, p, attrs[p.name]) for p in spec.attrs}
+        scratch = self._scratch(spec, xs, attrs)
+        runs = []
+        for fill in FILLS:
+            ran = self.driver.call(spec.name, xs, outputs, coerced, scratch, fill)  # type: ignore[union-attr]
+            if isinstance(ran, Crash):
+                if ran.unavailable:
+                    return [Problem(None, ran.message, "unavailable")]
+                return [Problem(ran.parameter, f"{who or 'the kernel '}{ran.message}", "crash")]
+            if ran.error is not None:
+                return [Problem(None, f"{who or 'the kernel '}raised on exact buffers: {ran.error}", "error")]
+            runs.append(ran.buffers)
+        if not who:
+            self.outputs = [runs[0][p.name] for p in spec.outputs]  # the forward's, for drawn inputs to compare
+        problems = []
+        for p, x in zip(spec.inputs, xs):
+            if p.role != "arg":
+                continue
+            after = runs[0][p.name]
+            if after.tobytes() != x.tobytes():
+                bad = np.flatnonzero(after.reshape(-1).view(np.uint8) != x.reshape(-1).view(np.uint8))
+                i = _element(x.shape, int(bad[0]) // max(x.itemsize, 1))
+                problems.append(Problem(p.name, (
+                    f"{who}wrote into input {p.name!r}, which it does not declare as an output: element {i} changed "
+                    f"from {show(x[i])} to {show(after[i])}. XLA may share an input's buffer with other arrays, and "
+                    "they would change too: write results to an output (a non-const BE::Tensor&) instead"), "input"))
+        for p in spec.outputs:
+            first, second, third = (r[p.name] for r in runs)
+            changed = compare(f"output {p.name!r}", first, third, self.s.tolerance)
+            if changed is not None and changed.index is not None:
+                i = changed.index
+                problems.append(Problem(p.name, (
+                    f"{who}gives another result when called again on the same inputs: element {i} of output "
+                    f"{p.name!r} is {show(first[i])}, then {show(third[i])}. It keeps state across calls, or "
+                    "races"), "changing"))
+            elif p.role == "ret" and compare(p.name, first, second, self.s.tolerance) is not None:
+                item = max(first.itemsize, 1)
+                differs = first.reshape(-1).view(np.uint8).reshape(-1, item) != \
+                    second.reshape(-1).view(np.uint8).reshape(-1, item)
+                flat = np.flatnonzero(differs.any(axis=1))
+                shown = ", ".join(str(_element(first.shape, int(k))) for k in flat[:4])
+                more = f" and {flat.size - 4} more" if flat.size > 4 else ""
+                i = _element(first.shape, int(flat[0]))
+                problems.append(Problem(p.name, (
+                    f"{who}leaves {flat.size} of the {first.size} elements of output {p.name!r} unwritten (or reads "
+                    f"them before writing them): {shown}{more}; element {i} is {show(first[i])} when the buffer "
+                    f"started as 0xff bytes and {show(second[i])} when it started as zeros. XLA does not clear "
+                    "output buffers"), "unwritten"))
+        return problems

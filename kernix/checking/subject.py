@@ -4,6 +4,7 @@ making more examples like the given one."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -62,6 +63,14 @@ class Subject:
         self.backward: str | None = backward
         self.name = fn.target
 
+    def with_attrs(self, changed: Mapping[str, Any]) -> Subject:
+        """The same subject with some attributes changed (itself when none are)."""
+        if not changed:
+            return self
+        other = copy.copy(self)
+        other.attrs = {**self.attrs, **changed}
+        return other
+
     def put(self, x: Any) -> Any:
         """``x`` as a new JAX array on the subject's device (NumPy float64 is float32 unless 64-bit mode is on);
         never sharing memory with ``x``, so a kernel that writes into it cannot change ``x``."""
@@ -84,6 +93,13 @@ class Subject:
                 return (f"the kernel changed its input {name!r} (element {i}: {show(e[i])} became "
                         f"{show(after[i])}), which it does not declare as an output: the caller's array changed")
         return None
+
+    def describe_inputs(self, xs: Sequence[Any], attrs: Mapping[str, Any] | None = None) -> str:
+        """``x: float32[3,4], k=2``: each input's dtype and shape, and the attributes."""
+        attrs = self.attrs if attrs is None else attrs
+        parts = [f"{n}: {np.dtype(x.dtype).name}[{','.join(map(str, np.shape(x)))}]" for n, x in zip(self.input_names, xs)]
+        parts += [f"{p.name}={attrs[p.name]!r}" for p in self.spec.attrs if p.name in attrs]
+        return ", ".join(parts)
 
     @property
     def output_names(self) -> list[str]:

@@ -18,7 +18,8 @@ import numpy as np
 from .report import CheckResult
 from .subject import Subject, describe, failure, stack, variants
 
-__all__ = ["check_eager", "check_jit", "check_vmap", "check_grad", "check_sharded", "check_export", "count_calls"]
+__all__ = ["check_eager", "check_jit", "check_vmap", "check_grad", "check_sharded", "check_export", "count_calls",
+           "example_cotangents"]
 
 #: How many examples a vmap check batches.
 VMAP_BATCH = 3
@@ -86,12 +87,17 @@ def _vmap_values(s: Subject, examples: list[tuple[np.ndarray, ...]], how: str, a
     return _compared("vmap", s, got, want, "", f" under jax.vmap over {how}")
 
 
-def check_vmap(s: Subject) -> list[CheckResult]:
-    """The ``vmap`` and ``vmap_one_call`` rows."""
+def check_vmap(s: Subject, guard: Callable[[Sequence[np.ndarray]], str | None] | None = None) -> list[CheckResult]:
+    """The ``vmap`` and ``vmap_one_call`` rows; ``guard(inputs)`` says why the kernel must not run on a batch."""
     if not s.args:
         reason = "the kernel has no inputs to batch"
         return [CheckResult("vmap", "n/a", reason), CheckResult("vmap_one_call", "n/a", reason)]
     examples = variants(s.args, VMAP_BATCH, seed=1)
+    if guard is not None and s.batch_inputs:
+        crash = guard([stack(examples, i) if i in s.batch_inputs else e for i, e in enumerate(s.example)])
+        if crash is not None:
+            return [CheckResult("vmap", "failed", f"not run under XLA: {crash}"),
+                    CheckResult("vmap_one_call", "n/a", "not run: see 'vmap'")]
     rows: list[CheckResult] = []
     checked = []
     for how, axes in _vmap_axes(s):
@@ -137,6 +143,15 @@ def cotangents(s: Subject, args: Sequence[Any], seed: int = 2) -> list[Any]:
     rng = np.random.default_rng(seed)
     return [s.put(rng.uniform(-1, 1, o.shape).astype(o.dtype)) if _floating(o) else None
             for o in s.out_structs(args)]
+
+
+def example_cotangents(s: Subject, xs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+    """Cotangents for every output of ``xs`` (zeros for an integer one) when the kernel has a backward kernel."""
+    if s.backward is None or not any(_floating(x) for x in xs):
+        return None
+    structs = s.out_structs(xs)
+    return [np.asarray(c) if c is not None else np.zeros(o.shape, o.dtype)
+            for c, o in zip(cotangents(s, xs), structs)]
 
 
 def gradients(call: Callable[..., Sequence[Any]], args: Sequence[Any], cts: Sequence[Any]) -> list[Any]:
@@ -193,18 +208,30 @@ def _finite_differences(s: Subject, names: list[str]) -> CheckResult:
 
     which = [i for i, x in enumerate(s.args) if _floating(x)]
 
-    def floating_outputs(*floats: Any) -> tuple[Any, ...]:
-        full = list(s.args)
-        for i, v in zip(which, floats):
-            full[i] = v
-        return tuple(o for o in s.kernel(*full) if _floating(o))
+    def floating_outputs(call: Callable[..., Sequence[Any]]) -> Callable[..., tuple[Any, ...]]:
+        def outputs(*floats: Any) -> tuple[Any, ...]:
+            full = list(s.args)
+            for i, v in zip(which, floats):
+                full[i] = v
+            return tuple(o for o in call(*full) if _floating(o))
+        return outputs
 
-    try:
-        check_grads(floating_outputs, tuple(s.args[i] for i in which), order=1, modes=["rev"])
-    except AssertionError as exc:
-        lines = [ln.strip() for ln in str(exc).splitlines() if "difference" in ln or "Mismatch" in ln]
+    def fails(call: Callable[..., Sequence[Any]]) -> str | None:
+        try:
+            check_grads(floating_outputs(call), tuple(s.args[i] for i in which), order=1, modes=["rev"])
+        except AssertionError as exc:
+            lines = [ln.strip() for ln in str(exc).splitlines() if "difference" in ln or "Mismatch" in ln]
+            return "; ".join(lines) or str(exc).strip()
+        return None
+
+    found = fails(s.kernel)
+    if found is not None:
+        reference = fails(s.ref)
+        verdict = (f"the reference fails the same check ({reference}): finite differences are too coarse here; "
+                   "check in float64, or trust 'grad'" if reference is not None else
+                   "the reference passes it: the kernel's gradient is wrong")
         return CheckResult("finite_differences", "failed", "jax.test_util.check_grads: the reverse-mode gradient "
-                           f"disagrees with finite differences ({'; '.join(lines) or str(exc).strip()})")
+                           f"disagrees with finite differences ({found}); {verdict}")
     return CheckResult("finite_differences", "passed", f"gradients of {', '.join(names)} agree with finite "
                        "differences (jax.test_util.check_grads, JAX's tolerances)")
 

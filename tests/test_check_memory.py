@@ -1,0 +1,152 @@
+"""kernix.check's memory check: every kind of kernel runs outside XLA, on buffers of exactly their
+size, under AddressSanitizer and UBSan in a child process; a finding names what the kernel did, at
+the user's line, with the input; a kernel that crashes, aborts or hangs never takes the caller down."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kernix
+from kernix.checking import sanitized
+
+from helpers import FIXTURES, unique_name
+
+KINDS = FIXTURES / "checking" / "kinds.cpp"
+SOURCE = KINDS.read_text().splitlines()
+
+
+def line_of(tag: str) -> str:
+    """``kinds.cpp:<line>`` of the line marked ``// <tag>``."""
+    return f"kinds.cpp:{next(i + 1 for i, text in enumerate(SOURCE) if text.rstrip().endswith(tag))}"
+
+
+@pytest.fixture(scope="module")
+def kinds(tmp_path_factory):
+    return kernix.load_cpp_file(KINDS, name=unique_name("kinds"), build_directory=tmp_path_factory.mktemp("k"))
+
+
+X = np.arange(1, 5, dtype=np.float32)
+
+
+def copy(x, **_):
+    return x
+
+
+def test_a_stateful_kernel_is_run_on_exact_buffers_and_passes(kinds):
+    report = kernix.check(kinds.state_copy, copy, X, examples=2)
+    assert report.ok and report["buffers"].passed and "AddressSanitizer" in report["buffers"].detail
+
+
+@pytest.mark.parametrize("name, attrs, tag, words", [
+    ("state_past", {}, "y[i] = i < x.numel()", r"wrote 4 bytes past the end of output 'y' \(float32\[4\], 16 bytes\): "
+                                              r"at byte 16, element 4 of 4"),
+    ("string_read_past", {"mode": "fast"}, "BUG-READ", r"read 4 bytes past the end of input 'x' \(float32\[4\], 16 bytes\)"),
+    ("array_read_past", {"ks": (1, 2)}, "BUG-ARRAY", r"read 4 bytes past the end of attr 'ks' \(.*8 bytes\)"),
+    ("scratch_past", {}, "BUG-SCRATCH", r"wrote 4 bytes past the end of scratch 'tmp'"),
+    ("pool_past", {}, "BUG-POOL", r"wrote 4 bytes past the end of output 'y'"),
+    ("inplace_past", {}, "BUG-INPLACE", r"read 4 bytes past the end of in-place tensor 'x'"),
+])
+def test_a_memory_error_in_every_kind_of_kernel_is_reported_at_its_line(kinds, name, attrs, tag, words):
+    ref = (lambda x: 2 * x) if name == "inplace_past" else copy
+    report = kernix.check(getattr(kinds, name), ref, X, **attrs, examples=2, strict=False)
+    buffers = report["buffers"]
+    assert buffers.failed, report
+    assert re.search(words, buffers.detail), buffers.detail
+    if name != "state_past":
+        assert line_of(tag) in buffers.detail, buffers.detail
+    assert "on the example: x: float32[4]" in buffers.detail
+    # the other checks do not run the kernel in this process
+    assert all(r.status == "n/a" for r in report if r.name != "buffers")
+
+
+def test_a_backward_kernel_is_run_on_exact_buffers(kinds):
+    report = kernix.check(kinds.triple, lambda x: 3 * x, X, strict=False, examples=2)
+    assert report["buffers"].failed
+    assert "its backward kernel triple_bwd() wrote 4 bytes past the end of output 'dx'" in report["buffers"].detail
+    assert line_of("BUG-BWD") in report["buffers"].detail
+
+
+def test_an_integer_division_by_zero_is_a_failed_check_not_a_dead_process(kinds):
+    report = kernix.check(kinds.per_count, lambda x: x, np.zeros(0, np.float32), strict=False, examples=2)
+    assert report["buffers"].failed and "division by zero" in report["buffers"].detail
+    assert line_of("BUG-FPE").split(":")[0] in report["buffers"].detail
+    assert "x: float32[0]" in report["buffers"].detail
+
+
+def test_an_abort_is_a_failed_check(kinds):
+    report = kernix.check(kinds.picky, copy, -X, strict=False, examples=0)
+    assert report["buffers"].failed and "aborted (SIGABRT)" in report["buffers"].detail
+    assert line_of("BUG-ABORT") in report["buffers"].detail
+
+
+def test_a_hang_is_a_failed_check(kinds, monkeypatch):
+    monkeypatch.setattr(sanitized, "TIMEOUT", 1.0)
+    x = np.array([42, 1], np.float32)
+    report = kernix.check(kinds.stuck, copy, x, strict=False, examples=0)
+    assert report["buffers"].failed and "did not return within 1 s" in report["buffers"].detail
+    assert report["eager"].status == "n/a"
+
+
+def test_drawn_inputs_reach_an_empty_dimension_and_its_crash_is_a_failed_check(kinds):
+    report = kernix.check(kinds.per_count, copy, X, strict=False)
+    assert report["eager"].passed and report["buffers"].passed  # the example (n=4) is fine
+    drawn = report["drawn"]
+    assert drawn.failed and "division by zero" in drawn.detail and "(n=0" in drawn.detail, drawn.detail
+
+
+def test_drawing_options_in_one_value_or_as_keywords_but_not_both(kinds):
+    with pytest.raises(kernix.CallError, match="examples given both"):
+        kernix.check(kinds.state_copy, copy, X, examples=3, drawing=kernix.Drawing(examples=2))
+    assert kernix.check(kinds.state_copy, copy, X, drawing=kernix.Drawing(examples=2, sizes={"n": [2, 3]})).ok
+
+
+def segment_sum_ref(x, segment):
+    import jax
+
+    flat, seg = x.reshape(-1, x.shape[-1]), segment.reshape(-1)
+    return jax.ops.segment_sum(flat, seg, num_segments=flat.shape[0]).reshape(x.shape)
+
+
+def test_a_race_between_the_pools_threads_is_reported_at_its_line(kinds):
+    x = np.random.default_rng(0).uniform(-1, 1, (8, 16)).astype(np.float32)
+    segment = np.repeat(np.arange(4, dtype=np.int32), 2)
+    report = kernix.check(kinds.segment_sum, segment_sum_ref, x, segment, strict=False, examples=0)
+    buffers = report["buffers"]
+    assert buffers.failed and "under ThreadSanitizer" in buffers.detail and "data race" in buffers.detail, buffers
+    assert line_of("BUG-RACE") in buffers.detail
+
+
+def test_a_correct_kernel_on_the_pool_passes_under_thread_sanitizer(kinds):
+    report = kernix.check(kinds.pool_twice, lambda x: 2 * x, np.ones((3, 50), np.float32), examples=2)
+    assert report.ok and "ThreadSanitizer" in report["buffers"].detail
+
+
+def test_state_kept_from_an_earlier_call_is_caught_on_drawn_inputs(kinds):
+    report = kernix.check(kinds.mean_scale, lambda x: x / x.shape[0], X, strict=False)
+    assert report["eager"].passed and report["buffers"].passed
+    drawn = report["drawn"]
+    assert drawn.failed and "after earlier calls on other inputs" in drawn.detail and "keep state" in drawn.detail
+
+
+def test_sources_changed_since_the_load_are_not_built_in_their_place(tmp_path):
+    source = tmp_path / "edited.cpp"
+    source.write_text(KINDS.read_text())
+    module = kernix.load_cpp_file(source, name=unique_name("edited"), build_directory=tmp_path / "cache")
+    source.write_text(KINDS.read_text() + "\n// edited after the load\n")
+    report = kernix.check(module.state_copy, copy, X, examples=0)
+    assert report["buffers"].status == "n/a" and "changed or went since module" in report["buffers"].detail
+    assert report["eager"].passed
+
+
+def test_a_driver_that_cannot_start_is_no_finding_about_the_kernel(kinds, monkeypatch):
+    monkeypatch.setattr(sanitized, "driver_for", lambda module, sanitizer="address": (Path("/bin/false"), ""))
+    from kernix.checking import memory
+
+    monkeypatch.setattr(memory, "driver_for", sanitized.driver_for)
+    report = kernix.check(kinds.state_copy, copy, X, examples=2)
+    assert report.ok and report["buffers"].status == "n/a"
+    assert "the sanitizer driver ended before calling the kernel" in report["buffers"].detail
