@@ -56,7 +56,8 @@ def test_a_correct_kernel_passes_every_check(kernels):
     assert "xla_force_host_platform_device_count=2" in report["sharded"].detail
     assert "one call of" in report["vmap_one_call"].detail
     text = str(report)
-    assert text.startswith(f"kernix.check of {kernels.twice.target}: 9 passed, 0 failed, 1 not applicable")
+    assert "through twice_jvp" in report["jvp"].detail
+    assert text.startswith(f"kernix.check of {kernels.twice.target}: 10 passed, 0 failed, 1 not applicable")
     assert all(name in text for name in kernix.checking.CHECKS)
 
 
@@ -85,9 +86,11 @@ def test_a_wrong_gradient_is_caught(kernels):
     assert "gradient of input 'x' differs from the reference" in grad.detail
     assert report["finite_differences"].failed and "check_grads" in report["finite_differences"].detail
     assert "the reference passes it: the kernel's gradient is wrong" in report["finite_differences"].detail
+    jvp = report["jvp"]
+    assert jvp.failed and jvp.parameter == "y" and "forward-mode tangent of output 'y'" in jvp.detail
     message = str(info.value)
-    assert message.startswith(f"{kernels.cube.target} is not a correct JAX operation: 3 check(s) failed "
-                              "(grad, finite_differences, drawn)")
+    assert message.startswith(f"{kernels.cube.target} is not a correct JAX operation: 4 check(s) failed "
+                              "(grad, finite_differences, jvp, drawn)")
     assert "- grad: gradient of input 'x'" in message
 
 

@@ -21,6 +21,7 @@ from .transforms import (
     check_eager,
     check_export,
     check_grad,
+    check_jvp,
     check_jit,
     check_sharded,
     check_vmap,
@@ -326,6 +327,8 @@ def _checks(s: Subject, wanted: set[str], expected: Sequence[Any], drawing: Draw
         rows += [r for r in check_vmap(s, guard) if r.name in wanted]
     if wanted & {"grad", "finite_differences"}:
         rows += [r for r in check_grad(s) if r.name in wanted]
+    if "jvp" in wanted:
+        rows.append(check_jvp(s))
     if "sharded" in wanted:
         rows.append(check_sharded(s))
     if "export" in wanted:

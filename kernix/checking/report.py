@@ -21,6 +21,8 @@ CHECKS: dict[str, str] = {
     "vmap_one_call": "jax.vmap over '...' dimensions compiles to one kernel call, no loop",
     "grad": "reverse-mode gradients (jax.vjp) against the reference's",
     "finite_differences": "reverse-mode gradients against finite differences (jax.test_util.check_grads)",
+    "jvp": "forward-mode derivatives (jax.jvp, through the tangent kernel) against the reference's, and against "
+           "finite differences (jax.test_util.check_grads)",
     "sharded": "jax.jit on inputs sharded over several devices, against one device",
     "export": "kernix.export, serialised and deserialised, against the reference",
     "buffers": "the kernel (and its backward kernel) run outside XLA on exact buffers under AddressSanitizer and "

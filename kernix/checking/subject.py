@@ -61,6 +61,7 @@ class Subject:
         self.example = tuple(np.array(self.put(a)) for a in args)
         backward = fn.module.backward_name(self.spec.name) if self.signature is not None else None
         self.backward: str | None = backward
+        self.tangent: str | None = fn.module.tangent_name(self.spec.name) if self.signature is not None else None
         self.name = fn.target
 
     def with_attrs(self, changed: Mapping[str, Any]) -> Subject:

@@ -1,6 +1,6 @@
 """The checks under JAX's transformations: eager, ``jit``, ``vmap`` (and that
-it is one kernel call), ``grad`` against the reference and against finite
-differences, sharding over several devices, and the ``kernix.export`` round
+it is one kernel call), ``grad`` and ``jvp`` against the reference and against
+finite differences, sharding over several devices, and the ``kernix.export`` round
 trip.  Each takes a :class:`~kernix.checking.subject.Subject` and returns
 :class:`~kernix.checking.report.CheckResult` rows; an exception the kernel
 raises is a failure, reported with its message."""
@@ -18,7 +18,7 @@ import numpy as np
 from .report import CheckResult
 from .subject import Subject, describe, failure, stack, variants
 
-__all__ = ["check_eager", "check_jit", "check_vmap", "check_grad", "check_sharded", "check_export", "count_calls",
+__all__ = ["check_eager", "check_jit", "check_vmap", "check_grad", "check_jvp", "check_sharded", "check_export", "count_calls",
            "example_cotangents"]
 
 #: How many examples a vmap check batches.
@@ -172,11 +172,11 @@ def gradients(call: Callable[..., Sequence[Any]], args: Sequence[Any], cts: Sequ
     return list(jax.grad(loss, argnums=tuple(range(len(which))))(*(args[i] for i in which)))
 
 
-def _grad_na(s: Subject) -> str | None:
+def _derivative_na(s: Subject, kernel: str | None, word: str, transform: str) -> str | None:
     if s.signature is None:
-        return "no shape signature, so no backward kernel: jax.grad raises kernix.CallError"
-    if s.backward is None:
-        return (f"no backward kernel declares vjp={s.spec.name}: jax.grad of {s.spec.name} raises kernix.CallError "
+        return f"no shape signature, so no derivative kernel: {transform} raises kernix.CallError"
+    if kernel is None:
+        return (f"no kernel declares {word}={s.spec.name}: {transform} of {s.spec.name} raises kernix.CallError "
                 "saying how to add one")
     if not any(_floating(x) for x in s.args):
         return "no floating-point input to differentiate"
@@ -187,7 +187,7 @@ def _grad_na(s: Subject) -> str | None:
 
 def check_grad(s: Subject) -> list[CheckResult]:
     """The ``grad`` and ``finite_differences`` rows."""
-    reason = _grad_na(s)
+    reason = _derivative_na(s, s.backward, "vjp", "jax.grad")
     if reason:
         return [CheckResult("grad", "n/a", reason), CheckResult("finite_differences", "n/a", reason)]
     names = [p for p, x in zip(s.input_names, s.args) if _floating(x)]
@@ -203,37 +203,77 @@ def check_grad(s: Subject) -> list[CheckResult]:
     return [_guarded("grad", against_reference), _guarded("finite_differences", lambda: _finite_differences(s, names))]
 
 
-def _finite_differences(s: Subject, names: list[str]) -> CheckResult:
-    from jax.test_util import check_grads
-
+def _with_floats(s: Subject, call: Callable[..., Sequence[Any]]) -> Callable[..., tuple[Any, ...]]:
+    """``call`` as a function of the example's floating inputs alone, returning its floating outputs."""
     which = [i for i, x in enumerate(s.args) if _floating(x)]
 
-    def floating_outputs(call: Callable[..., Sequence[Any]]) -> Callable[..., tuple[Any, ...]]:
-        def outputs(*floats: Any) -> tuple[Any, ...]:
-            full = list(s.args)
-            for i, v in zip(which, floats):
-                full[i] = v
-            return tuple(o for o in call(*full) if _floating(o))
-        return outputs
+    def outputs(*floats: Any) -> tuple[Any, ...]:
+        full = list(s.args)
+        for i, v in zip(which, floats):
+            full[i] = v
+        return tuple(o for o in call(*full) if _floating(o))
+    return outputs
+
+
+def _finite_differences_failure(s: Subject, mode: str) -> str | None:
+    """Why ``mode`` (``"rev"``, ``"fwd"``) derivatives of the kernel disagree with finite differences, saying
+    whether the reference's disagree too; ``None`` when they agree."""
+    from jax.test_util import check_grads
+
+    floats = tuple(x for x in s.args if _floating(x))
 
     def fails(call: Callable[..., Sequence[Any]]) -> str | None:
         try:
-            check_grads(floating_outputs(call), tuple(s.args[i] for i in which), order=1, modes=["rev"])
+            check_grads(_with_floats(s, call), floats, order=1, modes=[mode])
         except AssertionError as exc:
             lines = [ln.strip() for ln in str(exc).splitlines() if "difference" in ln or "Mismatch" in ln]
             return "; ".join(lines) or str(exc).strip()
         return None
 
     found = fails(s.kernel)
+    if found is None:
+        return None
+    reference = fails(s.ref)
+    verdict = (f"the reference fails the same check ({reference}): finite differences are too coarse here; "
+               "check in float64, or trust the comparison with the reference" if reference is not None else
+               f"the reference passes it: the kernel's {'gradient' if mode == 'rev' else 'tangent'} is wrong")
+    return (f"jax.test_util.check_grads: the {'reverse' if mode == 'rev' else 'forward'}-mode derivative disagrees "
+            f"with finite differences ({found}); {verdict}")
+
+
+def _finite_differences(s: Subject, names: list[str]) -> CheckResult:
+    found = _finite_differences_failure(s, "rev")
     if found is not None:
-        reference = fails(s.ref)
-        verdict = (f"the reference fails the same check ({reference}): finite differences are too coarse here; "
-                   "check in float64, or trust 'grad'" if reference is not None else
-                   "the reference passes it: the kernel's gradient is wrong")
-        return CheckResult("finite_differences", "failed", "jax.test_util.check_grads: the reverse-mode gradient "
-                           f"disagrees with finite differences ({found}); {verdict}")
+        return CheckResult("finite_differences", "failed", found)
     return CheckResult("finite_differences", "passed", f"gradients of {', '.join(names)} agree with finite "
                        "differences (jax.test_util.check_grads, JAX's tolerances)")
+
+
+def check_jvp(s: Subject) -> CheckResult:
+    """The ``jvp`` row: ``jax.jvp`` through the tangent kernel, against the reference's and finite differences."""
+    reason = _derivative_na(s, s.tangent, "jvp", "jax.jvp")
+    if reason:
+        return CheckResult("jvp", "n/a", reason)
+    rng = np.random.default_rng(3)
+    floats = tuple(x for x in s.args if _floating(x))
+    tangents = tuple(s.put(rng.uniform(-1, 1, np.shape(x)).astype(x.dtype)) for x in floats)
+    outputs = [n for n, o in zip(s.output_names, s.out_structs(s.args)) if _floating(o)]
+
+    def run() -> CheckResult:
+        def forward(call: Callable[..., Sequence[Any]]) -> Any:
+            return jax.jit(lambda xs, ts: jax.jvp(_with_floats(s, call), xs, ts)[1])(floats, tangents)
+
+        found = s.mismatch(forward(s.kernel), forward(s.ref), scale=GRAD_SCALE, names=outputs,
+                           kind="forward-mode tangent of output")
+        if found is not None:
+            return failure("jvp", found[0], found[1])
+        fd = _finite_differences_failure(s, "fwd")
+        if fd is not None:
+            return CheckResult("jvp", "failed", fd)
+        return CheckResult("jvp", "passed", f"tangents of {', '.join(outputs)} match the reference's (through "
+                           f"{s.tangent}) and agree with finite differences")
+
+    return _guarded("jvp", run)
 
 
 def check_sharded(s: Subject) -> CheckResult:
