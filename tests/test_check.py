@@ -65,8 +65,9 @@ def test_two_inputs_an_attribute_and_a_backward(ops):
     rng = np.random.default_rng(1)
     x, w = rng.uniform(0.5, 1.5, (3, 4)).astype(np.float32), rng.uniform(0.5, 1.5, 4).astype(np.float32)
     report = kernix.check(ops.rms_norm, rms_norm_ref, x, w, eps=1e-3)
-    assert statuses(report) == {**dict.fromkeys(kernix.checking.CHECKS, "passed"), "sharded": "n/a"}
+    assert statuses(report) == {**dict.fromkeys(kernix.checking.CHECKS, "passed"), "sharded": "n/a", "jvp": "n/a"}
     assert "gradients of x, w" in report["grad"].detail
+    assert "jvp=rms_norm" in report["jvp"].detail  # no tangent kernel: the row says what declares one
     # an integer input: float0 cotangent, its gradient not compared (scale_rows takes float64)
     with jax.enable_x64(True):
         report = kernix.check(ops.scale_rows, lambda x, c: x * c[..., None], rng.uniform(-1, 1, (2, 3)),
