@@ -118,8 +118,9 @@ def polar_jax(r, theta, scale):
 @pytest.fixture(scope="module")
 def points():
     rng = np.random.default_rng(0)
-    return (jnp.asarray(rng.uniform(0.5, 2.0, (3, 4)), jnp.float32),
-            jnp.asarray(rng.uniform(-3.0, 3.0, (3, 4)), jnp.float32))
+    cpu = jax.devices("cpu")[0]  # the module is a CPU build, and a module fixture runs outside each test's CPU default
+    return (jax.device_put(rng.uniform(0.5, 2.0, (3, 4)).astype(np.float32), cpu),
+            jax.device_put(rng.uniform(-3.0, 3.0, (3, 4)).astype(np.float32), cpu))
 
 
 def test_jvp_of_two_inputs_two_outputs_and_an_attribute_is_the_references(mod, points):
