@@ -152,3 +152,25 @@ def test_a_driver_that_cannot_start_is_no_finding_about_the_kernel(kinds, monkey
     report = kernix.check(kinds.state_copy, copy, X, examples=2)
     assert report.ok and report["buffers"].status == "n/a"
     assert "the sanitizer driver ended before calling the kernel" in report["buffers"].detail
+
+
+#: compute-sanitizer 2025's report of a write one element past a 6,000-byte cudaMalloc buffer (an H200).
+CUDA_REPORT = """\
+========= Invalid __global__ write of size 4 bytes
+=========     at copy_unguarded_kernel(const float *, float *, long)+0xc0 in /src/kernels_cuda.cu:41
+=========     by thread (220,0,0) in block (5,0,0)
+=========     Access to 0x7fa32a801770 is out of bounds
+=========     and is 1 bytes after the nearest allocation at 0x7fa32a800000 of size 6,000 bytes
+"""
+
+
+def test_a_compute_sanitizer_report_is_told_as_the_buffer_the_kernel_overran():
+    class Output:  # the parameter: its name and role are all the report reads
+        name, role = "y", "ret"
+
+    crash = sanitized._describe_cuda("Invalid __global__ write of size 4 bytes", CUDA_REPORT,
+                                     [(Output, 0x7fa32a800000, 6000)], {"y": ((5, 300), np.dtype(np.float32))})
+    assert crash.parameter == "y"
+    assert "past the end of output 'y' (float32[5,300], 6000 bytes)" in crash.message
+    assert "element 1500 of 1500" in crash.message and "/src/kernels_cuda.cu:41" in crash.message
+    assert "thread (220,0,0) of block (5,0,0)" in crash.message

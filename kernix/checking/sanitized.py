@@ -487,24 +487,30 @@ def describe_crash(log: str, code: int | None, spec: FunctionSpec,
 def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]],
                    layout: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> Crash:
     """What compute-sanitizer's first report says the kernel did."""
-    frame = re.search(r"=========\s+at (.+?)(?:\+0x[0-9a-f]+)? in (/[^\s:]+):(\d+)", log)
+    frame = re.search(r"=========\s+at (.+?)(?:\+0x[0-9a-f]+)? in (\S+?):(\d+)\s*$", log, re.M)
     at = f" at {frame.group(2)}:{frame.group(3)} (in {frame.group(1).split('(')[0]})" if frame else ""
     thread = re.search(r"by thread \(([^)]*)\) in block \(([^)]*)\)", log)
     who = f", thread ({thread.group(1)}) of block ({thread.group(2)})" if thread else ""
-    near = re.search(r"(\d+) bytes (after|before) the nearest allocation at (0x[0-9a-f]+) of size (\d+) bytes", log)
+    access = re.search(r"Access to (0x[0-9a-f]+)", log)
+    near = re.search(r"bytes (after|before) the nearest allocation at (0x[0-9a-f]+) of size ([\d,]+) bytes", log)
     size = re.search(r"of size (\d+) bytes?", kind)
     verb = "wrote" if "write" in kind else "read"
     if "Uninitialized" in kind:
         return Crash(f"read uninitialised GPU memory (compute-sanitizer initcheck: {kind.strip()}){at}{who}")
     if near:
-        owner = next(((p, n) for p, a, n in buffers if a == int(near.group(3), 16)), None)
+        owner = next(((p, n) for p, a, n in buffers if a == int(near.group(2), 16)), None)
         if owner is not None:
             p, nbytes = owner
             shape, dtype = layout.get(p.name, ((nbytes,), np.dtype(np.uint8)))
-            side = "past the end of" if near.group(2) == "after" else "before the start of"
-            return Crash(f"{verb} {size.group(1) if size else 'some'} bytes {side} {_param_words(p)} {p.name!r} "
-                         f"({_layout(shape, dtype)}, {nbytes} bytes): {near.group(1)} byte(s) {near.group(2)} "
-                         f"it{at}{who}", p.name)
+            what = f"{_param_words(p)} {p.name!r} ({_layout(shape, dtype)}, {nbytes} bytes)"
+            offset = int(access.group(1), 16) - int(near.group(2), 16) if access else None
+            count = f"{size.group(1)} bytes" if size else "memory"
+            if near.group(1) == "after":
+                where = f": at byte {offset}, element {offset // max(dtype.itemsize, 1)} of " \
+                        f"{nbytes // max(dtype.itemsize, 1)}" if offset is not None else ""
+                return Crash(f"{verb} {count} past the end of {what}{where}{at}{who}", p.name)
+            before = f": {-offset} byte(s) before its first element" if offset is not None else ""
+            return Crash(f"{verb} {count} before the start of {what}{before}{at}{who}", p.name)
     return Crash(f"compute-sanitizer memcheck: {kind.strip()}{at}{who}")
 
 
