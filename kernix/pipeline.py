@@ -31,20 +31,9 @@ if TYPE_CHECKING:
 
 __all__ = ["load", "fingerprint", "request_of"]
 
-#: The request each module this process loaded came from, and its sources' (mtime, size) then
+#: The request each module this process loaded came from, and its sources' stats then
 #: (kernix.check rebuilds the sources under sanitizers, and must know they are still those loaded).
 _REQUESTS: weakref.WeakKeyDictionary[CompiledModule, tuple[LoadRequest, list[Any]]] = weakref.WeakKeyDictionary()
-
-
-def _stamps(request: LoadRequest) -> list[Any]:
-    out = []
-    for source in request.sources:
-        try:
-            st = os.stat(source)
-            out.append((st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append(None)
-    return out
 
 
 def request_of(module: CompiledModule) -> LoadRequest | str:
@@ -54,7 +43,8 @@ def request_of(module: CompiledModule) -> LoadRequest | str:
     if found is None:
         return f"module {module.name!r} was not loaded from sources in this process (a prebuilt module?)"
     request, stamps = found
-    changed = [str(s) for s, was, now in zip(request.sources, stamps, _stamps(request)) if was != now]
+    now = store.file_stats(map(str, request.sources))
+    changed = [str(s) for s, was, is_ in zip(request.sources, stamps, now) if was != is_]
     if changed:
         return (f"{', '.join(changed)} changed or went since module {module.name!r} was loaded: building it again "
                 "would check other code (load the module again)")
@@ -80,7 +70,7 @@ def load(request: LoadRequest) -> CompiledModule:
         name=request.name, path=manifest.so_path, platform=manifest.platform, functions=_specs_of(request, manifest),
         handlers=manifest.handlers, digest=manifest.so_sha256, target_prefix=request.target_prefix,
     )
-    _REQUESTS[module] = (request, _stamps(request))
+    _REQUESTS[module] = (request, store.file_stats(map(str, request.sources)))
     if request.auto_register:
         module.register()
     return module
