@@ -47,12 +47,12 @@ LINE_BUDGETS = {
     "backend": 2_232,
     "store": 2_430,
     "runtime": 2_181,
-    "checking": 2_216,
+    "checking": 2_233,
     "prebuilt": 1_150,
     "cli": 720,
     "loose": 1_755,
 }
-PACKAGE_BUDGET = 18_021
+PACKAGE_BUDGET = 18_028
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.

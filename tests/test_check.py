@@ -307,7 +307,7 @@ def test_cuda_kernels_are_checked_on_the_gpu(cuda_kernels):
     report = kernix.check(cuda_kernels.triple, lambda x: 3 * x, x)
     assert report.ok, report
     assert report["buffers"].passed and report["vmap_one_call"].passed and report["grad"].passed
-    assert "compute-sanitizer memcheck and initcheck" in report["buffers"].detail
+    assert "compute-sanitizer memcheck, initcheck and racecheck" in report["buffers"].detail, report
     report = kernix.check(cuda_kernels.copy_unguarded, lambda x: x, x, strict=False)
     assert report["buffers"].failed and "bytes past the end of output 'y' (float32[5,300]" in report["buffers"].detail, \
         report
@@ -315,6 +315,11 @@ def test_cuda_kernels_are_checked_on_the_gpu(cuda_kernels):
     report = kernix.check(cuda_kernels.double_and_clear, lambda x: 2 * x, x, strict=False)
     assert report["buffers"].failed and "wrote into input 'x'" in report["buffers"].detail, report
     assert report["eager"].failed and report["eager"].parameter == "x", report
+    # threads of a block racing on shared memory: racecheck
+    report = kernix.check(cuda_kernels.reverse_racy, lambda x: x, x, strict=False, checks=["buffers"])
+    buffers = report["buffers"]
+    assert buffers.failed and "racecheck" in buffers.detail and "race" in buffers.detail.lower(), report
+    assert "kernels_cuda.cu:" in buffers.detail, report
 
 
 @pytest.mark.gpu

@@ -174,3 +174,16 @@ def test_a_compute_sanitizer_report_is_told_as_the_buffer_the_kernel_overran():
     assert "past the end of output 'y' (float32[5,300], 6000 bytes)" in crash.message
     assert "element 1500 of 1500" in crash.message and "/src/kernels_cuda.cu:41" in crash.message
     assert "thread (220,0,0) of block (5,0,0)" in crash.message
+
+
+#: compute-sanitizer racecheck's report of a block reversing through shared memory with no __syncthreads().
+RACE_REPORT = """\
+========= Error: Race reported between Write access at rev(const float *, float *, int)+0x100 in /src/race.cu:7
+=========     and Read access at rev(const float *, float *, int)+0x160 in /src/race.cu:8 [6000 hazards]
+"""
+
+
+def test_a_racecheck_report_is_told_as_the_two_accesses_of_the_race():
+    crash = sanitized._describe_cuda(RACE_REPORT.splitlines()[0].removeprefix("========= "), RACE_REPORT, [], {})
+    assert "shared memory" in crash.message and "a write at /src/race.cu:7 (in rev)" in crash.message
+    assert "a read at line 8" in crash.message

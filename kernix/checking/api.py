@@ -163,7 +163,8 @@ def _check_buffers(s: Subject, memory: Memory | None) -> tuple[CheckResult, bool
                 any(p.unsafe for p in problems))
     both = " and its backward kernel" if s.backward is not None else ""
     tsan = " (and ThreadSanitizer on the pool's threads)" if any(p.role == "threads" for p in s.spec.params) else ""
-    tools = "compute-sanitizer memcheck and initcheck" if memory.cuda else f"AddressSanitizer and UBSan{tsan}"
+    tools = ("compute-sanitizer memcheck, initcheck and racecheck" if memory.cuda else
+             f"AddressSanitizer and UBSan{tsan}")
     return CheckResult("buffers", "passed", f"outside XLA, on buffers of exactly their size, under {tools} "
                        f"in a child process, the kernel{both} read and wrote only within its buffers, left "
                        f"its inputs unchanged, wrote every output element and gave the same result on each of "

@@ -62,22 +62,29 @@ class Memory:
         self.outputs: list[np.ndarray] = []
 
     def close(self) -> None:
-        for driver in (self.driver, getattr(self, "_tsan", None)):
+        for driver in (self.driver, *self.__dict__.get("_race_drivers", {}).values()):
             if driver is not None:
                 driver.close()
 
     def races(self, xs: Sequence[np.ndarray]) -> list[Problem]:
         """For a kernel on the thread pool: the example, and many of it along the '...' batch, run under
         ThreadSanitizer (a data race between the pool's threads is a problem of kind "crash"); for a CUDA
-        kernel, the same under compute-sanitizer's initcheck (a read of uninitialised memory)."""
-        s = self.s
-        if not self.cuda and not any(p.role == "threads" for p in s.spec.params):
+        kernel, the example under compute-sanitizer's initcheck (a read of uninitialised memory), then its
+        racecheck (threads of a block racing on shared memory)."""
+        if self.cuda:
+            return self._races(xs, "initcheck") or self._races(xs, "racecheck")
+        if not any(p.role == "threads" for p in self.s.spec.params):
             return []
-        tool = "initcheck" if self.cuda else "thread"
-        if not hasattr(self, "_tsan"):
+        return self._races(xs, "thread")
+
+    def _races(self, xs: Sequence[np.ndarray], tool: str) -> list[Problem]:
+        s = self.s
+        drivers = self.__dict__.setdefault("_race_drivers", {})
+        if tool not in drivers:
             exe, why = driver_for(s.fn.module, tool)
-            self._tsan = Driver(exe, s.fn.module.functions, tool) if exe is not None else None
-        if self._tsan is None:
+            drivers[tool] = Driver(exe, s.fn.module.functions, tool) if exe is not None else None
+        driver = drivers[tool]
+        if driver is None:
             return []
         times = max(64, (1 << 20) // max(sum(x.size for x in xs), 1))  # ranges long enough to overlap in time
         big = self._larger(xs, times)
@@ -86,9 +93,9 @@ class Memory:
             inputs = [np.asarray(x, order="C") for x in inputs]
             outputs = [(o.shape, o.dtype) for o in s.out_structs(inputs)]
             coerced = {p.name: coerce_attr(s.spec.name, p, s.attrs[p.name]) for p in s.spec.attrs}
-            ran = self._tsan.call(s.spec.name, inputs, outputs, coerced, self._scratch(s.spec, inputs, s.attrs))
+            ran = driver.call(s.spec.name, inputs, outputs, coerced, self._scratch(s.spec, inputs, s.attrs))
             if isinstance(ran, Crash):
-                under = "compute-sanitizer initcheck" if self.cuda else "ThreadSanitizer"
+                under = f"compute-sanitizer {tool}" if self.cuda else "ThreadSanitizer"
                 problems.append(Problem(ran.parameter, f"under {under}, on {s.describe_inputs(inputs)}: "
                                         f"the kernel {ran.message}", "crash"))
                 break

@@ -44,10 +44,12 @@ TIMEOUT = 20.0
 SANITIZERS = {
     "address": ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"],
     "thread": ["-fsanitize=thread"],
-    "cuda": [],  # CUDA: the driver runs under compute-sanitizer (memcheck, initcheck), no compiler sanitizer
+    "cuda": [],  # CUDA: the driver runs under compute-sanitizer (memcheck, initcheck, racecheck), no compiler sanitizer
 }
 #: The compute-sanitizer tools a CUDA driver runs under.
-CUDA_TOOLS = ("memcheck", "initcheck")
+CUDA_TOOLS = ("memcheck", "initcheck", "racecheck")
+#: How the first line of a compute-sanitizer finding starts.
+_CUDA_FINDING = "Invalid|Uninitialized|Out-of-range|Misaligned|Error: Race|ERROR: Race"
 _ENV = {
     "ASAN_OPTIONS": "detect_leaks=0:handle_abort=1:handle_sigfpe=1:handle_segv=1:handle_sigill=1:"
                     "allocator_may_return_null=1:symbolize=1:abort_on_error=0:exitcode=86",
@@ -285,7 +287,7 @@ class Driver:
             return self._crash(spec, start, {p.name: (shape, dtype) for p, shape, dtype in tensors})
         if self.sanitizer in CUDA_TOOLS and isinstance(ran, Ran):
             log = self._since(start)
-            if re.search(r"^========= (Invalid|Uninitialized|Program hit|Out-of-range|Misaligned)", log, re.M):
+            if re.search(rf"^========= (Program hit|{_CUDA_FINDING})", log, re.M):
                 self.close()  # the context may be unusable after an error
                 return describe_crash(log, None, spec, {p.name: (shape, dtype) for p, shape, dtype in tensors})
         return ran
@@ -421,7 +423,7 @@ def describe_crash(log: str, code: int | None, spec: FunctionSpec,
     """What a sanitizer's report (or the exit status) says the kernel did; ``layout`` gives each tensor
     parameter's shape and dtype."""
     layout = layout or {}
-    cuda = re.search(r"^========= ((?:Invalid|Uninitialized|Out-of-range|Misaligned)[^\n]*)", log, re.M)
+    cuda = re.search(rf"^========= ((?:{_CUDA_FINDING})[^\n]*)", log, re.M)
     log = log[log.rfind("kernix-check: call "):] if "kernix-check: call " in log else log
     buffers = []  # (name, address, size, role, dtype/shape unknown here)
     for m in re.finditer(r"kernix-check: buffer (\d+) (0x[0-9a-f]+|\(nil\)) (\d+)", log):
@@ -495,6 +497,13 @@ def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]],
     near = re.search(r"bytes (after|before) the nearest allocation at (0x[0-9a-f]+) of size ([\d,]+) bytes", log)
     size = re.search(r"of size (\d+) bytes?", kind)
     verb = "wrote" if "write" in kind else "read"
+    race = re.search(r"Race reported between (\w+) access at (.+?)(?:\+0x[0-9a-f]+)? in (\S+?):(\d+)", kind)
+    if race:
+        other = re.search(r"and (\w+) access at .+? in (\S+?):(\d+)", log)
+        pair = f" and a {other.group(1).lower()} at line {other.group(3)}" if other else ""
+        return Crash(f"raced on shared memory between the threads of a block (compute-sanitizer racecheck): a "
+                     f"{race.group(1).lower()} at {race.group(3)}:{race.group(4)} (in {race.group(2).split('(')[0]})"
+                     f"{pair}, with no __syncthreads() between them")
     if "Uninitialized" in kind:
         return Crash(f"read uninitialised GPU memory (compute-sanitizer initcheck: {kind.strip()}){at}{who}")
     if near:

@@ -18,8 +18,8 @@ import numpy as np
 from .report import CheckResult
 from .subject import Subject, describe, failure, stack, variants
 
-__all__ = ["check_eager", "check_jit", "check_vmap", "check_grad", "check_jvp", "check_sharded", "check_export", "count_calls",
-           "example_cotangents"]
+__all__ = ["check_eager", "check_jit", "check_vmap", "check_grad", "check_jvp", "check_sharded",
+           "check_export", "count_calls", "example_cotangents"]
 
 #: How many examples a vmap check batches.
 VMAP_BATCH = 3
