@@ -60,9 +60,11 @@ class Memory:
         self.sanitizer = sanitizer
         #: The outputs of the last forward run (its first call), as the driver gave them.
         self.outputs: list[np.ndarray] = []
+        #: The drivers that look for races and uninitialised reads, by tool, built on first use (None: cannot).
+        self._race_drivers: dict[str, Driver | None] = {}
 
     def close(self) -> None:
-        for driver in (self.driver, *self.__dict__.get("_race_drivers", {}).values()):
+        for driver in (self.driver, *self._race_drivers.values()):
             if driver is not None:
                 driver.close()
 
@@ -79,12 +81,10 @@ class Memory:
 
     def _races(self, xs: Sequence[np.ndarray], tool: str) -> list[Problem]:
         s = self.s
-        drivers = self.__dict__.setdefault("_race_drivers", {})
-        if tool not in drivers:
-            exe, why = driver_for(s.fn.module, tool)
-            drivers[tool] = Driver(exe, s.fn.module.functions, tool) if exe is not None else None
-        driver = drivers[tool]
-        if driver is None:
+        if tool not in self._race_drivers:
+            exe, _ = driver_for(s.fn.module, tool)
+            self._race_drivers[tool] = Driver(exe, s.fn.module.functions, tool) if exe is not None else None
+        if (driver := self._race_drivers[tool]) is None:
             return []
         times = max(64, (1 << 20) // max(sum(x.size for x in xs), 1))  # ranges long enough to overlap in time
         big = self._larger(xs, times)
