@@ -31,8 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["load", "fingerprint", "request_of"]
 
-#: The request each module this process loaded came from, and its sources' stats then
-#: (kernix.check rebuilds the sources under sanitizers, and must know they are still those loaded).
+#: Each module loaded here: its request, and its sources' stats before the build (kernix.check rebuilds them).
 _REQUESTS: weakref.WeakKeyDictionary[CompiledModule, tuple[LoadRequest, list[Any]]] = weakref.WeakKeyDictionary()
 
 
@@ -53,6 +52,7 @@ def request_of(module: CompiledModule) -> LoadRequest | str:
 
 def load(request: LoadRequest) -> CompiledModule:
     """Run the pipeline for ``request`` and return the loaded (and, if asked, registered) module."""
+    stamps = store.file_stats(map(str, request.sources))  # before the build: an edit during it is a change
     fp = fingerprint(request)
     manifest = None if request.force_rebuild else _direct_hit(request, fp)
     if manifest is None:
@@ -70,7 +70,7 @@ def load(request: LoadRequest) -> CompiledModule:
         name=request.name, path=manifest.so_path, platform=manifest.platform, functions=_specs_of(request, manifest),
         handlers=manifest.handlers, digest=manifest.so_sha256, target_prefix=request.target_prefix,
     )
-    _REQUESTS[module] = (request, store.file_stats(map(str, request.sources)))
+    _REQUESTS[module] = (request, stamps)
     if request.auto_register:
         module.register()
     return module

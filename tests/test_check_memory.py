@@ -144,6 +144,27 @@ def test_sources_changed_since_the_load_are_not_built_in_their_place(tmp_path):
     assert report["eager"].passed
 
 
+def test_a_source_edited_while_it_loads_is_not_built_in_its_place(tmp_path, monkeypatch):
+    # The load's stamps are taken before the build: an edit between the build and the end of the load
+    # must count as a change, or the sanitizer build would check code the module does not run.
+    from kernix import pipeline
+
+    source = tmp_path / "edited.cpp"
+    source.write_text('#include "kernix/common.h"\n// @BE same (n)->(n)\nvoid same(const BE::Tensor& x, '
+                      "BE::Tensor& y) {}\n")
+    load, edits = pipeline.registry.open_library, []
+
+    def open_then_edit(path):  # (the load maps the library once, before it makes the module)
+        library = load(path)
+        if not edits:
+            edits.append(source.write_text(source.read_text() + "// edited during the load\n"))
+        return library
+
+    monkeypatch.setattr(pipeline.registry, "open_library", open_then_edit)
+    module = kernix.load_cpp_file(source, name=unique_name("edited_during"), build_directory=tmp_path / "cache")
+    assert "changed or went since module" in pipeline.request_of(module)
+
+
 def test_a_driver_that_cannot_start_is_no_finding_about_the_kernel(kinds, monkeypatch):
     monkeypatch.setattr(sanitized, "driver_for", lambda module, sanitizer="address": (Path("/bin/false"), ""))
     from kernix.checking import memory
