@@ -28,7 +28,6 @@ import ctypes
 import hashlib
 import os
 from collections.abc import Sequence
-from typing import NamedTuple
 
 __all__ = ["CUDA_LIBRARY", "DRIVER_PROC", "NVML_LIBRARY", "Gpu", "Survey", "survey", "visible"]
 
@@ -41,28 +40,43 @@ _CU_MAJOR, _CU_MINOR = 75, 76  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / 
 _CUDA_ERROR_NO_DEVICE = 100
 
 
-class Gpu(NamedTuple):
-    """One GPU: its architecture (``"sm_90"``) and name (``"NVIDIA H100 80GB HBM3"``)."""
+class Gpu(tuple):
+    """One GPU: its architecture (``"sm_90"``) and name (``"NVIDIA H100 80GB HBM3"``), an ``(arch, name)`` tuple."""
 
-    arch: str
-    name: str
+    # Tuples with properties rather than NamedTuples: a CUDA warm load defines these classes, and
+    # typing.NamedTuple takes about 0.3 ms a class to define on an H100 host.
+    __slots__ = ()
+    arch = property(lambda self: self[0])
+    name = property(lambda self: self[1])
 
-
-class Survey(NamedTuple):
-    """The GPUs this process can use, where the answer came from, and, when
-    there are none, why (for the error that names the fix)."""
-
-    gpus: tuple[Gpu, ...]
-    source: str  # "nvml", "cuda driver", or "" when neither answered
-    problem: str
+    def __new__(cls, arch: str, name: str) -> Gpu:
+        return tuple.__new__(cls, (arch, name))
 
 
-class _Device(NamedTuple):
-    """A GPU as NVML lists it (all of them, in PCI bus order)."""
+class Survey(tuple):
+    """The GPUs this process can use (``gpus``), where the answer came from
+    (``source``: ``"nvml"``, ``"cuda driver"``, or ``""`` when neither answered)
+    and, when there are none, why (``problem``, for the error that names the fix)."""
 
-    arch: str
-    name: str
-    uuid: str
+    __slots__ = ()
+    gpus = property(lambda self: self[0])
+    source = property(lambda self: self[1])
+    problem = property(lambda self: self[2])
+
+    def __new__(cls, gpus: tuple[Gpu, ...], source: str, problem: str) -> Survey:
+        return tuple.__new__(cls, (gpus, source, problem))
+
+
+class _Device(tuple):
+    """A GPU as NVML lists it (all of them, in PCI bus order): ``(arch, name, uuid)``."""
+
+    __slots__ = ()
+    arch = property(lambda self: self[0])
+    name = property(lambda self: self[1])
+    uuid = property(lambda self: self[2])
+
+    def __new__(cls, arch: str, name: str, uuid: str) -> _Device:
+        return tuple.__new__(cls, (arch, name, uuid))
 
 
 _known: dict[tuple[str | None, str | None], Survey] = {}  # this process's answers, by the two variables
