@@ -90,25 +90,14 @@ def detect_compute_capability(explicit: str | Sequence[str] | None = None, *,
     """The GPU architecture(s) to build for: ``sm_XY``, or ``sm_XY,sm_ZW,...``
     (sorted, oldest first) for a multi-architecture build.
 
-    Looks, in order, at ``explicit`` (one architecture or a list, see
-    :func:`normalize_arch_list`), ``$KERNIX_CUDA_ARCH_LIST``,
-    ``$KERNIX_CUDA_ARCH``, then the GPUs this process can use, asked of the
-    driver (:func:`kernix.backend.gpus.survey`: NVML, else the CUDA driver
-    API; never JAX, whose backend stays unstarted): the
-    architectures of every GPU that ``CUDA_VISIBLE_DEVICES`` shows, so a
-    module runs on whichever of them JAX uses.
-
-    Parameters
-    ----------
-    explicit
-        The architecture(s) a caller gave.
-    root
-        The cache root where the driver's answer is remembered (default: the cache root).
-
-    Raises
-    ------
-    ToolchainError
-        When none of them gives one, saying why and how to set it.
+    From, in order: ``explicit`` (one architecture or a list, see
+    :func:`normalize_arch_list`), ``$KERNIX_CUDA_ARCH_LIST``, ``$KERNIX_CUDA_ARCH``,
+    then every GPU that ``CUDA_VISIBLE_DEVICES`` shows, asked of the driver
+    (:func:`kernix.backend.gpus.survey`, never JAX, whose backend stays
+    unstarted), so a module runs on whichever of them JAX uses.  ``root`` is
+    the cache root where the driver's answer is remembered (default: the cache
+    root).  A :class:`ToolchainError` when none gives one, saying why and how
+    to set it.
     """
     try:
         if explicit:

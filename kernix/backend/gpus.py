@@ -1,25 +1,21 @@
-"""The NVIDIA GPUs this process can use, asked of the driver, never of JAX.
+"""The NVIDIA GPUs this process can use, asked of the driver, never of JAX
+(whose backend, once started, holds the GPU's memory and refuses a later
+``jax.distributed.initialize()``), through :mod:`ctypes`:
 
-Asking JAX (``jax.devices("gpu")``) starts its backend: about 0.3 s on an
-H100, the GPU's memory taken, and a later ``jax.distributed.initialize()``
-refused.  So a CUDA load asks the driver, through :mod:`ctypes`:
+1. NVML (``libnvidia-ml.so.1``, shipped with every Linux driver): each GPU's
+   compute capability, name and UUID.  It lists every GPU, so
+   ``CUDA_VISIBLE_DEVICES`` is applied here (:func:`visible`).
+2. Where NVML gives no answer, the CUDA driver API (``libcuda.so.1``: ``cuInit``,
+   then ``cuDeviceGetAttribute``), which applies ``CUDA_VISIBLE_DEVICES`` itself.
+   A container started with ``NVIDIA_DRIVER_CAPABILITIES=compute`` has
+   ``libcuda.so.1`` but not NVML, which comes with the ``utility`` capability.
 
-1. NVML (``libnvidia-ml.so.1``, shipped with every Linux driver; about 34 ms
-   on an H100): each GPU's compute capability, name and UUID.  It lists
-   every GPU, so ``CUDA_VISIBLE_DEVICES`` is applied here (:func:`visible`).
-2. Where NVML gives no answer, the CUDA driver API (``libcuda.so.1``;
-   ``cuInit``, about 224 ms, then ``cuDeviceGetAttribute``: compute
-   capability major 75, minor 76); the driver applies
-   ``CUDA_VISIBLE_DEVICES`` itself.  A container started with
-   ``NVIDIA_DRIVER_CAPABILITIES=compute`` has ``libcuda.so.1`` but not NVML,
-   which comes with the ``utility`` capability.
-
-The answer is remembered in the cache root (``toolchain/gpus-<key>.rec``)
-under a key made of what the driver shows in ``/proc/driver/nvidia`` (its
-version, each GPU's ``information`` file: model, UUID, bus location) and
-``CUDA_VISIBLE_DEVICES``/``CUDA_DEVICE_ORDER``: a warm process reads a few
-small files and loads no driver library.  Where ``/proc/driver/nvidia`` is
-missing (WSL, not Linux), the driver is asked once per process.
+The answer is remembered in the cache (a ``"gpus"`` memo) under a key made of
+what the driver shows in ``/proc/driver/nvidia`` (its version, each GPU's
+``information`` file: model, UUID, bus location) and ``CUDA_VISIBLE_DEVICES``/
+``CUDA_DEVICE_ORDER``: a warm process reads a few small files and loads no
+driver library.  Where ``/proc/driver/nvidia`` is missing (WSL, not Linux),
+the driver is asked once per process.
 """
 
 from __future__ import annotations
@@ -69,7 +65,6 @@ class Survey(tuple):
 
 class _Device(tuple):
     """A GPU as NVML lists it (all of them, in PCI bus order): ``(arch, name, uuid)``."""
-
     __slots__ = ()
     arch = property(lambda self: self[0])
     name = property(lambda self: self[1])
