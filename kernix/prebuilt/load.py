@@ -21,9 +21,12 @@ from ..platforms import language_of
 from ..paths import ancestors
 from ..runtime import registry
 from ..runtime.module import CompiledModule
-from ..store import elf, trust
+from ..runtime.tuning import TABLE_KIND, table_key
+from ..store import Memos, elf, trust
 from ..store.files import file_digest
 from .format import (
+    TUNING_NAME,
+    read_tuning,
     arch_problem,
     ffi_api_problem,
     headers_root,
@@ -366,10 +369,27 @@ def load_manifest(
             "(`kernix build ...`).",
             "load",
         ) from None
+    shipped = [] if trust_problem([manifest.directory / TUNING_NAME]) else read_tuning(manifest.directory)
     module = CompiledModule(
         manifest.name, lib, manifest.platform, manifest.functions, manifest.handlers, digest,
-        target_prefix=target_prefix,
+        target_prefix=target_prefix, memos=_Shipped(shipped),
     )
     if auto_register:
         module.register()
     return module
+
+
+class _Shipped(Memos):
+    """The cache's memos, where a table of ``tune=`` choices the module ships (``kernix tune DIR``) adds the
+    entries the cache lacks: a device it has no table for tunes at its first call, into the cache."""
+
+    def __init__(self, tables: Sequence[dict[str, Any]]) -> None:
+        super().__init__()
+        self.tables = {table_key(t["digest"], t["device"]): t for t in tables}
+
+    def recall(self, kind: str, key: str) -> Any:
+        found, shipped = super().recall(kind, key), self.tables.get(key) if kind == TABLE_KIND else None
+        if shipped is None:
+            return found
+        own = found.get("entries") if isinstance(found, dict) else None
+        return {**shipped, "entries": {**shipped["entries"], **(own if isinstance(own, dict) else {})}}
