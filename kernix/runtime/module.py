@@ -45,7 +45,7 @@ class CompiledModule:
         SHA-256 of the library: modules with equal digests hold the same code.
     memos
         Where the tables of ``tune=`` templates are remembered (``recall(kind, key)``, ``update(kind, key,
-        fields)``: the cache's, :class:`kernix.store.Memos`), or ``None``: in this process only.
+        fields)``: the cache's, ``kernix.store.Memos``), or ``None``: in this process only.
     """
 
     def __init__(
