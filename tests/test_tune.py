@@ -194,6 +194,17 @@ def test_index_inputs_made_up_to_time_a_traced_call_are_zeros_so_a_gathering_ker
     assert np.all(np.abs(np.asarray(inputs[1])) < 1) and np.unique(np.asarray(inputs[1])).size == 3
 
 
+def test_timing_in_one_program_runs_every_call_unmerged(mod):
+    # (how a GPU is timed, run on the CPU: many calls of one program, none merged with another)
+    x = jnp.ones((2, 8), jnp.float32)
+    call = jax.ffi.ffi_call(mod.targets["rowsum_float32_8"], jax.ShapeDtypeStruct((2,), jnp.float32),
+                            has_side_effect=True)
+    before = runs(mod)
+    assert 0 < tuning.seconds_per_call(call, [x], in_one_program=True) < 1
+    ran = runs(mod) - before
+    assert ran > 8 and (ran - 2) % (tuning._REPEATS + 1) == 0  # twice alone, then (1 + repeats) programs
+
+
 def test_tune_times_the_callers_own_inputs_and_replaces_the_remembered_choice(mod):
     x = jnp.arange(9.0, dtype=jnp.float32)
     idx = jnp.array([8, 1, 7, 2, 6], jnp.int32)

@@ -235,8 +235,9 @@ class Operation:
             structs = results(xs)
 
             def call(target: str, plain: bool = False) -> Callable[..., tuple[Any, ...]]:
+                # (plain: a call to time, outside any shard_map, never merged with another)
                 outs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in structs] if plain else structs
-                made = jax.ffi.ffi_call(target, outs, vmap_method=vmap_method, has_side_effect=effect,
+                made = jax.ffi.ffi_call(target, outs, vmap_method=vmap_method, has_side_effect=effect or plain,
                                         input_output_aliases=aliases)
                 return lambda *ys: self.results.outputs(made(*ys, **attrs))
 

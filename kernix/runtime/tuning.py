@@ -11,11 +11,13 @@ program calls, and ``jax.export`` records it.
 * The key: the device (:func:`device_identity`), the input dtypes, and each input dimension rounded up
   to a power of two (:func:`bucket`), or with ``tune=BLOCK@n,k`` those dimensions and the batch's size.
 * Timing (:func:`seconds_per_call`): each variant jitted, run once to compile and once more to warm up;
-  then repeats of back-to-back calls ended by ``block_until_ready``, the median per call.  The same wall
-  clock on a GPU, whose calls queue on one stream: a repeat of many calls measures the kernels, not the
-  launches.  Integer and boolean inputs made up for the timing are zeros, so a kernel that reads through
-  index arrays stays in bounds; floating ones are uniform in [-1, 1).  ``Dispatcher.tune`` times on the
-  caller's own inputs instead.
+  then repeats of back-to-back calls ended by ``block_until_ready``, the variants in turn, the median per
+  call.  On the CPU a
+  repeat is many programs of one call (XLA's CPU runtime may run the calls of one program at once); on a
+  GPU, one program of many calls, which its stream runs in order: the wall clock then measures the
+  kernels, not their launches (JAX gives Python no CUDA events).  Integer and boolean inputs made up for
+  the timing are zeros, so a kernel that reads through index arrays stays in bounds; floating ones are
+  uniform in [-1, 1).  ``Dispatcher.tune`` times on the caller's own inputs instead.
 * Agreement: a variant that fails, or whose results disagree with the others' (beyond a tolerance of
   the dtype's), is left out with a :class:`~kernix.errors.TuningWarning`; when no majority agrees, the
   call is refused: kernix cannot tell which result is right.
@@ -60,7 +62,7 @@ TUNE_ENV = "KERNIX_TUNE"
 TABLE_KIND = "tune"
 _FORMAT = 1
 #: Seconds one repeat of back-to-back calls lasts at least (the calls of a fast kernel are many), and the repeats.
-_REPEAT_S, _REPEATS, _MOST_CALLS = 2e-3, 5, 200
+_REPEAT_S, _REPEATS, _MOST_CALLS = 2e-3, 5, 64
 #: The relative tolerance within which two variants' floating results agree, by the bits of the dtype's reals.
 _TOLERANCE = {16: 5e-2, 32: 1e-3, 64: 1e-7}
 
@@ -112,19 +114,32 @@ def synthesized(shape: Sequence[int], dtype: Any, device: Any, seed: int = 0) ->
     return jax.device_put(np.zeros(tuple(shape), dtype), device)
 
 
-def seconds_per_call(fn: Callable[..., Any], inputs: Sequence[Any]) -> float:
-    """The median seconds one call of ``fn`` (compiled and warmed up) takes on ``inputs``."""
+def seconds_per_call(call: Callable[..., Any], inputs: Sequence[Any], *, in_one_program: bool = False) -> float:
+    """The median seconds one ``call`` (of side effects: never merged with another) takes on ``inputs``, over
+    repeats of back-to-back calls lasting a few milliseconds each: many programs of one call, or with
+    ``in_one_program`` (a GPU, whose one stream runs a program's calls in order) one program of many calls,
+    which times the kernels rather than their launches."""
+    repeat = _repeat(call, inputs, in_one_program)
+    return statistics.median(repeat() for _ in range(_REPEATS))
+
+
+def _repeat(call: Callable[..., Any], inputs: Sequence[Any], in_one_program: bool) -> Callable[[], float]:
+    """``call`` compiled and warmed up: a function that times one repeat (seconds per call)."""
+    once = jax.jit(call)
+    jax.block_until_ready(once(*inputs))  # (compiled)
     start = time.perf_counter()
-    jax.block_until_ready(fn(*inputs))
+    jax.block_until_ready(once(*inputs))
     calls = max(1, min(_MOST_CALLS, int(_REPEAT_S / max(time.perf_counter() - start, 1e-7))))
-    samples = []
-    for _ in range(_REPEATS):
+    many = jax.jit(lambda *xs: [call(*xs) for _ in range(calls)][-1]) if in_one_program and calls > 1 else None
+    if many is not None:
+        jax.block_until_ready(many(*inputs))
+
+    def repeat() -> float:
         start = time.perf_counter()
-        for _ in range(calls):
-            out = fn(*inputs)
-        jax.block_until_ready(out)
-        samples.append((time.perf_counter() - start) / calls)
-    return statistics.median(samples)
+        jax.block_until_ready(many(*inputs) if many is not None else [once(*inputs) for _ in range(calls)][-1])
+        return (time.perf_counter() - start) / calls
+
+    return repeat
 
 
 def _close(a: np.ndarray, b: np.ndarray) -> bool:
@@ -234,19 +249,26 @@ class Tuner:
             inputs = [jax.device_put(x, device) if concrete else synthesized(np.shape(x), x.dtype, device, k)
                       for k, x in enumerate(xs)]
             results: dict[str, list[np.ndarray]] = {}
-            times: dict[str, float] = {}
+            repeats: dict[str, Callable[[], float]] = {}
+            start = time.perf_counter()
             for name in self.variants:
-                fn = jax.jit(call(self.module.targets[name]))
+                plain = call(self.module.targets[name])
                 try:
-                    results[name] = [np.asarray(o) for o in jax.block_until_ready(fn(*inputs))]
-                    times[name] = seconds_per_call(fn, inputs)
+                    results[name] = [np.asarray(o) for o in jax.block_until_ready(jax.jit(plain)(*inputs))]
+                    repeats[name] = _repeat(plain, inputs, device.platform == "gpu")
                 except (jax.errors.JaxRuntimeError, KernixError) as exc:
                     results.pop(name, None)
                     warnings.warn(f"{self.label}: {name} failed as it was timed, and is left out: {exc}",
                                   TuningWarning, stacklevel=3)
-        kept = self._agreeing(results)
+            kept = self._agreeing(results)
+            samples: dict[str, list[float]] = {n: [] for n in kept}
+            for _ in range(_REPEATS):  # (the variants in turn: a load that comes and goes slows each alike)
+                for n in kept:
+                    samples[n].append(repeats[n]())
+        times = {n: statistics.median(v) for n, v in samples.items()}
         choice = min(kept, key=lambda n: times[n])
-        return {"choice": choice, "us": {n: round(times[n] * 1e6, 2) for n in kept}}
+        return {"choice": choice, "us": {n: round(times[n] * 1e6, 2) for n in kept},
+                "cost_ms": round((time.perf_counter() - start) * 1e3, 1)}
 
     def _agreeing(self, results: dict[str, list[np.ndarray]]) -> list[str]:
         """The variants whose results the majority share (each other one named in a warning)."""
