@@ -87,6 +87,14 @@ def test_a_tune_word_that_cannot_apply_is_refused_at_its_line_naming_the_functio
                           for e in paired)
 
 
+def test_the_stubs_make_a_tuned_parameter_optional_among_its_values():
+    from kernix.runtime.stubs import stub_text
+
+    text = stub_text(infer_file(SOURCE).functions)
+    assert re.search(r"def rowsum\(x: ArrayLike, /, \*, BLOCK: Literal\[1, 8, 64\] = \.\.\., out", text)
+    assert "@overload\ndef rowsum" not in text  # (one signature: the dtypes choose, then timing)
+
+
 def test_kernix_inspect_shows_the_tune_word(capsys):
     assert main(["inspect", str(SOURCE)]) == 0
     out = capsys.readouterr().out

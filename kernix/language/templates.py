@@ -347,15 +347,21 @@ def family_overloads(specs: Sequence[Any], params: Mapping[str, list[str]], retu
     methods: list[str] = []
     for name in family_names(specs):
         shared: dict[str, list[Member]] = {}
-        for m in family(functions, name):
+        members = family(functions, name)
+        for m in members:
             own = params[m.name]
             star = own.index("*")
-            full = [*own[:star + 1], *(f"{p}: Literal[{_literal(v)}]" for p, v in m.static), *own[star + 1:]]
+            tuned = functions[m.name].tune  # (optional: every value of the group, which timing chooses from)
+            values = {p: dict.fromkeys(_literal(dict(o.static)[p]) for o in members) for p in tuned}
+            full = [*own[:star + 1], *(f"{p}: Literal[{', '.join(values[p])}] = ..." if p in tuned else
+                                       f"{p}: Literal[{_literal(v)}]" for p, v in m.static), *own[star + 1:]]
             shared.setdefault(f"{', '.join(full)}) -> {returns[m.name]}", []).append(m)
         deco = ["@overload"] if len(shared) > 1 else []  # (one alone is no overload)
         for signature, members in shared.items():
             runs = " or ".join(f"``{m.name}`` ({m.shown})" for m in members)
             how = ", whichever the dtypes of the inputs (or of ``out=``) fit" if len(members) > 1 else ""
+            tuned = functions[members[0].name].tune
+            how += f" ({', '.join(tuned)} left out: the fastest, by timing)" if tuned else ""
             body += [*deco, f"def {name}({signature}:", f'    """Runs {runs}{how}."""', "    ...", "", ""]
             methods += [*("    " + d for d in deco), f"    def {name}(self, {signature}: ..."]
     return body, methods
