@@ -174,6 +174,12 @@ def test_a_variant_whose_results_disagree_is_left_out_with_a_warning_naming_it(m
     assert set(entries(mod)["shifted_BLOCK float32[128]"]["us"]) == {"shifted_1", "shifted_2"}
 
 
+def test_a_variant_that_fails_is_left_out_with_a_warning_naming_it(mod):
+    with pytest.warns(kernix.TuningWarning, match="picky_4 failed as it was timed.*refuses every input"):
+        np.testing.assert_array_equal(mod.picky(jnp.arange(3.0, dtype=jnp.float32)), [0.0, 1.0, 2.0])
+    assert entries(mod)["picky_BLOCK float32[4]"]["choice"] == "picky_1"
+
+
 def test_variants_that_disagree_without_a_majority_are_refused(mod):
     with pytest.raises(kernix.CallError, match="split_1; split_2.*no majority|no majority.*split_1; split_2"):
         mod.split(jnp.ones(10, jnp.float32))

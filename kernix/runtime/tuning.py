@@ -35,6 +35,7 @@ dtypes and keywords) holds, and the store cannot run JAX.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -80,9 +81,10 @@ def bucket(n: int) -> int:
     return n if n < 2 else 1 << (n - 1).bit_length()
 
 
+@functools.lru_cache(maxsize=None)
 def device_identity(device: Any) -> str:
     """What tells a device's timings from another's: on a GPU its name, compute capability and driver; on
-    the CPU its model."""
+    the CPU its model (read once per device)."""
     if device.platform == "cpu":
         model = platform.processor() or platform.machine()
         try:
@@ -248,19 +250,24 @@ class Tuner:
         with jax.ensure_compile_time_eval():  # (under a trace: run now, not staged into the program)
             inputs = [jax.device_put(x, device) if concrete else synthesized(np.shape(x), x.dtype, device, k)
                       for k, x in enumerate(xs)]
-            results: dict[str, list[np.ndarray]] = {}
+            clusters: list[tuple[list[np.ndarray], list[str]]] = []  # (results, the variants that give them)
             repeats: dict[str, Callable[[], float]] = {}
             start = time.perf_counter()
             for name in self.variants:
                 plain = call(self.module.targets[name])
                 try:
-                    results[name] = [np.asarray(o) for o in jax.block_until_ready(jax.jit(plain)(*inputs))]
+                    outs = [np.asarray(o) for o in jax.block_until_ready(jax.jit(plain)(*inputs))]
                     repeats[name] = _repeat(plain, inputs, device.platform == "gpu")
                 except (jax.errors.JaxRuntimeError, KernixError) as exc:
-                    results.pop(name, None)
                     warnings.warn(f"{self.label}: {name} failed as it was timed, and is left out: {exc}",
                                   TuningWarning, stacklevel=3)
-            kept = self._agreeing(results)
+                    continue
+                home = next((names for first, names in clusters if all(map(_close, outs, first))), None)
+                if home is None:
+                    clusters.append((outs, [name]))
+                else:
+                    home.append(name)
+            kept = self._agreeing([names for _, names in clusters])
             samples: dict[str, list[float]] = {n: [] for n in kept}
             for _ in range(_REPEATS):  # (the variants in turn: a load that comes and goes slows each alike)
                 for n in kept:
@@ -270,28 +277,21 @@ class Tuner:
         return {"choice": choice, "us": {n: round(times[n] * 1e6, 2) for n in kept},
                 "cost_ms": round((time.perf_counter() - start) * 1e3, 1)}
 
-    def _agreeing(self, results: dict[str, list[np.ndarray]]) -> list[str]:
-        """The variants whose results the majority share (each other one named in a warning)."""
-        if not results:
+    def _agreeing(self, clusters: list[list[str]]) -> list[str]:
+        """Of the variants that ran, grouped by the results they agree on, those the majority share (each
+        other one named in a warning)."""
+        if not clusters:
             raise CallError(f"{self.label}: every variant ({', '.join(self.variants)}) failed as it was timed; "
                             "call one of them by keyword to see its error")
-        clusters: list[list[str]] = []
-        for name, outs in results.items():
-            home = next((c for c in clusters if all(map(_close, outs, results[c[0]]))), None)
-            if home is None:
-                clusters.append([name])
-            else:
-                home.append(name)
         best = max(clusters, key=len)
-        if len(clusters) > 1 and 2 * len(best) <= len(results):
+        if 2 * len(best) <= sum(map(len, clusters)) and len(clusters) > 1:
             groups = "; ".join(" = ".join(c) for c in clusters)
             raise CallError(f"{self.label}: the variants disagree, and no majority agrees: {groups} (results of "
                             "the same inputs). kernix cannot tell which is right: fix the kernel, or choose a "
                             "variant by keyword")
-        for name in results:
-            if name not in best:
-                warnings.warn(f"{self.label}: {name}'s results disagree with {', '.join(best)}'s on the same inputs; "
-                              f"it is left out of the timing (check its code)", TuningWarning, stacklevel=4)
+        for name in (n for c in clusters if c is not best for n in c):
+            warnings.warn(f"{self.label}: {name}'s results disagree with {', '.join(best)}'s on the same inputs; "
+                          f"it is left out of the timing (check its code)", TuningWarning, stacklevel=4)
         return best
 
 
