@@ -363,3 +363,36 @@ def test_kernix_tune_tunes_ahead_of_time_and_a_prebuilt_module_ships_its_tables(
     assert main(["tune", str(directory), "--shapes", "float32[4]", "--function", "nothing"]) == 1
     assert main(["tune", str(directory), "--shapes", "float32(4)"]) == 2
     shutil.rmtree(directory)
+
+
+# ---- on a GPU ------------------------------------------------------------------------------------
+
+from helpers import gpus  # noqa: E402
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpus(), reason="needs an NVIDIA GPU")
+def test_on_a_gpu_the_kernels_are_timed_in_one_program_and_the_choice_is_per_gpu():
+    gpu = gpus()[0]
+    cuda = kernix.load_cuda_file(FIXTURES / "tune" / "tune_cuda.cu", name=unique_name("tuned_cuda"))
+
+    def launches() -> int:
+        return int(cuda.launches(out=jax.ShapeDtypeStruct((1,), jnp.int32))[0])
+
+    x = jax.device_put(jnp.asarray(np.random.default_rng(1).uniform(size=(512, 20000)), jnp.float32), gpu)
+    before = launches()
+    np.testing.assert_allclose(cuda.rowsum(x), np.asarray(x).sum(-1), rtol=1e-4)
+    ran = launches() - before
+    assert ran > 60  # each variant: many calls in each of its programs (merged, it would be 9 a variant)
+    tables = [t for t in kernix.cache_info()["tuning"] if t["digest"] == cuda.digest]
+    assert len(tables) == 1 and tables[0]["device"].startswith("gpu: ")
+    assert f"compute capability {gpu.compute_capability}" in tables[0]["device"]
+    entry = tables[0]["entries"]["rowsum_float32_THREADS float32[512,32768]"]
+    assert set(entry["us"]) == {"rowsum_float32_32", "rowsum_float32_256", "rowsum_float32_1024"}
+    assert entry["choice"] == min(entry["us"], key=entry["us"].get)
+    hlo = jax.jit(cuda.rowsum).lower(x).as_text()
+    assert re.findall(r"custom_call @([\w.]+)", hlo) == [cuda.targets[entry["choice"]]]
+    before = launches()
+    cuda.rowsum(x[:300])  # the same bucket: no timing
+    assert launches() - before == 1
+    assert kernix.cache_info()["tuning"] and jax.jit(jax.vmap(cuda.rowsum))(jnp.stack([x, x])).shape == (2, 512)
