@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any, Sequence
 
 import jax
@@ -142,20 +143,23 @@ class TunedFunction(KernelFunction):
         return f"<kernix tuned function {self.module.name}.{self.tuner.label} over {', '.join(self.tuner.variants)}>"
 
 
+#: Each module's groups of variants: (a member's name, the tuned parameters) -> their callable.
+_GROUPS: weakref.WeakKeyDictionary[Any, dict[tuple[str, tuple[str, ...]], TunedFunction]] = weakref.WeakKeyDictionary()
+
+
 def tuned(module: Any, name: str, params: tuple[str, ...]) -> TunedFunction:
     """The callable of the instantiations of ``module`` that differ from ``name`` only in the template parameters
-    ``params``, which timing chooses (made once, and kept by ``module[name]``)."""
-    kernel = module[name]
-    made = kernel.__dict__.setdefault("tuned_groups", {})
-    if params not in made:
-        spec, functions = kernel.spec, module.functions
+    ``params``, which timing chooses (made once per module)."""
+    made = _GROUPS.setdefault(module, {})
+    if (name, params) not in made:
+        spec, functions = module.functions[name], module.functions
         fixed = [(p, key) for p, _, key in spec.template_args if p not in params]
         variants = [n for n, s in functions.items() if s.template_args and template_name(s) == template_name(spec)
                     and [(p, k) for p, _, k in s.template_args if p not in params] == fixed]
         label = instance_name(template_name(spec), [p if p in params else k for p, _, k in spec.template_args])
         first = functions[variants[0]]
-        made[params] = TunedFunction(module, first, Tuner(module, variants, label, first))
-    return made[params]
+        made[(name, params)] = TunedFunction(module, first, Tuner(module, variants, label, first))
+    return made[(name, params)]
 
 
 class Dispatcher:
@@ -192,9 +196,9 @@ class Dispatcher:
         return self._callee(inputs, kwargs)(*inputs, **kwargs)
 
     def tune(self, *inputs: Any, **kwargs: Any) -> str:
-        """Time the variants a call with these (example) inputs and keywords leaves open on them, remember the
-        fastest for their key (replacing any choice remembered), and return its name: a call whose inputs
-        hold values that matter (index arrays) tunes on them, where a traced call tunes on zeros."""
+        """Time, on these inputs, the variants a call with them leaves open (its ``tune=`` parameters left out),
+        remember the fastest for the call's key (replacing a remembered choice) and return its name: for inputs
+        whose values matter to the speed (sparse indices), where a traced call times on made-up ones."""
         fn = self._callee(inputs, kwargs)
         if fn.tuner is None:
             raise CallError(f"{self.module.name}.{self.name}.tune(): the call runs {fn.spec.name}, and leaves no "

@@ -228,7 +228,6 @@ class Operation:
         (of the target the tuner chooses, for a group of variants)."""
         aliases = self.results.aliases or None
         effect = self.spec.has_side_effect
-
         where = {"target": self.target, "function": self.spec.name, "module": self.module, "side_effect": effect}
 
         def ffi(*xs: Any) -> tuple[Any, ...]:
