@@ -244,7 +244,8 @@ def main() -> int:
         summary.append((kernel, *geo))
     print("\ngeometric means over the shapes: tuned is N times faster than (>1: tuned wins); tuned / best")
     for kernel, vs_first, vs_fixed, vs_best in summary:
-        print(f"  {kernel:<8} vs first listed {vs_first:5.2f}   vs best fixed {vs_fixed:5.2f}   tuned/best {vs_best:5.2f}")
+        print(f"  {kernel:<8} vs first listed {vs_first:5.2f}   vs best fixed {vs_fixed:5.2f}   "
+              f"tuned/best {vs_best:5.2f}")
     return 0
 
 

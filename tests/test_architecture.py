@@ -48,11 +48,11 @@ LINE_BUDGETS = {
     "store": 2_475,
     "runtime": 2_635,
     "checking": 2_233,
-    "prebuilt": 1_206,
+    "prebuilt": 1_207,
     "cli": 822,
     "loose": 1_763,
 }
-PACKAGE_BUDGET = 18_780
+PACKAGE_BUDGET = 18_781
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.

@@ -155,6 +155,17 @@ def test_under_jit_the_program_calls_the_chosen_instantiation_and_export_records
     np.testing.assert_allclose(jax.jit(mod.rowsum)(x), 1000.0)
 
 
+def test_several_parameters_are_tuned_together_and_a_keyword_leaves_the_others_to_timing(mod):
+    x = jnp.ones(20, jnp.float32)
+    np.testing.assert_array_equal(mod.pair(x), 2.0)
+    np.testing.assert_array_equal(mod.pair(x, BLOCK=2), 2.0)
+    table = entries(mod)
+    assert set(table["pair_BLOCK_WARPS float32[32]"]["us"]) == {"pair_1_1", "pair_1_2", "pair_2_1", "pair_2_2"}
+    assert set(table["pair_2_WARPS float32[32]"]["us"]) == {"pair_2_1", "pair_2_2"}
+    assert re.findall(r"custom_call @([\w.]+)", lowered(lambda v: mod.pair(v, BLOCK=1, WARPS=2), x)) == [
+        f"{NAME}.pair_1_2"]
+
+
 def test_an_explicit_block_keyword_always_wins_and_kernix_tune_0_takes_the_first_listed_value(mod, monkeypatch):
     x = jnp.ones((2, 77), jnp.float32)
     assert re.findall(r"custom_call @([\w.]+)", lowered(lambda v: mod.rowsum(v, BLOCK=8), x)) == [
@@ -223,12 +234,12 @@ def test_tune_times_the_callers_own_inputs_and_replaces_the_remembered_choice(mo
     x = jnp.arange(9.0, dtype=jnp.float32)
     idx = jnp.array([8, 1, 7, 2, 6], jnp.int32)
     mod.gather(x, idx)
-    before = runs(mod)
+    was = entries(mod)["gather_BLOCK float32,int32 m=8"]
     choice = mod.gather.tune(x, idx)
-    assert choice in ("gather_1", "gather_4") and entries(mod)["gather_BLOCK float32,int32 m=8"]["choice"] == choice
+    now = entries(mod)["gather_BLOCK float32,int32 m=8"]
+    assert choice in ("gather_1", "gather_4") and now["choice"] == choice and now["us"] != was["us"]  # timed again
     with pytest.raises(kernix.CallError, match="no tune= parameter"):
         mod.gather.tune(x, idx, BLOCK=4)
-    del before
 
 
 def test_under_vmap_the_batch_joins_the_key(mod):

@@ -111,7 +111,8 @@ def _tune(args: dict[str, Any]) -> int:
             print_error("tune", f"--shapes {text!r}: write each input as dtype[dims], separated by commas, e.g. "
                         "'float32[64,4096]' or 'float32[512,256],int32[256]'")
             return 2
-        calls.append([(d, tuple(int(n) for n in dims.split(",") if n.strip())) for d, dims in re.findall(_INPUT, text)])
+        calls.append((text, [(d, [int(n) for n in dims.split(",") if n.strip()])
+                             for d, dims in re.findall(_INPUT, text)]))
     attrs = {}
     for item in args["attr"]:
         key, eq, value = item.partition("=")
@@ -147,8 +148,7 @@ def _tune(args: dict[str, Any]) -> int:
     device = None
     tuned = 0
     for name in names:
-        for call in calls:
-            shown = ",".join(f"{d}[{','.join(map(str, s))}]" for d, s in call)
+        for shown, call in calls:
             try:
                 if device is None:
                     import jax
@@ -160,7 +160,7 @@ def _tune(args: dict[str, Any]) -> int:
                                                                 for p in module.functions[m.name].attrs}}
                 print(f"{name} {shown} -> {module[name].tune(*inputs, **own)}")
                 tuned += 1
-            except (KernixError, TypeError, ValueError) as exc:
+            except (KernixError, TypeError, ValueError, RuntimeError) as exc:  # (RuntimeError: no such device)
                 print(f"{name} {shown}: not tuned: {exc}", file=sys.stderr)
     if os.path.isdir(path) and tuned:
         print(f"wrote {format.write_tuning(path, tables_of(module))}")

@@ -289,7 +289,8 @@ def load_prebuilt(
     """Load a prebuilt module (made by ``kernix build`` or :func:`kernix.build_module`).
 
     Needs no compiler, no nvcc and no libclang, and writes nothing to the
-    kernix cache.  Before the library is loaded, the module must be
+    kernix cache (but for the choices of ``tune=`` templates its
+    ``kernix-tuning.json`` lacks, timed at a call).  Before the library is loaded, the module must be
     trustworthy (nothing on its path writable by another user), built by
     this kernix release series, for this jaxlib's FFI API and (CUDA) these
     GPUs, and its library must match the manifest's SHA-256 and be a whole
