@@ -1,23 +1,24 @@
 """Autotuning: the variant of a ``tune=`` template that timing chooses, per device, dtypes and shape bucket.
 
 A call that leaves a tuned parameter out (``mod.tile(x)`` for ``// @BE tile<T: float; BLOCK: 128, 256>
-tune=BLOCK``) runs a group of variants, the instantiations that differ only in the tuned parameters; its
-operation asks the group's :class:`Tuner` for a target each time it makes the FFI call: eagerly, on the
-call's own inputs, or as the call is traced under ``jax.jit``, on inputs made of its shapes and dtypes
-(:func:`synthesized`).  Either way the shapes are those the kernel runs on: per shard under sharding,
-with the batch under ``jax.vmap``.  Under ``jax.jit`` the chosen instantiation's target is what the
-program calls, and ``jax.export`` records it.
+tune=BLOCK``) runs a group of variants, the instantiations that differ only in the tuned parameters
+(:class:`~kernix.runtime.function.TunedFunction`).  Its operation hands the group's :class:`Tuner` the
+FFI call to make (:meth:`Tuner.call`), which chooses the target: at once for an eager call, timing on the
+call's own inputs; under a trace, when the program is lowered (the ``kernix_tuned`` primitive), timing on
+inputs of the call's shapes and dtypes (:func:`synthesized`).  Either way the shapes are those the kernel
+runs on: per shard under sharding, with the batch under ``jax.vmap`` (never the shapes at which JAX traces
+the body of a ``custom_vmap`` or ``custom_partitioning`` it does not run).  The program calls the chosen
+instantiation's target, and :func:`kernix.export` records it.
 
 * The key: the device (:func:`device_identity`), the input dtypes, and each input dimension rounded up
   to a power of two (:func:`bucket`), or with ``tune=BLOCK@n,k`` those dimensions and the batch's size.
 * Timing (:func:`seconds_per_call`): each variant jitted, run once to compile and once more to warm up;
   then repeats of back-to-back calls ended by ``block_until_ready``, the variants in turn, the median per
-  call.  On the CPU a
-  repeat is many programs of one call (XLA's CPU runtime may run the calls of one program at once); on a
-  GPU, one program of many calls, which its stream runs in order: the wall clock then measures the
-  kernels, not their launches (JAX gives Python no CUDA events).  Integer and boolean inputs made up for
-  the timing are zeros, so a kernel that reads through index arrays stays in bounds; floating ones are
-  uniform in [-1, 1).  ``Dispatcher.tune`` times on the caller's own inputs instead.
+  call.  On the CPU a repeat is many programs of one call (XLA's CPU runtime may run the calls of one
+  program at once); on a GPU, one program of many calls, which its stream runs in order: the wall clock
+  then measures the kernels, not their launches (JAX gives Python no CUDA events).  Integer and boolean
+  inputs made up for the timing are zeros, so a kernel that reads through index arrays stays in bounds;
+  floating ones are uniform in [-1, 1).  ``Dispatcher.tune`` times on the caller's own inputs instead.
 * Agreement: a variant that fails, or whose results disagree with the others' (beyond a tolerance of
   the dtype's), is left out with a :class:`~kernix.errors.TuningWarning`; when no majority agrees, the
   call is refused: kernix cannot tell which result is right.
@@ -26,7 +27,7 @@ program calls, and ``jax.export`` records it.
   module's shipped tables too), so a fresh process reuses a choice without timing.
 
 ``$KERNIX_TUNE=0`` turns timing off: such a call runs the first listed value.  It is read by
-:func:`enabled` at each choice: at each eager call, and as a call is traced.
+:func:`enabled` at each choice: at each eager call, and as a program is lowered.
 
 Why a module of its own: timing variants, comparing their results and keeping the table is one
 concept, that neither the operation (which makes one FFI call) nor the dispatcher (which picks by
@@ -298,6 +299,7 @@ class Tuner:
 #: ``make(target, plain=False)``: the call of a variant's target (arrays in, outputs out); ``plain``: for timing,
 #: outside any ``shard_map``.
 Make = Callable[..., Callable[..., Any]]
+
 
 def renamed(make: Make, names: dict[str, str]) -> Make:
     """``make`` whose chosen target is called under ``names[target]`` where given (timing calls the plain one)."""
