@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import FIXTURES, unique_name
+from helpers import FIXTURES, gpus, unique_name
 
 import kernix
 from kernix.cli import main
@@ -377,8 +377,6 @@ def test_kernix_tune_tunes_ahead_of_time_and_a_prebuilt_module_ships_its_tables(
 
 
 # ---- on a GPU ------------------------------------------------------------------------------------
-
-from helpers import gpus  # noqa: E402
 
 
 @pytest.mark.gpu
