@@ -19,9 +19,10 @@ geometric mean, over the shapes, of its time over the shape's best time.
 
 Usage::
 
-    python bench/bench_tune.py [--kernels rowsum,matmul] [--cuda]
+    python bench/bench_tune.py [--kernels rowsum,matmul] [--cuda] [--wheel brainevent-0.3.0-py3-none-any.whl]
 
-The lead's H100 run: ``python bench/bench_tune.py --cuda``.
+On a machine without network, pass the wheel (``pip download --no-deps --only-binary=:all:
+--python-version 3.12 brainevent==0.3.0`` elsewhere) with ``--wheel``.
 """
 
 from __future__ import annotations
@@ -150,13 +151,13 @@ SHAPES = {
 }
 
 
-def densemv_source(work: Path) -> tuple[str, list[str]] | None:
-    """brainevent's ``binary_densemv.cu`` with the launcher appended, and its include directory (``None``,
-    saying why, offline)."""
+def densemv_source(work: Path, wheel: str | None = None) -> tuple[str, list[str]] | None:
+    """brainevent's ``binary_densemv.cu`` (from ``wheel``, else downloaded) with the launcher appended, and its
+    include directory (``None``, saying why, offline)."""
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_corpus import fetch_wheel
 
-    wheel = fetch_wheel()
+    wheel = wheel or fetch_wheel()
     if wheel is None:
         return None
     with zipfile.ZipFile(wheel) as z:
@@ -184,6 +185,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cuda", action="store_true", help="the CUDA kernels, on the GPU")
     parser.add_argument("--kernels", default=None, help="comma-separated (default: all for the platform)")
+    parser.add_argument("--wheel", help="the brainevent 0.3.0 wheel (default: downloaded, as bench_corpus.py does)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kernix-bench-tune-"))
     os.environ["KERNIX_CACHE_DIR"] = str(work / "cache")  # (a fresh cache: each first call tunes)
@@ -199,7 +201,7 @@ def main() -> int:
     if args.cuda:
         modules["rowsum"] = modules["matmul"] = kernix.load_cuda_inline("bench_tune", CUDA_SOURCE)
         if "densemv" in kernels:
-            found = densemv_source(work)
+            found = densemv_source(work, args.wheel)
             if found is None:
                 kernels.remove("densemv")
             else:
