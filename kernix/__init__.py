@@ -37,6 +37,7 @@ from .errors import (
     SourceError,
     SourceNotFoundError,
     ToolchainError,
+    TuningWarning,
 )
 from .platforms import language_of
 from .paths import cache_root, set_cache_dir
@@ -102,7 +103,7 @@ __all__ = [
     "CheckError", "CompilationError", "InferenceError", "InvalidNameError", "KernelRuntimeError",
     "KernixError", "OptionError",
     "PrebuiltError", "RegistrationError", "ReloadWarning", "SourceError", "SourceNotFoundError", "ToolchainError",
-    "language_of", "cache_root", "set_cache_dir", *_LAZY,
+    "TuningWarning", "language_of", "cache_root", "set_cache_dir", *_LAZY,
 ]
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "PrebuiltError",
     "AnnotationWarning",
     "ReloadWarning",
+    "TuningWarning",
     *(
         "BrainEventError KernelError KernelCompilationError KernelToolchainError NvccNotFoundError "
         "HostCompilerNotFoundError HeaderNotFoundError GpuArchDetectionError UnsupportedArchError "
@@ -255,6 +256,11 @@ class ReloadWarning(KernixError, UserWarning):
     Issued once per target name; the message names the new names, for code
     that calls the target through ``jax.ffi.ffi_call`` itself.  A
     :class:`KernixError` too, like :class:`AnnotationWarning`."""
+
+
+class TuningWarning(KernixError, UserWarning):
+    """A variant of a ``tune=`` template was left out of the timing: it failed, or its results disagreed
+    with the other variants'; or no timing could be made.  The message names the variant."""
 
 
 # brainevent's names for the same errors, so code written against it catches

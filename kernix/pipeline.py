@@ -69,6 +69,7 @@ def load(request: LoadRequest) -> CompiledModule:
     module = CompiledModule(
         name=request.name, path=manifest.so_path, platform=manifest.platform, functions=_specs_of(request, manifest),
         handlers=manifest.handlers, digest=manifest.so_sha256, target_prefix=request.target_prefix,
+        memos=store.Memos(request.root),
     )
     _REQUESTS[module] = (request, stamps)
     if request.auto_register:

@@ -42,17 +42,17 @@ LAYERS = {
 
 #: The most lines of Python each folder of kernix/ may hold ("loose": the modules at its top), and the package.
 LINE_BUDGETS = {
-    "language": 1_980,
-    "frontend": 3_386,
+    "language": 2_066,
+    "frontend": 3_387,
     "backend": 2_232,
-    "store": 2_430,
-    "runtime": 2_181,
+    "store": 2_475,
+    "runtime": 2_637,
     "checking": 2_233,
-    "prebuilt": 1_150,
-    "cli": 720,
-    "loose": 1_755,
+    "prebuilt": 1_207,
+    "cli": 822,
+    "loose": 1_763,
 }
-PACKAGE_BUDGET = 18_028
+PACKAGE_BUDGET = 18_783
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.

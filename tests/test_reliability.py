@@ -835,7 +835,7 @@ def test_clear_removes_a_symlinked_module_directory_never_what_it_points_to(tmp_
     out, made = _outside(tmp_path)
     (r / "modules").mkdir(parents=True)
     (r / "modules" / "ops").symlink_to(out / "ops")
-    assert kernix.cache_info(root=r) == {"root": str(r), "total_bytes": 0, "modules": []}
+    assert kernix.cache_info(root=r) == {"root": str(r), "total_bytes": 0, "modules": [], "tuning": []}
     assert kernix.clear_cache(None if whole else "ops", root=r) == 0
     assert not os.path.lexists(r / "modules" / "ops")
     assert all(p.read_text() == "precious" for p in made)
@@ -926,7 +926,7 @@ def test_names_that_are_not_utf8_are_cleared_and_shown(tmp_path: Path) -> None:
     )
     assert shown.returncode == 0 and "bad\\xff" in shown.stdout, shown.stderr
     assert kernix.clear_cache(root=r) == 1
-    assert kernix.cache_info(root=r) == {"root": str(r), "total_bytes": 0, "modules": []}
+    assert kernix.cache_info(root=r) == {"root": str(r), "total_bytes": 0, "modules": [], "tuning": []}
     assert [os.listdir(r / a) for a in ("modules", "build", "sources")] == [[], [], []]
 
 
@@ -1063,7 +1063,7 @@ def test_a_clear_of_every_module_lists_each_area_once(tmp_path: Path, monkeypatc
     monkeypatch.undo()
     assert {area: calls.get(("scandir", str(r / area)), 0) for area in ("modules", "build", "sources", "direct")} == {
         "modules": 1, "build": 1, "sources": 1, "direct": 1}
-    assert kernix.cache_info(root=r) == {"root": str(r), "total_bytes": 0, "modules": []}
+    assert kernix.cache_info(root=r) == {"root": str(r), "total_bytes": 0, "modules": [], "tuning": []}
     assert [os.listdir(r / a) for a in ("modules", "build", "sources")] == [[], [], []]
 
 

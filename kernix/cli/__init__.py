@@ -1,4 +1,4 @@
-"""The ``kernix`` command line: ``inspect``, ``stubs``, ``cache``, ``build``.
+"""The ``kernix`` command line: ``inspect``, ``stubs``, ``cache``, ``build``, ``tune``.
 
 Exit status: 0 on success, 1 when any annotated function was not inferred
 (each error on stderr as ``FILE:LINE:COL: error: message``), 2 for usage
@@ -19,7 +19,7 @@ from . import build, cache, inspect, stubs
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
-COMMANDS = {"inspect": inspect, "stubs": stubs, "cache": cache, "build": build}
+COMMANDS = {"inspect": inspect, "stubs": stubs, "cache": cache, "build": build, "tune": build}
 """Each command's module, in the order ``kernix --help`` lists them."""
 
 
@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernix", description="Call annotated C++ and CUDA functions from JAX.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in COMMANDS.values():
+    for module in dict.fromkeys(COMMANDS.values()):  # (build's module adds tune too)
         module.add_parser(commands)
     return parser
 

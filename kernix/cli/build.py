@@ -1,9 +1,14 @@
 """``kernix build SOURCE... -o DIR``: a prebuilt module, which
-:func:`kernix.load_prebuilt` loads without a compiler."""
+:func:`kernix.load_prebuilt` loads without a compiler; and ``kernix tune FILE|DIR
+--shapes ...``: the choices of its ``tune=`` templates, made ahead of time (for a
+prebuilt module, shipped in its directory)."""
 
 from __future__ import annotations
 
 import argparse
+import ast
+import os
+import re
 import sys
 from typing import Any
 
@@ -14,9 +19,12 @@ from .output import error_line, human_size, print_error
 
 __all__ = ["add_parser", "run"]
 
+#: One input of ``--shapes``: a dtype and its dimensions (``float32[64,4096]``).
+_INPUT = r"\s*([a-z0-9]+)\[([0-9,\s]*)\]\s*"
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``kernix build`` to ``subparsers``, the ``kernix`` parser's commands."""
+    """Add ``kernix build`` and ``kernix tune`` to ``subparsers``, the ``kernix`` parser's commands."""
     p = subparsers.add_parser("build", help="compile sources into a prebuilt module (loaded later without a compiler)",
                               description="Compile C++/CUDA sources into a self-contained module directory: the "
                                           "library and kernix-prebuilt.json. kernix.load_prebuilt(DIR) loads it "
@@ -37,10 +45,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="optimisation level 0-3 (default 3)")
     p.add_argument("--fast-math", action="store_true", help="--use_fast_math (nvcc) / -ffast-math (C++)")
     p.add_argument("-v", "--verbose", action="store_true", help="print every compiler command")
+    t = subparsers.add_parser("tune", help="time the variants of tune= templates ahead of time",
+                              description="Load a module (a C++/CUDA source, or a prebuilt module directory) and "
+                                          "time the variants of its tune= templates on inputs of the given shapes, "
+                                          "remembering each choice in the cache; for a prebuilt module, also in "
+                                          "DIR/kernix-tuning.json, which ships with it.")
+    t.add_argument("module", metavar="FILE|DIR", help="a source file, or a prebuilt module directory")
+    t.add_argument("--shapes", action="append", required=True, metavar="INPUTS",
+                   help="one call's inputs, dtype[dims] separated by commas: 'float32[64,4096]' or "
+                        "'float32[512,256],float32[256,1024]' (repeatable)")
+    t.add_argument("--function", action="append", default=[], metavar="NAME",
+                   help="the template to tune (repeatable; default: every tune= template whose inputs fit)")
+    t.add_argument("--attr", action="append", default=[], metavar="NAME=VALUE",
+                   help="an attribute the calls pass, as a Python literal (repeatable)")
+    t.add_argument("--name", help="module name of a source (default: the file's stem)")
+    add_source_args(t, "build")
 
 
 def run(args: dict[str, Any]) -> int:
-    """Run ``kernix build`` with the parsed ``args``; returns the exit status."""
+    """Run ``kernix build`` or ``kernix tune`` with the parsed ``args``; returns the exit status."""
+    if args["command"] == "tune":
+        return _tune(args)
     # Imported here, so that other commands do not load the build backend.
     from ..prebuilt.build import build_module
 
@@ -72,3 +97,71 @@ def run(args: dict[str, Any]) -> int:
     print(f"  {manifest.library}  {human_size(manifest.library_size)}  sha256 {manifest.library_sha256[:16]}...")
     print(f"  functions: {', '.join(f.name for f in manifest.functions)}")
     return 0
+
+
+def _tune(args: dict[str, Any]) -> int:
+    from .. import loaders
+    from ..language.templates import family_names
+    from ..prebuilt import format, load
+    from ..runtime.tuning import synthesized, tables_of
+
+    calls = []
+    for text in args["shapes"]:
+        if not re.fullmatch(f"{_INPUT}(,{_INPUT})*", text):
+            print_error("tune", f"--shapes {text!r}: write each input as dtype[dims], separated by commas, e.g. "
+                        "'float32[64,4096]' or 'float32[512,256],int32[256]'")
+            return 2
+        calls.append((text, [(d, [int(n) for n in dims.split(",") if n.strip()])
+                             for d, dims in re.findall(_INPUT, text)]))
+    attrs = {}
+    for item in args["attr"]:
+        key, eq, value = item.partition("=")
+        if not eq:
+            print_error("tune", f"--attr {item!r}: write NAME=VALUE, e.g. --attr factor=2.0")
+            return 2
+        try:
+            attrs[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            attrs[key] = value
+    path = args["module"]
+    try:
+        if os.path.isdir(path):
+            module = load.load_prebuilt(path)
+        else:
+            cuda = (language_option(args) or os.path.splitext(path)[1].lower()) in ("cuda", ".cu", ".cuh")
+            flags = {"extra_cuda_cflags" if cuda else "extra_cflags": [f"-D{d}" for d in args["defines"]]}
+            module = (loaders.load_cuda_file if cuda else loaders.load_cpp_file)(
+                path, name=args["name"], extra_include_paths=args["include_dirs"], **flags)
+    except InferenceError as exc:
+        for err in exc.errors:
+            print(error_line(err), file=sys.stderr)
+        return 1
+    except KernixError as exc:
+        print_error("tune", str(exc))
+        return 1
+    names = [n for n in family_names(module.functions.values()) if any(
+        module.functions[m.name].tune for m in module[n].members) and n in (args["function"] or [n])]
+    if not names:
+        print_error("tune", f"module {module.name!r} has no tune= template" + (
+            f" named {', '.join(args['function'])}" if args["function"] else ""))
+        return 1
+    device = None
+    tuned = 0
+    for name in names:
+        for shown, call in calls:
+            try:
+                if device is None:
+                    import jax
+
+                    jax.config.update("jax_enable_x64", True)  # (float64 inputs stay float64)
+                    device = jax.devices("gpu" if module.platform == "cuda" else "cpu")[0]
+                inputs = [synthesized(s, d, device, k) for k, (d, s) in enumerate(call)]
+                own = {k: v for k, v in attrs.items() if k in {p.name for m in module[name].members
+                                                                for p in module.functions[m.name].attrs}}
+                print(f"{name} {shown} -> {module[name].tune(*inputs, **own)}")
+                tuned += 1
+            except (KernixError, TypeError, ValueError, RuntimeError) as exc:  # (RuntimeError: no such device)
+                print(f"{name} {shown}: not tuned: {exc}", file=sys.stderr)
+    if os.path.isdir(path) and tuned:
+        print(f"wrote {format.write_tuning(path, tables_of(module))}")
+    return 0 if tuned else 1

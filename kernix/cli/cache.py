@@ -86,6 +86,11 @@ def _print_info(info: dict[str, Any]) -> None:
     in_entries = sum(m["size_bytes"] for m in entries)
     print(f"  {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, {human_size(in_entries)} "
           f"(work directories, sources and memos: {human_size(info['total_bytes'] - in_entries)})")
+    for table in info.get("tuning", []):
+        print(f"tuned: {table['module']} (library {table['digest'][:12]}) on {table['device']}")
+        for key, entry in table["entries"].items():
+            times = ", ".join(f"{n} {t} us" for n, t in entry.get("us", {}).items())
+            print(f"  {key} -> {entry.get('choice')} ({times})")
 
 
 def _print_prune(result: dict[str, Any]) -> None:

@@ -74,14 +74,17 @@ def _attr_type(param: dict[str, Any]) -> str:
 
 
 def _annotation_extras(function: dict[str, Any]) -> str:
-    """The shape signature column: the signature, ``vjp=``, ``jvp=``, ``has_side_effect``
-    and ``scratch=`` as the annotation says them, or ``"-"``."""
+    """The shape signature column: the signature, ``vjp=``, ``jvp=``, ``has_side_effect``,
+    ``scratch=`` and ``tune=`` as the annotation says them, or ``"-"``."""
     pairs = [f"{w}={function[k]}" for w, k in (("vjp", "vjp_of"), ("jvp", "jvp_of")) if function.get(k)]
     parts = [function.get("signature") or ("-" if pairs else ""), *pairs]
     if function.get("has_side_effect"):
         parts.append("has_side_effect")
     if function.get("scratch"):
         parts.append(f"scratch={function['scratch']}")
+    if function.get("tune"):
+        dims = function.get("tune_dims")
+        parts.append(f"tune={','.join(function['tune'])}" + (f"@{','.join(dims)}" if dims else ""))
     return " ".join(p for p in parts if p) or "-"
 
 
@@ -102,7 +105,8 @@ def _json_file(result: dict[str, Any]) -> dict[str, Any]:
         "path": result["path"],
         "language": result["language"],
         "functions": [{**{k: f.get(k) for k in keys}, "returns_error": f.get("returns_error", False),
-                       "has_side_effect": f.get("has_side_effect", False), "scratch": f.get("scratch")}
+                       "has_side_effect": f.get("has_side_effect", False), "scratch": f.get("scratch"),
+                       "tune": f.get("tune", []), "tune_dims": f.get("tune_dims", [])}
                       for f in result["functions"]],
         "errors": result["errors"],
         "warnings": result.get("warnings", []),

@@ -274,6 +274,7 @@ def infer_source(
     if versions is not None and probed is not None:
         versions = merge_versions(versions, parsed_versions(probed, path))
     specs.sort(key=lambda s: s.line)
+    errors = list({str(e): e for e in errors}.values())  # (an annotation's error, found in each instantiation)
     errors.sort(key=lambda e: (e.file != path, e.line, e.column))
     result = InferResult(
         path=path,

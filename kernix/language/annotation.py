@@ -13,6 +13,8 @@ from .names import is_identifier
 from .shapes import check_against_spec, int_attr_names, parse_signature, split_annotation
 from .sizes import size_names
 from .spec import parse_arg_spec
+from .dtypes import BUFFER_DTYPES
+from .templates import parse_tune, template_name
 
 __all__ = [
     "DOC_LIMIT", "SourceLines", "leading_comment", "annotate_spec", "check_unique_names", "check_vjp_pairs",
@@ -130,7 +132,7 @@ def leading_comment(text: str | SourceLines, first_line: int, decl_line: int = 0
 def annotate_spec(
     spec: Any, annotation: Any, source_text: str | SourceLines
 ) -> tuple[tuple[str, ...], Any, list[SourceError]]:
-    """Attach an annotation's shape signature, ``vjp=``, ``jvp=`` and doc comment to ``spec``.
+    """Attach an annotation's shape signature, ``vjp=``, ``jvp=``, ``tune=`` and doc comment to ``spec``.
 
     ``spec`` is the :class:`~kernix.language.spec.FunctionSpec` inferred from the declaration,
     ``annotation`` its :class:`~kernix.frontend.lexer.Annotation` or ``None``.  Returns the annotation's
@@ -144,9 +146,10 @@ def annotate_spec(
             errors.append(_no_scratch_size(spec, spec.line))
         return (), replace(spec, doc=doc), errors
     words = [t for t in annotation.tokens
-             if t != "has_side_effect" and not t.startswith(("scratch=", "jvp="))]
+             if t != "has_side_effect" and not t.startswith(("scratch=", "jvp=", "tune="))]
     sizes = [t[len("scratch="):] for t in annotation.tokens if t.startswith("scratch=")]
     jvps = [t[len("jvp="):] for t in annotation.tokens if t.startswith("jvp=")]
+    tunes = [t[len("tune="):] for t in annotation.tokens if t.startswith("tune=")]
     tokens, sig_text, vjp = split_annotation(words)
     errors: list[SourceError] = []
 
@@ -154,8 +157,8 @@ def annotate_spec(
         errors.append(SourceError(msg, file=spec.file, line=annotation.line, column=annotation.column,
                                   function=spec.name))
 
-    if annotation.tokens.count("has_side_effect") > 1 or len(sizes) > 1 or len(jvps) > 1:
-        error("an annotation says has_side_effect, scratch= and jvp= at most once each")
+    if annotation.tokens.count("has_side_effect") > 1 or len(sizes) > 1 or len(jvps) > 1 or len(tunes) > 1:
+        error("an annotation says has_side_effect, scratch=, jvp= and tune= at most once each")
     jvp = jvps[0] if jvps else None
     if jvp is not None and vjp is not None:
         error(f"vjp={vjp} and jvp={jvp}: a kernel is a backward kernel (vjp=) or a tangent kernel (jvp=), not both")
@@ -182,7 +185,50 @@ def annotate_spec(
             error(problem)
     spec = replace(spec, signature=signature, vjp_of=vjp, jvp_of=jvp, doc=doc,
                    has_side_effect="has_side_effect" in annotation.tokens, scratch=scratch)
+    if tunes:
+        try:
+            tune, dims = parse_tune(tunes[0])
+            problem = _tune_problem(tunes[0], spec, tune, dims)
+        except ValueError as exc:
+            problem = (str(exc), None)
+        if problem is None:
+            spec = replace(spec, tune=tune, tune_dims=dims)
+        else:
+            errors.append(SourceError(problem[0], file=spec.file, line=annotation.line, column=annotation.column,
+                                      function=template_name(spec), parameter=problem[1]))
     return tokens, spec, errors
+
+
+def _tune_problem(text: str, spec: Any, params: tuple[str, ...], dims: tuple[str, ...]
+                  ) -> tuple[str, str | None] | None:
+    """Why ``tune=text`` (tuning ``params``, keyed by ``dims``) does not fit ``spec``, and the parameter it
+    names, or ``None``."""
+    name = template_name(spec)
+    if not spec.template_args:
+        return (f"tune={text} but {spec.name!r} is not a function template: tune= has timing choose among the "
+                f"arguments a template's annotation lists, e.g. `// @BE {name}<T: float; BLOCK: 128, 256> "
+                "tune=BLOCK` before `template <typename T, int BLOCK>`", None)
+    listed = {p: key for p, _, key in spec.template_args}
+    for p in params:
+        if p not in listed:
+            return (f"tune={text} names {p!r}, which the template list of {name!r} does not list; it lists: "
+                    f"{', '.join(listed)}", p)
+        if listed[p] in BUFFER_DTYPES:
+            return (f"tune={text} names {p!r}, whose arguments are dtypes: the dtypes of the "
+                    "inputs (or out=) choose it, timing does not; tune a parameter such as a block size", p)
+    if spec.has_side_effect or spec.has("state"):
+        what = "has side effects (has_side_effect)" if spec.has_side_effect else "keeps a state (BE::State)"
+        return (f"tune={text}: {name!r} {what}, and tuning runs each variant several times on the same inputs; "
+                f"drop tune= and choose by keyword ({params[0]}=...)", None)
+    sig = parse_signature(spec.signature) if spec.signature else None
+    known = {d for g in sig.inputs for d in g.dims if isinstance(d, str)} if sig else set()
+    unknown = [d for d in dims if d not in known]
+    if unknown:
+        where = (f"no dimension of the inputs in the shape signature {spec.signature}; it can name: "
+                 f"{', '.join(sorted(known)) or 'none'}") if sig else "not named: the function has no shape signature"
+        return (f"tune={text} keys the choice by {unknown[0]!r}, which is {where} (without `@...`, every dimension "
+                "of the inputs keys it)", None)
+    return None
 
 
 def _declared_roles(spec: Any, tokens: tuple[str, ...]) -> Any:
@@ -306,6 +352,11 @@ def _check_pairs(specs: Iterable[Any], word: str) -> list[SourceError]:
             error(f"{fwd.name!r} already has a {kind}, {claimed[of]!r}")
             continue
         claimed[of] = der.name
+        untuned = [p for p, _, _ in der.template_args if p in fwd.tune and p not in der.tune]
+        if untuned:
+            error(f"{template_name(fwd)!r} tunes {untuned[0]} (tune={untuned[0]}), and so must its {kind}: add "
+                  f"tune={untuned[0]} to the annotation of {template_name(der)!r}, so that timing chooses its "
+                  f"{untuned[0]} on its own, for the shapes it runs on")
         n_in, n_out = len(fwd.inputs), len(fwd.outputs)
         if word == "vjp":
             if len(der.inputs) != n_in + n_out:

@@ -241,6 +241,9 @@ class FunctionSpec:
         Every call runs, even when its results are unused, and identical calls are never merged.
     scratch
         The size expression of the ``scratch`` parameter, in bytes per problem (``scratch=n*4``), or ``None``.
+    tune, tune_dims
+        For a template's instantiation, the template parameters ``tune=`` has timing choose, and the
+        dimensions of the shape signature that key the choice (``()``: every dimension of the inputs).
     """
 
     name: str
@@ -259,6 +262,8 @@ class FunctionSpec:
     #: For an instantiation of a function template: ``(parameter, argument as written, key)`` per
     #: listed template argument, the key being the dtype, integer value or spelling (see :mod:`kernix.language.templates`).
     template_args: tuple[tuple[str, str, str], ...] = ()
+    tune: tuple[str, ...] = ()
+    tune_dims: tuple[str, ...] = ()
 
     @property
     def arg_spec(self) -> tuple[str, ...]:
@@ -311,6 +316,7 @@ class FunctionSpec:
                 data[key] = getattr(self, key)
         if self.template_args:
             data["template_args"] = [list(t) for t in self.template_args]
+        data.update({k: list(getattr(self, k)) for k in ("tune", "tune_dims") if getattr(self, k)})
         return data
 
     @classmethod
@@ -338,10 +344,18 @@ class FunctionSpec:
             has_side_effect=data.get("has_side_effect", False) is True,
             scratch=_checked_scratch(data.get("scratch"), params),
             template_args=template_args,
+            tune=_names(data.get("tune", ())),
+            tune_dims=_names(data.get("tune_dims", ())),
         )
         if all(data.get(k) is None for k in ("signature", "vjp_of", "jvp_of")) and not data.get("doc"):
             return spec  # the common case: no operation fields to check
         return _with_operation_fields(spec, data)
+
+
+def _names(data: Any) -> tuple[str, ...]:
+    if not (isinstance(data, (list, tuple)) and all(isinstance(n, str) and is_identifier(n) for n in data)):
+        raise ValueError(f"bad tune= names {data!r}")
+    return tuple(data)
 
 
 def _is_callee(qualified: str, instance: bool) -> bool:

@@ -52,7 +52,7 @@ from .names import is_identifier
 __all__ = [
     "template_name", "TemplateList", "check_template_args", "instance_name", "instance_suffix",
     "is_template_argument", "parse_template_list", "SUFFIX_DTYPES", "Member", "family", "family_names", "select",
-    "family_overloads",
+    "family_overloads", "parse_tune",
 ]
 
 # A template argument written into generated code: no ';', braces, quotes, '#', '/' or parentheses.
@@ -163,6 +163,21 @@ def check_template_args(data: Any) -> tuple[tuple[str, str, str], ...]:
             raise ValueError(f"bad template argument {entry!r}")
         out.append((param, written, key))
     return tuple(out)
+
+
+def parse_tune(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The value of an annotation's ``tune=``: the template parameters timing chooses, and the dimensions
+    that key the choice (``BLOCK,WARPS@m,n`` -> ``(("BLOCK", "WARPS"), ("m", "n"))``; without ``@``, ``()``:
+    every dimension of the inputs).  A ``ValueError`` says how to write it."""
+    params, at, dims = text.partition("@")
+    names, keyed = params.split(","), dims.split(",") if at else []
+    bad = next((n for n in (*names, *keyed) if not is_identifier(n)), None)
+    if bad is not None or len(set(names)) < len(names) or len(set(keyed)) < len(keyed):
+        what = f"{bad!r} is not a name" if bad is not None else "a name is given twice"
+        raise ValueError(f"tune={text}: {what}; write the template parameters to time, separated by commas "
+                         "(tune=BLOCK or tune=BLOCK,WARPS), and optionally `@` and the dimensions of the shape "
+                         "signature that key the choice (tune=BLOCK@n)")
+    return tuple(names), tuple(keyed)
 
 
 def template_name(spec: Any) -> str:
@@ -332,15 +347,21 @@ def family_overloads(specs: Sequence[Any], params: Mapping[str, list[str]], retu
     methods: list[str] = []
     for name in family_names(specs):
         shared: dict[str, list[Member]] = {}
-        for m in family(functions, name):
+        members = family(functions, name)
+        for m in members:
             own = params[m.name]
             star = own.index("*")
-            full = [*own[:star + 1], *(f"{p}: Literal[{_literal(v)}]" for p, v in m.static), *own[star + 1:]]
+            tuned = functions[m.name].tune  # (optional: every value of the group, which timing chooses from)
+            values = {p: dict.fromkeys(_literal(dict(o.static)[p]) for o in members) for p in tuned}
+            full = [*own[:star + 1], *(f"{p}: Literal[{', '.join(values[p])}] = ..." if p in tuned else
+                                       f"{p}: Literal[{_literal(v)}]" for p, v in m.static), *own[star + 1:]]
             shared.setdefault(f"{', '.join(full)}) -> {returns[m.name]}", []).append(m)
         deco = ["@overload"] if len(shared) > 1 else []  # (one alone is no overload)
         for signature, members in shared.items():
             runs = " or ".join(f"``{m.name}`` ({m.shown})" for m in members)
             how = ", whichever the dtypes of the inputs (or of ``out=``) fit" if len(members) > 1 else ""
+            tuned = functions[members[0].name].tune
+            how += f" ({', '.join(tuned)} left out: the fastest, by timing)" if tuned else ""
             body += [*deco, f"def {name}({signature}:", f'    """Runs {runs}{how}."""', "    ...", "", ""]
             methods += [*("    " + d for d in deco), f"    def {name}(self, {signature}: ..."]
     return body, methods

@@ -26,6 +26,13 @@ no ``headers``, is refused)::
     options         the build options (optimization level, fast math, defines...)
     created         seconds since the epoch
 
+Beside them, ``kernix-tuning.json`` (written by ``kernix tune DIR``) may hold the tables of the
+module's ``tune=`` choices, one per device (:func:`read_tuning`)::
+
+    format  1
+    kind    "kernix-tuning"
+    tables  [{"module", "digest", "device", "entries": {call key: {"choice", "us"}}}, ...]
+
 This module imports nothing from :mod:`kernix.frontend` or
 :mod:`kernix.backend`: it is read on machines without a compiler.
 """
@@ -58,10 +65,14 @@ __all__ = [
     "arch_problem",
     "headers_root",
     "header_path_problem",
+    "TUNING_NAME",
+    "read_tuning",
+    "write_tuning",
 ]
 
 PREBUILT_FORMAT = 2  # 2: headers
 MANIFEST_NAME = "kernix-prebuilt.json"
+TUNING_NAME = "kernix-tuning.json"
 _KIND = "kernix-prebuilt"
 _LIBRARY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.so")
 _SASS_RE = re.compile(r"sm_(\d+)(\d)([af]?)")
@@ -340,3 +351,28 @@ def arch_problem(device: str, device_name: str, sass: tuple[str, ...], ptx: tupl
         f"the GPU {device_name} is {device}, and the module has machine code or PTX only for: {present} "
         f"(none runs on {device}). Rebuild it with `kernix build ... --arch {wanted}`"
     )
+
+
+def read_tuning(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The tables of ``tune=`` choices the module directory ships (none when it has none, or an unreadable file;
+    a choice is checked when used: only the variants of its own group can be chosen)."""
+    try:
+        data = json.loads(Path(directory, TUNING_NAME).read_text())
+    except (OSError, ValueError):
+        return []
+    tables = data.get("tables") if isinstance(data, dict) and data.get("kind") == "kernix-tuning" else None
+    return [t for t in tables if isinstance(t, dict) and isinstance(t.get("entries"), dict)
+            and all(isinstance(t.get(k), str) for k in ("digest", "device"))] if isinstance(tables, list) else []
+
+
+def write_tuning(directory: str | os.PathLike[str], tables: Sequence[dict[str, Any]]) -> Path:
+    """Merge ``tables`` into the module directory's :data:`TUNING_NAME` (a table of the same library and device
+    entry by entry); its path."""
+    merged = {(t["digest"], t["device"]): t for t in read_tuning(directory)}
+    for t in tables:
+        old = merged.get((t["digest"], t["device"]), {}).get("entries", {})
+        merged[(t["digest"], t["device"])] = {**t, "entries": {**old, **t["entries"]}}
+    path = Path(directory, TUNING_NAME)
+    atomic_write(path, json.dumps({"format": 1, "kind": "kernix-tuning", "tables": list(merged.values())},
+                                  indent=1, sort_keys=True).encode())
+    return path

@@ -21,9 +21,12 @@ from ..platforms import language_of
 from ..paths import ancestors
 from ..runtime import registry
 from ..runtime.module import CompiledModule
-from ..store import elf, trust
+from ..runtime.tuning import TABLE_KIND, table_key
+from ..store import Memos, elf, trust
 from ..store.files import file_digest
 from .format import (
+    TUNING_NAME,
+    read_tuning,
     arch_problem,
     ffi_api_problem,
     headers_root,
@@ -286,7 +289,8 @@ def load_prebuilt(
     """Load a prebuilt module (made by ``kernix build`` or :func:`kernix.build_module`).
 
     Needs no compiler, no nvcc and no libclang, and writes nothing to the
-    kernix cache.  Before the library is loaded, the module must be
+    kernix cache (but for the choices of ``tune=`` templates its
+    ``kernix-tuning.json`` lacks, timed at a call).  Before the library is loaded, the module must be
     trustworthy (nothing on its path writable by another user), built by
     this kernix release series, for this jaxlib's FFI API and (CUDA) these
     GPUs, and its library must match the manifest's SHA-256 and be a whole
@@ -366,10 +370,27 @@ def load_manifest(
             "(`kernix build ...`).",
             "load",
         ) from None
+    shipped = [] if trust_problem([manifest.directory / TUNING_NAME]) else read_tuning(manifest.directory)
     module = CompiledModule(
         manifest.name, lib, manifest.platform, manifest.functions, manifest.handlers, digest,
-        target_prefix=target_prefix,
+        target_prefix=target_prefix, memos=_Shipped(shipped),
     )
     if auto_register:
         module.register()
     return module
+
+
+class _Shipped(Memos):
+    """The cache's memos, where a table of ``tune=`` choices the module ships (``kernix tune DIR``) adds the
+    entries the cache lacks: a device it has no table for tunes at its first call, into the cache."""
+
+    def __init__(self, tables: Sequence[dict[str, Any]]) -> None:
+        super().__init__()
+        self.tables = {table_key(t["digest"], t["device"]): t for t in tables}
+
+    def recall(self, kind: str, key: str) -> Any:
+        found, shipped = super().recall(kind, key), self.tables.get(key) if kind == TABLE_KIND else None
+        if shipped is None:
+            return found
+        own = found.get("entries") if isinstance(found, dict) else None
+        return {**shipped, "entries": {**shipped["entries"], **(own if isinstance(own, dict) else {})}}

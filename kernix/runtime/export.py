@@ -18,6 +18,7 @@ from jax.extend import core
 
 from ..errors import KernixError
 from . import registry
+from .tuning import renamed
 
 __all__ = ["export", "deserialize", "ExportedKernels", "kernix_targets"]
 
@@ -39,6 +40,10 @@ def _rewrite(value: Any, rename: Callable[[str], str | None]) -> Any:
             params = {k: _rewrite(v, rename) for k, v in eqn.params.items()}
             if eqn.primitive.name == "ffi_call" and (new := rename(params["target_name"])) is not None:
                 params["target_name"] = new
+            elif eqn.primitive.name == "kernix_tuned":  # (the call of a tune= group: each of its variants)
+                tuner = params["tuner"]
+                names = {t: new for t in map(tuner.module.targets.get, tuner.variants) if (new := rename(t))}
+                params["make"] = renamed(params["make"], names) if names else params["make"]
             eqns.append(eqn.replace(params=params))
         return value.replace(eqns=eqns)
     if isinstance(value, (tuple, list)) and any(isinstance(v, (core.Jaxpr, core.ClosedJaxpr)) for v in value):

@@ -4,18 +4,20 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+import weakref
+from typing import Any, Sequence
 
 import jax
 
-from ..errors import KernelRuntimeError, RegistrationError
+from ..errors import CallError, KernelRuntimeError, RegistrationError
 from ..language.spec import FunctionSpec
-from ..language.templates import Member, select
+from ..language.templates import Member, instance_name, select, template_name
 from .arguments import check_call
 from .operation import Derivative, Operation, make_operation
 from .stubs import call_signature, docstring
+from .tuning import Tuner
 
-__all__ = ["KernelFunction", "Dispatcher", "unpicklable", "kernel_refusal"]
+__all__ = ["KernelFunction", "TunedFunction", "tuned", "Dispatcher", "unpicklable", "kernel_refusal"]
 
 
 def unpicklable(what: str) -> TypeError:
@@ -63,6 +65,8 @@ class KernelFunction:
     inputs sharded along ``...`` dimensions are processed per shard.
     """
 
+    tuner: Tuner | None = None  #: what chooses the variant a call runs (:class:`TunedFunction`)
+
     def __init__(self, module: Any, spec: FunctionSpec) -> None:
         self.module = module  # the CompiledModule that loaded it (not imported here: it imports this module)
         self.spec = spec
@@ -80,10 +84,12 @@ class KernelFunction:
             if name is None:
                 return None
             kernel = self.module[name]
+            if kernel.spec.tune:  # a tune= derivative template: its parameters are tuned on their own
+                kernel = tuned(self.module, name, kernel.spec.tune)
             return Derivative(name, kernel, tuple(p.name for p in kernel.spec.attrs))
 
         return make_operation(self.target, self.spec, derivative(self.module.backward_name(self.spec.name)),
-                              self.module.name, derivative(self.module.tangent_name(self.spec.name)))
+                              self.module.name, derivative(self.module.tangent_name(self.spec.name)), self.tuner)
 
     @property
     def target(self) -> str:
@@ -122,6 +128,40 @@ class KernelFunction:
 KernelFunction.__doc__ = _Docstring(KernelFunction.__doc__ or "")  # type: ignore[assignment]
 
 
+class TunedFunction(KernelFunction):
+    """The callable of a group of a ``tune=`` template's variants (the instantiations that differ only in
+    the tuned parameters a call leaves out): a call runs the one its :attr:`tuner` chooses for the call's
+    device, dtypes and shapes (:mod:`kernix.runtime.tuning`).  ``spec`` is the first variant's."""
+
+    def __init__(self, module: Any, spec: FunctionSpec, tuner: Tuner) -> None:
+        super().__init__(module, spec)
+        self.tuner = tuner
+        self.__name__ = self.__qualname__ = tuner.label
+
+    def __repr__(self) -> str:
+        assert self.tuner is not None
+        return f"<kernix tuned function {self.module.name}.{self.tuner.label} over {', '.join(self.tuner.variants)}>"
+
+
+#: Each module's groups of variants: (a member's name, the tuned parameters) -> their callable.
+_GROUPS: weakref.WeakKeyDictionary[Any, dict[tuple[str, tuple[str, ...]], TunedFunction]] = weakref.WeakKeyDictionary()
+
+
+def tuned(module: Any, name: str, params: tuple[str, ...]) -> TunedFunction:
+    """The callable of the instantiations of ``module`` that differ from ``name`` only in the template parameters
+    ``params``, which timing chooses (made once per module)."""
+    made = _GROUPS.setdefault(module, {})
+    if (name, params) not in made:
+        spec, functions = module.functions[name], module.functions
+        fixed = [(p, key) for p, _, key in spec.template_args if p not in params]
+        variants = [n for n, s in functions.items() if s.template_args and template_name(s) == template_name(spec)
+                    and [(p, k) for p, _, k in s.template_args if p not in params] == fixed]
+        label = instance_name(template_name(spec), [p if p in params else k for p, _, k in spec.template_args])
+        first = functions[variants[0]]
+        made[(name, params)] = TunedFunction(module, first, Tuner(module, variants, label, first))
+    return made[(name, params)]
+
+
 class Dispatcher:
     """The callable of a family of per-dtype functions: a call runs the member
     that fits its inputs' dtypes (and, for a template's non-type parameters,
@@ -153,9 +193,41 @@ class Dispatcher:
                       [_dtype_name(x) for x in inputs], static, outs)
 
     def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
+        return self._callee(inputs, kwargs)(*inputs, **kwargs)
+
+    def tune(self, *inputs: Any, **kwargs: Any) -> str:
+        """Time, on these inputs, the variants a call with them leaves open (its ``tune=`` parameters left out),
+        remember the fastest for the call's key (replacing a remembered choice) and return its name: for inputs
+        whose values matter to the speed (sparse indices), where a traced call times on made-up ones."""
+        fn = self._callee(inputs, kwargs)
+        if fn.tuner is None:
+            raise CallError(f"{self.module.name}.{self.name}.tune(): the call runs {fn.spec.name}, and leaves no "
+                            "tune= parameter to choose")
+        fn.tuner.force = True
+        try:
+            jax.block_until_ready(fn(*inputs, **kwargs))
+        finally:
+            fn.tuner.force = False
+        assert fn.tuner.last is not None
+        return fn.tuner.last
+
+    def _callee(self, inputs: Sequence[Any], kwargs: dict[str, Any]) -> KernelFunction:
+        """The callable a call runs (taking the template arguments out of ``kwargs``): the member the dtypes and
+        keywords pick, or where the call leaves ``tune=`` parameters out, its group's :class:`TunedFunction`."""
         statics = {p for m in self.members for p, _ in m.static}
         static = {p: kwargs.pop(p) for p in list(kwargs) if p in statics}
-        return self.module[self.select(*inputs, out=kwargs.get("out"), **static)](*inputs, **kwargs)
+        left = {p for m in self.members for p in self.module.functions[m.name].tune} - set(static)
+        first = {p: v for p, v in self.members[0].static if p in left}  # (the first listed value)
+        narrowed = [m for m in self.members if all(dict(m.static)[p] == v for p, v in first.items())]
+        where, dtypes = f"{self.module.name}.{self.name}", [_dtype_name(x) for x in inputs]
+        out = kwargs.get("out")
+        outs = None if out is None else [_dtype_name(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+        try:
+            name = select(where, narrowed, self.module.functions, dtypes, static, outs)
+        except CallError:
+            name = select(where, self.members, self.module.functions, dtypes, static, outs)  # (its own error)
+        missing = tuple(p for p in self.module.functions[name].tune if p in left)
+        return tuned(self.module, name, missing) if missing else self.module[name]
 
 
 def _dtype_name(x: Any) -> str | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import RegistrationError, SourceError
 from ..language.names import check_target_prefix
@@ -43,6 +43,9 @@ class CompiledModule:
         where that name ran other code at registration, ``"<target_prefix>.<function>@<12 hex>"``.
     digest
         SHA-256 of the library: modules with equal digests hold the same code.
+    memos
+        Where the tables of ``tune=`` templates are remembered (``recall(kind, key)``, ``update(kind, key,
+        fields)``: the cache's, ``kernix.store.Memos``), or ``None``: in this process only.
     """
 
     def __init__(
@@ -54,6 +57,7 @@ class CompiledModule:
         handlers: Mapping[str, str],
         digest: str,
         target_prefix: str | None = None,
+        memos: Any = None,
     ) -> None:
         """``functions`` are the specs in export order, or a function returning them when first needed
         (a warm load reads no spec to load and register); ``handlers`` name every function, in order."""
@@ -67,6 +71,7 @@ class CompiledModule:
         self.handlers = dict(handlers)
         self.target_prefix = target_prefix or name
         self.registered = False
+        self.memos = memos
         if callable(functions):
             self._read_specs = functions
         else:
@@ -213,8 +218,8 @@ class CompiledModule:
 
 #: The module's own attributes and instance fields: no exported function may use them.
 RESERVED_NAMES: frozenset[str] = frozenset(dir(CompiledModule)) | frozenset(
-    ("name", "path", "platform", "digest", "handlers", "target_prefix", "registered", "_read_specs", "_functions",
-     "_callables", "_registered_as")
+    ("name", "path", "platform", "digest", "handlers", "target_prefix", "registered", "memos", "_read_specs",
+     "_functions", "_callables", "_registered_as")
 )
 
 

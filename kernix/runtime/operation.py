@@ -31,6 +31,7 @@ from . import layers
 from .arguments import check_buffer
 from .layers import check_platform, in_shard_map, is_traced, output_structs
 from .stubs import input_names
+from .tuning import Tuner
 
 __all__ = [
     "Derivative", "Operation", "PlainOperation", "ShapedOperation", "make_operation", "no_backward", "forward_mode",
@@ -208,31 +209,39 @@ class Operation:
     tuple of them.  ``module`` names the module that loaded it, for messages.
     """
 
-    __slots__ = ("target", "spec", "backward", "tangent", "module", "results")
+    __slots__ = ("target", "spec", "backward", "tangent", "module", "results", "tuner")
 
     def __init__(self, target: str, spec: FunctionSpec, backward: Derivative | None = None, module: str = "",
-                 tangent: Derivative | None = None) -> None:
+                 tangent: Derivative | None = None, tuner: Tuner | None = None) -> None:
         self.target = target
         self.spec = spec
         self.backward = backward
         self.tangent = tangent
         self.module = module or target.rpartition(".")[0]
         self.results = Results(spec)
+        self.tuner = tuner  #: for a group of variants, what chooses the target each call runs
 
     def _ffi(
         self, results: Callable[[Sequence[Any]], list[Any]], attrs: Mapping[str, Any], vmap_method: str | None,
     ) -> layers.Call:
-        """The plain FFI call (result structs ``results(inputs)``) behind the platform check; returns the outputs."""
+        """The plain FFI call (result structs ``results(inputs)``) behind the platform check; returns the outputs
+        (of the target the tuner chooses, for a group of variants)."""
         aliases = self.results.aliases or None
         effect = self.spec.has_side_effect
         where = {"target": self.target, "function": self.spec.name, "module": self.module, "side_effect": effect}
 
         def ffi(*xs: Any) -> tuple[Any, ...]:
             structs = results(xs)
+
+            def call(target: str, plain: bool = False) -> Callable[..., tuple[Any, ...]]:
+                # (plain: a call to time, outside any shard_map, never merged with another)
+                outs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in structs] if plain else structs
+                made = jax.ffi.ffi_call(target, outs, vmap_method=vmap_method, has_side_effect=effect or plain,
+                                        input_output_aliases=aliases)
+                return lambda *ys: self.results.outputs(made(*ys, **attrs))
+
             checked = check_platform(xs, **where) if is_traced(xs) else xs
-            call = jax.ffi.ffi_call(self.target, structs, vmap_method=vmap_method, has_side_effect=effect,
-                                    input_output_aliases=aliases)
-            return self.results.outputs(call(*checked, **attrs))
+            return call(self.target)(*checked) if self.tuner is None else self.tuner.call(call, checked)
 
         return ffi
 
@@ -288,8 +297,8 @@ class ShapedOperation(Operation):
     __slots__ = ("signature", "_built")
 
     def __init__(self, target: str, spec: FunctionSpec, backward: Derivative | None = None, module: str = "",
-                 tangent: Derivative | None = None) -> None:
-        super().__init__(target, spec, backward, module, tangent)
+                 tangent: Derivative | None = None, tuner: Tuner | None = None) -> None:
+        super().__init__(target, spec, backward, module, tangent, tuner)
         assert spec.signature is not None
         self.signature = parse_signature(spec.signature)
         self._built: dict[Any, layers.Call] = {}
@@ -344,10 +353,11 @@ class ShapedOperation(Operation):
 
 
 def make_operation(target: str, spec: FunctionSpec, backward: Derivative | None = None, module: str = "",
-                   tangent: Derivative | None = None) -> Operation:
+                   tangent: Derivative | None = None, tuner: Tuner | None = None) -> Operation:
     """A :class:`ShapedOperation` for a function with a shape signature, else a :class:`PlainOperation`
     (whose derivative kernels are not used: pairing them needs a shape signature)."""
-    return (PlainOperation if spec.signature is None else ShapedOperation)(target, spec, backward, module, tangent)
+    return (PlainOperation if spec.signature is None else ShapedOperation)(target, spec, backward, module, tangent,
+                                                                           tuner)
 
 
 def _unpack(result: Sequence[Any]) -> Any:

@@ -10,8 +10,9 @@ below, never by writing paths under the cache root.
 * the direct index (:func:`recall_key`, :func:`remember_key`): a request's entry
   key, remembered with the stat of every file it was computed from;
 * memos (:func:`recall`, :func:`remember`): small answers about the toolchain,
-  the GPUs and kernix's own code; a *prelude* is a memo with files of its own
-  (:func:`new_prelude_file`, :func:`prelude_file`), evicted with them;
+  the GPUs and kernix's own code, and the tables of ``tune=`` templates (merged
+  by :class:`Memos`, the memos handed to a loaded module); a *prelude* is a memo
+  with files of its own (:func:`new_prelude_file`, :func:`prelude_file`), evicted with them;
 * building: :func:`build_lock`, :func:`work_directory`, :func:`write_source`.
 
 Layout under the cache root (see :func:`kernix.paths.cache_root`)::
@@ -37,6 +38,7 @@ needs is imported when first asked for.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .direct import DIRECT_FORMAT, TOOL_ENVIRONMENT, code_identity, file_stats, record, search_dirs
@@ -46,18 +48,17 @@ from .files import (
     settled_versions, version_current, write_source,
 )
 from .trust import is_private
+from ..paths import cache_root
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from pathlib import Path
-
     from ..language.spec import FunctionSpec
     from .manifest import Manifest
 
 __all__ = [
     "build_lock", "build_started", "cache_info", "clear_cache", "code_identity", "compiler_environment",
     "content_key", "DIRECT_FORMAT", "discard", "file_digest", "file_stats", "format_age", "format_size",
-    "is_private", "lookup", "Lookup", "Manifest", "MANIFEST_FORMAT", "ManifestError", "max_size",
+    "is_private", "lookup", "Lookup", "Manifest", "MANIFEST_FORMAT", "ManifestError", "max_size", "Memos",
     "new_prelude_file", "noexec_problem", "parse_age", "parse_size", "prelude_file", "prune_cache", "publish",
     "recall", "recall_key", "record_inputs", "remember", "remember_key", "search_dirs", "settled_versions",
     "TOOL_ENVIRONMENT", "UNSETTLED", "version_current", "work_directory", "write_source",
@@ -107,3 +108,28 @@ def publish(root: Path, name: str, key: str, built_so: Path, functions: Sequence
     manifest = entries.publish(root, name, key, built_so, functions, handlers, dependencies, platform)
     prune.after_publish(root, manifest)
     return manifest
+
+
+class Memos:
+    """The memos under the cache root ``root`` (``None``: :func:`kernix.paths.cache_root` when used), as a
+    loaded module is handed them: :meth:`recall`, and :meth:`update`, which merges under a lock."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root
+
+    def recall(self, kind: str, key: str) -> Any:
+        """The answer remembered as ``kind`` for ``key``, or ``None``."""
+        return recall(kind, key, root=self.root)
+
+    def update(self, kind: str, key: str, fields: dict[str, Any]) -> bool:
+        """Remember the dict for ``key`` with ``fields`` merged in (a field that is a dict on both sides merged
+        one level down), under a lock, so that processes updating it at once keep every entry; whether written."""
+        from .lock import build_lock
+
+        base = Path(self.root if self.root is not None else cache_root())
+        with build_lock(base, ".memos"):
+            old = recall(kind, key, root=base)
+            value = dict(old) if isinstance(old, dict) else {}
+            for k, v in fields.items():
+                value[k] = {**value[k], **v} if isinstance(v, dict) and isinstance(value.get(k), dict) else v
+            return remember(kind, key, value, root=base)

@@ -20,7 +20,7 @@ from ..errors import CacheError
 from ..interface import running_command
 from ..language.names import check_module_name, is_module_name
 from ..paths import cache_root, printable
-from .files import source_module
+from .files import read_record, source_module
 from .lock import build_lock
 from .manifest import Manifest, ManifestError
 from .walk import AREAS, is_real_dir, listing, lstat_or_none, read_survey
@@ -263,7 +263,11 @@ def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         ``size_bytes``, ``last_use`` (seconds since the epoch) and ``age_s``
         (seconds since then), and either ``damaged: True`` and ``why``, or its
         ``platform``, ``functions``, ``sources`` (the files its functions come
-        from) and ``created`` time.
+        from) and ``created`` time; and ``tuning``: one record per table of
+        ``tune=`` choices (a module's library on one device), its ``module``,
+        ``device``, ``digest`` (the library's) and ``entries`` (the key of a
+        call -> ``choice``, the variant chosen, and ``us``, each variant's
+        microseconds per call).
 
     Raises
     ------
@@ -275,4 +279,19 @@ def cache_info(*, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     found = read_survey(base, "`kernix cache info`")
     entries = [_describe(entry, found.entries[entry], found.used[entry], now) for entry in found.complete]
     entries.sort(key=lambda e: (e["name"], -e["last_use"], e["key"]))
-    return {"root": printable(base), "total_bytes": found.total, "modules": entries}
+    return {"root": printable(base), "total_bytes": found.total, "modules": entries, "tuning": _tables(base)}
+
+
+def _tables(base: Path) -> list[dict[str, Any]]:
+    """The tables of ``tune=`` choices remembered under ``base`` (memos of kind ``tune``:
+    :mod:`kernix.runtime.tuning`), by module and device; an unreadable one is left out."""
+    tables = []
+    for path in sorted(Path(base, "toolchain").glob("tune-*.rec")):
+        try:
+            value = read_record(path, base)
+        except (OSError, ValueError):
+            continue
+        if isinstance(value, dict) and isinstance(value.get("entries"), dict):
+            tables.append({k: str(value.get(k)) for k in ("module", "device", "digest")}
+                          | {"entries": {str(k): v for k, v in sorted(value["entries"].items())}})
+    return sorted(tables, key=lambda t: (t["module"], t["device"]))
