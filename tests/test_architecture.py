@@ -46,13 +46,13 @@ LINE_BUDGETS = {
     "frontend": 3_387,
     "backend": 2_232,
     "store": 2_475,
-    "runtime": 2_637,
+    "runtime": 2_656,
     "checking": 2_233,
     "prebuilt": 1_207,
     "cli": 822,
     "loose": 1_763,
 }
-PACKAGE_BUDGET = 18_783
+PACKAGE_BUDGET = 18_800
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.

@@ -224,10 +224,12 @@ def test_timing_in_one_program_runs_every_call_unmerged(mod):
     x = jnp.ones((2, 8), jnp.float32)
     call = jax.ffi.ffi_call(mod.targets["rowsum_float32_8"], jax.ShapeDtypeStruct((2,), jnp.float32),
                             has_side_effect=True)
-    before = runs(mod)
     assert 0 < tuning.seconds_per_call(call, [x], in_one_program=True) < 1
-    ran = runs(mod) - before
-    assert ran > 8 and (ran - 2) % (tuning._REPEATS + 1) == 0  # twice alone, then (1 + repeats) programs
+    repeat = tuning._looped(call, [x])
+    before = runs(mod)
+    assert 0 < repeat() < 1
+    n = runs(mod) - before - 2  # a repeat: a run of one call, and one of 1 + n, n the trip count (8, 16, ...)
+    assert n >= 8 and n & (n - 1) == 0
 
 
 def test_tune_times_the_callers_own_inputs_and_replaces_the_remembered_choice(mod):

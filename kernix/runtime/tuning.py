@@ -15,8 +15,9 @@ instantiation's target, and :func:`kernix.export` records it.
 * Timing (:func:`seconds_per_call`): each variant jitted, run once to compile and once more to warm up;
   then repeats of back-to-back calls ended by ``block_until_ready``, the variants in turn, the median per
   call.  On the CPU a repeat is many programs of one call (XLA's CPU runtime may run the calls of one
-  program at once); on a GPU, one program of many calls, which its stream runs in order: the wall clock
-  then measures the kernels, not their launches (JAX gives Python no CUDA events).  Integer and boolean
+  program at once); on a GPU, a loop of calls in one program, which its stream runs in order, and the
+  time per call the slope between a run of one call and a run of many: the kernels, not their launches
+  nor the program's start (JAX gives Python no CUDA events).  Integer and boolean
   inputs made up for the timing are zeros, so a kernel that reads through index arrays stays in bounds;
   floating ones are uniform in [-1, 1).  ``Dispatcher.tune`` times on the caller's own inputs instead.
 * Agreement: a variant that fails, or whose results disagree with the others' (beyond a tolerance of
@@ -64,7 +65,7 @@ TUNE_ENV = "KERNIX_TUNE"
 TABLE_KIND = "tune"
 _FORMAT = 1
 #: Seconds one repeat of back-to-back calls lasts at least (the calls of a fast kernel are many), and the repeats.
-_REPEAT_S, _REPEATS, _MOST_CALLS = 2e-3, 5, 64
+_REPEAT_S, _REPEATS, _MOST_CALLS, _MOST_LOOPED = 2e-3, 5, 64, 4096
 #: The relative tolerance within which two variants' floating results agree, by the bits of the dtype's reals.
 _TOLERANCE = {16: 5e-2, 32: 1e-3, 64: 1e-7}
 
@@ -128,21 +129,39 @@ def seconds_per_call(call: Callable[..., Any], inputs: Sequence[Any], *, in_one_
 
 def _repeat(call: Callable[..., Any], inputs: Sequence[Any], in_one_program: bool) -> Callable[[], float]:
     """``call`` compiled and warmed up: a function that times one repeat (seconds per call)."""
+    if in_one_program:
+        return _looped(call, inputs)
     once = jax.jit(call)
     jax.block_until_ready(once(*inputs))  # (compiled)
     start = time.perf_counter()
     jax.block_until_ready(once(*inputs))
     calls = max(1, min(_MOST_CALLS, int(_REPEAT_S / max(time.perf_counter() - start, 1e-7))))
-    many = jax.jit(lambda *xs: [call(*xs) for _ in range(calls)][-1]) if in_one_program and calls > 1 else None
-    if many is not None:
-        jax.block_until_ready(many(*inputs))
 
     def repeat() -> float:
         start = time.perf_counter()
-        jax.block_until_ready(many(*inputs) if many is not None else [once(*inputs) for _ in range(calls)][-1])
+        jax.block_until_ready([once(*inputs) for _ in range(calls)][-1])
         return (time.perf_counter() - start) / calls
 
     return repeat
+
+
+def _looped(call: Callable[..., Any], inputs: Sequence[Any]) -> Callable[[], float]:
+    """One program of ``1 + n`` calls, a loop whose every iteration runs ``call`` (it has side effects) with the
+    trip count ``n`` an argument; a repeat's time per call is the slope between a run of one call and a run of
+    a few milliseconds, which leaves out the program's own start and end (on an H100, most of a short
+    kernel's wall time)."""
+    loop = jax.jit(lambda n, *xs: jax.lax.fori_loop(0, n, lambda i, _: call(*xs), call(*xs)))
+
+    def run(n: int) -> float:
+        start = time.perf_counter()
+        jax.block_until_ready(loop(n, *inputs))
+        return time.perf_counter() - start
+
+    run(0)  # (compiled)
+    n = 8
+    while n < _MOST_LOOPED and run(n) < _REPEAT_S:
+        n *= 2
+    return lambda: max(run(n) - run(0), 0.0) / n
 
 
 def _close(a: np.ndarray, b: np.ndarray) -> bool:
