@@ -9,7 +9,7 @@ In one run, round by round (each round in a rotated order), for a module of
 * kernix's rebuild after one kernel body is edited (the signature unchanged),
   in a fresh process as a user's ``python script.py`` runs it (``import jax``
   excluded; ``import kernix`` and the load, registration included), and in
-  the process that loaded the previous version;
+  a process kept running that loaded the previous version;
 * what the fresh process's load spent its time on, step by step: its own
   imports, the cache key and look-ups, inference (and libclang's parse within
   it), code generation, ninja (each unit's compile and the link, from ninja's
@@ -23,7 +23,11 @@ around them); medians over ``--repeat`` rounds, with the lowest and highest.
 
 Usage::
 
-    python bench/bench_edit.py [--repeat 15] [--functions 1] [--cuda] [--cuda-arch sm_90]
+    python bench/bench_edit.py [--repeat 15] [--functions 1] [--cuda] [--cuda-arch sm_90] [--compare DIR]
+
+``--compare DIR`` times the kernix of another checkout in the same rounds
+(each with its own source file and cache), so that two versions are compared
+under the same load of the machine.
 
 Every load's time is the wall-clock time of the call; on a shared machine
 other processes take the cores now and then, so read the spread.
@@ -165,26 +169,32 @@ def instrument(timeline: Timeline) -> None:
     sys.meta_path.insert(0, _Probe(timeline))
 
 
-def own_times(spans: list[tuple[str, int, float, float]], main: int, total: float) -> dict[str, float]:
-    """Each step's own time on the main thread (a nested step taken out of the one around it; the
-    innermost, latest-started span owns each instant), steps run on other threads as ``(parallel)``,
-    and the rest of the load as :data:`OTHER`."""
-    out: dict[str, float] = {}
+def own_times(spans: list[tuple[str, int, float, float]], total: float) -> dict[str, list[float]]:
+    """``{step: [own time, of which beside the build]}``: each instant of a thread belongs to its
+    innermost (latest-started) span there; an instant is *beside the build* when another thread is
+    in one of ninja's compiles or its link meanwhile; the instants no thread is in a step are
+    :data:`OTHER`."""
     resolution = 5e-5
     n = int(total / resolution) + 1
-    owner: list[tuple[float, str] | None] = [None] * n
+    owners: dict[int, list[tuple[float, str] | None]] = {}
     for step, thread, start, end in spans:
         if end <= 0:  # (before the load)
             continue
-        if thread != main and not step.startswith("ninja"):
-            out[step + " (parallel)"] = out.get(step + " (parallel)", 0.0) + (end - start)
-            continue
+        owner = owners.setdefault(thread, [None] * n)
         for i in range(max(0, int(start / resolution)), min(n, int(end / resolution) + 1)):
-            if owner[i] is None or owner[i][0] <= start:  # type: ignore[index]
+            cell = owner[i]
+            if cell is None or cell[0] <= start:
                 owner[i] = (start, step)
-    for cell in owner:
-        step = cell[1] if cell is not None else OTHER
-        out[step] = out.get(step, 0.0) + resolution
+    out: dict[str, list[float]] = {}
+    for i in range(n):
+        steps = [(t, o[i][1]) for t, o in owners.items() if o[i] is not None]  # type: ignore[index]
+        if not steps:
+            out.setdefault(OTHER, [0.0, 0.0])[0] += resolution
+        for thread, step in steps:
+            cell = out.setdefault(step, [0.0, 0.0])
+            cell[0] += resolution
+            if any(t != thread and s.startswith("ninja: ") for t, s in steps):
+                cell[1] += resolution
     return out
 
 
@@ -205,21 +215,66 @@ def _load(path: str, lang: str, root: str, arch: str | None) -> Any:
 
 
 def child(args: argparse.Namespace) -> None:
-    """One edit rebuild in this fresh process: its total and steps as JSON on stdout."""
+    """One edit rebuild in this fresh process (its total and steps as JSON on stdout); with
+    ``--serve``, one load per line read from stdin, each time printed."""
     import jax  # excluded from the measurement
     import jax.numpy  # noqa: F401
 
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, args.kernix)
+    if args.serve:
+        import kernix  # noqa: F401
+
+        for _ in sys.stdin:
+            start = time.perf_counter()
+            _load(args.child, args.lang, args.root, args.arch)
+            print(json.dumps(time.perf_counter() - start), flush=True)
+        return
     timeline = Timeline()
     instrument(timeline)
     start = time.perf_counter()
-    import kernix  # noqa: F401
+    import kernix  # noqa: F401, F811
     loaded = time.perf_counter()
     timeline.t0 = loaded
     _load(args.child, args.lang, args.root, args.arch)
     total = time.perf_counter() - loaded
-    steps = own_times(timeline.spans, timeline.main, total)
-    print(json.dumps({"import kernix": loaded - start, "load": total, "steps": steps}))
+    print(json.dumps({"import kernix": loaded - start, "load": total, "steps": own_times(timeline.spans, total)}))
+
+
+class Checkout:
+    """One kernix checkout measured: its source file, cache, fresh processes and a process kept for
+    the same-process rebuilds."""
+
+    def __init__(self, label: str, root: Path, work: Path, lang: str, arch: str | None, source: Callable[[], str],
+                 env: dict[str, str]) -> None:
+        self.label, self.source, self.env = label, source, env
+        work.mkdir()
+        self.src = work / f"kernel.{'cu' if lang == 'cuda' else 'cpp'}"
+        self.cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(self.src), "--lang", lang,
+                    "--root", str(work / "cache"), "--kernix", str(root)] + (["--arch", arch] if arch else [])
+        self.steps: list[dict[str, list[float]]] = []
+        self.src.write_text(source())
+        subprocess.run(self.cmd, check=True, capture_output=True, env=env)  # the first build, and the .pyc files
+        self.server = subprocess.Popen(self.cmd + ["--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       text=True, env=env)
+
+    def fresh(self) -> float:
+        self.src.write_text(self.source())
+        out = subprocess.run(self.cmd, check=True, capture_output=True, text=True, env=self.env)
+        found = json.loads(out.stdout.strip().splitlines()[-1])
+        self.steps.append({"import kernix": [found["import kernix"], 0.0], **found["steps"]})
+        return found["import kernix"] + found["load"]
+
+    def same(self) -> float:
+        self.src.write_text(self.source())
+        assert self.server.stdin is not None and self.server.stdout is not None
+        self.server.stdin.write("load\n")
+        self.server.stdin.flush()
+        return float(json.loads(self.server.stdout.readline()))
+
+    def close(self) -> None:
+        assert self.server.stdin is not None
+        self.server.stdin.close()
+        self.server.wait()
 
 
 def main() -> None:
@@ -228,7 +283,10 @@ def main() -> None:
     ap.add_argument("--functions", type=int, default=1)
     ap.add_argument("--cuda", action="store_true", help="a CUDA module (nvcc -c is the floor)")
     ap.add_argument("--cuda-arch", default=None, help="default: detected, else sm_90")
+    ap.add_argument("--compare", metavar="DIR", help="also time the kernix of checkout DIR, in the same rounds")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--kernix", default=str(ROOT), help=argparse.SUPPRESS)
     ap.add_argument("--lang", default="cpp", help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
     ap.add_argument("--arch", default=None, help=argparse.SUPPRESS)
@@ -250,37 +308,19 @@ def main() -> None:
         except kernix.ToolchainError:
             arch = args.cuda_arch or "sm_90"
     work = Path(tempfile.mkdtemp(prefix="kernix-edit-"))
-    root, src = work / "cache", work / f"kernel.{'cu' if args.cuda else 'cpp'}"
-    floor_src = work / f"floor.{src.suffix[1:]}"
-    floor_cmd = [*compile_flags(BuildConfig(lang if args.cuda else "cpu", arch=arch))["user"],
+    floor_src = work / f"floor.{'cu' if args.cuda else 'cpp'}"
+    floor_cmd = [*compile_flags(BuildConfig("cuda" if args.cuda else "cpu", arch=arch))["user"],
                  "-c", str(floor_src), "-o", str(work / "floor.o")]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as users run: with .pyc
-    child_cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(src), "--lang", lang,
-                 "--root", str(root)] + (["--arch", arch] if arch else [])
     variants = iter(range(1, 1 << 30))
 
-    def edit(path: Path) -> None:
-        path.write_text(_source(lang, args.functions, next(variants)))
+    def source() -> str:
+        return _source(lang, args.functions, next(variants))
 
     def floor() -> float:
-        edit(floor_src)
+        floor_src.write_text(source())
         t0 = time.perf_counter()
         subprocess.run(floor_cmd, check=True, capture_output=True)
-        return time.perf_counter() - t0
-
-    fresh_steps: list[dict[str, float]] = []
-
-    def fresh() -> float:
-        edit(src)
-        out = subprocess.run(child_cmd, check=True, capture_output=True, text=True, env=env)
-        found = json.loads(out.stdout.strip().splitlines()[-1])
-        fresh_steps.append({"import kernix": found["import kernix"], **found["steps"]})
-        return found["import kernix"] + found["load"]
-
-    def same() -> float:
-        edit(src)
-        t0 = time.perf_counter()
-        _load(str(src), lang, str(root), arch)
         return time.perf_counter() - t0
 
     print(f"machine: {platform.node()} ({os.cpu_count()} CPUs, load average "
@@ -288,31 +328,40 @@ def main() -> None:
           f"jaxlib {toolchain.jaxlib_version()}")
     print(f"compiler: {toolchain.find_host_compiler().identity.splitlines()[1]}")
     print(f"floor: {shlex.join(floor_cmd)}")
-    edit(src)
-    _load(str(src), lang, str(root), arch)  # the first build, and the .pyc files the fresh processes read
-    subprocess.run(child_cmd, check=True, capture_output=True, env=env)
-    rows: dict[str, list[float]] = {"floor": [], "fresh": [], "same": []}
-    runs = {"floor": floor, "fresh": fresh, "same": same}
+    checkouts = [Checkout("kernix", ROOT, work / "this", lang, arch, source, env)]
+    if args.compare:
+        checkouts.append(Checkout(f"kernix of {args.compare}", Path(args.compare).resolve(), work / "other", lang,
+                                  arch, source, env))
+    runs: dict[str, Callable[[], float]] = {"floor": floor}
+    for c in checkouts:
+        runs[f"{c.label}, fresh process: import kernix + load"] = c.fresh
+        runs[f"{c.label}, same process: load"] = c.same
+    rows: dict[str, list[float]] = {name: [] for name in runs}
     order = list(runs)
     for r in range(args.repeat):
-        for name in order[r % 3:] + order[:r % 3]:
+        for name in order[r % len(order):] + order[:r % len(order)]:
             rows[name].append(runs[name]())
+    for c in checkouts:
+        c.close()
     base = statistics.median(rows["floor"])
 
     def line(label: str, xs: list[float], ratio: bool = True) -> str:
         med = statistics.median(xs)
-        text = f"  {label:<44}{med * 1e3:8.1f} ms  ({min(xs) * 1e3:6.1f} to {max(xs) * 1e3:6.1f})"
+        text = f"  {label:<52}{med * 1e3:8.1f} ms  ({min(xs) * 1e3:6.1f} to {max(xs) * 1e3:6.1f})"
         return text + (f"  {med / base:5.2f}x floor" if ratio else "")
 
     print(f"\nedit rebuild of a {args.functions}-function {'CUDA' if args.cuda else 'C++'} module "
           f"(one kernel body edited), median of {args.repeat} rounds (lowest to highest)")
-    print(line(f"floor: {'nvcc' if args.cuda else 'g++'} -c of the user's file alone", rows["floor"]))
-    print(line("kernix, fresh process: import kernix + load", rows["fresh"]))
-    print(line("kernix, same process: load", rows["same"]))
-    print("\nthe fresh process, step by step (each step's own time; medians of its rounds):")
-    names = sorted({k for s in fresh_steps for k in s}, key=_step_order)
-    for name in names:
-        print(line(name, [s.get(name, 0.0) for s in fresh_steps], ratio=False))
+    floor_label = f"floor: {'nvcc' if args.cuda else 'g++'} -c of the user's file alone"
+    for name in order:
+        print(line(floor_label if name == "floor" else name, rows[name]))
+    for c in checkouts:
+        print(f"\n{c.label}, the fresh process step by step: each step's own time, and the part of it spent "
+              "beside ninja's compiles and link (medians of the rounds)")
+        for name in sorted({k for s in c.steps for k in s}, key=_step_order):
+            own = [s.get(name, [0.0, 0.0])[0] for s in c.steps]
+            beside = statistics.median([s.get(name, [0.0, 0.0])[1] for s in c.steps])
+            print(line(name, own, ratio=False) + (f"  beside: {beside * 1e3:6.1f} ms" if beside else ""))
     print(f"\ncommand: {shlex.join([sys.executable, *sys.argv])}")
 
 
@@ -320,8 +369,7 @@ def _step_order(name: str) -> tuple[int, str]:
     order = ["import kernix", IMPORTS, "key and look-ups", "inference", "inference: libclang's parse",
              "code generation", *NINJA_EDGES, "after the build: versions",
              "after the build: entry, index", "dlopen and registration", OTHER]
-    base = name.replace(" (parallel)", "")
-    return (order.index(base) if base in order else len(order), name)
+    return (order.index(name) if name in order else len(order), name)
 
 
 if __name__ == "__main__":
