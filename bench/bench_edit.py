@@ -74,6 +74,8 @@ PROBES: dict[str, list[tuple[str, str]]] = {
 }
 IMPORTS = "imports (miss path, libclang)"
 OTHER = "kernix's other Python"
+BEFORE = "so: the load's start to the user unit's compile"
+AFTER = "so: the end of the link to the load's return"
 NINJA_EDGES = ("ninja: user unit", "ninja: handler units", "ninja: messages unit", "ninja: link", "ninja itself")
 
 
@@ -110,11 +112,11 @@ def _patch(module: Any, timeline: Timeline) -> None:
     if module.__name__ == "kernix.backend.ninja":
         run = module.run_ninja
 
-        def run_ninja(cmd: list[str], progress: Any) -> Any:  # the edges of this run, from ninja's log
+        def run_ninja(cmd: list[str], *args: Any) -> Any:  # the edges of this run, from ninja's log
             log = Path(cmd[cmd.index("-C") + 1]) / ".ninja_log"
             size = log.stat().st_size if log.exists() else 0
             start = time.perf_counter()
-            out = run(cmd, progress)
+            out = run(cmd, *args)
             timeline.span("ninja itself", start, time.perf_counter())  # (what its edges leave)
             with open(log, "rb") as f:
                 f.seek(size)
@@ -195,6 +197,11 @@ def own_times(spans: list[tuple[str, int, float, float]], total: float) -> dict[
             cell[0] += resolution
             if any(t != thread and s.startswith("ninja: ") for t, s in steps):
                 cell[1] += resolution
+    compiles = [start for step, _, start, _ in spans if step == "ninja: user unit"]
+    links = [end for step, _, _, end in spans if step == "ninja: link"]
+    if compiles and links:
+        out[BEFORE] = [min(compiles), 0.0]
+        out[AFTER] = [total - max(links), 0.0]
     return out
 
 
@@ -222,7 +229,11 @@ def child(args: argparse.Namespace) -> None:
 
     sys.path.insert(0, args.kernix)
     if args.serve:
+        import warnings
+
         import kernix  # noqa: F401
+
+        warnings.simplefilter("ignore", kernix.ReloadWarning)  # (each version is registered under a name of its own)
 
         for _ in sys.stdin:
             start = time.perf_counter()
@@ -368,7 +379,7 @@ def main() -> None:
 def _step_order(name: str) -> tuple[int, str]:
     order = ["import kernix", IMPORTS, "key and look-ups", "inference", "inference: libclang's parse",
              "code generation", *NINJA_EDGES, "after the build: versions",
-             "after the build: entry, index", "dlopen and registration", OTHER]
+             "after the build: entry, index", "dlopen and registration", OTHER, BEFORE, AFTER]
     return (order.index(name) if name in order else len(order), name)
 
 

@@ -44,15 +44,15 @@ LAYERS = {
 LINE_BUDGETS = {
     "language": 1_980,
     "frontend": 3_386,
-    "backend": 2_232,
+    "backend": 2_311,
     "store": 2_430,
     "runtime": 2_181,
     "checking": 2_233,
     "prebuilt": 1_150,
     "cli": 720,
-    "loose": 1_755,
+    "loose": 1_788,
 }
-PACKAGE_BUDGET = 18_028
+PACKAGE_BUDGET = 18_152
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.
