@@ -276,8 +276,8 @@ def _infer_and_compile(request: LoadRequest, config: BuildConfig, build_dir: Pat
     with ThreadPoolExecutor(1, thread_name_prefix="kernix-build") as pool:
         early = pool.submit(build, guess, stop, running.set)
         early.add_done_callback(lambda _: running.set())
-        running.wait()  # (the compiler first: inference's imports would hold the lock the build's Python needs)
         try:
+            running.wait()  # (the compiler first: inference's imports would hold the lock the build's Python needs)
             exported = infer()
             same = generated_files(exported, config) == generated_files(guess, config)
         finally:
