@@ -15,8 +15,10 @@ In one run, round by round (each round in a rotated order), for a module of
   it), code generation, ninja (each unit's compile and the link, from ninja's
   log, and ninja itself), what follows the build (dependency versions, the
   cache entry, the direct index), ``dlopen`` and registration, and the rest
-  of kernix's Python.  A step that ran beside the build rather than before or
-  after it is marked ``(parallel)``.
+  of kernix's Python; for each step, the part of it that ran beside one of
+  ninja's compiles or its link (off the critical path), and the time from
+  the load's start to the user unit's compile and from the link's end to
+  the load's return.
 
 Each step's figure is its own time (nested steps are taken out of the step
 around them); medians over ``--repeat`` rounds, with the lowest and highest.
