@@ -5,6 +5,9 @@
 
 :mod:`kernix.pipeline` comes here only when the direct index has no usable
 answer, a cached library failed to load, or an entry's specs are damaged.
+
+A rebuild compiles the code generated for the module's last build while
+libclang infers, since an edit seldom changes a signature (:func:`_infer_and_compile`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import contextlib
 import hashlib
 import itertools
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +27,8 @@ from . import notes
 from .backend import codegen, toolchain
 from .backend.arch import detect_compute_capability
 from .backend.flags import BuildConfig, compile_flags
-from .backend.ninja import OutputError, compile_library
+from .backend.ninja import BuildResult, OutputError, compile_library, generated_files, previous_units
 from .errors import CacheError, KernixError, RegistrationError
-from .frontend.compiler_view import inference_flags
-from .frontend.units import infer_units
 from .request import LoadRequest
 from .runtime import registry
 from .runtime.module import check_function_names
@@ -193,6 +196,9 @@ def reload(request: LoadRequest, manifest: Manifest, exc: OSError) -> Manifest:
 def exported_units(request: LoadRequest) -> list[tuple[str, list[codegen.ExportedFunction]]]:
     """``request``'s sources inferred and numbered for code generation:
     ``(source, functions)`` per file, every function's index unique in the module."""
+    from .frontend.compiler_view import inference_flags
+    from .frontend.units import infer_units
+
     toolchain.check_host_compiler()  # before inference, whose parse would only miss its standard headers
     flags = inference_flags(request.include_dirs, request.extra_cflags, request.optimization_level,
                             fast_math=request.use_fast_math and request.language == "cpp")
@@ -207,16 +213,14 @@ def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
     if noexec is not None:  # a build there could never be loaded
         raise CacheError(noexec)
     started = store.build_started(request.root)  # before anything reads the sources or headers
-    exported = exported_units(request)
-    check_function_names([e.spec for _, es in exported for e in es])
     stamp = toolchain_stamp(config)
     try:
-        so_path, inputs = _build_in_work_dir(request, config, exported, stamp, started, fresh=fresh)
+        exported, so_path, inputs = _build_in_work_dir(request, config, stamp, started, fresh=fresh)
     except OutputError as exc:
         if fresh:
             raise
         notes.note(f"{request.name}: {exc}; building again from an empty directory", verbose=True)
-        so_path, inputs = _build_in_work_dir(request, config, exported, stamp, started, fresh=True)
+        exported, so_path, inputs = _build_in_work_dir(request, config, stamp, started, fresh=True)
     for version in inputs:
         if version[-1] == UNSETTLED:
             notes.note(f"{request.name}: {version[0]} changed during the build, so the entry is not used again "
@@ -228,11 +232,10 @@ def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
     )
 
 
-def _build_in_work_dir(request: LoadRequest, config: BuildConfig,
-                       exported: list[tuple[str, list[codegen.ExportedFunction]]], stamp: str, started: int, *,
-                       fresh: bool) -> tuple[Path, list[list[Any]]]:
-    """Build in the module's work directory: the library and the version of
-    every file the compilers read (a file changed since ``started`` unsettled)."""
+def _build_in_work_dir(request: LoadRequest, config: BuildConfig, stamp: str, started: int, *,
+                       fresh: bool) -> tuple[list[tuple[str, list[codegen.ExportedFunction]]], Path, list[list[Any]]]:
+    """Infer and build in the module's work directory: the functions, the library and
+    the version of every file the compilers read (a file changed since ``started`` unsettled)."""
     fixed = {}
     if request.inline_source is not None:  # stored under its content's hash: it cannot change
         text = request.inline_source.encode("utf-8", "surrogateescape")
@@ -240,8 +243,48 @@ def _build_in_work_dir(request: LoadRequest, config: BuildConfig,
     with store.work_directory(request.root, request.name, fresh=fresh, stamp=stamp,
                               verbose=request.verbose) as build_dir:
         notes.note(f"{request.name}: building in {build_dir}", verbose=request.verbose)
-        result = compile_library(build_dir, exported, config, workers=request.ninja_workers, verbose=request.verbose,
-                                 name=request.name)
+        exported, result = _infer_and_compile(request, config, build_dir, fresh=fresh)
         inputs = store.settled_versions(result.dependencies, started, fixed)
         store.record_inputs(build_dir, stamp, inputs, started)
-    return result.so_path, inputs
+    return exported, result.so_path, inputs
+
+
+def _infer_and_compile(request: LoadRequest, config: BuildConfig, build_dir: Path, *, fresh: bool
+                       ) -> tuple[list[tuple[str, list[codegen.ExportedFunction]]], BuildResult]:
+    """Inference, and the build of what it exports.
+
+    When ``build_dir`` holds the functions of an earlier build (and not
+    ``fresh``), their code is generated again with the sources as they are
+    now and built while inference runs.  When inference gives the same code
+    (the usual edit changes no signature), that build is the build, its
+    compile error included; else it is stopped, as on an error of inference,
+    and the code inference gives is built."""
+    def build(units: Any, stop: threading.Event | None = None, started: Any = None) -> BuildResult:
+        return compile_library(build_dir, units, config, workers=request.ninja_workers, verbose=request.verbose,
+                               name=request.name, stop=stop, started=started)
+
+    def infer() -> list[tuple[str, list[codegen.ExportedFunction]]]:
+        exported = exported_units(request)
+        check_function_names([e.spec for _, es in exported for e in es])
+        return exported
+
+    guess = None if fresh else previous_units(build_dir, request.sources)
+    if guess is None:
+        exported = infer()
+        return exported, build(exported)
+    stop, running, same = threading.Event(), threading.Event(), False
+    with ThreadPoolExecutor(1, thread_name_prefix="kernix-build") as pool:
+        early = pool.submit(build, guess, stop, running.set)
+        early.add_done_callback(lambda _: running.set())
+        try:
+            running.wait()  # (the compiler first: inference's imports would hold the lock the build's Python needs)
+            exported = infer()
+            same = generated_files(exported, config) == generated_files(guess, config)
+        finally:
+            if not same:
+                stop.set()
+    if same:
+        return exported, early.result()
+    notes.note(f"{request.name}: the code generated for its functions changed (a signature, or which functions "
+               "are exported); building it", verbose=request.verbose)
+    return exported, build(exported)

@@ -42,17 +42,17 @@ LAYERS = {
 
 #: The most lines of Python each folder of kernix/ may hold ("loose": the modules at its top), and the package.
 LINE_BUDGETS = {
-    "language": 2_066,
+    "language": 2_061,
     "frontend": 3_387,
-    "backend": 2_232,
-    "store": 2_475,
+    "backend": 2_309,
+    "store": 2_466,
     "runtime": 2_656,
     "checking": 2_233,
-    "prebuilt": 1_207,
-    "cli": 822,
-    "loose": 1_763,
+    "prebuilt": 1_198,
+    "cli": 818,
+    "loose": 1_796,
 }
-PACKAGE_BUDGET = 18_800
+PACKAGE_BUDGET = 18_924
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.

@@ -546,7 +546,12 @@ def test_waiter_on_a_stopped_holder_says_so(holder, monkeypatch) -> None:
 # ----------------------------------------------------------- 7. link errors, names, platforms
 
 
-def test_undefined_symbol_is_a_link_error_naming_it_demangled(tmp_path: Path) -> None:
+#: The link with kernix's linker (gold, where installed) and with GNU ld asked for by the user's flags.
+LINKERS = pytest.mark.parametrize("ldflags", [[], ["-fuse-ld=bfd"]], ids=["default linker", "GNU ld"])
+
+
+@LINKERS
+def test_undefined_symbol_is_a_link_error_naming_it_demangled(tmp_path: Path, ldflags: list[str]) -> None:
     """Was: the library linked, was cached, and dlopen failed with a mangled name."""
     src = (
         '#include "kernix/common.h"\nnamespace ns { float helper(float); }\n// @BE uses_helper\n'
@@ -554,12 +559,13 @@ def test_undefined_symbol_is_a_link_error_naming_it_demangled(tmp_path: Path) ->
     )
     cache, name = tmp_path / "cache", unique_name("undef")
     with pytest.raises(CompilationError, match=r"undefined symbol\(s\) ns::helper\(float\)") as info:
-        kernix.load_cpp_inline(name, src, build_directory=cache)
+        kernix.load_cpp_inline(name, src, build_directory=cache, extra_ldflags=ldflags)
     assert "uses_helper" in str(info.value) and "extra_ldflags" in str(info.value)
     assert not list((cache / "modules").glob(f"{name}/*/manifest.json"))
 
 
-def test_symbol_defined_in_two_sources_is_a_link_error_naming_both_files(tmp_path: Path) -> None:
+@LINKERS
+def test_symbol_defined_in_two_sources_is_a_link_error_naming_both_files(tmp_path: Path, ldflags: list[str]) -> None:
     """Was: the linker's message named only the generated units (shim_0.o, shim_1.o)."""
     src = tmp_path / "src"
     src.mkdir()
@@ -570,12 +576,35 @@ def test_symbol_defined_in_two_sources_is_a_link_error_naming_both_files(tmp_pat
         )
     with pytest.raises(CompilationError, match=r"defined in more than one source file: scale\(float\) \(in "
                        + re.escape(f"{src / 'fa.cpp'}, {src / 'fb.cpp'})") + r".*`static` or `inline`"):
-        kernix.load_cpp_dir(src, name=unique_name("twice"), build_directory=tmp_path / "cache")
+        kernix.load_cpp_dir(src, name=unique_name("twice"), build_directory=tmp_path / "cache", extra_ldflags=ldflags)
     for f in src.iterdir():  # the fix the message suggests
         f.write_text(f.read_text().replace("float scale", "static float scale"))
     mod = kernix.load_cpp_dir(src, name=unique_name("twice"), build_directory=tmp_path / "cache")
     with jax.default_device(jax.devices("cpu")[0]):
         assert [float(getattr(mod, fn)(jnp.zeros(1, jnp.float32), out=jax.ShapeDtypeStruct((1,), jnp.float32))[0]) for fn in ("fa", "fb")] == [2.0, 3.0]
+
+
+@pytest.mark.parametrize("output", [
+    "/usr/bin/ld.gold: error: shim_1.o: multiple definition of 'scale(float)'\n"
+    "/usr/bin/ld.gold: shim_0.o: previous definition here\ncollect2: error: ld returned 1 exit status\n",
+    "/usr/bin/ld: shim_1.o: in function `scale(float)':\nshim_1.cpp:(.text+0x0): multiple definition of "
+    "`scale(float)'; shim_0.o:shim_0.cpp:(.text+0x0): first defined here\n",
+], ids=["gold", "GNU ld"])
+def test_host_linker_definition_clash_names_the_sources(output: str) -> None:
+    """gold names the first definition's unit on a line of its own."""
+    from kernix.backend.ninja import _link_error_message
+
+    message = _link_error_message(Path("/b"), output, ["/p/a.cpp", "/p/b.cpp"])
+    assert message is not None and "scale(float) (in /p/a.cpp, /p/b.cpp)" in message
+
+
+def test_gold_undefined_symbol_names_the_function_using_it() -> None:
+    from kernix.backend.ninja import _link_error_message
+
+    output = ("shim_0.o:shim_0.cpp:function uses_helper(BE::Tensor, BE::Tensor): error: undefined reference to "
+              "'ns::helper(float)'\ncollect2: error: ld returned 1 exit status\n")
+    message = _link_error_message(Path("/b"), output, ["/p/a.cpp"])
+    assert message is not None and "ns::helper(float) (used by uses_helper(BE::Tensor, BE::Tensor))" in message
 
 
 def test_device_linker_definition_clash_names_the_sources() -> None:

@@ -75,7 +75,7 @@ def test_a_bad_value_is_an_error_naming_the_variable_with_a_fix_that_works(
 
 def _ninja_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, workers: int | None) -> list[str]:
     """The ninja command :func:`kernix.backend.ninja.compile_library` runs (ninja replaced by a failure)."""
-    monkeypatch.setattr(ninja, "run_ninja", lambda cmd, progress: (1, "stopped here"))
+    monkeypatch.setattr(ninja, "run_ninja", lambda cmd, progress, *_: (1, "stopped here"))
     with pytest.raises(CompilationError) as info:
         ninja.compile_library(tmp_path / "build", [], BuildConfig(platform="cpu"), workers=workers, name="jobs")
     assert info.value.output == "stopped here"
@@ -93,7 +93,7 @@ def test_ninja_runs_with_the_count(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 def test_a_bad_value_stops_a_build_before_ninja_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("KERNIX_JOBS", "all")
     ran = []
-    monkeypatch.setattr(ninja, "run_ninja", lambda cmd, progress: ran.append(cmd) or (0, ""))
+    monkeypatch.setattr(ninja, "run_ninja", lambda cmd, progress, *_: ran.append(cmd) or (0, ""))
     with pytest.raises(OptionError, match="KERNIX_JOBS='all'"):
         ninja.compile_library(tmp_path / "build", [], BuildConfig(platform="cpu"), name="jobs")
     assert ran == []

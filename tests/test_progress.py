@@ -15,6 +15,7 @@ import select
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import types
 from pathlib import Path
@@ -238,6 +239,22 @@ def test_ninja_is_stopped_when_reading_fails(tmp_path: Path) -> None:
         run_ninja([sys.executable, str(script)], p)
     assert time.monotonic() - started < 30
     with pytest.raises(ProcessLookupError):  # killed and reaped
+        os.kill(int(pid_file.read_text()), 0)
+
+
+def test_ninja_is_stopped_once_its_stop_event_is_set(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    script = tmp_path / "slow_ninja.py"
+    script.write_text(f"import os, sys, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+                      "print('[1/2] compile shim_0.cpp', flush=True)\ntime.sleep(60)\n")
+    stop = threading.Event()
+    timer = threading.Timer(0.5, stop.set)
+    timer.start()
+    started = time.monotonic()
+    code, text = run_ninja([sys.executable, str(script)], BuildProgress("m", False, io.StringIO()), stop)
+    assert code != 0 and "[1/2] compile shim_0.cpp" in text
+    assert time.monotonic() - started < 30
+    with pytest.raises(ProcessLookupError):  # stopped and reaped
         os.kill(int(pid_file.read_text()), 0)
 
 

@@ -244,6 +244,96 @@ def test_builder_killed_mid_compile(wrapper: Wrapper, root: Path, source: Path, 
         pass
 
 
+# ------------------------------------------------- the edit loop: inference beside the compile
+
+
+def _edited(source: Path, old: str, new: str) -> None:
+    text = source.read_text()
+    assert old in text
+    source.write_text(text.replace(old, new))
+
+
+def test_a_body_edit_is_compiled_while_inference_runs(wrapper: Wrapper, root: Path, source: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rebuild starts the compile of the edited unit (with the previous build's generated code) before
+    inference returns; the handler unit is not compiled again."""
+    name = unique_name("beside")
+    kernix.load_cpp_file(source, name=name, auto_register=False)
+    compiles = wrapper.calls("compile")
+    real = compilation.exported_units
+    seen: list[int] = []
+
+    def inference_that_waits_for_the_compile(request):  # held until the compile has started
+        (wrapper.dir / "pause").touch()
+        try:
+            seen.extend(wrapper.wait_started(timeout=30))
+        finally:
+            (wrapper.dir / "pause").unlink()
+        return real(request)
+
+    monkeypatch.setattr(compilation, "exported_units", inference_that_waits_for_the_compile)
+    _edited(source, "in[i] + 1.0f", "in[i] + 2.0f")
+    mod = kernix.load_cpp_file(source, name=name)
+    assert len(seen) == 1
+    assert wrapper.calls("compile") - compiles == 1 and wrapper.calls("link") == 2  # the user's unit only
+    with jax.default_device(jax.devices("cpu")[0]):
+        np.testing.assert_array_equal(mod.add_one(jnp.arange(4, dtype=jnp.float32)), [2.0, 3.0, 4.0, 5.0])
+
+
+def test_a_changed_signature_regenerates_and_recompiles_the_handler_unit(wrapper: Wrapper, root: Path,
+                                                                          source: Path) -> None:
+    """The early compile is of the old signature's code: inference tells, and the new code is built."""
+    name = unique_name("resigned")
+    kernix.load_cpp_file(source, name=name, auto_register=False)
+    handlers = root / "build" / name / "handlers_0.cpp"
+    before = handlers.read_text()
+    _edited(source, "BE::Tensor out)", "BE::Tensor out, float step)")
+    _edited(source, "in[i] + 1.0f", "in[i] + step")
+    mod = kernix.load_cpp_file(source, name=name)
+    assert handlers.read_text() != before
+    assert (root / "build" / name / "handlers_0.o").stat().st_mtime_ns > handlers.stat().st_mtime_ns
+    with jax.default_device(jax.devices("cpu")[0]):
+        np.testing.assert_array_equal(mod.add_one(jnp.arange(4, dtype=jnp.float32), step=0.5), [0.5, 1.5, 2.5, 3.5])
+
+
+def test_a_body_edit_that_does_not_compile_is_compiled_once(wrapper: Wrapper, root: Path, source: Path) -> None:
+    """The early compile's error is the build's error: the unit is not compiled a second time."""
+    name = unique_name("broken")
+    kernix.load_cpp_file(source, name=name, auto_register=False)
+    compiles = wrapper.calls("compile")
+    _edited(source, "in[i] + 1.0f", "in[i] + no_such_name")
+    with pytest.raises(kernix.CompilationError, match="no_such_name") as info:
+        kernix.load_cpp_file(source, name=name)
+    assert str(source) in info.value.output
+    assert wrapper.calls("compile") - compiles == 1
+
+
+def test_an_error_of_inference_stops_the_early_compile(wrapper: Wrapper, root: Path, source: Path) -> None:
+    """A signature inference refuses is reported at once: the compile started beside it is stopped."""
+    name = unique_name("refused")
+    kernix.load_cpp_file(source, name=name, auto_register=False)
+    (wrapper.dir / "hang").touch()  # the early compile would take two minutes
+    _edited(source, "BE::Tensor out)", "BE::Tensor out, const char** names)")
+    start = time.monotonic()
+    with pytest.raises(kernix.InferenceError, match="names"):
+        kernix.load_cpp_file(source, name=name)
+    assert time.monotonic() - start < 60
+    (pid,) = wrapper.started_pids()
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, killed and not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_bad_lock_timeout_is_a_clear_error(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KERNIX_LOCK_TIMEOUT", "soon")
     with pytest.raises(CacheError, match="KERNIX_LOCK_TIMEOUT='soon' is not a positive number"):

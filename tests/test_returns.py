@@ -5,6 +5,7 @@ type is refused at inference, at the function's line."""
 
 from __future__ import annotations
 
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -112,6 +113,39 @@ def test_generated_shim_checks_only_error_returns():
     g_body = unit.split("kernix_shim_1_g")[1].split("}")[0]
     assert "::kernix::detail::check_returned(::f(" in f_body
     assert "check_returned" not in g_body and "::g(" in g_body
+
+
+def test_a_returned_error_code_is_read_as_an_enum_or_an_optional(tmp_path: Path):
+    """Some ffi.h versions give ``errc()`` as ``std::optional<ErrorCode>``, others as ``ErrorCode``: the
+    shim header reads both (without including <optional> itself), an empty optional as UNKNOWN (2)."""
+    program = tmp_path / "codes.cpp"
+    program.write_text(textwrap.dedent(
+        """
+        #include <optional>
+        #include <string>
+        #include "kernix/detail/shim.h"
+        enum class Code { kOk = 0, kOutOfRange = 11 };
+        struct Plain { bool success() const { return false; } Code errc() const { return Code::kOutOfRange; }
+                       std::string message() const { return "plain"; } };
+        struct Optional { bool success() const { return false; }
+                          std::optional<Code> errc() const { return Code::kOutOfRange; }
+                          std::string message() const { return "optional"; } };
+        struct Empty { bool success() const { return false; } std::optional<Code> errc() const { return {}; }
+                       std::string message() const { return "empty"; } };
+        template <class E> int code_of(const E& e) {
+          try { kernix::detail::check_returned(e); } catch (const kernix::detail::ReturnedError& r) { return r.code(); }
+          return -1;
+        }
+        int main() { return code_of(Plain{}) == 11 && code_of(Optional{}) == 11 && code_of(Empty{}) == 2 ? 0 : 1; }
+        """
+    ))
+    from kernix.backend import toolchain
+    from kernix.paths import include_dir
+
+    binary = tmp_path / "codes"
+    subprocess.run([toolchain.find_host_compiler().path, "-std=c++17", f"-I{include_dir()}", str(program), "-o",
+                    str(binary)], check=True, capture_output=True)
+    assert subprocess.run([str(binary)]).returncode == 0
 
 
 def test_spec_json_records_the_return_kind():

@@ -7,16 +7,21 @@ what changed)::
     handlers_0.cpp ...          the XLA FFI handlers      (host c++; specs only)
     messages.cpp                kernix/detail/messages.cc (host c++): the text of failed checks
     build.ninja
+    units.json                  the functions generated for (:func:`previous_units`)
     module.so                   all of the above, linked
 
 A generated file is rewritten only when its text changes, so editing a kernel
 body recompiles that file's shim unit and relinks, and the handler object is
-reused.  Commands are argument lists joined with :func:`shlex.join` for ninja;
-nothing goes through a user-controlled shell string.
+reused; a rewritten file's object is deleted with it, so that ninja, which
+compares modification times, cannot take it for up to date.  Commands are
+argument lists joined with :func:`shlex.join` for ninja; nothing goes through
+a user-controlled shell string.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import re
@@ -25,12 +30,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..errors import CompilationError, KernixError, ToolchainError
 from ..interface import running_command
+from ..language.spec import FunctionSpec
 from ..store import elf
 from ..store.files import atomic_write
 from . import codegen, toolchain
@@ -40,7 +47,8 @@ from .jobs import parallel_jobs
 from .progress import BuildProgress, progress_style, run_ninja
 
 __all__ = [
-    "BuildConfig", "BuildResult", "OutputError", "compile_flags", "compile_library", "ninja_path", "read_depfile",
+    "BuildConfig", "BuildResult", "OutputError", "compile_flags", "compile_library", "generate", "generated_files",
+    "ninja_path", "previous_units", "read_depfile",
 ]
 
 
@@ -74,15 +82,17 @@ def ninja_path() -> str:
     return found
 
 
-def _write_if_changed(path: Path, text: str) -> None:
-    """Rewrite a generated file only when its text changes, so ninja's timestamps stay meaningful."""
+def _write_if_changed(path: Path, text: str) -> bool:
+    """Rewrite a generated file only when its text changes, so ninja's timestamps stay meaningful;
+    whether it was rewritten."""
     data = text.encode()
     try:
         if path.read_bytes() == data:
-            return
+            return False
     except OSError:
         pass
     atomic_write(path, data, durable=False)
+    return True
 
 
 def _ninja_file(n_units: int, n_handler_units: int, flags: dict[str, list[str]], ext: str) -> str:
@@ -246,10 +256,14 @@ def _drop_damaged_outputs(build_dir: Path) -> None:
                 out.unlink()
 
 
+# GNU ld: "shim_0.o: in function `f(float)':" then "...: undefined reference to `g()'"; gold, on one line:
+# "shim_0.o:a.cpp:function f(float): error: undefined reference to 'g()'".
 _UNDEFINED_RE = re.compile(r"undefined reference to [`']([^\n]*)'")
-_IN_FUNCTION_RE = re.compile(r"in function [`']([^\n]*)':")
-# GNU ld: "multiple definition of `f(float)'; shim_0.o:..."; nvlink: "Multiple definition of '_Z1ff' in 'shim_1.o'".
+_IN_FUNCTION_RE = re.compile(r"in function [`']([^\n]*)':|:function (.+?): (?:error: )?undefined reference")
+# GNU ld: "multiple definition of `f(float)'; shim_0.o:..."; nvlink: "Multiple definition of '_Z1ff' in 'shim_1.o'";
+# gold: "shim_1.o: multiple definition of 'f(float)'" then "shim_0.o: previous definition here".
 _DEFINED_TWICE_RE = re.compile(r"[Mm]ultiple definition of [`']([^\n]*?)'")
+_PREVIOUS_DEFINITION_RE = re.compile(r"previous definition here")
 _UNIT_RE = re.compile(r"\bshim_(\d+)\.(?:o|cpp|cu)\b")
 
 
@@ -260,7 +274,7 @@ def _undefined_symbols(output: str) -> dict[str, set[str]]:
     for line in output.splitlines():
         m = _IN_FUNCTION_RE.search(line)
         if m:
-            user = m.group(1)
+            user = m.group(1) or m.group(2)
         m = _UNDEFINED_RE.search(line)
         if m:
             found.setdefault(m.group(1), set()).update({user} if user else set())
@@ -270,10 +284,15 @@ def _undefined_symbols(output: str) -> dict[str, set[str]]:
 def _defined_twice(output: str) -> dict[str, set[int]]:
     """``{symbol: {indices of the units defining it}}`` from the host or device linker's output."""
     found: dict[str, set[int]] = {}
+    symbol = None
     for line in output.splitlines():
         m = _DEFINED_TWICE_RE.search(line)
         if m:
-            found.setdefault(m.group(1), set()).update(int(i) for i in _UNIT_RE.findall(line))
+            symbol = m.group(1)
+        elif symbol is None or not _PREVIOUS_DEFINITION_RE.search(line):
+            symbol = None
+            continue
+        found.setdefault(symbol, set()).update(int(i) for i in _UNIT_RE.findall(line))
     return found
 
 
@@ -348,6 +367,53 @@ def _unknown_option_message(build_dir: Path, output: str) -> str | None:
             f"extra_cflags for build_module): {fix}")
 
 
+#: The functions of the last generation in a build directory: ``[[[index, spec], ...] per unit]``.
+UNITS_RECORD = "units.json"
+
+
+def generated_files(units: Sequence[tuple[str, Sequence[codegen.ExportedFunction]]],
+                    config: BuildConfig) -> dict[str, str]:
+    """``{file name: text}`` of every generated unit and the ninja file of a build of ``units``
+    (as for :func:`compile_library`)."""
+    ext = "cu" if config.platform == "cuda" else "cpp"
+    chunks = handler_chunks([fn for _, fns in units for fn in fns])
+    files = {f"shim_{i}.{ext}": codegen.shim_unit(os.path.abspath(src), fns) for i, (src, fns) in enumerate(units)}
+    for k, chunk in enumerate(chunks):
+        files[f"handlers_{k}.cpp"] = codegen.handler_unit(chunk, config.platform, config.allow_cuda_graph)
+    files["messages.cpp"] = codegen.messages_unit()
+    files["build.ninja"] = _ninja_file(len(units), len(chunks), compile_flags(config), ext)
+    return files
+
+
+def generate(build_dir: Path, units: Sequence[tuple[str, Sequence[codegen.ExportedFunction]]],
+             config: BuildConfig) -> None:
+    """Write :func:`generated_files` in ``build_dir``, and the functions in :data:`UNITS_RECORD`.
+
+    A unit whose text changed loses its object: ninja compares modification
+    times, and a unit rewritten within the clock tick of its object's last
+    write would look older than the object."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    for file, text in generated_files(units, config).items():
+        if _write_if_changed(build_dir / file, text):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(build_dir / (file.rsplit(".", 1)[0] + ".o"))
+    record = [[[fn.index, fn.spec.to_json()] for fn in fns] for _, fns in units]
+    _write_if_changed(build_dir / UNITS_RECORD, json.dumps(record))
+
+
+def previous_units(build_dir: Path, sources: Sequence[str | os.PathLike[str]]
+                   ) -> list[tuple[str, list[codegen.ExportedFunction]]] | None:
+    """The functions of the last generation in ``build_dir``, each unit's with
+    ``sources`` in place of its own source; ``None`` when there is none (or
+    it was for another number of sources, or does not read back)."""
+    try:
+        record = json.loads((build_dir / UNITS_RECORD).read_bytes())
+        units = [[codegen.ExportedFunction(int(i), FunctionSpec.from_json(spec)) for i, spec in fns] for fns in record]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return [(str(s), fns) for s, fns in zip(sources, units)] if len(units) == len(sources) else None
+
+
 def compile_library(
     build_dir: Path,
     units: Sequence[tuple[str, Sequence[codegen.ExportedFunction]]],
@@ -356,6 +422,8 @@ def compile_library(
     workers: int | None = None,
     verbose: bool = False,
     name: str | None = None,
+    stop: threading.Event | None = None,
+    started: Callable[[], None] | None = None,
 ) -> BuildResult:
     """Generate, compile and link one module in ``build_dir``.
 
@@ -376,6 +444,9 @@ def compile_library(
     name
         The module's name, for the progress line and the log (default: the
         build directory's name).
+    stop, started
+        Once ``stop`` is set, ninja is stopped (and the build fails);
+        ``started`` is called once ninja runs.
 
     Every build logs one INFO line on the ``"kernix"`` logger (the module,
     the units compiled of the module's total, the time taken); a long one
@@ -388,20 +459,9 @@ def compile_library(
     """
     what = f"module {name or build_dir.name!r} ({config.platform})"
     progress = BuildProgress(what, progress_style(sys.stderr, verbose=verbose), sys.stderr, echo=verbose)
-    build_dir.mkdir(parents=True, exist_ok=True)
-    ext = "cu" if config.platform == "cuda" else "cpp"
-    flags = compile_flags(config)
     jobs = parallel_jobs(workers)
-    for i, (source, fns) in enumerate(units):
-        _write_if_changed(build_dir / f"shim_{i}.{ext}", codegen.shim_unit(os.path.abspath(source), fns))
+    generate(build_dir, units, config)
     chunks = handler_chunks([fn for _, fns in units for fn in fns])
-    for k, chunk in enumerate(chunks):
-        _write_if_changed(
-            build_dir / f"handlers_{k}.cpp",
-            codegen.handler_unit(chunk, config.platform, config.allow_cuda_graph),
-        )
-    _write_if_changed(build_dir / "messages.cpp", codegen.messages_unit())
-    _write_if_changed(build_dir / "build.ninja", _ninja_file(len(units), len(chunks), flags, ext))
     _drop_damaged_outputs(build_dir)
 
     cmd = [ninja_path(), "-C", str(build_dir), f"-j{jobs}"]
@@ -409,7 +469,7 @@ def compile_library(
         cmd.append("-v")
         print("kernix:", shlex.join(cmd), file=sys.stderr, flush=True)
     try:
-        returncode, stdout = run_ninja(cmd, progress)
+        returncode, stdout = run_ninja(cmd, progress, stop, started)
         if returncode != 0:
             output = _trim_ninja_output(stdout)
             raise CompilationError(

@@ -17,6 +17,7 @@ import selectors
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
@@ -35,6 +36,7 @@ PROGRESS_VARIABLE = "KERNIX_PROGRESS"
 #: user's own ``$NINJA_STATUS`` changes neither the progress nor error reports).
 NINJA_STATUS = "[%f/%t] "
 
+_STOP_POLL_S = 0.02  # seconds between two looks at a build's `stop` event
 _STATUS_RE = re.compile(r"\[(\d+)/(\d+)\] ")
 
 
@@ -148,13 +150,17 @@ class BuildProgress:
             self.stream = None
 
 
-def run_ninja(cmd: Sequence[str], progress: BuildProgress) -> tuple[int, str]:
-    """Run ninja (``cmd``), feeding ``progress`` each output line as it comes.
+def run_ninja(cmd: Sequence[str], progress: BuildProgress, stop: threading.Event | None = None,
+              started: Callable[[], None] | None = None) -> tuple[int, str]:
+    """Run ninja (``cmd``), feeding ``progress`` each output line as it comes,
+    calling ``started`` once it runs and stopping it once ``stop`` is set.
 
     Returns ninja's exit status and its whole output, decoded with ``errors="replace"``.
     """
     env = {**os.environ, "NINJA_STATUS": NINJA_STATUS}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    if started is not None:
+        started()
     assert proc.stdout is not None
     encoding = locale.getpreferredencoding(False)
     chunks: list[bytes] = []
@@ -162,8 +168,11 @@ def run_ninja(cmd: Sequence[str], progress: BuildProgress) -> tuple[int, str]:
     try:
         with selectors.DefaultSelector() as selector:  # (select.select fails on a descriptor past 1023)
             selector.register(proc.stdout, selectors.EVENT_READ)
-            while True:
-                if selector.select(progress.wait_s()):
+            while stop is None or not stop.is_set():
+                wait = progress.wait_s()
+                if stop is not None:
+                    wait = _STOP_POLL_S if wait is None else min(wait, _STOP_POLL_S)
+                if selector.select(wait):
                     data = os.read(proc.stdout.fileno(), 65536)
                     if not data:
                         break
@@ -172,6 +181,8 @@ def run_ninja(cmd: Sequence[str], progress: BuildProgress) -> tuple[int, str]:
                     for line in lines:
                         _feed(progress, line, encoding)
                 progress.tick()
+        if stop is not None and stop.is_set():
+            _stop(proc)
         if pending:
             _feed(progress, pending, encoding)
         returncode = proc.wait()

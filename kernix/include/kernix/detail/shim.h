@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -154,9 +153,11 @@ inline F* opaque(F* f) noexcept {
 // (success(), errc(), message()), so this header needs no XLA header.
 
 // The code as its number: errc() is std::optional<ErrorCode> in some ffi.h
-// versions and ErrorCode in others.
-template <typename C>
-inline int error_code_number(const std::optional<C>& code) noexcept {
+// versions and ErrorCode in others.  (Taken as any optional-like type, so
+// that this header, which every shim unit includes, does not include
+// <optional>: it costs the compile of a small user file a fifth.)
+template <typename O, typename = std::enable_if_t<!std::is_enum<O>::value>>
+inline int error_code_number(const O& code) noexcept {
   return code ? static_cast<int>(*code) : 2;  // XLA_FFI_Error_Code_UNKNOWN
 }
 template <typename C, typename = std::enable_if_t<std::is_enum<C>::value>>
