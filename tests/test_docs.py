@@ -308,17 +308,24 @@ class PageRuns:
 
 
 @pytest.fixture(scope="module")
-def page_runs(tmp_path_factory: pytest.TempPathFactory) -> PageRuns:
-    """Start every runnable page, all at once."""
+def page_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> PageRuns:
+    """Start every runnable page this session runs, all at once."""
+    selected = {item.callspec.params["page"] for item in request.session.items
+                if getattr(item, "originalname", None) == "test_runnable_examples"}
     base = tmp_path_factory.mktemp("docs-run")
     env = _page_environment(base)
     env["JAX_PLATFORMS"] = "cpu"  # the pages' CPU run is a machine without a GPU, also where one is present
-    runs = PageRuns(RUNNABLE_PAGES, base, env)
+    runs = PageRuns({page: RUNNABLE_PAGES[page] for page in sorted(selected)}, base, env)
     yield runs
     runs.stop()
 
 
-@pytest.mark.parametrize("page", sorted(RUNNABLE_PAGES))
+#: A page whose examples run the ``kernix`` command (the entry point an installation provides).
+COMMAND_PAGE = "reference/cli.rst"
+
+
+@pytest.mark.parametrize("page", [pytest.param(page, marks=pytest.mark.installed) if page == COMMAND_PAGE else page
+                                  for page in sorted(RUNNABLE_PAGES)])
 def test_runnable_examples(page: str, page_runs: PageRuns) -> None:
     page_runs.check(page)
 
@@ -457,6 +464,7 @@ def test_cuda_example_sources_infer(block: Block, tmp_path: Path) -> None:
         assert {f.name for f in result.functions} == annotated, block.where
 
 
+@pytest.mark.installed
 @pytest.mark.skipif(importlib.util.find_spec("sphinx") is None or importlib.util.find_spec("sphinx.__main__") is None,
                     reason="Sphinx is not installed (pip install -e '.[docs]')")
 def test_sphinx_build(tmp_path: Path) -> None:
@@ -467,6 +475,7 @@ def test_sphinx_build(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout
 
 
+@pytest.mark.installed
 def test_every_public_name_is_documented() -> None:
     import kernix
 
@@ -476,6 +485,7 @@ def test_every_public_name_is_documented() -> None:
     assert not missing, f"docs/reference/python.rst does not document: {missing}"
 
 
+@pytest.mark.installed
 def test_every_environment_variable_is_documented() -> None:
     import kernix
 

@@ -242,6 +242,7 @@ def test_stubs_give_one_overload_per_distinct_signature():
     assert "    def scale(self, x: ArrayLike" in text and "    @overload\n    def tile(self, x: ArrayLike" in text
 
 
+@pytest.mark.installed
 @pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed (the test extra has it)")
 def test_stubs_of_templates_and_families_pass_mypy(tmp_path):
     import subprocess
