@@ -52,6 +52,7 @@ def test_compile_error_names_the_users_line(tmp_path):
     assert info.value.output and info.value.command
 
 
+@pytest.mark.installed
 def test_inline_module_options_and_explicit_spec(tmp_path):
     name = unique_name("inline")
     mod = kernix.load_cpp_inline(
@@ -124,6 +125,7 @@ def _checked(name: str, limit: int) -> str:
     return CHECKED.replace("NAME", name).replace("LIMIT", str(limit))
 
 
+@pytest.mark.installed
 def test_messages_are_compiled_once_per_module_and_stay_inside_it(tmp_path):
     """The text of failed checks is built out of line, in code each module compiles once (with its
     first handler unit) and keeps hidden: a module of two sources links, and two modules loaded in
@@ -247,6 +249,7 @@ def test_flags_follow_the_reference():
         assert "-l:libcudart_static.a" in cuda["link"] and cuda["link"][-1] == "-lm"
 
 
+@pytest.mark.installed
 @pytest.mark.skipif(not has_nvcc(), reason="nvcc not installed")
 def test_cuda_module_compiles_without_a_gpu(tmp_path):
     """CUDA modules build with an explicit architecture; their handlers are exported."""
@@ -288,6 +291,7 @@ WARM_PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.installed
 def test_warm_load_in_a_new_process_runs_no_compiler(tmp_path):
     src = tmp_path / "warm.cpp"
     src.write_text(ADD_ONE)

@@ -24,8 +24,15 @@ KERNELS = FIXTURES / "checking" / "kernels.cpp"
 
 
 @pytest.fixture(scope="module")
-def kernels(tmp_path_factory):
-    return kernix.load_cpp_file(KERNELS, name=unique_name("checked"), build_directory=tmp_path_factory.mktemp("c"))
+def kernels_build(tmp_path_factory):
+    """The name and the cache of the module of KERNELS: built here, found again by the sharded test's process."""
+    return unique_name("checked"), tmp_path_factory.mktemp("c")
+
+
+@pytest.fixture(scope="module")
+def kernels(kernels_build):
+    name, cache = kernels_build
+    return kernix.load_cpp_file(KERNELS, name=name, build_directory=cache)
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +119,7 @@ def test_a_batch_dependent_result_is_caught(kernels):
     assert not np.allclose(kernels.center(x), center(x), atol=1e-5)
 
 
+@pytest.mark.installed
 def test_a_write_past_the_end_of_an_output_is_caught(kernels):
     report = kernix.check(kernels.copy_past, lambda x: x, X, strict=False)
     buffers = report["buffers"]
@@ -273,7 +281,7 @@ SHARDED = textwrap.dedent(
     import jax, jax.numpy as jnp
     import kernix
     assert jax.device_count() == 2, jax.devices()
-    m = kernix.load_cpp_file(sys.argv[1], name="sharded_checks", build_directory=sys.argv[2])
+    m = kernix.load_cpp_file(sys.argv[1], name=sys.argv[3], build_directory=sys.argv[2])  # built by the test: a hit
     x = np.random.default_rng(0).uniform(-1, 1, (3, 4)).astype(np.float32)
     report = kernix.check(m.twice, lambda x: 2 * x, x, checks=["sharded", "vmap_one_call", "export"])
     assert report.ok and "over 2 devices: each device runs the kernel on its shard" in report["sharded"].detail, report
@@ -284,11 +292,12 @@ SHARDED = textwrap.dedent(
 )
 
 
-def test_sharded_over_two_cpu_devices(tmp_path):
+def test_sharded_over_two_cpu_devices(tmp_path, kernels_build, kernels):
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     script = tmp_path / "sharded.py"
     script.write_text(SHARDED)
-    proc = subprocess.run([sys.executable, str(script), str(KERNELS), str(tmp_path / "cache")], env=env,
+    name, cache = kernels_build
+    proc = subprocess.run([sys.executable, str(script), str(KERNELS), str(cache), name], env=env,
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
 

@@ -16,6 +16,9 @@ import kernix
 from kernix.cli import COMMANDS, build_parser, main
 from helpers import FIXTURES, ROOT, unique_name
 
+#: The command line is part of what is installed (the ``kernix`` entry point, ``python -m kernix``).
+pytestmark = pytest.mark.installed
+
 
 
 def test_inspect_table(capsys: pytest.CaptureFixture[str]) -> None:

@@ -157,45 +157,48 @@ LOADS = textwrap.dedent(
 )
 
 
-def _sources(work: Path) -> None:
+@pytest.fixture(scope="module")
+def loads_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sources the loads read and one cache for the file's load tests: the CUDA test's
+    C++ loads find the modules the C++ test built (each kind is built cold once)."""
+    work = tmp_path_factory.mktemp("loads")
     for d, name, text in (("", "k.cpp", CPP), ("dir", "k.cpp", CPP), ("", "k.cu", CUDA), ("cudir", "k.cu", CUDA)):
         (work / d).mkdir(exist_ok=True)
         (work / d / name).write_text(text)
+    return work
 
 
-def _loads(tmp_path: Path, kinds: str, **env: str) -> dict:
-    script = tmp_path / "loads.py"
+def _loads(work: Path, kinds: str, **env: str) -> dict:
+    script = work / "loads.py"
     script.write_text(LOADS)
-    environment = child_env(KERNIX_CACHE_DIR=str(tmp_path / "cache"), **env)
-    out = run_all([[sys.executable, str(script), str(tmp_path), str(free_port()), kinds]], [environment])[0]
+    environment = child_env(KERNIX_CACHE_DIR=str(work / "cache"), **env)
+    out = run_all([[sys.executable, str(script), str(work), str(free_port()), kinds]], [environment])[0]
     return json.loads(out.split("OK ", 1)[1])
 
 
-def test_no_cpp_load_starts_the_backend_and_distributed_initialize_still_works(tmp_path: Path) -> None:
+def test_no_cpp_load_starts_the_backend_and_distributed_initialize_still_works(loads_work: Path) -> None:
     """Cold (the first process builds everything) and warm (the second finds it)."""
-    _sources(tmp_path)
     for _ in ("cold", "warm"):
-        report = _loads(tmp_path, "cpp", JAX_PLATFORMS="cpu")
+        report = _loads(loads_work, "cpp", JAX_PLATFORMS="cpu")
         assert report["checked"] == ["load_cpp_inline", "load_cpp_file", "load_cpp_dir", "build_module",
                                      "load_prebuilt", "infer_file", "a module's functions"]
 
 
 @pytest.mark.skipif(not has_nvcc(), reason="needs nvcc to build CUDA modules")
-def test_no_cuda_load_starts_the_backend(tmp_path: Path, stand_in_driver: dict[str, str]) -> None:
+def test_no_cuda_load_starts_the_backend(loads_work: Path, stand_in_driver: dict[str, str]) -> None:
     """The architecture comes from the driver (here, where there is no GPU, a
     stand-in NVML that reports an H100), cold and warm; with a GPU the
-    kernels then run."""
-    _sources(tmp_path)
+    kernels then run; without one, the C++ kernels loaded beside them run."""
     for _ in ("cold", "warm"):
         env = {"JAX_PLATFORMS": "cpu" if stand_in_driver else "cuda"}
         for name in ("KERNIX_CUDA_ARCH", "KERNIX_CUDA_ARCH_LIST"):
             env[name] = ""
-        report = _loads(tmp_path, "cpp,cuda" if stand_in_driver else "cuda", **env, **stand_in_driver)
+        report = _loads(loads_work, "cpp,cuda" if stand_in_driver else "cuda", **env, **stand_in_driver)
         assert report["checked"][-6:] == ["load_cuda_inline", "load_cuda_file", "load_cuda_dir",
                                           "build_module (CUDA)", "load_prebuilt (CUDA)", "infer_file (CUDA)"]
         assert stand_in_driver or len(report["cuda_ran"]) == 4
     if stand_in_driver:  # built for the stand-in's H100
-        prebuilt = json.loads((tmp_path / "cuprebuilt" / "kernix-prebuilt.json").read_text())
+        prebuilt = json.loads((loads_work / "cuprebuilt" / "kernix-prebuilt.json").read_text())
         assert "sm_90" in json.dumps(prebuilt), prebuilt
 
 

@@ -3,10 +3,11 @@
 Conventions in ``docs/**/*.rst`` (see ``docs/contributing/testing-the-docs.rst``):
 
 * ``.. code-block:: python`` with ``:class: runnable`` is executed.  The
-  runnable blocks of one page run in order, in one namespace, in a fresh
-  process whose working directory is an empty temporary directory and whose
-  ``KERNIX_CACHE_DIR`` is a temporary cache of its own (a page may clear it,
-  and count what it clears).
+  runnable blocks of one page run in order, in one namespace, in a process of
+  the page's own (forked from one runner that has imported numpy, JAX and
+  kernix, so that each page does not import them again), whose working
+  directory is an empty temporary directory and whose ``KERNIX_CACHE_DIR`` is a
+  temporary cache of its own (a page may clear it, and count what it clears).
 * A runnable block with a ``:caption:`` (``cpp``, ``cuda``, ``text``, and
   ``python``: a module the page imports) is a file: it is written, at that
   point of the page, to the path the caption names, and not run.
@@ -38,9 +39,11 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,32 +167,63 @@ RUNNER = r'''
 import contextlib, io, json, os, subprocess, sys, traceback
 from pathlib import Path
 
-steps = json.loads(Path(sys.argv[1]).read_text())
-namespace = {"__name__": "__main__"}
-results = []
-for step in steps:
-    if step["kind"] == "file":
-        path = Path(step["path"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(step["code"])
-        results.append({"output": ""})
-    elif step["kind"] == "console":
-        outputs = []
-        for command in step["commands"]:
-            proc = subprocess.run(command, shell=True, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
-            outputs.append(proc.stdout)
-        results.append({"outputs": outputs})
-    else:
-        buffer = io.StringIO()
+import numpy, jax, jax.numpy, kernix  # what every page imports, once: each page's process is forked after it
+
+
+def run_page():
+    steps = json.loads(Path("steps.json").read_text())
+    namespace = {"__name__": "__main__"}
+    results = []
+    for step in steps:
+        if step["kind"] == "file":
+            path = Path(step["path"])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(step["code"])
+            results.append({"output": ""})
+        elif step["kind"] == "console":
+            outputs = []
+            for command in step["commands"]:
+                proc = subprocess.run(command, shell=True, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True)
+                outputs.append(proc.stdout)
+            results.append({"outputs": outputs})
+        else:
+            buffer = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(buffer):
+                    exec(compile(step["code"], step["where"], "exec"), namespace)
+            except BaseException:
+                results.append({"output": buffer.getvalue(), "error": traceback.format_exc()})
+                break
+            results.append({"output": buffer.getvalue()})
+    Path("results.json").write_text(json.dumps(results))
+
+
+running = {}
+for workdir, cache in json.loads(sys.argv[1]):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the page's process: its own working directory, cache, output
+        status = 1
         try:
-            with contextlib.redirect_stdout(buffer):
-                exec(compile(step["code"], step["where"], "exec"), namespace)
+            os.chdir(workdir)
+            os.environ["KERNIX_CACHE_DIR"] = cache
+            log = os.open("log.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            run_page()
+            status = 0
         except BaseException:
-            results.append({"output": buffer.getvalue(), "error": traceback.format_exc()})
-            break
-        results.append({"output": buffer.getvalue()})
-Path(sys.argv[2]).write_text(json.dumps(results))
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+    running[pid] = workdir
+while running:
+    pid, status = os.wait()
+    Path(running.pop(pid), "exit.txt").write_text(str(os.waitstatus_to_exitcode(status)))
 '''
 
 
@@ -226,48 +260,74 @@ def _page_environment(base: Path) -> dict[str, str]:
     return env
 
 
-def _start_page(page: str, steps: list[Step], base: Path, env: dict[str, str]) -> tuple[subprocess.Popen, Path]:
-    """Run ``steps`` in a new process, in a working directory and a cache of their own."""
-    workdir = base / page.replace("/", "_").removesuffix(".rst")
-    workdir.mkdir()
-    spec = [
-        {
-            "kind": s.kind,
-            "where": s.block.where,
-            "code": s.block.code,
-            "path": s.block.options.get("caption", ""),
-            "commands": [c for c, _ in s.expected] if s.kind == "console" else [],
-        }
-        for s in steps
-    ]
-    (workdir / "steps.json").write_text(json.dumps(spec))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", RUNNER, "steps.json", "results.json"],
-        cwd=workdir, env={**env, "KERNIX_CACHE_DIR": str(workdir.with_name(workdir.name + "-cache"))},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    return proc, workdir
+class PageRuns:
+    """Pages run by one runner process: it imports JAX and kernix, then forks a process for each
+    page (all at once), in a working directory and a cache of the page's own."""
+
+    def __init__(self, pages: dict[str, list[Step]], base: Path, env: dict[str, str]) -> None:
+        self.base, self.steps, self.workdirs = base, pages, {}
+        for page, steps in pages.items():
+            workdir = base / page.replace("/", "_").removesuffix(".rst")
+            workdir.mkdir()
+            spec = [
+                {
+                    "kind": s.kind,
+                    "where": s.block.where,
+                    "code": s.block.code,
+                    "path": s.block.options.get("caption", ""),
+                    "commands": [c for c, _ in s.expected] if s.kind == "console" else [],
+                }
+                for s in steps
+            ]
+            (workdir / "steps.json").write_text(json.dumps(spec))
+            self.workdirs[page] = workdir
+        pages_arg = json.dumps([[str(w), str(w.with_name(w.name + "-cache"))] for w in self.workdirs.values()])
+        with open(base / "runner.log", "w") as log:
+            self.proc = subprocess.Popen([sys.executable, "-c", RUNNER, pages_arg], cwd=base, env=env,
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def check(self, page: str) -> None:
+        """Wait for ``page``'s process, then compare what each step printed with what the page shows."""
+        workdir, steps = self.workdirs[page], self.steps[page]
+        exit_file, deadline = workdir / "exit.txt", time.monotonic() + PAGE_TIMEOUT_S
+        while not exit_file.exists():
+            if self.proc.poll() is not None and not exit_file.exists():
+                pytest.fail(f"docs/{page}: the runner failed:\n{(self.base / 'runner.log').read_text()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"docs/{page}: the examples did not finish in {PAGE_TIMEOUT_S} s")
+            time.sleep(0.05)
+        log = (workdir / "log.txt").read_text() if (workdir / "log.txt").exists() else ""
+        results_file = workdir / "results.json"
+        assert exit_file.read_text() == "0" and results_file.is_file(), f"docs/{page}: the runner failed:\n{log}"
+        _compare(page, steps, json.loads(results_file.read_text()))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
 
 
 @pytest.fixture(scope="module")
-def page_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.Popen, Path, list[Step]]]:
-    """Start every runnable page in its own process, all at once."""
+def page_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> PageRuns:
+    """Start every runnable page this session runs, all at once."""
+    selected = {item.callspec.params["page"] for item in request.session.items
+                if getattr(item, "originalname", None) == "test_runnable_examples"}
     base = tmp_path_factory.mktemp("docs-run")
     env = _page_environment(base)
     env["JAX_PLATFORMS"] = "cpu"  # the pages' CPU run is a machine without a GPU, also where one is present
-    runs = {}
-    for page, steps in RUNNABLE_PAGES.items():
-        proc, workdir = _start_page(page, steps, base, env)
-        runs[page] = (proc, workdir, steps)
+    runs = PageRuns({page: RUNNABLE_PAGES[page] for page in sorted(selected)}, base, env)
     yield runs
-    for proc, _, _ in runs.values():
-        if proc.poll() is None:
-            proc.kill()
+    runs.stop()
 
 
-@pytest.mark.parametrize("page", sorted(RUNNABLE_PAGES))
-def test_runnable_examples(page: str, page_runs) -> None:
-    _check_page(page, *page_runs[page])
+#: A page whose examples run the ``kernix`` command (the entry point an installation provides).
+COMMAND_PAGE = "reference/cli.rst"
+
+
+@pytest.mark.parametrize("page", [pytest.param(page, marks=pytest.mark.installed) if page == COMMAND_PAGE else page
+                                  for page in sorted(RUNNABLE_PAGES)])
+def test_runnable_examples(page: str, page_runs: PageRuns) -> None:
+    page_runs.check(page)
 
 
 @pytest.mark.gpu
@@ -281,24 +341,15 @@ def test_gpu_page_examples(page: str, tmp_path: Path) -> None:
     env = _page_environment(tmp_path)
     env.pop("JAX_PLATFORMS", None)  # the page's process chooses the GPU as a user's does
     env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # this process holds GPU memory already
-    proc, workdir = _start_page(page, GPU_PAGES[page], tmp_path, env)
+    runs = PageRuns({page: GPU_PAGES[page]}, tmp_path, env)
     try:
-        _check_page(page, proc, workdir, GPU_PAGES[page])
+        runs.check(page)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        runs.stop()
 
 
-def _check_page(page: str, proc: subprocess.Popen, workdir: Path, steps: list[Step]) -> None:
-    """Wait for a page's process, then compare what each step printed with what the page shows."""
-    try:
-        log, _ = proc.communicate(timeout=PAGE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail(f"docs/{page}: the examples did not finish in {PAGE_TIMEOUT_S} s")
-    results_file = workdir / "results.json"
-    assert proc.returncode == 0 and results_file.is_file(), f"docs/{page}: the runner failed:\n{log}"
-    results = json.loads(results_file.read_text())
+def _compare(page: str, steps: list[Step], results: list[dict]) -> None:
+    """Compare what each step of ``page`` printed with what the page shows."""
     for step, result in zip(steps, results):
         where = step.block.where
         if "error" in result:
@@ -413,6 +464,7 @@ def test_cuda_example_sources_infer(block: Block, tmp_path: Path) -> None:
         assert {f.name for f in result.functions} == annotated, block.where
 
 
+@pytest.mark.installed
 @pytest.mark.skipif(importlib.util.find_spec("sphinx") is None or importlib.util.find_spec("sphinx.__main__") is None,
                     reason="Sphinx is not installed (pip install -e '.[docs]')")
 def test_sphinx_build(tmp_path: Path) -> None:
@@ -423,6 +475,7 @@ def test_sphinx_build(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout
 
 
+@pytest.mark.installed
 def test_every_public_name_is_documented() -> None:
     import kernix
 
@@ -432,6 +485,7 @@ def test_every_public_name_is_documented() -> None:
     assert not missing, f"docs/reference/python.rst does not document: {missing}"
 
 
+@pytest.mark.installed
 def test_every_environment_variable_is_documented() -> None:
     import kernix
 

@@ -37,6 +37,7 @@ def ops(tmp_path_factory):
     )
 
 
+@pytest.mark.installed
 def test_module_object(ops):
     assert ops.platform == "cpu"
     assert ops.path.is_file() and ops.path.suffix == ".so"
@@ -48,6 +49,7 @@ def test_module_object(ops):
         ops.no_such_function  # noqa: B018
 
 
+@pytest.mark.installed
 def test_vector_add_jit_and_vmap(ops):
     a = np.arange(10, dtype=np.float32)
     b = np.linspace(0, 1, 10, dtype=np.float32)

@@ -26,8 +26,15 @@ OPS = FIXTURES / "ops" / "ops_cpu.cpp"
 
 
 @pytest.fixture(scope="module")
-def ops(tmp_path_factory):
-    return kernix.load_cpp_file(OPS, name=unique_name("ops"), build_directory=tmp_path_factory.mktemp("cache"))
+def ops_build(tmp_path_factory):
+    """The name and the cache of the module of OPS: built here, found again by the sharded test's process."""
+    return unique_name("ops"), tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def ops(ops_build):
+    name, cache = ops_build
+    return kernix.load_cpp_file(OPS, name=name, build_directory=cache)
 
 
 def rms_norm_ref(x, w, eps):
@@ -297,6 +304,7 @@ def test_symbolic_shapes_are_refused_with_a_reason(ops):
         kernix.export(jax.jit(lambda x: ops.rms_norm(x, np.ones(4), eps=1e-5)), jax.ShapeDtypeStruct((b, 4), np.float64))
 
 
+@pytest.mark.installed
 def test_package_is_typed():
     assert (Path(kernix.__file__).parent / "py.typed").is_file()
 
@@ -312,7 +320,7 @@ SHARDED = textwrap.dedent(
     import kernix
     jax.config.update("jax_enable_x64", True)
     assert jax.device_count() == 4, jax.devices()
-    ops = kernix.load_cpp_file(sys.argv[1], name="sharded_ops", build_directory=sys.argv[2])
+    ops = kernix.load_cpp_file(sys.argv[1], name=sys.argv[3], build_directory=sys.argv[2])  # built by the test: a hit
     mesh = Mesh(np.array(jax.devices()), ("b",))
     x = np.random.rand(8, 16)
     w = np.random.rand(16)
@@ -361,12 +369,13 @@ SHARDED = textwrap.dedent(
 )
 
 
-def test_sharded_batch_runs_per_shard(tmp_path):
+def test_sharded_batch_runs_per_shard(tmp_path, ops_build, ops):
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     script = tmp_path / "sharded.py"
     script.write_text(SHARDED)
+    name, cache = ops_build
     proc = subprocess.run(
-        [sys.executable, str(script), str(OPS), str(tmp_path / "cache")],
+        [sys.executable, str(script), str(OPS), str(cache), name],
         env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]

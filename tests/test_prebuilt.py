@@ -103,6 +103,7 @@ def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
                           env=env, timeout=300)
 
 
+@pytest.mark.installed
 def test_manifest_records_the_build(prebuilt):
     m = PrebuiltManifest.read(prebuilt)
     assert m.name == "pbops" and m.platform == "cpu"
@@ -134,6 +135,7 @@ def test_load_prebuilt_in_process(prebuilt):
         mod.scale(x)
 
 
+@pytest.mark.installed
 def test_load_prebuilt_without_compiler_or_libclang(prebuilt, tmp_path):
     env = no_compiler_env(tmp_path)
     proc = run_python(
@@ -436,6 +438,7 @@ def test_module_owned_by_another_user_is_refused(prebuilt, tmp_path):
     assert info.value.reason == "trust"
 
 
+@pytest.mark.installed
 @pytest.mark.skipif(os.getuid() != 0, reason="giving files to another user needs root")
 def test_module_of_the_account_that_installed_kernix_loads(prebuilt, tmp_path):
     """A shared environment installed by a service account: its prebuilt modules

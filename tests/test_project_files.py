@@ -12,6 +12,9 @@ from helpers import ROOT
 
 import kernix
 
+#: The metadata and version an installed kernix carries.
+pytestmark = pytest.mark.installed
+
 
 def test_the_metadata_links_the_project() -> None:
     urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]

@@ -119,29 +119,131 @@ def _check(mod: kernix.CompiledModule) -> None:
 # --------------------------------------------------------------------- concurrency
 
 
-def test_eight_processes_one_compile(wrapper: Wrapper, root: Path, source: Path, tmp_path: Path) -> None:
-    """8 processes load the same new module at once into an empty cache: all get
-    the right answer, and the compiler runs for one build only."""
-    name = unique_name("stampede")
-    go = tmp_path / "go"
-    procs = [_spawn([str(source), name, str(tmp_path / f"ready{i}"), str(go)]) for i in range(8)]
+#: The processes of the crowd tests: four a core, eight at least and sixteen at most.
+CROWD = max(8, min(16, 4 * len(os.sched_getaffinity(0))))
+
+CROWD_WORKER = """
+import json, os, sys, time
+import numpy as np, jax, jax.numpy as jnp
+import kernix
+src, name, ready, go, storm, seconds = sys.argv[1:7]
+
+def wait_for(path):
+    deadline = time.monotonic() + 600
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            sys.exit(f"{path} never appeared")
+        time.sleep(0.005)
+
+def add_one():
+    mod = kernix.load_cpp_file(src, name=name)
+    return mod, np.asarray(mod.add_one(jnp.arange(4, dtype=jnp.float32))).tolist()
+
+jax.devices()  # start the backend before the barrier
+open(ready, "w").close()
+wait_for(go)  # the stampede: every process loads the new module at once
+mod, values = add_one()
+print(json.dumps({"values": values, "so": str(mod.path)}), flush=True)
+wait_for(storm)  # the storm: load over and over while the test clears the cache
+errors, loads, wrong = [], 0, 0
+end = time.monotonic() + float(seconds)
+while time.monotonic() < end:
     try:
+        wrong += add_one()[1] != [1.0, 2.0, 3.0, 4.0]
+        loads += 1
+    except Exception as exc:
+        errors.append(f"{type(exc).__name__}: {exc}"[:500])
+print(json.dumps({"loads": loads, "errors": errors, "wrong": wrong}))
+"""
+
+
+class Crowd:
+    """CROWD processes that loaded one new module at the same moment into an empty cache (each
+    started once for the file: starting JAX takes a second a process), then wait for the storm."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir, self.root, self.name = directory, directory / "cache", unique_name("crowd")
+        self.wrapper = Wrapper(directory / "cxx")
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        source = self.dir / "add_one.cpp"
+        shutil.copy(REL / "add_one.cpp", source)
+        self.wrapper.dir.mkdir()
+        shutil.copy(REL / "cxx_wrapper.sh", self.wrapper.path)
+        self.wrapper.path.chmod(0o755)
+        env = dict(os.environ, CXX=str(self.wrapper.path), KERNIX_CACHE_DIR=str(self.root))
+        self.procs = [
+            subprocess.Popen([sys.executable, "-W", "error::RuntimeWarning", "-c", CROWD_WORKER, str(source),
+                              self.name, str(self.dir / f"ready-{i}"), str(self.dir / "go"),
+                              str(self.dir / "storm"), "4"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            for i in range(CROWD)
+        ]
         deadline = time.monotonic() + 180
-        while not all((tmp_path / f"ready{i}").exists() for i in range(8)):
-            assert all(p.poll() is None for p in procs), [p.communicate()[1][-2000:] for p in procs if p.poll() is not None]
+        while not all((self.dir / f"ready-{i}").exists() for i in range(CROWD)):
+            assert all(p.poll() is None for p in self.procs), self.failures()
             assert time.monotonic() < deadline, "workers never became ready"
             time.sleep(0.02)
-        go.touch()
-        results = [_result(p) for p in procs]
-    finally:
-        for p in procs:
+        watchdog = threading.Timer(180, self.kill)  # a worker that never prints is killed: its line reads ""
+        watchdog.start()
+        try:
+            (self.dir / "go").touch()
+            self.loaded = [json.loads(p.stdout.readline() or "null") for p in self.procs]
+        finally:
+            watchdog.cancel()
+        assert None not in self.loaded, self.failures()
+        self.compiles, self.links = self.wrapper.calls("compile"), self.wrapper.calls("link")
+
+    def failures(self) -> list[str]:
+        return [p.communicate()[1][-2000:] for p in self.procs if p.poll() is not None]
+
+    def kill(self) -> None:
+        for p in self.procs:
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-    assert all(r["values"] == EXPECTED for r in results)
-    assert len({r["so"] for r in results}) == 1
-    assert wrapper.calls("compile") == 3  # the user's unit, the handler unit and the messages unit, once
-    assert wrapper.calls("link") == 1
-    assert len(list((root / "modules" / name).glob("*/manifest.json"))) == 1
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture(scope="module")
+def crowd(tmp_path_factory: pytest.TempPathFactory):
+    c = Crowd(tmp_path_factory.mktemp("crowd"))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.kill()
+
+
+def test_processes_loading_a_new_module_at_once_compile_it_once(crowd: Crowd) -> None:
+    """CROWD processes (eight at least) load the same new module at once into an empty cache:
+    all get the right answer, and the compiler runs for one build only."""
+    assert all(r["values"] == EXPECTED for r in crowd.loaded)
+    assert len({r["so"] for r in crowd.loaded}) == 1
+    assert crowd.compiles == 3  # the user's unit, the handler unit and the messages unit, once
+    assert crowd.links == 1
+    assert len(list((crowd.root / "modules" / crowd.name).glob("*/manifest.json"))) == 1
+
+
+def test_processes_load_while_the_cache_is_cleared_again_and_again(crowd: Crowd) -> None:
+    """The crowd's processes load its module over and over for 4 s while this one clears the
+    cache (the module's, then all of it) in a loop: every load is a hit, or a miss and a
+    rebuild; never an error, a warning that an entry is damaged, or a wrong value.  Was: one
+    to three "damaged (cannot read functions.json)" CacheErrors a run (of sixteen processes
+    on two cores), from a clear between reading an entry's manifest and its specs."""
+    (crowd.dir / "storm").touch()
+    clears = 0
+    while any(p.poll() is None for p in crowd.procs):
+        kernix.clear_cache(crowd.name if clears % 2 else None, root=crowd.root)
+        clears += 1
+    results = []
+    for p in crowd.procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert [r["errors"] for r in results] == [[]] * CROWD
+    assert sum(r["wrong"] for r in results) == 0
+    assert all(r["loads"] > 0 for r in results) and clears > 10
 
 
 def test_two_threads_in_one_process(wrapper: Wrapper, root: Path, tmp_path: Path) -> None:
@@ -396,71 +498,6 @@ def test_clear_cache_waits_for_a_running_build(wrapper: Wrapper, root: Path, sou
     assert result["values"] == EXPECTED
     assert removed == [1]  # the finished entry, removed after the build
     assert not (root / "modules" / name).exists()
-
-
-STORM_WORKER = """
-import json, os, sys, time
-import numpy as np, jax, jax.numpy as jnp
-import kernix
-src, name, ready, go, seconds = sys.argv[1:6]
-jax.devices()
-open(ready, "w").close()
-while not os.path.exists(go):
-    time.sleep(0.005)
-errors, loads, wrong = [], 0, 0
-end = time.monotonic() + float(seconds)
-while time.monotonic() < end:
-    try:
-        mod = kernix.load_cpp_file(src, name=name)
-        wrong += np.asarray(mod.add_one(jnp.arange(4, dtype=jnp.float32))).tolist() != [1.0, 2.0, 3.0, 4.0]
-        loads += 1
-    except Exception as exc:
-        errors.append(f"{type(exc).__name__}: {exc}"[:500])
-print(json.dumps({"loads": loads, "errors": errors, "wrong": wrong}))
-"""
-
-
-def test_sixteen_processes_load_while_the_cache_is_cleared_again_and_again(root: Path, source: Path,
-                                                                          tmp_path: Path) -> None:
-    """16 processes load a module over and over while this one clears the cache
-    (the module's, then all of it) in a loop: every load is a hit, or a miss
-    and a rebuild; never an error, a warning that an entry is damaged, or a
-    wrong value.  Was: one to three "damaged (cannot read functions.json)"
-    CacheErrors a run, from a clear between reading an entry's manifest and
-    its specs."""
-    name = unique_name("storm")
-    code = f"import kernix; kernix.load_cpp_file({str(source)!r}, name={name!r})"
-    built = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
-    assert built.returncode == 0, built.stderr[-3000:]
-    go = tmp_path / "go"
-    procs = [
-        subprocess.Popen([sys.executable, "-W", "error::RuntimeWarning", "-c", STORM_WORKER, str(source), name,
-                          str(tmp_path / f"ready-{i}"), str(go), "4"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
-        for i in range(16)
-    ]
-    try:
-        deadline = time.monotonic() + 120
-        while not all((tmp_path / f"ready-{i}").exists() for i in range(16)):
-            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "a worker did not start"
-            time.sleep(0.05)
-        go.touch()
-        clears = 0
-        while any(p.poll() is None for p in procs):
-            kernix.clear_cache(name if clears % 2 else None)
-            clears += 1
-        results = []
-        for p in procs:
-            out, err = p.communicate(timeout=60)
-            assert p.returncode == 0, err[-3000:]
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert [r["errors"] for r in results] == [[]] * 16
-    assert sum(r["wrong"] for r in results) == 0
-    assert all(r["loads"] > 0 for r in results) and clears > 10
 
 
 # --------------------------------------------------------------------- damaged entries

@@ -333,6 +333,7 @@ def _load_with(top: Path, src: Path, cache: Path, name: str) -> float:
     return float(out.stdout.split()[-1])
 
 
+@pytest.mark.installed
 def test_kernixs_own_code_is_in_the_key_by_content(tmp_path: Path) -> None:
     """Was: kernix entered the key as its version only, so a kernix header or
     code generator edited in place (a checkout, a patched install) loaded the
@@ -357,6 +358,7 @@ def test_kernixs_own_code_is_in_the_key_by_content(tmp_path: Path) -> None:
     assert len(list((cache / "modules" / name).glob("*/manifest.json"))) == 3  # one key per kernix
 
 
+@pytest.mark.installed
 def test_kernixs_inference_code_is_in_the_spec_key(tmp_path: Path) -> None:
     """Was: the spec cache's key held kernix's version only, so specs inferred
     by an older inference (same version, other code) were served again."""

@@ -133,8 +133,15 @@ def test_a_plain_annotation_on_a_template_is_still_refused(tmp_path):
 # ---- a module: instances and the dispatching callable ---------------------------------------------
 
 @pytest.fixture(scope="module")
-def mod(tmp_path_factory):
-    return kernix.load_cpp_file(CPU, name=unique_name("templates"), build_directory=tmp_path_factory.mktemp("b"))
+def mod_build(tmp_path_factory):
+    """The name and the cache of the module of CPU: built here, found again by the sharded test's process."""
+    return unique_name("templates"), tmp_path_factory.mktemp("b")
+
+
+@pytest.fixture(scope="module")
+def mod(mod_build):
+    name, cache = mod_build
+    return kernix.load_cpp_file(CPU, name=name, build_directory=cache)
 
 
 def test_instances_run(mod):
@@ -242,6 +249,7 @@ def test_stubs_give_one_overload_per_distinct_signature():
     assert "    def scale(self, x: ArrayLike" in text and "    @overload\n    def tile(self, x: ArrayLike" in text
 
 
+@pytest.mark.installed
 @pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed (the test extra has it)")
 def test_stubs_of_templates_and_families_pass_mypy(tmp_path):
     import subprocess
@@ -308,7 +316,7 @@ import jax, jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import kernix
 assert jax.device_count() == 2, jax.devices()
-mod = kernix.load_cpp_file(sys.argv[1], name="tsharded", build_directory=sys.argv[2])
+mod = kernix.load_cpp_file(sys.argv[1], name=sys.argv[3], build_directory=sys.argv[2])  # built by the test: a hit
 mesh = Mesh(np.array(jax.devices()), ("b",))
 x = np.arange(8, dtype=np.float32).reshape(4, 2)
 xs = jax.device_put(x, NamedSharding(mesh, P("b", None)))
@@ -321,7 +329,7 @@ print("OK")
 """
 
 
-def test_dispatch_on_sharded_inputs(tmp_path):
+def test_dispatch_on_sharded_inputs(tmp_path, mod_build, mod):
     import os
     import subprocess
     import sys
@@ -329,7 +337,8 @@ def test_dispatch_on_sharded_inputs(tmp_path):
     script = tmp_path / "sharded.py"
     script.write_text(SHARDED)
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, str(script), str(CPU), str(tmp_path / "cache")], env=env,
+    name, cache = mod_build
+    proc = subprocess.run([sys.executable, str(script), str(CPU), str(cache), name], env=env,
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]
 

@@ -274,9 +274,15 @@ def check_transforms(mod, x) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def cpu_mod(tmp_path_factory):
-    return kernix.load_cpp_inline(unique_name("transforms"), CPP,
-                                  build_directory=tmp_path_factory.mktemp("cache"))
+def cpu_build(tmp_path_factory):
+    """The name and the cache of the module of CPP: built here, found again by the test's process."""
+    return unique_name("transforms"), tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def cpu_mod(cpu_build):
+    name, cache = cpu_build
+    return kernix.load_cpp_inline(name, CPP, build_directory=cache)
 
 
 def test_transforms_on_one_device(cpu_mod):
@@ -317,7 +323,7 @@ SEVERAL = textwrap.dedent(
     import kernix
     import test_transforms as t
     assert jax.device_count() == int(sys.argv[3]), jax.devices()
-    mod = kernix.load_cpp_inline("several_transforms", t.CPP, build_directory=sys.argv[2])
+    mod = kernix.load_cpp_inline(sys.argv[4], t.CPP, build_directory=sys.argv[2])  # built by the test: a hit
     x = np.random.default_rng(0).uniform(0.5, 1.5, (4, 3)).astype(np.float32)
     done = t.check_transforms(mod, jnp.asarray(x))  # unsharded: the kernels run through custom_partitioning
     mesh = Mesh(np.array(jax.devices()), ("b",))
@@ -351,12 +357,13 @@ SEVERAL = textwrap.dedent(
 )
 
 
-def test_transforms_on_several_cpu_devices(tmp_path, devices=2):
+def test_transforms_on_several_cpu_devices(tmp_path, cpu_build, cpu_mod, devices=2):
     script = tmp_path / "several.py"
     script.write_text(SEVERAL)
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    name, cache = cpu_build
     proc = subprocess.run(
-        [sys.executable, str(script), str(Path(__file__).parent), str(tmp_path / "cache"), str(devices)],
+        [sys.executable, str(script), str(Path(__file__).parent), str(cache), str(devices), name],
         env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]

@@ -209,6 +209,7 @@ def test_specs_survive_a_cache_clear_while_in_use(tmp_path: Path, warm: bool) ->
     assert [p.name for p in mod.functions["add_one"].params] == ["x", "out"]
 
 
+@pytest.mark.installed
 def test_a_warm_load_imports_only_what_it_needs(tmp_path: Path) -> None:
     """No toolchain search, flags, spec grammar, inference, libclang or miss path on the warm path."""
     name = unique_name("warm_imports")
@@ -228,13 +229,24 @@ def test_a_warm_load_imports_only_what_it_needs(tmp_path: Path) -> None:
     assert loaded == [] and spec_after_use is True
 
 
-@pytest.mark.skipif(not has_nvcc(), reason="building a CUDA module needs nvcc")
+@pytest.fixture(scope="module")
+def cuda_built(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """A CUDA module built once for sm_90 (nvcc, no GPU needed): (its name, its cache)."""
+    if not has_nvcc():
+        pytest.skip("building a CUDA module needs nvcc")
+    name, cache = unique_name("warm_cuda_imports"), tmp_path_factory.mktemp("warm-cuda")
+    kernix.load_cuda_file(FIXTURES / "seed_vector_add.cu", name=name, compute_capability="sm_90", build_directory=cache,
+                          auto_register=False)
+    return name, cache
+
+
+@pytest.mark.installed
 @pytest.mark.parametrize("given", ["argument", "environment"])
-def test_a_warm_cuda_load_imports_no_compiler_search(tmp_path: Path, given: str) -> None:
+def test_a_warm_cuda_load_imports_no_compiler_search(cuda_built: tuple[str, Path], given: str) -> None:
     """The GPU architecture enters a CUDA request's fingerprint: finding it on a
     warm load imports no other part of the backend package (the compiler search,
     the flags)."""
-    name = unique_name("warm_cuda_imports")
+    name, cache = cuda_built
     source = FIXTURES / "seed_vector_add.cu"
     env = dict(os.environ, JAX_PLATFORMS="cpu", KERNIX_CUDA_ARCH="sm_90")
     env.pop("KERNIX_CUDA_ARCH_LIST", None)
@@ -242,11 +254,11 @@ def test_a_warm_cuda_load_imports_no_compiler_search(tmp_path: Path, given: str)
     heavy = ("kernix.backend.toolchain", "kernix.backend.flags", "kernix.compilation", "clang.cindex")
     code = (
         "import sys, json, kernix\n"
-        f"kernix.load_cuda_file({str(source)!r}, name={name!r}, {option}build_directory={str(tmp_path)!r})\n"
+        f"kernix.load_cuda_file({str(source)!r}, name={name!r}, {option}build_directory={str(cache)!r})\n"
         f"print(json.dumps(sorted(n for n in {heavy!r} if n in sys.modules)))\n"
     )
     run = [sys.executable, "-c", code]
-    subprocess.run(run, capture_output=True, text=True, env=env, check=True)  # builds, and records the request
+    subprocess.run(run, capture_output=True, text=True, env=env, check=True)  # finds the entry, records the request
     warm = subprocess.run(run, capture_output=True, text=True, env={**env, "KERNIX_VERBOSE": "1"}, check=True)
     assert json.loads(warm.stdout) == []
     assert f"{name}: cache hit (" in warm.stderr and ", direct)" in warm.stderr
@@ -331,6 +343,7 @@ def test_the_inference_setup_does_not_depend_on_unrelated_import_paths(
         assert _setup_notes(caplog)[0] == "inference set-up: direct miss: no record"
 
 
+@pytest.mark.installed
 def test_a_warm_inspect_imports_no_parser(tmp_path: Path) -> None:
     """`kernix inspect` of a cached file prints the same as the parse did,
     without libclang, the compiler views, the toolchain search or the spec
@@ -365,6 +378,7 @@ def _installed_script() -> Path | None:
 SCRIPT = _installed_script()
 
 
+@pytest.mark.installed
 @pytest.mark.parametrize("command", [
     ["-m", "kernix"],
     pytest.param([str(SCRIPT)], marks=pytest.mark.skipif(SCRIPT is None, reason="no kernix command beside Python")),
