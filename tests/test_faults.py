@@ -546,12 +546,7 @@ def test_waiter_on_a_stopped_holder_says_so(holder, monkeypatch) -> None:
 # ----------------------------------------------------------- 7. link errors, names, platforms
 
 
-#: The link with kernix's linker (gold, where installed) and with GNU ld asked for by the user's flags.
-LINKERS = pytest.mark.parametrize("ldflags", [[], ["-fuse-ld=bfd"]], ids=["default linker", "GNU ld"])
-
-
-@LINKERS
-def test_undefined_symbol_is_a_link_error_naming_it_demangled(tmp_path: Path, ldflags: list[str]) -> None:
+def test_undefined_symbol_is_a_link_error_naming_it_demangled(tmp_path: Path) -> None:
     """Was: the library linked, was cached, and dlopen failed with a mangled name."""
     src = (
         '#include "kernix/common.h"\nnamespace ns { float helper(float); }\n// @BE uses_helper\n'
@@ -559,13 +554,12 @@ def test_undefined_symbol_is_a_link_error_naming_it_demangled(tmp_path: Path, ld
     )
     cache, name = tmp_path / "cache", unique_name("undef")
     with pytest.raises(CompilationError, match=r"undefined symbol\(s\) ns::helper\(float\)") as info:
-        kernix.load_cpp_inline(name, src, build_directory=cache, extra_ldflags=ldflags)
+        kernix.load_cpp_inline(name, src, build_directory=cache)
     assert "uses_helper" in str(info.value) and "extra_ldflags" in str(info.value)
     assert not list((cache / "modules").glob(f"{name}/*/manifest.json"))
 
 
-@LINKERS
-def test_symbol_defined_in_two_sources_is_a_link_error_naming_both_files(tmp_path: Path, ldflags: list[str]) -> None:
+def test_symbol_defined_in_two_sources_is_a_link_error_naming_both_files(tmp_path: Path) -> None:
     """Was: the linker's message named only the generated units (shim_0.o, shim_1.o)."""
     src = tmp_path / "src"
     src.mkdir()
@@ -576,7 +570,7 @@ def test_symbol_defined_in_two_sources_is_a_link_error_naming_both_files(tmp_pat
         )
     with pytest.raises(CompilationError, match=r"defined in more than one source file: scale\(float\) \(in "
                        + re.escape(f"{src / 'fa.cpp'}, {src / 'fb.cpp'})") + r".*`static` or `inline`"):
-        kernix.load_cpp_dir(src, name=unique_name("twice"), build_directory=tmp_path / "cache", extra_ldflags=ldflags)
+        kernix.load_cpp_dir(src, name=unique_name("twice"), build_directory=tmp_path / "cache")
     for f in src.iterdir():  # the fix the message suggests
         f.write_text(f.read_text().replace("float scale", "static float scale"))
     mod = kernix.load_cpp_dir(src, name=unique_name("twice"), build_directory=tmp_path / "cache")

@@ -8,7 +8,6 @@ load needs the flags (they enter the cache key) but nothing that builds.
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 
 from ..errors import KernixError
@@ -75,15 +74,6 @@ def _user_flags(config: BuildConfig) -> list[str]:
     return [*(f"-I{os.path.abspath(d)}" for d in config.include_dirs), *config.extra_cflags]
 
 
-def _linker() -> list[str]:
-    """gold, where it is installed: it links a module in about half the time GNU
-    ld (bfd) takes, most of which bfd spends reading the C++ and C libraries'
-    symbol tables (20 against 47 ms of CPU for a small module, g++ 12), and the
-    link is on every rebuild's critical path.  A user's ``-fuse-ld=...`` among
-    the link flags comes later, and wins."""
-    return ["-fuse-ld=gold"] if shutil.which("ld.gold") else []
-
-
 def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
     """The compiler and linker argument lists (without inputs and outputs).
 
@@ -95,7 +85,7 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
     # Handlers depend on the specs alone: they never see the user's include paths.
     handlers = [cxx, f"-std={toolchain.CXX_STANDARD}", opt, "-fPIC", "-fvisibility=hidden", *_kernix_include_flags()]
     # An undefined symbol is a link error naming it, not a dlopen failure later.
-    link = [cxx, "-shared", *_linker(), "-Wl,--exclude-libs,ALL", "-Wl,--no-undefined"]
+    link = [cxx, "-shared", "-Wl,--exclude-libs,ALL", "-Wl,--no-undefined"]
     if config.platform == "cuda":
         nvcc = toolchain.find_nvcc().path
         # Machine code for every architecture, PTX of the newest only; one
