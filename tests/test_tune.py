@@ -375,6 +375,7 @@ def test_kernix_tune_tunes_ahead_of_time_and_a_prebuilt_module_ships_its_tables(
     assert runs(shipped_mod) - before > 3
     assert main(["tune", str(directory), "--shapes", "float32[4]", "--function", "nothing"]) == 1
     assert main(["tune", str(directory), "--shapes", "float32(4)"]) == 2
+    assert main(["tune", str(tmp_path / "missing.cpp"), "--shapes", "float32[4]"]) == 2  # as kernix build says it
     shutil.rmtree(directory)
 
 

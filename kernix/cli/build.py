@@ -84,14 +84,8 @@ def run(args: dict[str, Any]) -> int:
             optimization_level=args["opt"], use_fast_math=args["fast_math"], verbose=args["verbose"],
             extra_ldflags=[*(f"-L{d}" for d in args["library_dirs"]), *(f"-l{n}" for n in args["libraries"])],
         )
-    except InferenceError as exc:
-        for err in exc.errors:
-            print(error_line(err), file=sys.stderr)
-        return 1
-    except KernixError as exc:
-        print_error("build", str(exc))
-        # (build_module checks its arguments before any work, in the command line's words)
-        return 2 if isinstance(exc, (SourceNotFoundError, OptionError)) else 1
+    except KernixError as exc:  # (build_module checks its arguments before any work, in the command line's words)
+        return _failed("build", exc)
     archs = ", ".join([*manifest.sass, *manifest.ptx])
     print(f"built {manifest.name} ({manifest.platform}{': ' + archs if archs else ''}) into {manifest.directory}")
     print(f"  {manifest.library}  {human_size(manifest.library_size)}  sha256 {manifest.library_sha256[:16]}...")
@@ -132,13 +126,8 @@ def _tune(args: dict[str, Any]) -> int:
             flags = {"extra_cuda_cflags" if cuda else "extra_cflags": [f"-D{d}" for d in args["defines"]]}
             module = (loaders.load_cuda_file if cuda else loaders.load_cpp_file)(
                 path, name=args["name"], extra_include_paths=args["include_dirs"], **flags)
-    except InferenceError as exc:
-        for err in exc.errors:
-            print(error_line(err), file=sys.stderr)
-        return 1
     except KernixError as exc:
-        print_error("tune", str(exc))
-        return 1
+        return _failed("tune", exc)
     names = [n for n in family_names(module.functions.values()) if any(
         module.functions[m.name].tune for m in module[n].members) and n in (args["function"] or [n])]
     if not names:
@@ -165,3 +154,14 @@ def _tune(args: dict[str, Any]) -> int:
     if os.path.isdir(path) and tuned:
         print(f"wrote {format.write_tuning(path, tables_of(module))}")
     return 0 if tuned else 1
+
+
+def _failed(command: str, exc: KernixError) -> int:
+    """Print why ``kernix <command>`` failed (each problem inference found on a line of its own) and return
+    its exit status: 2 for a source or option the command line named wrongly, else 1."""
+    if isinstance(exc, InferenceError):
+        for err in exc.errors:
+            print(error_line(err), file=sys.stderr)
+        return 1
+    print_error(command, str(exc))
+    return 2 if isinstance(exc, (SourceNotFoundError, OptionError)) else 1
