@@ -124,10 +124,10 @@ class Memos:
     def update(self, kind: str, key: str, fields: dict[str, Any]) -> bool:
         """Remember the dict for ``key`` with ``fields`` merged in (a field that is a dict on both sides merged
         one level down), under a lock, so that processes updating it at once keep every entry; whether written."""
-        from .lock import build_lock
+        from .lock import MEMOS_LOCK, build_lock
 
         base = Path(self.root if self.root is not None else cache_root())
-        with build_lock(base, ".memos"):
+        with build_lock(base, MEMOS_LOCK):
             old = recall(kind, key, root=base)
             value = dict(old) if isinstance(old, dict) else {}
             for k, v in fields.items():

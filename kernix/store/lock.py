@@ -18,12 +18,12 @@ from ..errors import CacheError
 from ..notes import note
 from .trust import check_private, io_message, makedirs
 
-__all__ = ["build_lock", "try_lock", "lock_timeout", "ANNOUNCE_AFTER_S", "PRUNE_LOCK"]
+__all__ = ["build_lock", "try_lock", "lock_timeout", "ANNOUNCE_AFTER_S", "PRUNE_LOCK", "MEMOS_LOCK"]
 
 #: Seconds a waiter waits before saying whom it waits for.
 ANNOUNCE_AFTER_S = 3.0
-#: The name of the lock a prune of the cache holds (``locks/.prune.lock``: no module's name starts with ``.``).
-PRUNE_LOCK = ".prune"
+#: The locks a prune and a merge into a memo (``Memos.update``) hold: no module's name starts with ``.``.
+PRUNE_LOCK, MEMOS_LOCK = ".prune", ".memos"
 
 
 def lock_timeout() -> float:
