@@ -21,7 +21,6 @@ from ..platforms import language_of
 from ..paths import ancestors
 from ..runtime import registry
 from ..runtime.module import CompiledModule
-from ..runtime.tuning import TABLE_KIND, table_key
 from ..store import Memos, elf, trust
 from ..store.files import file_digest
 from .format import (
@@ -373,7 +372,7 @@ def load_manifest(
     shipped = [] if trust_problem([manifest.directory / TUNING_NAME]) else read_tuning(manifest.directory)
     module = CompiledModule(
         manifest.name, lib, manifest.platform, manifest.functions, manifest.handlers, digest,
-        target_prefix=target_prefix, memos=_Shipped(shipped),
+        target_prefix=target_prefix, memos=_Shipped(shipped) if shipped else Memos(),
     )
     if auto_register:
         module.register()
@@ -385,11 +384,12 @@ class _Shipped(Memos):
     entries the cache lacks: a device it has no table for tunes at its first call, into the cache."""
 
     def __init__(self, tables: Sequence[dict[str, Any]]) -> None:
+        from ..runtime.tuning import TABLE_KIND, table_key  # (JAX's lowering machinery: only for shipped tables)
         super().__init__()
-        self.tables = {table_key(t["digest"], t["device"]): t for t in tables}
+        self.kind, self.tables = TABLE_KIND, {table_key(t["digest"], t["device"]): t for t in tables}
 
     def recall(self, kind: str, key: str) -> Any:
-        found, shipped = super().recall(kind, key), self.tables.get(key) if kind == TABLE_KIND else None
+        found, shipped = super().recall(kind, key), self.tables.get(key) if kind == self.kind else None
         if shipped is None:
             return found
         own = found.get("entries") if isinstance(found, dict) else None
