@@ -150,7 +150,7 @@ def driver_for(module: Any, sanitizer: str = "address") -> tuple[Path | None, st
     flags = compile_flags(config)
     # -O0: every access the source makes stays in the code (and it compiles in half the time)
     user = [f for f in flags["user"] if not re.fullmatch(r"-O\d|-ffast-math|-Xptxas=-O\d|--use_fast_math", f)]
-    user += ["-O0", "-g", *SANITIZERS[sanitizer]] + (["-lineinfo"] if cuda else [])
+    user += ["-O0", "-g", "-DKERNIX_CHECK_FIXED_SHARES", *SANITIZERS[sanitizer]] + (["-lineinfo"] if cuda else [])
     ours = [*flags["handlers"][:2], "-O0", "-g", *SANITIZERS[sanitizer], *flags["handlers"][4:]]
     home = toolchain.find_cuda_home() if cuda else None
     if cuda:

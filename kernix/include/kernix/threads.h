@@ -66,13 +66,14 @@ class ThreadPool {
     const int64_t ranges = std::min<int64_t>(most, 4 * (threads + 1));
     auto shared = std::make_shared<Loop<std::remove_reference_t<F>>>(&f, n, ranges);
     const int64_t helpers = std::min<int64_t>(threads, ranges - 1);
+    shared->threads = helpers + 1;
     for (int64_t t = 0; t < helpers; ++t) {
       // Each task holds the loop's state: one that starts after the loop is
       // over finds no range and touches nothing of this call.
-      auto* task = new std::shared_ptr<Loop<std::remove_reference_t<F>>>(shared);
+      auto* task = new Task<std::remove_reference_t<F>>{shared, t + 1};
       view_.schedule(view_.pool, &run_task<std::remove_reference_t<F>>, task);
     }
-    shared->work();
+    shared->work(0);
     shared->wait();
     if (shared->error) std::rethrow_exception(shared->error);
   }
@@ -91,6 +92,7 @@ class ThreadPool {
     F* f;
     const int64_t n;
     const int64_t ranges;
+    int64_t threads = 1;  // the calling thread and the tasks scheduled for the loop
     std::atomic<int64_t> next{0};
     std::atomic<int64_t> done{0};
     std::atomic<bool> failed{false};
@@ -98,9 +100,15 @@ class ThreadPool {
     std::mutex mutex;
     std::condition_variable finished;
 
-    // Runs ranges until none is left to take.
-    void work() noexcept {
-      for (int64_t r; (r = next.fetch_add(1)) < ranges;) {
+    // Runs ranges until none is left for thread `self` (0 is the calling
+    // thread), then counts them done at once, so that no two threads' ranges
+    // are ordered by the count.  A thread takes whichever range is next; under
+    // kernix.check (KERNIX_CHECK_FIXED_SHARES) it runs the ranges self,
+    // self + threads, ..., whatever the machine's load, so that the ranges of
+    // every thread run, and ThreadSanitizer sees a race between two of them.
+    void work(int64_t self) noexcept {
+      int64_t count = 0;
+      for (int64_t r; (r = take(self, count)) < ranges; ++count) {
         if (!failed.load()) {
           try {
             (*f)(r * n / ranges, (r + 1) * n / ranges);
@@ -110,11 +118,19 @@ class ThreadPool {
             failed.store(true);
           }
         }
-        if (done.fetch_add(1) + 1 == ranges) {
-          std::lock_guard<std::mutex> lock(mutex);
-          finished.notify_all();
-        }
       }
+      if (count > 0 && done.fetch_add(count) + count == ranges) {
+        std::lock_guard<std::mutex> lock(mutex);
+        finished.notify_all();
+      }
+    }
+    int64_t take(int64_t self, int64_t taken) noexcept {
+#ifdef KERNIX_CHECK_FIXED_SHARES
+      return self + taken * threads;
+#else
+      (void)self, (void)taken;
+      return next.fetch_add(1);
+#endif
     }
     // Waits until every range is done.
     void wait() {
@@ -124,9 +140,15 @@ class ThreadPool {
   };
 
   template <typename F>
+  struct Task {
+    std::shared_ptr<Loop<F>> loop;
+    int64_t self;
+  };
+
+  template <typename F>
   static void run_task(void* data) {
-    std::unique_ptr<std::shared_ptr<Loop<F>>> task(static_cast<std::shared_ptr<Loop<F>>*>(data));
-    (*task)->work();
+    std::unique_ptr<Task<F>> task(static_cast<Task<F>*>(data));
+    task->loop->work(task->self);
   }
 
   ::kernix::ThreadPoolView view_{nullptr, 0, nullptr};

@@ -24,14 +24,10 @@
 // and scratch start filled with the request's byte.  Before each call the driver writes the
 // buffers' addresses to stderr ("kernix-check: buffer <parameter> <address> <bytes>"), so that a
 // sanitizer's report, which names an address, can be told which parameter it concerns.
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -88,41 +84,14 @@ int32_t dtype_code(const std::string& name) {
   return 0;
 }
 
-// XLA's intra-op pool, played by four threads of the driver's own.  schedule() returns once a thread
-// has taken the task, so that the loop's ranges are spread over the threads (a race between them is
-// then one ThreadSanitizer can see) rather than all run by the calling thread.
-class Pool {
- public:
-  explicit Pool(int n) {
-    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { loop(); });
-  }
-  static void schedule(void* pool, void (*task)(void*), void* data) {
-    Pool* self = static_cast<Pool*>(pool);
-    std::unique_lock<std::mutex> lock(self->mutex_);
-    self->tasks_.emplace_back(task, data);
-    self->ready_.notify_one();
-    self->taken_.wait_for(lock, std::chrono::milliseconds(50), [self] { return self->tasks_.empty(); });
-  }
-  int64_t size() const { return static_cast<int64_t>(threads_.size()); }
-
- private:
-  void loop() {
-    for (;;) {
-      std::pair<void (*)(void*), void*> task;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        ready_.wait(lock, [this] { return !tasks_.empty(); });
-        task = tasks_.front();
-        tasks_.pop_front();
-        taken_.notify_all();
-      }
-      task.first(task.second);
-    }
-  }
-  std::vector<std::thread> threads_;
-  std::deque<std::pair<void (*)(void*), void*>> tasks_;
-  std::mutex mutex_;
-  std::condition_variable ready_, taken_;
+// XLA's intra-op pool of four threads, played by a thread started for each task.  The user's code is
+// built with KERNIX_CHECK_FIXED_SHARES, so parallel_for gives each thread a fixed share of its ranges and
+// waits for them all: a race between two threads' ranges is then one ThreadSanitizer sees whatever the
+// machine's load, and a task is never queued behind a busy thread (a parallel_for inside another's range
+// cannot wait for itself).
+struct Pool {
+  static void schedule(void*, void (*task)(void*), void* data) { std::thread(task, data).detach(); }
+  static constexpr int64_t size = 4;
 };
 
 // One parameter's storage for a call.
@@ -191,8 +160,8 @@ int main(int argc, char** argv) {
 #ifdef KERNIX_CHECK_CUDA
   kernix::ThreadPoolView pool_view{nullptr, 0, nullptr};  // CUDA functions: a pool of no threads
 #else
-  Pool pool(4);
-  kernix::ThreadPoolView pool_view{&pool, pool.size(), &Pool::schedule};
+  Pool pool;
+  kernix::ThreadPoolView pool_view{&pool, Pool::size, &Pool::schedule};
 #endif
   std::vector<void*> states(static_cast<size_t>(kernix_check_function_count), nullptr);
   void* no_stream = nullptr;
