@@ -12,6 +12,15 @@
 // Relative to this file: a user's header named kernix/... cannot shadow it.
 #include "../common.h"
 
+// These functions run only on a failure, so they are compiled without
+// optimization: that takes a third of the time (the headers above keep the
+// command line's level, so no inline function of theirs is built slower).
+#if defined(__clang__)
+#pragma clang optimize off
+#elif defined(__GNUC__)
+#pragma GCC optimize("O0")
+#endif
+
 namespace kernix {
 
 Error::Error(const char* message) noexcept { std::snprintf(text_, sizeof text_, "%s", message ? message : ""); }
