@@ -59,3 +59,16 @@ def infer_cuda_text(directory: Path, name: str, text: str):
     path = directory / name
     path.write_text(text)
     return infer_file(str(path))
+
+
+def handler_units_with_ffi_h(build: Path) -> list[str]:
+    """The handler units of build directory ``build`` whose compile read XLA's C++ ``ffi.h``
+    (their depfiles say), out of at least one; the others decode the call frame through the C API."""
+    import re
+
+    from kernix.backend.ninja import read_depfile
+
+    units = sorted(build.glob("handlers_*.o.d"))
+    assert units, f"no handler unit was compiled in {build}"
+    return [u.name.removesuffix(".o.d") for u in units
+            if any(re.search(r"xla/ffi/api/(ffi|api)\.h$", d) for d in read_depfile(u))]

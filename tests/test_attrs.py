@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import kernix
 from kernix import infer_file
 
-from helpers import unique_name
+from helpers import handler_units_with_ffi_h, unique_name
 
 CPP = textwrap.dedent(
     """\
@@ -81,8 +81,13 @@ CPP20 = "#include <span>\n#include \"kernix/common.h\"\n" + "\n".join(
 
 
 @pytest.fixture(scope="module")
-def mod(tmp_path_factory):
-    return kernix.load_cpp_inline(unique_name("attrs"), CPP, build_directory=tmp_path_factory.mktemp("b"))
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("b")
+
+
+@pytest.fixture(scope="module")
+def mod(cache):
+    return kernix.load_cpp_inline(unique_name("attrs"), CPP, build_directory=cache)
 
 
 def test_specs(mod):
@@ -160,6 +165,50 @@ def test_bad_values_are_refused(mod, kwargs, message):
     call.update(kwargs)
     with pytest.raises(kernix.CallError, match=message):
         mod.gather(jnp.zeros(4, jnp.float32), **call)
+
+
+def test_string_and_array_attributes_get_c_api_handlers_and_no_ffi_h_unit(mod, cache):
+    """Was: every function with a string or array attribute got an ffi.h-bound handler, in a unit
+    that costs g++ about 1 s to parse ffi.h and 0.15 s a handler."""
+    build = cache / "build" / mod.name
+    assert [p.name for p in build.glob("handlers_*.cpp")] == ["handlers_0.cpp"]
+    assert handler_units_with_ffi_h(build) == []
+    assert '"gather"' in (build / "handlers_0.cpp").read_text()
+
+
+_GATHER_OUT = (jax.ShapeDtypeStruct((4,), jnp.float32), jax.ShapeDtypeStruct((2,), jnp.float32))
+
+
+@pytest.mark.parametrize("attrs, message", [
+    # (every call its own values: jax caches a lowering by its attributes)
+    (dict(idx=np.array([1], np.int32), weights=np.array([1.0]), tag="a"),
+     r"kernix: gather: attribute 'idx' is an array of S32, expected an array of S64: pass np\.asarray\(value, "
+     r"np\.int64\)"),
+    (dict(idx=np.array([1], np.int64), weights=np.array([1.0], np.float32), tag="b"),
+     r"kernix: gather: attribute 'weights' is an array of F32, expected an array of F64"),
+    (dict(idx=np.int64(1), weights=np.array([1.0]), tag="c"),
+     r"kernix: gather: attribute 'idx' is a scalar, expected an array of S64"),
+    (dict(idx=np.array([1], np.int64), weights=np.array([1.0]), tag=np.int32(3)),
+     r"kernix: gather: attribute 'tag' is a scalar, expected a string"),
+    (dict(idx=np.array([2], np.int64), weights=np.array([1.0]), tagg="d"),
+     r"kernix: gather: attribute 'tag' is missing"),
+    (dict(idx=np.array([3], np.int64), weights=np.array([1.0])),
+     r"kernix: gather: wrong number of attributes: expected 3 but got 2: missing 'tag'"),
+    (dict(idx=np.array([3], np.int64), weights=np.array([1.0]), tag="e", extra="f"),
+     r"kernix: gather: wrong number of attributes: expected 3 but got 4: unexpected 'extra'"),
+])
+def test_a_direct_call_with_a_wrong_array_or_string_attribute_names_function_attribute_and_types(mod, attrs, message):
+    """Past the callable (a direct jax.ffi.ffi_call), the handler refuses what ffi.h's decoding refused
+    (there, without naming the function or the attribute: "Wrong array data type: expected S64 but got S32")."""
+    with pytest.raises(Exception, match=message):
+        jax.block_until_ready(jax.ffi.ffi_call(mod.targets["gather"], _GATHER_OUT)(jnp.zeros(4, jnp.float32), **attrs))
+
+
+def test_a_direct_call_with_the_right_attributes_reaches_the_kernel(mod):
+    y, info = jax.ffi.ffi_call(mod.targets["gather"], _GATHER_OUT)(
+        jnp.zeros(4, jnp.float32), idx=np.array([2], np.int64), weights=np.array([0.5, 0.25]), tag="xyz")
+    np.testing.assert_array_equal(y, [0.75, 0.75, 100.75, 0.75])
+    np.testing.assert_array_equal(info, [3, ord("x")])
 
 
 def test_traced_values_are_refused(mod):

@@ -312,6 +312,35 @@ def test_fast_handler_table_follows_xla_attribute_order_and_dtypes():
     assert "XLA_FFI_DEFINE_HANDLER_SYMBOL" in typed and "frame.h" not in typed
 
 
+def test_fast_handler_table_describes_in_place_tensors_and_string_and_array_attributes():
+    """Was: these took ffi.h-bound handlers.  An in-place tensor is an operand and a result (named for
+    the aliasing check); an array's element type is the one ffi.h's Span<const T> decodes."""
+    from kernix.language.dtypes import ARRAY_ATTR_DTYPES, BUFFER_DTYPES
+
+    span = "BE::Span<const int64_t>"
+    spec = FunctionSpec("g", "g", (
+        Param("y", "inout"), Param("x", "arg"), Param("tag", "attr", "std::string_view", "std::string_view", "string"),
+        Param("v", "attr", span, span, "array", "int64"), Param("n", "attr", "int32_t", "int32_t", "scalar", "int32"),
+        Param("s", "stream", kind="stream"),
+    ))
+    unit = codegen.handler_unit([codegen.ExportedFunction(0, spec)], "cuda", True)
+    assert "frame.h" in unit and "XLA_FFI_DEFINE_HANDLER_SYMBOL" not in unit
+    assert '{::kernix::detail::Role::kInOut, -1, XLA_FFI_DataType_INVALID, "y", 1, -1}' in unit
+    # Sorted by name: n, tag, v.
+    assert '{::kernix::detail::Role::kString, -1, XLA_FFI_DataType_INVALID, "tag", 3, 1}' in unit
+    assert '{::kernix::detail::Role::kArray, -1, XLA_FFI_DataType_S64, "v", 1, 2}' in unit
+    assert '{"g", kernix_params_0, 6, 2, 1, 3, true, true}' in unit  # operands y and x, result y
+    assert "::kernix::ArrayView arrays[2];" in unit and "slots, views, arrays);" in unit
+    for dtype in ARRAY_ATTR_DTYPES:
+        one = FunctionSpec("h", "h", (Param("v", "attr", "T", "T", "array", dtype),))
+        assert f"XLA_FFI_DataType_{BUFFER_DTYPES[dtype]}, \"v\"" in codegen.handler_unit(
+            [codegen.ExportedFunction(0, one)], "cpu", True)
+    # Scratch, state and the thread pool keep ffi.h's bindings.
+    for kind in ("scratch", "state", "threads"):
+        other = FunctionSpec("k", "k", (Param("y", "inout"), Param("p", kind, kind=kind)))
+        assert not codegen.has_fast_handler(codegen.ExportedFunction(0, other))
+
+
 def test_handler_chunks_separate_kinds_and_bound_unit_size():
     fast = [_fn(i) for i in range(40)]
     typed = [_fn(40 + i, typed=True) for i in range(3)]

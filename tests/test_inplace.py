@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import kernix
 from kernix import infer_file
 
-from helpers import first_gpu, infer_cuda_text, unique_name
+from helpers import first_gpu, handler_units_with_ffi_h, infer_cuda_text, unique_name
 
 CPP = textwrap.dedent(
     """\
@@ -61,8 +61,13 @@ CPP = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def mod(tmp_path_factory):
-    return kernix.load_cpp_inline(unique_name("inplace"), CPP, build_directory=tmp_path_factory.mktemp("b"))
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("b")
+
+
+@pytest.fixture(scope="module")
+def mod(cache):
+    return kernix.load_cpp_inline(unique_name("inplace"), CPP, build_directory=cache)
 
 
 def test_specs(mod):
@@ -141,6 +146,48 @@ def test_export(mod):
     again = kernix.deserialize(exp.serialize())
     y = jnp.zeros((2, 3), jnp.float32)
     np.testing.assert_array_equal(again.call(y, jnp.full((2, 3), 4.0, jnp.float32)), np.full((2, 3), 2.0))
+
+
+def test_in_place_functions_get_c_api_handlers_and_no_ffi_h_unit(mod, cache):
+    """Was: every function with an in-place tensor got an ffi.h-bound handler, in a unit that costs
+    g++ about 1 s to parse ffi.h and 0.15 s a handler."""
+    build = cache / "build" / mod.name
+    assert [p.name for p in build.glob("handlers_*.cpp")] == ["handlers_0.cpp"]
+    assert handler_units_with_ffi_h(build) == []
+    assert '"clip_and_count"' in (build / "handlers_0.cpp").read_text()
+
+
+def _direct(mod, name, out, *args, **attrs):
+    """Straight through jax.ffi.ffi_call, without the aliasing the callable asks XLA for."""
+    return jax.block_until_ready(jax.ffi.ffi_call(mod.targets[name], out)(*args, **attrs))
+
+
+def test_an_in_place_tensor_xla_did_not_alias_is_refused_naming_function_and_parameter(mod):
+    counts = jnp.zeros(3, jnp.int32)
+    with pytest.raises(Exception, match=r"kernix: increment: .*in-place parameter 'counts' are different buffers"):
+        _direct(mod, "increment", jax.ShapeDtypeStruct((3,), jnp.int32), counts)
+    x = jnp.ones(2, jnp.float32)
+    with pytest.raises(Exception, match=r"kernix: clip_and_count: .*in-place parameter 'x' are different buffers"):
+        _direct(mod, "clip_and_count", (jax.ShapeDtypeStruct((2,), jnp.float32), jax.ShapeDtypeStruct((), jnp.int32)),
+                x, limit=np.float32(0.5))
+    # A wrong attribute is found first, as ffi.h's handlers decode every parameter before that check.
+    with pytest.raises(Exception, match=r"clip_and_count: attribute 'limit' .*F64.*expected F32"):
+        _direct(mod, "clip_and_count", (jax.ShapeDtypeStruct((2,), jnp.float32), jax.ShapeDtypeStruct((), jnp.int32)),
+                x, limit=np.float64(0.25))
+    # An empty buffer has nothing to read: two of them are no error.
+    assert _direct(mod, "increment", jax.ShapeDtypeStruct((0,), jnp.int32), jnp.zeros(0, jnp.int32)).shape == (0,)
+    # Aliased, under jax.jit (what the callable asks for), the update happens.
+    f = jax.jit(lambda c: jax.ffi.ffi_call(mod.targets["increment"], jax.ShapeDtypeStruct((3,), jnp.int32),
+                                           input_output_aliases={0: 0})(c))
+    np.testing.assert_array_equal(f(counts), [1, 1, 1])
+
+
+def test_an_in_place_tensor_counts_as_an_operand_and_a_result(mod):
+    y = jnp.ones(3, jnp.float32)
+    with pytest.raises(Exception, match=r"kernix: axpy: wrong number of operands: expected 2 but got 1"):
+        _direct(mod, "axpy", jax.ShapeDtypeStruct((3,), jnp.float32), y, a=np.float32(1.0))
+    with pytest.raises(Exception, match=r"kernix: axpy: wrong number of results: expected 1 but got 2"):
+        _direct(mod, "axpy", (jax.ShapeDtypeStruct((3,), jnp.float32),) * 2, y, y, a=np.float32(2.0))
 
 
 def test_out_lists_only_the_new_outputs(mod):

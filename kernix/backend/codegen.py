@@ -19,16 +19,16 @@ function, each calling its shim.  They depend only on the specs, so editing a
 kernel body leaves them, and their object files, unchanged.  Two kinds:
 
 * a *fast* unit (:func:`fast_handler_unit`) for functions that take only
-  ``BE::Tensor``, scalar attributes and the stream: per function a constant
-  table describing the parameters and a one-line handler calling the generic
-  decoder of ``kernix/detail/frame.h``, which reads the call frame through
-  XLA's C API.  It never includes XLA's C++ ``ffi.h``, so it compiles in a
-  fraction of the time and memory.
+  ``BE::Tensor`` (in place or not), scalar, string and array attributes and
+  the stream: per function a constant table describing the parameters and a
+  one-line handler calling the generic decoder of ``kernix/detail/frame.h``,
+  which reads the call frame through XLA's C API.  It never includes XLA's
+  C++ ``ffi.h``, so it compiles in a fraction of the time and memory.
 * an *ffi.h* unit (:func:`ffi_handler_unit`) for functions that take typed XLA
-  FFI types (``xla::ffi::Buffer<T, R>``, ``AnyBuffer``, ``Result<...>``), an
-  in-place tensor, an array or string attribute, scratch, state or the thread
-  pool (the *special kinds*, whose parts each function of the section "The
-  parameters beyond tensors, scalars and the stream" writes): one
+  FFI types (``xla::ffi::Buffer<T, R>``, ``AnyBuffer``, ``Result<...>``),
+  scratch, state or the thread pool (beside those, the parts of the *special
+  kinds* of the section "The parameters beyond tensors, scalars and the
+  stream" serve any function in such a unit): one
   ``XLA_FFI_DEFINE_HANDLER_SYMBOL`` binding per function (exact ``Attr<T>``
   types, the platform stream, the command-buffer trait), and for a function
   with state an instantiate handler beside it.
@@ -485,18 +485,19 @@ def _graph_ok(spec: FunctionSpec, platform: Platform, allow_cuda_graph: bool) ->
 def has_fast_handler(fn: ExportedFunction) -> bool:
     """Whether ``fn`` can use the C-API handler of :func:`fast_handler_unit`.
 
-    True when every parameter is a ``BE::Tensor`` (not updated in place), a
-    scalar attribute or the stream; typed XLA FFI parameters, in-place
-    tensors and the special kinds (:data:`SPECIAL_KINDS`) need ffi.h.
+    True when every parameter is a ``BE::Tensor`` (updated in place or not),
+    a scalar, string or array attribute or the stream; typed XLA FFI
+    parameters, scratch, state and the thread pool need ffi.h.
     """
-    return all(p.kind in ("tensor", "scalar", "stream") and p.role != "inout" for p in fn.spec.params)
+    return all(p.kind in ("tensor", "scalar", "string", "array", "stream") for p in fn.spec.params)
 
 
 #: C type of an attribute -> the XLA_FFI_DataType its scalar must have
 #: (float16/bfloat16 travel as their uint16_t bits, hence U16).
 _ATTR_XLA: dict[str, str] = {d.attr_ctype: d.xla for d in DTYPES if d.attr_ctype and d.name not in ("float16", "bfloat16")}
 
-_ROLES = {"arg": "kArg", "ret": "kRet", "attr": "kAttr", "stream": "kStream"}
+_ROLES = {"arg": "kArg", "ret": "kRet", "inout": "kInOut", "stream": "kStream",
+          "scalar": "kAttr", "string": "kString", "array": "kArray"}  # (attributes by kind)
 
 
 def _attr_order(params: Sequence[Param]) -> dict[str, int]:
@@ -507,17 +508,17 @@ def _attr_order(params: Sequence[Param]) -> dict[str, int]:
 
 
 def _param_desc(param: Param, attr_index: dict[str, int]) -> str:
-    role = f"::kernix::detail::Role::{_ROLES[param.role]}"
+    role = f"::kernix::detail::Role::{_ROLES[param.kind if param.role == 'attr' else param.role]}"
+    name = f"{_cxx_string(param.name)}, {len(param.name.encode())}"
     if param.role == "attr":
-        assert param.dtype is not None
-        xla = _ATTR_XLA[ATTR_DTYPES[param.dtype][0]]
-        name = param.name
-        return (
-            f"{{{role}, -1, XLA_FFI_DataType_{xla}, {_cxx_string(name)}, {len(name.encode())}, "
-            f"{attr_index[name]}}}"
-        )
-    # BE::Tensor buffers take any element type and rank: the kernel checks.
-    return f"{{{role}, -1, XLA_FFI_DataType_INVALID, nullptr, 0, -1}}"
+        xla = "INVALID"  # a string's
+        if param.kind == "array":  # the element type ffi.h's Span<const T> decodes
+            xla = _ATTR_XLA[ARRAY_ATTR_DTYPES[str(param.dtype)]]
+        elif param.kind == "scalar":
+            xla = _ATTR_XLA[ATTR_DTYPES[str(param.dtype)][0]]
+        return f"{{{role}, -1, XLA_FFI_DataType_{xla}, {name}, {attr_index[param.name]}}}"
+    # BE::Tensor buffers take any element type and rank: the kernel checks.  In place: named for messages.
+    return f"{{{role}, -1, XLA_FFI_DataType_INVALID, {name if param.role == 'inout' else 'nullptr, 0'}, -1}}"
 
 
 def _fast_handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bool) -> list[str]:
@@ -532,20 +533,23 @@ def _fast_handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bo
             *(f"    {_param_desc(p, order)}," for p in params),
             "};",
         ]
-    count = lambda role: sum(p.role == role for p in params)  # noqa: E731
+    count = lambda *roles: sum(p.role in roles for p in params)  # noqa: E731
+    arrays = sum(p.kind in ("string", "array") for p in params)  # a kernix::ArrayView each
     stream = platform == "cuda" and any(p.role == "stream" for p in params)
     cmd_buffer = _graph_ok(fn.spec, platform, allow_cuda_graph)
     b = lambda v: "true" if v else "false"  # noqa: E731
     lines += [
         f"static const ::kernix::detail::FunctionDesc {desc} = {{{_cxx_string(fn.spec.name)}, "
-        f"{table if params else 'nullptr'}, {len(params)}, {count('arg')}, {count('ret')}, {count('attr')}, "
-        f"{b(stream)}, {b(cmd_buffer)}}};",
+        f"{table if params else 'nullptr'}, {len(params)}, {count('arg', 'inout')}, {count('ret', 'inout')}, "
+        f"{count('attr')}, {b(stream)}, {b(cmd_buffer)}}};",
         _shim_declaration(fn),
         f"KERNIX_HANDLER_EXPORT XLA_FFI_Error* {handler_symbol(fn)}(XLA_FFI_CallFrame* f) {{",
         # The decoder's storage, sized for this function (arrays of at least one).
-        f"  ::kernix::TensorView views[{max(1, count('arg') + count('ret'))}];",
+        f"  ::kernix::TensorView views[{max(1, count('arg', 'ret', 'inout'))}];",
         f"  void* slots[{max(1, len(params))}];",
-        f"  return ::kernix::detail::dispatch(f, {desc}, &{shim_symbol(fn)}, slots, views);",
+        *([f"  ::kernix::ArrayView arrays[{arrays}];"] if arrays else []),
+        f"  return ::kernix::detail::dispatch(f, {desc}, &{shim_symbol(fn)}, slots, views"
+        f"{', arrays' if arrays else ''});",
         "}",
         "",
     ]

@@ -1,7 +1,8 @@
 // kernix/detail/frame.h -- decodes an XLA FFI call frame through the C API alone.
 //
 // Not part of the public API.  A generated handler of a function that takes
-// only BE::Tensor, scalar attributes and the stream is one line: it hands the
+// only BE::Tensor (in place or not), scalar, string and array attributes and
+// the stream is one line: it hands the
 // call frame, a constant description of the function's parameters and the
 // shim to kernix::detail::dispatch.  Everything per function is data, so a
 // handler unit costs the compiler this header (XLA's small C header and a few
@@ -9,9 +10,10 @@
 // binding templates for each one.
 //
 // dispatch fills the shim's `void*` array exactly as the ffi.h-based handlers
-// (handler.h) do -- a kernix::TensorView* per buffer, a pointer to the
-// attribute's value, a pointer to the stream handle -- so shims do not know
-// which kind of handler called them.
+// (handler.h) do -- a kernix::TensorView* per buffer (the result's, for a
+// tensor updated in place), a pointer to a scalar attribute's value, a
+// kernix::ArrayView* per string or array attribute, a pointer to the stream
+// handle -- so shims do not know which kind of handler called them.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +40,9 @@ enum class Role : uint8_t {
   kRet = 1,     // a result buffer
   kAttr = 2,    // a scalar attribute, found by name
   kStream = 3,  // the platform stream (nullptr for C++ functions)
+  kInOut = 4,   // an operand and the result XLA aliases to it (a tensor updated in place)
+  kString = 5,  // a string attribute, found by name
+  kArray = 6,   // an array attribute, found by name
 };
 
 // One parameter, in the order of the C++ signature (the shim's array order).
@@ -46,11 +51,13 @@ struct ParamDesc {
   // Buffers: the rank to require, or -1 for any.
   int32_t rank;
   // Buffers: the XLA_FFI_DataType to require, or XLA_FFI_DataType_INVALID for
-  // any.  Attributes: the XLA_FFI_DataType the scalar must have.
+  // any.  Attributes: the XLA_FFI_DataType the scalar (the array's elements)
+  // must have; INVALID for a string.
   int32_t dtype;
   // Attributes: the name and where it sits in XLA's name-sorted attribute
   // list (computed when the handler is generated; checked on every call, and
-  // searched for by name if it is not there).
+  // searched for by name if it is not there).  A tensor updated in place: its
+  // name, for messages (attr_index -1).
   const char* name;
   uint32_t name_len;
   int32_t attr_index;
@@ -61,7 +68,7 @@ struct FunctionDesc {
   const char* name;  // the exported name, for messages
   const ParamDesc* params;
   int32_t n_params;
-  int32_t n_args;
+  int32_t n_args;  // operands (a tensor updated in place is one, and a result)
   int32_t n_rets;
   int32_t n_attrs;
   bool platform_stream;  // ask XLA for the stream (CUDA); else pass nullptr
@@ -139,11 +146,11 @@ KERNIX_COLD inline XLA_FFI_Error* frame_error(const XLA_FFI_Api* api, const Func
   return make_error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT, m);
 }
 
-// A buffer operand or result that is not what the signature says.
+// A buffer operand (`is_arg`) or result that is not what the signature says.
 KERNIX_COLD inline XLA_FFI_Error* buffer_error(const XLA_FFI_Api* api, const FunctionDesc& fn, const ParamDesc& p,
-                                               int32_t position, const XLA_FFI_Buffer* buffer) noexcept {
+                                               bool is_arg, int32_t position, const XLA_FFI_Buffer* buffer) noexcept {
   Message m;
-  start(m, fn).add(p.role == Role::kArg ? "operand " : "result ").add_int(position);
+  start(m, fn).add(is_arg ? "operand " : "result ").add_int(position);
   if (buffer == nullptr) {
     m.add(" is not a buffer");
   } else if (p.dtype != XLA_FFI_DataType_INVALID && buffer->dtype != p.dtype) {
@@ -154,15 +161,37 @@ KERNIX_COLD inline XLA_FFI_Error* buffer_error(const XLA_FFI_Api* api, const Fun
   return make_error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT, m);
 }
 
-// Attribute `p` is missing or not a scalar of the expected type.
+// "a scalar", "an array", ...: what kind of attribute XLA passed.
+KERNIX_COLD inline const char* attr_kind(XLA_FFI_AttrType type) noexcept {
+  switch (type) {
+    case XLA_FFI_AttrType_ARRAY: return "an array";
+    case XLA_FFI_AttrType_DICTIONARY: return "a dictionary";
+    case XLA_FFI_AttrType_SCALAR: return "a scalar";
+    case XLA_FFI_AttrType_STRING: return "a string";
+    default: return "an attribute of unknown kind";
+  }
+}
+
+// Attribute `p` is missing, not of its kind (scalar, string, array) or of
+// another element type.
 KERNIX_COLD inline XLA_FFI_Error* attr_error(const XLA_FFI_Api* api, const FunctionDesc& fn, const ParamDesc& p,
                                              XLA_FFI_AttrType type, const void* attr) noexcept {
   Message m;
   start(m, fn).add("attribute '").add(p.name, p.name_len).add("'");
+  const XLA_FFI_AttrType want = p.role == Role::kString  ? XLA_FFI_AttrType_STRING
+                                : p.role == Role::kArray ? XLA_FFI_AttrType_ARRAY
+                                                         : XLA_FFI_AttrType_SCALAR;
   if (attr == nullptr) {
     m.add(" is missing");
-  } else if (type != XLA_FFI_AttrType_SCALAR) {
+  } else if (type != want && want == XLA_FFI_AttrType_SCALAR) {
     m.add(" is not a scalar");
+  } else if (type != want) {
+    m.add(" is ").add(attr_kind(type)).add(", expected ").add(attr_kind(want));
+    if (want == XLA_FFI_AttrType_ARRAY) add_xla_type(m.add(" of "), p.dtype);
+  } else if (want == XLA_FFI_AttrType_ARRAY) {
+    int32_t got = static_cast<const XLA_FFI_Array*>(attr)->dtype;
+    add_xla_type(add_xla_type(m.add(" is an array of "), got).add(", expected an array of "), p.dtype);
+    m.add(": pass np.asarray(value, ").add_numpy_scalar(static_cast<DType>(p.dtype)).add(")");
   } else {
     int32_t got = static_cast<const XLA_FFI_Scalar*>(attr)->dtype;
     add_xla_type(add_xla_type(m.add(" has type "), got).add(", expected "), p.dtype);
@@ -170,6 +199,17 @@ KERNIX_COLD inline XLA_FFI_Error* attr_error(const XLA_FFI_Api* api, const Funct
     m.add(": pass ").add_numpy_scalar(static_cast<DType>(p.dtype)).add("(value)");
   }
   return make_error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT, m);
+}
+
+// The operand and the result of in-place parameter `p` are two buffers: the
+// function would read the result's memory, which holds no input (the ffi.h
+// handlers' check_aliased says the same, with the same code).
+KERNIX_COLD inline XLA_FFI_Error* alias_error(const XLA_FFI_Api* api, const FunctionDesc& fn,
+                                              const ParamDesc& p) noexcept {
+  Message m;
+  start(m, fn).add("the operand and the result of in-place parameter '").add(p.name, p.name_len)
+      .add("' are different buffers (XLA did not alias them)");
+  return make_error(api, XLA_FFI_Error_Code_INTERNAL, m);
 }
 
 KERNIX_COLD inline XLA_FFI_Error* stage_error(const XLA_FFI_Api* api, const FunctionDesc& fn,
@@ -224,17 +264,77 @@ KERNIX_COLD inline int64_t find_attr(const XLA_FFI_Attrs& attrs, const ParamDesc
   return -1;
 }
 
+inline bool is_attr(Role role) noexcept {
+  return role == Role::kAttr || role == Role::kString || role == Role::kArray;
+}
+
+// Attributes of another number than `fn` takes: the count, then the names it
+// lacks and those it does not take.
+KERNIX_COLD inline XLA_FFI_Error* attr_count_error(const XLA_FFI_Api* api, const FunctionDesc& fn,
+                                                   const XLA_FFI_Attrs& attrs) noexcept {
+  Message m;
+  start(m, fn).add("wrong number of attributes: expected ").add_int(fn.n_attrs).add(" but got ").add_int(attrs.size);
+  const char* sep = ": missing ";
+  for (int32_t i = 0; i < fn.n_params; ++i) {
+    const ParamDesc& p = fn.params[i];
+    if (!is_attr(p.role) || find_attr(attrs, p) >= 0) continue;
+    m.add(sep).add("'").add(p.name, p.name_len).add("'");
+    sep = ", ";
+  }
+  sep = sep[0] == ',' ? "; unexpected " : ": unexpected ";
+  for (int64_t k = 0; k < attrs.size; ++k) {
+    bool taken = false;
+    for (int32_t i = 0; i < fn.n_params && !taken; ++i) {
+      taken = is_attr(fn.params[i].role) && same_name(attrs.names[k], fn.params[i]);
+    }
+    if (taken) continue;
+    m.add(sep).add("'").add(attrs.names[k]->ptr, attrs.names[k]->len).add("'");
+    sep = ", ";
+  }
+  return make_error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT, m);
+}
+
 // ---------------------------------------------------------------------------
 // The execute path.
 // ---------------------------------------------------------------------------
 
+// Operand (`is_arg`) or result `position` into `*out` if it is a buffer of
+// the element type and rank `p` asks for; else the error saying what it is.
+__attribute__((always_inline)) inline XLA_FFI_Error* take_buffer(const XLA_FFI_CallFrame* frame, const FunctionDesc& fn,
+                                                                 const ParamDesc& p, bool is_arg, int32_t position,
+                                                                 const XLA_FFI_Buffer** out) noexcept {
+  const bool is_buffer = is_arg ? frame->args.types[position] == XLA_FFI_ArgType_BUFFER
+                                : frame->rets.types[position] == XLA_FFI_RetType_BUFFER;
+  if (__builtin_expect(!is_buffer, 0)) return buffer_error(frame->api, fn, p, is_arg, position, nullptr);
+  const XLA_FFI_Buffer* b =
+      static_cast<const XLA_FFI_Buffer*>(is_arg ? frame->args.args[position] : frame->rets.rets[position]);
+  if (__builtin_expect(
+          (p.dtype != XLA_FFI_DataType_INVALID && b->dtype != p.dtype) || (p.rank >= 0 && b->rank != p.rank), 0)) {
+    return buffer_error(frame->api, fn, p, is_arg, position, b);
+  }
+  *out = b;
+  return nullptr;
+}
+
+// Whether `b` holds no bytes (ffi.h's size_bytes() == 0): no elements, or a
+// type of no width.
+inline bool holds_no_bytes(const XLA_FFI_Buffer* b) noexcept {
+  if (b->dtype == XLA_FFI_DataType_INVALID || b->dtype == XLA_FFI_DataType_TOKEN) return true;
+  for (int64_t d = 0; d < b->rank; ++d) {
+    if (b->dims[d] == 0) return true;
+  }
+  return false;
+}
+
 // Decodes `frame` as `fn` describes, calls `shim` and returns what it threw,
-// if anything (a failure the function returned included), as an FFI error.  The handler passes the storage, sized for its
-// function on its own stack: `slots` (one per parameter: the shim's array)
-// and `views` (one per buffer).  Compiled once per handler unit (noinline):
-// every handler of the unit shares it.
+// if anything (a failure the function returned included), as an FFI error.
+// The handler passes the storage, sized for its function on its own stack:
+// `slots` (one per parameter: the shim's array), `views` (one per tensor) and
+// `arrays` (one per string or array attribute; nullptr if none).  Compiled
+// once per handler unit (noinline): every handler of the unit shares it.
 __attribute__((noinline)) inline XLA_FFI_Error* dispatch(XLA_FFI_CallFrame* frame, const FunctionDesc& fn,
-                                                         ShimFn shim, void** slots, TensorView* views) noexcept {
+                                                         ShimFn shim, void** slots, TensorView* views,
+                                                         ArrayView* arrays = nullptr) noexcept {
   const XLA_FFI_Api* api = frame->api;
   // Same checks, in the same order, as an ffi.h handler.
   if (__builtin_expect(frame->struct_size != XLA_FFI_CallFrame_STRUCT_SIZE, 0)) {
@@ -257,46 +357,73 @@ __attribute__((noinline)) inline XLA_FFI_Error* dispatch(XLA_FFI_CallFrame* fram
   }
   // Like ffi.h: extra attributes are an error only when some are expected.
   if (__builtin_expect(fn.n_attrs > 0 && frame->attrs.size != fn.n_attrs, 0)) {
-    return count_error(api, fn, "attributes", fn.n_attrs, frame->attrs.size);
+    return attr_count_error(api, fn, frame->attrs);
   }
 
   void* stream = nullptr;
   int32_t n_arg = 0;
   int32_t n_ret = 0;
+  int32_t n_view = 0;
+  int32_t n_array = 0;
+  int32_t unaliased = -1;  // the first in-place parameter whose operand and result differ
   for (int32_t i = 0; i < fn.n_params; ++i) {
     const ParamDesc& p = fn.params[i];
     switch (p.role) {
       case Role::kArg:
-      case Role::kRet: {
-        const bool is_arg = p.role == Role::kArg;
-        const int32_t position = is_arg ? n_arg++ : n_ret++;
-        const bool is_buffer = is_arg ? frame->args.types[position] == XLA_FFI_ArgType_BUFFER
-                                      : frame->rets.types[position] == XLA_FFI_RetType_BUFFER;
-        if (__builtin_expect(!is_buffer, 0)) return buffer_error(api, fn, p, position, nullptr);
-        const XLA_FFI_Buffer* b =
-            static_cast<const XLA_FFI_Buffer*>(is_arg ? frame->args.args[position] : frame->rets.rets[position]);
-        if (__builtin_expect((p.dtype != XLA_FFI_DataType_INVALID && b->dtype != p.dtype) ||
-                                 (p.rank >= 0 && b->rank != p.rank),
-                             0)) {
-          return buffer_error(api, fn, p, position, b);
+      case Role::kRet:
+      case Role::kInOut: {
+        // In place: the operand, then the result, which the shim gets.
+        const XLA_FFI_Buffer* operand = nullptr;
+        const XLA_FFI_Buffer* b = nullptr;
+        if (p.role != Role::kRet) {
+          if (XLA_FFI_Error* err = take_buffer(frame, fn, p, true, n_arg++, &operand)) return err;
+          b = operand;
         }
-        TensorView* view = &views[n_arg + n_ret - 1];
+        if (p.role != Role::kArg) {
+          if (XLA_FFI_Error* err = take_buffer(frame, fn, p, false, n_ret++, &b)) return err;
+        }
+        if (__builtin_expect(p.role == Role::kInOut && operand->data != b->data, 0) && unaliased < 0 &&
+            !holds_no_bytes(operand)) {
+          unaliased = i;
+        }
+        TensorView* view = &views[n_view++];
         *view = TensorView{b->data, static_cast<int32_t>(b->dtype), b->rank, b->dims};
         slots[i] = view;
         break;
       }
-      case Role::kAttr: {
+      case Role::kAttr:
+      case Role::kString:
+      case Role::kArray: {
         int64_t k = p.attr_index;
         if (__builtin_expect(k >= frame->attrs.size || !same_name(frame->attrs.names[k], p), 0)) {
           k = find_attr(frame->attrs, p);
           if (k < 0) return attr_error(api, fn, p, XLA_FFI_AttrType_SCALAR, nullptr);
         }
-        const XLA_FFI_Scalar* scalar = static_cast<const XLA_FFI_Scalar*>(frame->attrs.attrs[k]);
-        if (__builtin_expect(frame->attrs.types[k] != XLA_FFI_AttrType_SCALAR || scalar->dtype != p.dtype, 0)) {
-          return attr_error(api, fn, p, frame->attrs.types[k], scalar);
+        const XLA_FFI_AttrType type = frame->attrs.types[k];
+        const void* attr = frame->attrs.attrs[k];
+        if (p.role == Role::kAttr) {
+          const XLA_FFI_Scalar* scalar = static_cast<const XLA_FFI_Scalar*>(attr);
+          if (__builtin_expect(type != XLA_FFI_AttrType_SCALAR || scalar->dtype != p.dtype, 0)) {
+            return attr_error(api, fn, p, type, attr);
+          }
+          // The value in XLA's own storage, of exactly the attribute's C type.
+          slots[i] = scalar->value;
+          break;
         }
-        // The value in XLA's own storage, of exactly the attribute's C type.
-        slots[i] = scalar->value;
+        // A string or an array: its elements in XLA's storage.
+        ArrayView* view = &arrays[n_array++];
+        if (p.role == Role::kString) {
+          if (__builtin_expect(type != XLA_FFI_AttrType_STRING, 0)) return attr_error(api, fn, p, type, attr);
+          const XLA_FFI_ByteSpan* text = static_cast<const XLA_FFI_ByteSpan*>(attr);
+          *view = ArrayView{text->ptr, static_cast<int64_t>(text->len)};
+        } else {
+          const XLA_FFI_Array* array = static_cast<const XLA_FFI_Array*>(attr);
+          if (__builtin_expect(type != XLA_FFI_AttrType_ARRAY || array->dtype != p.dtype, 0)) {
+            return attr_error(api, fn, p, type, attr);
+          }
+          *view = ArrayView{array->data, static_cast<int64_t>(array->size)};
+        }
+        slots[i] = view;
         break;
       }
       case Role::kStream:
@@ -314,6 +441,8 @@ __attribute__((noinline)) inline XLA_FFI_Error* dispatch(XLA_FFI_CallFrame* fram
     if (XLA_FFI_Error* err = api->XLA_FFI_Stream_Get(&args)) return err;
     stream = args.stream;
   }
+  // As ffi.h's handlers check it: once every parameter is decoded.
+  if (__builtin_expect(unaliased >= 0, 0)) return alias_error(api, fn, fn.params[unaliased]);
   int code = kErrorInternal;
   if (const char* message = run_shim(shim, slots, &code)) return shim_error(api, fn, message, code);
   return nullptr;
