@@ -75,10 +75,24 @@ struct FunctionDesc {
   bool command_buffer;   // declare the handler command-buffer (CUDA graph) compatible
 };
 
+// Whether `a` is the name of attribute `p`.
+inline bool same_name(const XLA_FFI_ByteSpan* a, const ParamDesc& p) noexcept {
+  return a->len == p.name_len && std::memcmp(a->ptr, p.name, p.name_len) == 0;
+}
+
 // ---------------------------------------------------------------------------
 // Cold paths: building an error message.  Out of line, so that the execute
-// path stays a short straight loop.
+// path stays a short straight loop, and compiled without optimization (as
+// messages.cc is): they run only on a failure, and optimizing them took the
+// host compiler a third of a handler unit's time.  (Not under nvcc, which
+// compiles this header only when a user's unit includes it.)
 // ---------------------------------------------------------------------------
+#if defined(__clang__) && !defined(__CUDACC__)
+#pragma clang optimize off
+#elif defined(__GNUC__) && !defined(__CUDACC__)
+#pragma GCC push_options
+#pragma GCC optimize("O0")
+#endif
 
 // The XLA name of a data type ("F32"), as kernix.dtypes spells it.
 KERNIX_COLD inline const char* xla_type_name(int32_t dtype) noexcept {
@@ -251,10 +265,6 @@ KERNIX_COLD inline XLA_FFI_Error* metadata(const XLA_FFI_Api* api, const Functio
   return nullptr;
 }
 
-inline bool same_name(const XLA_FFI_ByteSpan* a, const ParamDesc& p) noexcept {
-  return a->len == p.name_len && std::memcmp(a->ptr, p.name, p.name_len) == 0;
-}
-
 // The attribute named like `p` anywhere in the frame, or -1 (when it is not
 // where the sorted order puts it).
 KERNIX_COLD inline int64_t find_attr(const XLA_FFI_Attrs& attrs, const ParamDesc& p) noexcept {
@@ -293,6 +303,12 @@ KERNIX_COLD inline XLA_FFI_Error* attr_count_error(const XLA_FFI_Api* api, const
   }
   return make_error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT, m);
 }
+
+#if defined(__clang__) && !defined(__CUDACC__)
+#pragma clang optimize on
+#elif defined(__GNUC__) && !defined(__CUDACC__)
+#pragma GCC pop_options
+#endif
 
 // ---------------------------------------------------------------------------
 // The execute path.
