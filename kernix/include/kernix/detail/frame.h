@@ -84,8 +84,8 @@ inline bool same_name(const XLA_FFI_ByteSpan* a, const ParamDesc& p) noexcept {
 // Cold paths: building an error message.  Out of line, so that the execute
 // path stays a short straight loop, and compiled without optimization (as
 // messages.cc is): they run only on a failure, and optimizing them took the
-// host compiler a third of a handler unit's time.  (Not under nvcc, which
-// compiles this header only when a user's unit includes it.)
+// host compiler a third of a handler unit's time.  (Not under nvcc: kernix
+// compiles handler units with the host compiler.)
 // ---------------------------------------------------------------------------
 #if defined(__clang__) && !defined(__CUDACC__)
 #pragma clang optimize off
