@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import kernix
 from kernix import infer_file
 
-from helpers import handler_units_with_ffi_h, unique_name
+from helpers import first_gpu, handler_units_with_ffi_h, unique_name
 
 CPP = textwrap.dedent(
     """\
@@ -313,6 +313,43 @@ def test_explicit_arg_spec_tokens():
         parse_arg_spec("ret attr.v:bool[]")
     with pytest.raises(kernix.ArgSpecError, match="unknown attribute dtype 'string'"):
         parse_arg_spec("ret attr.v:string")
+
+
+CUDA = textwrap.dedent(
+    """\
+    #include <string_view>
+    #include "kernix/common.h"
+    __global__ void add_k(float* y, float v, int64_t n) {
+      int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+      if (i < n) y[i] += v;
+    }
+    // y += the string's length and the sum of idx, in place.
+    // @BE shift (n)->(n)
+    void shift(BE::InOut& y, BE::Span<const int64_t> idx, std::string_view tag, cudaStream_t s) {
+      int64_t total = static_cast<int64_t>(tag.size());
+      for (int64_t v : idx) total += v;
+      add_k<<<(unsigned)((y.numel() + 255) / 256), 256, 0, s>>>(y.data_ptr<float>(), (float)total, y.numel());
+      BE_CHECK_KERNEL_LAUNCH();
+    }
+    """
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(first_gpu() is None, reason="needs an NVIDIA GPU")
+def test_cuda_string_and_array_attributes_and_in_place_tensors_use_c_api_handlers(tmp_path):
+    mod = kernix.load_cuda_inline(unique_name("attrs_cuda"), CUDA, build_directory=tmp_path)
+    assert handler_units_with_ffi_h(tmp_path / "build" / mod.name) == []
+    gpu = first_gpu()
+    y = jax.device_put(jnp.zeros(8, jnp.float32), gpu)
+    np.testing.assert_array_equal(mod.shift(y, idx=(1, 2), tag="abc"), np.full(8, 6.0))
+    np.testing.assert_array_equal(y, np.zeros(8))
+    donated = jax.jit(lambda y: mod.shift(y, idx=[10], tag=""), donate_argnums=0)
+    np.testing.assert_array_equal(donated(jax.device_put(jnp.ones(8, jnp.float32), gpu)), np.full(8, 11.0))
+    direct = jax.jit(lambda y: jax.ffi.ffi_call(mod.targets["shift"], jax.ShapeDtypeStruct((8,), jnp.float32),
+                                                input_output_aliases={0: 0})(y, idx=np.array([1], np.int32), tag="x"))
+    with pytest.raises(Exception, match=r"kernix: shift: attribute 'idx' is an array of S32, expected an array of S64"):
+        jax.block_until_ready(direct(y))
 
 
 def test_stubs_and_signature(mod):
