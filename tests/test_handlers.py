@@ -1,8 +1,9 @@
 """The generated XLA FFI handlers: C-API (frame.h) handlers and ffi.h handlers.
 
-Functions taking only ``BE::Tensor``, scalar attributes and the stream get a
-handler decoding the call frame through XLA's C API; functions with typed XLA
-FFI parameters keep ffi.h handlers, in units of their own.
+Functions taking only ``BE::Tensor`` (in place or not), scalar, string and
+array attributes and the stream get a handler decoding the call frame through
+XLA's C API; functions with typed XLA FFI parameters, scratch, state or the
+thread pool keep ffi.h handlers, in units of their own.
 """
 
 from __future__ import annotations
