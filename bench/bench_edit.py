@@ -6,6 +6,9 @@ In one run, round by round (each round in a rotated order), for a module of
 * the floor: the user's file alone compiled with kernix's own compile command
   for it (``g++ -std=c++17 -O3 -fPIC ... -I kernix/include -isystem <jaxlib
   FFI include> -c FILE``; ``nvcc ... -c FILE`` for CUDA);
+* the floor of any build a process can load: that compile, then kernix's link
+  command of its object (with the object of kernix's messages, which the
+  file's calls of ``kernix/common.h`` need) into a shared library;
 * kernix's rebuild after one kernel body is edited (the signature unchanged),
   in a fresh process as a user's ``python script.py`` runs it (``import jax``
   excluded; ``import kernix`` and the load, registration included), and in
@@ -309,7 +312,7 @@ def main() -> None:
 
     sys.path.insert(0, str(ROOT))
     import kernix
-    from kernix.backend import toolchain
+    from kernix.backend import codegen, toolchain
     from kernix.backend.arch import detect_compute_capability
     from kernix.backend.flags import BuildConfig, compile_flags
 
@@ -322,18 +325,25 @@ def main() -> None:
             arch = args.cuda_arch or "sm_90"
     work = Path(tempfile.mkdtemp(prefix="kernix-edit-"))
     floor_src = work / f"floor.{'cu' if args.cuda else 'cpp'}"
-    floor_cmd = [*compile_flags(BuildConfig("cuda" if args.cuda else "cpu", arch=arch))["user"],
-                 "-c", str(floor_src), "-o", str(work / "floor.o")]
+    flags = compile_flags(BuildConfig("cuda" if args.cuda else "cpu", arch=arch))
+    floor_cmd = [*flags["user"], "-c", str(floor_src), "-o", str(work / "floor.o")]
+    # The floor of any build a process can load: that object linked into a library with kernix's link
+    # command (and its messages' object, which the file's calls of kernix/common.h need).
+    (work / "messages.cpp").write_text(codegen.messages_unit())
+    subprocess.run([*flags["handlers"], "-c", "messages.cpp", "-o", "messages.o"], cwd=work, check=True)
+    link_cmd = [x for a in flags["link"] for x in ([str(work / "floor.o"), str(work / "messages.o")]
+                                                   if a == "@IN@" else [a])] + ["-o", str(work / "floor.so")]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as users run: with .pyc
     variants = iter(range(1, 1 << 30))
 
     def source() -> str:
         return _source(lang, args.functions, next(variants))
 
-    def floor() -> float:
+    def floor(*then: list[str]) -> float:
         floor_src.write_text(source())
         t0 = time.perf_counter()
-        subprocess.run(floor_cmd, check=True, capture_output=True)
+        for cmd in (floor_cmd, *then):
+            subprocess.run(cmd, check=True, capture_output=True)
         return time.perf_counter() - t0
 
     print(f"machine: {platform.node()} ({os.cpu_count()} CPUs, load average "
@@ -345,7 +355,8 @@ def main() -> None:
     if args.compare:
         checkouts.append(Checkout(f"kernix of {args.compare}", Path(args.compare).resolve(), work / "other", lang,
                                   arch, source, env))
-    runs: dict[str, Callable[[], float]] = {"floor": floor}
+    linked = f"{'nvcc' if args.cuda else 'g++'} -c of the file, then kernix's link of it"
+    runs: dict[str, Callable[[], float]] = {"floor": floor, linked: lambda: floor(link_cmd)}
     for c in checkouts:
         runs[f"{c.label}, fresh process: import kernix + load"] = c.fresh
         runs[f"{c.label}, same process: load"] = c.same
