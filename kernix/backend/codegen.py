@@ -162,9 +162,17 @@ def _tensor_type(param: Param) -> str:
     return "::BE::Tensor"
 
 
-def _shim_argument(param: Param, slot: int) -> str:
-    """The C++ expression passing slot ``slot`` of the array to ``param``."""
+def _in_place_of_argument(fn: ExportedFunction, param: Param) -> bool:
+    """Whether tensor ``param``, taken by value, is built in the argument itself (no local copied into it), as
+    it is through the exact function type (no overload resolution sees the temporary)."""
+    return param.kind == "tensor" and "&" not in param.type and bool(fn.spec.function_type)
+
+
+def _shim_argument(fn: ExportedFunction, param: Param, slot: int, *, local: bool = True) -> str:
+    """The C++ expression passing slot ``slot`` of the array to ``param`` (``local``: its local, if it has one)."""
     p = f"p[{slot}]"
+    if not local or _in_place_of_argument(fn, param):
+        return f"::kernix::detail::tensor_from<{_tensor_type(param)}>({p}, {_cxx_string(param.name)})"
     if param.kind == "tensor":
         # An input declared const is passed as const, so overloads on
         # constness resolve as the signature says; a non-const input (an
@@ -194,8 +202,8 @@ def _shim_locals(fn: ExportedFunction) -> list[str]:
     lines = []
     for i, param in enumerate(fn.spec.params):
         if param.kind == "tensor":
-            lines.append(f"  {_tensor_type(param)} {_local(i)} = "
-                         f"::kernix::detail::tensor_from<{_tensor_type(param)}>(p[{i}], {_cxx_string(param.name)});")
+            if not _in_place_of_argument(fn, param):
+                lines.append(f"  {_tensor_type(param)} {_local(i)} = {_shim_argument(fn, param, i, local=False)};")
         else:
             local = _special_local(param, i)
             if local is not None:
@@ -222,7 +230,7 @@ def shim_unit(user_source: str, functions: Sequence[ExportedFunction]) -> str:
         "",
     ]
     for fn in functions:
-        args = ",\n    ".join(_shim_argument(p, i) for i, p in enumerate(fn.spec.params))
+        args = ",\n    ".join(_shim_argument(fn, p, i) for i, p in enumerate(fn.spec.params))
         callee = "::" + fn.spec.qualified_name.lstrip(":")
         if fn.spec.function_type:
             callee = f"::kernix::detail::opaque<{fn.spec.function_type}>(&{callee})"

@@ -75,9 +75,15 @@ struct FunctionDesc {
   bool command_buffer;   // declare the handler command-buffer (CUDA graph) compatible
 };
 
-// Whether `a` is the name of attribute `p`.
+// Whether `a` is the name of attribute `p`.  Compared byte by byte here: the
+// names are short, and std::memcmp is a call into the C library on every call
+// of the handler (XLA's ffi.h compares its attribute names the same way).
 inline bool same_name(const XLA_FFI_ByteSpan* a, const ParamDesc& p) noexcept {
-  return a->len == p.name_len && std::memcmp(a->ptr, p.name, p.name_len) == 0;
+  if (a->len != p.name_len) return false;
+  for (size_t i = 0; i < a->len; ++i) {
+    if (a->ptr[i] != p.name[i]) return false;
+  }
+  return true;
 }
 
 // ---------------------------------------------------------------------------
