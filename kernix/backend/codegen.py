@@ -168,11 +168,16 @@ def _in_place_of_argument(fn: ExportedFunction, param: Param) -> bool:
     return param.kind == "tensor" and "&" not in param.type and bool(fn.spec.function_type)
 
 
-def _shim_argument(fn: ExportedFunction, param: Param, slot: int, *, local: bool = True) -> str:
-    """The C++ expression passing slot ``slot`` of the array to ``param`` (``local``: its local, if it has one)."""
+def _tensor_from(param: Param, slot: int) -> str:
+    """The tensor ``param``'s shim builds from slot ``slot`` (named, for messages)."""
+    return f"::kernix::detail::tensor_from<{_tensor_type(param)}>(p[{slot}], {_cxx_string(param.name)})"
+
+
+def _shim_argument(fn: ExportedFunction, param: Param, slot: int) -> str:
+    """The C++ expression passing slot ``slot`` of the array to ``param``."""
     p = f"p[{slot}]"
-    if not local or _in_place_of_argument(fn, param):
-        return f"::kernix::detail::tensor_from<{_tensor_type(param)}>({p}, {_cxx_string(param.name)})"
+    if _in_place_of_argument(fn, param):
+        return _tensor_from(param, slot)
     if param.kind == "tensor":
         # An input declared const is passed as const, so overloads on
         # constness resolve as the signature says; a non-const input (an
@@ -203,7 +208,7 @@ def _shim_locals(fn: ExportedFunction) -> list[str]:
     for i, param in enumerate(fn.spec.params):
         if param.kind == "tensor":
             if not _in_place_of_argument(fn, param):
-                lines.append(f"  {_tensor_type(param)} {_local(i)} = {_shim_argument(fn, param, i, local=False)};")
+                lines.append(f"  {_tensor_type(param)} {_local(i)} = {_tensor_from(param, i)};")
         else:
             local = _special_local(param, i)
             if local is not None:
