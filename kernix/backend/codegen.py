@@ -162,9 +162,9 @@ def _tensor_type(param: Param) -> str:
     return "::BE::Tensor"
 
 
-def _in_place_of_argument(fn: ExportedFunction, param: Param) -> bool:
-    """Whether tensor ``param``, taken by value, is built in the argument itself (no local copied into it), as
-    it is through the exact function type (no overload resolution sees the temporary)."""
+def _built_in_argument(fn: ExportedFunction, param: Param) -> bool:
+    """Whether the shim builds ``param``, a tensor taken by value, in the argument itself rather than in a local
+    copied into it: when it calls through the exact function type, so no overload resolution sees the temporary."""
     return param.kind == "tensor" and "&" not in param.type and bool(fn.spec.function_type)
 
 
@@ -176,7 +176,7 @@ def _tensor_from(param: Param, slot: int) -> str:
 def _shim_argument(fn: ExportedFunction, param: Param, slot: int) -> str:
     """The C++ expression passing slot ``slot`` of the array to ``param``."""
     p = f"p[{slot}]"
-    if _in_place_of_argument(fn, param):
+    if _built_in_argument(fn, param):
         return _tensor_from(param, slot)
     if param.kind == "tensor":
         # An input declared const is passed as const, so overloads on
@@ -207,7 +207,7 @@ def _shim_locals(fn: ExportedFunction) -> list[str]:
     lines = []
     for i, param in enumerate(fn.spec.params):
         if param.kind == "tensor":
-            if not _in_place_of_argument(fn, param):
+            if not _built_in_argument(fn, param):
                 lines.append(f"  {_tensor_type(param)} {_local(i)} = {_tensor_from(param, i)};")
         else:
             local = _special_local(param, i)

@@ -394,7 +394,7 @@ def generate(build_dir: Path, units: Sequence[tuple[str, Sequence[codegen.Export
     write would look older than the object."""
     build_dir.mkdir(parents=True, exist_ok=True)
     for file, text in generated_files(units, config).items():
-        if _write_if_changed(build_dir / file, text):
+        if _write_if_changed(build_dir / file, text) and file != "build.ninja":
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(build_dir / (file.rsplit(".", 1)[0] + ".o"))
     record = [[[fn.index, fn.spec.to_json()] for fn in fns] for _, fns in units]

@@ -89,16 +89,9 @@ inline bool same_name(const XLA_FFI_ByteSpan* a, const ParamDesc& p) noexcept {
 // ---------------------------------------------------------------------------
 // Cold paths: building an error message.  Out of line, so that the execute
 // path stays a short straight loop, and compiled without optimization (as
-// messages.cc is): they run only on a failure, and optimizing them took the
-// host compiler a third of a handler unit's time.  (Not under nvcc: kernix
-// compiles handler units with the host compiler.)
+// messages.cc is).
 // ---------------------------------------------------------------------------
-#if defined(__clang__) && !defined(__CUDACC__)
-#pragma clang optimize off
-#elif defined(__GNUC__) && !defined(__CUDACC__)
-#pragma GCC push_options
-#pragma GCC optimize("O0")
-#endif
+KERNIX_FAILURE_CODE_BEGIN
 
 // The XLA name of a data type ("F32"), as kernix.dtypes spells it.
 KERNIX_COLD inline const char* xla_type_name(int32_t dtype) noexcept {
@@ -310,11 +303,7 @@ KERNIX_COLD inline XLA_FFI_Error* attr_count_error(const XLA_FFI_Api* api, const
   return make_error(api, XLA_FFI_Error_Code_INVALID_ARGUMENT, m);
 }
 
-#if defined(__clang__) && !defined(__CUDACC__)
-#pragma clang optimize on
-#elif defined(__GNUC__) && !defined(__CUDACC__)
-#pragma GCC pop_options
-#endif
+KERNIX_FAILURE_CODE_END
 
 // ---------------------------------------------------------------------------
 // The execute path.

@@ -12,14 +12,9 @@
 // Relative to this file: a user's header named kernix/... cannot shadow it.
 #include "../common.h"
 
-// These functions run only on a failure, so they are compiled without
-// optimization: that takes a third of the time (the headers above keep the
-// command line's level, so no inline function of theirs is built slower).
-#if defined(__clang__)
-#pragma clang optimize off
-#elif defined(__GNUC__)
-#pragma GCC optimize("O0")
-#endif
+// These functions run only on a failure (the headers above keep the command
+// line's level, so no inline function of theirs is built slower).
+KERNIX_FAILURE_CODE_BEGIN
 
 namespace kernix {
 
@@ -294,3 +289,5 @@ void cuda_call_failed(const char* file, int line, const char* call, const char* 
 
 }  // namespace detail
 }  // namespace kernix
+
+KERNIX_FAILURE_CODE_END
