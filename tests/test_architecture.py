@@ -44,7 +44,7 @@ LAYERS = {
 LINE_BUDGETS = {
     "language": 2_061,
     "frontend": 3_387,
-    "backend": 2_316,
+    "backend": 2_317,
     "store": 2_466,
     "runtime": 2_656,
     "checking": 2_233,
@@ -52,7 +52,7 @@ LINE_BUDGETS = {
     "cli": 818,
     "loose": 1_796,
 }
-PACKAGE_BUDGET = 18_931
+PACKAGE_BUDGET = 18_932
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.

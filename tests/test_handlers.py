@@ -1,9 +1,8 @@
 """The generated XLA FFI handlers: C-API (frame.h) handlers and ffi.h handlers.
 
-Functions taking only ``BE::Tensor`` (in place or not), scalar, string and
-array attributes and the stream get a handler decoding the call frame through
-XLA's C API; functions with typed XLA FFI parameters, scratch, state or the
-thread pool keep ffi.h handlers, in units of their own.
+Functions without typed XLA FFI parameters get a handler decoding the call
+frame through XLA's C API; functions with them keep ffi.h handlers, in units of
+their own.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ TENSOR_ONLY = textwrap.dedent(
     """
     #include <cstdint>
     #include "kernix/common.h"
+    #include "kernix/threads.h"
 
     // @BE affine (...)->(...)
     void affine(const BE::Tensor x, BE::Tensor out, float factor, int32_t offset, bool negate) {
@@ -48,6 +48,21 @@ TENSOR_ONLY = textwrap.dedent(
       o[1] = static_cast<int32_t>(d * 4);
       o[2] = static_cast<int32_t>(big);
       o[3] = small;
+    }
+
+    // Scratch, state and the thread pool: a result XLA allocates, an object kept per instance, XLA's pool.
+    struct Calls { int64_t n = 0; };
+
+    // @BE tripled (n)->(n),(2):int32 scratch=n*4
+    void tripled(const BE::Tensor& x, BE::Tensor& y, BE::Tensor& info, BE::Scratch& work, BE::State<Calls>& calls,
+                 BE::ThreadPool pool) {
+      float* w = work.data_ptr<float>(0, x.numel());
+      pool.parallel_for(x.numel(), 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) w[i] = 3 * x.data_ptr<float>()[i];
+      });
+      for (int64_t i = 0; i < x.numel(); ++i) y.data_ptr<float>()[i] = w[i];
+      info.data_ptr<int32_t>()[0] = static_cast<int32_t>(++calls->n);
+      info.data_ptr<int32_t>()[1] = static_cast<int32_t>(pool.num_threads());
     }
 
     // @BE two_out
@@ -133,6 +148,11 @@ def test_fast_handlers_pass_every_parameter_kind(fast):
     s, d = mod.two_out(a, b, out=[jax.ShapeDtypeStruct((3,), jnp.float32)] * 2)
     np.testing.assert_array_equal(s, np.arange(3) + 10)
     np.testing.assert_array_equal(d, np.arange(3) - 10)
+    tripled = jax.jit(mod.tripled)
+    for calls in (1, 2):  # one instance: its state lives on
+        y, info = tripled(jnp.arange(64, dtype=jnp.float32))
+        np.testing.assert_array_equal(y, 3 * np.arange(64))
+        assert info[0] == calls and info[1] >= 1  # XLA's pool has threads on the CPU
 
 
 def test_shim_errors_keep_their_text(fast):
@@ -336,10 +356,24 @@ def test_fast_handler_table_describes_in_place_tensors_and_string_and_array_attr
         one = FunctionSpec("h", "h", (Param("v", "attr", "T", "T", "array", dtype),))
         assert f"XLA_FFI_DataType_{BUFFER_DTYPES[dtype]}, \"v\"" in codegen.handler_unit(
             [codegen.ExportedFunction(0, one)], "cpu", True)
-    # Scratch, state and the thread pool keep ffi.h's bindings.
-    for kind in ("scratch", "state", "threads"):
-        other = FunctionSpec("k", "k", (Param("y", "inout"), Param("p", kind, kind=kind)))
-        assert not codegen.has_fast_handler(codegen.ExportedFunction(0, other))
+
+
+def test_fast_handler_table_describes_scratch_state_and_the_thread_pool():
+    """Was: these took ffi.h-bound handlers.  Scratch is a result XLA allocates; the state comes from the
+    context, with the instantiate handler beside; a CUDA function's pool has no threads."""
+    spec = FunctionSpec("k", "k", (Param("y", "inout"), Param("w", "scratch", kind="scratch"),
+                                   Param("s", "state", "P", "P", kind="state"), Param("t", "threads", kind="threads")))
+    fn = codegen.ExportedFunction(0, spec)
+    assert codegen.has_fast_handler(fn)
+    cpu = codegen.handler_unit([fn], "cpu", True)
+    assert "frame.h" in cpu and "XLA_FFI_DEFINE_HANDLER_SYMBOL" not in cpu
+    assert '{::kernix::detail::Role::kScratch, -1, XLA_FFI_DataType_INVALID, nullptr, 0, -1}' in cpu
+    assert '{::kernix::detail::Role::kState, -1, XLA_FFI_DataType_INVALID, nullptr, 0, -1}' in cpu
+    assert '{::kernix::detail::Role::kThreads, -1, XLA_FFI_DataType_INVALID, nullptr, 0, -1}' in cpu
+    assert '{"k", kernix_params_0, 4, 1, 2, 0, false, false}' in cpu  # results: y and the scratch
+    assert "::kernix::TensorView views[2];" in cpu
+    assert "kernix_instantiate_" in cpu and "::kernix::detail::instantiate(" in cpu
+    assert "Role::kNoThreads" in codegen.handler_unit([fn], "cuda", True)
 
 
 def test_handler_chunks_separate_kinds_and_bound_unit_size():
@@ -359,9 +393,9 @@ def test_handler_chunks_separate_kinds_and_bound_unit_size():
 
 def test_the_library_does_not_depend_on_the_number_of_jobs():
     """Its SHA-256 names the code in exported artifacts: the same sources built with one job and
-    with three give the same library (eight ffi.h handlers, which more jobs once split more)."""
-    src = '#include "kernix/common.h"\nstruct P { int u = 0; };\n' + "".join(
-        f"// @BE f{i} (n)->(n)\nvoid f{i}(const BE::Tensor& x, BE::Tensor& y, BE::State<P>& p) {{ p->u++; }}\n"
+    with three give the same library (eight ffi.h handlers, in two units, which more jobs once split more)."""
+    src = '#include "xla/ffi/api/ffi.h"\n' + "".join(
+        f"// @BE f{i} (n)->(n)\nvoid f{i}(xla::ffi::AnyBuffer x, xla::ffi::Result<xla::ffi::AnyBuffer> y) {{}}\n"
         for i in range(8))
     name = unique_name("jobs_digest")
     one = kernix.load_cpp_inline(name, src, ninja_workers=1, auto_register=False)

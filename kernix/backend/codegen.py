@@ -18,17 +18,16 @@ the error's own code and message, prefixed with the function's name.
 function, each calling its shim.  They depend only on the specs, so editing a
 kernel body leaves them, and their object files, unchanged.  Two kinds:
 
-* a *fast* unit (:func:`fast_handler_unit`) for functions that take only
-  ``BE::Tensor`` (in place or not), scalar, string and array attributes and
-  the stream: per function a constant table describing the parameters and a
+* a *fast* unit (:func:`fast_handler_unit`) for functions that take no typed
+  XLA FFI parameter: per function a constant table describing the parameters and a
   one-line handler calling the generic decoder of ``kernix/detail/frame.h``,
   which reads the call frame through XLA's C API.  It never includes XLA's
-  C++ ``ffi.h``, so it compiles in a fraction of the time and memory.
+  C++ ``ffi.h``, so it compiles in a fraction of the time and memory.  For a
+  function with state, its instantiate handler is beside it (``state.h``).
 * an *ffi.h* unit (:func:`ffi_handler_unit`) for functions that take typed XLA
-  FFI types (``xla::ffi::Buffer<T, R>``, ``AnyBuffer``, ``Result<...>``),
-  scratch, state or the thread pool (beside those, the parts of the *special
-  kinds* of the section "The parameters beyond tensors, scalars and the
-  stream" serve any function in such a unit): one
+  FFI types (``xla::ffi::Buffer<T, R>``, ``AnyBuffer``, ``Result<...>``)
+  (the parts of the *special kinds* of the section "The parameters beyond
+  tensors, scalars and the stream" serve any other parameter of such a function): one
   ``XLA_FFI_DEFINE_HANDLER_SYMBOL`` binding per function (exact ``Attr<T>``
   types, the platform stream, the command-buffer trait), and for a function
   with state an instantiate handler beside it.
@@ -496,21 +495,18 @@ def _graph_ok(spec: FunctionSpec, platform: Platform, allow_cuda_graph: bool) ->
 
 
 def has_fast_handler(fn: ExportedFunction) -> bool:
-    """Whether ``fn`` can use the C-API handler of :func:`fast_handler_unit`.
-
-    True when every parameter is a ``BE::Tensor`` (updated in place or not),
-    a scalar, string or array attribute or the stream; typed XLA FFI
-    parameters, scratch, state and the thread pool need ffi.h.
-    """
-    return all(p.kind in ("tensor", "scalar", "string", "array", "stream") for p in fn.spec.params)
+    """Whether ``fn`` can use the C-API handler of :func:`fast_handler_unit`:
+    every parameter but a typed XLA FFI one (which only ffi.h decodes)."""
+    return all(p.kind != "ffi" for p in fn.spec.params)
 
 
 #: C type of an attribute -> the XLA_FFI_DataType its scalar must have
 #: (float16/bfloat16 travel as their uint16_t bits, hence U16).
 _ATTR_XLA: dict[str, str] = {d.attr_ctype: d.xla for d in DTYPES if d.attr_ctype and d.name not in ("float16", "bfloat16")}
 
-_ROLES = {"arg": "kArg", "ret": "kRet", "inout": "kInOut", "stream": "kStream",
-          "scalar": "kAttr", "string": "kString", "array": "kArray"}  # (attributes by kind)
+_ROLES = {"arg": "kArg", "ret": "kRet", "inout": "kInOut", "stream": "kStream", "scratch": "kScratch",
+          "state": "kState", "threads": "kThreads", "scalar": "kAttr", "string": "kString",
+          "array": "kArray"}  # (attributes by kind)
 
 
 def _attr_order(params: Sequence[Param]) -> dict[str, int]:
@@ -520,8 +516,10 @@ def _attr_order(params: Sequence[Param]) -> dict[str, int]:
     return {name: k for k, name in enumerate(names)}
 
 
-def _param_desc(param: Param, attr_index: dict[str, int]) -> str:
-    role = f"::kernix::detail::Role::{_ROLES[param.kind if param.role == 'attr' else param.role]}"
+def _param_desc(param: Param, attr_index: dict[str, int], platform: Platform) -> str:
+    role = _ROLES[param.kind if param.role == "attr" else param.role]
+    # CUDA functions run on the host thread that launches them: a pool of no threads.
+    role = f"::kernix::detail::Role::{'kNoThreads' if role == 'kThreads' and platform == 'cuda' else role}"
     name = f"{_cxx_string(param.name)}, {len(param.name.encode())}"
     if param.role == "attr":
         xla = "INVALID"  # a string's
@@ -543,22 +541,23 @@ def _fast_handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bo
     if params:
         lines += [
             f"static const ::kernix::detail::ParamDesc {table}[] = {{",
-            *(f"    {_param_desc(p, order)}," for p in params),
+            *(f"    {_param_desc(p, order, platform)}," for p in params),
             "};",
         ]
     count = lambda *roles: sum(p.role in roles for p in params)  # noqa: E731
     arrays = sum(p.kind in ("string", "array") for p in params)  # a kernix::ArrayView each
+    results = count("ret", "inout", "scratch")  # XLA's results (scratch is one it allocates)
     stream = platform == "cuda" and any(p.role == "stream" for p in params)
     cmd_buffer = _graph_ok(fn.spec, platform, allow_cuda_graph)
     b = lambda v: "true" if v else "false"  # noqa: E731
     lines += [
         f"static const ::kernix::detail::FunctionDesc {desc} = {{{_cxx_string(fn.spec.name)}, "
-        f"{table if params else 'nullptr'}, {len(params)}, {count('arg', 'inout')}, {count('ret', 'inout')}, "
+        f"{table if params else 'nullptr'}, {len(params)}, {count('arg', 'inout')}, {results}, "
         f"{count('attr')}, {b(stream)}, {b(cmd_buffer)}}};",
         _shim_declaration(fn),
         f"KERNIX_HANDLER_EXPORT XLA_FFI_Error* {handler_symbol(fn)}(XLA_FFI_CallFrame* f) {{",
         # The decoder's storage, sized for this function (arrays of at least one).
-        f"  ::kernix::TensorView views[{max(1, count('arg', 'ret', 'inout'))}];",
+        f"  ::kernix::TensorView views[{max(1, count('arg') + results)}];",
         f"  void* slots[{max(1, len(params))}];",
         *([f"  ::kernix::ArrayView arrays[{arrays}];"] if arrays else []),
         f"  return ::kernix::detail::dispatch(f, {desc}, &{shim_symbol(fn)}, slots, views"
@@ -583,6 +582,8 @@ def fast_handler_unit(functions: Sequence[ExportedFunction], platform: Platform,
     for fn in functions:
         assert has_fast_handler(fn), fn.spec.name
         lines += _fast_handler(fn, platform, allow_cuda_graph)
+        if fn.spec.has("state"):
+            lines += _state_handlers(fn.spec, fn.index, _slug(fn.spec.name), handler_symbol(fn))
     return "\n".join(lines)
 
 

@@ -12,8 +12,9 @@
 // dispatch fills the shim's `void*` array exactly as the ffi.h-based handlers
 // (handler.h) do -- a kernix::TensorView* per buffer (the result's, for a
 // tensor updated in place), a pointer to a scalar attribute's value, a
-// kernix::ArrayView* per string or array attribute, a pointer to the stream
-// handle -- so shims do not know which kind of handler called them.
+// kernix::ArrayView* per string or array attribute, the state object, a
+// kernix::ThreadPoolView*, a pointer to the stream handle -- so shims do not
+// know which kind of handler called them.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@
 // Relative to this file: a user's header named kernix/... cannot shadow it.
 #include "messages.h"
 #include "run_shim.h"
+#include "state.h"
 #include "tensor_view.h"
 #include "xla/ffi/api/c_api.h"
 
@@ -43,6 +45,10 @@ enum class Role : uint8_t {
   kInOut = 4,   // an operand and the result XLA aliases to it (a tensor updated in place)
   kString = 5,  // a string attribute, found by name
   kArray = 6,   // an array attribute, found by name
+  kScratch = 7,    // scratch memory: a result buffer XLA allocates, of any type and rank
+  kState = 8,      // the function's state (a StateBox made by its instantiate handler)
+  kThreads = 9,    // XLA's intra-op thread pool
+  kNoThreads = 10, // a pool of no threads (CUDA functions run on the thread that launches them)
 };
 
 // One parameter, in the order of the C++ signature (the shim's array order).
@@ -130,6 +136,14 @@ KERNIX_COLD inline XLA_FFI_Error* make_error(const XLA_FFI_Api* api, XLA_FFI_Err
   args.message = m.c_str();  // XLA copies the text
   args.errc = code;
   return api->XLA_FFI_Error_Create(&args);
+}
+
+KERNIX_COLD inline void destroy_error(const XLA_FFI_Api* api, XLA_FFI_Error* error) noexcept {
+  XLA_FFI_Error_Destroy_Args args;
+  args.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
+  args.extension_start = nullptr;
+  args.error = error;
+  api->XLA_FFI_Error_Destroy(&args);
 }
 
 // "kernix: <function>: " -- every message names the function.
@@ -309,6 +323,42 @@ KERNIX_FAILURE_CODE_END
 // The execute path.
 // ---------------------------------------------------------------------------
 
+// XLA's intra-op thread pool, as the C API reaches it (ffi.h's ThreadPool):
+// valid during the call.
+struct PoolContext {
+  const XLA_FFI_Api* api;
+  XLA_FFI_ExecutionContext* ctx;
+};
+
+// The pool's number of threads; 0 where XLA has none (as ffi.h, an error is
+// not one).
+inline int64_t pool_threads(const PoolContext& pool) noexcept {
+  int64_t threads = 0;
+  XLA_FFI_ThreadPool_NumThreads_Args args;
+  args.struct_size = XLA_FFI_ThreadPool_NumThreads_Args_STRUCT_SIZE;
+  args.extension_start = nullptr;
+  args.ctx = pool.ctx;
+  args.num_threads = &threads;
+  if (XLA_FFI_Error* err = pool.api->XLA_FFI_ThreadPool_NumThreads(&args)) destroy_error(pool.api, err);
+  return threads;
+}
+
+// Runs task(data) on one of the pool's threads, or at once on this one when
+// XLA cannot schedule it (as ffi.h's ThreadPool::Schedule does).
+inline void schedule_on_pool(void* context, void (*task)(void*), void* data) {
+  const PoolContext& pool = *static_cast<const PoolContext*>(context);
+  XLA_FFI_ThreadPool_Schedule_Args args;
+  args.struct_size = XLA_FFI_ThreadPool_Schedule_Args_STRUCT_SIZE;
+  args.extension_start = nullptr;
+  args.ctx = pool.ctx;
+  args.task = task;
+  args.data = data;
+  if (XLA_FFI_Error* err = pool.api->XLA_FFI_ThreadPool_Schedule(&args)) {
+    destroy_error(pool.api, err);
+    task(data);
+  }
+}
+
 // Operand (`is_arg`) or result `position` into `*out` if it is a buffer of
 // the element type and rank `p` asks for; else the error saying what it is.
 __attribute__((always_inline)) inline XLA_FFI_Error* take_buffer(const XLA_FFI_CallFrame* frame, const FunctionDesc& fn,
@@ -372,6 +422,8 @@ __attribute__((noinline)) inline XLA_FFI_Error* dispatch(XLA_FFI_CallFrame* fram
   }
 
   void* stream = nullptr;
+  PoolContext pool{api, frame->ctx};
+  ThreadPoolView pool_view{nullptr, 0, nullptr};  // a kNoThreads parameter's: a pool of no threads
   int32_t n_arg = 0;
   int32_t n_ret = 0;
   int32_t n_view = 0;
@@ -382,11 +434,12 @@ __attribute__((noinline)) inline XLA_FFI_Error* dispatch(XLA_FFI_CallFrame* fram
     switch (p.role) {
       case Role::kArg:
       case Role::kRet:
-      case Role::kInOut: {
+      case Role::kInOut:
+      case Role::kScratch: {
         // In place: the operand, then the result, which the shim gets.
         const XLA_FFI_Buffer* operand = nullptr;
         const XLA_FFI_Buffer* b = nullptr;
-        if (p.role != Role::kRet) {
+        if (p.role == Role::kArg || p.role == Role::kInOut) {
           if (XLA_FFI_Error* err = take_buffer(frame, fn, p, true, n_arg++, &operand)) return err;
           b = operand;
         }
@@ -439,6 +492,26 @@ __attribute__((noinline)) inline XLA_FFI_Error* dispatch(XLA_FFI_CallFrame* fram
       }
       case Role::kStream:
         slots[i] = &stream;
+        break;
+      case Role::kState: {
+        // As ffi.h's State<StateBox> finds it: made at the instantiate stage.
+        XLA_FFI_State_Get_Args args;
+        args.struct_size = XLA_FFI_State_Get_Args_STRUCT_SIZE;
+        args.extension_start = nullptr;
+        args.ctx = frame->ctx;
+        args.stage = XLA_FFI_ExecutionStage_INSTANTIATE;
+        args.type_id = &StateBox::id;
+        args.state = nullptr;
+        if (XLA_FFI_Error* err = api->XLA_FFI_State_Get(&args)) return err;
+        slots[i] = static_cast<StateBox*>(args.state)->object;
+        break;
+      }
+      case Role::kThreads:
+        pool_view = ThreadPoolView{&pool, pool_threads(pool), &schedule_on_pool};
+        slots[i] = &pool_view;
+        break;
+      case Role::kNoThreads:
+        slots[i] = &pool_view;
         break;
     }
   }

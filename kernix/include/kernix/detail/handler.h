@@ -1,9 +1,10 @@
 // kernix/detail/handler.h -- support code for the generated XLA FFI handlers.
 //
 // Not part of the public API.  Used by the handlers of functions with typed
-// XLA FFI parameters (xla::ffi::Buffer<T, R>, AnyBuffer, Result<...>),
-// scratch, state or the thread pool, which ffi.h's bindings decode; every
-// other handler uses the C-API decoder of frame.h and never includes ffi.h.  These handlers are compiled by the
+// XLA FFI parameters (xla::ffi::Buffer<T, R>, AnyBuffer, Result<...>), which
+// ffi.h's bindings decode (with the function's other parameters, scratch,
+// state and the thread pool included); every other handler uses the C-API
+// decoder of frame.h and never includes ffi.h.  These handlers are compiled by the
 // host compiler in their own translation units (the only ones that include
 // XLA's ffi.h); they decode the call frame, describe each buffer as a
 // kernix::TensorView and call the shims.  Nothing here names BE::, so the

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
 
 // Relative to this file: a user's header named kernix/... cannot shadow it.
 #include "run_shim.h"
