@@ -422,8 +422,8 @@ __attribute__((noinline)) inline XLA_FFI_Error* dispatch(XLA_FFI_CallFrame* fram
   }
 
   void* stream = nullptr;
-  PoolContext pool{api, frame->ctx};
-  ThreadPoolView pool_view{nullptr, 0, nullptr};  // a kNoThreads parameter's: a pool of no threads
+  PoolContext pool;             // what a kThreads parameter's view points to
+  ThreadPoolView pool_view;     // what a kThreads or kNoThreads parameter's slot points to
   int32_t n_arg = 0;
   int32_t n_ret = 0;
   int32_t n_view = 0;
@@ -507,10 +507,12 @@ __attribute__((noinline)) inline XLA_FFI_Error* dispatch(XLA_FFI_CallFrame* fram
         break;
       }
       case Role::kThreads:
+        pool = PoolContext{api, frame->ctx};
         pool_view = ThreadPoolView{&pool, pool_threads(pool), &schedule_on_pool};
         slots[i] = &pool_view;
         break;
       case Role::kNoThreads:
+        pool_view = ThreadPoolView{nullptr, 0, nullptr};
         slots[i] = &pool_view;
         break;
     }
