@@ -14,8 +14,8 @@ Platform = Literal["cuda", "cpu"]
 #: How a source file is parsed and compiled.
 Language = Literal["cuda", "cpp"]
 
-__all__ = ["Platform", "Language", "LANGUAGES_BY_EXTENSION", "language_of", "unknown_extension", "platform_of",
-           "JAX_PLATFORMS", "PREPROCESSOR_FLAGS", "split_flags", "preprocessor_flags"]
+__all__ = ["Platform", "Language", "LANGUAGES_BY_EXTENSION", "language_of", "unknown_extension", "JAX_PLATFORMS",
+           "PREPROCESSOR_FLAGS", "split_flags", "preprocessor_flags"]
 
 
 #: File extension -> language.
@@ -46,11 +46,6 @@ def unknown_extension(path: str, remedy: str) -> str:
     """The message for ``path``, whose extension names no language; ``remedy`` says how to name one."""
     return (f"cannot tell the language of {path!r} from its extension {os.path.splitext(path)[1].lower()!r}: "
             f"expected one of {', '.join(LANGUAGES_BY_EXTENSION)}; {remedy}")
-
-
-def platform_of(language: Language) -> Platform:
-    """The platform a module of ``language`` sources is built for."""
-    return "cuda" if language == "cuda" else "cpu"
 
 
 #: The flags that change what the preprocessor does (inference must see them too).

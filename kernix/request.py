@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .errors import OptionError
-from .platforms import PREPROCESSOR_FLAGS, Language, Platform, platform_of, split_flags
+from .platforms import PREPROCESSOR_FLAGS, Language, Platform, split_flags
 from .language.names import check_module_name, check_target_prefix
-from .paths import cache_root, check_source, text_problem
+from .paths import cache_root, text_problem
 
 if TYPE_CHECKING:
     from .language.selection import Requested
@@ -62,9 +62,7 @@ class LoadRequest:
     Paths are absolute; ``functions`` is normalised (``None``: every annotated
     function); ``root`` is ``build_directory=`` or :func:`kernix.cache_root`;
     ``compute_capability`` ``None`` means detect. The other fields are the
-    loaders' options. ``inline_source`` is an inline load's text, stored in the
-    cache before the build lock is taken and again under it if ``kernix cache
-    clear`` removed it (:func:`kernix.compilation.keyed_entry`).
+    loaders' options, and an inline load's text (see :func:`kernix.compilation.store_inline_source`).
     """
 
     # A plain slotted class rather than a NamedTuple: a warm load defines it at import.
@@ -127,8 +125,8 @@ class LoadRequest:
 
     @property
     def platform(self) -> Platform:
-        """Where the handlers run."""
-        return platform_of(self.language)
+        """Where the handlers run: ``"cuda"`` for CUDA sources, else ``"cpu"``."""
+        return "cuda" if self.language == "cuda" else "cpu"
 
 def _strings(value: Any, what: str) -> tuple[str, ...]:
     if value is None:
@@ -161,16 +159,6 @@ def _flags(value: Any, what: str) -> tuple[str, ...]:
     return flags
 
 
-def _functions(functions: Any) -> Requested | None:
-    """The normalised ``functions=`` argument (the arg_spec grammar loads only when one is given)."""
-    if functions is None:
-        return None
-    # Not with the request: a warm load reads no spec (a third of its time)
-    from .language.selection import normalize_functions
-
-    return normalize_functions(functions)
-
-
 def make_request(
     name: str,
     sources: Sequence[Path],
@@ -197,14 +185,16 @@ def make_request(
     problem = text_problem(str(root), "build_directory" if build_directory is not None else "the cache root")
     if problem:
         raise OptionError(problem)
-    for source in sources:
-        check_source(source)
+    if functions is not None:
+        from .language.selection import normalize_functions  # (not at import: a warm load reads no spec)
+
+        functions = normalize_functions(functions)
     cflags = options.get("extra_cuda_cflags") if language == "cuda" else options.get("extra_cflags")
     return LoadRequest(
         name=name,
         sources=tuple(Path(s) for s in sources),
         language=language,
-        functions=_functions(functions),
+        functions=functions,
         root=root,
         extra_cflags=_absolute_flags(_flags(cflags, "extra_cuda_cflags" if language == "cuda" else "extra_cflags")),
         extra_ldflags=_linker_flags(_flags(options.get("extra_ldflags"), "extra_ldflags")),
