@@ -128,22 +128,17 @@ class LoadRequest:
         """Where the handlers run: ``"cuda"`` for CUDA sources, else ``"cpu"``."""
         return "cuda" if self.language == "cuda" else "cpu"
 
-def _strings(value: Any, what: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise OptionError(f"{what} must be a list of strings, not {type(value).__name__}")
-    return tuple(os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in value)
-
-
 def _flags(value: Any, what: str) -> tuple[str, ...]:
-    """``value`` as a tuple of flags, refused here, before inference, if the
+    """``value``, a list of strings or paths, as a tuple of flags, refused here, before inference, if the
     compiler would misread it: a line break or NUL (no command line holds
     one), text that is not valid UTF-8 (a path from a name that is not), or
     an include, define or library flag with no value (``-I`` last, or
     followed by ``""``), which would take the next flag as its value."""
-    flags = _strings(value, what)
-    problem = None
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise OptionError(f"{what} must be a list of strings, not {type(value).__name__}")
+    flags = tuple(os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in value)
     for i, flag in enumerate(flags):
         problem = text_problem(flag, f"{what}[{i}]")
         if problem is None and any(c in flag for c in "\n\r\0"):
