@@ -16,7 +16,6 @@ from typing import Any, Literal, TypeVar
 
 from .errors import KernixError, OptionError, SourceNotFoundError
 from .platforms import LANGUAGES_BY_EXTENSION, Language
-from .language.names import check_module_name
 from .paths import check_source, printable
 from .pipeline import load
 from .request import make_request
@@ -122,7 +121,7 @@ def load_cuda_inline(
     CompiledModule
     """
     options = {k: v for k, v in locals().items() if k in _CUDA_OPTIONS}
-    return _load_inline(name, cuda_sources, "cuda_sources", "cuda", functions, options)
+    return _load_inline(name, cuda_sources, "cuda", functions, options)
 
 
 def load_cuda_file(
@@ -181,7 +180,7 @@ def load_cpp_inline(
     ``-ffast-math``.  A ``stream`` parameter receives 0.
     """
     options = {k: v for k, v in locals().items() if k in _CPP_OPTIONS}
-    return _load_inline(name, cpp_sources, "cpp_sources", "cpp", functions, options)
+    return _load_inline(name, cpp_sources, "cpp", functions, options)
 
 
 def load_cpp_file(
@@ -220,22 +219,16 @@ def _load_paths(
 
 
 def _load_inline(
-    name: str, sources: Any, what: str, language: Language, functions: Any, options: Mapping[str, Any]
+    name: str, sources: Any, language: Language, functions: Any, options: Mapping[str, Any]
 ) -> CompiledModule:
-    """Validate an inline load's names, store its source, then load it."""
-    module_name = check_module_name(name)
-    request = make_request(module_name, [], language, functions, options)  # every name checked before writing
-    text = _join_sources(sources, what)
-    path = write_source(request.root, module_name, text, "cu" if language == "cuda" else "cpp")
-    return load(request.replace(sources=(path,), inline_source=text))
-
-
-def _join_sources(sources: Any, what: str) -> str:
-    if isinstance(sources, str):
-        return sources
+    """Validate an inline load's names and options, store its source, then load it."""
+    request = make_request(name, [], language, functions, options)  # every name checked before writing
     if isinstance(sources, (list, tuple)) and all(isinstance(s, str) for s in sources):
-        return "\n".join(sources)
-    raise OptionError(f"{what} must be a string or a list of strings, not {type(sources).__name__}")
+        sources = "\n".join(sources)
+    if not isinstance(sources, str):
+        raise OptionError(f"{language}_sources must be a string or a list of strings, not {type(sources).__name__}")
+    path = write_source(request.root, name, sources, "cu" if language == "cuda" else "cpp")
+    return load(request.replace(sources=(path,), inline_source=sources))
 
 
 def _file(p: Path, language: Language) -> Path:
