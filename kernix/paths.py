@@ -84,8 +84,6 @@ def jaxlib_install() -> tuple[str, str]:
 def printable(path: str | os.PathLike[str]) -> str:
     """``path`` (as :func:`os.fsdecode` gives it) with each byte that is not UTF-8 written ``\\xNN``."""
     path = os.fspath(path)
-    if _is_utf8(path):
-        return path
     try:
         return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a surrogate no file name decodes to

@@ -58,11 +58,8 @@ def split_flags(flags: Sequence[str]) -> list[tuple[str, str | None]]:
     it = iter(flags)
     for flag in it:
         for opt in sorted(PREPROCESSOR_FLAGS + ("-L",), key=len, reverse=True):
-            if flag == opt:
-                out.append((opt, next(it, "")))
-                break
             if flag.startswith(opt):
-                out.append((opt, flag[len(opt):]))
+                out.append((opt, flag[len(opt):] or next(it, "")))  # -IDIR, or -I DIR
                 break
         else:
             out.append((flag, None))

@@ -32,11 +32,10 @@ def _absolute_flags(flags: Sequence[str]) -> tuple[str, ...]:
     for opt, value in split_flags(flags):
         if value is None:
             out.append(opt)
-        elif opt in _PATH_FLAGS:
-            path = os.path.abspath(os.path.expanduser(value)) if value else value
-            out += [opt, path] if opt in ("-isystem", "-iquote", "-idirafter", "-include") else [opt + path]
-        else:
-            out.append(opt + value)
+            continue
+        if value and opt in _PATH_FLAGS:
+            value = os.path.abspath(os.path.expanduser(value))
+        out += [opt, value] if opt in ("-isystem", "-iquote", "-idirafter", "-include") else [opt + value]
     return tuple(out)
 
 
