@@ -115,10 +115,6 @@ def load_cuda_inline(
     allow_cuda_graph : bool
         Mark the handlers command-buffer compatible so XLA may capture them
         in CUDA graphs.
-
-    Returns
-    -------
-    CompiledModule
     """
     options = {k: v for k, v in locals().items() if k in _CUDA_OPTIONS}
     return _load_inline(name, cuda_sources, "cuda", functions, options)

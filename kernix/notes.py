@@ -53,8 +53,6 @@ def warn_at(message: str, category: type[Warning], file: str, line: int) -> None
     message
         The text (it keeps its ``FILE:LINE:COL:`` prefix, so the exception
         raised under ``-W error`` names the place too).
-    category
-        The warning class.
     file, line
         The place in the user's source (``line`` 1-based, 0 when unknown).
     """

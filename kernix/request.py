@@ -183,14 +183,14 @@ def make_request(
         from .language.selection import normalize_functions  # (not at import: a warm load reads no spec)
 
         functions = normalize_functions(functions)
-    cflags = options.get("extra_cuda_cflags") if language == "cuda" else options.get("extra_cflags")
+    cflags = "extra_cuda_cflags" if language == "cuda" else "extra_cflags"
     return LoadRequest(
         name=name,
         sources=tuple(Path(s) for s in sources),
         language=language,
         functions=functions,
         root=root,
-        extra_cflags=_absolute_flags(_flags(cflags, "extra_cuda_cflags" if language == "cuda" else "extra_cflags")),
+        extra_cflags=_absolute_flags(_flags(options.get(cflags), cflags)),
         extra_ldflags=_linker_flags(_flags(options.get("extra_ldflags"), "extra_ldflags")),
         include_dirs=tuple(os.path.abspath(os.path.expanduser(p))
                            for p in _flags(options.get("extra_include_paths"), "extra_include_paths")),
