@@ -20,8 +20,6 @@ def running_command() -> str | None:
 class command_line:
     """Within it, messages are worded for ``kernix command`` (a context manager)."""
 
-    __slots__ = ("command",)
-
     def __init__(self, command: str) -> None:
         self.command = command
 

@@ -67,8 +67,7 @@ def split_flags(flags: Sequence[str]) -> list[tuple[str, str | None]]:
 
 
 def preprocessor_flags(flags: Sequence[str]) -> tuple[str, ...]:
-    """The flags of ``flags`` that change preprocessing (``-I``, ``-isystem``,
-    ``-iquote``, ``-idirafter``, ``-include``, ``-D``, ``-U``, ``-std=``), in order."""
+    """The flags of ``flags`` that change preprocessing (:data:`PREPROCESSOR_FLAGS` and ``-std=``), in order."""
     out: list[str] = []
     for opt, value in split_flags(flags):
         if value is not None and opt in PREPROCESSOR_FLAGS:
