@@ -59,11 +59,9 @@ def register_ffi_target(module: CompiledModule, target_prefix: str | None = None
     Returns
     -------
     list of str
-        The target names, ``"<target_prefix or module name>.<function>"``;
-        registering the same code again is a no-op.  Where this process has
-        registered such a name with other code, the function is registered
-        under its content-versioned name (``"...<function>@<12 hex>"``)
-        instead, and a :class:`ReloadWarning` says so.
+        The target names, ``"<target_prefix or module name>.<function>"``, or a function's
+        content-versioned name where this process registered the plain one with other code
+        (see :class:`ReloadWarning`); registering the same code again is a no-op.
     """
     return module.register(target_prefix)
 
@@ -71,30 +69,23 @@ def register_ffi_target(module: CompiledModule, target_prefix: str | None = None
 # Public names whose modules load on first use: `import kernix` imports
 # neither jax nor libclang, and a warm load only what it runs.
 _LAZY = {
-    **dict.fromkeys(
-        ("load_cuda_inline", "load_cuda_file", "load_cuda_dir", "load_cpp_inline", "load_cpp_file", "load_cpp_dir"),
-        "kernix.loaders",
-    ),
-    "KernelFunction": "kernix.runtime.function",
-    "CompiledModule": "kernix.runtime.module",
-    "list_registered_targets": "kernix.runtime.registry",
-    "FunctionSpec": "kernix.language.spec",
-    "Param": "kernix.language.spec",
-    "parse_arg_spec": "kernix.language.spec",
-    "infer_file": "kernix.frontend.infer",
-    "InferResult": "kernix.frontend.infer",
-    "build_module": "kernix.prebuilt.build",
-    "load_prebuilt": "kernix.prebuilt.load",
-    "export": "kernix.runtime.export",
-    "deserialize": "kernix.runtime.export",
-    "ExportedKernels": "kernix.runtime.export",
-    "check": "kernix.checking",
-    "CheckReport": "kernix.checking",
-    "Drawing": "kernix.checking",
-    "CheckResult": "kernix.checking",
-    "cache_info": "kernix.store.admin",
-    "clear_cache": "kernix.store.admin",
-    "prune_cache": "kernix.store.prune",
+    name: module
+    for module, names in {
+        "kernix.loaders": ("load_cuda_inline", "load_cuda_file", "load_cuda_dir", "load_cpp_inline", "load_cpp_file",
+                           "load_cpp_dir"),
+        "kernix.runtime.function": ("KernelFunction",),
+        "kernix.runtime.module": ("CompiledModule",),
+        "kernix.runtime.registry": ("list_registered_targets",),
+        "kernix.language.spec": ("FunctionSpec", "Param", "parse_arg_spec"),
+        "kernix.frontend.infer": ("infer_file", "InferResult"),
+        "kernix.prebuilt.build": ("build_module",),
+        "kernix.prebuilt.load": ("load_prebuilt",),
+        "kernix.runtime.export": ("export", "deserialize", "ExportedKernels"),
+        "kernix.checking": ("check", "CheckReport", "Drawing", "CheckResult"),
+        "kernix.store.admin": ("cache_info", "clear_cache"),
+        "kernix.store.prune": ("prune_cache",),
+    }.items()
+    for name in names
 }
 
 

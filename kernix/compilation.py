@@ -5,9 +5,6 @@
 
 :mod:`kernix.pipeline` comes here only when the direct index has no usable
 answer, a cached library failed to load, or an entry's specs are damaged.
-
-A rebuild compiles the code generated for the module's last build while
-libclang infers, since an edit seldom changes a signature (:func:`_infer_and_compile`).
 """
 
 from __future__ import annotations
@@ -21,9 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-
-from . import notes
+from . import __version__, notes, store
 from .backend import codegen, toolchain
 from .backend.arch import detect_compute_capability
 from .backend.flags import BuildConfig, compile_flags
@@ -32,11 +27,9 @@ from .errors import CacheError, KernixError, RegistrationError
 from .request import LoadRequest
 from .runtime import registry
 from .runtime.module import check_function_names
-from . import store
 from .store import MANIFEST_FORMAT, UNSETTLED, Manifest, build_lock, content_key, file_digest, noexec_problem
 
-__all__ = ["build_config", "toolchain_stamp", "cache_key", "store_inline_source", "keyed_entry", "reload", "discard",
-           "exported_units"]
+__all__ = ["build_config", "cache_key", "store_inline_source", "keyed_entry", "reload", "discard", "exported_units"]
 
 
 def build_config(request: LoadRequest) -> BuildConfig:
@@ -76,12 +69,6 @@ def _toolchain_parts(config: BuildConfig) -> dict[str, object]:
         "jaxlib": toolchain.jaxlib_version(),
         "python": sys.implementation.cache_tag,
     }
-
-
-def toolchain_stamp(config: BuildConfig) -> str:
-    """The identity of the tools and flags alone: a work directory whose objects
-    were built with another stamp is never reused (see :func:`kernix.store.work_directory`)."""
-    return content_key(_toolchain_parts(config))
 
 
 def cache_key(request: LoadRequest, config: BuildConfig) -> str:
@@ -161,15 +148,6 @@ def discard(request: LoadRequest, manifest: Manifest) -> None:
         store.discard(manifest)
 
 
-def _load_failed(request: LoadRequest, manifest: Manifest, exc: RegistrationError) -> RegistrationError:
-    return RegistrationError(
-        f"{exc}. A clean rebuild of module {request.name!r} did not load either, so it is not kept in "
-        "the cache. If the library needs a shared library that is not found, add its directory to "
-        "LD_LIBRARY_PATH or link it with extra_ldflags=['-Wl,-rpath,<dir>']; then load again with "
-        f"force_rebuild=True (or run `kernix cache clear {request.name}` first)."
-    )
-
-
 def reload(request: LoadRequest, manifest: Manifest, exc: OSError) -> Manifest:
     """The entry of ``manifest`` again, after its library failed to load with
     ``exc``: a damaged entry is discarded and built once from an empty work
@@ -189,7 +167,12 @@ def reload(request: LoadRequest, manifest: Manifest, exc: OSError) -> Manifest:
         registry.load_library(manifest.so_path)
     except RegistrationError as again:
         discard(request, manifest)
-        raise _load_failed(request, manifest, again) from again
+        raise RegistrationError(
+            f"{again}. A clean rebuild of module {request.name!r} did not load either, so it is not kept in "
+            "the cache. If the library needs a shared library that is not found, add its directory to "
+            "LD_LIBRARY_PATH or link it with extra_ldflags=['-Wl,-rpath,<dir>']; then load again with "
+            f"force_rebuild=True (or run `kernix cache clear {request.name}` first)."
+        ) from again
     return manifest
 
 
@@ -213,7 +196,7 @@ def _build(request: LoadRequest, config: BuildConfig, key: str, *, fresh: bool) 
     if noexec is not None:  # a build there could never be loaded
         raise CacheError(noexec)
     started = store.build_started(request.root)  # before anything reads the sources or headers
-    stamp = toolchain_stamp(config)
+    stamp = content_key(_toolchain_parts(config))  # objects built with another stamp are never reused
     try:
         exported, so_path, inputs = _build_in_work_dir(request, config, stamp, started, fresh=fresh)
     except OutputError as exc:

@@ -145,22 +145,22 @@ class SourceError(KernixError):
         """Return ``FILE:LINE:COL: message`` (the place parts that are known)."""
         return f"{self.location()}: {self.message}"
 
-    _FIELDS = ("message", "file", "line", "column", "function", "parameter")
+    #: The keyword parameters, each kept as the attribute of its name.
+    _FIELDS = ("file", "line", "column", "function", "parameter", "reason")
 
     def to_json(self) -> dict[str, object]:
         """The error as a JSON object (``message``, ``file``, ``line``, ``column``,
         ``function``, ``parameter``, and ``reason`` where there is one), as the
         spec cache and ``kernix inspect --json`` hold it."""
-        data = {k: getattr(self, k) for k in self._FIELDS}
-        if self.reason is not None:
-            data["reason"] = self.reason
+        data = {k: getattr(self, k) for k in ("message", *self._FIELDS)}
+        if self.reason is None:
+            del data["reason"]
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> SourceError:
         """The error of a :meth:`to_json` record."""
-        fields = (*cls._FIELDS[1:], "reason")
-        return cls(data["message"], **{k: data[k] for k in fields if k in data})  # type: ignore[arg-type]
+        return cls(data["message"], **{k: data[k] for k in cls._FIELDS if k in data})  # type: ignore[arg-type]
 
 
 class InferenceError(SourceError):
@@ -176,15 +176,7 @@ class InferenceError(SourceError):
             raise KernixError("InferenceError needs at least one error")
         self.errors = list(errors)
         first = self.errors[0]
-        super().__init__(
-            first.message,
-            file=first.file,
-            line=first.line,
-            column=first.column,
-            function=first.function,
-            parameter=first.parameter,
-            reason=first.reason,
-        )
+        super().__init__(first.message, **{k: getattr(first, k) for k in self._FIELDS})
 
     def format(self) -> str:  # noqa: D102 - see SourceError.format
         return "\n".join(SourceError.format(e) for e in self.errors)
@@ -263,11 +255,7 @@ class TuningWarning(KernixError, UserWarning):
     with the other variants'; or no timing could be made.  The message names the variant."""
 
 
-# brainevent's names for the same errors, so code written against it catches
-# kernix's.  Each is an alias (the same class), not a subclass: several of
-# brainevent's toolchain errors are one kernix class, so ``except
-# NvccNotFoundError`` catches every ToolchainError.  ``CompilationError`` has
-# the same name in both.
+# brainevent's names for the same errors, as aliases (docs/coming-from-brainevent.rst says why).
 BrainEventError = KernixError
 KernelError = KernixError
 KernelCompilationError = CompilationError

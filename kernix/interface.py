@@ -1,11 +1,7 @@
 """Which interface the user is driving kernix through, for the few messages
 that name an option: the Python API spells it one way
 (``extra_include_paths=[...]``), the ``kernix`` command line another (``-I DIR``).
-
-The command line runs each command inside :class:`command_line` (as do its
-worker processes); outside it, a caller is the Python API.  Messages ask
-:func:`running_command`.  Imports nothing: the command line's start-up pays
-for it.
+Imports nothing: the command line's start-up pays for it.
 """
 
 from __future__ import annotations
@@ -23,8 +19,6 @@ def running_command() -> str | None:
 
 class command_line:
     """Within it, messages are worded for ``kernix command`` (a context manager)."""
-
-    __slots__ = ("command",)
 
     def __init__(self, command: str) -> None:
         self.command = command

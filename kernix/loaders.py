@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from .errors import KernixError, OptionError, SourceNotFoundError
 from .platforms import LANGUAGES_BY_EXTENSION, Language
-from .language.names import check_module_name
 from .paths import check_source, printable
 from .pipeline import load
 from .request import make_request
@@ -36,17 +35,14 @@ _Loader = TypeVar("_Loader", bound=Callable[..., CompiledModule])
 
 
 def _keywords_checked(loader: _Loader) -> _Loader:
-    """``loader`` refusing an unknown keyword with kernix's :class:`~kernix.OptionError`
-    (see :func:`_unexpected`) instead of Python's bare ``TypeError`` (its
-    signature, for ``help`` and ``inspect``, is unchanged)."""
+    """``loader`` refusing an unknown keyword with :func:`_check_options` instead of
+    Python's bare ``TypeError`` (its signature, for ``help`` and ``inspect``, is unchanged)."""
     code = loader.__code__
-    names = frozenset(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount])
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
 
     @functools.wraps(loader)
     def checked(*args: Any, **kwargs: Any) -> CompiledModule:
-        unknown = [k for k in kwargs if k not in names]
-        if unknown:
-            raise _unexpected(loader.__name__, sorted(names), unknown)
+        _check_options(loader.__name__, names, kwargs)
         return loader(*args, **kwargs)
 
     return checked  # type: ignore[return-value]
@@ -55,7 +51,7 @@ def _keywords_checked(loader: _Loader) -> _Loader:
 #: Extensions a directory loader picks up, per language.
 _DIR_EXTENSIONS: dict[str, tuple[str, ...]] = {
     "cuda": (".cu",),
-    "cpp": tuple(e for e, lang in LANGUAGES_BY_EXTENSION.items() if lang == "cpp" and e not in (".c", ".h", ".hpp")),
+    "cpp": (".cc", ".cpp", ".cxx"),
 }
 
 
@@ -119,13 +115,9 @@ def load_cuda_inline(
     allow_cuda_graph : bool
         Mark the handlers command-buffer compatible so XLA may capture them
         in CUDA graphs.
-
-    Returns
-    -------
-    CompiledModule
     """
     options = {k: v for k, v in locals().items() if k in _CUDA_OPTIONS}
-    return _load_inline(name, cuda_sources, "cuda_sources", "cuda", functions, options)
+    return _load_inline(name, cuda_sources, "cuda", functions, options)
 
 
 def load_cuda_file(
@@ -140,7 +132,7 @@ def load_cuda_file(
     ``name`` defaults to the file's stem.  The other options are those of
     :func:`load_cuda_inline`.  Compiler diagnostics name this file.
     """
-    return _load_file(path, "cuda", functions, name, options)
+    return _load_paths("file", path, "cuda", functions, name, options)
 
 
 def load_cuda_dir(
@@ -156,7 +148,7 @@ def load_cuda_dir(
     into one library.  ``name`` defaults to the directory's name.  Options as
     for :func:`load_cuda_inline`.
     """
-    return _load_dir(directory, "cuda", functions, name, options)
+    return _load_paths("dir", directory, "cuda", functions, name, options)
 
 
 @_keywords_checked
@@ -184,7 +176,7 @@ def load_cpp_inline(
     ``-ffast-math``.  A ``stream`` parameter receives 0.
     """
     options = {k: v for k, v in locals().items() if k in _CPP_OPTIONS}
-    return _load_inline(name, cpp_sources, "cpp_sources", "cpp", functions, options)
+    return _load_inline(name, cpp_sources, "cpp", functions, options)
 
 
 def load_cpp_file(
@@ -195,7 +187,7 @@ def load_cpp_file(
     **options: Any,
 ) -> CompiledModule:
     """Compile a C++ file for the CPU and load it (options of :func:`load_cpp_inline`)."""
-    return _load_file(path, "cpp", functions, name, options)
+    return _load_paths("file", path, "cpp", functions, name, options)
 
 
 def load_cpp_dir(
@@ -206,57 +198,36 @@ def load_cpp_dir(
     **options: Any,
 ) -> CompiledModule:
     """Compile every ``.cc``/``.cpp``/``.cxx`` file of a directory into one CPU module."""
-    return _load_dir(directory, "cpp", functions, name, options)
+    return _load_paths("dir", directory, "cpp", functions, name, options)
 
 
-def _load_file(
-    path: str | os.PathLike[str], language: Language, functions: Any, name: str | None, options: Mapping[str, Any]
-) -> CompiledModule:
-    _check_options(f"load_{language}_file", options)
-    src = _file(path, language)
-    return _load([src], name if name is not None else default_module_name(src), language, functions, options)
-
-
-def _load_dir(
-    directory: str | os.PathLike[str], language: Language, functions: Any, name: str | None,
+def _load_paths(
+    kind: Literal["file", "dir"], path: str | os.PathLike[str], language: Language, functions: Any, name: str | None,
     options: Mapping[str, Any],
 ) -> CompiledModule:
-    _check_options(f"load_{language}_dir", options)
-    d = Path(directory).expanduser().absolute()
-    return _load(_dir_sources(d, language), name if name is not None else default_module_name(d), language,
-                 functions, options)
-
-
-def _load(
-    sources: list[Path], name: str, language: Language, functions: Any, options: Mapping[str, Any]
-) -> CompiledModule:
+    """Load a file (``kind`` ``"file"``) or a directory (``"dir"``), its options checked before its path."""
     defaults = _CUDA_OPTIONS if language == "cuda" else _CPP_OPTIONS
+    _check_options(f"load_{language}_{kind}", ["functions", "name", *defaults], options)
+    p = Path(path).expanduser().absolute()
+    sources = [_file(p, language)] if kind == "file" else _dir_sources(p, language)
+    name = name if name is not None else default_module_name(p)
     return load(make_request(name, sources, language, functions, {**defaults, **options}))
 
 
 def _load_inline(
-    name: str, sources: Any, what: str, language: Language, functions: Any, options: Mapping[str, Any]
+    name: str, sources: Any, language: Language, functions: Any, options: Mapping[str, Any]
 ) -> CompiledModule:
-    """Validate an inline load's names, store its source, then load it."""
-
-    module_name = check_module_name(name)
-    request = make_request(module_name, [], language, functions, options)  # every name checked before writing
-    text = _join_sources(sources, what)
-    path = write_source(request.root, module_name, text, "cu" if language == "cuda" else "cpp")
-    return load(request.replace(sources=(path,), inline_source=text))
-
-
-def _join_sources(sources: Any, what: str) -> str:
-    if isinstance(sources, str):
-        return sources
+    """Validate an inline load's names and options, store its source, then load it."""
+    request = make_request(name, [], language, functions, options)  # every name checked before writing
     if isinstance(sources, (list, tuple)) and all(isinstance(s, str) for s in sources):
-        return "\n".join(sources)
+        sources = "\n".join(sources)
+    if not isinstance(sources, str):
+        raise OptionError(f"{language}_sources must be a string or a list of strings, not {type(sources).__name__}")
+    path = write_source(request.root, name, sources, "cu" if language == "cuda" else "cpp")
+    return load(request.replace(sources=(path,), inline_source=sources))
 
-    raise OptionError(f"{what} must be a string or a list of strings, not {type(sources).__name__}")
 
-
-def _file(path: str | os.PathLike[str], language: Language) -> Path:
-    p = Path(path).expanduser().absolute()
+def _file(p: Path, language: Language) -> Path:
     what = "CUDA" if language == "cuda" else "C++"
     if not p.exists():
         raise SourceNotFoundError(f"{what} source file not found: {printable(p)}")
@@ -293,16 +264,11 @@ def _dir_sources(d: Path, language: Language) -> list[Path]:
 _CUDA_OPTIONS: dict[str, Any] = dict(load_cuda_inline.__wrapped__.__kwdefaults__ or {})  # type: ignore[attr-defined]
 _CPP_OPTIONS: dict[str, Any] = dict(load_cpp_inline.__wrapped__.__kwdefaults__ or {})  # type: ignore[attr-defined]
 
-def _unexpected(loader: str, accepted: list[str], unknown: list[str]) -> OptionError:
-    """The error for keywords ``loader`` does not take, listing those it takes."""
-    several = len(unknown) > 1
-    return OptionError(f"{loader}() got {'' if several else 'an '}unexpected option{'s' if several else ''} "
-                       f"{', '.join(map(repr, unknown))}; it takes {', '.join(accepted)}")
 
-
-def _check_options(loader: str, options: Mapping[str, Any]) -> None:
-    """Refuse the options a file or directory loader does not take (see :func:`_unexpected`)."""
-    defaults = _CUDA_OPTIONS if "_cuda_" in loader else _CPP_OPTIONS
-    unknown = [k for k in options if k not in defaults]
+def _check_options(loader: str, accepted: Collection[str], options: Mapping[str, Any]) -> None:
+    """A :class:`~kernix.OptionError` for the ``options`` that ``loader`` does not take, listing those it takes."""
+    unknown = [k for k in options if k not in accepted]
     if unknown:
-        raise _unexpected(loader, sorted(["functions", "name", *defaults]), unknown)
+        several = len(unknown) > 1
+        raise OptionError(f"{loader}() got {'' if several else 'an '}unexpected option{'s' if several else ''} "
+                          f"{', '.join(map(repr, unknown))}; it takes {', '.join(sorted(accepted))}")

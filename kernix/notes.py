@@ -6,15 +6,8 @@ another process goes through :func:`note`.  It is printed to stderr as
 ``kernix: ...`` when the call asked for ``verbose=True`` or ``$KERNIX_VERBOSE``
 is set to anything but ``""``/``0``, and is sent to the ``"kernix"``
 :mod:`logging` logger (level DEBUG; INFO for what changed the cache), so an
-application can collect it.
-
-:mod:`logging` is not imported for that: while no one has imported it, no
-one can be listening, and a warm start does not pay for it.
-
-:func:`warn_at` issues a warning about a place in a user's source (a
-near-miss annotation: that file and line) or, without one, about the user's
-call that led to it (the first frame outside kernix): never about kernix's
-own frames.
+application can collect it.  :mod:`logging` is not imported for that: while
+no one has imported it, no one can be listening.
 """
 
 from __future__ import annotations
@@ -24,12 +17,7 @@ import sys
 import warnings
 from typing import Any
 
-__all__ = ["note", "verbose_from_env", "warn_at"]
-
-
-def verbose_from_env() -> bool:
-    """Whether ``$KERNIX_VERBOSE`` asks for the log on stderr."""
-    return os.environ.get("KERNIX_VERBOSE", "") not in ("", "0")
+__all__ = ["note", "warn_at"]
 
 
 def note(message: str, *, verbose: bool = False, level: int = 10) -> None:
@@ -39,7 +27,7 @@ def note(message: str, *, verbose: bool = False, level: int = 10) -> None:
     logging = sys.modules.get("logging")
     if logging is not None:
         logging.getLogger("kernix").log(level, message)
-    if verbose or verbose_from_env():
+    if verbose or os.environ.get("KERNIX_VERBOSE", "") not in ("", "0"):
         print(f"kernix: {message}", file=sys.stderr, flush=True)
 
 #: The kernix package's directory: its frames are never where a warning points.
@@ -65,8 +53,6 @@ def warn_at(message: str, category: type[Warning], file: str, line: int) -> None
     message
         The text (it keeps its ``FILE:LINE:COL:`` prefix, so the exception
         raised under ``-W error`` names the place too).
-    category
-        The warning class.
     file, line
         The place in the user's source (``line`` 1-based, 0 when unknown).
     """

@@ -16,8 +16,8 @@ from typing import Callable, Iterator, Sequence
 from .errors import KernixError, SourceNotFoundError, ToolchainError
 
 __all__ = ["cache_root", "absolute", "set_cache_dir", "include_dir", "jaxlib_install", "printable", "utf8_problem",
-           "text_problem", "source_problem", "regular_file_problem", "check_source", "directory_problem",
-           "repeated_source", "ancestors", "nearest_existing"]
+           "text_problem", "regular_file_problem", "check_source", "directory_problem", "repeated_source", "ancestors",
+           "nearest_existing"]
 
 _override: str | None = None
 
@@ -84,8 +84,6 @@ def jaxlib_install() -> tuple[str, str]:
 def printable(path: str | os.PathLike[str]) -> str:
     """``path`` (as :func:`os.fsdecode` gives it) with each byte that is not UTF-8 written ``\\xNN``."""
     path = os.fspath(path)
-    if _is_utf8(path):
-        return path
     try:
         return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a surrogate no file name decodes to
@@ -116,18 +114,10 @@ _FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pip
                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-def source_problem(path: str | os.PathLike[str]) -> str | None:
-    """Why ``path`` cannot be read as a source file, or ``None``: missing, not a
-    regular file (found by ``stat``, since opening a FIFO blocks and ``/dev/zero``
-    never ends), or a name that is not UTF-8.
-    """
-    return regular_file_problem(path) or _name_problem(os.fspath(path))
-
-
 def regular_file_problem(path: str | os.PathLike[str]) -> str | None:
-    """Why ``path`` is not a regular file to read a source from (missing, a
-    FIFO, a device ...: see :func:`source_problem`), or ``None``; its name is
-    not checked."""
+    """Why ``path`` is not a regular file to read a source from, or ``None``: missing,
+    or not a regular file (found by ``stat``, since opening a FIFO blocks and
+    ``/dev/zero`` never ends); its name is not checked."""
     path = os.fspath(path)
     try:
         st = os.stat(path)
@@ -142,13 +132,8 @@ def regular_file_problem(path: str | os.PathLike[str]) -> str | None:
             "parsed, compiled), which only a regular file allows; save the code to a file and give that")
 
 
-def _name_problem(path: str) -> str | None:
-    problem = utf8_problem(path)
-    return None if problem is None else f"cannot parse {printable(path)}: {problem}"
-
-
 def check_source(path: str | os.PathLike[str], **options: Sequence[str]) -> None:
-    """Check a source file (:func:`source_problem`) and the flags or paths in
+    """Check a source file (:func:`regular_file_problem`, and its name is UTF-8) and the flags or paths in
     ``options``, by the name the user gave them (:func:`text_problem`).
 
     Raises :class:`kernix.SourceNotFoundError` for a missing or irregular file,
@@ -162,9 +147,9 @@ def check_source(path: str | os.PathLike[str], **options: Sequence[str]) -> None
     problem = regular_file_problem(path)
     if problem is not None:
         raise SourceNotFoundError(problem)
-    problem = _name_problem(os.fspath(path))
+    problem = utf8_problem(os.fspath(path))
     if problem is not None:
-        raise KernixError(problem)
+        raise KernixError(f"cannot parse {printable(path)}: {problem}")
 
 
 def _is_utf8(text: str) -> bool:

@@ -77,18 +77,16 @@ def load(request: LoadRequest) -> CompiledModule:
     return module
 
 
-def _arch(request: LoadRequest) -> str:
-    """The GPU architecture(s) a CUDA request is built for (given, else asked
-    of the driver, never of JAX: the backend stays unstarted)."""
-    from .backend.arch import detect_compute_capability  # (CUDA only)
-
-    return detect_compute_capability(request.compute_capability, root=request.root)
-
-
 def fingerprint(request: LoadRequest) -> str:
     """What decides ``request``'s entry key besides the content of files: its
     build options, the environment the tool search reads, the kernix and jaxlib
-    installed (versions and places), and for CUDA the GPU architecture."""
+    installed (versions and places), and for CUDA the GPU architecture (given,
+    else asked of the driver, never of JAX: the backend stays unstarted)."""
+    arch = None
+    if request.platform == "cuda":
+        from .backend.arch import detect_compute_capability  # (CUDA only)
+
+        arch = detect_compute_capability(request.compute_capability, root=request.root)
     build_only = {
         **request.as_dict(),
         "root": None, "verbose": False, "force_rebuild": False, "auto_register": False, "target_prefix": None,
@@ -101,7 +99,7 @@ def fingerprint(request: LoadRequest) -> str:
         "jaxlib": jaxlib_install(),
         "request": build_only,
         "environment": {v: os.environ.get(v) for v in store.TOOL_ENVIRONMENT},
-        "arch": _arch(request) if request.platform == "cuda" else None,
+        "arch": arch,
     })
 
 

@@ -14,8 +14,8 @@ Platform = Literal["cuda", "cpu"]
 #: How a source file is parsed and compiled.
 Language = Literal["cuda", "cpp"]
 
-__all__ = ["Platform", "Language", "LANGUAGES_BY_EXTENSION", "language_of", "unknown_extension", "platform_of",
-           "JAX_PLATFORMS", "PREPROCESSOR_FLAGS", "split_flags", "preprocessor_flags"]
+__all__ = ["Platform", "Language", "LANGUAGES_BY_EXTENSION", "language_of", "unknown_extension", "JAX_PLATFORMS",
+           "PREPROCESSOR_FLAGS", "split_flags", "preprocessor_flags"]
 
 
 #: File extension -> language.
@@ -48,11 +48,6 @@ def unknown_extension(path: str, remedy: str) -> str:
             f"expected one of {', '.join(LANGUAGES_BY_EXTENSION)}; {remedy}")
 
 
-def platform_of(language: Language) -> Platform:
-    """The platform a module of ``language`` sources is built for."""
-    return "cuda" if language == "cuda" else "cpu"
-
-
 #: The flags that change what the preprocessor does (inference must see them too).
 PREPROCESSOR_FLAGS = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-D", "-U")
 
@@ -63,11 +58,8 @@ def split_flags(flags: Sequence[str]) -> list[tuple[str, str | None]]:
     it = iter(flags)
     for flag in it:
         for opt in sorted(PREPROCESSOR_FLAGS + ("-L",), key=len, reverse=True):
-            if flag == opt:
-                out.append((opt, next(it, "")))
-                break
             if flag.startswith(opt):
-                out.append((opt, flag[len(opt):]))
+                out.append((opt, flag[len(opt):] or next(it, "")))  # -IDIR, or -I DIR
                 break
         else:
             out.append((flag, None))
@@ -75,8 +67,7 @@ def split_flags(flags: Sequence[str]) -> list[tuple[str, str | None]]:
 
 
 def preprocessor_flags(flags: Sequence[str]) -> tuple[str, ...]:
-    """The flags of ``flags`` that change preprocessing (``-I``, ``-isystem``,
-    ``-iquote``, ``-idirafter``, ``-include``, ``-D``, ``-U``, ``-std=``), in order."""
+    """The flags of ``flags`` that change preprocessing (:data:`PREPROCESSOR_FLAGS` and ``-std=``), in order."""
     out: list[str] = []
     for opt, value in split_flags(flags):
         if value is not None and opt in PREPROCESSOR_FLAGS:

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .errors import OptionError
-from .platforms import PREPROCESSOR_FLAGS, Language, Platform, platform_of, split_flags
+from .platforms import PREPROCESSOR_FLAGS, Language, Platform, split_flags
 from .language.names import check_module_name, check_target_prefix
-from .paths import cache_root, check_source, text_problem
+from .paths import cache_root, text_problem
 
 if TYPE_CHECKING:
     from .language.selection import Requested
@@ -32,11 +32,10 @@ def _absolute_flags(flags: Sequence[str]) -> tuple[str, ...]:
     for opt, value in split_flags(flags):
         if value is None:
             out.append(opt)
-        elif opt in _PATH_FLAGS:
-            path = os.path.abspath(os.path.expanduser(value)) if value else value
-            out += [opt, path] if opt in ("-isystem", "-iquote", "-idirafter", "-include") else [opt + path]
-        else:
-            out.append(opt + value)
+            continue
+        if value and opt in _PATH_FLAGS:
+            value = os.path.abspath(os.path.expanduser(value))
+        out += [opt, value] if opt in ("-isystem", "-iquote", "-idirafter", "-include") else [opt + value]
     return tuple(out)
 
 
@@ -62,9 +61,7 @@ class LoadRequest:
     Paths are absolute; ``functions`` is normalised (``None``: every annotated
     function); ``root`` is ``build_directory=`` or :func:`kernix.cache_root`;
     ``compute_capability`` ``None`` means detect. The other fields are the
-    loaders' options. ``inline_source`` is an inline load's text, stored in the
-    cache before the build lock is taken and again under it if ``kernix cache
-    clear`` removed it (:func:`kernix.compilation.keyed_entry`).
+    loaders' options, and an inline load's text (see :func:`kernix.compilation.store_inline_source`).
     """
 
     # A plain slotted class rather than a NamedTuple: a warm load defines it at import.
@@ -127,25 +124,20 @@ class LoadRequest:
 
     @property
     def platform(self) -> Platform:
-        """Where the handlers run."""
-        return platform_of(self.language)
-
-def _strings(value: Any, what: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise OptionError(f"{what} must be a list of strings, not {type(value).__name__}")
-    return tuple(os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in value)
-
+        """Where the handlers run: ``"cuda"`` for CUDA sources, else ``"cpu"``."""
+        return "cuda" if self.language == "cuda" else "cpu"
 
 def _flags(value: Any, what: str) -> tuple[str, ...]:
-    """``value`` as a tuple of flags, refused here, before inference, if the
+    """``value``, a list of strings or paths, as a tuple of flags, refused here, before inference, if the
     compiler would misread it: a line break or NUL (no command line holds
     one), text that is not valid UTF-8 (a path from a name that is not), or
     an include, define or library flag with no value (``-I`` last, or
     followed by ``""``), which would take the next flag as its value."""
-    flags = _strings(value, what)
-    problem = None
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise OptionError(f"{what} must be a list of strings, not {type(value).__name__}")
+    flags = tuple(os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in value)
     for i, flag in enumerate(flags):
         problem = text_problem(flag, f"{what}[{i}]")
         if problem is None and any(c in flag for c in "\n\r\0"):
@@ -159,16 +151,6 @@ def _flags(value: Any, what: str) -> tuple[str, ...]:
         if problem:
             raise OptionError(problem)
     return flags
-
-
-def _functions(functions: Any) -> Requested | None:
-    """The normalised ``functions=`` argument (the arg_spec grammar loads only when one is given)."""
-    if functions is None:
-        return None
-    # Not with the request: a warm load reads no spec (a third of its time)
-    from .language.selection import normalize_functions
-
-    return normalize_functions(functions)
 
 
 def make_request(
@@ -197,16 +179,18 @@ def make_request(
     problem = text_problem(str(root), "build_directory" if build_directory is not None else "the cache root")
     if problem:
         raise OptionError(problem)
-    for source in sources:
-        check_source(source)
-    cflags = options.get("extra_cuda_cflags") if language == "cuda" else options.get("extra_cflags")
+    if functions is not None:
+        from .language.selection import normalize_functions  # (not at import: a warm load reads no spec)
+
+        functions = normalize_functions(functions)
+    cflags = "extra_cuda_cflags" if language == "cuda" else "extra_cflags"
     return LoadRequest(
         name=name,
         sources=tuple(Path(s) for s in sources),
         language=language,
-        functions=_functions(functions),
+        functions=functions,
         root=root,
-        extra_cflags=_absolute_flags(_flags(cflags, "extra_cuda_cflags" if language == "cuda" else "extra_cflags")),
+        extra_cflags=_absolute_flags(_flags(options.get(cflags), cflags)),
         extra_ldflags=_linker_flags(_flags(options.get("extra_ldflags"), "extra_ldflags")),
         include_dirs=tuple(os.path.abspath(os.path.expanduser(p))
                            for p in _flags(options.get("extra_include_paths"), "extra_include_paths")),
