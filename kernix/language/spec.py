@@ -104,12 +104,10 @@ def parse_arg_spec(tokens: Sequence[str] | str, *, function: str | None = None) 
         parsed = tuple(parse_token(t) for t in tokens)
     except ArgSpecError as exc:
         raise ArgSpecError(f"in the arg_spec{where}: {exc}") from None
-    seen: set[str] = set()
-    for tok in parsed:
-        if tok.role == "attr":
-            if tok.name in seen:
-                raise ArgSpecError(f"attribute {tok.name!r} appears twice in the arg_spec{where}")
-            seen.add(tok.name)  # type: ignore[arg-type]
+    names = [t.name for t in parsed if t.role == "attr"]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ArgSpecError(f"attribute {name!r} appears twice in the arg_spec{where}")
     for role in _ONCE:
         if sum(t.role == role for t in parsed) > 1:
             raise ArgSpecError(f"the arg_spec{where} has more than one {role!r} token; a function takes at most one "
