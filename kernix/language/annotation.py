@@ -3,10 +3,8 @@ function, and the checks across one module (unique names, ``vjp=`` and ``jvp=`` 
 
 from __future__ import annotations
 
-import itertools
-import operator
 from dataclasses import replace
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from ..errors import ArgSpecError, InferenceError, SignatureError, SourceError
 from .names import is_identifier
@@ -36,72 +34,36 @@ class SourceLines:
         self._tops: dict[tuple[str, int], int] = {}
 
     def top(self, kind: str, i: int) -> int:
-        """The first line (0-based) of the ``//`` run (``kind="line"``) or ``/* */`` block ending at line ``i``."""
+        """The first line (0-based) of the ``//`` run (``kind="line"``) or ``/* */`` block ending at line ``i``;
+        each line is read once however many annotations stand under one comment (the tops found are kept)."""
         key = (kind, i)
-        top = self._tops.get(key)
-        if top is None:
-            top = self._tops[key] = self._find_top(kind, i)
-        return top
-
-    def _find_top(self, kind: str, i: int) -> int:
-        # Upwards in growing windows, each test in C (map, compress, next): no Python work per line.
-        lines, tops = self.lines, self._tops
-        hi, width = i + 1, 16
-        while hi > 0:
-            lo = max(0, hi - width)
-            window = lines[lo:hi]
-            window.reverse()
+        if key not in self._tops:
+            top = i
             if kind == "block":
-                hits = map(operator.contains, window, itertools.repeat("/*"))
-                found = next(itertools.compress(itertools.count(), hits), None)
-                if found is not None:
-                    return hi - 1 - found
+                while top > 0 and "/*" not in self.lines[top]:
+                    top -= 1
             else:
-                ends = map(operator.not_, map(_STARTS_COMMENT, map(str.lstrip, window)))
-                found = next(itertools.compress(itertools.count(), ends), None)
-                if found is not None:
-                    return hi - found
-                known = tops.get((kind, lo))  # (a run already walked: another annotation's)
-                if known is not None:
-                    return known
-            hi, width = lo, width * 4
-        return 0
+                while top > 0 and (kind, top) not in self._tops and self.lines[top - 1].lstrip().startswith("//"):
+                    top -= 1
+                top = self._tops.get((kind, top), top)
+            self._tops[key] = top
+        return self._tops[key]
 
 
-_STARTS_COMMENT = operator.methodcaller("startswith", "//")
+def _line_comments(lines: list[str], indices: range) -> Iterator[str]:
+    """The text of each ``//`` line among ``lines[indices]``, without markers; ``// @BE`` lines left out."""
+    for k in indices:
+        s = lines[k].strip()
+        if s.startswith("//"):
+            body = s.lstrip("/").lstrip("!")
+            if not body.lstrip().startswith("@BE"):
+                yield body.strip()
 
 
-def _clean(line: str) -> str | None:
-    """A ``//`` line's text without markers; ``None`` for other lines and ``// @BE`` lines."""
-    s = line.strip()
-    if s.startswith("//"):
-        body = s.lstrip("/").lstrip("!")
-        return None if body.lstrip().startswith("@BE") else body.strip()
-    return None
-
-
-def leading_comment(text: str | SourceLines, first_line: int, decl_line: int = 0, limit: int = DOC_LIMIT) -> str:
-    """The ``//`` or ``/* */`` comment directly above line ``first_line`` (1-based).
-
-    Other ``// @BE`` lines are skipped; comment lines between ``first_line`` and ``decl_line`` (the
-    declaration) are added after; markers are stripped; past ``limit`` characters it ends with ``[...]``.
-    """
-    source = text if isinstance(text, SourceLines) else SourceLines(text)
+def _comment_lines(source: SourceLines, first_line: int, decl_line: int) -> Iterator[str]:
+    """The lines :func:`leading_comment` keeps, read as they are asked for."""
     lines = source.lines
-    kept: list[str] = []
-    size = 0
-
-    def keep(line: str) -> bool:  # whether there is room for more
-        nonlocal size
-        size += len(line) + 1
-        if size > limit + 1:
-            kept.append("[...]")
-            return False
-        kept.append(line)
-        return True
-
     i = first_line - 2
-    room = True
     if 0 <= i < len(lines) and lines[i].strip().endswith("*/"):
         top = source.top("block", i)
         for k in range(top, i + 1):
@@ -110,22 +72,26 @@ def leading_comment(text: str | SourceLines, first_line: int, decl_line: int = 0
                 ln = ln[:ln.rfind("*/")]
             if k == top:
                 ln = ln[ln.find("/*") + 2:]
-            room = keep(ln.strip().lstrip("*!").strip())
-            if not room:
-                break
+            yield ln.strip().lstrip("*!").strip()
     elif 0 <= i < len(lines) and lines[i].strip().startswith("//"):
-        for k in range(source.top("line", i), i + 1):
-            c = _clean(lines[k])
-            if c is not None:
-                room = keep(c)
-                if not room:
-                    break
-    for j in range(first_line, max(first_line, decl_line - 1)):
-        if not room or j >= len(lines):
+        yield from _line_comments(lines, range(source.top("line", i), i + 1))
+    yield from _line_comments(lines, range(first_line, min(len(lines), decl_line - 1)))
+
+
+def leading_comment(text: str | SourceLines, first_line: int, decl_line: int = 0, limit: int = DOC_LIMIT) -> str:
+    """The ``//`` or ``/* */`` comment directly above line ``first_line`` (1-based).
+
+    Other ``// @BE`` lines are skipped; comment lines between ``first_line`` and ``decl_line`` (the
+    declaration) are added after; markers are stripped; past ``limit`` characters it ends with ``[...]``.
+    """
+    kept: list[str] = []
+    size = 0
+    for line in _comment_lines(text if isinstance(text, SourceLines) else SourceLines(text), first_line, decl_line):
+        size += len(line) + 1
+        if size > limit + 1:
+            kept.append("[...]")
             break
-        c = _clean(lines[j])
-        if c is not None:
-            room = keep(c)
+        kept.append(line)
     return "\n".join(kept).strip()
 
 
@@ -141,15 +107,11 @@ def annotate_spec(
     line = annotation.line if annotation is not None else spec.line
     doc = leading_comment(source_text, line, spec.line)
     if annotation is None:
-        errors = []
-        if spec.has("scratch"):
-            errors.append(_no_scratch_size(spec, spec.line))
-        return (), replace(spec, doc=doc), errors
+        return (), replace(spec, doc=doc), [_no_scratch_size(spec, spec.line)] if spec.has("scratch") else []
     words = [t for t in annotation.tokens
              if t != "has_side_effect" and not t.startswith(("scratch=", "jvp=", "tune="))]
-    sizes = [t[len("scratch="):] for t in annotation.tokens if t.startswith("scratch=")]
-    jvps = [t[len("jvp="):] for t in annotation.tokens if t.startswith("jvp=")]
-    tunes = [t[len("tune="):] for t in annotation.tokens if t.startswith("tune=")]
+    sizes, jvps, tunes = ([t[len(key):] for t in annotation.tokens if t.startswith(key)]
+                          for key in ("scratch=", "jvp=", "tune="))
     tokens, sig_text, vjp = split_annotation(words)
     errors: list[SourceError] = []
 
@@ -281,10 +243,8 @@ def check_unique_names(specs: Iterable[Any]) -> list[SourceError]:
     seen: dict[str, Any] = {}
     errors: list[SourceError] = []
     for spec in specs:
-        prev = seen.get(spec.name)
-        if prev is None:
-            seen[spec.name] = spec
-        else:
+        prev = seen.setdefault(spec.name, spec)
+        if prev is not spec:
             errors.append(SourceError(
                 f"function name {spec.name!r} is exported twice (also at {prev.file}:{prev.line}); "
                 "FFI target names must be unique within a module: rename one",
@@ -294,30 +254,14 @@ def check_unique_names(specs: Iterable[Any]) -> list[SourceError]:
 
 
 def check_vjp_pairs(specs: Iterable[Any]) -> list[SourceError]:
-    """Check every ``vjp=`` declaration among one module's specs.
-
-    A backward kernel's inputs are its forward's inputs followed by one
-    cotangent per forward output, its outputs one cotangent per forward input,
-    its attributes a subset (by name and dtype) of the forward's; the forward
-    must have a shape signature (which shapes the cotangents), and at most one
-    backward per forward (which may itself be a backward kernel: reverse over reverse).
-    """
+    """Check every ``vjp=`` declaration among one module's specs against the rules of a backward kernel
+    (docs/tutorials/operation.rst, section 4); at most one backward kernel per forward."""
     return _check_pairs(specs, "vjp")
 
 
 def check_jvp_pairs(specs: Iterable[Any]) -> list[SourceError]:
-    """Check every ``jvp=`` declaration among one module's specs.
-
-    A tangent kernel's inputs are its function's inputs followed by one tangent
-    per input (in the same order), its outputs one tangent per output of the
-    function, its attributes a subset (by name and dtype) of the function's; the
-    function must have a shape signature (which shapes the tangents of its
-    outputs), and at most one tangent kernel per function (which may be a
-    backward or tangent kernel itself: forward over reverse, forward over
-    forward).  Where the tangent kernel has a shape signature too, each of its
-    groups is the group of the value it stands for, up to the dimensions' names,
-    and a dtype pinned on both sides is the same; each error names the parameter.
-    """
+    """Check every ``jvp=`` declaration among one module's specs against the rules of a tangent kernel
+    (docs/tutorials/operation.rst, section 5); at most one tangent kernel per function."""
     return _check_pairs(specs, "jvp")
 
 

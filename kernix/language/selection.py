@@ -72,10 +72,8 @@ def check_spec_matches(
     params: list[Param] = []
     for i, (tok, param) in enumerate(zip(tokens, spec.params)):
         if tok.role != param.role:
-            if tok.role == "inout" and param.role == "ret" and param.kind == "tensor":
-                param = dataclasses.replace(param, role="inout")
-            elif tok.role == "arg" and param.role == "ret" and param.kind == "tensor":
-                if "&" in param.type:
+            if tok.role in ("arg", "inout") and param.role == "ret" and param.kind == "tensor":
+                if tok.role == "arg" and "&" in param.type:
                     warn_at(
                         f"{spec.file or '<source>'}:{spec.line}: {source} arg_spec of {spec.name!r} calls "
                         f"parameter {param.name!r} (type '{param.type}') an input; it is a non-const "
@@ -83,7 +81,7 @@ def check_spec_matches(
                         "`const BE::Tensor&`",
                         InputDeclaredOnNonConstTensor, spec.file, spec.line,
                     )
-                param = dataclasses.replace(param, role="arg")
+                param = dataclasses.replace(param, role=tok.role)
             else:
                 fail(f"parameter {i + 1} ({param.name!r}, type '{param.type}') is {param.role!r}, not {tok.role!r}",
                      param.name)

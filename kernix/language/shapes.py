@@ -1,24 +1,6 @@
-"""Shape signatures: NumPy generalized-ufunc notation for kernix functions.
-
-An annotation may end with a shape signature after its arg_spec tokens::
-
-    // @BE matmul (m,k),(k,n)->(m,n)
-    // @BE rms_norm (...,d),(d)->(...,d)
-    // @BE top (n):float32->(k)            (with an ``int64_t k`` attribute)
-    // @BE rms_norm_bwd vjp=rms_norm       (a backward kernel, see below)
-
-There is one group per input (``arg``) and then one per output (``ret``).  A
-dimension is a name, bound from the inputs, an integer, or the name of an
-integer attribute.  A leading ``...`` in a group means the kernel accepts any
-leading batch dimensions there; every ``...`` input of one call must have the
-same batch shape, which the ``...`` outputs then get.  ``:dtype`` after a group
-pins that buffer's dtype; an output's dtype defaults to the first input's.
-
-``vjp=NAME`` declares the function as the backward kernel of ``NAME`` (checked by
-:func:`kernix.language.annotation.check_vjp_pairs`; ``jvp=NAME``, a tangent kernel, by
-:func:`~kernix.language.annotation.check_jvp_pairs`).  Pure Python: parsing, the check at inference
-(:func:`check_against_spec`) and the binding when a call is traced (:func:`bind`).
-"""
+"""Shape signatures, NumPy's generalized-ufunc notation after an annotation's arg_spec tokens
+(``// @BE rms_norm (...,d),(d)->(...,d)``; the notation: docs/reference/arg-spec.rst): parsing, the check
+at inference (:func:`check_against_spec`) and the binding when a call is traced (:func:`bind`)."""
 
 from __future__ import annotations
 
@@ -64,12 +46,7 @@ class Signature:
     @property
     def names(self) -> tuple[str, ...]:
         """Every dimension name, in order of first appearance."""
-        seen: dict[str, None] = {}
-        for g in (*self.inputs, *self.outputs):
-            for d in g.dims:
-                if isinstance(d, str):
-                    seen.setdefault(d)
-        return tuple(seen)
+        return tuple(dict.fromkeys(d for g in (*self.inputs, *self.outputs) for d in g.dims if isinstance(d, str)))
 
     @property
     def batched(self) -> bool:
@@ -77,7 +54,8 @@ class Signature:
         return any(g.batch for g in (*self.inputs, *self.outputs))
 
 
-_GROUP_RE = re.compile(r"\(([^()]*)\)(?::([A-Za-z0-9_]+))?")
+#: A group and the spaces around it.
+_GROUP_RE = re.compile(r" *\(([^()]*)\)(?::([A-Za-z0-9_]+))? *")
 
 
 def _parse_groups(text: str, where: str, full: str) -> tuple[Group, ...]:
@@ -91,19 +69,15 @@ def _parse_groups(text: str, where: str, full: str) -> tuple[Group, ...]:
         if m is None:
             raise SignatureError(
                 f"bad shape signature {full!r}: expected a group like '(m,n)' in the {where} "
-                f"at {text[pos:] or 'the end'!r}"
+                f"at {text[pos:].lstrip() or 'the end'!r}"
             )
         groups.append(_parse_group(m.group(1), m.group(2), full))
         pos = m.end()
-        while pos < len(text) and text[pos] == " ":
-            pos += 1
         if pos == len(text):
             return tuple(groups)
         if text[pos] != ",":
             raise SignatureError(f"bad shape signature {full!r}: expected ',' between groups at {text[pos:]!r}")
         pos += 1
-        while pos < len(text) and text[pos] == " ":
-            pos += 1
 
 
 def _parse_group(body: str, dtype: str | None, full: str) -> Group:
@@ -160,13 +134,9 @@ def split_annotation(tokens: Sequence[str]) -> tuple[tuple[str, ...], str | None
     return tuple(spec), (" ".join(sig) if sig else None), vjp
 
 
-def _int_attrs(spec: Any) -> dict[str, Any]:
-    return {p.name: p for p in spec.attrs if p.kind == "scalar" and p.dtype in _INT_ATTR_DTYPES}
-
-
 def int_attr_names(spec: Any) -> list[str]:
     """The names of ``spec``'s integer scalar attributes (what a dimension or a size may name)."""
-    return list(_int_attrs(spec))
+    return [p.name for p in spec.attrs if p.kind == "scalar" and p.dtype in _INT_ATTR_DTYPES]
 
 
 def check_against_spec(sig: Signature, spec: Any) -> list[str]:
@@ -182,7 +152,7 @@ def check_against_spec(sig: Signature, spec: Any) -> list[str]:
         )
         return problems
     attrs = {p.name: p for p in spec.attrs}
-    ints = _int_attrs(spec)
+    ints = int_attr_names(spec)
     bound = {d for g in sig.inputs for d in g.dims if isinstance(d, str)}
     for g, p in zip(sig.outputs, spec.outputs):
         for d in g.dims:
@@ -244,7 +214,7 @@ def bind(
     dimension and both values."""
     fn = spec.name
     names = [p.name for p in spec.inputs]
-    ints = _int_attrs(spec)
+    ints = int_attr_names(spec)
     dims: dict[str, int] = {}
     origin: dict[str, str] = {}
     for n in ints:

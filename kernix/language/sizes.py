@@ -1,24 +1,22 @@
-"""Size expressions: how many bytes of scratch memory a call needs.
-
-A function with a ``BE::Scratch`` parameter declares its size in its annotation,
-``// @BE f (...,n,k)->(...,n) scratch=n*k*4``: an integer expression over the shape signature's
-dimension names, integer attributes and literals, with ``+ - * / // %`` (both divisions round down),
-parentheses, ``max(...)`` and ``min(...)``.  It is the size of one problem: under ``...`` batch
-dimensions a call gets that times the batch size.  :func:`size_names` lists the names an expression
-uses (checked at inference); :func:`evaluate` computes it for one call.
-"""
+"""Size expressions: how many bytes of scratch memory a call needs, the ``EXPR`` of an annotation's
+``scratch=EXPR`` (docs/reference/arg-spec.rst, "Scratch memory"), per problem: under ``...`` batch dimensions
+a call gets that times the batch size.  :func:`size_names` lists the names an expression uses (checked at
+inference); :func:`evaluate` computes it for one call."""
 
 from __future__ import annotations
 
 import ast
+import operator
 from typing import Mapping
 
 from ..errors import CallError
 
 __all__ = ["parse_size", "size_names", "evaluate"]
 
-_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%"}
-_FUNCS = ("max", "min")
+#: Each operator -> its integer function (both divisions round down).
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.floordiv,
+        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_FUNCS = {"max": max, "min": min}
 _MAX_LEN = 500
 
 
@@ -60,11 +58,8 @@ def size_names(text: str) -> list[str]:
     """The names ``text`` uses, in order of first appearance (``max``/``min`` are not names)."""
     tree = parse_size(text)
     funcs = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    seen: dict[str, None] = {}
     names = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in funcs]
-    for node in sorted(names, key=lambda n: n.col_offset):
-        seen.setdefault(node.id)
-    return list(seen)
+    return list(dict.fromkeys(n.id for n in sorted(names, key=lambda n: n.col_offset)))
 
 
 def evaluate(text: str, values: Mapping[str, int], *, function: str = "") -> int:
@@ -81,22 +76,12 @@ def evaluate(text: str, values: Mapping[str, int], *, function: str = "") -> int
             return int(values[node.id])
         if isinstance(node, ast.Call):
             assert isinstance(node.func, ast.Name)
-            args = [ev(a) for a in node.args]
-            return max(args) if node.func.id == "max" else min(args)
+            return _FUNCS[node.func.id](ev(a) for a in node.args)
         assert isinstance(node, ast.BinOp)
         a, b = ev(node.left), ev(node.right)
-        op = type(node.op)
-        if op in (ast.Div, ast.FloorDiv, ast.Mod) and b == 0:
+        if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and b == 0:
             raise CallError(f"{where}scratch size {text!r} divides by zero with {dict(values)}")
-        if op is ast.Add:
-            return a + b
-        if op is ast.Sub:
-            return a - b
-        if op is ast.Mult:
-            return a * b
-        if op is ast.Mod:
-            return a % b
-        return a // b
+        return _OPS[type(node.op)](a, b)
 
     result = ev(parse_size(text))
     if result < 0:

@@ -1,36 +1,6 @@
-"""The arg_spec grammar and the :class:`FunctionSpec` value type.
-
-An *arg_spec* describes, parameter by parameter, how an XLA FFI call reaches a
-native function.  Each parameter is one token:
-
-``arg``
-    an input buffer (a ``const BE::Tensor``, ``const BE::TensorOf<T>``,
-    ``xla::ffi::AnyBuffer`` or ``xla::ffi::Buffer<T, R>``);
-``ret``
-    an output buffer (a non-const ``BE::Tensor``, ``BE::TensorOf<T>``, ``xla::ffi::Result<...>``);
-``inout``
-    a buffer updated in place (``BE::InOut``, ``BE::InOutOf<T>``): an input
-    whose new value is also an output (XLA aliases the two);
-``stream``
-    the platform stream (``cudaStream_t``, or an ``int64_t`` named ``stream``);
-``attr.<name>`` / ``attr.<name>:<dtype>``
-    a scalar attribute passed by keyword, of one of :data:`ATTR_DTYPES`;
-``attr.<name>:<dtype>[]``
-    an array attribute (a read-only span of scalars: ``BE::Span<const T>``,
-    ``const std::vector<T>&``, ``std::span<const T>``), of one of
-    :data:`ARRAY_ATTR_DTYPES`;
-``attr.<name>:str``
-    a string attribute (``std::string_view``, ``const std::string&``);
-``scratch``
-    scratch memory XLA allocates for the call (``BE::Scratch``);
-``state``
-    the per-instance state (``BE::State<T>``);
-``threads``
-    XLA's intra-op thread pool (``BE::ThreadPool``).
-
-Aliases are accepted and normalised: ``args`` -> ``arg``, ``rets`` -> ``ret``,
-``ctx.stream`` -> ``stream``, ``attrs.<name>`` -> ``attr.<name>``.
-"""
+"""The arg_spec grammar (one token per parameter: ``arg``, ``ret``, ``inout``, ``stream``, ``attr.<name>``
+with an optional ``:<dtype>``, ``:<dtype>[]`` or ``:str``, ``scratch``, ``state``, ``threads``; each described in
+docs/reference/arg-spec.rst) and the :class:`FunctionSpec` value type."""
 
 from __future__ import annotations
 
@@ -43,12 +13,10 @@ from ..errors import ArgSpecError, SignatureError
 from .templates import check_template_args, is_template_argument
 from .names import is_identifier
 from .shapes import check_against_spec, parse_signature
+from .sizes import parse_size
 from .spelling import is_function_type, is_qualified_name, is_type_spelling
 
-__all__ = [
-    "ATTR_DTYPES", "ARRAY_ATTR_DTYPES", "BUFFER_DTYPES", "Role", "Token", "Param", "FunctionSpec", "parse_token",
-    "parse_arg_spec",
-]
+__all__ = ["Role", "Token", "Param", "FunctionSpec", "parse_token", "parse_arg_spec"]
 
 Role = Literal["arg", "ret", "inout", "stream", "attr", "scratch", "state", "threads"]
 
@@ -88,17 +56,13 @@ def parse_token(token: str) -> Token:
     text = _ALIASES.get(text, text)
     if text in _PLAIN_ROLES:
         return Token(text)  # type: ignore[arg-type]
-    for prefix in ("attr.", "attrs."):
-        if text.startswith(prefix):
-            body = text[len(prefix):]
-            break
-    else:
+    if not text.startswith(("attr.", "attrs.")):
         raise ArgSpecError(
             f"unknown arg_spec token {token!r}; expected 'arg', 'ret', 'inout', 'stream', "
             "'attr.<name>', 'attr.<name>:<dtype>', 'attr.<name>:<dtype>[]', 'attr.<name>:str', "
             "'scratch', 'state' or 'threads' (aliases: 'args', 'rets', 'ctx.stream', 'attrs.<name>')"
         )
-    name, sep, dtype = body.partition(":")
+    name, sep, dtype = text.partition(".")[2].partition(":")
     if not is_identifier(name):
         raise ArgSpecError(
             f"bad attribute name {name!r} in arg_spec token {token!r}: it must be a "
@@ -115,8 +79,7 @@ def parse_token(token: str) -> Token:
                 f"unknown attribute dtype {dtype!r} in arg_spec token {token!r}; "
                 f"expected one of: {', '.join(ATTR_DTYPES)}, an array of one (e.g. int64[]) or str"
             )
-        return Token("attr", name, dtype)
-    return Token("attr", name)
+    return Token("attr", name, dtype or None)
 
 
 def parse_arg_spec(tokens: Sequence[str] | str, *, function: str | None = None) -> tuple[Token, ...]:
@@ -141,17 +104,14 @@ def parse_arg_spec(tokens: Sequence[str] | str, *, function: str | None = None) 
         parsed = tuple(parse_token(t) for t in tokens)
     except ArgSpecError as exc:
         raise ArgSpecError(f"in the arg_spec{where}: {exc}") from None
-    seen: set[str] = set()
-    for tok in parsed:
-        if tok.role == "attr":
-            if tok.name in seen:
-                raise ArgSpecError(f"attribute {tok.name!r} appears twice in the arg_spec{where}")
-            seen.add(tok.name)  # type: ignore[arg-type]
-    if sum(t.role == "stream" for t in parsed) > 1:
-        raise ArgSpecError(f"the arg_spec{where} has more than one 'stream' token; a function takes at most one stream")
-    for role in _ONCE[1:]:
+    names = [t.name for t in parsed if t.role == "attr"]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ArgSpecError(f"attribute {name!r} appears twice in the arg_spec{where}")
+    for role in _ONCE:
         if sum(t.role == role for t in parsed) > 1:
-            raise ArgSpecError(f"the arg_spec{where} has more than one {role!r} token; a function takes at most one")
+            raise ArgSpecError(f"the arg_spec{where} has more than one {role!r} token; a function takes at most one "
+                               f"{role}")
     if not any(t.role in ("ret", "inout") for t in parsed):
         raise ArgSpecError(
             f"the arg_spec{where} has no 'ret' token: a function must write at least one "
@@ -396,21 +356,15 @@ _KIND_ROLES = {
 _TYPED_TENSORS = ("BE::TensorOf<", "BE::InOutOf<")
 
 
-def _attr_ok(p: Param) -> bool:
-    if p.kind == "scalar":
-        return p.dtype in ATTR_DTYPES
-    if p.kind == "array":
-        return p.dtype in ARRAY_ATTR_DTYPES
-    return p.kind != "string" or p.dtype is None
-
-
 def _checked_param(p: Param) -> Param:
     ok = (
         isinstance(p.name, str) and is_identifier(p.name)
         and p.kind in _KIND_ROLES and p.role in _KIND_ROLES[p.kind]
         and isinstance(p.canonical_type, str) and is_type_spelling(p.canonical_type)
         and (p.dtype is None or p.dtype in BUFFER_DTYPES)
-        and _attr_ok(p)
+        and (p.kind != "scalar" or p.dtype in ATTR_DTYPES)
+        and (p.kind != "array" or p.dtype in ARRAY_ATTR_DTYPES)
+        and (p.kind != "string" or p.dtype is None)
         and (p.rank is None or (isinstance(p.rank, int) and p.rank >= 0))
         and (p.kind != "tensor" or p.rank is None and (p.dtype is not None) == (  # only a typed tensor fixes a dtype
             p.canonical_type.startswith(_TYPED_TENSORS) and p.canonical_type.endswith(">")))
@@ -422,12 +376,8 @@ def _checked_param(p: Param) -> Param:
 
 def _checked_scratch(text: Any, params: Sequence[Param]) -> str | None:
     # A size expression exactly when a parameter is scratch.
-    has_param = any(p.role == "scratch" for p in params)
-    if text is None and not has_param:
-        return None
-    if text is None or not has_param:
+    if (text is None) == any(p.role == "scratch" for p in params):
         raise ValueError("a scratch size without a scratch parameter, or the reverse")
-    from .sizes import parse_size
-
-    parse_size(text)  # raises ValueError
-    return str(text)
+    if text is not None:
+        parse_size(text)  # raises ValueError
+    return text

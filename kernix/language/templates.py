@@ -1,19 +1,6 @@
-"""Function templates exported once per instantiation: the annotation's template list and instance names.
-
-A function template is exported for the template arguments its annotation lists::
-
-    // @BE scale<T: float, double, __half>
-    // @BE tile<T: float, double; BLOCK: 128, 256> (n)->(n)
-
-Each ``;``-separated group names a template parameter and lists its arguments
-(with one group the name may be left out: ``// @BE scale<float, double>``);
-the template is instantiated for every combination, groups varying from the
-last.  Each instantiation is an exported function of its own, named
-:func:`instance_name`: the template's name, then one suffix per listed
-argument -- the dtype name of a type that is one dtype's element type
-(``float`` -> ``float32``, ``__half`` -> ``float16``, ``__nv_bfloat16`` ->
-``bfloat16``), the value of an integer (``128``; ``-1`` -> ``m1``), else the
-argument as written with every other character made ``_``.
+"""Function templates exported once per instantiation, each under its :func:`instance_name` (the annotation's
+template list, ``// @BE tile<T: float, double; BLOCK: 128, 256>``, is described in docs/reference/arg-spec.rst),
+and families.
 
 A module's family ``name`` -- the instantiations of template ``name``, or
 functions named ``name_`` and a dtype suffix (``scale_f32``, ``scale_float32``:
@@ -50,9 +37,8 @@ from .dtypes import BUFFER_DTYPES
 from .names import is_identifier
 
 __all__ = [
-    "template_name", "TemplateList", "check_template_args", "instance_name", "instance_suffix",
-    "is_template_argument", "parse_template_list", "SUFFIX_DTYPES", "Member", "family", "family_names", "select",
-    "family_overloads", "parse_tune",
+    "template_name", "annotated_name", "TemplateList", "check_template_args", "instance_name", "is_template_argument",
+    "parse_template_list", "Member", "family", "family_names", "select", "family_overloads", "parse_tune",
 ]
 
 # A template argument written into generated code: no ';', braces, quotes, '#', '/' or parentheses.
@@ -113,7 +99,7 @@ def parse_template_list(name: str, tokens: Sequence[str]) -> TemplateList | None
     raw_groups = _split_top(inner, ";")
     for group in raw_groups:
         param, colon, values = group.partition(":")
-        if colon and (values.startswith(":") or param.endswith(":")) or not colon:  # (a `::` qualified name, no parameter)
+        if not colon or values.startswith(":"):  # (no parameter, or a `::` qualified name)
             param, values = "", group
         param = param.strip()
         if param and not is_identifier(param):
@@ -121,7 +107,7 @@ def parse_template_list(name: str, tokens: Sequence[str]) -> TemplateList | None
         if not param and len(raw_groups) > 1:
             raise ValueError(f"`{group}`: with several groups, each names its template parameter, as in {example}")
         args = tuple(_split_top(values, ","))
-        if not args or any(not a for a in args):
+        if not all(args):
             raise ValueError(f"`{group}` has an empty template argument: list them separated by commas, "
                              f"as in {example}")
         bad = [a for a in args if not is_template_argument(a)]
@@ -146,7 +132,9 @@ def instance_suffix(key: str) -> str:
 
 def instance_name(template: str, keys: Sequence[str]) -> str:
     """The exported name of the instantiation of ``template`` whose arguments have ``keys``:
-    ``scale`` and ``("float32", "128")`` -> ``scale_float32_128``."""
+    ``scale`` and ``("float32", "128")`` -> ``scale_float32_128``.  A key is the dtype name of a type that is
+    one dtype's element type (``float`` -> ``float32``, ``__half`` -> ``float16``), the value of an integer
+    (``-1`` gives the suffix ``m1``), else the argument as written (every other character made ``_``)."""
     return "_".join((template, *(instance_suffix(k) for k in keys)))
 
 
@@ -154,15 +142,11 @@ def check_template_args(data: Any) -> tuple[tuple[str, str, str], ...]:
     """Validate a spec's ``template_args`` read from JSON, ``[[parameter, written, key], ...]`` (ValueError)."""
     if not isinstance(data, (list, tuple)):
         raise ValueError(f"bad template_args {data!r}")
-    out = []
     for entry in data:
-        if not (isinstance(entry, (list, tuple)) and len(entry) == 3 and all(isinstance(x, str) for x in entry)):
+        if not (isinstance(entry, (list, tuple)) and len(entry) == 3 and all(isinstance(x, str) for x in entry)
+                and is_identifier(entry[0]) and is_template_argument(entry[1]) and is_template_argument(entry[2])):
             raise ValueError(f"bad template argument {entry!r}")
-        param, written, key = entry
-        if not (is_identifier(param) and is_template_argument(written) and is_template_argument(key)):
-            raise ValueError(f"bad template argument {entry!r}")
-        out.append((param, written, key))
-    return tuple(out)
+    return tuple(tuple(entry) for entry in data)
 
 
 def parse_tune(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -189,12 +173,8 @@ def template_name(spec: Any) -> str:
 def annotated_name(spec: Any) -> str:
     """The name a message's suggested annotation gives ``spec``'s function: its own, or for a
     template's instantiation the template's with its list elided (``scale<...>``)."""
-    if not getattr(spec, "template_args", ()):
-        return spec.name
-    return template_name(spec) + "<...>"
+    return template_name(spec) + "<...>" if spec.template_args else spec.name
 
-
-# -- families: which member a call runs, and its stubs ------------------------------------------
 
 #: Name suffix -> dtype, for families of functions written one per dtype (and every dtype's own name).
 SUFFIX_DTYPES: dict[str, str] = {
