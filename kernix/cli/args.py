@@ -1,16 +1,12 @@
-"""The arguments several ``kernix`` commands share: the options of a
-command that reads sources, what they mean for the inference, and the
-checks of ``kernix inspect`` and ``kernix stubs``' paths, made before any
-work and worded for the command line: the sources' languages, a source that
-is not a regular file (a FIFO, ``/dev/zero``: never opened), a source given
-twice, ``-I`` and ``-D`` values that are not UTF-8, and the file ``-o``
-names.  (``kernix build``'s are :func:`kernix.build_module`'s own.)"""
+"""The options several ``kernix`` commands share (``-I``, ``-D``, ``--cuda``/``--cpp``), and the checks of
+``kernix inspect``'s and ``kernix stubs``' sources and ``-o`` file, made before any work and worded for the
+command line (``kernix build``'s are :func:`kernix.build_module`'s own)."""
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..platforms import LANGUAGES_BY_EXTENSION, unknown_extension
@@ -19,21 +15,14 @@ from ..paths import directory_problem, regular_file_problem, repeated_source, te
 __all__ = ["source_problem", "output_file_problem", "add_source_args", "language_option", "inference_options"]
 
 
-def source_problem(
-    paths: Sequence[str],
-    language: str | None,
-    *,
-    once: bool = False,
-    options: Mapping[str, Sequence[str]] | None = None,
-) -> str | None:
-    """Why ``paths`` cannot be a command's sources, or ``None``.
+def source_problem(paths: Sequence[str], args: dict[str, Any], *, once: bool = False) -> str | None:
+    """Why ``paths`` cannot be the sources of the command parsed as ``args`` (its ``-I``, ``-D``, ``--cuda`` and
+    ``--cpp``), or ``None``; ``once``: whether a file may appear only once.
 
-    ``language`` is the one ``--cuda``/``--cpp`` asks for, ``once`` whether a file
-    may appear only once, ``options`` the ``-I``/``-D`` values by option. A source
-    must be a regular file (by ``stat``: a FIFO would block), with an extension
+    A source must be a regular file (by ``stat``: a FIFO would block), with an extension
     naming a language unless one is asked for.
     """
-    for option, values in (options or {}).items():
+    for option, values in (("-I", args["include_dirs"]), ("-D", args["defines"])):
         for value in values:
             problem = text_problem(value, option)
             if problem is not None:
@@ -42,7 +31,7 @@ def source_problem(
         problem = regular_file_problem(path)
         if problem is not None:
             return problem
-    if language is None:
+    if language_option(args) is None:
         for path in paths:
             if os.path.splitext(path)[1].lower() not in LANGUAGES_BY_EXTENSION:
                 return unknown_extension(path, "pass --cuda or --cpp")
