@@ -89,9 +89,7 @@ def _fatbin_archs(library: Path) -> tuple[tuple[str, ...], tuple[str, ...]] | No
         tool = Path(toolchain.find_nvcc().path).with_name("cuobjdump")
     except KernixError:
         return None
-    if not tool.is_file():
-        return None
-    try:
+    try:  # (OSError: no cuobjdump beside nvcc)
         out = subprocess.run([str(tool), "--list-elf", "--list-ptx", str(library)],
                              capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.SubprocessError):
@@ -128,10 +126,8 @@ def _publish(built: Path, manifest: PrebuiltManifest) -> None:
         if os.path.lexists(tmp):
             os.unlink(tmp)
     if previous is not None and previous != manifest.library:
-        try:
+        with contextlib.suppress(OSError):
             (output / previous).unlink()
-        except OSError:
-            pass
 
 
 @contextlib.contextmanager
@@ -141,10 +137,8 @@ def _locked(directory: Path) -> Iterator[None]:
     """
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        try:
+        with contextlib.suppress(OSError):  # (NFS may refuse it: then builds that race may leave the other's library)
             fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:  # (NFS may refuse it: then builds that race may leave the other's library)
-            pass
         yield
     finally:
         os.close(fd)  # (releases the lock)

@@ -56,10 +56,8 @@ def load_or_build(
     """Load ``prebuilt_dir`` with :func:`load_prebuilt`, or, when it cannot serve
     this machine, say why on stderr and build ``sources`` with the JIT loaders.
 
-    The prebuilt module is stale when ``sources`` exist and differ from those it
-    was built from, or a header recorded from their directories differs. One
-    another user could have written (reason ``"trust"``) is refused, not rebuilt:
-    its sources could be theirs too.
+    A stale module is rebuilt; one another user could have written is refused, not rebuilt (when each
+    happens, and why: docs/deploying.rst, "Shipping kernels in a wheel").
 
     Parameters
     ----------
