@@ -1,18 +1,21 @@
-"""The options several ``kernix`` commands share (``-I``, ``-D``, ``--cuda``/``--cpp``), and the checks of
-``kernix inspect``'s and ``kernix stubs``' sources and ``-o`` file, made before any work and worded for the
-command line (``kernix build``'s are :func:`kernix.build_module`'s own)."""
+"""What several ``kernix`` commands share: the options of their sources (``-I``, ``-D``, ``--cuda``/``--cpp``),
+the checks of ``kernix inspect``'s and ``kernix stubs``' sources and ``-o`` file, made before any work and worded
+for the command line (``kernix build``'s are :func:`kernix.build_module`'s own), and how errors are printed."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import SourceError
 from ..platforms import LANGUAGES_BY_EXTENSION, unknown_extension
-from ..paths import directory_problem, regular_file_problem, repeated_source, text_problem
+from ..paths import directory_problem, printable, regular_file_problem, repeated_source, text_problem
 
-__all__ = ["source_problem", "output_file_problem", "add_source_args", "language_option", "inference_options"]
+__all__ = ["source_problem", "output_file_problem", "add_source_args", "language_option", "inference_options",
+           "error_line", "print_error"]
 
 
 def source_problem(paths: Sequence[str], args: dict[str, Any], *, once: bool = False) -> str | None:
@@ -77,3 +80,15 @@ def inference_options(args: dict[str, Any]) -> dict[str, Any]:
     them (``-O3``, and with it ``__OPTIMIZE__``)."""
     return {"language": language_option(args), "include_dirs": args["include_dirs"], "defines": args["defines"],
             "flags": ("-O3",)}
+
+
+def error_line(err: SourceError) -> str:
+    """``FILE:LINE:COL: error: message``, the form editors and compilers use
+    (a file name's bytes that are not UTF-8 written ``\\xNN``)."""
+    return printable(f"{err.location()}: error: {err.message}")
+
+
+def print_error(command: str, message: str) -> None:
+    """Print ``kernix COMMAND: error: message`` on stderr, as argparse prints a
+    usage error (a file name's bytes that are not UTF-8 written ``\\xNN``)."""
+    print(f"kernix {command}: error: {printable(message)}", file=sys.stderr)

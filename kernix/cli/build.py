@@ -14,8 +14,7 @@ from typing import Any
 
 from ..errors import InferenceError, KernixError, OptionError, SourceNotFoundError
 from ..paths import regular_file_problem
-from .args import add_source_args, language_option
-from .output import error_line, print_error
+from .args import add_source_args, error_line, language_option, print_error
 
 __all__ = ["add_parser", "run"]
 

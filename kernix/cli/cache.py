@@ -54,11 +54,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     prune.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _functions(names: list[str], shown: int = 3) -> str:
-    more = len(names) - shown
-    return ", ".join(names[:shown]) + (f", +{more} more" if more > 0 else "")
-
-
 def _print_info(info: dict[str, Any]) -> None:
     limit = "no limit" if info["limit_bytes"] is None else f"limit {format_size(info['limit_bytes'])}"
     print(f"cache: {info['root']} ({format_size(info['total_bytes'])}, {limit})")
@@ -69,14 +64,15 @@ def _print_info(info: dict[str, Any]) -> None:
     width = max(6, *(len(m["name"]) for m in entries))
     print(f"  {'KEY':<12}  {'MODULE':<{width}}  {'PLATFORM':<8}  {'SIZE':>10}  {'LAST USE':<8}  SOURCES: FUNCTIONS")
     for m in entries:
-        head = f"  {m['key'][:12]:<12}  {m['name']:<{width}}"
         if m.get("damaged"):
-            what = f"{'-':<8}  {format_size(m['size_bytes']):>10}  {format_age(m['age_s']):<8}  DAMAGED: {m['why']}"
+            platform, what = "-", f"DAMAGED: {m['why']}"
         else:
             sources = ", ".join(os.path.basename(s) for s in m["sources"]) or "-"
-            what = (f"{m['platform']:<8}  {format_size(m['size_bytes']):>10}  {format_age(m['age_s']):<8}  "
-                    f"{sources}: {_functions(m['functions'])}")
-        print(f"{head}  {what}")
+            more = len(m["functions"]) - 3
+            functions = ", ".join(m["functions"][:3]) + (f", +{more} more" if more > 0 else "")
+            platform, what = m["platform"], f"{sources}: {functions}"
+        print(f"  {m['key'][:12]:<12}  {m['name']:<{width}}  {platform:<8}  {format_size(m['size_bytes']):>10}  "
+              f"{format_age(m['age_s']):<8}  {what}")
     in_entries = sum(m["size_bytes"] for m in entries)
     print(f"  {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, {format_size(in_entries)} "
           f"(work directories, sources and memos: {format_size(info['total_bytes'] - in_entries)})")

@@ -18,8 +18,7 @@ from ..frontend.speccache import look_up
 from ..interface import command_line
 from ..platforms import LANGUAGES_BY_EXTENSION, language_of
 from ..paths import printable, utf8_problem
-from .args import add_source_args, inference_options, source_problem
-from .output import error_line, print_error
+from .args import add_source_args, error_line, inference_options, print_error, source_problem
 
 __all__ = ["add_parser", "run"]
 

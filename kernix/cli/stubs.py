@@ -9,8 +9,7 @@ import sys
 from typing import Any
 
 from ..errors import KernixError
-from .args import add_source_args, inference_options, output_file_problem, source_problem
-from .output import error_line, print_error
+from .args import add_source_args, error_line, inference_options, output_file_problem, print_error, source_problem
 
 __all__ = ["add_parser", "run"]
 
