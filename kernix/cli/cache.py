@@ -96,7 +96,7 @@ def _print_prune(result: dict[str, Any]) -> None:
 
 def run(args: dict[str, Any]) -> int:
     """Run ``kernix cache`` with the parsed ``args``; returns the exit status."""
-    from ..store import cache_info, clear_cache, max_size, prune_cache  # (here: every other command would pay)
+    from ..store import cache_info, clear_cache, max_size, prune_cache  # (here: other commands need none)
 
     try:
         if args["action"] == "clear":

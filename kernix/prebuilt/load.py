@@ -56,8 +56,8 @@ def load_or_build(
     """Load ``prebuilt_dir`` with :func:`load_prebuilt`, or, when it cannot serve
     this machine, say why on stderr and build ``sources`` with the JIT loaders.
 
-    A stale module is rebuilt; one another user could have written is refused, not rebuilt (when each
-    happens, and why: docs/deploying.rst, "Shipping kernels in a wheel").
+    A stale module is built from its sources instead; one another user could have written is refused, not
+    rebuilt (when each happens, and why: docs/deploying.rst, "Shipping kernels in a wheel").
 
     Parameters
     ----------
