@@ -1,8 +1,5 @@
-"""The ``kernix`` command line: ``inspect``, ``stubs``, ``cache``, ``build``, ``tune``.
-
-Exit status: 0 on success, 1 when any annotated function was not inferred
-(each error on stderr as ``FILE:LINE:COL: error: message``), 2 for usage
-errors. Each command is a module here with ``add_parser(subparsers)`` and
+"""The ``kernix`` command line: ``inspect``, ``stubs``, ``cache``, ``build``, ``tune`` (their output and exit
+statuses: docs/reference/cli.rst). Each command is a module here with ``add_parser(subparsers)`` and
 ``run(args)``; ``python -m kernix`` runs the same :func:`main`.
 """
 

@@ -1,39 +1,31 @@
-"""The arguments several ``kernix`` commands share: the options of a
-command that reads sources, what they mean for the inference, and the
-checks of ``kernix inspect`` and ``kernix stubs``' paths, made before any
-work and worded for the command line: the sources' languages, a source that
-is not a regular file (a FIFO, ``/dev/zero``: never opened), a source given
-twice, ``-I`` and ``-D`` values that are not UTF-8, and the file ``-o``
-names.  (``kernix build``'s are :func:`kernix.build_module`'s own.)"""
+"""What several ``kernix`` commands share: the options of their sources (``-I``, ``-D``, ``--cuda``/``--cpp``),
+the checks of ``kernix inspect``'s and ``kernix stubs``' sources and ``-o`` file, made before any work and worded
+for the command line (``kernix build``'s are :func:`kernix.build_module`'s own), and how errors are printed."""
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Sequence
 from typing import Any
 
+from ..errors import SourceError
 from ..platforms import LANGUAGES_BY_EXTENSION, unknown_extension
-from ..paths import directory_problem, regular_file_problem, repeated_source, text_problem
+from ..paths import directory_problem, printable, regular_file_problem, repeated_source, text_problem
 
-__all__ = ["source_problem", "output_file_problem", "add_source_args", "language_option", "inference_options"]
+__all__ = ["source_problem", "output_file_problem", "add_source_args", "language_option", "inference_options",
+           "error_line", "print_error"]
 
 
-def source_problem(
-    paths: Sequence[str],
-    language: str | None,
-    *,
-    once: bool = False,
-    options: Mapping[str, Sequence[str]] | None = None,
-) -> str | None:
-    """Why ``paths`` cannot be a command's sources, or ``None``.
+def source_problem(paths: Sequence[str], args: dict[str, Any], *, once: bool = False) -> str | None:
+    """Why ``paths`` cannot be the sources of the command parsed as ``args`` (its ``-I``, ``-D``, ``--cuda`` and
+    ``--cpp``), or ``None``; ``once``: whether a file may appear only once.
 
-    ``language`` is the one ``--cuda``/``--cpp`` asks for, ``once`` whether a file
-    may appear only once, ``options`` the ``-I``/``-D`` values by option. A source
-    must be a regular file (by ``stat``: a FIFO would block), with an extension
+    A source must be a regular file (by ``stat``: a FIFO would block), with an extension
     naming a language unless one is asked for.
     """
-    for option, values in (options or {}).items():
+    for option, values in (("-I", args["include_dirs"]), ("-D", args["defines"])):
         for value in values:
             problem = text_problem(value, option)
             if problem is not None:
@@ -42,7 +34,7 @@ def source_problem(
         problem = regular_file_problem(path)
         if problem is not None:
             return problem
-    if language is None:
+    if language_option(args) is None:
         for path in paths:
             if os.path.splitext(path)[1].lower() not in LANGUAGES_BY_EXTENSION:
                 return unknown_extension(path, "pass --cuda or --cpp")
@@ -88,3 +80,15 @@ def inference_options(args: dict[str, Any]) -> dict[str, Any]:
     them (``-O3``, and with it ``__OPTIMIZE__``)."""
     return {"language": language_option(args), "include_dirs": args["include_dirs"], "defines": args["defines"],
             "flags": ("-O3",)}
+
+
+def error_line(err: SourceError) -> str:
+    """``FILE:LINE:COL: error: message``, the form editors and compilers use
+    (a file name's bytes that are not UTF-8 written ``\\xNN``)."""
+    return printable(f"{err.location()}: error: {err.message}")
+
+
+def print_error(command: str, message: str) -> None:
+    """Print ``kernix COMMAND: error: message`` on stderr, as argparse prints a
+    usage error (a file name's bytes that are not UTF-8 written ``\\xNN``)."""
+    print(f"kernix {command}: error: {printable(message)}", file=sys.stderr)

@@ -14,8 +14,7 @@ from typing import Any
 
 from ..errors import InferenceError, KernixError, OptionError, SourceNotFoundError
 from ..paths import regular_file_problem
-from .args import add_source_args, language_option
-from .output import error_line, human_size, print_error
+from .args import add_source_args, error_line, language_option, print_error
 
 __all__ = ["add_parser", "run"]
 
@@ -68,6 +67,7 @@ def run(args: dict[str, Any]) -> int:
         return _tune(args)
     # Imported here, so that other commands do not load the build backend.
     from ..prebuilt.build import build_module
+    from ..store import format_size
 
     for source in args["sources"]:
         problem = regular_file_problem(source)  # (a FIFO is never opened: build_module would call it not found)
@@ -88,7 +88,7 @@ def run(args: dict[str, Any]) -> int:
         return _failed("build", exc)
     archs = ", ".join([*manifest.sass, *manifest.ptx])
     print(f"built {manifest.name} ({manifest.platform}{': ' + archs if archs else ''}) into {manifest.directory}")
-    print(f"  {manifest.library}  {human_size(manifest.library_size)}  sha256 {manifest.library_sha256[:16]}...")
+    print(f"  {manifest.library}  {format_size(manifest.library_size)}  sha256 {manifest.library_sha256[:16]}...")
     print(f"  functions: {', '.join(f.name for f in manifest.functions)}")
     return 0
 

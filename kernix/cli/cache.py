@@ -11,15 +11,13 @@ import sys
 from typing import Any
 
 from ..errors import KernixError
-from .output import human_size
+from ..store import format_age, format_size, parse_age, parse_size
 
 __all__ = ["add_parser", "run"]
 
 
 def _size(text: str) -> int:
     """``--max-size``'s type: a size such as 500M or 2G."""
-    from ..store import parse_size
-
     try:
         value = parse_size(text, unlimited=False)
     except ValueError as exc:
@@ -30,8 +28,6 @@ def _size(text: str) -> int:
 
 def _age(text: str) -> float:
     """``--older-than``'s type: an age such as 30d or 12h."""
-    from ..store import parse_age
-
     try:
         return parse_age(text)
     except ValueError as exc:
@@ -58,16 +54,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     prune.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _functions(names: list[str], shown: int = 3) -> str:
-    more = len(names) - shown
-    return ", ".join(names[:shown]) + (f", +{more} more" if more > 0 else "")
-
-
 def _print_info(info: dict[str, Any]) -> None:
-    from ..store import format_age, format_size
-
     limit = "no limit" if info["limit_bytes"] is None else f"limit {format_size(info['limit_bytes'])}"
-    print(f"cache: {info['root']} ({human_size(info['total_bytes'])}, {limit})")
+    print(f"cache: {info['root']} ({format_size(info['total_bytes'])}, {limit})")
     entries = info["modules"]
     if not entries:
         print("  no entries")
@@ -75,17 +64,18 @@ def _print_info(info: dict[str, Any]) -> None:
     width = max(6, *(len(m["name"]) for m in entries))
     print(f"  {'KEY':<12}  {'MODULE':<{width}}  {'PLATFORM':<8}  {'SIZE':>10}  {'LAST USE':<8}  SOURCES: FUNCTIONS")
     for m in entries:
-        head = f"  {m['key'][:12]:<12}  {m['name']:<{width}}"
         if m.get("damaged"):
-            what = f"{'-':<8}  {human_size(m['size_bytes']):>10}  {format_age(m['age_s']):<8}  DAMAGED: {m['why']}"
+            platform, what = "-", f"DAMAGED: {m['why']}"
         else:
             sources = ", ".join(os.path.basename(s) for s in m["sources"]) or "-"
-            what = (f"{m['platform']:<8}  {human_size(m['size_bytes']):>10}  {format_age(m['age_s']):<8}  "
-                    f"{sources}: {_functions(m['functions'])}")
-        print(f"{head}  {what}")
+            more = len(m["functions"]) - 3
+            functions = ", ".join(m["functions"][:3]) + (f", +{more} more" if more > 0 else "")
+            platform, what = m["platform"], f"{sources}: {functions}"
+        print(f"  {m['key'][:12]:<12}  {m['name']:<{width}}  {platform:<8}  {format_size(m['size_bytes']):>10}  "
+              f"{format_age(m['age_s']):<8}  {what}")
     in_entries = sum(m["size_bytes"] for m in entries)
-    print(f"  {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, {human_size(in_entries)} "
-          f"(work directories, sources and memos: {human_size(info['total_bytes'] - in_entries)})")
+    print(f"  {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, {format_size(in_entries)} "
+          f"(work directories, sources and memos: {format_size(info['total_bytes'] - in_entries)})")
     for table in info.get("tuning", []):
         print(f"tuned: {table['module']} (library {table['digest'][:12]}) on {table['device']}")
         for key, entry in table["entries"].items():
@@ -94,21 +84,19 @@ def _print_info(info: dict[str, Any]) -> None:
 
 
 def _print_prune(result: dict[str, Any]) -> None:
-    from ..store import format_age
-
     for r in result["removed"]:
-        print(f"removed {r['label']} ({human_size(r['size_bytes'])}, last used {format_age(r['age_s'])} ago): "
+        print(f"removed {r['label']} ({format_size(r['size_bytes'])}, last used {format_age(r['age_s'])} ago): "
               f"{r['reason']}")
     for r in result["kept"]:
-        print(f"kept {r['label']} ({human_size(r['size_bytes'])}): {r['reason']}")
+        print(f"kept {r['label']} ({format_size(r['size_bytes'])}): {r['reason']}")
     n = len(result["removed"])
-    print(f"removed {n} item{'' if n == 1 else 's'} ({human_size(result['freed_bytes'])}); the cache holds "
-          f"{human_size(result['total_bytes'])}")
+    print(f"removed {n} item{'' if n == 1 else 's'} ({format_size(result['freed_bytes'])}); the cache holds "
+          f"{format_size(result['total_bytes'])}")
 
 
 def run(args: dict[str, Any]) -> int:
     """Run ``kernix cache`` with the parsed ``args``; returns the exit status."""
-    from ..store import cache_info, clear_cache  # (here: 8 ms that every other command would pay)
+    from ..store import cache_info, clear_cache, max_size, prune_cache  # (here: other commands need none)
 
     try:
         if args["action"] == "clear":
@@ -118,12 +106,8 @@ def run(args: dict[str, Any]) -> int:
             print(f"removed {removed} cache entr{'y' if removed == 1 else 'ies'} ({what})")
             return 0
         if args["action"] == "prune":
-            from ..store import prune_cache
-
             result = prune_cache(args["max_size"], older_than=args["older_than"])
         else:
-            from ..store import max_size
-
             result = cache_info()
             result["limit_bytes"] = max_size()
     except KernixError as exc:

@@ -18,8 +18,7 @@ from ..frontend.speccache import look_up
 from ..interface import command_line
 from ..platforms import LANGUAGES_BY_EXTENSION, language_of
 from ..paths import printable, utf8_problem
-from .args import add_source_args, inference_options, source_problem
-from .output import error_line, print_error
+from .args import add_source_args, error_line, inference_options, print_error, source_problem
 
 __all__ = ["add_parser", "run"]
 
@@ -233,8 +232,7 @@ def run(args: dict[str, Any]) -> int:
     if not files:
         print("kernix inspect: no C++ or CUDA source files found", file=sys.stderr)
         return 2
-    problem = source_problem(files, options["language"],
-                             options={"-I": options["include_dirs"], "-D": options["defines"]})
+    problem = source_problem(files, args)
     if problem is not None:
         print_error("inspect", problem)
         return 2
@@ -248,10 +246,9 @@ def run(args: dict[str, Any]) -> int:
         for warning in _errors(result, "warnings"):  # comments that look like annotations but are not
             print(printable(f"{warning.location()}: warning: {warning.message}"), file=sys.stderr)
     failed = [r for r in results if r["errors"]]
-    if failed:
-        for result in failed:
-            for err in _errors(result):
-                print(error_line(err), file=sys.stderr)
+    for result in failed:
+        for err in _errors(result):
+            print(error_line(err), file=sys.stderr)
     elapsed = time.perf_counter() - start
     total = {
         "files": len(results),

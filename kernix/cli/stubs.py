@@ -9,8 +9,7 @@ import sys
 from typing import Any
 
 from ..errors import KernixError
-from .args import add_source_args, inference_options, language_option, output_file_problem, source_problem
-from .output import error_line, print_error
+from .args import add_source_args, error_line, inference_options, output_file_problem, print_error, source_problem
 
 __all__ = ["add_parser", "run"]
 
@@ -35,8 +34,7 @@ def run(args: dict[str, Any]) -> int:
 
     files, output = args["files"], args["output"]
     stub_name = os.path.splitext(os.path.basename(files[0]))[0] + ".pyi"
-    problem = source_problem(files, language_option(args), once=True,
-                             options={"-I": args["include_dirs"], "-D": args["defines"]})
+    problem = source_problem(files, args, once=True)
     if problem is None and output:
         problem = output_file_problem(output, stub_name, files)
     if problem is not None:

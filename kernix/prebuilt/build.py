@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -29,7 +30,7 @@ from ..loaders import default_module_name
 from ..paths import check_source, directory_problem, printable, repeated_source
 from ..request import make_request
 from ..store.files import file_digest
-from .format import MANIFEST_NAME, PrebuiltManifest, ffi_api_of, headers_root
+from .format import PrebuiltManifest, ffi_api_of, headers_root
 
 __all__ = ["build_module"]
 
@@ -41,15 +42,14 @@ def _arguments_problem(paths: Sequence[str], language: str | None, arch: object,
     ``output_dir`` or ``-o``) and naming the paths as given.  Missing sources
     are checked before."""
     command_line = running_command() is not None
+    flags = "--cuda or --cpp" if command_line else "language='cuda' or language='cpp'"
     if language is None:
         found = set()
         for path in paths:
             found.add(LANGUAGES_BY_EXTENSION.get(os.path.splitext(path)[1].lower()))
             if None in found:
-                return unknown_extension(path, "pass --cuda or --cpp" if command_line
-                                         else "pass language='cuda' or language='cpp'")
+                return unknown_extension(path, f"pass {flags}")
         if len(found) > 1:
-            flags = "--cuda or --cpp" if command_line else "language='cuda' or language='cpp'"
             return f"the sources mix CUDA and C++ files ({', '.join(paths)}): build them as one language with {flags}"
         language = found.pop()
     elif language not in ("cuda", "cpp"):
@@ -89,9 +89,7 @@ def _fatbin_archs(library: Path) -> tuple[tuple[str, ...], tuple[str, ...]] | No
         tool = Path(toolchain.find_nvcc().path).with_name("cuobjdump")
     except KernixError:
         return None
-    if not tool.is_file():
-        return None
-    try:
+    try:  # (OSError: no cuobjdump beside nvcc)
         out = subprocess.run([str(tool), "--list-elf", "--list-ptx", str(library)],
                              capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.SubprocessError):
@@ -104,40 +102,32 @@ def _fatbin_archs(library: Path) -> tuple[tuple[str, ...], tuple[str, ...]] | No
     return tuple(sass), tuple(ptx)
 
 
-def _publish_library(built: Path, output: Path, library: str) -> None:
-    """Copy the library into ``output`` as ``library`` (atomically; no temporary file is left)."""
-    tmp = output / f".{library}.{os.getpid()}.tmp"
-    try:
-        shutil.copyfile(built, tmp)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, output / library)
-    finally:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-
-
 def _publish(built: Path, manifest: PrebuiltManifest) -> None:
-    """Put the library, then the manifest naming it, into the module directory,
-    and only then remove the library of the module built there before: a reader
-    finds the old manifest with its library, or the new one with its own."""
+    """Put the library (copied atomically: no temporary file is left), then the manifest naming it, into the
+    module directory, and only then remove the library of the module built there before: a reader finds the
+    old manifest with its library, or the new one with its own."""
     output = manifest.directory
     try:
         previous = PrebuiltManifest.read(output).library
     except PrebuiltError:
         previous = None
+    tmp = output / f".{manifest.library}.{os.getpid()}.tmp"
     try:
-        _publish_library(built, output, manifest.library)
+        shutil.copyfile(built, tmp)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, manifest.library_path)
         manifest.write()
     except OSError as exc:
         raise KernixError(
             f"cannot write the module into {output}: {exc.strerror or exc} ({exc.filename or output}). Free space "
             "there or choose another output directory, and build again."
         ) from None
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
     if previous is not None and previous != manifest.library:
-        try:
+        with contextlib.suppress(OSError):
             (output / previous).unlink()
-        except OSError:
-            pass
 
 
 @contextlib.contextmanager
@@ -147,10 +137,8 @@ def _locked(directory: Path) -> Iterator[None]:
     """
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        try:
+        with contextlib.suppress(OSError):  # (NFS may refuse it: then builds that race may leave the other's library)
             fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:  # (NFS may refuse it: then builds that race may leave the other's library)
-            pass
         yield
     finally:
         os.close(fd)  # (releases the lock)
@@ -276,17 +264,15 @@ def build_module(
     with tempfile.TemporaryDirectory(prefix=f"kernix-build-{name}-") as work:
         result = compile_library(Path(work), exported, config, workers=workers, verbose=verbose, name=name)
         built = result.so_path
-        headers = source_headers(srcs, result.dependencies)
         digest = file_digest(built)
         sass, ptx = config.archs, ((config.ptx_arch,) if config.ptx_arch else ())
         if config.platform == "cuda":
             sass, ptx = _fatbin_archs(built) or (sass, ptx)
-        library = f"{name}-{digest[:12]}.so"
         manifest = PrebuiltManifest(
             directory=output,
             name=name,
             platform=config.platform,
-            library=library,
+            library=f"{name}-{digest[:12]}.so",
             library_sha256=digest,
             library_size=built.stat().st_size,
             functions=tuple(e.spec for e in all_fns),
@@ -298,7 +284,8 @@ def build_module(
             sass=tuple(sass),
             ptx=tuple(ptx),
             sources=sources,
-            headers=headers,
+            headers=source_headers(srcs, result.dependencies),
+            created=time.time(),
             options={
                 "language": lang,
                 "optimization_level": optimization_level,
@@ -311,7 +298,3 @@ def build_module(
         with _locked(output):
             _publish(built, manifest)
     return manifest
-
-
-# The manifest's file name, for callers that list a module's files.
-MANIFEST = MANIFEST_NAME

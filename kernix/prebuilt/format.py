@@ -2,8 +2,7 @@
 
 A prebuilt module is a directory holding ``kernix-prebuilt.json`` (the
 manifest) and ``<name>-<sha12>.so`` (generated handlers + user code). The
-manifest, format 2 (readers refuse another ``format``, so format 1, which had
-no ``headers``, is refused)::
+manifest, format 2 (readers refuse another ``format``)::
 
     format          2
     kind            "kernix-prebuilt"
@@ -43,8 +42,7 @@ import importlib.util
 import json
 import os
 import re
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -54,23 +52,9 @@ from ..language.names import handlers_problem
 from ..language.spec import FunctionSpec
 from ..store.files import atomic_write
 
-__all__ = [
-    "PREBUILT_FORMAT",
-    "MANIFEST_NAME",
-    "PrebuiltError",
-    "PrebuiltManifest",
-    "running_ffi_api",
-    "ffi_api_problem",
-    "kernix_version_problem",
-    "arch_problem",
-    "headers_root",
-    "header_path_problem",
-    "TUNING_NAME",
-    "read_tuning",
-    "write_tuning",
-]
+__all__ = ["PREBUILT_FORMAT", "MANIFEST_NAME", "PrebuiltManifest", "TUNING_NAME", "read_tuning", "write_tuning"]
 
-PREBUILT_FORMAT = 2  # 2: headers
+PREBUILT_FORMAT = 2
 MANIFEST_NAME = "kernix-prebuilt.json"
 TUNING_NAME = "kernix-tuning.json"
 _KIND = "kernix-prebuilt"
@@ -100,13 +84,13 @@ class PrebuiltManifest:
     kernix: str
     jaxlib: str
     ffi_api: tuple[int, int]
-    compilers: tuple[str, ...] = ()
-    sass: tuple[str, ...] = ()
-    ptx: tuple[str, ...] = ()
-    sources: tuple[tuple[str, str], ...] = ()
-    headers: tuple[tuple[str, str], ...] = ()
-    options: dict[str, Any] = field(default_factory=dict)
-    created: float = field(default_factory=time.time)
+    compilers: tuple[str, ...]
+    sass: tuple[str, ...]
+    ptx: tuple[str, ...]
+    sources: tuple[tuple[str, str], ...]
+    headers: tuple[tuple[str, str], ...]
+    options: dict[str, Any]
+    created: float
 
     @property
     def library_path(self) -> Path:
@@ -114,28 +98,9 @@ class PrebuiltManifest:
         return self.directory / self.library
 
     def to_json(self) -> dict[str, Any]:
-        """The on-disk form."""
-        return {
-            "format": PREBUILT_FORMAT,
-            "kind": _KIND,
-            "name": self.name,
-            "platform": self.platform,
-            "library": self.library,
-            "library_sha256": self.library_sha256,
-            "library_size": self.library_size,
-            "functions": [f.to_json() for f in self.functions],
-            "handlers": dict(self.handlers),
-            "kernix": self.kernix,
-            "jaxlib": self.jaxlib,
-            "ffi_api": list(self.ffi_api),
-            "compilers": list(self.compilers),
-            "sass": list(self.sass),
-            "ptx": list(self.ptx),
-            "sources": [list(s) for s in self.sources],
-            "headers": [list(h) for h in self.headers],
-            "options": dict(self.options),
-            "created": self.created,
-        }
+        """The on-disk form (every field but :attr:`directory`)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "directory"}
+        return {"format": PREBUILT_FORMAT, "kind": _KIND, **data, "functions": [f.to_json() for f in self.functions]}
 
     @classmethod
     def from_json(cls, directory: Path, data: Any) -> "PrebuiltManifest":
@@ -194,8 +159,6 @@ class PrebuiltManifest:
                 options=dict(data.get("options") or {}),
                 created=float(data.get("created", 0.0)),
             )
-        except PrebuiltError:
-            raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise PrebuiltError(f"{where} is not a valid kernix prebuilt manifest: {exc!r}", "format") from None
 
@@ -333,10 +296,7 @@ def arch_runs_on(device: str, sass: tuple[str, ...], ptx: tuple[str, ...]) -> st
             return arch
     for arch in ptx:
         major, minor, suffix = _arch_parts(arch)
-        if suffix == "a":
-            if (major, minor) == (dmaj, dmin):
-                return arch
-        elif (major, minor) <= (dmaj, dmin):
+        if (major, minor) == (dmaj, dmin) if suffix == "a" else (major, minor) <= (dmaj, dmin):
             return arch
     return None
 

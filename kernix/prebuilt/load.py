@@ -1,10 +1,6 @@
-"""``load_prebuilt``: load a module that ``kernix build`` made, with no compiler.
-
-Nothing here imports libclang, the compilers or ninja, and nothing writes to
-the cache: a load reads the manifest, checks trust, hashes the library, reads
-its ELF header, ``dlopen``s it and registers it with JAX. ``load_or_build``
-falls back to a JIT build of the sources when the prebuilt module cannot
-serve this machine.
+"""``load_prebuilt``: load a module that ``kernix build`` made, with no compiler (nothing here imports
+libclang, the compilers or ninja); ``load_or_build``: fall back to a JIT build of the sources when the
+prebuilt module cannot serve this machine.
 """
 
 from __future__ import annotations
@@ -35,8 +31,7 @@ from .format import (
     running_ffi_api,
 )
 
-__all__ = ["load_or_build", "last_load_reason", "load_prebuilt", "load_manifest", "check_prebuilt", "trust_problem",
-           "elf_problem", "stale_problem", "PrebuiltError"]
+__all__ = ["load_or_build", "last_load_reason", "load_prebuilt"]
 
 
 _reasons: dict[str, str] = {}
@@ -61,10 +56,8 @@ def load_or_build(
     """Load ``prebuilt_dir`` with :func:`load_prebuilt`, or, when it cannot serve
     this machine, say why on stderr and build ``sources`` with the JIT loaders.
 
-    The prebuilt module is stale when ``sources`` exist and differ from those it
-    was built from, or a header recorded from their directories differs. One
-    another user could have written (reason ``"trust"``) is refused, not rebuilt:
-    its sources could be theirs too.
+    A stale module is built from its sources instead; one another user could have written is refused, not
+    rebuilt (when each happens, and why: docs/deploying.rst, "Shipping kernels in a wheel").
 
     Parameters
     ----------
@@ -111,28 +104,10 @@ def load_or_build(
     return load_dir(paths[0].parent, functions=None, name=name, target_prefix=target_prefix, **options)
 
 
-def _untrusted(path: str, st: os.stat_result, owners: tuple[int, ...]) -> str | None:
-    """Why a user not in ``owners`` could replace ``path`` (already resolved), or ``None``."""
-    writer = trust.foreign_writer(st, owners, sticky_ok=True)  # (/tmp: others cannot replace what is in it)
-    if writer == "owner":
-        return (
-            f"{path} is owned by another user (uid {st.st_uid}), who could replace the code loaded "
-            "from it. Install the package where only you or root can write (a virtual environment "
-            "of your own, or the environment kernix is installed in), or build the module yourself "
-            "(`kernix build SOURCE... -o DIR`)"
-        )
-    if writer == "others":
-        return (
-            f"other users can write to {path}, so they could replace the code loaded from it. "
-            f"Fix it with `chmod o-w {path}`, or reinstall the package where other users cannot write"
-        )
-    return None
-
-
 def _chain_problem(path: str, owners: tuple[int, ...], seen: set[str]) -> str | None:
-    """The first problem of :func:`_untrusted` in ``path`` (resolved) or a
-    directory above it, from the top; paths in ``seen`` are skipped, and
-    added; paths that do not exist are skipped."""
+    """Why a user not in ``owners`` could replace ``path`` (resolved) or a directory above it, the first
+    problem from the top, or ``None``; paths in ``seen`` are skipped, and added; paths that do not exist
+    are skipped."""
     for p in reversed(list(ancestors(os.path.realpath(path)))):
         if p in seen:
             continue
@@ -141,9 +116,19 @@ def _chain_problem(path: str, owners: tuple[int, ...], seen: set[str]) -> str | 
             st = os.stat(p)
         except OSError:
             continue
-        why = _untrusted(p, st, owners)
-        if why is not None:
-            return why
+        writer = trust.foreign_writer(st, owners, sticky_ok=True)  # (/tmp: others cannot replace what is in it)
+        if writer == "owner":
+            return (
+                f"{p} is owned by another user (uid {st.st_uid}), who could replace the code loaded "
+                "from it. Install the package where only you or root can write (a virtual environment "
+                "of your own, or the environment kernix is installed in), or build the module yourself "
+                "(`kernix build SOURCE... -o DIR`)"
+            )
+        if writer == "others":
+            return (
+                f"other users can write to {p}, so they could replace the code loaded from it. "
+                f"Fix it with `chmod o-w {p}`, or reinstall the package where other users cannot write"
+            )
     return None
 
 
@@ -249,16 +234,14 @@ def check_prebuilt(manifest: PrebuiltManifest) -> None:
     a :class:`PrebuiltError` with reason ``"version"``, ``"ffi_api"``,
     ``"platform"`` or ``"arch"``, saying how to rebuild.
     """
-    where = manifest.directory
+    refused = f"cannot load the prebuilt module {manifest.name!r} from {manifest.directory}"
     problem = kernix_version_problem(manifest.kernix, __version__)
     if problem:
-        raise PrebuiltError(f"cannot load the prebuilt module {manifest.name!r} from {where}: {problem}.",
-                            "version")
+        raise PrebuiltError(f"{refused}: {problem}.", "version")
     problem = ffi_api_problem(manifest.ffi_api, running_ffi_api())
     if problem:
         raise PrebuiltError(
-            f"cannot load the prebuilt module {manifest.name!r} from {where}: {problem} "
-            f"(built with jaxlib {manifest.jaxlib}). Rebuild it with this jaxlib installed "
+            f"{refused}: {problem} (built with jaxlib {manifest.jaxlib}). Rebuild it with this jaxlib installed "
             "(`kernix build ...`), or install a jaxlib with the same FFI API.",
             "ffi_api",
         )
@@ -267,17 +250,14 @@ def check_prebuilt(manifest: PrebuiltManifest) -> None:
     present, why = _gpus()
     if not present:
         raise PrebuiltError(
-            f"cannot load the prebuilt module {manifest.name!r} from {where}: it runs on NVIDIA GPUs and "
-            f"none is usable here ({why}). Run it on a machine with a GPU and its driver (check with "
-            "`nvidia-smi`), or load a CPU build of the module.",
+            f"{refused}: it runs on NVIDIA GPUs and none is usable here ({why}). Run it on a machine with a GPU "
+            "and its driver (check with `nvidia-smi`), or load a CPU build of the module.",
             "platform",
         )
     for arch, kind in present:
         problem = arch_problem(arch, kind, manifest.sass, manifest.ptx)
         if problem:
-            raise PrebuiltError(
-                f"cannot load the prebuilt module {manifest.name!r} from {where}: {problem}", "arch"
-            )
+            raise PrebuiltError(f"{refused}: {problem}", "arch")
 
 
 def load_prebuilt(

@@ -1,19 +1,6 @@
-"""A setuptools ``build_py`` that precompiles a package's kernels into its wheel.
-
-A package lists its modules in ``pyproject.toml``::
-
-    [[tool.kernix.modules]]
-    name = "ops"                                   # module name = FFI target prefix
-    sources = ["src/mypkg/kernels/ops.cu"]          # relative to the project root
-    output = "mypkg/_prebuilt/ops"                  # inside the built package
-    arch = ["sm_80", "sm_90"]                       # CUDA only; optional
-    defines = ["USE_FAST_PATH=1"]                   # optional; also include_dirs,
-                                                    # optimization_level, use_fast_math, language
-
-and calls ``setup(**kernix_setup_kwargs())`` in ``setup.py``. Each module is
-built with :func:`kernix.build_module` into a platform-specific wheel.
-``$KERNIX_CUDA_ARCH_LIST`` overrides ``arch``; ``KERNIX_SKIP_PREBUILT=1``
-skips the prebuilt modules.
+"""A setuptools ``build_py`` that precompiles a package's kernels into its wheel: each
+``[[tool.kernix.modules]]`` entry of its ``pyproject.toml`` is built with :func:`kernix.build_module`
+(the entries and the variables that change them: docs/deploying.rst, "Shipping kernels in a wheel").
 """
 
 from __future__ import annotations
