@@ -23,11 +23,8 @@ from ..platforms import preprocessor_flags
 from ..errors import ToolchainError
 from ..store.files import compiler_environment, content_key, remembered
 
-__all__ = [
-    "CompilerView", "NVCC_BUILD_FLAGS", "TYPE_FLAGS", "inference_flags", "changes_macros", "changes_types",
-    "host_macros",
-    "nvcc_host_pass", "view", "macro_flags", "parse_dm", "forget",
-]
+__all__ = ["CompilerView", "inference_flags", "changes_macros", "changes_types", "view", "macro_flags", "parse_dm",
+           "forget"]
 
 #: The nvcc flags of the build that change the host pass's macros (see
 #: :func:`kernix.backend.flags.compile_flags`): ``--expt-relaxed-constexpr``

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-__all__ = ["LeadingInclude", "leading", "leading_includes", "leading_system_includes", "without_leading"]
+__all__ = ["LeadingInclude", "leading", "leading_includes", "without_leading"]
 
 # One item of a file's opening: blank space, a comment, `#pragma once` or an `#include`.
 _ITEM = re.compile(
@@ -81,14 +81,9 @@ def leading(raw: bytes, quote_dirs: Sequence[str] | None) -> list[LeadingInclude
 
 
 def leading_includes(raw: bytes, quote_dirs: Sequence[str] | None) -> list[str]:
-    """The directive lines of :func:`leading` (for the precompiled prelude)."""
+    """The directive lines of :func:`leading` (for the precompiled prelude; with ``quote_dirs`` ``None``, the
+    ``#include <...>`` lines before any other include or code)."""
     return [inc.line for inc in leading(raw, quote_dirs)]
-
-
-def leading_system_includes(raw: bytes) -> list[str]:
-    """The ``#include <...>`` lines a file opens with, before any other code
-    (stopping at the first other include or code)."""
-    return leading_includes(raw, quote_dirs=None)
 
 
 def without_leading(raw: bytes, includes: Sequence[LeadingInclude]) -> bytes:
