@@ -18,7 +18,7 @@ from typing import Any
 from ..language.names import is_identifier
 from ..language.spec import parse_arg_spec
 from ..errors import ArgSpecError, SourceError
-from .clangparse import SPACE_ANNOTATIONS, in_file, in_system_header
+from .clangparse import SPACE_ANNOTATIONS, in_file
 from .classify import qualified_name
 from .lexer import Annotation
 
@@ -212,8 +212,7 @@ def function_cursors(tu: Any, path: str) -> list[Any]:
     import clang.cindex as ci
 
     K = ci.CursorKind
-    containers = {K.NAMESPACE, K.LINKAGE_SPEC, K.UNEXPOSED_DECL, K.STRUCT_DECL, K.CLASS_DECL,
-                  K.CLASS_TEMPLATE, K.CLASS_TEMPLATE_PARTIAL_SPECIALIZATION, K.UNION_DECL, K.FRIEND_DECL}
+    containers = {getattr(K, n) for n in (*_CLASS_KINDS, "NAMESPACE", "LINKAGE_SPEC", "UNEXPOSED_DECL", "FRIEND_DECL")}
     wanted = {K.FUNCTION_DECL, K.FUNCTION_TEMPLATE, *(getattr(K, n) for n in MEMBER_KINDS)}
     out: list[Any] = []
 
@@ -453,7 +452,7 @@ def _header_hint(tu: Any, path: str, name: str) -> str:
     def find(scope: Any) -> Any | None:
         for c in scope.get_children():
             kind = c.kind.name
-            if kind not in ("FUNCTION_DECL", "NAMESPACE", "LINKAGE_SPEC") or in_system_header(c):
+            if kind not in ("FUNCTION_DECL", "NAMESPACE", "LINKAGE_SPEC") or c.location.is_in_system_header:
                 continue
             if kind != "FUNCTION_DECL":
                 hit = find(c)

@@ -10,13 +10,8 @@
   headers are dropped. Without nvcc, clang's CUDA mode and a stub prelude
   are used.
 * The prelude and the file's leading ``#include`` lines are precompiled
-  (:mod:`kernix.frontend.pch`, :mod:`kernix.frontend.leading`).
+  (:mod:`kernix.frontend.pch`).
 * Function bodies are skipped: only signatures matter.
-* Annotations are bound by position (:mod:`kernix.frontend.binding`), not
-  with ``-fparse-all-comments``, which attaches a comment to the nearest name.
-
-``clang.cindex`` is imported on first need (:func:`cindex`); a missing
-``libclang-ng`` is a :class:`~kernix.ToolchainError` saying how to install it.
 """
 
 from __future__ import annotations
@@ -38,12 +33,11 @@ from ..errors import SourceError, ToolchainError
 from ..interface import running_command
 from ..paths import cache_root, include_dir
 from . import compiler_view, pch
-from .leading import leading, without_leading
-from .pch import is_under
+from .pch import is_under, leading, without_leading
 from .versions import merge_versions, read_versions
 
 __all__ = ["ParseOptions", "parse", "parse_flags", "prelude_text", "parsed_versions", "error_diagnostics",
-           "skipped_ranges", "dependencies", "in_file", "in_system_header", "SPACE_ANNOTATIONS", "clang_identity",
+           "skipped_ranges", "dependencies", "in_file", "SPACE_ANNOTATIONS", "clang_identity",
            "ffi_include_dir", "host_cxx_include_dirs"]
 
 
@@ -130,8 +124,6 @@ def _lib() -> Any:
     lib.clang_disposeSourceRangeList.argtypes = [ctypes.POINTER(CXSourceRangeList)]
     lib.clang_Location_isFromMainFile.restype = ctypes.c_int
     lib.clang_Location_isFromMainFile.argtypes = [ci.SourceLocation]
-    lib.clang_Location_isInSystemHeader.restype = ctypes.c_int
-    lib.clang_Location_isInSystemHeader.argtypes = [ci.SourceLocation]
     return lib
 
 
@@ -139,19 +131,13 @@ def in_file(cursor: Any, path: str) -> bool:
     """Whether ``cursor``'s expansion location is in ``path``, by file name, since
     ``clang_Location_isFromMainFile`` is false for macro-expanded declarations.
     """
-    lib = _lib()
     loc = cursor.location
-    if lib.clang_Location_isFromMainFile(loc):
+    if _lib().clang_Location_isFromMainFile(loc):
         return True
-    if lib.clang_Location_isInSystemHeader(loc):
+    if loc.is_in_system_header:
         return False
     f = loc.file
     return f is not None and os.path.abspath(f.name) == path
-
-
-def in_system_header(cursor: Any) -> bool:
-    """Whether ``cursor`` is located in a system header (toolchain, ``-isystem``)."""
-    return bool(_lib().clang_Location_isInSystemHeader(cursor.location))
 
 
 def skipped_ranges(tu: Any, path: str) -> list[tuple[int, int]]:
@@ -395,7 +381,7 @@ def parse_flags(options: ParseOptions) -> list[str]:
     for d in options.include_dirs:
         args.append(f"-I{d}")
     # The view has the code-generation flags' macros; clang itself sees those that change types.
-    args += [f for f in options.flags if not compiler_view.changes_macros(f) or compiler_view.changes_types(f)]
+    args += [f for f in options.flags if not compiler_view.changes_macros(f) or f in compiler_view.TYPE_FLAGS]
     args.append(f"-I{include_dir()}")
     added: list[str] = []
     if view is not None:
@@ -487,7 +473,7 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
         if prelude is not None and compiler_view_of(options) is not None:
             opening = leading(raw, _quote_dirs(path, options))
             full = prelude + "".join(inc.line + "\n" for inc in opening)
-            # The PCH holds the opening includes: the file is parsed without them (kernix.frontend.leading).
+            # The PCH holds the opening includes: the file is parsed without them (kernix.frontend.pch).
             main = [(path, without_leading(raw, opening))]
             base = [f for f in flags if f not in ("-include", PRELUDE_PATH)]
             earlier = getattr(same_as, "kernix_pch", None)

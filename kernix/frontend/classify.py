@@ -1,12 +1,7 @@
 """Turning a function declaration into a :class:`~kernix.language.spec.FunctionSpec`.
 
-Each parameter is classified from its canonical type, so aliases count as
-what they name: const ``BE::Tensor`` -> ``arg``, non-const -> ``ret``
-(``TensorOf<T>`` pins the dtype; XLA FFI buffers likewise); ``BE::InOut`` ->
-``inout``; ``cudaStream_t`` -> ``stream``; scalars, spans, vectors and
-strings -> ``attr.<name>:<dtype>``; ``BE::Scratch``, ``BE::State<T>``,
-``BE::ThreadPool`` -> ``scratch``, ``state``, ``threads``. A function returns
-``void`` or ``xla::ffi::Error``: any other return value would be dropped.
+Each parameter is classified from its canonical type, so aliases count as what they name, by the
+rules docs/reference/arg-spec.rst tabulates (with the refusals and their fixes).
 """
 
 from __future__ import annotations

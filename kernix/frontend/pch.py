@@ -1,19 +1,23 @@
 """The precompiled CUDA prelude: built once, used while its headers are unchanged.
 
-The prelude (with the ``#include`` lines a file opens with: :mod:`kernix.frontend.leading`)
-is precompiled and kept in the store (:func:`kernix.store.new_prelude_file`), its record
-naming its PCH file and the version of every header it holds, as the build read them
-(:func:`kernix.frontend.versions.read_versions`).  clang checks a PCH's headers by size and
-modification time only, so each use checks those versions first and builds the PCH again
-when one changed (docs/how-it-works.rst, "cache-key").  A rebuilt PCH gets a new file name,
-so a process never reads a record naming one PCH while another writes a different one
-under the same name.
+The prelude, with the ``#include`` lines a file opens with (:func:`leading`: nothing in the
+file can change how those headers read), is precompiled and kept in the store
+(:func:`kernix.store.new_prelude_file`), its record naming its PCH file and the version of
+every header it holds, as the build read them (:func:`kernix.frontend.versions.read_versions`).
+The file is then parsed with those lines blanked out (:func:`without_leading`): a header
+without include guards read twice would report redefinitions nvcc never reports.
+
+clang checks a PCH's headers by size and modification time only, so each use checks those
+versions first and builds the PCH again when one changed (docs/how-it-works.rst,
+"cache-key").  A rebuilt PCH gets a new file name, so a process never reads a record naming
+one PCH while another writes a different one under the same name.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +27,8 @@ from ..errors import CacheError
 from ..store import content_key, is_private, new_prelude_file, prelude_file, recall, remember, version_current
 from .versions import read_versions
 
-__all__ = ["Prelude", "is_under", "pch_failed", "prelude_pch", "with_pch"]
+__all__ = ["Prelude", "is_under", "pch_failed", "prelude_pch", "with_pch", "LeadingInclude", "leading",
+           "leading_includes", "without_leading"]
 
 _FORMAT = 3  # of the prelude's record
 
@@ -181,3 +186,79 @@ def with_pch(flags: list[str], pch: str, virtual_path: str) -> list[str]:
 def pch_failed(tu: Any) -> bool:
     """Whether clang refused the PCH ``tu`` was parsed with."""
     return any(d.severity >= 4 and ("precompiled" in d.spelling or "PCH" in d.spelling) for d in tu.diagnostics)
+
+
+# One item of a file's opening: blank space, a comment, `#pragma once` or an `#include`.
+_ITEM = re.compile(
+    rb"""(?P<space>[ \t\r\n]+)
+       | (?P<comment>//[^\r\n]*)
+       | (?P<block>/\*.*?\*/)
+       | (?P<pragma>\#[ \t]*pragma[ \t]+once\b)(?P<pragma_rest>[^\r\n]*)
+       | (?P<inc>\#[ \t]*include[ \t]*(?:<(?P<sys>[^>\r\n]+)>|"(?P<quoted>[^"\r\n]+)"))(?P<rest>[^\r\n]*)""",
+    re.DOTALL | re.VERBOSE,
+)
+
+# What may follow a directive on its line: blanks, then perhaps a `//` comment.
+_REST = re.compile(rb"[ \t]*(?://[^\r\n]*)?")
+
+
+class LeadingInclude(NamedTuple):
+    """One opening ``#include``: the ``line`` for the prelude (a ``"..."`` include by
+    its absolute path) and its ``start`` and ``end`` bytes in the file.
+    """
+
+    line: str
+    start: int
+    end: int
+
+
+def _continued(text: bytes) -> bool:
+    """Whether a line ends in a backslash (a line splice: the next line joins it)."""
+    return text.rstrip(b" \t").endswith(b"\\")
+
+
+def leading(raw: bytes, quote_dirs: Sequence[str] | None) -> list[LeadingInclude]:
+    """The ``#include`` directives ``raw`` opens with, in order. A ``"..."`` include
+    is looked for in ``quote_dirs``; one found nowhere, or any when ``quote_dirs``
+    is ``None``, ends the list, as does a directive in any doubt (a backslash-continued
+    comment, anything but a ``//`` comment after the header name).
+    """
+    out: list[LeadingInclude] = []
+    pos = 0
+    while True:
+        m = _ITEM.match(raw, pos)
+        if m is None or not m.group():
+            return out
+        # A line comment, or what follows a directive on its line: neither may splice the next line.
+        rest = m.group("comment") or m.group("pragma_rest") or m.group("rest") or b""
+        if _REST.fullmatch(rest) is None or _continued(rest):
+            return out
+        if m.group("inc"):
+            if m.group("sys"):
+                line = m.group("inc").decode("utf-8", errors="replace")
+            else:
+                name = m.group("quoted").decode("utf-8", errors="replace")
+                found = None if quote_dirs is None else next(
+                    (os.path.join(d, name) for d in quote_dirs if os.path.isfile(os.path.join(d, name))), None)
+                if found is None:
+                    return out
+                line = f'#include "{os.path.abspath(found)}"'
+            out.append(LeadingInclude(line, m.start(), m.end()))
+        pos = m.end()
+
+
+def leading_includes(raw: bytes, quote_dirs: Sequence[str] | None) -> list[str]:
+    """The directive lines of :func:`leading` (for the precompiled prelude; with ``quote_dirs`` ``None``, the
+    ``#include <...>`` lines before any other include or code)."""
+    return [inc.line for inc in leading(raw, quote_dirs)]
+
+
+def without_leading(raw: bytes, includes: Sequence[LeadingInclude]) -> bytes:
+    """``raw`` with each of ``includes`` replaced by spaces: the same length and
+    lines, so every position in the file stays where it was."""
+    if not includes:
+        return raw
+    text = bytearray(raw)
+    for inc in includes:
+        text[inc.start:inc.end] = b" " * (inc.end - inc.start)
+    return bytes(text)
