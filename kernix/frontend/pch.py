@@ -49,10 +49,6 @@ _failed: dict[tuple[str, str], list[list[Any]]] = {}
 _lock = threading.Lock()
 
 
-def _key(flags: Sequence[str], prelude: str, clang: str) -> str:
-    return content_key(["prelude-pch", _FORMAT, clang, list(flags)], prelude.encode())[:24]
-
-
 def _current(versions: list[list[Any]]) -> bool:
     """Whether every header still has its version (:func:`kernix.store.version_current`),
     the common case (every stat as recorded: a thousand headers for ``<cub/cub.cuh>``) cheaper."""
@@ -94,7 +90,7 @@ def prelude_pch(index: Any, root: str | os.PathLike[str], flags: Sequence[str], 
     libclang that wrote it).
     """
     root = Path(root)
-    key = _key(flags, prelude, clang)
+    key = content_key(["prelude-pch", _FORMAT, clang, list(flags)], prelude.encode())[:24]
     slot = (str(root), key)
     with _lock:
         found = None if rebuild else _known.get(slot)
