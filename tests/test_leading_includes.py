@@ -1,5 +1,5 @@
 """A file's opening ``#include`` lines are precompiled with the CUDA prelude for
-speed (kernix/frontend/leading.py), and the prelude never changes what the file
+speed (kernix/frontend/pch.py), and the prelude never changes what the file
 means: a header without include guards infers and builds as nvcc and g++
 compile it (read once), and one included twice fails as it does for them."""
 
@@ -16,7 +16,7 @@ from helpers import gpus, has_nvcc, unique_name
 
 import kernix
 from kernix import infer_file
-from kernix.frontend.leading import leading, leading_includes, without_leading
+from kernix.frontend.pch import leading, leading_includes, without_leading
 
 needs_nvcc = pytest.mark.skipif(not has_nvcc(), reason="needs nvcc and the CUDA headers")
 

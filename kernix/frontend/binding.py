@@ -18,28 +18,17 @@ from typing import Any
 from ..language.names import is_identifier
 from ..language.spec import parse_arg_spec
 from ..errors import ArgSpecError, SourceError
-from .clangparse import SPACE_ANNOTATIONS, in_file, in_system_header
+from .clangparse import SPACE_ANNOTATIONS, in_file
 from .classify import qualified_name
 from .lexer import Annotation
 
-__all__ = ["MEMBER_KINDS", "is_member", "execution_spaces", "declaration", "refusal", "Target", "function_cursors",
-           "bind_annotations", "annotated_targets", "requested_targets", "NOT_DECLARED", "DECLARED_IN_HEADER"]
-
-
-def _template_error(path: str, name: str, cursor: Any) -> SourceError:
-    params = [c.spelling for c in cursor.get_children()
-              if c.kind.name in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER")]
-    first = params[0] if params and params[0] else "T"
-    return SourceError(
-        f"function {name!r} is a template: a template is exported for the template arguments its annotation "
-        f"lists, each instantiation under its own name; write them after its name, e.g. "
-        f"`// @BE {name}<{first}: float, double>`",
-        file=path, line=cursor.location.line, column=cursor.location.column, function=name)
-
+__all__ = ["is_member", "execution_spaces", "Target", "function_cursors", "bind_annotations", "annotated_targets",
+           "requested_targets", "line_starts", "NOT_DECLARED", "DECLARED_IN_HEADER", "TEMPLATE_PARAMETER_KINDS"]
 
 #: The cursor kinds (names) of member functions.
 MEMBER_KINDS = ("CXX_METHOD", "CONSTRUCTOR", "DESTRUCTOR", "CONVERSION_FUNCTION")
 _CLASS_KINDS = ("STRUCT_DECL", "CLASS_DECL", "CLASS_TEMPLATE", "CLASS_TEMPLATE_PARTIAL_SPECIALIZATION", "UNION_DECL")
+TEMPLATE_PARAMETER_KINDS = ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER", "TEMPLATE_TEMPLATE_PARAMETER")
 
 
 def is_member(cursor: Any) -> bool:
@@ -138,9 +127,7 @@ def _undeducible_specialization(cursor: Any) -> list[str]:
     primary = cursor.specialized_template
     if primary is None or primary.kind != ci.CursorKind.FUNCTION_TEMPLATE:
         return []
-    names = [c.spelling for c in primary.get_children()
-             if c.kind.name in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER",
-                                "TEMPLATE_TEMPLATE_PARAMETER")]
+    names = [c.spelling for c in primary.get_children() if c.kind.name in TEMPLATE_PARAMETER_KINDS]
     used: set[str] = set()
     for p in primary.get_children():
         if p.kind == ci.CursorKind.PARM_DECL:
@@ -159,7 +146,12 @@ def refusal(path: str, name: str, cursor: Any) -> SourceError | None:
             f"{name!r} is a member function of {owner!r}: member functions cannot be exported: "
             "annotate a free function that calls it", **where)
     if cursor.kind == ci.CursorKind.FUNCTION_TEMPLATE:
-        return _template_error(path, name, cursor)
+        params = [c.spelling for c in cursor.get_children()
+                  if c.kind.name in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER")]
+        return SourceError(
+            f"function {name!r} is a template: a template is exported for the template arguments its annotation "
+            f"lists, each instantiation under its own name; write them after its name, e.g. "
+            f"`// @BE {name}<{params[0] if params and params[0] else 'T'}: float, double>`", **where)
     if _declared_in_class_only(cursor):
         owner = cursor.lexical_parent.spelling or "its class"
         return SourceError(
@@ -220,8 +212,7 @@ def function_cursors(tu: Any, path: str) -> list[Any]:
     import clang.cindex as ci
 
     K = ci.CursorKind
-    containers = {K.NAMESPACE, K.LINKAGE_SPEC, K.UNEXPOSED_DECL, K.STRUCT_DECL, K.CLASS_DECL,
-                  K.CLASS_TEMPLATE, K.CLASS_TEMPLATE_PARTIAL_SPECIALIZATION, K.UNION_DECL, K.FRIEND_DECL}
+    containers = {getattr(K, n) for n in (*_CLASS_KINDS, "NAMESPACE", "LINKAGE_SPEC", "UNEXPOSED_DECL", "FRIEND_DECL")}
     wanted = {K.FUNCTION_DECL, K.FUNCTION_TEMPLATE, *(getattr(K, n) for n in MEMBER_KINDS)}
     out: list[Any] = []
 
@@ -399,23 +390,20 @@ def annotated_targets(
                 "Put it on the line right before the function it exports, with only comments in between",
                 function=a.name, **where))
             continue
-        if cursor.spelling == a.name:
-            together = [cursor]
-        else:
+        if cursor.spelling != a.name:
             if by_start is None:  # (grouped once: one look-up per annotation, not one pass over the file)
                 by_start = {}
                 for c in cursors:
                     by_start.setdefault(_start(c), []).append(c)
             together = by_start[_start(cursor)]
-        if len(together) > 1:
-            found = ", ".join(repr(c.spelling) for c in together)
-            errors.append(SourceError(
-                f"annotation `{a.text}` precedes a macro invocation (line {cursor.location.line}) that "
-                f"generates {found}, none named {a.name!r}. Rename the annotation to one of these, "
-                "or move it right before the function it exports",
-                function=a.name, **where))
-            continue
-        if cursor.spelling != a.name:
+            if len(together) > 1:
+                found = ", ".join(repr(c.spelling) for c in together)
+                errors.append(SourceError(
+                    f"annotation `{a.text}` precedes a macro invocation (line {cursor.location.line}) that "
+                    f"generates {found}, none named {a.name!r}. Rename the annotation to one of these, "
+                    "or move it right before the function it exports",
+                    function=a.name, **where))
+                continue
             errors.append(SourceError(
                 f"annotation `{a.text}` is bound to function {cursor.spelling!r} (line {cursor.location.line}), "
                 f"which has another name. Rename the annotation to `// @BE {cursor.spelling}` or move it "
@@ -457,13 +445,14 @@ NOT_DECLARED = "not_declared"
 DECLARED_IN_HEADER = "declared_in_header"
 
 
-def _in_user_header(tu: Any, path: str, name: str) -> Any | None:
-    """A declaration of function ``name`` in a header ``path`` includes (not a system header), or ``None``."""
+def _header_hint(tu: Any, path: str, name: str) -> str:
+    """For a requested name only an included header (not a system header) declares: where, and the
+    declaration to add."""
 
     def find(scope: Any) -> Any | None:
         for c in scope.get_children():
             kind = c.kind.name
-            if kind not in ("FUNCTION_DECL", "NAMESPACE", "LINKAGE_SPEC") or in_system_header(c):
+            if kind not in ("FUNCTION_DECL", "NAMESPACE", "LINKAGE_SPEC") or c.location.is_in_system_header:
                 continue
             if kind != "FUNCTION_DECL":
                 hit = find(c)
@@ -473,12 +462,7 @@ def _in_user_header(tu: Any, path: str, name: str) -> Any | None:
                 return c
         return None
 
-    return find(tu.cursor)
-
-
-def _header_hint(tu: Any, path: str, name: str) -> str:
-    """For a requested name only an included header declares: where, and the declaration to add."""
-    found = _in_user_header(tu, path, name)
+    found = find(tu.cursor)
     if found is None:
         return ""
     loc = found.location

@@ -10,13 +10,8 @@
   headers are dropped. Without nvcc, clang's CUDA mode and a stub prelude
   are used.
 * The prelude and the file's leading ``#include`` lines are precompiled
-  (:mod:`kernix.frontend.pch`, :mod:`kernix.frontend.leading`).
+  (:mod:`kernix.frontend.pch`).
 * Function bodies are skipped: only signatures matter.
-* Annotations are bound by position (:mod:`kernix.frontend.binding`), not
-  with ``-fparse-all-comments``, which attaches a comment to the nearest name.
-
-``clang.cindex`` is imported on first need (:func:`cindex`); a missing
-``libclang-ng`` is a :class:`~kernix.ToolchainError` saying how to install it.
 """
 
 from __future__ import annotations
@@ -30,7 +25,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from ..backend.toolchain import check_host_compiler, cuda_include_dirs, host_compiler_path
 from ..store.files import compiler_environment, FileStat, remembered
@@ -38,14 +33,12 @@ from ..errors import SourceError, ToolchainError
 from ..interface import running_command
 from ..paths import cache_root, include_dir
 from . import compiler_view, pch
-from .leading import leading, leading_includes, leading_system_includes, without_leading
+from .pch import is_under, leading, without_leading
 from .versions import merge_versions, read_versions
 
-__all__ = ["error_diagnostics", "in_file", "in_system_header", "skipped_ranges", "dependencies", "cindex",
-           "CUDA_PRELUDE_REAL", "CUDA_PRELUDE_STUB", "SPACE_MARKERS", "SPACE_ANNOTATIONS", "PRELUDE_PATH",
-           "ParseOptions", "parse_flags", "parse", "parsed_versions", "host_cxx_include_dirs", "ffi_include_dir",
-           "clang_identity", "compiler_view_of", "is_under", "system_dirs", "leading_system_includes",
-           "leading_includes"]
+__all__ = ["ParseOptions", "parse", "parse_flags", "prelude_text", "parsed_versions", "error_diagnostics",
+           "skipped_ranges", "dependencies", "in_file", "SPACE_ANNOTATIONS", "clang_identity",
+           "ffi_include_dir", "host_cxx_include_dirs"]
 
 
 def error_diagnostics(tu: Any, options: ParseOptions) -> list[SourceError]:
@@ -131,8 +124,6 @@ def _lib() -> Any:
     lib.clang_disposeSourceRangeList.argtypes = [ctypes.POINTER(CXSourceRangeList)]
     lib.clang_Location_isFromMainFile.restype = ctypes.c_int
     lib.clang_Location_isFromMainFile.argtypes = [ci.SourceLocation]
-    lib.clang_Location_isInSystemHeader.restype = ctypes.c_int
-    lib.clang_Location_isInSystemHeader.argtypes = [ci.SourceLocation]
     return lib
 
 
@@ -140,19 +131,13 @@ def in_file(cursor: Any, path: str) -> bool:
     """Whether ``cursor``'s expansion location is in ``path``, by file name, since
     ``clang_Location_isFromMainFile`` is false for macro-expanded declarations.
     """
-    lib = _lib()
     loc = cursor.location
-    if lib.clang_Location_isFromMainFile(loc):
+    if _lib().clang_Location_isFromMainFile(loc):
         return True
-    if lib.clang_Location_isInSystemHeader(loc):
+    if loc.is_in_system_header:
         return False
     f = loc.file
     return f is not None and os.path.abspath(f.name) == path
-
-
-def in_system_header(cursor: Any) -> bool:
-    """Whether ``cursor`` is located in a system header (toolchain, ``-isystem``)."""
-    return bool(_lib().clang_Location_isInSystemHeader(cursor.location))
 
 
 def skipped_ranges(tu: Any, path: str) -> list[tuple[int, int]]:
@@ -286,21 +271,14 @@ class ParseOptions:
     flags: tuple[str, ...] = ()
 
 
-def _cxx() -> str | None:
-    """The host compiler the build uses (see :func:`kernix.backend.toolchain.find_host_compiler`)."""
-    try:
-        return host_compiler_path()
-    except ToolchainError:
-        return None
-
-
 def host_cxx_include_dirs() -> tuple[str, ...]:
-    """The host C++ compiler's ``#include <...>`` directories (``-E -x c++ - -v``),
+    """The build's host C++ compiler's ``#include <...>`` directories (``-E -x c++ - -v``),
     remembered per compiler and :data:`~kernix.store.files.COMPILER_ENVIRONMENT`;
     empty without a host compiler.
     """
-    cxx = _cxx()
-    if cxx is None:
+    try:
+        cxx = host_compiler_path()
+    except ToolchainError:
         return ()
     return _host_cxx_include_dirs(cxx, tuple(compiler_environment().items()))
 
@@ -403,7 +381,7 @@ def parse_flags(options: ParseOptions) -> list[str]:
     for d in options.include_dirs:
         args.append(f"-I{d}")
     # The view has the code-generation flags' macros; clang itself sees those that change types.
-    args += [f for f in options.flags if not compiler_view.changes_macros(f) or compiler_view.changes_types(f)]
+    args += [f for f in options.flags if not compiler_view.changes_macros(f) or f in compiler_view.TYPE_FLAGS]
     args.append(f"-I{include_dir()}")
     added: list[str] = []
     if view is not None:
@@ -469,26 +447,17 @@ class _UsedPrelude(NamedTuple):
 
 def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: bytes | None = None,
           same_as: Any = None) -> Any:
-    """Parse ``path`` and return the ``clang.cindex.TranslationUnit``.
+    """The ``clang.cindex.TranslationUnit`` of the file ``path`` (absolute; its bytes ``raw`` if already
+    read), parsed with ``options``, with the detailed preprocessing record if ``detailed`` (for
+    :func:`skipped_ranges`).
 
     The prelude is precompiled once per toolchain, flag set and include list
     under the cache root (a stale or unreadable PCH is rebuilt once);
     ``tu.kernix_pch`` holds it and its headers' versions (:func:`parsed_versions`).
-
-    Parameters
-    ----------
-    path, options
-        The source file (absolute) and how to parse it.
-    detailed
-        Keep the detailed preprocessing record (for :func:`skipped_ranges`).
-    raw
-        The file's bytes, if already read.
-    same_as
-        An earlier parse of the file in the same inference, whose precompiled
-        prelude is reused without checking its headers again.
+    ``same_as``, an earlier parse of the file in the same inference, lends its
+    precompiled prelude without its headers being checked again.
     """
     ci = cindex()
-
     flags = parse_flags(options)
     prelude = prelude_text(options)
     opts = ci.TranslationUnit.PARSE_SKIP_FUNCTION_BODIES
@@ -504,9 +473,7 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
         if prelude is not None and compiler_view_of(options) is not None:
             opening = leading(raw, _quote_dirs(path, options))
             full = prelude + "".join(inc.line + "\n" for inc in opening)
-            # The PCH holds the opening includes: the file is parsed without them, so that
-            # each header is read once, as the compiler reads it (not twice: a header
-            # without include guards would give redefinition errors nvcc never gives).
+            # The PCH holds the opening includes: the file is parsed without them (kernix.frontend.pch).
             main = [(path, without_leading(raw, opening))]
             base = [f for f in flags if f not in ("-include", PRELUDE_PATH)]
             earlier = getattr(same_as, "kernix_pch", None)
@@ -541,8 +508,3 @@ def parsed_versions(tu: Any, path: str) -> list[list[Any]] | None:
     them changed while it was being read."""
     used = getattr(tu, "kernix_pch", None)
     return merge_versions(used.prelude.versions if used else [], read_versions(tu, skip=(path, PRELUDE_PATH)))
-
-
-def is_under(path: str, dirs: Sequence[str]) -> bool:
-    """Whether ``path`` is one of ``dirs`` or inside one."""
-    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)

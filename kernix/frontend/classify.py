@@ -1,12 +1,7 @@
 """Turning a function declaration into a :class:`~kernix.language.spec.FunctionSpec`.
 
-Each parameter is classified from its canonical type, so aliases count as
-what they name: const ``BE::Tensor`` -> ``arg``, non-const -> ``ret``
-(``TensorOf<T>`` pins the dtype; XLA FFI buffers likewise); ``BE::InOut`` ->
-``inout``; ``cudaStream_t`` -> ``stream``; scalars, spans, vectors and
-strings -> ``attr.<name>:<dtype>``; ``BE::Scratch``, ``BE::State<T>``,
-``BE::ThreadPool`` -> ``scratch``, ``state``, ``threads``. A function returns
-``void`` or ``xla::ffi::Error``: any other return value would be dropped.
+Each parameter is classified from its canonical type, so aliases count as what they name, by the
+rules docs/reference/arg-spec.rst tabulates (with the refusals and their fixes).
 """
 
 from __future__ import annotations
@@ -21,8 +16,7 @@ from ..language.spec import FunctionSpec, Param
 from ..language.spelling import api_spelling, is_function_type
 from ..errors import SourceError
 
-__all__ = ['Reject', 'classify_special', 'check_attr_name', 'RESERVED_ATTR_NAMES', 'ERROR_TYPE', 'return_kind',
-           'function_spec', 'qualified_name']
+__all__ = ["function_spec", "qualified_name", "element_dtype", "integer_dtype"]
 
 
 #: Keyword names the Python callable takes itself (``fn(*inputs, out=..., vmap_method=...)``,
@@ -45,6 +39,7 @@ INTEGER_KINDS = {
     "ULONG": "unsigned", "ULONGLONG": "unsigned",
 }
 _ARRAY_TYPES = ", ".join(ARRAY_ATTR_DTYPES.values())
+_FLOATS = {"FLOAT": "float32", "DOUBLE": "float64"}
 
 
 def _template_name(bare: str) -> str:
@@ -68,12 +63,6 @@ def integer_dtype(t: Any) -> str | None:
     sign = INTEGER_KINDS.get(kind)
     bits = 8 * t.get_size()
     return f"{'u' if sign == 'unsigned' else ''}int{bits}" if sign and bits in (8, 16, 32, 64) else None
-
-
-def _array_dtype(element: Any) -> str | None:
-    c = element.get_canonical()
-    dtype = {"FLOAT": "float32", "DOUBLE": "float64"}.get(c.kind.name) or integer_dtype(c)
-    return dtype if dtype in ARRAY_ATTR_DTYPES else None
 
 
 def check_attr_name(pname: str, where: str, what: str = "an attribute") -> None:
@@ -150,8 +139,8 @@ def _array(c: Any, ref: str | None, is_const: bool, name: str, pname: str, writt
     if name in _SPANS and not element.is_const_qualified():
         inner = written.partition("<")[2].rpartition(">")[0].strip() or element.spelling
         raise Reject(f"{where}: an array attribute is read-only; take a `{name}<const {inner}>`")
-    dtype = _array_dtype(element)
-    if dtype is None or dtype not in ARRAY_ATTR_DTYPES:
+    dtype = element_dtype(element)
+    if dtype not in ARRAY_ATTR_DTYPES:
         raise Reject(
             f"{where}: `{element.get_canonical().spelling}` is not an element type of an array attribute; XLA "
             f"passes arrays of {_ARRAY_TYPES} (no bool, no 16-bit floats: take integers, e.g. `{spelled}` of "
@@ -237,19 +226,14 @@ def _bare(spelling: str) -> str:
     return api_spelling(_ANON.sub("", _CV.sub("", spelling.strip())))
 
 
-_Reject = Reject
-
-
 def _classify(p: Any, index: int, fname: str) -> Param:
-    """Turn one parameter cursor into a :class:`Param` (or raise :class:`_Reject`)."""
+    """Turn one parameter cursor into a :class:`Param` (or raise :class:`Reject`)."""
     t = p.type
     written = " ".join(t.spelling.split())
     pname = p.spelling
     label = f"parameter {pname!r}" if pname else f"parameter {index + 1} (unnamed)"
     where = f"{label} of {fname!r} is `{written}`"
     c = t.get_canonical()
-    if c.kind.name in _ARRAY_KINDS:
-        raise _Reject(f"{where}: arrays cannot cross the FFI boundary; {_FIX_TENSOR}")
     ref = None
     if c.kind.name in ("LVALUEREFERENCE", "RVALUEREFERENCE"):
         ref = "&" if c.kind.name == "LVALUEREFERENCE" else "&&"
@@ -263,24 +247,24 @@ def _classify(p: Any, index: int, fname: str) -> Param:
         if pointee in ("CUstream_st", "struct CUstream_st") and (ref is None or (ref == "&" and is_const)):
             return Param(synth, "stream", written, "CUstream_st *", "stream")
         if pointee in ("CUstream_st", "struct CUstream_st"):
-            raise _Reject(f"{where}: a stream is passed by value or `const&`; take a `cudaStream_t`")
+            raise Reject(f"{where}: a stream is passed by value or `const&`; take a `cudaStream_t`")
         if pointee == "BE::Tensor" or pointee.startswith("BE::TensorOf<"):
-            raise _Reject(f"{where}: a tensor cannot be passed by pointer; {_FIX_TENSOR}")
+            raise Reject(f"{where}: a tensor cannot be passed by pointer; {_FIX_TENSOR}")
         if pointee == "char" and c.get_pointee().is_const_qualified():
-            raise _Reject(f"{where}: pointers cannot cross the FFI boundary; take a `std::string_view` "
+            raise Reject(f"{where}: pointers cannot cross the FFI boundary; take a `std::string_view` "
                           "for a string attribute")
-        raise _Reject(f"{where}: pointers cannot cross the FFI boundary; {_FIX_TENSOR}")
+        raise Reject(f"{where}: pointers cannot cross the FFI boundary; {_FIX_TENSOR}")
     if c.kind.name in _ARRAY_KINDS:
-        raise _Reject(f"{where}: arrays cannot cross the FFI boundary; {_FIX_TENSOR}")
+        raise Reject(f"{where}: arrays cannot cross the FFI boundary; {_FIX_TENSOR}")
     if c.is_volatile_qualified():
-        raise _Reject(f"{where}: volatile parameters are not supported; drop `volatile`")
+        raise Reject(f"{where}: volatile parameters are not supported; drop `volatile`")
 
     special = classify_special(c, ref, is_const, bare, pname, synth, written, where)
     if special is not None:
         return special
     if bare == "BE::Tensor" or bare.startswith(("BE::TensorOf<", "BE::InOutOf<")):
         if ref == "&&":
-            raise _Reject(f"{where}: rvalue references are not supported; {_FIX_TENSOR}")
+            raise Reject(f"{where}: rvalue references are not supported; {_FIX_TENSOR}")
         role = "inout" if bare.startswith("BE::InOutOf<") else "arg" if is_const else "ret"
         if bare == "BE::Tensor":
             return Param(synth, role, written, "BE::Tensor", "tensor")
@@ -288,13 +272,13 @@ def _classify(p: Any, index: int, fname: str) -> Param:
 
     if bare.startswith("xla::ffi::"):
         if ref == "&&":
-            raise _Reject(f"{where}: rvalue references are not supported; take the FFI type by value")
+            raise Reject(f"{where}: rvalue references are not supported; take the FFI type by value")
         return _ffi_param(synth, written, bare, where)
 
     if ref == "&&":
-        raise _Reject(f"{where}: rvalue references are not supported; take the scalar by value")
+        raise Reject(f"{where}: rvalue references are not supported; take the scalar by value")
     if ref == "&" and not is_const:
-        raise _Reject(
+        raise Reject(
             f"{where}: a non-const reference would be an output, and outputs must be tensors; "
             "take the scalar by value (or `const&`), or write results to a `BE::Tensor&`"
         )
@@ -303,7 +287,7 @@ def _classify(p: Any, index: int, fname: str) -> Param:
     if pname == "stream":
         if kind in ("LONG", "LONGLONG") and c.get_size() == 8:
             return Param("stream", "stream", written, bare, "stream")
-        raise _Reject(
+        raise Reject(
             f"{where}: a parameter named `stream` is the CUDA stream, which arrives as a `cudaStream_t` "
             "or a 64-bit signed integer (`int64_t stream`); take one of those, or rename the parameter "
             "if it is an integer attribute")
@@ -312,21 +296,21 @@ def _classify(p: Any, index: int, fname: str) -> Param:
     if kind == "ENUM":
         decl = c.get_declaration()
         if not decl.spelling or "unnamed" in bare or "anonymous" in bare:
-            raise _Reject(f"{where}: an unnamed enum cannot be named in generated code; give the enum a name")
+            raise Reject(f"{where}: an unnamed enum cannot be named in generated code; give the enum a name")
         dtype = integer_dtype(decl.enum_type.get_canonical())
         if dtype is None:
-            raise _Reject(f"{where}: the enum's underlying type has no XLA attribute type")
-    elif kind in ("FLOAT", "DOUBLE"):
-        dtype = "float32" if kind == "FLOAT" else "float64"
+            raise Reject(f"{where}: the enum's underlying type has no XLA attribute type")
+    elif kind in _FLOATS:
+        dtype = _FLOATS[kind]
     elif kind in _UNSUPPORTED_SCALARS:
-        raise _Reject(f"{where}: {_UNSUPPORTED_SCALARS[kind]}")
+        raise Reject(f"{where}: {_UNSUPPORTED_SCALARS[kind]}")
     elif bare in ("__half", "__nv_bfloat16"):
         dtype = "float16" if bare == "__half" else "bfloat16"
     else:
         dtype = integer_dtype(c)
         if dtype is None:
             what = "a struct or class" if kind == "RECORD" else f"type `{bare}`"
-            raise _Reject(
+            raise Reject(
                 f"{where}: {what} cannot cross the FFI boundary. Inputs and outputs are "
                 f"`BE::Tensor`s; attributes are scalars (integers, bool, float, double, enums, "
                 f"__half, __nv_bfloat16), arrays of them (`BE::Span<const T>`) or strings (`std::string_view`)"
@@ -343,34 +327,26 @@ _CLASS_ELEMENTS = {
 _STD_COMPLEX = re.compile(r"^std::(?:__\w+::)?complex<(float|double)>$")
 
 
-def _element_dtype(t: Any) -> str | None:
+def element_dtype(t: Any) -> str | None:
     """The dtype whose elements are exactly the C++ type ``t`` (see
     ``BE::element_dtype`` in kernix/common.h), or ``None``."""
     c = t.get_canonical()
-    kind = c.kind.name
-    if kind == "FLOAT":
-        return "float32"
-    if kind == "DOUBLE":
-        return "float64"
-    if kind == "BOOL" or kind in INTEGER_KINDS:
-        return integer_dtype(c)
-    if kind == "RECORD":
-        bare = _bare(c.spelling)
-        if bare in _CLASS_ELEMENTS:
-            return _CLASS_ELEMENTS[bare]
-        m = _STD_COMPLEX.match(bare)
-        if m:
-            return "complex64" if m.group(1) == "float" else "complex128"
-    return None
+    if c.kind.name != "RECORD":
+        return _FLOATS.get(c.kind.name) or integer_dtype(c)
+    bare = _bare(c.spelling)
+    m = _STD_COMPLEX.match(bare)
+    if m:
+        return "complex64" if m.group(1) == "float" else "complex128"
+    return _CLASS_ELEMENTS.get(bare)
 
 
 def _tensor_of_dtype(c: Any, where: str) -> str:
     """The dtype ``BE::TensorOf<T>`` (the canonical type ``c``) pins."""
     element = c.get_template_argument_type(0) if c.get_num_template_arguments() == 1 else None
-    dtype = _element_dtype(element) if element is not None and element.kind.name != "INVALID" else None
+    dtype = element_dtype(element) if element is not None and element.kind.name != "INVALID" else None
     if dtype is None:
         what = f"`{_bare(element.get_canonical().spelling)}`" if element is not None else "its element type"
-        raise _Reject(
+        raise Reject(
             f"{where}: {what} is not the C++ type of a dtype kernix can pin. `BE::TensorOf<T>` takes bool, "
             "an integer type (int8_t ... uint64_t), float, double, __half, __nv_bfloat16, __nv_fp8_e4m3, "
             "__nv_fp8_e5m2, std::complex<float> or std::complex<double>; for any other element type take a "
@@ -403,7 +379,7 @@ def _ffi_param(name: str, written: str, bare: str, where: str) -> Param:
         if inner is not None:
             norm, dtype, rank = inner
             return Param(name, "ret", written, f"xla::ffi::Result<{norm}>", "ffi", dtype, rank)
-    raise _Reject(
+    raise Reject(
         f"{where}: this XLA FFI type is not supported; use `xla::ffi::AnyBuffer` or "
         "`xla::ffi::Buffer<T, R>` for inputs and `xla::ffi::Result<...>` / `ResultBuffer<T, R>` for outputs"
     )
@@ -413,24 +389,22 @@ def function_spec(cursor: Any, path: str) -> tuple[FunctionSpec | None, list[Sou
     """The spec of one function cursor, or ``None`` and the errors that prevent it."""
     name = cursor.spelling
     loc = cursor.location
-    fline = loc.line
+    where = dict(file=path, line=loc.line, column=loc.column, function=name)
     errors: list[SourceError] = []
     if cursor.type.kind.name == "FUNCTIONPROTO" and cursor.type.is_function_variadic():
         errors.append(SourceError(
             f"function {name!r} is variadic (`...`): a variadic function cannot be called through "
-            "the FFI; list every parameter explicitly", file=path, line=fline, column=loc.column, function=name))
+            "the FFI; list every parameter explicitly", **where))
     returns_error, problem = return_kind(cursor)
     if problem:
-        errors.append(SourceError(problem, file=path, line=fline, column=loc.column, function=name))
+        errors.append(SourceError(problem, **where))
     params: list[Param] = []
     for i, p in enumerate(cursor.get_arguments()):
         try:
             params.append(_classify(p, i, name))
-        except _Reject as exc:
-            ploc = p.location
-            line = ploc.line if ploc.file is not None else fline
-            col = ploc.column if ploc.file is not None else loc.column
-            errors.append(SourceError(str(exc), file=path, line=line, column=col, function=name,
+        except Reject as exc:
+            ploc = p.location if p.location.file is not None else loc
+            errors.append(SourceError(str(exc), file=path, line=ploc.line, column=ploc.column, function=name,
                                       parameter=p.spelling or f"#{i + 1}"))
     if errors:
         return None, errors
@@ -438,25 +412,22 @@ def function_spec(cursor: Any, path: str) -> tuple[FunctionSpec | None, list[Sou
     if len(streams) > 1:
         errors.append(SourceError(
             f"function {name!r} takes more than one stream ({', '.join(repr(p.name) for p in streams)}); "
-            "take a single `cudaStream_t` (or `int64_t stream`)",
-            file=path, line=fline, column=loc.column, function=name, parameter=streams[1].name))
+            "take a single `cudaStream_t` (or `int64_t stream`)", **where, parameter=streams[1].name))
     if not any(p.role in ("ret", "inout") for p in params):
         errors.append(SourceError(
             f"function {name!r} has no output tensor: every exported function must write at least one "
-            "output. Add a non-const `BE::Tensor& out` parameter (inputs are `const BE::Tensor&`)",
-            file=path, line=fline, column=loc.column, function=name))
+            "output. Add a non-const `BE::Tensor& out` parameter (inputs are `const BE::Tensor&`)", **where))
     for role in ("scratch", "state", "threads"):
         several = [p for p in params if p.role == role]
         if len(several) > 1:
             why = " (one scratch buffer can hold several arrays)" if role == "scratch" else ""
             errors.append(SourceError(
                 f"function {name!r} takes more than one {role} parameter "
-                f"({', '.join(repr(p.name) for p in several)}); take one{why}",
-                file=path, line=fline, column=loc.column, function=name, parameter=several[1].name))
+                f"({', '.join(repr(p.name) for p in several)}); take one{why}", **where, parameter=several[1].name))
     if errors:
         return None, errors
-    spec = FunctionSpec(name=name, qualified_name=qualified_name(cursor), params=tuple(params), file=path, line=fline,
-                        function_type=_function_type(cursor), returns_error=returns_error)
+    spec = FunctionSpec(name=name, qualified_name=qualified_name(cursor), params=tuple(params), file=path,
+                        line=loc.line, function_type=_function_type(cursor), returns_error=returns_error)
     return spec, errors
 
 
@@ -467,6 +438,3 @@ def _function_type(cursor: Any) -> str:
     spelling = api_spelling(cursor.type.get_canonical().spelling)
     return spelling if is_function_type(spelling) else ""
 
-
-#: The dtype whose elements are exactly a C++ type, or ``None`` (names a template's instantiations).
-element_dtype = _element_dtype

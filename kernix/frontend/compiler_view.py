@@ -23,11 +23,8 @@ from ..platforms import preprocessor_flags
 from ..errors import ToolchainError
 from ..store.files import compiler_environment, content_key, remembered
 
-__all__ = [
-    "CompilerView", "NVCC_BUILD_FLAGS", "TYPE_FLAGS", "inference_flags", "changes_macros", "changes_types",
-    "host_macros",
-    "nvcc_host_pass", "view", "macro_flags", "parse_dm", "forget",
-]
+__all__ = ["CompilerView", "inference_flags", "changes_macros", "TYPE_FLAGS", "view", "macro_flags", "parse_dm",
+           "forget"]
 
 #: The nvcc flags of the build that change the host pass's macros (see
 #: :func:`kernix.backend.flags.compile_flags`): ``--expt-relaxed-constexpr``
@@ -124,9 +121,7 @@ def nvcc_host_pass(nvcc: str, cxx: str, std: str = "c++17") -> dict[str, list[st
         if proc is None or proc.returncode != 0:
             return None
         argv = _host_pass_line(proc.stderr)
-        if argv is None:
-            return None
-        return _split_host_pass(argv)
+        return None if argv is None else _split_host_pass(argv)
 
     return remembered(_kind("nvcc-host-pass", (cxx, std)), nvcc, ask)
 
@@ -161,7 +156,7 @@ def inference_flags(
 def changes_macros(flag: str) -> bool:
     """Whether ``flag`` can change the host compiler's predefined macros (``-O3``,
     ``-ffast-math``, ``-march=``, ``-fopenmp``, ``-pthread``...); clang sees only
-    those that also change types (:func:`changes_types`).
+    those that also change types (:data:`TYPE_FLAGS`).
     """
     return flag.startswith(("-O", "-f", "-m", "-pthread"))
 
@@ -169,17 +164,11 @@ def changes_macros(flag: str) -> bool:
 #: The code-generation flags that change how the compiler types a declaration:
 #: the signedness of plain ``char`` (``char c`` is an ``int8`` or a ``uint8``
 #: attribute) and the size of enums and ``wchar_t``.  clang must see them
-#: too, or inference would type a parameter otherwise than the build.
+#: too (as well as taking their macros), or inference would type a parameter otherwise than the build.
 TYPE_FLAGS = frozenset({
     "-fsigned-char", "-fno-signed-char", "-funsigned-char", "-fno-unsigned-char",
     "-fshort-enums", "-fno-short-enums", "-fshort-wchar", "-fno-short-wchar",
 })
-
-
-def changes_types(flag: str) -> bool:
-    """Whether ``flag`` changes the type of a declaration (see :data:`TYPE_FLAGS`):
-    the inference parse hands it to clang as well as taking its macros."""
-    return flag in TYPE_FLAGS
 
 
 def _std_of(flags: tuple[str, ...]) -> str:

@@ -1,10 +1,5 @@
-"""Signature inference: C++/CUDA source -> :class:`~kernix.language.spec.FunctionSpec`.
-
-:func:`infer_file` parses a file (:mod:`kernix.frontend.clangparse`), finds its
-``// @BE`` annotations (:mod:`kernix.frontend.lexer`), binds each to its
-declaration (:mod:`kernix.frontend.binding`) and classifies the parameters
-(:mod:`kernix.frontend.classify`). All errors of a file are collected; results
-are cached (:mod:`kernix.frontend.speccache`).
+"""Signature inference of one file: C++/CUDA source -> :class:`~kernix.language.spec.FunctionSpec`,
+every error of the file collected, through the parts :mod:`kernix.frontend` names.
 """
 
 from __future__ import annotations
@@ -15,12 +10,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..errors import AnnotationWarning, ArgSpecError, InferenceError, SourceError
-from ..platforms import LANGUAGES_BY_EXTENSION, language_of
 from ..paths import check_source
 from ..language.selection import check_spec_matches, normalize_functions
 from ..notes import warn_at
 from ..language.spec import FunctionSpec
-from . import speccache
 from .lexer import scan
 from .binding import (
     annotated_targets,
@@ -31,14 +24,15 @@ from .binding import (
 from .clangparse import ParseOptions, dependencies, error_diagnostics, parse, parsed_versions, skipped_ranges
 from .classify import function_spec
 from ..language.annotation import SourceLines, annotate_spec
-from .speccache import look_up
+from .speccache import look_up, store
 from .instantiation import InstanceTarget, instance_targets, split_templated, state_errors
 from .versions import merge_versions
 
 if TYPE_CHECKING:
     from .binding import Target
 
-__all__ = ["InferResult", "infer_file", "language_of", "LANGUAGES_BY_EXTENSION"]
+__all__ = ["InferResult", "infer_file"]
+
 
 @dataclass(frozen=True)
 class InferResult:
@@ -167,7 +161,7 @@ def infer_file(
     options = ParseOptions(found.language, found.include_dirs, found.defines, found.flags)
     result, versions = infer_source(found.path, found.source, options, wanted)
     if found.key is not None and versions is not None:
-        speccache.store(found.root, found.key, result.to_json(), versions)
+        store(found.root, found.key, result.to_json(), versions)
     return result
 
 
@@ -178,8 +172,6 @@ def infer_source(
     the headers' versions as read, ``None`` when the result may not be cached.
     """
     text = raw.decode("utf-8", errors="replace")
-    # The parsing side loads here: a spec-cache hit needs none of it.
-
     tu = parse(path, options, raw=raw)
     errors: list[SourceError] = error_diagnostics(tu, options)
     if any(d.severity >= 4 for d in tu.diagnostics):
@@ -286,8 +278,6 @@ def infer_source(
                        for n in near_misses),
     )
     return result, versions
-
-
 
 
 class _LineRanges:

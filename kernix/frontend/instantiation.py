@@ -26,15 +26,13 @@ from ..errors import SourceError
 from ..language.templates import TemplateList, instance_name, parse_template_list
 from ..language.spec import FunctionSpec
 from .lexer import Annotation
-from .binding import Target, execution_spaces, is_member
+from .binding import TEMPLATE_PARAMETER_KINDS, Target, execution_spaces, is_member
 from .clangparse import ParseOptions, parse
 from .classify import element_dtype, qualified_name
 
-
-__all__ = ["InstanceTarget", "instance_targets", "split_templated", "probe", "state_errors"]
+__all__ = ["InstanceTarget", "instance_targets", "split_templated", "state_errors"]
 
 _PROBE = "__kernix_probe_"
-_PARAMETER_KINDS = ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER", "TEMPLATE_TEMPLATE_PARAMETER")
 
 
 @dataclass(frozen=True)
@@ -122,7 +120,7 @@ def _probes(path: str, a: Annotation, tl: TemplateList, cursor: Any) -> tuple[li
     if "global" in spaces or ("device" in spaces and "host" not in spaces):
         return [], SourceError(f"{tl.name!r} is a `__global__` or `__device__` template: the host cannot call "
                                "it; annotate a host function template that launches it", **where)
-    param_cursors = [c for c in cursor.get_children() if c.kind.name in _PARAMETER_KINDS]
+    param_cursors = [c for c in cursor.get_children() if c.kind.name in TEMPLATE_PARAMETER_KINDS]
     params = [c.spelling for c in param_cursors]
     groups = dict(tl.groups)
     if "" in groups:
@@ -186,45 +184,44 @@ def instance_targets(path: str, raw: bytes, options: ParseOptions, tu: Any, anno
         probes += found
     if not probes:
         return [], errors, None
+    import clang.cindex as ci
+
     lines = [f"auto* {_PROBE}{k} = &::{p.call};" for k, p in enumerate(probes)]
     probed, first, failed = probe(path, raw, options, tu, lines)
     targets: list[InstanceTarget] = []
     made: dict[str, Any] = {}  # instance name -> its template
     for k, p in enumerate(probes):
         a = p.annotation
-        shown = p.call
+        tl = lists[a.line]
+        where = dict(file=path, line=a.line, column=a.column, function=tl.name)
         if k in failed:
-            a = written(a, lists[a.line])
             args = ", ".join(f"{n} = {w}" for n, w in p.args)
             errors.append(SourceError(
-                f"annotation `{a.text}`: template {qualified_name(p.template)!r} cannot be instantiated with "
-                f"{args} (`{shown}`): {failed[k]}. Remove that argument from the list, or make the template "
-                "accept it (every parameter without a default needs an argument)",
-                file=path, line=a.line, column=a.column, function=lists[a.line].name))
+                f"annotation `{written(a, tl).text}`: template {qualified_name(p.template)!r} cannot be instantiated "
+                f"with {args} (`{p.call}`): {failed[k]}. Remove that argument from the list, or make the template "
+                "accept it (every parameter without a default needs an argument)", **where))
             continue
-        import clang.cindex as ci
-
         var = ci.Cursor.from_location(probed, probed.get_location(path, (first + k, 7)))
         spec_cursor = _specialization(var) if var is not None else None
         if spec_cursor is None:
-            errors.append(SourceError(f"annotation `{written(a, lists[a.line]).text}`: libclang did not resolve "
-                                      f"`{shown}`", file=path, line=a.line, column=a.column, function=lists[a.line].name))
+            errors.append(SourceError(f"annotation `{written(a, tl).text}`: libclang did not resolve `{p.call}`",
+                                      **where))
             continue
         keys = [_key(spec_cursor, i, w) for i, (_, w) in enumerate(p.args)]
-        name = instance_name(lists[a.line].name, keys)
+        name = instance_name(tl.name, keys)
         if name in made:  # (a prototype and its definition both annotated: one template, once)
             if made[name] != p.template.canonical:
                 errors.append(SourceError(
-                    f"annotation `{written(a, lists[a.line]).text}`: its instantiation `{shown}` would be exported "
+                    f"annotation `{written(a, tl).text}`: its instantiation `{p.call}` would be exported "
                     f"as {name!r}, a name another instantiation has: list each argument once, or rename a template",
-                    file=path, line=a.line, column=a.column, function=lists[a.line].name))
+                    **where))
             continue
         made[name] = p.template.canonical
-        suffix = name[len(lists[a.line].name):]
+        suffix = name[len(tl.name):]
         tokens = tuple(f"{t}{suffix}" if t.startswith(("vjp=", "jvp=")) else t for t in a.tokens)
         targets.append(InstanceTarget(
             name, spec_cursor, replace(a, name=name, tokens=tokens), None,
-            qualified=shown, template_args=tuple((n, w, key) for (n, w), key in zip(p.args, keys, strict=True))))
+            qualified=p.call, template_args=tuple((n, w, key) for (n, w), key in zip(p.args, keys, strict=True))))
     return targets, errors, probed
 
 

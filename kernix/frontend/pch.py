@@ -1,27 +1,23 @@
 """The precompiled CUDA prelude: built once, used while its headers are unchanged.
 
-Parsing ``cuda_runtime.h`` with nvcc's macros costs ~0.5 s, ``<cub/cub.cuh>``
-several seconds; so the prelude (with the ``#include`` lines a file opens
-with: :mod:`kernix.frontend.leading`) is precompiled and kept in the store as
-a prelude (:func:`kernix.store.new_prelude_file`), its record naming its PCH
-file and recording the version of every header it holds, as the build read
-them (:func:`kernix.frontend.versions.read_versions`).
+The prelude, with the ``#include`` lines a file opens with (:func:`leading`: nothing in the
+file can change how those headers read), is precompiled and kept in the store
+(:func:`kernix.store.new_prelude_file`), its record naming its PCH file and the version of
+every header it holds, as the build read them (:func:`kernix.frontend.versions.read_versions`).
+The file is then parsed with those lines blanked out (:func:`without_leading`): a header
+without include guards read twice would report redefinitions nvcc never reports.
 
-clang checks a PCH's headers by size and modification time only: a header
-rewritten with the same size and its time set back passes, and clang would
-go on reading the old declarations from the PCH.  So each use checks the
-recorded versions first (:func:`kernix.store.version_current`: the
-stat, and the content when the stat moved) and builds the PCH again when one
-changed.  A PCH whose headers changed while it was being built is not kept.
-
-A rebuilt PCH gets a new file name (the record is replaced atomically, the
-old file removed), so a process never reads a record naming one PCH while
-another process writes a different one under the same name.
+clang checks a PCH's headers by size and modification time only, so each use checks those
+versions first and builds the PCH again when one changed (docs/how-it-works.rst,
+"cache-key").  A rebuilt PCH gets a new file name, so a process never reads a record naming
+one PCH while another writes a different one under the same name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,25 +27,15 @@ from ..errors import CacheError
 from ..store import content_key, is_private, new_prelude_file, prelude_file, recall, remember, version_current
 from .versions import read_versions
 
-__all__ = ["PCH_FLAGS", "Prelude", "pch_failed", "prelude_pch", "with_pch"]
+__all__ = ["Prelude", "is_under", "pch_failed", "prelude_pch", "with_pch", "LeadingInclude", "leading",
+           "leading_includes", "without_leading"]
 
-#: Flags for a parse that uses the PCH.
-PCH_FLAGS = ["-Xclang", "-fallow-pch-with-compiler-errors"]
-
-_FORMAT = 3  # 3: a record naming the PCH, with the versions of its headers
+_FORMAT = 3  # of the prelude's record
 
 
 class Prelude(NamedTuple):
-    """A precompiled prelude.
-
-    Attributes
-    ----------
-    path
-        The PCH file.
-    versions
-        The version of every header it holds (``[path, inode, size,
-        mtime_ns, ctime_ns, sha256]``), as its build read them.
-    """
+    """A precompiled prelude: its PCH file ``path`` and the ``versions`` of the headers it holds, as its
+    build read them (:func:`~kernix.frontend.versions.read_versions`)."""
 
     path: str
     versions: list[list[Any]]
@@ -61,10 +47,6 @@ class Prelude(NamedTuple):
 _known: dict[tuple[str, str], Prelude] = {}
 _failed: dict[tuple[str, str], list[list[Any]]] = {}
 _lock = threading.Lock()
-
-
-def _key(flags: Sequence[str], prelude: str, clang: str) -> str:
-    return content_key(["prelude-pch", _FORMAT, clang, list(flags)], prelude.encode())[:24]
 
 
 def _current(versions: list[list[Any]]) -> bool:
@@ -100,32 +82,15 @@ def _read(key: str, root: Path) -> Prelude | None:
 
 def prelude_pch(index: Any, root: str | os.PathLike[str], flags: Sequence[str], prelude: str, virtual_path: str,
                 toolchain_dirs: Sequence[str], clang: str, *, rebuild: bool = False) -> Prelude | None:
-    """The precompiled ``prelude`` for ``flags``, built when missing or stale.
-
-    Parameters
-    ----------
-    index
-        The ``clang.cindex.Index`` to parse with.
-    root
-        The cache root.
-    flags
-        The parse's flags, without ``-include`` of the prelude.
-    prelude
-        The prelude's text, parsed as the virtual file ``virtual_path``.
-    toolchain_dirs
-        Where the toolkit's headers are: errors in them are tolerated (see :func:`_build`).
-    clang
-        libclang's identity (a PCH is only read by the libclang that wrote it).
-    rebuild
-        Build it again whatever the record says (clang refused the last one).
-
-    Returns
-    -------
-    Prelude or None
-        ``None`` when it cannot be built: the caller parses without it.
+    """The precompiled ``prelude`` (the text of the virtual file ``virtual_path``) for a parse with
+    ``flags`` (without its ``-include``), under cache root ``root``, built with ``index`` when missing
+    or stale, or again whatever the record says with ``rebuild`` (clang refused the last one);
+    ``None`` when it cannot be built (the caller parses without it).  Errors in ``toolchain_dirs``
+    are tolerated (:func:`_build`); ``clang`` is libclang's identity (a PCH is only read by the
+    libclang that wrote it).
     """
     root = Path(root)
-    key = _key(flags, prelude, clang)
+    key = content_key(["prelude-pch", _FORMAT, clang, list(flags)], prelude.encode())[:24]
     slot = (str(root), key)
     with _lock:
         found = None if rebuild else _known.get(slot)
@@ -143,10 +108,8 @@ def prelude_pch(index: Any, root: str | os.PathLike[str], flags: Sequence[str], 
                         _failed[slot] = read
                 return None
             if old is not None and old.path != found.path:
-                try:
+                with contextlib.suppress(OSError):
                     os.unlink(old.path)  # (a process still using it retries with a fresh build)
-                except OSError:
-                    pass
     with _lock:
         _known[slot] = found
         _failed.pop(slot, None)
@@ -175,7 +138,7 @@ def _build(index: Any, flags: Sequence[str], prelude: str, virtual_path: str, ro
     versions = read_versions(tu, skip=[virtual_path])
     for d in tu.diagnostics:
         name = os.path.abspath(d.location.file.name) if d.location.file else ""
-        if d.severity >= 4 or (d.severity >= 3 and not (name == virtual_path or _is_under(name, toolchain_dirs))):
+        if d.severity >= 4 or (d.severity >= 3 and not (name == virtual_path or is_under(name, toolchain_dirs))):
             return None, versions
     if versions is None:  # a header changed while it was read: nothing to vouch for
         return None, None
@@ -189,21 +152,18 @@ def _build(index: Any, flags: Sequence[str], prelude: str, virtual_path: str, ro
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
     except (OSError, ci.TranslationUnitSaveError):
-        try:
+        with contextlib.suppress(OSError):
             tmp.unlink()
-        except OSError:
-            pass
         return None, None
     if not remember("prelude", key, {"format": _FORMAT, "pch": target.name, "versions": versions}, root=root):
-        try:
+        with contextlib.suppress(OSError):
             target.unlink()
-        except OSError:
-            pass
         return None, None
     return Prelude(str(target), versions), versions
 
 
-def _is_under(path: str, dirs: Sequence[str]) -> bool:
+def is_under(path: str, dirs: Sequence[str]) -> bool:
+    """Whether ``path`` is one of ``dirs`` or inside one."""
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
 
 
@@ -213,7 +173,7 @@ def with_pch(flags: list[str], pch: str, virtual_path: str) -> list[str]:
     it = iter(flags)
     for f in it:
         if f == "-include" and next(it, None) == virtual_path:
-            out += ["-include-pch", pch, *PCH_FLAGS]
+            out += ["-include-pch", pch, "-Xclang", "-fallow-pch-with-compiler-errors"]
         else:
             out.append(f)
     return out
@@ -222,3 +182,79 @@ def with_pch(flags: list[str], pch: str, virtual_path: str) -> list[str]:
 def pch_failed(tu: Any) -> bool:
     """Whether clang refused the PCH ``tu`` was parsed with."""
     return any(d.severity >= 4 and ("precompiled" in d.spelling or "PCH" in d.spelling) for d in tu.diagnostics)
+
+
+# One item of a file's opening: blank space, a comment, `#pragma once` or an `#include`.
+_ITEM = re.compile(
+    rb"""(?P<space>[ \t\r\n]+)
+       | (?P<comment>//[^\r\n]*)
+       | (?P<block>/\*.*?\*/)
+       | (?P<pragma>\#[ \t]*pragma[ \t]+once\b)(?P<pragma_rest>[^\r\n]*)
+       | (?P<inc>\#[ \t]*include[ \t]*(?:<(?P<sys>[^>\r\n]+)>|"(?P<quoted>[^"\r\n]+)"))(?P<rest>[^\r\n]*)""",
+    re.DOTALL | re.VERBOSE,
+)
+
+# What may follow a directive on its line: blanks, then perhaps a `//` comment.
+_REST = re.compile(rb"[ \t]*(?://[^\r\n]*)?")
+
+
+class LeadingInclude(NamedTuple):
+    """One opening ``#include``: the ``line`` for the prelude (a ``"..."`` include by
+    its absolute path) and its ``start`` and ``end`` bytes in the file.
+    """
+
+    line: str
+    start: int
+    end: int
+
+
+def _continued(text: bytes) -> bool:
+    """Whether a line ends in a backslash (a line splice: the next line joins it)."""
+    return text.rstrip(b" \t").endswith(b"\\")
+
+
+def leading(raw: bytes, quote_dirs: Sequence[str] | None) -> list[LeadingInclude]:
+    """The ``#include`` directives ``raw`` opens with, in order. A ``"..."`` include
+    is looked for in ``quote_dirs``; one found nowhere, or any when ``quote_dirs``
+    is ``None``, ends the list, as does a directive in any doubt (a backslash-continued
+    comment, anything but a ``//`` comment after the header name).
+    """
+    out: list[LeadingInclude] = []
+    pos = 0
+    while True:
+        m = _ITEM.match(raw, pos)
+        if m is None or not m.group():
+            return out
+        # A line comment, or what follows a directive on its line: neither may splice the next line.
+        rest = m.group("comment") or m.group("pragma_rest") or m.group("rest") or b""
+        if _REST.fullmatch(rest) is None or _continued(rest):
+            return out
+        if m.group("inc"):
+            if m.group("sys"):
+                line = m.group("inc").decode("utf-8", errors="replace")
+            else:
+                name = m.group("quoted").decode("utf-8", errors="replace")
+                found = None if quote_dirs is None else next(
+                    (os.path.join(d, name) for d in quote_dirs if os.path.isfile(os.path.join(d, name))), None)
+                if found is None:
+                    return out
+                line = f'#include "{os.path.abspath(found)}"'
+            out.append(LeadingInclude(line, m.start(), m.end()))
+        pos = m.end()
+
+
+def leading_includes(raw: bytes, quote_dirs: Sequence[str] | None) -> list[str]:
+    """The directive lines of :func:`leading` (for the precompiled prelude; with ``quote_dirs`` ``None``, the
+    ``#include <...>`` lines before any other include or code)."""
+    return [inc.line for inc in leading(raw, quote_dirs)]
+
+
+def without_leading(raw: bytes, includes: Sequence[LeadingInclude]) -> bytes:
+    """``raw`` with each of ``includes`` replaced by spaces: the same length and
+    lines, so every position in the file stays where it was."""
+    if not includes:
+        return raw
+    text = bytearray(raw)
+    for inc in includes:
+        text[inc.start:inc.end] = b" " * (inc.end - inc.start)
+    return bytes(text)

@@ -36,18 +36,9 @@ from ..store.files import (
 )
 from ..store.direct import code_identity
 
-__all__ = ["SpecLookup", "look_up", "load", "store", "entry_path", "parse_setup"]
+__all__ = ["look_up", "load", "store"]
 
-# 6: specs carry the function type; 7: dependencies record ctime_ns; 8: clang sees the type flags;
-# 9: an error records its reason (a requested name the file does not declare: "not_declared");
-# 10: one only an included header declares has its own reason ("declared_in_header");
-# 11: dependencies are file versions (with the inode); 12: specs record what the function returns
-# (xla::ffi::Error), other return types and near-miss annotations are reported, and opening includes are
-# read once; 13: a BE::TensorOf<T> parameter is a tensor whose dtype the spec pins; 14: dependencies are the
-# versions the parse read (a header saved during it is not recorded); 15: in-place tensors, array and string
-# attributes, scratch, state and thread-pool parameters, has_side_effect and scratch=; 16: a template's annotation
-# lists the arguments it is exported for (an instantiation's spec records them); 17: jvp= (a tangent kernel)
-_FORMAT = 17
+_FORMAT = 17  # raised whenever what an entry records, or what inference reports, changes
 
 _SETUP_SPACE = ".parse"  # the direct index's records of parse set-ups
 

@@ -1,11 +1,5 @@
-"""A module's sources inferred together: one :func:`~kernix.frontend.infer.infer_file`
-per source, then reconciled as one module.
-
-:func:`infer_units` gives each source's specs; with several sources, the
-functions an explicit ``functions=`` names but no file annotates are looked
-up in whichever source declares them, and every name must be unique across
-the module.  The miss path of a load (:mod:`kernix.compilation`) and ``kernix
-build`` (:mod:`kernix.prebuilt.build`) both infer through it.
+"""A module's sources inferred together (:func:`infer_units`), for the miss path of a load
+(:mod:`kernix.compilation`) and ``kernix build`` (:mod:`kernix.prebuilt.build`).
 """
 
 from __future__ import annotations
@@ -35,7 +29,8 @@ def infer_units(
     cache_dir: str | os.PathLike[str],
 ) -> list[tuple[Path, list[FunctionSpec]]]:
     """Infer every source of a module, reconciled: ``(source, specs)`` per file,
-    explicit ``functions=`` specs reconciled, names unique, ``vjp=`` and ``jvp=`` pairs checked.
+    explicit ``functions=`` specs reconciled (with several sources, a function no file annotates
+    looked up in the one declaring it), names unique, ``vjp=`` and ``jvp=`` pairs checked.
 
     ``functions`` maps name -> arg_spec tokens or ``None`` (``None``: every
     annotated function); ``language``, ``flags`` and ``cache_dir`` are as for

@@ -16,11 +16,12 @@ import hashlib
 import os
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from ..store.files import FileStat
 
-__all__ = ["RACY_NS", "merge_versions", "read_versions"]
+__all__ = ["merge_versions", "read_versions"]
 
 #: How recent a modification makes a file's stat untrustworthy (file systems
 #: with one- or two-second timestamps, and the kernel's coarse clock).
@@ -63,7 +64,7 @@ def read_versions(tu: Any, skip: Iterable[str] = ()) -> list[list[Any]] | None:
             return None
         try:
             before = FileStat.of(path)
-            on_disk = _read(path) if before.size == len(content) else None
+            on_disk = Path(path).read_bytes() if before.size == len(content) else None
             after = FileStat.of(path)
         except OSError:
             return None
@@ -71,11 +72,6 @@ def read_versions(tu: Any, skip: Iterable[str] = ()) -> list[list[Any]] | None:
             return None
         out[path] = [path, *_trusted_stat(before), hashlib.sha256(content).hexdigest()]
     return list(out.values())
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def _trusted_stat(stat: FileStat) -> FileStat:
