@@ -25,7 +25,7 @@ from .lock import build_lock
 from .manifest import Manifest, ManifestError
 from .walk import AREAS, is_real_dir, listing, lstat_or_none, read_survey
 
-__all__ = ["Clearing", "cache_info", "clear_cache"]
+__all__ = ["Clearing", "cache_info", "clear_cache", "owner"]
 
 #: The areas whose entries each belong to one module, found by their names.
 _MODULE_AREAS = ("modules", "build", "sources", "direct")
@@ -35,7 +35,7 @@ _SHARED_AREAS = ("direct", "specs", "toolchain")
 _ON_ERROR = "onexc" if sys.version_info >= (3, 12) else "onerror"
 
 
-def _owner(area: str, entry: str) -> str:
+def owner(area: str, entry: str) -> str:
     """The module an entry of ``area`` belongs to, by its name (``build/.ops.stale-*``
     and ``sources/ops-<hash>.cpp`` are ``ops``'s); else the entry's own name."""
     if area == "build" and entry.startswith("."):
@@ -56,11 +56,11 @@ class Clearing:
         self.failures: list[tuple[str, OSError]] = []
 
     def owned(self) -> dict[str, list[tuple[str, str]]]:
-        """``(area, entry name)`` pairs of the module areas, by :func:`_owner`, from one listing of each."""
+        """``(area, entry name)`` pairs of the module areas, by :func:`owner`, from one listing of each."""
         owned: dict[str, list[tuple[str, str]]] = {}
         for area in _MODULE_AREAS:
             for e in self._listing(self.base / area):
-                owned.setdefault(_owner(area, e.name), []).append((area, e.name))
+                owned.setdefault(owner(area, e.name), []).append((area, e.name))
         return owned
 
     def _failed(self, function: Any, path: str, exc: Any) -> None:
@@ -126,7 +126,7 @@ class Clearing:
                 self.removed += 1
         if found is None:
             found = self.owned().get(name, [])
-        own = [(area, name) for area in _MODULE_AREAS if _owner(area, name) == name]
+        own = [(area, name) for area in _MODULE_AREAS if owner(area, name) == name]
         for area in _MODULE_AREAS:
             if is_real_dir(self.base / area):  # (never through a link, even one made since the listing)
                 for entry in dict.fromkeys(e for a, e in (*found, *own) if a == area):

@@ -90,9 +90,6 @@ def _unread(entry: Path, exc: OSError) -> None:
         ) from exc
 
 
-_CLEARED = Lookup(None, "no entry (removed while it was read: a cache clear)")
-
-
 def record_use(entry: Path) -> None:
     """Set the entry's ``last-use`` file to the present if it is :data:`TOUCH_INTERVAL_S`
     old (or in the future); failing to is not an error, a link is never followed."""
@@ -131,6 +128,7 @@ def _read_entry(entry: Path, key: str, root: Path) -> Lookup:
         return Lookup(None, stale + ("" if stale.endswith(UNSETTLED) else " since it was cached"))
     so_path = manifest.so_path
     check_private(so_path, root)
+    failed = "library missing"
     try:
         stat = FileStat.of(so_path)
         if stat.size != manifest.so_size:
@@ -138,20 +136,14 @@ def _read_entry(entry: Path, key: str, root: Path) -> Lookup:
         # Unchanged since it was hashed at publish, else hash it again.
         if stat != manifest.so_stat and file_digest(so_path) != manifest.so_sha256:
             return _damaged("library content does not match its recorded SHA-256")
-    except OSError as exc:
-        _unread(entry, exc)
-        return _CLEARED if not _complete(entry) else _damaged(f"library missing: {exc.strerror or exc}")
-    try:
+        failed = f"cannot read {SPECS_FILE}"
         manifest.keep_specs()  # the entry may be cleared while the module is in use
     except OSError as exc:
         _unread(entry, exc)
-        return _CLEARED if not _complete(entry) else _damaged(f"cannot read {SPECS_FILE}: {exc.strerror or exc}")
+        if not (entry / "manifest.json").exists():  # a clear removes it first
+            return Lookup(None, "no entry (removed while it was read: a cache clear)")
+        return _damaged(f"{failed}: {exc.strerror or exc}")
     return Lookup(manifest, "hit")
-
-
-def _complete(entry: Path) -> bool:
-    """Whether the entry has its manifest (a clear removes it first)."""
-    return (entry / "manifest.json").exists()
 
 
 def publish(root: Path, name: str, key: str, built_so: Path, functions: "Sequence[FunctionSpec]",

@@ -132,13 +132,15 @@ class Manifest:
                 raise ManifestError(f"the record of function {record['name']!r} is not a valid spec: {exc}") from None
         return tuple(specs)
 
-    def to_json(self) -> dict[str, Any]:
-        """The on-disk form."""
-        return {"format": MANIFEST_FORMAT, **{f: getattr(self, f) for f in self.STORED}}  # (tuples as JSON lists)
-
     @classmethod
-    def from_json(cls, directory: Path, data: Any) -> "Manifest":
-        """Validate and read the on-disk form; a :class:`ManifestError` says what is wrong."""
+    def read(cls, directory: Path) -> "Manifest":
+        """Read and validate ``directory/manifest.json``: an ``OSError``, or a
+        :class:`ManifestError` saying what is wrong."""
+        raw = (directory / "manifest.json").read_bytes()
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise ManifestError(f"not JSON: {exc}") from None
         try:
             if not isinstance(data, dict):
                 raise ManifestError("not a JSON object")
@@ -171,16 +173,7 @@ class Manifest:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ManifestError(f"unreadable manifest: {exc!r}") from None
 
-    @classmethod
-    def read(cls, directory: Path) -> "Manifest":
-        """Read ``directory/manifest.json`` (``OSError``, or :class:`ManifestError`)."""
-        raw = (directory / "manifest.json").read_bytes()
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            raise ManifestError(f"not JSON: {exc}") from None
-        return cls.from_json(directory, data)
-
     def write(self) -> None:
         """Write ``manifest.json`` atomically (readers see the old one or this one)."""
-        atomic_write(self.directory / "manifest.json", json.dumps(self.to_json(), separators=(",", ":")).encode())
+        data = {"format": MANIFEST_FORMAT, **{f: getattr(self, f) for f in self.STORED}}  # (tuples as JSON lists)
+        atomic_write(self.directory / "manifest.json", json.dumps(data, separators=(",", ":")).encode())

@@ -26,7 +26,7 @@ from ..language.names import is_module_name
 from ..paths import cache_root, printable
 from ..notes import note
 from . import limits
-from .admin import Clearing
+from .admin import Clearing, owner
 from .files import PRELUDE_FILE, source_module
 from .limits import format_age, format_size, parse_age, parse_size
 from .lock import PRUNE_LOCK, build_lock, try_lock
@@ -79,8 +79,6 @@ class Candidate:
         }
 
 
-# build/.<name>.stale-<pid>-<n>: a work directory moved aside to be deleted (kernix.store.workdir)
-_LEFTOVERS = re.compile(r"\.(.+)\.stale-\d+-\d+")
 #: Leftovers younger than this (seconds) may still be being deleted by their build.
 LEFTOVERS_AGE_S = 3600.0
 
@@ -111,14 +109,12 @@ def candidates(found: Survey, base: str | os.PathLike[str]) -> list[Candidate]:
         module = os.path.basename(os.path.dirname(path))
         if is_module_name(module):
             out.append(Candidate("entry", module, path, size, found.used[path]))
-    for kind, directories, pattern in (("work directory", found.workdirs, None),
-                                       ("leftovers", found.leftovers, _LEFTOVERS)):
+    for kind, directories in (("work directory", found.workdirs), ("leftovers", found.leftovers)):
         for path, size in directories.items():
-            match = None if pattern is None else pattern.fullmatch(os.path.basename(path))
-            module = os.path.basename(path) if pattern is None else match.group(1) if match else ""
+            module = owner("build", os.path.basename(path))
             st = lstat_or_none(path)
             if is_module_name(module) and st is not None and (
-                    pattern is None or st.st_mtime < time.time() - LEFTOVERS_AGE_S):
+                    kind == "work directory" or st.st_mtime < time.time() - LEFTOVERS_AGE_S):
                 out.append(Candidate(kind, module, path, size, st.st_mtime))
     out += _preludes(Path(base), found)
     out.sort(key=lambda c: (c.used, c.path))
@@ -224,11 +220,6 @@ class _Pruning:
                 self.clearing.remove(e.path)
 
 
-def _summary(pruning: _Pruning, now: float) -> dict[str, list[dict[str, Any]]]:
-    return {"removed": [c.record(now, reason=why) for c, why in pruning.removed],
-            "kept": [c.record(now, reason=why) for c, why in pruning.kept]}
-
-
 def _limit_of(max_size_: int | str | None) -> int:
     if isinstance(max_size_, str):
         try:
@@ -310,8 +301,9 @@ def prune_cache(max_size: int | str | None = None, *, older_than: float | str | 
     if pruning.clearing.failures:
         raise CacheError(pruning.clearing.problem(command.strip("`"), command))
     return {
-        "root": printable(base), "limit_bytes": limit, "older_than_s": cutoff_age, **_summary(pruning, now),
-        "freed_bytes": sum(c.size for c, _ in pruning.removed), "total_bytes": after,
+        "root": printable(base), "limit_bytes": limit, "older_than_s": cutoff_age,
+        "removed": [c.record(now, reason=why) for c, why in pruning.removed],
+        "kept": [c.record(now, reason=why) for c, why in pruning.kept], "freed_bytes": sum(c.size for c, _ in pruning.removed), "total_bytes": after,
     }
 
 
