@@ -70,8 +70,8 @@ _LATER = {
     "MANIFEST_FORMAT": "manifest", "Manifest": "manifest", "ManifestError": "manifest",
     "build_lock": "lock", "work_directory": "workdir", "record_inputs": "workdir", "build_started": "workdir",
     "noexec_problem": "workdir", "prune_cache": "prune", "clear_cache": "admin",
-    "cache_info": "admin", "max_size": "limits", "parse_size": "limits", "parse_age": "limits",
-    "format_size": "limits", "format_age": "limits",
+    "cache_info": "admin", "max_size": "prune", "parse_size": "prune", "parse_age": "prune",
+    "format_size": "prune", "format_age": "prune",
 }
 
 
