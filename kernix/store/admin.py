@@ -226,34 +226,28 @@ class Clearing:
             self.remove(lock)
 
     def module(self, name: str, found: list[tuple[str, str]] | None = None) -> None:
-        """Remove what belongs to ``name`` in the module areas, under its build lock
-        when it is a module name; ``found``: what :meth:`owned` found of it."""
-        if not is_module_name(name):
-            self.module_files(name, found)
-            return
-        self._usable_lock(name)
-        with build_lock(self.base, name):
-            self.module_files(name, found)
-
-    def module_files(self, name: str, found: list[tuple[str, str]] | None) -> None:
         """Remove ``name``'s entries (counting them), work directories, inline
-        sources and direct records: those in ``found`` (``None``: listed now),
-        and those named ``name`` itself."""
-        modules = self.base / "modules"
-        for entry in self._listing(modules / name) if is_real_dir(modules) else ():  # (never through a link)
-            was_entry = entry.is_dir(follow_symlinks=False)
-            if was_entry:  # the manifest first: a reader that then misses a file knows the entry is going
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(entry.path, "manifest.json"))
-            if self.remove(entry.path) and was_entry:
-                self.removed += 1
-        if found is None:
-            found = self.owned().get(name, [])
-        own = [(area, name) for area in _MODULE_AREAS if owner(area, name) == name]
-        for area in _MODULE_AREAS:
-            if is_real_dir(self.base / area):  # (never through a link, even one made since the listing)
-                for entry in dict.fromkeys(e for a, e in (*found, *own) if a == area):
-                    self.remove(self.base / area / entry)
+        sources and direct records, under its build lock when it is a module
+        name: those in ``found`` (what :meth:`owned` found of it; ``None``:
+        listed now), and those named ``name`` itself."""
+        if is_module_name(name):
+            self._usable_lock(name)
+        with build_lock(self.base, name) if is_module_name(name) else contextlib.nullcontext():
+            modules = self.base / "modules"
+            for entry in self._listing(modules / name) if is_real_dir(modules) else ():  # (never through a link)
+                was_entry = entry.is_dir(follow_symlinks=False)
+                if was_entry:  # the manifest first: a reader that then misses a file knows the entry is going
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(entry.path, "manifest.json"))
+                if self.remove(entry.path) and was_entry:
+                    self.removed += 1
+            if found is None:
+                found = self.owned().get(name, [])
+            own = [(area, name) for area in _MODULE_AREAS if owner(area, name) == name]
+            for area in _MODULE_AREAS:
+                if is_real_dir(self.base / area):  # (never through a link, even one made since the listing)
+                    for entry in dict.fromkeys(e for a, e in (*found, *own) if a == area):
+                        self.remove(self.base / area / entry)
 
     def _listing(self, directory: Path) -> list[os.DirEntry[str]]:
         try:
@@ -268,42 +262,23 @@ class Clearing:
             if area in _SHARED_AREAS or not is_real_dir(self.base / area):
                 self.remove(self.base / area)
 
-    def check(self, name: str | None = None) -> None:
-        """Raise a :class:`CacheError` naming the first path a clear of module
-        ``name`` (``None``: of every module) could not remove, why, and the fix."""
-        if not self.failures:
-            return
-        if running_command() is not None:
-            call = "kernix cache clear" + ("" if name is None else f" {name}")
-            again = f"`{call}`"
-        else:
-            call = "clear_cache()" if name is None else f"clear_cache({name!r})"
-            again = f"`kernix.{call}`"
-        raise CacheError(self.problem(call, again))
-
     def problem(self, call: str, again: str) -> str:
         """What ``call`` could not remove, and the fix; ``again``: the call to repeat, quoted."""
         path, exc = self.failures[0]
         more = len(self.failures) - 1
         also = f" and {more} more path{'s' if more > 1 else ''}" if more else ""
         entries = f"{self.removed} cache entr{'y' if self.removed == 1 else 'ies'}"
-        advice = _clear_advice(self.base, path, exc, again)
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            advice = (f"Give yourself write permission in the cache (`chmod -R u+rwX "
+                      f"{shlex.quote(printable(self.base))}`) and run {again} again; what another user owns, that "
+                      "user (or root) must remove.")
+        elif exc.errno == errno.EROFS:
+            advice = ("The file system that holds it is read-only: remount it read-write, or point KERNIX_CACHE_DIR "
+                      "(kernix.set_cache_dir()) at another directory.")
+        else:
+            advice = f"Remove it by hand (`rm -rf {shlex.quote(printable(path))}`) and run {again} again."
         return (f"{call} removed {entries} but could not remove {printable(path)} ({exc.strerror or exc}){also}. "
                 f"{advice}")
-
-
-def _clear_advice(base: Path, path: str, exc: OSError, again: str) -> str:
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return (
-            f"Give yourself write permission in the cache (`chmod -R u+rwX {shlex.quote(printable(base))}`) and run "
-            f"{again} again; what another user owns, that user (or root) must remove."
-        )
-    if exc.errno == errno.EROFS:
-        return (
-            "The file system that holds it is read-only: remount it read-write, or point KERNIX_CACHE_DIR "
-            "(kernix.set_cache_dir()) at another directory."
-        )
-    return f"Remove it by hand (`rm -rf {shlex.quote(printable(path))}`) and run {again} again."
 
 
 def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None = None) -> int:
@@ -346,7 +321,14 @@ def clear_cache(name: str | None = None, *, root: str | os.PathLike[str] | None 
         for n in sorted(owned):
             clearing.module(n, owned[n])
         clearing.shared()
-    clearing.check(name)
+    if clearing.failures:
+        if running_command() is not None:
+            call = "kernix cache clear" + ("" if name is None else f" {name}")
+            again = f"`{call}`"
+        else:
+            call = "clear_cache()" if name is None else f"clear_cache({name!r})"
+            again = f"`kernix.{call}`"
+        raise CacheError(clearing.problem(call, again))
     return clearing.removed
 
 

@@ -12,11 +12,9 @@ of ``format``, ``fingerprint``, ``key`` (the answer) and ``files``
 (``[path, inode, size, mtime_ns, ctime_ns]``, inode -1 for a missing file).
 Anything off about a record is a miss, never an error.
 
-Every record also vouches for kernix's own code (the stats of :func:`code_files`),
-whose content (:func:`code_identity`: every Python module of ``kernix/language/``,
-``kernix/frontend/`` and ``kernix/backend/``, ``platforms.py``, and every file
-under ``kernix/include/``) enters every cache key: a checkout edited in place,
-or two installs of one version, generate other code under one version.
+Every record also vouches for kernix's own code: the stats of :func:`code_files`,
+whose content (:func:`code_identity`) enters every cache key (docs/how-it-works.rst,
+"What the key covers").
 """
 
 from __future__ import annotations
@@ -117,7 +115,8 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def code_files() -> list[str]:
-    """The files whose content is kernix's identity (see the module documentation), absolute, sorted."""
+    """The files whose content is kernix's identity, absolute, sorted: every Python module of
+    ``kernix/language/``, ``frontend/`` and ``backend/``, ``platforms.py``, every file under ``include/``."""
     found = [os.path.join(_PACKAGE, "platforms.py")]
     for d in ("language", "frontend", "backend"):
         found += [e.path for e in os.scandir(os.path.join(_PACKAGE, d)) if e.name.endswith(".py") and e.is_file()]

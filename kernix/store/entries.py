@@ -1,14 +1,11 @@
-"""Looking up and publishing cache entries.
+"""Looking up and publishing cache entries, and an entry's last use (by which
+the cache is evicted: docs/how-it-works.rst, "Size and eviction").
 
 An entry is used only when its manifest reads back valid, every file the
 build read still has its recorded content, and the library its recorded size
 and hash; a :class:`Lookup` says why not.  Publishing writes the library
 under its own hash, the specs and the ``last-use`` file, then the manifest
 that vouches for them, atomically: a reader sees a complete entry or none.
-
-``last-use``'s modification time is the entry's last use, by which the cache
-is evicted (with no lock, as in ccache: a library removed while a process
-loads it fails to open, and that process builds it again).
 """
 
 from __future__ import annotations

@@ -16,10 +16,7 @@ refuse an unknown ``format``)::
     handlers        function name -> exported handler symbol, in export order
     specs_sha256    the SHA-256 of the entry's ``functions.json``
     dependencies    the version of every file the build read but the host compiler's own
-                    headers: [[path, inode, size, mtime_ns, ctime_ns, sha256], ...]; one that
-                    changed while the build ran (or vanished) is unsettled,
-                    [path, -1, -1, -1, -1, "changed during the build"], and never current
-                    (kernix.store.files.settled_versions)
+                    headers, or its unsettled version (both: kernix.store.files)
     created         seconds since the epoch
 
 and beside it, written first, ``functions.json`` (the functions' specs in

@@ -209,8 +209,8 @@ def _unevictable(total: int, evictable: int, limit: int) -> bool:
     if fixed < limit:
         return False
     global _warned_unevictable
-    message = (f"kernix: the part of the cache no eviction removes (inferred specs, compiler answers, direct "
-               f"records, inline sources: {format_size(fixed)}) alone exceeds its size limit of {format_size(limit)}, so "
+    message = (f"kernix: the part of the cache no eviction removes (inferred specs, compiler answers, direct records, "
+               f"inline sources: {format_size(fixed)}) alone exceeds its size limit of {format_size(limit)}, so "
                f"nothing is evicted to make room; run `kernix cache clear`, or raise {MAX_SIZE_VARIABLE}")
     note("cache: " + message.removeprefix("kernix: "))
     if not _warned_unevictable:

@@ -27,7 +27,7 @@ from ..paths import nearest_existing
 from .files import UNSETTLED, FileStat, atomic_write, filesystem_now, version_current
 from .trust import check_private, io_message, makedirs
 
-__all__ = ["noexec_problem", "build_started", "work_directory", "record_inputs", "stale_reason", "BUILDING_MARKER", "INPUTS_RECORD"]
+__all__ = ["noexec_problem", "build_started", "work_directory", "record_inputs"]
 
 #: A file present while a build runs: found on entry, the last builder died.
 BUILDING_MARKER = ".kernix-building"
