@@ -340,8 +340,7 @@ def _describe(entry: str, size: int, used: float, now: float) -> dict[str, Any]:
     try:
         m = Manifest.read(Path(entry))
     except (OSError, ManifestError) as exc:
-        record["damaged"] = True
-        record["why"] = str(exc)  # (another format: another kernix version's)
+        record.update(damaged=True, why=str(exc))  # (another format: another kernix version's)
         return record
     record.update(name=printable(m.name), key=m.key, platform=m.platform, functions=list(m.handlers),
                   sources=[printable(s) for s in m.sources], created=m.created)

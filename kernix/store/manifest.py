@@ -45,13 +45,6 @@ MANIFEST_FORMAT = 8
 SPECS_FILE = "functions.json"
 
 
-def _is_library_name(name: object) -> bool:
-    return (
-        isinstance(name, str) and len(name) == 26 and name.startswith("module-") and name.endswith(".so")
-        and all(c in "0123456789abcdef" for c in name[7:23])
-    )
-
-
 class ManifestError(ValueError):
     """A manifest that cannot be used; the message says why."""
 
@@ -145,7 +138,8 @@ class Manifest:
                 raise ManifestError(f"format {data.get('format')!r} (another kernix version's); this kernix "
                                     f"reads format {MANIFEST_FORMAT}")
             so = data["so"]
-            if not _is_library_name(so):
+            if not (isinstance(so, str) and len(so) == 26 and so.startswith("module-") and so.endswith(".so")
+                    and all(c in "0123456789abcdef" for c in so[7:23])):  # module-<16 hex digits>.so
                 raise ManifestError(f"bad library name {so!r}")
             handlers = data["handlers"]
             if not isinstance(handlers, dict):

@@ -94,11 +94,10 @@ def makedirs(path: str | os.PathLike[str]) -> None:
         for d in reversed(missing):
             try:
                 os.mkdir(d, 0o755)
-            except FileExistsError:
+                os.chmod(d, 0o755)
+            except FileExistsError:  # (made meanwhile)
                 if not os.path.isdir(d):
                     raise
-                continue
-            os.chmod(d, 0o755)
     except OSError as exc:
         raise CacheError(io_message(path, exc)) from exc
 
