@@ -29,7 +29,7 @@ import kernix
 from kernix.cli import main
 from kernix.errors import CacheError, OptionError
 from kernix.store import entries, prune
-from kernix.store.limits import DEFAULT_MAX_SIZE, max_size, parse_age, parse_size
+from kernix.store.prune import DEFAULT_MAX_SIZE, max_size, parse_age, parse_size
 from kernix.store.lock import build_lock
 
 SOURCE = FIXTURES / "reliability" / "add_one.cpp"

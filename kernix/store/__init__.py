@@ -55,24 +55,22 @@ if TYPE_CHECKING:
     from ..language.spec import FunctionSpec
     from .manifest import Manifest
 
-__all__ = [
-    "build_lock", "build_started", "cache_info", "clear_cache", "code_identity", "compiler_environment",
-    "content_key", "DIRECT_FORMAT", "discard", "file_digest", "file_stats", "format_age", "format_size",
-    "is_private", "lookup", "Lookup", "Manifest", "MANIFEST_FORMAT", "ManifestError", "max_size", "Memos",
-    "new_prelude_file", "noexec_problem", "parse_age", "parse_size", "prelude_file", "prune_cache", "publish",
-    "recall", "recall_key", "record_inputs", "remember", "remember_key", "search_dirs", "settled_versions",
-    "TOOL_ENVIRONMENT", "UNSETTLED", "version_current", "work_directory", "write_source",
-]
-
 # The names imported when first asked for, by the module that holds them.
 _LATER = {
     "Lookup": "entries", "lookup": "entries", "discard": "entries",
     "MANIFEST_FORMAT": "manifest", "Manifest": "manifest", "ManifestError": "manifest",
     "build_lock": "lock", "work_directory": "workdir", "record_inputs": "workdir", "build_started": "workdir",
     "noexec_problem": "workdir", "prune_cache": "prune", "clear_cache": "admin",
-    "cache_info": "admin", "max_size": "limits", "parse_size": "limits", "parse_age": "limits",
-    "format_size": "limits", "format_age": "limits",
+    "cache_info": "admin", "max_size": "prune", "parse_size": "prune", "parse_age": "prune",
+    "format_size": "prune", "format_age": "prune",
 }
+
+__all__ = [
+    "code_identity", "compiler_environment", "content_key", "DIRECT_FORMAT", "file_digest", "file_stats",
+    "is_private", "Memos", "new_prelude_file", "prelude_file", "publish", "recall", "recall_key", "remember",
+    "remember_key", "search_dirs", "settled_versions", "TOOL_ENVIRONMENT", "UNSETTLED", "version_current",
+    "write_source", *_LATER,
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -7,16 +7,14 @@ would give.
 
 ``direct/<module name>/<fingerprint[:32]>.rec`` holds a load request's entry
 key; ``direct/.parse/<fingerprint[:32]>.rec`` an inference parse's set-up
-(:mod:`kernix.frontend.setup`).  Each is a record (:mod:`kernix.store.files`)
+(:func:`kernix.frontend.speccache.parse_setup`).  Each is a record (:mod:`kernix.store.files`)
 of ``format``, ``fingerprint``, ``key`` (the answer) and ``files``
 (``[path, inode, size, mtime_ns, ctime_ns]``, inode -1 for a missing file).
 Anything off about a record is a miss, never an error.
 
-Every record also vouches for kernix's own code (:func:`code_stats`), whose
-content (:func:`code_identity`: every Python module of ``kernix/language/``,
-``kernix/frontend/`` and ``kernix/backend/``, ``platforms.py``, and every file
-under ``kernix/include/``) enters every cache key: a checkout edited in place,
-or two installs of one version, generate other code under one version.
+Every record also vouches for kernix's own code: the stats of :func:`code_files`,
+whose content (:func:`code_identity`) enters every cache key (docs/how-it-works.rst,
+"What the key covers").
 """
 
 from __future__ import annotations
@@ -30,8 +28,8 @@ from .files import (
     COMPILER_ENVIRONMENT, FileStat, UntrustedRecord, content_key, read_record, recall, remember, write_record,
 )
 
-__all__ = ["DIRECT_FORMAT", "TOOL_ENVIRONMENT", "file_stats", "search_dirs", "lookup", "record",
-           "code_files", "code_identity", "code_stats", "forget"]
+__all__ = ["DIRECT_FORMAT", "TOOL_ENVIRONMENT", "file_stats", "search_dirs", "lookup", "record", "code_files",
+           "code_identity"]
 
 DIRECT_FORMAT = 3  # 3: records vouch for kernix's code; fingerprints cover the compilers' environment
 
@@ -42,7 +40,6 @@ TOOL_ENVIRONMENT = (
     "PATH", "CXX", "KERNIX_NVCC", "CUDA_HOME", "CUDA_PATH", "KERNIX_CUDA_ARCH", "KERNIX_CUDA_ARCH_LIST",
     *COMPILER_ENVIRONMENT,
 )
-
 
 
 def _file_stat(path: str) -> list[Any]:
@@ -108,23 +105,22 @@ def record(root: str | os.PathLike[str], space: str, fingerprint: str, value: An
            what: str, verbose: bool = False) -> None:
     """Remember ``value`` for ``fingerprint`` in ``space`` (failing to is no
     error); ``files``: the :func:`file_stats` taken before it was computed."""
-    data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": [*files, *code_stats()]}
+    code = [list(s) for s in _identity()[1]]  # as taken before code_identity() read them
+    data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": [*files, *code]}
     if write_record(_record_path(root, space, fingerprint), data):
         notes.note(f"{what}: direct record {fingerprint[:16]}", verbose=verbose)
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_DIRECTORIES = ("language", "frontend", "backend")
-_MODULES = ("platforms.py",)
-_HEADERS = "include"
 
 
 def code_files() -> list[str]:
-    """The files whose content is kernix's identity, absolute, sorted."""
-    found = [os.path.join(_PACKAGE, m) for m in _MODULES]
-    for d in _DIRECTORIES:
+    """The files whose content is kernix's identity, absolute, sorted: every Python module of
+    ``kernix/language/``, ``frontend/`` and ``backend/``, ``platforms.py``, every file under ``include/``."""
+    found = [os.path.join(_PACKAGE, "platforms.py")]
+    for d in ("language", "frontend", "backend"):
         found += [e.path for e in os.scandir(os.path.join(_PACKAGE, d)) if e.name.endswith(".py") and e.is_file()]
-    for top, _, names in os.walk(os.path.join(_PACKAGE, _HEADERS)):
+    for top, _, names in os.walk(os.path.join(_PACKAGE, "include")):
         found += [os.path.join(top, n) for n in names]
     return sorted(found)
 
@@ -151,14 +147,3 @@ def _identity() -> tuple[str, tuple[tuple[Any, ...], ...]]:
 def code_identity() -> str:
     """The SHA-256 of kernix's code, the same for the whole process."""
     return _identity()[0]
-
-
-def code_stats() -> list[list[Any]]:
-    """``[path, inode, size, mtime_ns, ctime_ns]`` of each of :func:`code_files`,
-    as taken before :func:`code_identity` read them (for direct-index records)."""
-    return [list(s) for s in _identity()[1]]
-
-
-def forget() -> None:
-    """Work the identity out again when next needed (tests that edit a copy of kernix)."""
-    _identity.cache_clear()

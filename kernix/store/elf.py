@@ -10,7 +10,7 @@ import struct
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["ElfError", "check_elf", "dynamic_symbols", "check_library", "identity", "describe"]
+__all__ = ["ElfError", "check_elf", "check_library", "identity", "describe"]
 
 _HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
 _SECTION = struct.Struct("<IIQQQQIIQQ")
@@ -22,17 +22,18 @@ class ElfError(ValueError):
     """A file that is not a whole ELF file, or lacks an expected symbol."""
 
 
-def _header(data: bytes, path: Path) -> tuple[int, int, int, int, int, int]:
+def _sections(path: Path, data: bytes | None = None) -> tuple[bytes, list[tuple[int, ...]]]:
+    """``path``'s bytes (``data``, when read) and its section headers, checked to lie inside them."""
+    if data is None:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ElfError(f"cannot read {path}: {exc.strerror or exc}") from None
     if len(data) < _HEADER.size or data[:4] != b"\x7fELF":
         raise ElfError(f"{path} is not an ELF file (invalid ELF header, {len(data)} bytes)")
     if data[4] != 2 or data[5] != 1:
         raise ElfError(f"{path} is not a 64-bit little-endian ELF file")
     (_, _, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _) = _HEADER.unpack_from(data)
-    return phoff, phentsize, phnum, shoff, shentsize, shnum
-
-
-def _sections(data: bytes, path: Path) -> list[tuple[int, ...]]:
-    phoff, phentsize, phnum, shoff, shentsize, shnum = _header(data, path)
     if phoff + phentsize * phnum > len(data) or shoff + shentsize * shnum > len(data):
         raise ElfError(f"{path} is cut short ({len(data)} bytes; its tables reach past the end)")
     sections = [_SECTION.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
@@ -40,28 +41,19 @@ def _sections(data: bytes, path: Path) -> list[tuple[int, ...]]:
         sh_type, sh_offset, sh_size = sec[1], sec[4], sec[5]
         if sh_type != 8 and sh_offset + sh_size > len(data):  # 8: SHT_NOBITS (.bss) has no bytes
             raise ElfError(f"{path} is cut short ({len(data)} bytes; a section reaches past the end)")
-    return sections
+    return data, sections
 
 
 def check_elf(path: Path, data: bytes | None = None) -> None:
     """Raise :class:`ElfError` unless ``path`` (whose bytes are ``data``, when
     read) is a whole ELF file: every table and section it names inside it."""
-    if data is None:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ElfError(f"cannot read {path}: {exc.strerror or exc}") from None
-    _sections(data, path)
+    _sections(path, data)
 
 
-def dynamic_symbols(path: Path) -> set[str]:
-    """The names of the symbols ``path`` defines in its dynamic symbol table
-    (:class:`ElfError` if it is not a whole ELF file)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ElfError(f"cannot read {path}: {exc.strerror or exc}") from None
-    sections = _sections(data, path)
+def check_library(path: Path, symbols: Iterable[str]) -> None:
+    """Raise :class:`ElfError` unless ``path`` is a whole shared library
+    that exports every name in ``symbols`` (defines it in its dynamic symbol table)."""
+    data, sections = _sections(path)
     names: set[str] = set()
     for sec in sections:
         if sec[1] != _SHT_DYNSYM or sec[6] >= len(sections):
@@ -74,13 +66,7 @@ def dynamic_symbols(path: Path) -> set[str]:
                 continue
             end = strings.find(b"\0", st_name)
             names.add(strings[st_name:end if end >= 0 else None].decode("ascii", "replace"))
-    return names
-
-
-def check_library(path: Path, symbols: Iterable[str]) -> None:
-    """Raise :class:`ElfError` unless ``path`` is a whole shared library
-    that exports every name in ``symbols``."""
-    missing = sorted(set(symbols) - dynamic_symbols(path))
+    missing = sorted(set(symbols) - names)
     if missing:
         raise ElfError(f"{path} does not export {', '.join(missing)}")
 

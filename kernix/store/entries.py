@@ -1,14 +1,11 @@
-"""Looking up and publishing cache entries.
+"""Looking up and publishing cache entries, and an entry's last use (by which
+the cache is evicted: docs/how-it-works.rst, "Size and eviction").
 
 An entry is used only when its manifest reads back valid, every file the
 build read still has its recorded content, and the library its recorded size
 and hash; a :class:`Lookup` says why not.  Publishing writes the library
 under its own hash, the specs and the ``last-use`` file, then the manifest
 that vouches for them, atomically: a reader sees a complete entry or none.
-
-``last-use``'s modification time is the entry's last use, by which the cache
-is evicted (with no lock, as in ccache: a library removed while a process
-loads it fails to open, and that process builds it again).
 """
 
 from __future__ import annotations
@@ -90,9 +87,6 @@ def _unread(entry: Path, exc: OSError) -> None:
         ) from exc
 
 
-_CLEARED = Lookup(None, "no entry (removed while it was read: a cache clear)")
-
-
 def record_use(entry: Path) -> None:
     """Set the entry's ``last-use`` file to the present if it is :data:`TOUCH_INTERVAL_S`
     old (or in the future); failing to is not an error, a link is never followed."""
@@ -131,6 +125,7 @@ def _read_entry(entry: Path, key: str, root: Path) -> Lookup:
         return Lookup(None, stale + ("" if stale.endswith(UNSETTLED) else " since it was cached"))
     so_path = manifest.so_path
     check_private(so_path, root)
+    failed = "library missing"
     try:
         stat = FileStat.of(so_path)
         if stat.size != manifest.so_size:
@@ -138,20 +133,14 @@ def _read_entry(entry: Path, key: str, root: Path) -> Lookup:
         # Unchanged since it was hashed at publish, else hash it again.
         if stat != manifest.so_stat and file_digest(so_path) != manifest.so_sha256:
             return _damaged("library content does not match its recorded SHA-256")
-    except OSError as exc:
-        _unread(entry, exc)
-        return _CLEARED if not _complete(entry) else _damaged(f"library missing: {exc.strerror or exc}")
-    try:
+        failed = f"cannot read {SPECS_FILE}"
         manifest.keep_specs()  # the entry may be cleared while the module is in use
     except OSError as exc:
         _unread(entry, exc)
-        return _CLEARED if not _complete(entry) else _damaged(f"cannot read {SPECS_FILE}: {exc.strerror or exc}")
+        if not (entry / "manifest.json").exists():  # a clear removes it first
+            return Lookup(None, "no entry (removed while it was read: a cache clear)")
+        return _damaged(f"{failed}: {exc.strerror or exc}")
     return Lookup(manifest, "hit")
-
-
-def _complete(entry: Path) -> bool:
-    """Whether the entry has its manifest (a clear removes it first)."""
-    return (entry / "manifest.json").exists()
 
 
 def publish(root: Path, name: str, key: str, built_so: Path, functions: "Sequence[FunctionSpec]",

@@ -31,7 +31,7 @@ from ..paths import cache_root
 from .trust import check_private, io_message, is_private, makedirs
 
 __all__ = [
-    "content_key", "file_digest", "FileStat", "file_versions", "version_current", "versions_current", "stale_file",
+    "content_key", "file_digest", "FileStat", "version_current", "versions_current", "stale_file",
     "settled_versions", "filesystem_now", "UNSETTLED", "atomic_write", "write_source", "source_module", "remembered",
     "COMPILER_ENVIRONMENT", "compiler_environment", "RECORD_MAGIC", "encode_record", "write_record", "read_record",
     "UntrustedRecord", "recall", "remember", "PRELUDE_FILE", "new_prelude_file", "prelude_file",
@@ -186,11 +186,6 @@ class FileStat(tuple):
         return tuple.__new__(cls, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
 
 
-def file_versions(paths: Iterable[str]) -> list[list[Any]]:
-    """The version of each file (see the module documentation)."""
-    return [[path, *FileStat.of(path), file_digest(path)] for path in paths]
-
-
 def version_current(version: Sequence[Any]) -> bool:
     """Whether a file still has its recorded version's content (hashed only when its stat moved)."""
     path, inode, size, mtime_ns, ctime_ns, digest = version
@@ -204,7 +199,7 @@ def version_current(version: Sequence[Any]) -> bool:
 
 
 def versions_current(versions: Sequence[Sequence[Any]]) -> bool:
-    """Whether every file of ``versions`` (:func:`file_versions`) still has the recorded content."""
+    """Whether every file of ``versions`` still has the recorded content."""
     return all(version_current(v) for v in versions)
 
 

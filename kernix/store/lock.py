@@ -38,10 +38,14 @@ def lock_timeout() -> float:
     return value
 
 
-def _open_lock(path: Path) -> int:
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+def _open_in(root: Path, name: str) -> tuple[Path, int]:
+    """The lock file of ``name`` under ``root`` and a descriptor of it, opened safely."""
+    locks = root / "locks"
+    makedirs(locks)
+    check_private(locks, root)
+    path = locks / f"{name}.lock"
     try:
-        fd = os.open(path, flags, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         raise CacheError(io_message(path, exc)) from exc
     st = os.fstat(fd)
@@ -55,7 +59,7 @@ def _open_lock(path: Path) -> int:
         raise CacheError(f"refusing to use the lock file {path}: {problem}. Delete it (or run `kernix cache clear`).")
     if st.st_mode & 0o077:
         os.fchmod(fd, 0o600)  # an older kernix made it 0644: nobody else may flock it
-    return fd
+    return path, fd
 
 
 def _holder(fd: int) -> tuple[int, float, str] | None:
@@ -116,22 +120,6 @@ def _refused_message(path: Path, root: Path, name: str, exc: OSError) -> str:
             "(`kernix build`); modules already built in this cache load without the lock.")
 
 
-def _mark_holder(fd: int) -> None:
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {time.time():.3f}\n".encode(), 0)
-    except OSError:
-        pass  # the record only helps waiters name us
-
-
-def _open_in(root: Path, name: str) -> tuple[Path, int]:
-    locks = root / "locks"
-    makedirs(locks)
-    check_private(locks, root)
-    path = locks / f"{name}.lock"
-    return path, _open_lock(path)
-
-
 def _take(fd: int, path: Path, root: Path, name: str, *, wait: bool, verbose: bool = False) -> bool:
     """Take the lock on ``fd``: at once or not at all, or (``wait``) waiting
     up to ``$KERNIX_LOCK_TIMEOUT`` seconds, naming the holder after a few."""
@@ -154,7 +142,9 @@ def _take(fd: int, path: Path, root: Path, name: str, *, wait: bool, verbose: bo
             continue
         except OSError as exc:  # ENOLCK, EOPNOTSUPP...: building without it could mix two builds
             raise CacheError(_refused_message(path, root, name, exc)) from exc
-        _mark_holder(fd)
+        with contextlib.suppress(OSError):  # (the record only helps waiters name us)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} {time.time():.3f}\n".encode(), 0)
         return True
 
 

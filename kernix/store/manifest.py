@@ -16,10 +16,7 @@ refuse an unknown ``format``)::
     handlers        function name -> exported handler symbol, in export order
     specs_sha256    the SHA-256 of the entry's ``functions.json``
     dependencies    the version of every file the build read but the host compiler's own
-                    headers: [[path, inode, size, mtime_ns, ctime_ns, sha256], ...]; one that
-                    changed while the build ran (or vanished) is unsettled,
-                    [path, -1, -1, -1, -1, "changed during the build"], and never current
-                    (kernix.store.files.settled_versions)
+                    headers, or its unsettled version (both: kernix.store.files)
     created         seconds since the epoch
 
 and beside it, written first, ``functions.json`` (the functions' specs in
@@ -46,13 +43,6 @@ __all__ = ["MANIFEST_FORMAT", "Manifest", "ManifestError", "entry_dir"]
 
 MANIFEST_FORMAT = 8
 SPECS_FILE = "functions.json"
-
-
-def _is_library_name(name: object) -> bool:
-    return (
-        isinstance(name, str) and len(name) == 26 and name.startswith("module-") and name.endswith(".so")
-        and all(c in "0123456789abcdef" for c in name[7:23])
-    )
 
 
 class ManifestError(ValueError):
@@ -132,13 +122,15 @@ class Manifest:
                 raise ManifestError(f"the record of function {record['name']!r} is not a valid spec: {exc}") from None
         return tuple(specs)
 
-    def to_json(self) -> dict[str, Any]:
-        """The on-disk form."""
-        return {"format": MANIFEST_FORMAT, **{f: getattr(self, f) for f in self.STORED}}  # (tuples as JSON lists)
-
     @classmethod
-    def from_json(cls, directory: Path, data: Any) -> "Manifest":
-        """Validate and read the on-disk form; a :class:`ManifestError` says what is wrong."""
+    def read(cls, directory: Path) -> "Manifest":
+        """Read and validate ``directory/manifest.json``: an ``OSError``, or a
+        :class:`ManifestError` saying what is wrong."""
+        raw = (directory / "manifest.json").read_bytes()
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise ManifestError(f"not JSON: {exc}") from None
         try:
             if not isinstance(data, dict):
                 raise ManifestError("not a JSON object")
@@ -146,7 +138,8 @@ class Manifest:
                 raise ManifestError(f"format {data.get('format')!r} (another kernix version's); this kernix "
                                     f"reads format {MANIFEST_FORMAT}")
             so = data["so"]
-            if not _is_library_name(so):
+            if not (isinstance(so, str) and len(so) == 26 and so.startswith("module-") and so.endswith(".so")
+                    and all(c in "0123456789abcdef" for c in so[7:23])):  # module-<16 hex digits>.so
                 raise ManifestError(f"bad library name {so!r}")
             handlers = data["handlers"]
             if not isinstance(handlers, dict):
@@ -171,16 +164,7 @@ class Manifest:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ManifestError(f"unreadable manifest: {exc!r}") from None
 
-    @classmethod
-    def read(cls, directory: Path) -> "Manifest":
-        """Read ``directory/manifest.json`` (``OSError``, or :class:`ManifestError`)."""
-        raw = (directory / "manifest.json").read_bytes()
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            raise ManifestError(f"not JSON: {exc}") from None
-        return cls.from_json(directory, data)
-
     def write(self) -> None:
         """Write ``manifest.json`` atomically (readers see the old one or this one)."""
-        atomic_write(self.directory / "manifest.json", json.dumps(self.to_json(), separators=(",", ":")).encode())
+        data = {"format": MANIFEST_FORMAT, **{f: getattr(self, f) for f in self.STORED}}  # (tuples as JSON lists)
+        atomic_write(self.directory / "manifest.json", json.dumps(data, separators=(",", ":")).encode())

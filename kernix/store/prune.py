@@ -1,12 +1,8 @@
-"""Keeping the cache within its size limit: :func:`prune_cache` (``kernix
-cache prune``) and the eviction after each build (:func:`after_publish`).
-
-It removes, least recently used first, module entries, work directories, a
-build's old leftovers and preludes; a module's last entry takes its inline
-sources and direct records with it.  One prune runs at a time; each removal
-holds the module's build lock, taken without waiting (a module being built
-is passed over); an entry used since the prune looked is kept; a manifest
-goes first.  Every decision is logged (``kernix``: DEBUG), removals at INFO.
+"""Keeping the cache within its size limit (:func:`max_size`, and the
+spellings of sizes and ages): :func:`prune_cache` (``kernix cache prune``) and
+the eviction after each build (:func:`after_publish`).
+What they remove, in which order, and what they never do: docs/how-it-works.rst,
+"Size and eviction".
 """
 
 from __future__ import annotations
@@ -25,18 +21,100 @@ from ..interface import running_command
 from ..language.names import is_module_name
 from ..paths import cache_root, printable
 from ..notes import note
-from . import limits
-from .admin import Clearing
+from .admin import Clearing, Survey, is_real_dir, listing, lstat_or_none, owner, read_survey, survey
 from .files import PRELUDE_FILE, source_module
-from .limits import format_age, format_size, parse_age, parse_size
 from .lock import PRUNE_LOCK, build_lock, try_lock
 from .manifest import Manifest
 from .entries import entry_time
-from .walk import Survey, is_real_dir, listing, lstat_or_none, read_survey, survey
 
-__all__ = ["Candidate", "after_publish", "candidates", "prune_cache"]
+__all__ = ["DEFAULT_MAX_SIZE", "MAX_SIZE_VARIABLE", "Candidate", "after_publish", "candidates", "format_age",
+           "format_size", "max_size", "parse_age", "parse_size", "prune_cache"]
 
 _INFO = 20  # logging.INFO
+
+#: The limit when ``$KERNIX_CACHE_MAX_SIZE`` is unset: 5 GiB (see docs/cache.rst, "How big it grows").
+DEFAULT_MAX_SIZE = 5 * 1024**3
+#: The environment variable that sets the limit.
+MAX_SIZE_VARIABLE = "KERNIX_CACHE_MAX_SIZE"
+
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(?:([KMGT])(?:I?B)?|B)?", re.IGNORECASE)
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_AGE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhdw])")
+_UNLIMITED = ("0", "none", "unlimited")
+
+
+def parse_size(text: str, *, unlimited: bool = True) -> int | None:
+    """The bytes (at least 1) ``text`` spells: a number, or one followed by
+    ``K``, ``M``, ``G`` or ``T`` (powers of 1024, as ``du -h`` writes them;
+    optionally ``B`` or ``iB`` after): ``"500M"``, ``"1.5GiB"``.  ``"0"``,
+    ``"none"`` and ``"unlimited"`` are no limit, ``None``, where ``unlimited``
+    allows it; anything else is a ``ValueError`` saying what a size looks like."""
+    word = text.strip()
+    if word.lower() in _UNLIMITED:
+        if unlimited:
+            return None
+        raise ValueError(f"{text!r} is no limit; give a size such as 500M or 2G")
+    match = _SIZE.fullmatch(word)
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not a size: write a number of bytes, or a number followed by K, M, G or T "
+            "(powers of 1024), such as 500M or 2G"
+        )
+    value = int(float(match.group(1)) * _UNITS[(match.group(2) or "").upper()])
+    if value < 1:
+        raise ValueError(f"{text!r} is less than one byte; give a size such as 500M or 2G")
+    return value
+
+
+def parse_age(text: str) -> float:
+    """The seconds ``text`` spells: a number followed by ``s``, ``m``, ``h``,
+    ``d`` or ``w``: ``"30d"``, ``"12h"``; anything else (a bare ``30``, seconds
+    or days?) is a ``ValueError`` saying what an age looks like."""
+    match = _AGE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not an age: write a number followed by s, m, h, d or w (seconds, minutes, hours, "
+            "days, weeks), such as 30d or 12h"
+        )
+    return float(match.group(1)) * _AGE_UNITS[match.group(2)]
+
+
+def max_size() -> int | None:
+    """The cache's size limit in bytes: ``$KERNIX_CACHE_MAX_SIZE`` (a
+    :class:`CacheError` when it is no size), else :data:`DEFAULT_MAX_SIZE`;
+    ``None``: no limit."""
+    raw = os.environ.get(MAX_SIZE_VARIABLE)
+    if raw is None or not raw.strip():
+        return DEFAULT_MAX_SIZE
+    try:
+        return parse_size(raw)
+    except ValueError as exc:
+        raise CacheError(
+            f"{MAX_SIZE_VARIABLE}: {exc}; or `0` for no limit (unset, the limit is {format_size(DEFAULT_MAX_SIZE)})"
+        ) from None
+
+
+def format_size(n: float | None) -> str:
+    """``n`` bytes as ``"512 B"``, ``"1.5 KiB"`` ... ``"3.0 GiB"``; ``None`` as ``"no limit"``."""
+    if n is None:
+        return "no limit"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_age(seconds: float) -> str:
+    """An age as a person reads it: ``"<1 min"``, ``"5 min"``, ``"3 h"``, ``"12 d"``."""
+    if seconds < 60:
+        return "<1 min"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds // 3600:.0f} h"
+    return f"{seconds // 86400:.0f} d"
 
 
 @dataclass(frozen=True)
@@ -79,8 +157,6 @@ class Candidate:
         }
 
 
-# build/.<name>.stale-<pid>-<n>: a work directory moved aside to be deleted (kernix.store.workdir)
-_LEFTOVERS = re.compile(r"\.(.+)\.stale-\d+-\d+")
 #: Leftovers younger than this (seconds) may still be being deleted by their build.
 LEFTOVERS_AGE_S = 3600.0
 
@@ -111,14 +187,12 @@ def candidates(found: Survey, base: str | os.PathLike[str]) -> list[Candidate]:
         module = os.path.basename(os.path.dirname(path))
         if is_module_name(module):
             out.append(Candidate("entry", module, path, size, found.used[path]))
-    for kind, directories, pattern in (("work directory", found.workdirs, None),
-                                       ("leftovers", found.leftovers, _LEFTOVERS)):
+    for kind, directories in (("work directory", found.workdirs), ("leftovers", found.leftovers)):
         for path, size in directories.items():
-            match = None if pattern is None else pattern.fullmatch(os.path.basename(path))
-            module = os.path.basename(path) if pattern is None else match.group(1) if match else ""
+            module = owner("build", os.path.basename(path))
             st = lstat_or_none(path)
             if is_module_name(module) and st is not None and (
-                    pattern is None or st.st_mtime < time.time() - LEFTOVERS_AGE_S):
+                    kind == "work directory" or st.st_mtime < time.time() - LEFTOVERS_AGE_S):
                 out.append(Candidate(kind, module, path, size, st.st_mtime))
     out += _preludes(Path(base), found)
     out.sort(key=lambda c: (c.used, c.path))
@@ -135,9 +209,9 @@ def _unevictable(total: int, evictable: int, limit: int) -> bool:
     if fixed < limit:
         return False
     global _warned_unevictable
-    message = (f"kernix: the part of the cache no eviction removes (inferred specs, compiler answers, direct "
-               f"records, inline sources: {format_size(fixed)}) alone exceeds its size limit of {format_size(limit)}, so "
-               f"nothing is evicted to make room; run `kernix cache clear`, or raise {limits.MAX_SIZE_VARIABLE}")
+    message = (f"kernix: the part of the cache no eviction removes (inferred specs, compiler answers, direct records, "
+               f"inline sources: {format_size(fixed)}) alone exceeds its size limit of {format_size(limit)}, so "
+               f"nothing is evicted to make room; run `kernix cache clear`, or raise {MAX_SIZE_VARIABLE}")
     note("cache: " + message.removeprefix("kernix: "))
     if not _warned_unevictable:
         _warned_unevictable = True
@@ -224,12 +298,10 @@ class _Pruning:
                 self.clearing.remove(e.path)
 
 
-def _summary(pruning: _Pruning, now: float) -> dict[str, list[dict[str, Any]]]:
-    return {"removed": [c.record(now, reason=why) for c, why in pruning.removed],
-            "kept": [c.record(now, reason=why) for c, why in pruning.kept]}
-
-
-def _limit_of(max_size_: int | str | None) -> int:
+def _limit_of(max_size_: int | str | None, older_than: float | str | None) -> int | None:
+    """The limit a :func:`prune_cache` call asks for."""
+    if max_size_ is None:
+        return max_size() if older_than is None else None
     if isinstance(max_size_, str):
         try:
             value = parse_size(max_size_, unlimited=False)
@@ -296,7 +368,7 @@ def prune_cache(max_size: int | str | None = None, *, older_than: float | str | 
         or ``$KERNIX_CACHE_MAX_SIZE`` is not a size.
     """
     cutoff_age = None if older_than is None else _age_of(older_than)
-    limit = _limit_of(max_size) if max_size is not None else limits.max_size() if older_than is None else None
+    limit = _limit_of(max_size, older_than)
     base = Path(root) if root is not None else cache_root()
     command = "`kernix cache prune`" if running_command() is not None else "`kernix.prune_cache()`"
     pruning = _Pruning(base)
@@ -310,7 +382,9 @@ def prune_cache(max_size: int | str | None = None, *, older_than: float | str | 
     if pruning.clearing.failures:
         raise CacheError(pruning.clearing.problem(command.strip("`"), command))
     return {
-        "root": printable(base), "limit_bytes": limit, "older_than_s": cutoff_age, **_summary(pruning, now),
+        "root": printable(base), "limit_bytes": limit, "older_than_s": cutoff_age,
+        "removed": [c.record(now, reason=why) for c, why in pruning.removed],
+        "kept": [c.record(now, reason=why) for c, why in pruning.kept],
         "freed_bytes": sum(c.size for c, _ in pruning.removed), "total_bytes": after,
     }
 
@@ -319,7 +393,7 @@ def after_publish(root: Path, manifest: Manifest) -> None:
     """Bring the cache within its limit after ``manifest``'s entry was published,
     keeping it (the caller holds its build lock); what fails is a ``RuntimeWarning``."""
     try:
-        limit = limits.max_size()
+        limit = max_size()
     except CacheError as exc:
         warnings.warn(f"kernix: the cache was not kept within a size limit: {exc}", RuntimeWarning, stacklevel=4)
         return

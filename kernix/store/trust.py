@@ -26,12 +26,13 @@ def foreign_writer(st: os.stat_result, owners: tuple[int, ...], *, sticky_ok: bo
     return None
 
 
+_LINK = ("it is a symbolic link inside the kernix cache, which kernix never creates. "
+         "Delete it (or run `kernix cache clear`).")
+
+
 def _problem(p: str, st: os.stat_result, uid: int) -> str | None:
     if stat.S_ISLNK(st.st_mode):
-        return (
-            "it is a symbolic link inside the kernix cache, which kernix never creates. "
-            "Delete it (or run `kernix cache clear`)."
-        )
+        return _LINK
     writer = foreign_writer(st, (uid, 0), sticky_ok=st.st_uid == uid)  # (a sticky directory of the cache's own)
     if writer == "owner":
         return (
@@ -46,32 +47,28 @@ def _problem(p: str, st: os.stat_result, uid: int) -> str | None:
     return None
 
 
-def check_private(path: str | os.PathLike[str], root: str | os.PathLike[str], *more: str | os.PathLike[str]) -> None:
-    """Raise a :class:`CacheError` naming the fix if ``path`` (or ``more``), or
-    a directory between it and ``root``, is a symbolic link, another user's, or
-    writable by others (paths that do not exist yet are skipped)."""
-    why = _first_problem(root, (path, *more))
+def check_private(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> None:
+    """Raise a :class:`CacheError` naming the fix if ``path``, or a directory
+    between it and ``root``, is a symbolic link, another user's, or writable
+    by others (paths that do not exist yet are skipped)."""
+    why = _first_problem(root, path)
     if why is not None:
         raise CacheError(why)
 
 
 def is_private(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:
     """Whether :func:`check_private` accepts ``path`` (for caches whose entries are optional)."""
-    return _first_problem(root, (path,)) is None
+    return _first_problem(root, path) is None
 
 
-def _first_problem(root: str | os.PathLike[str], paths: tuple[str | os.PathLike[str], ...]) -> str | None:
-    """``"refusing to use P: why"`` for the first path from ``root`` to ``paths`` not private."""
+def _first_problem(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> str | None:
+    """``"refusing to use P: why"`` for the first of ``path`` and its directories up to ``root`` not private."""
     uid = os.getuid()
     top = os.fspath(root)
     inside = top.rstrip(os.sep) + os.sep
-    chain: dict[str, None] = {}  # ordered, each directory once (strings: this runs on every warm load)
-    for path_ in paths:
-        current = os.fspath(path_)
-        chain[current] = None
-        while current != top and current.startswith(inside):
-            current = os.path.dirname(current)
-            chain[current] = None
+    chain = [os.fspath(path)]  # (strings: this runs on every warm load)
+    while chain[-1] != top and chain[-1].startswith(inside):
+        chain.append(os.path.dirname(chain[-1]))
     for p in chain:
         try:
             st = os.stat(p) if p == top else os.lstat(p)
@@ -97,11 +94,10 @@ def makedirs(path: str | os.PathLike[str]) -> None:
         for d in reversed(missing):
             try:
                 os.mkdir(d, 0o755)
-            except FileExistsError:
+                os.chmod(d, 0o755)
+            except FileExistsError:  # (made meanwhile)
                 if not os.path.isdir(d):
                     raise
-                continue
-            os.chmod(d, 0o755)
     except OSError as exc:
         raise CacheError(io_message(path, exc)) from exc
 
@@ -124,8 +120,5 @@ def io_message(path: str | os.PathLike[str], exc: OSError) -> str:
             f"directory ({exc.strerror}). Point KERNIX_CACHE_DIR (or build_directory=) at a directory."
         )
     if exc.errno == errno.ELOOP:
-        return (
-            f"refusing to use {path}: it is a symbolic link inside the kernix cache, which kernix "
-            "never creates. Delete it (or run `kernix cache clear`)."
-        )
+        return f"refusing to use {path}: {_LINK}"
     return f"cannot use the kernix cache at {path}: {exc}"

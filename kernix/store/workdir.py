@@ -2,12 +2,9 @@
 kept between builds so ninja recompiles only what changed.  Hold the
 module's build lock around its use.
 
-ninja goes by modification times alone, so a source replaced by one with an
-*older* mtime (``mv``, ``cp -p``, a branch switch), or another compiler behind
-the same path, looks up to date to it.  So each successful build records its
-*stamp* (the compilers' and flags' identity) and the version of every input
-it read; the next keeps the directory only when the stamp is the same and
-every input is unchanged or newer than that build's start.
+Each successful build records its *stamp* (the compilers' and flags'
+identity) and the version of every input it read, which ninja's modification
+times alone do not tell: docs/how-it-works.rst, "What a build after a miss may reuse".
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ from ..paths import nearest_existing
 from .files import UNSETTLED, FileStat, atomic_write, filesystem_now, version_current
 from .trust import check_private, io_message, makedirs
 
-__all__ = ["noexec_problem", "build_started", "work_directory", "record_inputs", "stale_reason", "BUILDING_MARKER", "INPUTS_RECORD"]
+__all__ = ["noexec_problem", "build_started", "work_directory", "record_inputs"]
 
 #: A file present while a build runs: found on entry, the last builder died.
 BUILDING_MARKER = ".kernix-building"
