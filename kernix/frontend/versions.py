@@ -1,7 +1,7 @@
 """The versions of the files a parse read, as the parse read them.
 
 A cached result is only as current as its headers, so each is recorded with
-its version (:func:`kernix.store.files.file_versions`). Taking versions after
+its version (see :func:`kernix.store.settled_versions`). Taking versions after
 the parse would vouch for a header saved mid-parse, so :func:`read_versions`
 hashes the bytes clang read (``clang_getFileContents``) and records nothing
 unless the file on disk still holds them. A file modified within
