@@ -67,13 +67,6 @@ def _kernix_include_flags() -> list[str]:
     return [f"-I{include_dir()}", "-isystem", toolchain.jax_ffi_include_dir()]
 
 
-def _user_flags(config: BuildConfig) -> list[str]:
-    """The user's include directories and flags, in order, before kernix's
-    own include directory: one search order for build and inference alike
-    (see :attr:`kernix.request.LoadRequest.parse_flags`)."""
-    return [*(f"-I{os.path.abspath(d)}" for d in config.include_dirs), *config.extra_cflags]
-
-
 def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
     """The compiler and linker argument lists (without inputs and outputs).
 
@@ -110,6 +103,8 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
         if config.use_fast_math:
             user.append("-ffast-math")
         link_tail = []
-    user += [*_user_flags(config), *_kernix_include_flags()]
+    # The user's include directories and flags, in order, before kernix's own: one search order for build and
+    # inference alike (see :attr:`kernix.request.LoadRequest.parse_flags`).
+    user += [*(f"-I{os.path.abspath(d)}" for d in config.include_dirs), *config.extra_cflags, *_kernix_include_flags()]
     link_tail += list(config.extra_ldflags)
     return {"user": user, "handlers": handlers, "link": link + ["@IN@"] + link_tail}
