@@ -58,16 +58,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ExportedFunction:
-    """A function to export, with its position in the module.
-
-    Attributes
-    ----------
-    index
-        Position in the module; makes every generated symbol unique, so
-        ``f`` and ``f_impl`` never collide.
-    spec
-        The function's spec.
-    """
+    """A function to export (``spec``) and its ``index`` in the module, which
+    makes every generated symbol unique, so ``f`` and ``f_impl`` never collide."""
 
     index: int
     spec: FunctionSpec

@@ -10,12 +10,11 @@ what changed)::
     units.json                  the functions generated for (:func:`previous_units`)
     module.so                   all of the above, linked
 
-A generated file is rewritten only when its text changes, so editing a kernel
-body recompiles that file's shim unit and relinks, and the handler object is
-reused; a rewritten file's object is deleted with it, so that ninja, which
-compares modification times, cannot take it for up to date.  Commands are
-argument lists joined with :func:`shlex.join` for ninja; nothing goes through
-a user-controlled shell string.
+A generated file is rewritten only when its text changes (:func:`generate`),
+so editing a kernel body recompiles that file's shim unit and relinks, and the
+handler object is reused.  Commands are argument lists joined with
+:func:`shlex.join` for ninja; nothing goes through a user-controlled shell
+string.
 """
 
 from __future__ import annotations
@@ -73,7 +72,6 @@ def ninja_path() -> str:
             return str(cand)
     except ImportError:
         pass
-
     found = shutil.which("ninja")
     if not found:
         raise ToolchainError("ninja was not found: `pip install ninja`")
@@ -195,10 +193,7 @@ def read_depfile(path: Path) -> list[str]:
     text = text.replace("\\\r\n", " ").replace("\\\n", " ")
     colon = re.search(r":(?:\s|$)", text)
     deps = text[colon.end():] if colon else ""
-    out: list[str] = []
-    for token in re.findall(r"(?:\\.|\$\$|[^\s\\])+|\\", deps):
-        out.append(_DEPFILE_ESCAPE.sub(_unescape, token))
-    return out
+    return [_DEPFILE_ESCAPE.sub(_unescape, token) for token in re.findall(r"(?:\\.|\$\$|[^\s\\])+|\\", deps)]
 
 
 _DEPFILE_ESCAPE = re.compile(r"(\\+) |\\#|\$\$")
@@ -299,7 +294,6 @@ def _link_error_message(build_dir: Path, output: str, sources: Sequence[str]) ->
     missing = _undefined_symbols(output)
     if not missing:
         return None
-
     parts = [f"{sym} (used by {', '.join(sorted(users))})" if users else sym for sym, users in sorted(missing.items())]
     option = "-L DIR -l NAME" if running_command() is not None else "extra_ldflags=['-L<dir>', '-l<name>']"
     return (
@@ -323,7 +317,6 @@ def _no_space_message(build_dir: Path, output: str) -> str | None:
     the compilers ran out of disk space (``ENOSPC``), or ``None``."""
     if "No space left on device" not in output and "Disk quota exceeded" not in output:
         return None
-
     tmp = tempfile.gettempdir()
     return (
         f"building {build_dir} failed: the disk is full (No space left on device). The compilers write to "

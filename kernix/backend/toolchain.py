@@ -146,8 +146,7 @@ def cuda_include_dirs() -> list[str]:
     home = find_cuda_home()
     if home is None:
         return []
-    dirs = [home / "include"]
-    dirs += sorted((home / "targets").glob("*/include")) if (home / "targets").is_dir() else []
+    dirs = [home / "include", *sorted((home / "targets").glob("*/include"))]
     return [str(d) for d in dirs if d.is_dir()]
 
 
