@@ -68,10 +68,6 @@ class _Device(tuple):
 _known: dict[tuple[str | None, str | None], Survey] = {}  # this process's answers, by the two variables
 
 
-def _sm(major: int, minor: int) -> str:
-    return f"sm_{major}{minor}"
-
-
 def _text(buffer: ctypes.Array) -> str:  # type: ignore[type-arg]
     return buffer.value.decode("utf-8", "replace").strip()
 
@@ -109,7 +105,7 @@ def _nvml() -> list[_Device] | str:
             call("nvmlDeviceGetCudaComputeCapability", handle, ctypes.byref(major), ctypes.byref(minor))
             call("nvmlDeviceGetName", handle, name, ctypes.c_uint(len(name)))
             call("nvmlDeviceGetUUID", handle, uuid, ctypes.c_uint(len(uuid)))
-            devices.append(_Device(_sm(major.value, minor.value), _text(name), _text(uuid)))
+            devices.append(_Device(f"sm_{major.value}{minor.value}", _text(name), _text(uuid)))
         return devices
     except _Failed as exc:
         return str(exc)
@@ -149,7 +145,7 @@ def _cuda_driver() -> list[Gpu] | str:
             call("cuDeviceGetAttribute", ctypes.byref(major), _CU_MAJOR, device)
             call("cuDeviceGetAttribute", ctypes.byref(minor), _CU_MINOR, device)
             call("cuDeviceGetName", name, len(name), device)
-            gpus.append(Gpu(_sm(major.value, minor.value), _text(name)))
+            gpus.append(Gpu(f"sm_{major.value}{minor.value}", _text(name)))
         return gpus
     except _Failed as exc:
         return str(exc)
