@@ -22,10 +22,7 @@ def _digits(text: str) -> bool:
 def _parse(text: str) -> tuple[str, str] | None:
     """``(digits, suffix)`` of ``[sm_|compute_]X[.Y][a|f]`` (lower case; two or
     three digits, the first not 0, as every CUDA architecture has), else ``None``."""
-    for prefix in ("sm_", "compute_"):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
-            break
+    text = text.removeprefix("sm_") if text.startswith("sm_") else text.removeprefix("compute_")
     suffix = text[-1:] if text[-1:] in ("a", "f") else ""
     major, dot, minor = text[: len(text) - len(suffix)].partition(".")
     if not _digits(major) or (dot and not _digits(minor)) or not 2 <= len(major + minor) <= 3 or major[0] == "0":

@@ -1,41 +1,19 @@
-"""Generate the C++ that connects XLA to the user's functions.
+"""Generate the C++ that connects XLA to the user's functions (why it is cut
+this way: "The build design" in docs/how-it-works.rst).
 
-Two kinds of translation unit come out of here:
-
-*shim units*, one per user source file, compiled by the same compiler as the
-user's code (nvcc for CUDA).  Each ``#include``\\ s the user's file by absolute
-path, so compiler diagnostics name the user's own file and line, and then
-defines one ``extern "C"`` shim per function that calls it with its exact C++
-types (namespaces, enums, overloads and ``__half`` resolve there).  A shim is
-the call and little else (each tensor is built by one out-of-line helper per
-tensor type, and what the call throws is caught by the handler), so it adds
-little to the compile of the user's file, the one unit no core count shortens.
+*Shim units* (:func:`shim_unit`), one per user source file, are compiled by
+the user's compiler (nvcc for CUDA): each ``#include``\\ s the user's file by
+absolute path, so diagnostics name the user's own file and line, then defines
+one ``extern "C"`` shim per function that calls it with its exact C++ types.
 A function returning ``xla::ffi::Error`` (``FunctionSpec.returns_error``)
 has its result checked: a failure is thrown, and the handler reports it with
 the error's own code and message, prefixed with the function's name.
 
-*handler units*, compiled by the host compiler: one XLA FFI handler per
-function, each calling its shim.  They depend only on the specs, so editing a
-kernel body leaves them, and their object files, unchanged.  Two kinds:
-
-* a *fast* unit (:func:`fast_handler_unit`) for functions that take no typed
-  XLA FFI parameter: per function a constant table describing the parameters and a
-  one-line handler calling the generic decoder of ``kernix/detail/frame.h``,
-  which reads the call frame through XLA's C API.  It never includes XLA's
-  C++ ``ffi.h``, so it compiles in a fraction of the time and memory.  For a
-  function with state, its instantiate handler is beside it (``state.h``).
-* an *ffi.h* unit (:func:`ffi_handler_unit`) for functions that take typed XLA
-  FFI types (``xla::ffi::Buffer<T, R>``, ``AnyBuffer``, ``Result<...>``)
-  (the parts of the *special kinds* of the section "The parameters beyond
-  tensors, scalars and the stream" serve any other parameter of such a function): one
-  ``XLA_FFI_DEFINE_HANDLER_SYMBOL`` binding per function (exact ``Attr<T>``
-  types, the platform stream, the command-buffer trait), and for a function
-  with state an instantiate handler beside it.
-
-The text of every failed check (a tensor read as the wrong type, BE_CHECK, a
-handler's error) is built in ``kernix/detail/messages.cc``, which the build
-compiles once per module, as a unit of its own beside the handler units; the
-user's translation units include only the declarations and link to it.
+*Handler units* (:func:`handler_unit`), compiled by the host compiler from
+the specs alone, hold one XLA FFI handler per function, each calling its
+shim: a table decoded through XLA's C API (:func:`fast_handler_unit`) or an
+``ffi.h`` binding (:func:`ffi_handler_unit`).  The text of every failed
+check is built once per module, by :func:`messages_unit`.
 
 Every parameter crosses from handler to shim as one ``void*`` in an array: a
 ``kernix::TensorView*`` (a tensor, in place or not, or scratch), a pointer to
@@ -76,39 +54,31 @@ __all__ = [
     "fast_handler_unit",
     "ffi_handler_unit",
     "has_fast_handler",
-    "instantiate_symbol",
-    "statetype_symbol",
 ]
 
 @dataclass(frozen=True)
 class ExportedFunction:
-    """A function to export, with its position in the module.
-
-    Attributes
-    ----------
-    index
-        Position in the module; makes every generated symbol unique, so
-        ``f`` and ``f_impl`` never collide.
-    spec
-        The function's spec.
-    """
+    """A function to export (``spec``) and its ``index`` in the module, which
+    makes every generated symbol unique, so ``f`` and ``f_impl`` never collide."""
 
     index: int
     spec: FunctionSpec
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^0-9A-Za-z_]", "_", name)
+def _symbol(kind: str, fn: ExportedFunction) -> str:
+    """The symbol of ``fn``'s ``kind`` (``shim``, ``handler``, ``instantiate``, ``state_new``...): the state's are
+    the handler's with ``handler`` replaced, as :mod:`kernix.runtime.registry` looks them up."""
+    return f"kernix_{kind}_{fn.index}_{re.sub(r'[^0-9A-Za-z_]', '_', fn.spec.name)}"
 
 
 def shim_symbol(fn: ExportedFunction) -> str:
     """Name of the (hidden) shim of ``fn``."""
-    return f"kernix_shim_{fn.index}_{_slug(fn.spec.name)}"
+    return _symbol("shim", fn)
 
 
 def handler_symbol(fn: ExportedFunction) -> str:
     """Name of the exported XLA FFI handler of ``fn``."""
-    return f"kernix_handler_{fn.index}_{_slug(fn.spec.name)}"
+    return _symbol("handler", fn)
 
 
 def _cxx_string(text: str) -> str:
@@ -141,14 +111,15 @@ def include_line(path: str) -> str:
 
 
 def _strip_const(canonical: str) -> str:
-    text = canonical.strip()
-    text = re.sub(r"^const\s+", "", text)
-    text = re.sub(r"\s+const$", "", text)
-    return text
+    return re.sub(r"^const\s+|\s+const$", "", canonical.strip())
 
 
 def _local(slot: int) -> str:
     return f"kernix_t{slot}"
+
+
+def _type(param: Param) -> str:
+    return "::" + param.canonical_type
 
 
 def _tensor_type(param: Param) -> str:
@@ -157,7 +128,7 @@ def _tensor_type(param: Param) -> str:
     in-place types (``BE::InOut``, ``BE::InOutOf<T>``) for theirs, else
     ``::BE::Tensor``."""
     if param.canonical_type.startswith(("BE::TensorOf<", "BE::InOutOf<")) or param.canonical_type == "BE::InOut":
-        return "::" + param.canonical_type
+        return _type(param)
     return "::BE::Tensor"
 
 
@@ -186,8 +157,10 @@ def _shim_argument(fn: ExportedFunction, param: Param, slot: int) -> str:
         return _local(slot)
     if param.kind == "ffi":
         return f"*static_cast<{param.canonical_type}*>({p})"
-    if param.kind in SPECIAL_KINDS:
-        return _special_argument(param, slot)
+    if param.kind in ("array", "string"):
+        return f"::kernix::detail::array_from<{_type(param)}>({p})"
+    if param.kind in ("scratch", "state", "threads"):
+        return _local(slot)
     target = _strip_const(param.canonical_type)
     if param.kind == "stream":
         return f"reinterpret_cast<{target}>(*static_cast<void* const*>({p}))"
@@ -205,13 +178,15 @@ def _shim_locals(fn: ExportedFunction) -> list[str]:
     messages), and the scratch, state and thread pool objects."""
     lines = []
     for i, param in enumerate(fn.spec.params):
-        if param.kind == "tensor":
-            if not _built_in_argument(fn, param):
-                lines.append(f"  {_tensor_type(param)} {_local(i)} = {_tensor_from(param, i)};")
-        else:
-            local = _special_local(param, i)
-            if local is not None:
-                lines.append(local)
+        local, p = f"  {_type(param)} {_local(i)}", f"p[{i}]"
+        if param.kind == "tensor" and not _built_in_argument(fn, param):
+            lines.append(f"  {_tensor_type(param)} {_local(i)} = {_tensor_from(param, i)};")
+        elif param.kind == "scratch":
+            lines.append(f"{local}(*static_cast<const ::kernix::TensorView*>({p}), {_cxx_string(param.name)});")
+        elif param.kind == "state":
+            lines.append(f"{local} = ::kernix::detail::state_from<{_type(param)}>({p});")
+        elif param.kind == "threads":
+            lines.append(f"{local}(*static_cast<const ::kernix::ThreadPoolView*>({p}));")
     return lines
 
 
@@ -243,7 +218,7 @@ def shim_unit(user_source: str, functions: Sequence[ExportedFunction]) -> str:
             # A failure it returns is thrown for the handler to report (shim.h).
             call = f"::kernix::detail::check_returned({call})"
         if fn.spec.has("state"):
-            lines += _state_shims(fn.spec, fn.index, _slug(fn.spec.name))
+            lines += _state_shims(fn)
         lines += [
             f"KERNIX_SHIM_EXPORT void {shim_symbol(fn)}(void* const* p) {{",
             "  (void)p;",
@@ -255,45 +230,6 @@ def shim_unit(user_source: str, functions: Sequence[ExportedFunction]) -> str:
     return "\n".join(lines)
 
 
-# ---- The parameters beyond tensors, scalars and the stream -----------------------
-#
-# For an in-place tensor (``inout``), an array or string attribute, scratch
-# memory, the per-instance state and the thread pool: what the shim passes the
-# user's function, built from the slot the handler filled
-# (:func:`_special_argument`, :func:`_special_local`); the handler's part
-# (:func:`_handler_part`); for a function with state, the instantiate handler
-# and the functions around it (:func:`_state_shims`, :func:`_state_handlers`).
-
-
-def _type(param: Param) -> str:
-    return "::" + param.canonical_type
-
-
-#: The kinds whose code the functions of this section write (an in-place tensor is written here too).
-SPECIAL_KINDS = ("array", "string", "scratch", "state", "threads")
-
-
-def _special_local(param: Param, slot: int) -> str | None:
-    """The local the shim builds for ``param`` (scratch, state, thread pool), or ``None``."""
-    p = f"p[{slot}]"
-    if param.kind == "scratch":
-        return (f"  {_type(param)} {_local(slot)}(*static_cast<const ::kernix::TensorView*>({p}), "
-                f"{_cxx_string(param.name)});")
-    if param.kind == "state":
-        return f"  {_type(param)} {_local(slot)} = ::kernix::detail::state_from<{_type(param)}>({p});"
-    if param.kind == "threads":
-        return f"  {_type(param)} {_local(slot)}(*static_cast<const ::kernix::ThreadPoolView*>({p}));"
-    return None
-
-
-def _special_argument(param: Param, slot: int) -> str:
-    """The expression the shim passes for an array or string attribute, scratch, state or pool."""
-    if param.kind in ("array", "string"):
-        return f"::kernix::detail::array_from<{_type(param)}>(p[{slot}])"
-    assert param.kind in ("scratch", "state", "threads"), param
-    return _local(slot)
-
-
 class _HandlerPart(NamedTuple):
     """One parameter's share of an ffi.h handler."""
 
@@ -301,73 +237,68 @@ class _HandlerPart(NamedTuple):
     bind: list[str]  # the binding chain
     prep: list[str]  # statements filling the slot
     slot: str  # the void* of the shim's array
+    alias: tuple[str, ...] = ()  # a type alias keeping template commas out of the handler macro's arguments
 
 
-def _handler_part(param: Param, i: int, spec: FunctionSpec, platform: Platform) -> _HandlerPart:
-    """The handler's part for parameter ``i`` of ``spec`` (an in-place tensor or one of :data:`SPECIAL_KINDS`)."""
+def _handler_part(fn: ExportedFunction, param: Param, i: int, platform: Platform) -> _HandlerPart:
+    """The handler's part for parameter ``i`` of ``fn``."""
+    name = _cxx_string(param.name)
+    view = f"  ::kernix::TensorView t{i} = ::kernix::detail::to_view(*b{i});"
     if param.role == "inout":
-        check = (f"  if (ffi::Error e = ::kernix::detail::check_aliased(b{i}in, *b{i}, {_cxx_string(spec.name)}, "
-                 f"{_cxx_string(param.name)}); e.failure()) return e;")
+        check = (f"  if (ffi::Error e = ::kernix::detail::check_aliased(b{i}in, *b{i}, {_cxx_string(fn.spec.name)}, "
+                 f"{name}); e.failure()) return e;")
         return _HandlerPart(
             [f"ffi::AnyBuffer b{i}in", f"ffi::Result<ffi::AnyBuffer> b{i}"],
-            [".Arg<ffi::AnyBuffer>()", ".Ret<ffi::AnyBuffer>()"],
-            [check, f"  ::kernix::TensorView t{i} = ::kernix::detail::to_view(*b{i});"],
-            f"&t{i}",
+            [".Arg<ffi::AnyBuffer>()", ".Ret<ffi::AnyBuffer>()"], [check, view], f"&t{i}",
         )
+    if param.kind == "tensor" and param.role == "arg":
+        return _HandlerPart([f"ffi::AnyBuffer b{i}"], [".Arg<ffi::AnyBuffer>()"],
+                            [f"  ::kernix::TensorView t{i} = ::kernix::detail::to_view(b{i});"], f"&t{i}")
+    if param.kind in ("tensor", "scratch"):  # a result
+        return _HandlerPart([f"ffi::Result<ffi::AnyBuffer> b{i}"], [".Ret<ffi::AnyBuffer>()"], [view], f"&t{i}")
+    if param.kind == "ffi":
+        alias = f"kernix_type_{fn.index}_{i}"
+        decl, method = (alias, "Arg") if param.role == "arg" else (f"ffi::Result<{alias}>", "Ret")
+        return _HandlerPart([f"{decl} b{i}"], [f".{method}<{alias}>()"], [], f"&b{i}",
+                            (f"using {alias} = {_bound_type(param)};",))
+    if param.kind == "stream" and platform == "cuda":
+        return _HandlerPart([f"cudaStream_t s{i}"], [".Ctx<ffi::PlatformStream<cudaStream_t>>()"],
+                            [f"  void* v{i} = static_cast<void*>(s{i});"], f"&v{i}")
+    if param.kind == "stream":
+        return _HandlerPart([], [], [f"  void* v{i} = nullptr;  // C++ functions run on the host: no stream"], f"&v{i}")
     if param.kind == "array":
         assert param.dtype is not None
         span = f"ffi::Span<const {ARRAY_ATTR_DTYPES[param.dtype]}>"
         return _HandlerPart(
-            [f"{span} a{i}"], [f".Attr<{span}>({_cxx_string(param.name)})"],
+            [f"{span} a{i}"], [f".Attr<{span}>({name})"],
             [f"  ::kernix::ArrayView v{i}{{a{i}.begin(), static_cast<int64_t>(a{i}.size())}};"], f"&v{i}",
         )
     if param.kind == "string":
         return _HandlerPart(
-            [f"std::string_view a{i}"], [f".Attr<std::string_view>({_cxx_string(param.name)})"],
+            [f"std::string_view a{i}"], [f".Attr<std::string_view>({name})"],
             [f"  ::kernix::ArrayView v{i}{{a{i}.data(), static_cast<int64_t>(a{i}.size())}};"], f"&v{i}",
-        )
-    if param.kind == "scratch":
-        return _HandlerPart(
-            [f"ffi::Result<ffi::AnyBuffer> b{i}"], [".Ret<ffi::AnyBuffer>()"],
-            [f"  ::kernix::TensorView t{i} = ::kernix::detail::to_view(*b{i});"], f"&t{i}",
         )
     if param.kind == "state":
         return _HandlerPart(
             [f"::kernix::detail::StateBox* st{i}"], [".Ctx<ffi::State<::kernix::detail::StateBox>>()"],
             [f"  void* v{i} = st{i}->object;"], f"v{i}",
         )
-    assert param.kind == "threads", param
-    if platform == "cpu":
+    if param.kind == "threads" and platform == "cpu":
         return _HandlerPart(
             [f"ffi::ThreadPool tp{i}"], [".Ctx<ffi::ThreadPool>()"],
             [f"  ::kernix::ThreadPoolView v{i} = ::kernix::detail::pool_view(tp{i});"], f"&v{i}",
         )
-    # CUDA functions run on the host thread that launches them: a pool of no threads.
-    return _HandlerPart([], [], [f"  ::kernix::ThreadPoolView v{i}{{nullptr, 0, nullptr}};"], f"&v{i}")
+    if param.kind == "threads":  # CUDA functions run on the host thread that launches them: a pool of no threads.
+        return _HandlerPart([], [], [f"  ::kernix::ThreadPoolView v{i}{{nullptr, 0, nullptr}};"], f"&v{i}")
+    assert param.dtype is not None
+    scalar = f"::kernix::detail::ScalarAttr<{ATTR_DTYPES[param.dtype][0]}>"
+    return _HandlerPart([f"{scalar} a{i}"], [f".Attr<{scalar}>({name})"], [], f"&a{i}.value")
 
 
-def _names(index: int, slug: str) -> tuple[str, str]:
-    return f"kernix_state_new_{index}_{slug}", f"kernix_state_delete_{index}_{slug}"
-
-
-def instantiate_symbol(handler: str) -> str:
-    """The instantiate handler's symbol beside the handler ``kernix_handler_<i>_<name>``."""
-    return "kernix_instantiate_" + handler.removeprefix("kernix_handler_")
-
-
-def statetype_symbol(handler: str) -> str:
-    """The symbol of the function returning the library's state type id and information."""
-    return "kernix_statetype_" + handler.removeprefix("kernix_handler_")
-
-
-def _state_param(spec: FunctionSpec) -> Param:
-    return next(p for p in spec.params if p.role == "state")
-
-
-def _state_shims(spec: FunctionSpec, index: int, slug: str) -> list[str]:
-    """The shim unit's functions making and deleting the state of ``spec`` (which has one)."""
-    new, delete = _names(index, slug)
-    state = _type(_state_param(spec))
+def _state_shims(fn: ExportedFunction) -> list[str]:
+    """The shim unit's functions making and deleting the state of ``fn`` (which has one)."""
+    new, delete = _symbol("state_new", fn), _symbol("state_delete", fn)
+    state = _type(next(p for p in fn.spec.params if p.role == "state"))
     return [
         f"KERNIX_SHIM_EXPORT void* {new}() {{ return ::kernix::detail::new_state<{state}>(); }}",
         f"KERNIX_SHIM_EXPORT void {delete}(void* p) noexcept {{ ::kernix::detail::delete_state<{state}>(p); }}",
@@ -375,16 +306,16 @@ def _state_shims(spec: FunctionSpec, index: int, slug: str) -> list[str]:
     ]
 
 
-def _state_handlers(spec: FunctionSpec, index: int, slug: str, handler: str) -> list[str]:
-    """The handler unit's instantiate handler of ``spec`` and its state type's accessor."""
-    new, delete = _names(index, slug)
+def _state_handlers(fn: ExportedFunction) -> list[str]:
+    """The handler unit's instantiate handler of ``fn`` and its state type's accessor."""
+    new, delete = _symbol("state_new", fn), _symbol("state_delete", fn)
     return [
         f'extern "C" void* {new}();',
         f'extern "C" void {delete}(void*) noexcept;',
-        f"KERNIX_HANDLER_EXPORT XLA_FFI_Error* {instantiate_symbol(handler)}(XLA_FFI_CallFrame* f) {{",
-        f"  return ::kernix::detail::instantiate(f, &{new}, &{delete}, {_cxx_string(spec.name)});",
+        f"KERNIX_HANDLER_EXPORT XLA_FFI_Error* {_symbol('instantiate', fn)}(XLA_FFI_CallFrame* f) {{",
+        f"  return ::kernix::detail::instantiate(f, &{new}, &{delete}, {_cxx_string(fn.spec.name)});",
         "}",
-        f"KERNIX_HANDLER_EXPORT void* {statetype_symbol(handler)}(int which) {{",
+        f"KERNIX_HANDLER_EXPORT void* {_symbol('statetype', fn)}(int which) {{",
         "  return ::kernix::detail::state_type(which);",
         "}",
         "",
@@ -404,66 +335,19 @@ def _bound_type(param: Param) -> str:
     return m.group(1) if (m and param.role == "ret") else param.canonical_type
 
 
-def _binding(param: Param, bound_type: str = "") -> str:
-    """The ``.Arg<>()`` / ``.Ret<>()`` binding of one buffer parameter."""
-    method = "Arg" if param.role == "arg" else "Ret"
-    return f".{method}<{bound_type or _bound_type(param)}>()"
-
-
 def _handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bool) -> list[str]:
-    spec = fn.spec
-    decl: list[str] = []  # the impl's parameters
-    bind: list[str] = []  # the binding chain
-    prep: list[str] = []  # locals built before the call
-    slots: list[str] = []  # what goes in the void* array
-    aliases: list[str] = []  # type aliases for typed FFI buffers
-    for i, param in enumerate(spec.params):
-        if param.role == "inout" or param.kind in SPECIAL_KINDS:
-            part = _handler_part(param, i, spec, platform)
-            decl += part.decl
-            bind += part.bind
-            prep += part.prep
-            slots.append(part.slot)
-        elif param.kind == "tensor":
-            ftype = "ffi::AnyBuffer" if param.role == "arg" else "ffi::Result<ffi::AnyBuffer>"
-            decl.append(f"{ftype} b{i}")
-            src = f"b{i}" if param.role == "arg" else f"*b{i}"
-            prep.append(f"  ::kernix::TensorView t{i} = ::kernix::detail::to_view({src});")
-            slots.append(f"&t{i}")
-            bind.append(_binding(param))
-        elif param.kind == "ffi":
-            # An alias keeps template commas out of the handler macro's arguments.
-            alias = f"kernix_type_{fn.index}_{i}"
-            aliases.append(f"using {alias} = {_bound_type(param)};")
-            ftype = alias if param.role == "arg" else f"ffi::Result<{alias}>"
-            decl.append(f"{ftype} b{i}")
-            slots.append(f"&b{i}")
-            bind.append(_binding(param, alias))
-        elif param.kind == "stream":
-            if platform == "cuda":
-                decl.append(f"cudaStream_t s{i}")
-                bind.append(".Ctx<ffi::PlatformStream<cudaStream_t>>()")
-                prep.append(f"  void* v{i} = static_cast<void*>(s{i});")
-            else:
-                prep.append(f"  void* v{i} = nullptr;  // C++ functions run on the host: no stream")
-            slots.append(f"&v{i}")
-        else:
-            assert param.dtype is not None
-            scalar = f"::kernix::detail::ScalarAttr<{ATTR_DTYPES[param.dtype][0]}>"
-            decl.append(f"{scalar} a{i}")
-            slots.append(f"&a{i}.value")
-            bind.append(f".Attr<{scalar}>({_cxx_string(param.name)})")
+    parts = [_handler_part(fn, param, i, platform) for i, param in enumerate(fn.spec.params)]
     impl = f"kernix_impl_{fn.index}"
-    array = ", ".join(f"static_cast<void*>({s})" for s in slots) or "nullptr"
-    traits = ", {ffi::Traits::kCmdBufferCompatible}" if _graph_ok(spec, platform, allow_cuda_graph) else ""
-    chain = "".join(f"\n        {b}" for b in bind)
+    array = ", ".join(f"static_cast<void*>({part.slot})" for part in parts) or "nullptr"
+    traits = ", {ffi::Traits::kCmdBufferCompatible}" if _graph_ok(fn.spec, platform, allow_cuda_graph) else ""
+    chain = "".join(f"\n        {b}" for part in parts for b in part.bind)
     return [
-        *aliases,
+        *(alias for part in parts for alias in part.alias),
         _shim_declaration(fn),
-        f"static ffi::Error {impl}({', '.join(decl)}) {{",
-        *prep,
+        f"static ffi::Error {impl}({', '.join(d for part in parts for d in part.decl)}) {{",
+        *(line for part in parts for line in part.prep),
         f"  void* const params[] = {{{array}}};",
-        f"  return ::kernix::detail::call_shim(&{shim_symbol(fn)}, params, {_cxx_string(spec.name)});",
+        f"  return ::kernix::detail::call_shim(&{shim_symbol(fn)}, params, {_cxx_string(fn.spec.name)});",
         "}",
         f"KERNIX_HANDLER_EXPORT XLA_FFI_Error* {handler_symbol(fn)}(XLA_FFI_CallFrame*);",
         f"XLA_FFI_DEFINE_HANDLER_SYMBOL({handler_symbol(fn)}, {impl},",
@@ -484,7 +368,7 @@ def ffi_handler_unit(functions: Sequence[ExportedFunction], platform: Platform, 
     for fn in functions:
         lines += _handler(fn, platform, allow_cuda_graph)
         if fn.spec.has("state"):
-            lines += _state_handlers(fn.spec, fn.index, _slug(fn.spec.name), handler_symbol(fn))
+            lines += _state_handlers(fn)
     return "\n".join(lines)
 
 
@@ -569,7 +453,8 @@ def _fast_handler(fn: ExportedFunction, platform: Platform, allow_cuda_graph: bo
 
 
 def fast_handler_unit(functions: Sequence[ExportedFunction], platform: Platform, allow_cuda_graph: bool) -> str:
-    """A handler unit decoding call frames through XLA's C API (``frame.h``).
+    """A handler unit that never includes ``ffi.h``: per function a constant table of its parameters and a
+    one-line handler calling the call-frame decoder of ``kernix/detail/frame.h`` (XLA's C API alone).
 
     Every function must satisfy :func:`has_fast_handler`.
     """
@@ -583,7 +468,7 @@ def fast_handler_unit(functions: Sequence[ExportedFunction], platform: Platform,
         assert has_fast_handler(fn), fn.spec.name
         lines += _fast_handler(fn, platform, allow_cuda_graph)
         if fn.spec.has("state"):
-            lines += _state_handlers(fn.spec, fn.index, _slug(fn.spec.name), handler_symbol(fn))
+            lines += _state_handlers(fn)
     return "\n".join(lines)
 
 

@@ -62,18 +62,6 @@ def _cuda_lib_dirs() -> list[str]:
     return [str(d) for d in cands if (d / "libcudart_static.a").is_file()]
 
 
-def _kernix_include_flags() -> list[str]:
-    """kernix's own headers, then jaxlib's FFI headers: always after the user's."""
-    return [f"-I{include_dir()}", "-isystem", toolchain.jax_ffi_include_dir()]
-
-
-def _user_flags(config: BuildConfig) -> list[str]:
-    """The user's include directories and flags, in order, before kernix's
-    own include directory: one search order for build and inference alike
-    (see :attr:`kernix.request.LoadRequest.parse_flags`)."""
-    return [*(f"-I{os.path.abspath(d)}" for d in config.include_dirs), *config.extra_cflags]
-
-
 def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
     """The compiler and linker argument lists (without inputs and outputs).
 
@@ -82,8 +70,11 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
     """
     cxx = toolchain.find_host_compiler().path
     opt = f"-O{config.optimization_level}"
+    host = [cxx, f"-std={toolchain.CXX_STANDARD}", opt, "-fPIC", "-fvisibility=hidden"]
+    # kernix's own headers, then jaxlib's FFI headers: always after the user's.
+    own = [f"-I{include_dir()}", "-isystem", toolchain.jax_ffi_include_dir()]
     # Handlers depend on the specs alone: they never see the user's include paths.
-    handlers = [cxx, f"-std={toolchain.CXX_STANDARD}", opt, "-fPIC", "-fvisibility=hidden", *_kernix_include_flags()]
+    handlers = [*host, *own]
     # An undefined symbol is a link error naming it, not a dlopen failure later.
     link = [cxx, "-shared", "-Wl,--exclude-libs,ALL", "-Wl,--no-undefined"]
     if config.platform == "cuda":
@@ -106,10 +97,12 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
         link += [f"-L{d}" for d in _cuda_lib_dirs()]
         link_tail = ["-l:libcudart_static.a", "-ldl", "-lrt", "-lpthread"]
     else:
-        user = [cxx, f"-std={toolchain.CXX_STANDARD}", opt, "-fPIC", "-fvisibility=hidden"]
+        user = list(host)
         if config.use_fast_math:
             user.append("-ffast-math")
         link_tail = []
-    user += [*_user_flags(config), *_kernix_include_flags()]
+    # The user's include directories and flags, in order, before kernix's own: one search order for build and
+    # inference alike (see :attr:`kernix.request.LoadRequest.parse_flags`).
+    user += [*(f"-I{os.path.abspath(d)}" for d in config.include_dirs), *config.extra_cflags, *own]
     link_tail += list(config.extra_ldflags)
     return {"user": user, "handlers": handlers, "link": link + ["@IN@"] + link_tail}

@@ -1,21 +1,12 @@
-"""The NVIDIA GPUs this process can use, asked of the driver, never of JAX
-(whose backend, once started, holds the GPU's memory and refuses a later
-``jax.distributed.initialize()``), through :mod:`ctypes`:
-
-1. NVML (``libnvidia-ml.so.1``, shipped with every Linux driver): each GPU's
-   compute capability, name and UUID.  It lists every GPU, so
-   ``CUDA_VISIBLE_DEVICES`` is applied here (:func:`visible`).
-2. Where NVML gives no answer, the CUDA driver API (``libcuda.so.1``: ``cuInit``,
-   then ``cuDeviceGetAttribute``), which applies ``CUDA_VISIBLE_DEVICES`` itself.
-   A container started with ``NVIDIA_DRIVER_CAPABILITIES=compute`` has
-   ``libcuda.so.1`` but not NVML, which comes with the ``utility`` capability.
-
-The answer is remembered in the cache (a ``"gpus"`` memo) under a key made of
-what the driver shows in ``/proc/driver/nvidia`` (its version, each GPU's
-``information`` file: model, UUID, bus location) and ``CUDA_VISIBLE_DEVICES``/
-``CUDA_DEVICE_ORDER``: a warm process reads a few small files and loads no
-driver library.  Where ``/proc/driver/nvidia`` is missing (WSL, not Linux),
-the driver is asked once per process.
+"""The NVIDIA GPUs this process can use, asked of the driver through
+:mod:`ctypes`, never of JAX (whose backend, once started, holds the GPU's
+memory and refuses a later ``jax.distributed.initialize()``): NVML, whose
+list :func:`visible` narrows to what ``CUDA_VISIBLE_DEVICES`` shows, else the
+CUDA driver API (a container started with ``NVIDIA_DRIVER_CAPABILITIES=compute``
+has ``libcuda.so.1`` but not NVML); the answer remembered in the cache (a
+``"gpus"`` memo) under a key of what ``/proc/driver/nvidia`` shows.  The
+user's view of it: "The GPU's architecture, from the driver" in
+docs/multi-host.rst.
 """
 
 from __future__ import annotations
@@ -77,10 +68,6 @@ class _Device(tuple):
 _known: dict[tuple[str | None, str | None], Survey] = {}  # this process's answers, by the two variables
 
 
-def _sm(major: int, minor: int) -> str:
-    return f"sm_{major}{minor}"
-
-
 def _text(buffer: ctypes.Array) -> str:  # type: ignore[type-arg]
     return buffer.value.decode("utf-8", "replace").strip()
 
@@ -118,7 +105,7 @@ def _nvml() -> list[_Device] | str:
             call("nvmlDeviceGetCudaComputeCapability", handle, ctypes.byref(major), ctypes.byref(minor))
             call("nvmlDeviceGetName", handle, name, ctypes.c_uint(len(name)))
             call("nvmlDeviceGetUUID", handle, uuid, ctypes.c_uint(len(uuid)))
-            devices.append(_Device(_sm(major.value, minor.value), _text(name), _text(uuid)))
+            devices.append(_Device(f"sm_{major.value}{minor.value}", _text(name), _text(uuid)))
         return devices
     except _Failed as exc:
         return str(exc)
@@ -158,7 +145,7 @@ def _cuda_driver() -> list[Gpu] | str:
             call("cuDeviceGetAttribute", ctypes.byref(major), _CU_MAJOR, device)
             call("cuDeviceGetAttribute", ctypes.byref(minor), _CU_MINOR, device)
             call("cuDeviceGetName", name, len(name), device)
-            gpus.append(Gpu(_sm(major.value, minor.value), _text(name)))
+            gpus.append(Gpu(f"sm_{major.value}{minor.value}", _text(name)))
         return gpus
     except _Failed as exc:
         return str(exc)
@@ -266,20 +253,16 @@ def survey(root: str | os.PathLike[str] | None = None, *, remember: bool = True)
         Never raises: with no GPU, ``gpus`` is empty and ``problem`` says why.
     """
     env = (os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("CUDA_DEVICE_ORDER"))
-    known = _known.get(env)
-    if known is not None:
-        return known
+    if env in _known:
+        return _known[env]
     key = _identity()
-    if key is not None:
-        found = _read_memo(key, root)
-        if found is not None:
-            _known[env] = found
-            return found
-    found = _ask()
-    if found.gpus:
-        _known[env] = found
-        if key is not None and remember:
+    found = _read_memo(key, root) if key is not None else None
+    if found is None:
+        found = _ask()
+        if found.gpus and key is not None and remember:
             from ..store import remember as keep
 
             keep("gpus", key, {"source": found.source, "gpus": [list(g) for g in found.gpus]}, root=root)
+    if found.gpus:
+        _known[env] = found
     return found

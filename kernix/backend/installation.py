@@ -25,10 +25,6 @@ _HEADER_ENVIRONMENT = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_IN
                        "OBJCPLUS_INCLUDE_PATH", "CCC_OVERRIDE_OPTIONS")
 
 
-def _clean_environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in _HEADER_ENVIRONMENT}
-
-
 def search_list(compiler: str, language: str, env: dict[str, str] | None = None) -> list[str] | None:
     """The directories ``compiler`` searches for ``#include <...>`` in
     ``language`` (``"c"`` or ``"c++"``), normalised, in order (``None``:
@@ -79,7 +75,7 @@ def own_header_dirs(compiler: str) -> tuple[str, ...]:
     one of them is the compiler's."""
 
     def ask() -> list[str] | None:
-        env = _clean_environment()
+        env = {k: v for k, v in os.environ.items() if k not in _HEADER_ENVIRONMENT}
         cxx, c = search_list(compiler, "c++", env), search_list(compiler, "c", env)
         if cxx is None or c is None:
             return None

@@ -10,12 +10,11 @@ what changed)::
     units.json                  the functions generated for (:func:`previous_units`)
     module.so                   all of the above, linked
 
-A generated file is rewritten only when its text changes, so editing a kernel
-body recompiles that file's shim unit and relinks, and the handler object is
-reused; a rewritten file's object is deleted with it, so that ninja, which
-compares modification times, cannot take it for up to date.  Commands are
-argument lists joined with :func:`shlex.join` for ninja; nothing goes through
-a user-controlled shell string.
+A generated file is rewritten only when its text changes (:func:`generate`),
+so editing a kernel body recompiles that file's shim unit and relinks, and the
+handler object is reused.  Commands are argument lists joined with
+:func:`shlex.join` for ninja; nothing goes through a user-controlled shell
+string.
 """
 
 from __future__ import annotations
@@ -46,10 +45,8 @@ from .installation import own_header_dirs
 from .jobs import parallel_jobs
 from .progress import BuildProgress, progress_style, run_ninja
 
-__all__ = [
-    "BuildConfig", "BuildResult", "OutputError", "compile_flags", "compile_library", "generate", "generated_files",
-    "ninja_path", "previous_units", "read_depfile",
-]
+__all__ = ["BuildResult", "OutputError", "compile_library", "generate", "generated_files", "previous_units",
+           "read_depfile"]
 
 
 class OutputError(KernixError):
@@ -75,7 +72,6 @@ def ninja_path() -> str:
             return str(cand)
     except ImportError:
         pass
-
     found = shutil.which("ninja")
     if not found:
         raise ToolchainError("ninja was not found: `pip install ninja`")
@@ -107,19 +103,16 @@ def _ninja_file(n_units: int, n_handler_units: int, flags: dict[str, list[str]],
     # -MD: make-style depfiles listing every header read, system directories
     # included (a user's -isystem DIR is one); the host compiler's own headers
     # are dropped when recording (see _tracked), its identity covers them.
-    rules = [
-        "ninja_required_version = 1.3",
-        "",
-        "rule user_cc",
-        f"  command = {q(flags['user'])} -MD -MF $out.d -c $in -o $out",
-        "  depfile = $out.d",
-        "  description = compile $in",
-        "",
-        "rule handler_cc",
-        f"  command = {q(flags['handlers'])} -MD -MF $out.d -c $in -o $out",
-        "  depfile = $out.d",
-        "  description = compile $in",
-        "",
+    rules = ["ninja_required_version = 1.3", ""]
+    for rule, compiler in (("user_cc", "user"), ("handler_cc", "handlers")):
+        rules += [
+            f"rule {rule}",
+            f"  command = {q(flags[compiler])} -MD -MF $out.d -c $in -o $out",
+            "  depfile = $out.d",
+            "  description = compile $in",
+            "",
+        ]
+    rules += [
         "rule link",
         "  command = " + q(flags["link"]).replace("@IN@", "$in") + " -o $out",
         "  description = link $out",
@@ -141,11 +134,9 @@ def _ninja_file(n_units: int, n_handler_units: int, flags: dict[str, list[str]],
 
 
 #: Fast handlers (frame.h) a unit holds at least / at most.  One costs the
-#: compiler a few milliseconds and ~50 KB (g++ 12 -O3 on a loaded 2-core
-#: machine: a unit of 1 in ~0.3-0.4 s and 35 MB, of 40 in ~0.4-0.5 s, of 500
-#: in ~1.5-2.3 s and 60 MB, of 5,000 in ~16 s and 270 MB), so small modules
-#: get one unit and large ones are cut so that no compiler process grows past
-#: ~150 MB.  (``python bench/bench_scale.py``.)
+#: compiler a few milliseconds, so small modules get one unit and large ones
+#: are cut so that no compiler process grows past ~150 MB
+#: (``python bench/bench_scale.py``).
 FAST_UNIT_MIN = 500
 FAST_UNIT_MAX = 2000
 
@@ -155,9 +146,7 @@ FFI_UNIT_MIN = 4
 #: The most units each kind of handler is spread over.  The split depends on
 #: the functions alone, never on the number of parallel jobs: the same sources
 #: give the same library (its SHA-256 names the code in exported artifacts)
-#: whatever ``KERNIX_JOBS``, ``ninja_workers=`` or the machine's CPUs.  Two
-#: ffi.h units cost a 2-core machine nothing (40 stateful handlers: 2.37 s
-#: cold, one unit 2.45 s, four units 4.08 s; ``bench/RESULTS.md``).
+#: whatever ``KERNIX_JOBS``, ``ninja_workers=`` or the machine's CPUs.
 FAST_UNITS = 8
 FFI_UNITS = 2
 
@@ -166,16 +155,11 @@ def handler_chunks(functions: Sequence[codegen.ExportedFunction]) -> list[list[c
     """Split the handlers into units that compile in parallel.
 
     Fast handlers (:func:`kernix.backend.codegen.has_fast_handler`) and ffi.h
-    handlers go to separate units, so a fast unit never includes ffi.h.  Fast
-    handlers are cheap: they share one unit up to :data:`FAST_UNIT_MIN`, and
-    beyond it spread over up to :data:`FAST_UNITS` units, at most
-    :data:`FAST_UNIT_MAX` a unit to bound the compiler's memory.  An ffi.h
-    handler instantiates XLA's binding templates (g++ 12 -O3 here: about 2.5 s
-    for a unit of 40 handlers, 0.9 s for ffi.h alone, so ~40 ms a handler), so
-    those spread over up to :data:`FFI_UNITS` units, at least
-    :data:`FFI_UNIT_MIN` a unit since each unit parses ffi.h again.  (``python
-    bench/bench_build.py`` shows the effect.)  The split depends on the
-    functions only (see :data:`FAST_UNITS`).
+    handlers go to separate units, so a fast unit never includes ffi.h.  Each
+    kind spreads over at most :data:`FAST_UNITS` / :data:`FFI_UNITS` units of
+    at least :data:`FAST_UNIT_MIN` / :data:`FFI_UNIT_MIN` handlers (a fast
+    unit at most :data:`FAST_UNIT_MAX`); the measurements behind them: "The
+    build design" in docs/how-it-works.rst, ``python bench/bench_build.py``.
     """
     if not functions:
         return [[]]
@@ -209,10 +193,7 @@ def read_depfile(path: Path) -> list[str]:
     text = text.replace("\\\r\n", " ").replace("\\\n", " ")
     colon = re.search(r":(?:\s|$)", text)
     deps = text[colon.end():] if colon else ""
-    out: list[str] = []
-    for token in re.findall(r"(?:\\.|\$\$|[^\s\\])+|\\", deps):
-        out.append(_DEPFILE_ESCAPE.sub(_unescape, token))
-    return out
+    return [_DEPFILE_ESCAPE.sub(_unescape, token) for token in re.findall(r"(?:\\.|\$\$|[^\s\\])+|\\", deps)]
 
 
 _DEPFILE_ESCAPE = re.compile(r"(\\+) |\\#|\$\$")
@@ -313,7 +294,6 @@ def _link_error_message(build_dir: Path, output: str, sources: Sequence[str]) ->
     missing = _undefined_symbols(output)
     if not missing:
         return None
-
     parts = [f"{sym} (used by {', '.join(sorted(users))})" if users else sym for sym, users in sorted(missing.items())]
     option = "-L DIR -l NAME" if running_command() is not None else "extra_ldflags=['-L<dir>', '-l<name>']"
     return (
@@ -337,7 +317,6 @@ def _no_space_message(build_dir: Path, output: str) -> str | None:
     the compilers ran out of disk space (``ENOSPC``), or ``None``."""
     if "No space left on device" not in output and "Disk quota exceeded" not in output:
         return None
-
     tmp = tempfile.gettempdir()
     return (
         f"building {build_dir} failed: the disk is full (No space left on device). The compilers write to "
@@ -386,19 +365,23 @@ def generated_files(units: Sequence[tuple[str, Sequence[codegen.ExportedFunction
 
 
 def generate(build_dir: Path, units: Sequence[tuple[str, Sequence[codegen.ExportedFunction]]],
-             config: BuildConfig) -> None:
-    """Write :func:`generated_files` in ``build_dir``, and the functions in :data:`UNITS_RECORD`.
+             config: BuildConfig) -> list[str]:
+    """Write :func:`generated_files` in ``build_dir``, and the functions in :data:`UNITS_RECORD`; the names
+    of the objects the build compiles.
 
     A unit whose text changed loses its object: ninja compares modification
     times, and a unit rewritten within the clock tick of its object's last
     write would look older than the object."""
     build_dir.mkdir(parents=True, exist_ok=True)
-    for file, text in generated_files(units, config).items():
-        if _write_if_changed(build_dir / file, text) and file != "build.ninja":
+    files = generated_files(units, config)
+    objects = {file: file.rsplit(".", 1)[0] + ".o" for file in files if file != "build.ninja"}
+    for file, text in files.items():
+        if _write_if_changed(build_dir / file, text) and file in objects:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(build_dir / (file.rsplit(".", 1)[0] + ".o"))
+                os.unlink(build_dir / objects[file])
     record = [[[fn.index, fn.spec.to_json()] for fn in fns] for _, fns in units]
     _write_if_changed(build_dir / UNITS_RECORD, json.dumps(record))
+    return list(objects.values())
 
 
 def previous_units(build_dir: Path, sources: Sequence[str | os.PathLike[str]]
@@ -460,8 +443,7 @@ def compile_library(
     what = f"module {name or build_dir.name!r} ({config.platform})"
     progress = BuildProgress(what, progress_style(sys.stderr, verbose=verbose), sys.stderr, echo=verbose)
     jobs = parallel_jobs(workers)
-    generate(build_dir, units, config)
-    chunks = handler_chunks([fn for _, fns in units for fn in fns])
+    objects = generate(build_dir, units, config)
     _drop_damaged_outputs(build_dir)
 
     cmd = [ninja_path(), "-C", str(build_dir), f"-j{jobs}"]
@@ -488,13 +470,10 @@ def compile_library(
     except BaseException:
         progress.finish(None)
         raise
-    total = len(units) + len(chunks) + 1
-    summary = f"built {what}: {progress.compiled} of {total} units compiled in {progress.elapsed():.2f} s"
+    summary = f"built {what}: {progress.compiled} of {len(objects)} units compiled in {progress.elapsed():.2f} s"
     progress.finish(summary)  # (first: a log handler writing to stderr then starts on a line of its own)
     logging.getLogger("kernix").info(summary)
     deps: set[str] = {os.path.abspath(s) for s, _ in units}
-    objects = [f"shim_{i}.o" for i in range(len(units))] + [f"handlers_{k}.o" for k in range(len(chunks))]
-    objects.append("messages.o")
     for obj in objects:
         deps.update(read_depfile(build_dir / f"{obj}.d"))
     generated = {str(build_dir / name) for name in os.listdir(build_dir)}

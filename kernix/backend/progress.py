@@ -54,12 +54,8 @@ def progress_style(stream: TextIO, *, verbose: bool = False) -> bool:
         )
     if verbose or raw == "0":
         return False
-    return raw == "1" or "ipykernel" in sys.modules or _isatty(stream)
-
-
-def _isatty(stream: TextIO) -> bool:
     try:
-        return stream.isatty()
+        return raw == "1" or "ipykernel" in sys.modules or stream.isatty()
     except (AttributeError, ValueError, OSError):  # (a replaced or closed stream)
         return False
 

@@ -114,14 +114,10 @@ def _nvcc_found_in(explicit: str | None, cuda_home: str | None, cuda_path: str |
     )
 
 
-def _nvcc_path() -> str:
-    return _nvcc_found()[1]
-
-
 def nvcc_path_or_none() -> str | None:
     """nvcc's path as :func:`find_nvcc` finds it, or ``None`` when there is none."""
     try:
-        return _nvcc_path()
+        return _nvcc_found()[1]
     except ToolchainError:
         return None
 
@@ -129,17 +125,14 @@ def nvcc_path_or_none() -> str | None:
 def find_nvcc() -> Compiler:
     """Find nvcc: ``$KERNIX_NVCC``, ``$CUDA_HOME``/``$CUDA_PATH``, ``PATH``, then
     the pip ``nvidia-cuda-nvcc`` package."""
-    path = _nvcc_path()
+    path = _nvcc_found()[1]
     return Compiler(path, _identity(path))
 
 
 def find_cuda_home() -> Path | None:
     """The CUDA toolkit root (holding ``include/cuda_runtime.h``), or ``None``."""
-    try:
-        nvcc = Path(_nvcc_path())
-    except ToolchainError:
-        nvcc = None
-    candidates = [nvcc.parent.parent] if nvcc else []
+    nvcc = nvcc_path_or_none()
+    candidates = [Path(nvcc).parent.parent] if nvcc else []
     candidates += [Path(os.environ[v]) for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
     candidates.append(Path("/usr/local/cuda"))
     for home in candidates:
@@ -153,8 +146,7 @@ def cuda_include_dirs() -> list[str]:
     home = find_cuda_home()
     if home is None:
         return []
-    dirs = [home / "include"]
-    dirs += sorted((home / "targets").glob("*/include")) if (home / "targets").is_dir() else []
+    dirs = [home / "include", *sorted((home / "targets").glob("*/include"))]
     return [str(d) for d in dirs if d.is_dir()]
 
 
