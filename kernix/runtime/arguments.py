@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -23,21 +24,16 @@ class _UInt64Bits(int):
     conversion of ``numpy.uint64`` fails there)."""
 
 
-_uint64_lowering_installed = False
-
-
+@functools.cache
 def _install_uint64_lowering() -> bool:
-    global _uint64_lowering_installed
-    if not _uint64_lowering_installed:
-        try:  # (JAX internals: imported here, so that a JAX without them costs only this feature)
-            from jax._src.interpreters import mlir
-            from jax._src.lib.mlir import ir
-        except ImportError:  # a JAX without this hook: values >= 2**63 stay unsupported
-            return False
-        mlir.register_attribute_handler(
-            _UInt64Bits, lambda v: ir.IntegerAttr.get(ir.IntegerType.get_unsigned(64), int(v) - 2**64)
-        )
-        _uint64_lowering_installed = True
+    try:  # (JAX internals: imported here, so that a JAX without them costs only this feature)
+        from jax._src.interpreters import mlir
+        from jax._src.lib.mlir import ir
+    except ImportError:  # a JAX without this hook: values >= 2**63 stay unsupported
+        return False
+    mlir.register_attribute_handler(
+        _UInt64Bits, lambda v: ir.IntegerAttr.get(ir.IntegerType.get_unsigned(64), int(v) - 2**64)
+    )
     return True
 
 

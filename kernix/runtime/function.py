@@ -13,7 +13,7 @@ from ..errors import CallError, KernelRuntimeError, RegistrationError
 from ..language.spec import FunctionSpec
 from ..language.templates import Member, instance_name, select, template_name
 from .arguments import check_call
-from .operation import Derivative, Operation, make_operation
+from .operation import Derivative, Operation, PlainOperation, ShapedOperation
 from .stubs import call_signature, docstring
 from .tuning import Tuner
 
@@ -88,8 +88,10 @@ class KernelFunction:
                 kernel = tuned(self.module, name, kernel.spec.tune)
             return Derivative(name, kernel, tuple(p.name for p in kernel.spec.attrs))
 
-        return make_operation(self.target, self.spec, derivative(self.module.backward_name(self.spec.name)),
-                              self.module.name, derivative(self.module.tangent_name(self.spec.name)), self.tuner)
+        # (a PlainOperation does not use the derivative kernels: pairing them needs a shape signature)
+        kind = PlainOperation if self.spec.signature is None else ShapedOperation
+        return kind(self.target, self.spec, self.module.name, derivative(self.module.backward_name(self.spec.name)),
+                    derivative(self.module.tangent_name(self.spec.name)), self.tuner)
 
     @property
     def target(self) -> str:

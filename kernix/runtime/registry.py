@@ -36,7 +36,7 @@ _new_capsule = None  # PyCapsule_New, typed for our calls (made on first use)
 class Registration:
     """One registered FFI target (a plain class: a warm load defines it at import)."""
 
-    __slots__ = ("target", "platform", "digest", "library", "symbol", "base", "stateful")
+    __slots__ = ("target", "platform", "digest", "library", "symbol", "base")
 
     def __init__(self, target: str, platform: str, digest: str, library: str, symbol: str,
                  base: str | None = None) -> None:
@@ -46,7 +46,6 @@ class Registration:
         self.library = library
         self.symbol = symbol
         self.base = base or target  # the plain "<prefix>.<function>" it is (a version of)
-        self.stateful = False  # the handler has an instantiate stage (BE::State<T>), found at registration
 
     def same_code(self, digest: str, symbol: str) -> bool:
         return self.digest == digest and self.symbol == symbol
@@ -78,7 +77,7 @@ def _missing_symbol(library: ctypes.CDLL, symbol: str) -> RegistrationError:
 
 
 def handler_address(library: ctypes.CDLL, symbol: str) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
-    """The handler function ``symbol`` of a loaded library, as a ctypes function."""
+    """The function ``symbol`` of a loaded library (a handler, or a state type's accessor), as a ctypes function."""
     try:
         return getattr(library, symbol)
     except AttributeError:
@@ -167,7 +166,6 @@ def _capsules(regs: list[Registration]) -> list[object]:
         library = load_library(reg.library)
         execute = _capsule(library, reg.symbol)
         instantiate = _instantiate_address(library, reg.symbol)
-        reg.stateful = instantiate is not None
         if instantiate is not None:
             _register_state_type(library, reg)
             capsules.append({"instantiate": _capsule_maker()(instantiate, None, None), "execute": execute})
@@ -188,11 +186,7 @@ def _instantiate_address(library: ctypes.CDLL, symbol: str) -> int | None:
 def _register_state_type(library: ctypes.CDLL, reg: Registration) -> None:
     import jax.ffi
 
-    symbol = "kernix_statetype_" + reg.symbol.removeprefix("kernix_handler_")
-    try:
-        accessor = getattr(library, symbol)
-    except AttributeError:
-        raise _missing_symbol(library, symbol) from None
+    accessor = handler_address(library, "kernix_statetype_" + reg.symbol.removeprefix("kernix_handler_"))
     accessor.restype, accessor.argtypes = ctypes.c_void_p, [ctypes.c_int]
     type_id, type_info = accessor(0), accessor(1)
     name = f"kernix.state.{type_id:x}"  # one type object per loaded library

@@ -1,4 +1,6 @@
-"""Autotuning: the variant of a ``tune=`` template that timing chooses, per device, dtypes and shape bucket.
+"""Autotuning: the variant of a ``tune=`` template that timing chooses, per device, dtypes and shape bucket
+(the key, the timing, the made-up inputs and the table are described for users in :doc:`/tutorials/templates`,
+"What is timed, and how").
 
 A call that leaves a tuned parameter out (``mod.tile(x)`` for ``// @BE tile<T: float; BLOCK: 128, 256>
 tune=BLOCK``) runs a group of variants, the instantiations that differ only in the tuned parameters
@@ -8,27 +10,8 @@ call's own inputs; under a trace, when the program is lowered (the ``kernix_tune
 inputs of the call's shapes and dtypes (:func:`synthesized`).  Either way the shapes are those the kernel
 runs on: per shard under sharding, with the batch under ``jax.vmap`` (never the shapes at which JAX traces
 the body of a ``custom_vmap`` or ``custom_partitioning`` it does not run).  The program calls the chosen
-instantiation's target, and :func:`kernix.export` records it.
-
-* The key: the device (:func:`device_identity`), the input dtypes, and each input dimension rounded up
-  to a power of two (:func:`bucket`), or with ``tune=BLOCK@n,k`` those dimensions and the batch's size.
-* Timing (:func:`seconds_per_call`): each variant jitted, run once to compile and once more to warm up;
-  then repeats of back-to-back calls ended by ``block_until_ready``, the variants in turn, the median per
-  call.  On the CPU a repeat is many programs of one call (XLA's CPU runtime may run the calls of one
-  program at once); on a GPU, a loop of calls in one program, which its stream runs in order, and the
-  time per call the slope between a run of one call and a run of many: the kernels, not their launches
-  nor the program's start (JAX gives Python no CUDA events).  Integer and boolean
-  inputs made up for the timing are zeros, so a kernel that reads through index arrays stays in bounds;
-  floating ones are uniform in [-1, 1).  ``Dispatcher.tune`` times on the caller's own inputs instead.
-* Agreement: a variant that fails, or whose results disagree with the others' (beyond a tolerance of
-  the dtype's), is left out with a :class:`~kernix.errors.TuningWarning`; when no majority agrees, the
-  call is refused: kernix cannot tell which result is right.
-* The table: one per module content (the library's digest) and device, remembered through the memos
-  the module was loaded with (the cache's, under a lock that keeps every process's entries; a prebuilt
-  module's shipped tables too), so a fresh process reuses a choice without timing.
-
-``$KERNIX_TUNE=0`` turns timing off: such a call runs the first listed value.  It is read by
-:func:`enabled` at each choice: at each eager call, and as a program is lowered.
+instantiation's target, and :func:`kernix.export` records it.  ``$KERNIX_TUNE=0`` turns timing off
+(:func:`enabled`, read at each choice).
 
 Why a module of its own: timing variants, comparing their results and keeping the table is one
 concept, that neither the operation (which makes one FFI call) nor the dispatcher (which picks by
@@ -57,10 +40,9 @@ from ..errors import CallError, KernixError, TuningWarning
 from ..language.shapes import parse_signature
 from ..notes import note
 
-__all__ = ["TUNE_ENV", "enabled", "bucket", "device_identity", "synthesized", "seconds_per_call", "Tuner",
-           "TABLE_KIND", "table_key", "tables_of", "renamed"]
+__all__ = ["enabled", "bucket", "device_identity", "synthesized", "seconds_per_call", "Tuner", "TABLE_KIND",
+           "table_key", "tables_of", "renamed"]
 
-TUNE_ENV = "KERNIX_TUNE"
 #: The kind under which a table is remembered (``memos.recall(TABLE_KIND, key)``).
 TABLE_KIND = "tune"
 _FORMAT = 1
@@ -75,7 +57,7 @@ _TABLES: dict[tuple[str, str], dict[str, Any]] = {}
 
 def enabled() -> bool:
     """Whether timing chooses a tuned parameter a call leaves out: ``$KERNIX_TUNE`` is not ``0``."""
-    return os.environ.get(TUNE_ENV, "1").strip() != "0"
+    return os.environ.get("KERNIX_TUNE", "1").strip() != "0"
 
 
 def bucket(n: int) -> int:
@@ -120,9 +102,10 @@ def synthesized(shape: Sequence[int], dtype: Any, device: Any, seed: int = 0) ->
 
 def seconds_per_call(call: Callable[..., Any], inputs: Sequence[Any], *, in_one_program: bool = False) -> float:
     """The median seconds one ``call`` (of side effects: never merged with another) takes on ``inputs``, over
-    repeats of back-to-back calls lasting a few milliseconds each: many programs of one call, or with
-    ``in_one_program`` (a GPU, whose one stream runs a program's calls in order) one program of many calls,
-    which times the kernels rather than their launches."""
+    repeats of back-to-back calls lasting a few milliseconds each: many programs of one call (XLA's CPU runtime
+    may run the calls of one program at once), or with ``in_one_program`` (a GPU, whose one stream runs a
+    program's calls in order) one program of many calls, which times the kernels rather than their launches
+    (JAX gives Python no CUDA events)."""
     repeat = _repeat(call, inputs, in_one_program)
     return statistics.median(repeat() for _ in range(_REPEATS))
 
@@ -324,8 +307,6 @@ def renamed(make: Make, names: dict[str, str]) -> Make:
     """``make`` whose chosen target is called under ``names[target]`` where given (timing calls the plain one)."""
     return lambda target, plain=False: make(target if plain else names.get(target, target), plain)
 
-
-# -- the kernix_tuned primitive: the call of a group, its variant chosen when it is evaluated or lowered --------
 
 _tuned_p = Primitive("kernix_tuned")
 _tuned_p.multiple_results = True
