@@ -190,9 +190,8 @@ class Dispatcher:
         """The name of the member a call with ``inputs``, the non-dtype template arguments ``static`` and
         ``out=`` runs (a :class:`~kernix.errors.CallError` lists them when none or several fit): the
         inputs' dtypes choose, and where they leave several members, ``out=``'s dtypes."""
-        outs = None if out is None else [_dtype_name(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
-        return select(f"{self.module.name}.{self.name}", self.members, self.module.functions,
-                      [_dtype_name(x) for x in inputs], static, outs)
+        return select(f"{self.module.name}.{self.name}", self.members, self.module.functions, _dtype_names(inputs),
+                      static, _dtype_names(out))
 
     def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
         return self._callee(inputs, kwargs)(*inputs, **kwargs)
@@ -221,9 +220,7 @@ class Dispatcher:
         left = {p for m in self.members for p in self.module.functions[m.name].tune} - set(static)
         first = {p: v for p, v in self.members[0].static if p in left}  # (the first listed value)
         narrowed = [m for m in self.members if all(dict(m.static)[p] == v for p, v in first.items())]
-        where, dtypes = f"{self.module.name}.{self.name}", [_dtype_name(x) for x in inputs]
-        out = kwargs.get("out")
-        outs = None if out is None else [_dtype_name(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+        where, dtypes, outs = f"{self.module.name}.{self.name}", _dtype_names(inputs), _dtype_names(kwargs.get("out"))
         try:
             name = select(where, narrowed, self.module.functions, dtypes, static, outs)
         except CallError:
@@ -232,7 +229,10 @@ class Dispatcher:
         return tuned(self.module, name, missing) if missing else self.module[name]
 
 
-def _dtype_name(x: Any) -> str | None:
-    """The dtype name of an array or ``jax.ShapeDtypeStruct`` (``None`` for what has no dtype)."""
-    dtype = getattr(x, "dtype", None)
-    return None if dtype is None else str(getattr(dtype, "name", dtype))
+def _dtype_names(values: Any) -> list[str | None] | None:
+    """The dtype name of each array or ``jax.ShapeDtypeStruct`` of ``values`` (one, or a list or tuple of them),
+    ``None`` for one that has no dtype; ``None`` for ``values=None``."""
+    if values is None:
+        return None
+    dtypes = [getattr(x, "dtype", None) for x in (values if isinstance(values, (list, tuple)) else [values])]
+    return [None if d is None else str(getattr(d, "name", d)) for d in dtypes]

@@ -30,7 +30,9 @@ _libraries: dict[str, ctypes.CDLL] = {}
 _targets: dict[tuple[str, str], "Registration"] = {}
 _state_types: set[tuple[str, str]] = set()  # (type name, platform) registered with XLA
 _warned: set[tuple[str, str]] = set()  # (plain target, platform) a ReloadWarning has named
-_new_capsule = None  # PyCapsule_New, typed for our calls (made on first use)
+#: ``PyCapsule_New``, with a prototype of our own (``jax.ffi.pycapsule`` retypes the shared one).
+_new_capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi))
 
 
 class Registration:
@@ -84,13 +86,12 @@ def handler_address(library: ctypes.CDLL, symbol: str) -> ctypes._CFuncPtr:  # t
         raise _missing_symbol(library, symbol) from None
 
 
-def _capsule(library: ctypes.CDLL, symbol: str) -> object:
-    """A ``PyCapsule`` of ``symbol``'s address (what XLA registers), without a ctypes function object."""
+def _address(library: ctypes.CDLL, symbol: str) -> int | None:
+    """The address of ``symbol`` in a loaded library (without a ctypes function object), or ``None``."""
     try:
-        address = ctypes.addressof(ctypes.c_char.in_dll(library, symbol))
+        return ctypes.addressof(ctypes.c_char.in_dll(library, symbol))
     except ValueError:
-        raise _missing_symbol(library, symbol) from None
-    return _capsule_maker()(address, None, None)
+        return None
 
 
 def register_targets(platform: str, library_path: str | Path, digest: str, symbols: Mapping[str, str],
@@ -160,27 +161,21 @@ def _warn_moved(moved: list[tuple[str, str, Registration]], platform: str) -> No
 
 
 def _capsules(regs: list[Registration]) -> list[object]:
-    """The handler capsule of each registration (for a stateful one, its two stages')."""
+    """The handler capsule of each registration (what XLA registers; for a stateful one, its two stages')."""
     capsules: list[object] = []
     for reg in regs:
         library = load_library(reg.library)
-        execute = _capsule(library, reg.symbol)
-        instantiate = _instantiate_address(library, reg.symbol)
+        address = _address(library, reg.symbol)
+        if address is None:
+            raise _missing_symbol(library, reg.symbol)
+        execute = _new_capsule(address, None, None)
+        instantiate = _address(library, "kernix_instantiate_" + reg.symbol.removeprefix("kernix_handler_"))
         if instantiate is not None:
             _register_state_type(library, reg)
-            capsules.append({"instantiate": _capsule_maker()(instantiate, None, None), "execute": execute})
+            capsules.append({"instantiate": _new_capsule(instantiate, None, None), "execute": execute})
         else:
             capsules.append(execute)
     return capsules
-
-
-def _instantiate_address(library: ctypes.CDLL, symbol: str) -> int | None:
-    """The address of the instantiate stage beside handler ``symbol``, or ``None`` (no state)."""
-    try:
-        return ctypes.addressof(ctypes.c_char.in_dll(library, "kernix_instantiate_" + symbol.removeprefix(
-            "kernix_handler_")))
-    except ValueError:
-        return None
 
 
 def _register_state_type(library: ctypes.CDLL, reg: Registration) -> None:
@@ -192,20 +187,10 @@ def _register_state_type(library: ctypes.CDLL, reg: Registration) -> None:
     name = f"kernix.state.{type_id:x}"  # one type object per loaded library
     if (name, reg.platform) in _state_types:
         return
-    new_capsule = _capsule_maker()
     jax.ffi.register_ffi_type(
-        name, {"type_id": new_capsule(type_id, None, None), "type_info": new_capsule(type_info, None, None)},
+        name, {"type_id": _new_capsule(type_id, None, None), "type_info": _new_capsule(type_info, None, None)},
         platform=reg.platform)
     _state_types.add((name, reg.platform))
-
-
-def _capsule_maker() -> Any:
-    """``PyCapsule_New``, with a prototype of our own (``jax.ffi.pycapsule`` retypes the shared one)."""
-    global _new_capsule
-    if _new_capsule is None:
-        prototype = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
-        _new_capsule = prototype(("PyCapsule_New", ctypes.pythonapi))
-    return _new_capsule
 
 
 def _register(reg: Registration, capsule: object) -> None:

@@ -67,16 +67,10 @@ def docstring(spec: FunctionSpec, *, backward: str | None = None, tangent: str |
     if spec.file:
         lines += [f"Declared at {spec.file}:{spec.line}."]
     lines += [f"arg_spec: ``{' '.join(spec.arg_spec)}``"]
-    if spec.signature:
-        lines += [f"Shape signature: ``{spec.signature}``"]
-    if spec.vjp_of:
-        lines += [f"Backward kernel of ``{spec.vjp_of}``."]
-    if spec.jvp_of:
-        lines += [f"Tangent kernel of ``{spec.jvp_of}``."]
-    if backward:
-        lines += [f"Differentiable (reverse mode) through ``{backward}``."]
-    if tangent:
-        lines += [f"Differentiable (forward mode) through ``{tangent}``."]
+    facts = [("Shape signature: ``{}``", spec.signature), ("Backward kernel of ``{}``.", spec.vjp_of),
+             ("Tangent kernel of ``{}``.", spec.jvp_of), ("Differentiable (reverse mode) through ``{}``.", backward),
+             ("Differentiable (forward mode) through ``{}``.", tangent)]
+    lines += [text.format(value) for text, value in facts if value]
     lines += _context_lines(spec)
     lines += ["", "Parameters", "----------"]
     for p in spec.inputs:

@@ -199,13 +199,13 @@ class Tuner:
         arrays; for tracers, when the program is lowered, where the shapes are final (JAX traces the body of
         ``custom_vmap`` and ``custom_partitioning`` at shapes it may never run)."""
         if not any(isinstance(x, jax.core.Tracer) for x in xs):
-            return tuple(make(self.choose(xs, lambda t: make(t, True)))(*xs))
+            return tuple(make(self.choose(xs, make))(*xs))
         first = jax.make_jaxpr(make(self.module.targets[self.variants[0]]))(*xs)
         return tuple(_tuned_p.bind(*xs, tuner=self, make=make, out_avals=tuple(first.out_avals)))
 
-    def choose(self, xs: Sequence[Any], call: Callable[[str], Callable[..., Any]]) -> str:
-        """The FFI target a call on ``xs`` (arrays or tracers) runs; ``call(target)`` makes the plain call of
-        a target (arrays in, outputs out) that timing jits."""
+    def choose(self, xs: Sequence[Any], make: Make) -> str:
+        """The FFI target a call on ``xs`` (arrays or tracers) runs; ``make(target, True)`` makes the plain call
+        of a target (arrays in, outputs out) that timing jits."""
         targets = self.module.targets
         self.last = self.variants[0]
         if not enabled():
@@ -222,16 +222,15 @@ class Tuner:
         if not self.force and isinstance(found, dict) and found.get("choice") in self.variants:
             self.last = found["choice"]
             return targets[self.last]
-        record = self._measure(xs, call, device)
+        record = self._measure(xs, make, device)
         table[entry] = record
         self.last = record["choice"]
         note(f"{self.module.name}: tuned {entry} on {identity}: {self.last} "
              f"({', '.join(f'{n} {t:.1f} us' for n, t in record['us'].items())})")
-        memos = getattr(self.module, "memos", None)
-        if memos is not None:
+        if self.module.memos is not None:
             try:
-                memos.update(TABLE_KIND, table_key(self.module.digest, identity),
-                             _record(self.module, identity, {entry: record}))
+                self.module.memos.update(TABLE_KIND, table_key(self.module.digest, identity),
+                                         _record(self.module, identity, {entry: record}))
             except (KernixError, OSError) as exc:  # (the choice stands in this process)
                 note(f"{self.module.name}: could not remember the tuning of {entry}: {exc}")
         return targets[self.last]
@@ -241,13 +240,13 @@ class Tuner:
         key = (self.module.digest, identity)
         table = _TABLES.get(key)
         if table is None:
-            memos = getattr(self.module, "memos", None)
+            memos = self.module.memos
             found = memos.recall(TABLE_KIND, table_key(*key)) if memos is not None else None
             entries = found.get("entries") if isinstance(found, dict) and found.get("format") == _FORMAT else None
             table = _TABLES[key] = dict(entries) if isinstance(entries, dict) else {}
         return table
 
-    def _measure(self, xs: Sequence[Any], call: Callable[[str], Callable[..., Any]], device: Any) -> dict[str, Any]:
+    def _measure(self, xs: Sequence[Any], make: Make, device: Any) -> dict[str, Any]:
         """Time every variant on ``xs`` (or inputs like them); the record of the fastest that agrees."""
         concrete = all(isinstance(x, (jax.Array, np.ndarray)) and not isinstance(x, jax.core.Tracer) for x in xs)
         with jax.ensure_compile_time_eval():  # (under a trace: run now, not staged into the program)
@@ -257,7 +256,7 @@ class Tuner:
             repeats: dict[str, Callable[[], float]] = {}
             start = time.perf_counter()
             for name in self.variants:
-                plain = call(self.module.targets[name])
+                plain = make(self.module.targets[name], True)
                 try:
                     outs = [np.asarray(o) for o in jax.block_until_ready(jax.jit(plain)(*inputs))]
                     repeats[name] = _repeat(plain, inputs, device.platform == "gpu")
@@ -311,11 +310,11 @@ def renamed(make: Make, names: dict[str, str]) -> Make:
 _tuned_p = Primitive("kernix_tuned")
 _tuned_p.multiple_results = True
 _tuned_p.def_abstract_eval(lambda *avals, out_avals, **_: out_avals)
-_tuned_p.def_impl(lambda *xs, tuner, make, **_: tuple(make(tuner.choose(xs, lambda t: make(t, True)))(*xs)))
+_tuned_p.def_impl(lambda *xs, tuner, make, **_: tuple(make(tuner.choose(xs, make))(*xs)))
 
 
 def _lower(ctx: Any, *xs: Any, tuner: Tuner, make: Make, **_: Any) -> Any:
-    target = tuner.choose(ctx.avals_in, lambda t: make(t, True))
+    target = tuner.choose(ctx.avals_in, make)
     return mlir.lower_fun(make(target), multiple_results=True)(ctx, *xs)
 
 
