@@ -13,7 +13,7 @@ from ..language.dtypes import ATTR_DTYPES, numpy_dtype, x64_hint
 from ..errors import CallError
 from ..language.spec import FunctionSpec, Param
 
-__all__ = ["VMAP_METHODS", "check_call", "check_buffer", "coerce_attr"]
+__all__ = ["check_call", "check_buffer", "coerce_attr"]
 
 #: The ``vmap_method`` values a call accepts (those of ``jax.ffi.ffi_call``), or ``None``.
 VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all", "legacy_vectorized")

@@ -17,7 +17,7 @@ from .operation import Derivative, Operation, PlainOperation, ShapedOperation
 from .stubs import call_signature, docstring
 from .tuning import Tuner
 
-__all__ = ["KernelFunction", "TunedFunction", "tuned", "Dispatcher", "unpicklable", "kernel_refusal"]
+__all__ = ["KernelFunction", "TunedFunction", "Dispatcher", "unpicklable", "kernel_refusal"]
 
 
 def unpicklable(what: str) -> TypeError:

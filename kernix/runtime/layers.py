@@ -29,8 +29,8 @@ from ..errors import CallError
 from ..language.shapes import Group, Signature
 from .registry import platforms_of
 
-__all__ = ["aval", "varying_axes", "in_shard_map", "output_structs", "check_platform", "partitioned",
-           "batched", "refusing", "Rules", "output_tangents", "differentiable"]
+__all__ = ["Call", "is_traced", "in_shard_map", "output_structs", "check_platform", "partitioned", "batched",
+           "refusing", "differentiable"]
 
 Call = Callable[..., tuple[Any, ...]]  # arrays -> tuple of arrays
 
@@ -280,12 +280,9 @@ def refusing(forward: Call, error: Callable[[], Exception]) -> Call:
 
 @dataclass(frozen=True, eq=False)
 class Rules:
-    """What the ``kernix_tangent`` primitive of one kernel runs: ``tangent(primals, tangents)`` (forward
-    mode) and ``pullback(primals, cotangents)`` (reverse mode), each ``None`` where no kernel gives it,
-    and the errors raised then (one object per operation, a primitive parameter equal only to itself).
-
-    The tangents are traced when the primitive is bound, into its ``jaxpr`` parameter: JAX sees the
-    tangent kernel's call there (a ``custom_partitioning`` needs the devices when the program is lowered)."""
+    """What the ``kernix_tangent`` primitive of one kernel runs (:func:`output_tangents`): ``tangent(primals,
+    tangents)`` and ``pullback(primals, cotangents)``, each ``None`` where no kernel gives it, and the errors
+    raised then (one object per operation, a primitive parameter equal only to itself)."""
 
     tangent: Callable[[Sequence[Any], Sequence[Any]], Sequence[Any]] | None
     pullback: Callable[[Sequence[Any], Sequence[Any]], Sequence[Any]] | None
@@ -301,9 +298,10 @@ _tangent_p.def_abstract_eval(lambda *avals, out_avals, **_: out_avals)
 def output_tangents(primals: Sequence[Any], tangents: Sequence[Any], *, out_avals: Sequence[Any],
                     rules: Rules) -> list[Any]:
     """The tangents (avals ``out_avals``) of a kernel's outputs at ``primals``, linear in ``tangents``:
-    evaluated or compiled (forward mode), ``rules.tangent``; transposed (reverse mode), ``rules.pullback``
-    of the cotangents (one per tangent); differentiated, JAX's derivative of ``rules.tangent`` (so of the
-    tangent kernel: through its own rules)."""
+    evaluated or compiled (forward mode), ``rules.tangent``, traced here into the primitive's ``jaxpr`` (so JAX
+    sees the tangent kernel's call: a ``custom_partitioning`` needs the devices when the program is lowered);
+    transposed (reverse mode), ``rules.pullback`` of the cotangents (one per tangent); differentiated, JAX's
+    derivative of ``rules.tangent`` (so of the tangent kernel: through its own rules)."""
     n = len(primals)
     push = rules.tangent
     jaxpr = None if push is None else jax.make_jaxpr(lambda *xs: list(push(xs[:n], xs[n:])))(*primals, *tangents)
@@ -371,13 +369,11 @@ def differentiable(
     (reverse mode), each called with attributes bound and ``out=`` (``None``: that mode raises
     ``no_tangent()`` or ``no_backward()``).
 
-    A ``jax.custom_jvp`` whose tangents are :func:`output_tangents`: forward mode evaluates them by
-    ``tangent`` (the forward's inputs, then their tangents; ``out=`` the outputs' structs), reverse mode
-    transposes them into ``backward`` (the forward's inputs, then the output cotangents; ``out=`` the
-    inputs' structs).  The rule's outputs are this same operation, so a derivative of a derivative
-    differentiates the outputs through these rules, and the tangent or backward kernel through its own.
-    ``out_structs`` gives each output's struct; integer inputs get zero tangents and ``float0``
-    cotangents, integer outputs ``float0`` tangents and zero cotangents.
+    A ``jax.custom_jvp`` whose tangents are :func:`output_tangents`: ``tangent`` takes the forward's inputs,
+    then their tangents (``out=`` the outputs' structs, ``out_structs(inputs)``); ``backward`` the forward's
+    inputs, then the output cotangents (``out=`` the inputs' structs).  The rule's outputs are this same
+    operation, so a derivative of a derivative differentiates the outputs through these rules.  Integer
+    inputs get zero tangents and ``float0`` cotangents, integer outputs ``float0`` tangents and zero cotangents.
     """
 
     def pullback(xs: Sequence[Any], cts: Sequence[Any]) -> list[Any]:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..language.spec import FunctionSpec
     from .function import KernelFunction
 
-__all__ = ["CompiledModule", "check_function_names", "RESERVED_NAMES"]
+__all__ = ["CompiledModule", "check_function_names"]
 
 
 class CompiledModule:

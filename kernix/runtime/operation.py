@@ -23,7 +23,7 @@ from .layers import check_platform, in_shard_map, is_traced, output_structs
 from .stubs import input_names
 from .tuning import Tuner
 
-__all__ = ["Derivative", "Operation", "PlainOperation", "ShapedOperation", "no_backward", "forward_mode"]
+__all__ = ["Derivative", "Operation", "PlainOperation", "ShapedOperation"]
 
 
 class Derivative(NamedTuple):

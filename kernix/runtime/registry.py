@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..errors import RegistrationError, ReloadWarning
 from ..platforms import JAX_PLATFORMS
@@ -19,11 +19,9 @@ from ..notes import warn_at
 
 # jax is imported where a target is registered: a build that does not register does not import it.
 
-__all__ = [
-    "loaded_libraries", "Registration", "open_library", "load_library", "handler_address", "register_targets",
-    "list_registered_targets", "platforms_of", "versioned_name", "versioned_target", "parse_versioned",
-    "register_alias", "loaded_code",
-]
+__all__ = ["loaded_libraries", "open_library", "load_library", "handler_address", "register_targets",
+           "list_registered_targets", "platforms_of", "versioned_name", "versioned_target", "parse_versioned",
+           "register_alias", "loaded_code"]
 
 _lock = threading.RLock()
 _libraries: dict[str, ctypes.CDLL] = {}
@@ -116,7 +114,7 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
         for target, symbol in symbols.items():
             name, previous = target, _targets.get((target, jax_platform))
             if previous is not None and not previous.same_code(digest, symbol):
-                name = versioned_name(target, digest)
+                name = versioned_name(target, {jax_platform: digest})
                 moved.append((target, name, previous))
                 previous = _targets.get((name, jax_platform))
                 if previous is not None and not previous.same_code(digest, symbol):
@@ -200,11 +198,9 @@ def _register(reg: Registration, capsule: object) -> None:
     _targets[(reg.target, reg.platform)] = reg
 
 
-def versioned_name(target: str, digests: str | Mapping[str, str]) -> str:
-    """The target name that also names the code: ``"<target>@<12 hex of the SHA-256>"`` for one
-    library, ``"<target>@cpu:<12 hex>,cuda:<12 hex>"`` for different libraries per platform."""
-    if isinstance(digests, str):
-        return f"{target}@{digests[:12]}"
+def versioned_name(target: str, digests: Mapping[str, str]) -> str:
+    """The target name that also names the code (``digests``: each platform's library's SHA-256):
+    ``"<target>@<12 hex>"`` for one library, ``"<target>@cpu:<12 hex>,cuda:<12 hex>"`` for different ones."""
     if len(set(digests.values())) == 1:
         return f"{target}@{next(iter(digests.values()))[:12]}"
     return f"{target}@" + ",".join(f"{p}:{d[:12]}" for p, d in sorted(digests.items()))

@@ -8,7 +8,7 @@ from typing import Any, Iterable
 from ..language.spec import FunctionSpec, Param
 from ..language.templates import family_overloads
 
-__all__ = ["python_type", "declaration", "docstring", "input_names", "out_required", "call_signature", "stub_text"]
+__all__ = ["docstring", "input_names", "out_required", "call_signature", "stub_text"]
 
 
 def python_type(param: Param) -> str:

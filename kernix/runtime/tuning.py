@@ -131,8 +131,7 @@ def _repeat(call: Callable[..., Any], inputs: Sequence[Any], in_one_program: boo
 def _looped(call: Callable[..., Any], inputs: Sequence[Any]) -> Callable[[], float]:
     """One program of ``1 + n`` calls, a loop whose every iteration runs ``call`` (it has side effects) with the
     trip count ``n`` an argument; a repeat's time per call is the slope between a run of one call and a run of
-    a few milliseconds, which leaves out the program's own start and end (on an H100, most of a short
-    kernel's wall time)."""
+    a few milliseconds, which leaves out the program's own start and end."""
     loop = jax.jit(lambda n, *xs: jax.lax.fori_loop(0, n, lambda i, _: call(*xs), call(*xs)))
 
     def run(n: int) -> float:
