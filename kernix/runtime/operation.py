@@ -69,7 +69,7 @@ def _second_order(spec: FunctionSpec) -> str:
     return ""
 
 
-def no_backward(spec: FunctionSpec, tangent: str | None = None) -> CallError:
+def no_backward(spec: FunctionSpec, tangent: str | None) -> CallError:
     """The error for reverse-mode differentiation of ``spec``'s function, which no backward kernel
     declares; without a ``tangent`` kernel either, for any differentiation."""
     name = spec.name
@@ -89,7 +89,7 @@ def no_backward(spec: FunctionSpec, tangent: str | None = None) -> CallError:
     )
 
 
-def forward_mode(spec: FunctionSpec, backward: FunctionSpec, backward_has_tangent: bool = False) -> CallError:
+def forward_mode(spec: FunctionSpec, backward: FunctionSpec, backward_has_tangent: bool) -> CallError:
     """The error for forward-mode differentiation of a function whose ``backward`` kernel gives reverse mode only
     (and which, unless ``backward_has_tangent``, jax.hessian needs a tangent kernel of too)."""
     name, bwd = spec.name, backward.name

@@ -148,8 +148,8 @@ _STUB_TYPES = {"bool": "bool | np.bool_", "int": "int | np.integer", "float": "f
                "Sequence[int]": "Sequence[int] | np.ndarray", "Sequence[float]": "Sequence[float] | np.ndarray"}
 
 
-def _indent(text: str, by: str = "    ") -> str:
-    return "\n".join((by + ln) if ln else ln for ln in text.split("\n"))
+def _indent(text: str) -> str:
+    return "\n".join(("    " + ln) if ln else ln for ln in text.split("\n"))
 
 
 def stub_text(specs: Iterable[FunctionSpec], *, source: str = "") -> str:

@@ -1,17 +1,12 @@
 """Autotuning: the variant of a ``tune=`` template that timing chooses, per device, dtypes and shape bucket
-(the key, the timing, the made-up inputs and the table are described for users in :doc:`/tutorials/templates`,
-"What is timed, and how").
+(what is timed, when and how, as users see it: :doc:`/tutorials/templates`, "What is timed, and how").
 
 A call that leaves a tuned parameter out (``mod.tile(x)`` for ``// @BE tile<T: float; BLOCK: 128, 256>
-tune=BLOCK``) runs a group of variants, the instantiations that differ only in the tuned parameters
-(:class:`~kernix.runtime.function.TunedFunction`).  Its operation hands the group's :class:`Tuner` the
-FFI call to make (:meth:`Tuner.call`), which chooses the target: at once for an eager call, timing on the
-call's own inputs; under a trace, when the program is lowered (the ``kernix_tuned`` primitive), timing on
-inputs of the call's shapes and dtypes (:func:`synthesized`).  Either way the shapes are those the kernel
-runs on: per shard under sharding, with the batch under ``jax.vmap`` (never the shapes at which JAX traces
-the body of a ``custom_vmap`` or ``custom_partitioning`` it does not run).  The program calls the chosen
-instantiation's target, and :func:`kernix.export` records it.  ``$KERNIX_TUNE=0`` turns timing off
-(:func:`enabled`, read at each choice).
+tune=BLOCK``) runs a group of variants (:class:`~kernix.runtime.function.TunedFunction`), whose operation
+hands the group's :class:`Tuner` the FFI call to make (:meth:`Tuner.call`): an eager call chooses at once,
+timing on its own inputs; a traced one as the program is lowered (the ``kernix_tuned`` primitive), where
+the shapes are those the kernel runs on, timing on inputs of those shapes and dtypes (:func:`synthesized`).
+``$KERNIX_TUNE=0`` turns timing off (:func:`enabled`, read at each choice).
 
 Why a module of its own: timing variants, comparing their results and keeping the table is one
 concept, that neither the operation (which makes one FFI call) nor the dispatcher (which picks by
