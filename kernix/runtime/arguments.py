@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -12,7 +13,7 @@ from ..language.dtypes import ATTR_DTYPES, numpy_dtype, x64_hint
 from ..errors import CallError
 from ..language.spec import FunctionSpec, Param
 
-__all__ = ["VMAP_METHODS", "check_call", "check_buffer", "coerce_attr"]
+__all__ = ["check_call", "check_buffer", "coerce_attr"]
 
 #: The ``vmap_method`` values a call accepts (those of ``jax.ffi.ffi_call``), or ``None``.
 VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all", "legacy_vectorized")
@@ -23,62 +24,31 @@ class _UInt64Bits(int):
     conversion of ``numpy.uint64`` fails there)."""
 
 
-_uint64_lowering_installed = False
-
-
+@functools.cache
 def _install_uint64_lowering() -> bool:
-    global _uint64_lowering_installed
-    if not _uint64_lowering_installed:
-        try:  # (JAX internals: imported here, so that a JAX without them costs only this feature)
-            from jax._src.interpreters import mlir
-            from jax._src.lib.mlir import ir
-        except ImportError:  # a JAX without this hook: values >= 2**63 stay unsupported
-            return False
-        mlir.register_attribute_handler(
-            _UInt64Bits, lambda v: ir.IntegerAttr.get(ir.IntegerType.get_unsigned(64), int(v) - 2**64)
-        )
-        _uint64_lowering_installed = True
+    try:  # (JAX internals: imported here, so that a JAX without them costs only this feature)
+        from jax._src.interpreters import mlir
+        from jax._src.lib.mlir import ir
+    except ImportError:  # a JAX without this hook: values >= 2**63 stay unsupported
+        return False
+    mlir.register_attribute_handler(
+        _UInt64Bits, lambda v: ir.IntegerAttr.get(ir.IntegerType.get_unsigned(64), int(v) - 2**64)
+    )
     return True
 
 
 def coerce_attr(fn: str, param: Param, value: Any) -> Any:
-    """``value`` as the exact NumPy type XLA expects for attribute ``param`` of ``fn`` (else CallError)."""
-    if param.kind in ("array", "string"):
-        return coerce_array_attr(fn, param, value)
-    dtype = param.dtype
-    assert dtype is not None
-    np_name = ATTR_DTYPES[dtype][1]
+    """``value`` as the exact NumPy type XLA expects for attribute ``param`` of ``fn`` (else CallError): an
+    array attribute's (a sequence or 1-D array) as a 1-D NumPy array of exactly its dtype, a string's as ``str``."""
     try:
         if isinstance(value, jax.core.Tracer):
             raise ValueError(_TRACED)
-        if value is None or isinstance(value, (str, bytes)) or np.iscomplexobj(value):
-            raise ValueError(f"expected a real number, got {type(value).__name__}")
-        arr = np.asarray(value)
-        if arr.shape != ():
-            raise ValueError(f"expected a scalar, got an array of shape {arr.shape}")
-        if dtype == "bool":
-            if not isinstance(value, (bool, np.bool_)) and value not in (0, 1):
-                raise ValueError("expected a bool")
-            return np.bool_(value)
-        if np.issubdtype(np.dtype(np_name), np.integer):
-            if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
-                raise ValueError(f"expected an integer, got {value!r}")
-            info = np.iinfo(np_name)
-            if not info.min <= int(value) <= info.max:
-                raise ValueError(f"{value} does not fit in {dtype}")
-            if dtype == "uint64" and int(value) >= 2**63 and _install_uint64_lowering():
-                return _UInt64Bits(int(value))
-            return np.dtype(np_name).type(value)
-        with np.errstate(over="ignore"):
-            result = arr.astype(numpy_dtype(dtype))
-        if np.isinf(result.astype(np.float64)) and np.isfinite(arr.astype(np.float64)):
-            raise ValueError(f"{value} does not fit in {dtype}")
-        # float16 and bfloat16 travel as their 16-bit payload (XLA FFI has no such attribute type)
-        return result.view(np.uint16)[()] if dtype in ("float16", "bfloat16") else result[()]
+        return _array_attr(param, value) if param.kind in ("array", "string") else _scalar_attr(param, value)
     except (TypeError, ValueError, OverflowError) as exc:
+        shown = _short(value) if param.kind in ("array", "string") else repr(value)
         raise CallError(
-            f"{fn}(): attribute {param.name!r} is {dtype} (C++ type '{param.type}'); "
-            f"cannot use {value!r}: {exc}"
+            f"{fn}(): attribute {param.name!r} is {param.attr_type} (C++ type '{param.type}'); "
+            f"cannot use {shown}: {exc}"
         ) from None
 
 
@@ -88,44 +58,64 @@ _TRACED = (
     "e.g. by making the argument it comes from static: jax.jit(f, static_argnames=...)")
 
 
-def coerce_array_attr(fn: str, param: Param, value: Any) -> Any:
-    """An array attribute's ``value`` (a sequence or 1-D array) as a 1-D NumPy array of exactly its
-    dtype, or a string attribute's as ``str`` (else CallError)."""
-    try:
-        if isinstance(value, jax.core.Tracer):
-            raise ValueError(_TRACED)
-        if param.kind == "string":
-            if not isinstance(value, str):
-                hint = " (decode bytes first: value.decode())" if isinstance(value, bytes) else ""
-                raise ValueError(f"expected a str, got {type(value).__name__}{hint}")
-            return value
-        if isinstance(value, (str, bytes, dict, set, frozenset)) or value is None or np.ndim(value) != 1:
-            raise ValueError("expected a tuple, list or 1-D NumPy array of numbers")
-        assert param.dtype is not None
-        want = np.dtype(param.dtype)
-        integral = _integral(value)
-        if want.kind in "iu":
-            if not integral:
-                raise ValueError("expected integers")
-            ints = [int(v) for v in value]
-            info = np.iinfo(want)
-            bad = next((v for v in ints if not info.min <= v <= info.max), None)
-            if bad is not None:
-                raise ValueError(f"{bad} does not fit in {param.dtype}")
-            return np.array(ints, dtype=want)
-        if not integral and not _real(value):
-            raise ValueError("expected real numbers")
-        exact = np.array([int(v) for v in value], dtype=object) if integral else np.asarray(value, np.float64)
-        with np.errstate(over="ignore"):
-            result = exact.astype(np.float64).astype(want)
-        if np.any(np.isinf(result) & np.isfinite(exact.astype(np.float64))):
-            raise ValueError(f"a value does not fit in {param.dtype}")
-        return result
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise CallError(
-            f"{fn}(): attribute {param.name!r} is {param.attr_type} (C++ type '{param.type}'); "
-            f"cannot use {_short(value)}: {exc}"
-        ) from None
+def _scalar_attr(param: Param, value: Any) -> Any:
+    dtype = param.dtype
+    assert dtype is not None
+    np_name = ATTR_DTYPES[dtype][1]
+    if value is None or isinstance(value, (str, bytes)) or np.iscomplexobj(value):
+        raise ValueError(f"expected a real number, got {type(value).__name__}")
+    arr = np.asarray(value)
+    if arr.shape != ():
+        raise ValueError(f"expected a scalar, got an array of shape {arr.shape}")
+    if dtype == "bool":
+        if not isinstance(value, (bool, np.bool_)) and value not in (0, 1):
+            raise ValueError("expected a bool")
+        return np.bool_(value)
+    if np.issubdtype(np.dtype(np_name), np.integer):
+        if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_):
+            raise ValueError(f"expected an integer, got {value!r}")
+        info = np.iinfo(np_name)
+        if not info.min <= int(value) <= info.max:
+            raise ValueError(f"{value} does not fit in {dtype}")
+        if dtype == "uint64" and int(value) >= 2**63 and _install_uint64_lowering():
+            return _UInt64Bits(int(value))
+        return np.dtype(np_name).type(value)
+    with np.errstate(over="ignore"):
+        result = arr.astype(numpy_dtype(dtype))
+    if np.isinf(result.astype(np.float64)) and np.isfinite(arr.astype(np.float64)):
+        raise ValueError(f"{value} does not fit in {dtype}")
+    # float16 and bfloat16 travel as their 16-bit payload (XLA FFI has no such attribute type)
+    return result.view(np.uint16)[()] if dtype in ("float16", "bfloat16") else result[()]
+
+
+def _array_attr(param: Param, value: Any) -> Any:
+    if param.kind == "string":
+        if not isinstance(value, str):
+            hint = " (decode bytes first: value.decode())" if isinstance(value, bytes) else ""
+            raise ValueError(f"expected a str, got {type(value).__name__}{hint}")
+        return value
+    if isinstance(value, (str, bytes, dict, set, frozenset)) or value is None or np.ndim(value) != 1:
+        raise ValueError("expected a tuple, list or 1-D NumPy array of numbers")
+    assert param.dtype is not None
+    want = np.dtype(param.dtype)
+    integral = _integral(value)
+    if want.kind in "iu":
+        if not integral:
+            raise ValueError("expected integers")
+        ints = [int(v) for v in value]
+        info = np.iinfo(want)
+        bad = next((v for v in ints if not info.min <= v <= info.max), None)
+        if bad is not None:
+            raise ValueError(f"{bad} does not fit in {param.dtype}")
+        return np.array(ints, dtype=want)
+    if not integral and not _real(value):
+        raise ValueError("expected real numbers")
+    exact = np.array([int(v) for v in value], dtype=object) if integral else np.asarray(value, np.float64)
+    with np.errstate(over="ignore"):
+        result = exact.astype(np.float64).astype(want)
+    if np.any(np.isinf(result) & np.isfinite(exact.astype(np.float64))):
+        raise ValueError(f"a value does not fit in {param.dtype}")
+    return result
 
 
 def _integral(value: Any) -> bool:

@@ -13,11 +13,11 @@ from ..errors import CallError, KernelRuntimeError, RegistrationError
 from ..language.spec import FunctionSpec
 from ..language.templates import Member, instance_name, select, template_name
 from .arguments import check_call
-from .operation import Derivative, Operation, make_operation
+from .operation import Derivative, Operation, PlainOperation, ShapedOperation
 from .stubs import call_signature, docstring
 from .tuning import Tuner
 
-__all__ = ["KernelFunction", "TunedFunction", "tuned", "Dispatcher", "unpicklable", "kernel_refusal"]
+__all__ = ["KernelFunction", "TunedFunction", "Dispatcher", "unpicklable", "kernel_refusal"]
 
 
 def unpicklable(what: str) -> TypeError:
@@ -88,8 +88,10 @@ class KernelFunction:
                 kernel = tuned(self.module, name, kernel.spec.tune)
             return Derivative(name, kernel, tuple(p.name for p in kernel.spec.attrs))
 
-        return make_operation(self.target, self.spec, derivative(self.module.backward_name(self.spec.name)),
-                              self.module.name, derivative(self.module.tangent_name(self.spec.name)), self.tuner)
+        # (a PlainOperation does not use the derivative kernels: pairing them needs a shape signature)
+        kind = PlainOperation if self.spec.signature is None else ShapedOperation
+        return kind(self.target, self.spec, self.module.name, derivative(self.module.backward_name(self.spec.name)),
+                    derivative(self.module.tangent_name(self.spec.name)), self.tuner)
 
     @property
     def target(self) -> str:
@@ -188,9 +190,8 @@ class Dispatcher:
         """The name of the member a call with ``inputs``, the non-dtype template arguments ``static`` and
         ``out=`` runs (a :class:`~kernix.errors.CallError` lists them when none or several fit): the
         inputs' dtypes choose, and where they leave several members, ``out=``'s dtypes."""
-        outs = None if out is None else [_dtype_name(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
-        return select(f"{self.module.name}.{self.name}", self.members, self.module.functions,
-                      [_dtype_name(x) for x in inputs], static, outs)
+        return select(f"{self.module.name}.{self.name}", self.members, self.module.functions, _dtype_names(inputs),
+                      static, _dtype_names(out))
 
     def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
         return self._callee(inputs, kwargs)(*inputs, **kwargs)
@@ -219,9 +220,7 @@ class Dispatcher:
         left = {p for m in self.members for p in self.module.functions[m.name].tune} - set(static)
         first = {p: v for p, v in self.members[0].static if p in left}  # (the first listed value)
         narrowed = [m for m in self.members if all(dict(m.static)[p] == v for p, v in first.items())]
-        where, dtypes = f"{self.module.name}.{self.name}", [_dtype_name(x) for x in inputs]
-        out = kwargs.get("out")
-        outs = None if out is None else [_dtype_name(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+        where, dtypes, outs = f"{self.module.name}.{self.name}", _dtype_names(inputs), _dtype_names(kwargs.get("out"))
         try:
             name = select(where, narrowed, self.module.functions, dtypes, static, outs)
         except CallError:
@@ -230,7 +229,10 @@ class Dispatcher:
         return tuned(self.module, name, missing) if missing else self.module[name]
 
 
-def _dtype_name(x: Any) -> str | None:
-    """The dtype name of an array or ``jax.ShapeDtypeStruct`` (``None`` for what has no dtype)."""
-    dtype = getattr(x, "dtype", None)
-    return None if dtype is None else str(getattr(dtype, "name", dtype))
+def _dtype_names(values: Any) -> list[str | None] | None:
+    """The dtype name of each array or ``jax.ShapeDtypeStruct`` of ``values`` (one, or a list or tuple of them),
+    ``None`` for one that has no dtype; ``None`` for ``values=None``."""
+    if values is None:
+        return None
+    dtypes = [getattr(x, "dtype", None) for x in (values if isinstance(values, (list, tuple)) else [values])]
+    return [None if d is None else str(getattr(d, "name", d)) for d in dtypes]

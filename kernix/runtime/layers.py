@@ -1,25 +1,11 @@
-"""The JAX rules a kernel call is wrapped in, each built from plain values (a
-parsed :class:`~kernix.language.shapes.Signature`, callables), and the two JAX
-primitives kernix adds.
+"""The JAX rules a kernel call is wrapped in, each built from plain values (a parsed
+:class:`~kernix.language.shapes.Signature`, callables), and the two JAX primitives kernix adds,
+``kernix_platform`` (:func:`check_platform`) and ``kernix_tangent`` (:func:`output_tangents`).
 
-:mod:`kernix.runtime.operation` composes them, innermost first:
-:func:`check_platform` (the ``kernix_platform`` primitive: the inputs
-unchanged, its lowering rule refuses a platform the target has no handler on,
-and a kernel with side effects that XLA's partitioner would split),
-:func:`partitioned` (per shard, on several devices), :func:`batched` (a
-``custom_vmap`` folding a vmap axis into the ``...`` dimensions), and
-outermost :func:`refusing` (a ``custom_jvp`` that raises kernix's error) or,
-for a kernel with a backward or a tangent kernel, :func:`differentiable` (a
-``custom_jvp`` whose tangents are the ``kernix_tangent`` primitive: forward
-mode evaluates it by the tangent kernel, reverse mode transposes it into the
-backward kernel, each raising kernix's error where that kernel is missing).  Being
-outermost, every differentiation, however the call is reached (``jax.jit``,
-``jax.vmap``, several devices), meets kernix's rule first.
-
-Inside ``jax.shard_map`` every value is typed with the manual mesh axes it
-varies over; an FFI call's outputs are typed by the ``jax.ShapeDtypeStruct``
-values it is given, so :func:`output_structs` gives them the inputs' axes
-(else ``jax.grad`` through the ``shard_map`` refuses the cotangents).
+:mod:`kernix.runtime.operation` composes them, innermost first: :func:`check_platform`,
+:func:`partitioned`, :func:`batched`, and outermost :func:`refusing` or :func:`differentiable`, so that
+every differentiation, however the call is reached, meets kernix's rule first (docs/how-it-works.rst,
+``kernix/runtime/``, says what each does).
 """
 
 from __future__ import annotations
@@ -43,8 +29,8 @@ from ..errors import CallError
 from ..language.shapes import Group, Signature
 from .registry import platforms_of
 
-__all__ = ["aval", "varying_axes", "in_shard_map", "output_structs", "check_platform", "partitioned",
-           "sharding_rule", "batched", "refusing", "Rules", "output_tangents", "differentiable"]
+__all__ = ["Call", "is_traced", "in_shard_map", "output_structs", "check_platform", "partitioned", "batched",
+           "refusing", "differentiable"]
 
 Call = Callable[..., tuple[Any, ...]]  # arrays -> tuple of arrays
 
@@ -52,9 +38,6 @@ Call = Callable[..., tuple[Any, ...]]  # arrays -> tuple of arrays
 def is_traced(xs: Sequence[Any]) -> bool:
     """Whether any of ``xs`` is a tracer (else nothing can differentiate or lower the call)."""
     return any(isinstance(x, jax.core.Tracer) for x in xs)
-
-
-# -- the mesh axes a value varies over inside jax.shard_map ----------------------------------
 
 
 def _axes(x: Any) -> tuple[Any, Any, frozenset[str]]:
@@ -79,7 +62,8 @@ def in_shard_map(inputs: Sequence[Any]) -> bool:
 
 
 def output_structs(outputs: Iterable[tuple[Sequence[int], Any]], inputs: Sequence[Any]) -> list[Any]:
-    """``jax.ShapeDtypeStruct`` of each ``(shape, dtype)``, varying over the first varying input's axes."""
+    """``jax.ShapeDtypeStruct`` of each ``(shape, dtype)``, varying over the first varying input's mesh axes: inside
+    ``jax.shard_map`` an FFI call's outputs are typed by these (else ``jax.grad`` through it refuses the cotangents)."""
     keywords: dict[str, Any] = {}
     for x in inputs:
         aval, manual, axes = _axes(x)
@@ -89,8 +73,6 @@ def output_structs(outputs: Iterable[tuple[Sequence[int], Any]], inputs: Sequenc
             break
     return [jax.ShapeDtypeStruct(shape, dtype, **keywords) for shape, dtype in outputs]
 
-
-# -- the platform check: the kernix_platform primitive --------------------------------------
 
 _platform_p = Primitive("kernix_platform")
 _platform_p.multiple_results = True
@@ -110,8 +92,7 @@ _platform_p.def_impl(_eager_platform)
 _platform_p.def_abstract_eval(lambda *avals, **_: avals)
 batching.primitive_batchers[_platform_p] = lambda xs, dims, **params: (_platform_p.bind(*xs, **params), dims)
 
-#: The lowering platform's name -> the kernix platform whose handlers it runs.
-_KERNIX_PLATFORM = {"cpu": "cpu", "cuda": "cuda"}
+#: Each platform kernix builds for (JAX lowers for it under the same name) -> its name in messages.
 _LABELS = {"cpu": "the CPU", "cuda": "CUDA GPUs"}
 
 
@@ -147,7 +128,7 @@ def _lower_platform(ctx: Any, *xs: Any, target: str, function: str, module: str,
     lowering = tuple(getattr(ctx, "platforms", None) or ctx.module_context.platforms)
     have = platforms_of(target)
     for p in lowering:
-        if _KERNIX_PLATFORM.get(p) not in have:
+        if p not in have:
             _refuse(p, have, target=target, function=function, module=module)
     if side_effect and (devices := _partitioned_devices(ctx)) > 1:
         _refuse_partitioned_effect(function, module, devices)
@@ -169,7 +150,7 @@ def _refuse(lowering: str, have: list[str], *, target: str, function: str, modul
             f"run the computation on {_LABELS[have[0]]}: put its inputs there with jax.device_put(x, "
             f"jax.devices({device!r})[0]), or create them inside `with jax.default_device(jax.devices({device!r})[0]):`"
         )
-    if lowering in _KERNIX_PLATFORM:
+    if lowering in _LABELS:
         loader = "kernix.load_cpp_file" if lowering == "cpu" else "kernix.load_cuda_file"
         prefix = target.rpartition(".")[0]
         if "@" in target:  # a module loaded again with other code: its content-versioned name is its alone
@@ -192,25 +173,6 @@ def _refuse(lowering: str, have: list[str], *, target: str, function: str, modul
 
 
 mlir.register_lowering(_platform_p, _lower_platform)
-
-
-def sharding_rule(sig: Signature, ranks: Sequence[int]) -> tuple[list[list[str]], list[list[str]], list[str]]:
-    """Factor names of each input and output (of input ``ranks``), and the core factors: batch
-    factors ``b0, b1, ...``, a named core dimension ``n`` is ``d_n``, an integer one a factor of its own."""
-    n_batch = next(r - len(g.dims) for g, r in zip(sig.inputs, ranks) if g.batch)
-    batch = [f"b{i}" for i in range(n_batch)]
-    core: dict[str, None] = {}
-    counter = iter(range(10**6))
-
-    def factors(group: Group) -> list[str]:
-        names = []
-        for d in group.dims:
-            name = f"d_{d}" if isinstance(d, str) else f"c{next(counter)}"
-            core.setdefault(name)
-            names.append(name)
-        return (batch if group.batch else []) + names
-
-    return [factors(g) for g in sig.inputs], [factors(g) for g in sig.outputs], list(core)
 
 
 def partitioned(sig: Signature, ffi: Call) -> Call:
@@ -238,14 +200,20 @@ def partitioned(sig: Signature, ffi: Call) -> Call:
 
 
 def _custom_partitioning(sig: Signature, ffi: Call, ranks: tuple[int, ...]) -> Any:
-    ins, outs, core = sharding_rule(sig, ranks)
-    n_batch = next(len(f) - len(g.dims) for f, g in zip(ins, sig.inputs) if g.batch)
-    rule = SdyShardingRule(
-        tuple(ArrayMapping(*f) for f in ins),
-        tuple(ArrayMapping(*f) for f in outs),
-        need_replication_factors=tuple(core),
-    )
+    """``ffi`` as a ``custom_partitioning`` for inputs of ``ranks``.  The Shardy factors: batch factors ``b0,
+    b1, ...``; a named core dimension ``n`` is ``d_n``, an integer one a factor of its own (each replicated)."""
     first = next(i for i, g in enumerate(sig.inputs) if g.batch)
+    n_batch = ranks[first] - len(sig.inputs[first].dims)
+    core: dict[str, None] = {}
+    counter = iter(range(10**6))
+
+    def factors(group: Group) -> Any:
+        names = [f"d_{d}" if isinstance(d, str) else f"c{next(counter)}" for d in group.dims]
+        core.update(dict.fromkeys(names))
+        return ArrayMapping(*([f"b{i}" for i in range(n_batch)] if group.batch else []), *names)
+
+    ins, outs = tuple(map(factors, sig.inputs)), tuple(map(factors, sig.outputs))
+    rule = SdyShardingRule(ins, outs, need_replication_factors=tuple(core))
 
     def shardings(mesh: Any, arg_shapes: Any) -> tuple[list[Any], list[Any]]:
         spec = tuple(getattr(arg_shapes[first].sharding, "spec", ())) + (None,) * n_batch
@@ -310,17 +278,11 @@ def refusing(forward: Call, error: Callable[[], Exception]) -> Call:
     return call
 
 
-# -- the tangents of a kernel's outputs: the kernix_tangent primitive -------------------------
-
-
 @dataclass(frozen=True, eq=False)
 class Rules:
-    """What the ``kernix_tangent`` primitive of one kernel runs: ``tangent(primals, tangents)`` (forward
-    mode) and ``pullback(primals, cotangents)`` (reverse mode), each ``None`` where no kernel gives it,
-    and the errors raised then (one object per operation, a primitive parameter equal only to itself).
-
-    The tangents are traced when the primitive is bound, into its ``jaxpr`` parameter: JAX sees the
-    tangent kernel's call there (a ``custom_partitioning`` needs the devices when the program is lowered)."""
+    """What the ``kernix_tangent`` primitive of one kernel runs (:func:`output_tangents`): ``tangent(primals,
+    tangents)`` and ``pullback(primals, cotangents)``, each ``None`` where no kernel gives it, and the errors
+    raised then (one object per operation, a primitive parameter equal only to itself)."""
 
     tangent: Callable[[Sequence[Any], Sequence[Any]], Sequence[Any]] | None
     pullback: Callable[[Sequence[Any], Sequence[Any]], Sequence[Any]] | None
@@ -336,9 +298,10 @@ _tangent_p.def_abstract_eval(lambda *avals, out_avals, **_: out_avals)
 def output_tangents(primals: Sequence[Any], tangents: Sequence[Any], *, out_avals: Sequence[Any],
                     rules: Rules) -> list[Any]:
     """The tangents (avals ``out_avals``) of a kernel's outputs at ``primals``, linear in ``tangents``:
-    evaluated or compiled (forward mode), ``rules.tangent``; transposed (reverse mode), ``rules.pullback``
-    of the cotangents (one per tangent); differentiated, JAX's derivative of ``rules.tangent`` (so of the
-    tangent kernel: through its own rules)."""
+    evaluated or compiled (forward mode), ``rules.tangent``, traced here into the primitive's ``jaxpr`` (so JAX
+    sees the tangent kernel's call: a ``custom_partitioning`` needs the devices when the program is lowered);
+    transposed (reverse mode), ``rules.pullback`` of the cotangents (one per tangent); differentiated, JAX's
+    derivative of ``rules.tangent`` (so of the tangent kernel: through its own rules)."""
     n = len(primals)
     push = rules.tangent
     jaxpr = None if push is None else jax.make_jaxpr(lambda *xs: list(push(xs[:n], xs[n:])))(*primals, *tangents)
@@ -406,13 +369,11 @@ def differentiable(
     (reverse mode), each called with attributes bound and ``out=`` (``None``: that mode raises
     ``no_tangent()`` or ``no_backward()``).
 
-    A ``jax.custom_jvp`` whose tangents are :func:`output_tangents`: forward mode evaluates them by
-    ``tangent`` (the forward's inputs, then their tangents; ``out=`` the outputs' structs), reverse mode
-    transposes them into ``backward`` (the forward's inputs, then the output cotangents; ``out=`` the
-    inputs' structs).  The rule's outputs are this same operation, so a derivative of a derivative
-    differentiates the outputs through these rules, and the tangent or backward kernel through its own.
-    ``out_structs`` gives each output's struct; integer inputs get zero tangents and ``float0``
-    cotangents, integer outputs ``float0`` tangents and zero cotangents.
+    A ``jax.custom_jvp`` whose tangents are :func:`output_tangents`: ``tangent`` takes the forward's inputs,
+    then their tangents (``out=`` the outputs' structs, ``out_structs(inputs)``); ``backward`` the forward's
+    inputs, then the output cotangents (``out=`` the inputs' structs).  The rule's outputs are this same
+    operation, so a derivative of a derivative differentiates the outputs through these rules.  Integer
+    inputs get zero tangents and ``float0`` cotangents, integer outputs ``float0`` tangents and zero cotangents.
     """
 
     def pullback(xs: Sequence[Any], cts: Sequence[Any]) -> list[Any]:

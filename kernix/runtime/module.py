@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..language.spec import FunctionSpec
     from .function import KernelFunction
 
-__all__ = ["CompiledModule", "check_function_names", "RESERVED_NAMES"]
+__all__ = ["CompiledModule", "check_function_names"]
 
 
 class CompiledModule:
@@ -72,11 +72,7 @@ class CompiledModule:
         self.target_prefix = target_prefix or name
         self.registered = False
         self.memos = memos
-        if callable(functions):
-            self._read_specs = functions
-        else:
-            given = tuple(functions)
-            self._read_specs = lambda: given
+        self._read_specs = functions if callable(functions) else lambda: functions  # (given: read at once, below)
         if not callable(functions) or any(n in RESERVED_NAMES for n in self.handlers):
             self._check_specs()  # (a warm load's specs are checked when first used)
 

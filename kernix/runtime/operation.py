@@ -1,16 +1,6 @@
-"""One FFI target as a JAX operation: what a call runs once its arguments are checked.
-
-:func:`make_operation` picks the kind once, from the spec: a
-:class:`PlainOperation` (no shape signature: the outputs as ``out=`` gives
-them, which it must, one ``jax.ffi.ffi_call``) or a :class:`ShapedOperation`
-(outputs from the signature, the call composed of the layers of
-:mod:`kernix.runtime.layers`, built once per set of attribute values).  Either
-passes the call's inputs through the platform check
-(:func:`~kernix.runtime.layers.check_platform`) and refuses differentiation
-with kernix's error (:func:`no_backward`, :func:`forward_mode`) where no
-derivative kernel applies (a backward kernel, ``vjp=``, for reverse mode, a
-tangent kernel, ``jvp=``, for forward mode); :class:`Results` maps the FFI call's results
-(outputs, in-place aliases, scratch) to the outputs the callable returns.
+"""One FFI target as a JAX operation: what a call runs once its arguments are checked (a
+:class:`PlainOperation` or a :class:`ShapedOperation`), and kernix's errors for a differentiation that no
+derivative kernel gives (:func:`no_backward`, :func:`forward_mode`).
 """
 
 from __future__ import annotations
@@ -33,10 +23,7 @@ from .layers import check_platform, in_shard_map, is_traced, output_structs
 from .stubs import input_names
 from .tuning import Tuner
 
-__all__ = [
-    "Derivative", "Operation", "PlainOperation", "ShapedOperation", "make_operation", "no_backward", "forward_mode",
-    "missing_out", "Results",
-]
+__all__ = ["Derivative", "Operation", "PlainOperation", "ShapedOperation"]
 
 
 class Derivative(NamedTuple):
@@ -82,7 +69,7 @@ def _second_order(spec: FunctionSpec) -> str:
     return ""
 
 
-def no_backward(spec: FunctionSpec, tangent: str | None = None) -> CallError:
+def no_backward(spec: FunctionSpec, tangent: str | None) -> CallError:
     """The error for reverse-mode differentiation of ``spec``'s function, which no backward kernel
     declares; without a ``tangent`` kernel either, for any differentiation."""
     name = spec.name
@@ -102,7 +89,7 @@ def no_backward(spec: FunctionSpec, tangent: str | None = None) -> CallError:
     )
 
 
-def forward_mode(spec: FunctionSpec, backward: FunctionSpec, backward_has_tangent: bool = False) -> CallError:
+def forward_mode(spec: FunctionSpec, backward: FunctionSpec, backward_has_tangent: bool) -> CallError:
     """The error for forward-mode differentiation of a function whose ``backward`` kernel gives reverse mode only
     (and which, unless ``backward_has_tangent``, jax.hessian needs a tangent kernel of too)."""
     name, bwd = spec.name, backward.name
@@ -211,13 +198,13 @@ class Operation:
 
     __slots__ = ("target", "spec", "backward", "tangent", "module", "results", "tuner")
 
-    def __init__(self, target: str, spec: FunctionSpec, backward: Derivative | None = None, module: str = "",
+    def __init__(self, target: str, spec: FunctionSpec, module: str, backward: Derivative | None = None,
                  tangent: Derivative | None = None, tuner: Tuner | None = None) -> None:
         self.target = target
         self.spec = spec
         self.backward = backward
         self.tangent = tangent
-        self.module = module or target.rpartition(".")[0]
+        self.module = module
         self.results = Results(spec)
         self.tuner = tuner  #: for a group of variants, what chooses the target each call runs
 
@@ -296,18 +283,15 @@ class ShapedOperation(Operation):
 
     __slots__ = ("signature", "_built")
 
-    def __init__(self, target: str, spec: FunctionSpec, backward: Derivative | None = None, module: str = "",
+    def __init__(self, target: str, spec: FunctionSpec, module: str, backward: Derivative | None = None,
                  tangent: Derivative | None = None, tuner: Tuner | None = None) -> None:
-        super().__init__(target, spec, backward, module, tangent, tuner)
+        super().__init__(target, spec, module, backward, tangent, tuner)
         assert spec.signature is not None
         self.signature = parse_signature(spec.signature)
         self._built: dict[Any, layers.Call] = {}
 
-    def out_structs(self, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[Any]:
-        """Check ``inputs`` against the signature; the ``jax.ShapeDtypeStruct`` of each output."""
-        return self._structs(inputs, attrs, scratch=False)
-
     def _structs(self, inputs: Sequence[Any], attrs: Mapping[str, Any], *, scratch: bool = True) -> list[Any]:
+        """Check ``inputs`` against the signature; the ``jax.ShapeDtypeStruct`` of each output (and the scratch)."""
         b = bind(self.signature, self.spec, [np.shape(x) for x in inputs], [np.dtype(x.dtype).name for x in inputs],
                  attrs)
         outs = output_structs([(s, numpy_dtype(d)) for s, d in zip(b.out_shapes, b.out_dtypes)], inputs)
@@ -317,7 +301,7 @@ class ShapedOperation(Operation):
         self, inputs: Sequence[Any], attrs: Mapping[str, Any], raw_attrs: Mapping[str, Any], out: Any,
         vmap_method: str | None,
     ) -> Any:
-        expected = self.out_structs(inputs, attrs)  # raises CallError before anything runs
+        expected = self._structs(inputs, attrs, scratch=False)  # raises CallError before anything runs
         if out is not None:
             rets = [(e, p) for e, p in zip(expected, self.spec.outputs) if p.role == "ret"]
             for o, (e, p) in zip(_listed(self.spec, out), rets):
@@ -334,9 +318,6 @@ class ShapedOperation(Operation):
         return _unpack(fn(*inputs))
 
     def _build(self, attrs: dict[str, Any], raw_attrs: dict[str, Any], vmap_method: str | None) -> layers.Call:
-        def outs(xs: Sequence[Any]) -> list[Any]:
-            return self.out_structs(xs, attrs)
-
         ffi = self._ffi(lambda xs: self._structs(xs, attrs), attrs, vmap_method)
         # custom_partitioning carries no effects (JAX would drop an unused call): not for side effects.
         forward = ffi if self.spec.has_side_effect else layers.partitioned(self.signature, ffi)
@@ -348,16 +329,9 @@ class ShapedOperation(Operation):
         def bound(kernel: Derivative | None) -> Callable[..., Any] | None:
             return None if kernel is None else functools.partial(kernel.call, **{n: raw_attrs[n] for n in kernel.attrs})
 
+        outs = functools.partial(self._structs, attrs=attrs, scratch=False)
         return layers.differentiable(forward, outs, tangent=bound(self.tangent), backward=bound(self.backward),
                                      no_tangent=self._forward_mode, no_backward=self._refusal)
-
-
-def make_operation(target: str, spec: FunctionSpec, backward: Derivative | None = None, module: str = "",
-                   tangent: Derivative | None = None, tuner: Tuner | None = None) -> Operation:
-    """A :class:`ShapedOperation` for a function with a shape signature, else a :class:`PlainOperation`
-    (whose derivative kernels are not used: pairing them needs a shape signature)."""
-    return (PlainOperation if spec.signature is None else ShapedOperation)(target, spec, backward, module, tangent,
-                                                                           tuner)
 
 
 def _unpack(result: Sequence[Any]) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..errors import RegistrationError, ReloadWarning
 from ..platforms import JAX_PLATFORMS
@@ -19,24 +19,24 @@ from ..notes import warn_at
 
 # jax is imported where a target is registered: a build that does not register does not import it.
 
-__all__ = [
-    "loaded_libraries", "Registration", "open_library", "load_library", "handler_address", "register_targets",
-    "list_registered_targets", "platforms_of", "versioned_name", "versioned_target", "parse_versioned",
-    "register_alias", "loaded_code",
-]
+__all__ = ["loaded_libraries", "open_library", "load_library", "handler_address", "register_targets",
+           "list_registered_targets", "platforms_of", "versioned_name", "versioned_target", "parse_versioned",
+           "register_alias", "loaded_code"]
 
 _lock = threading.RLock()
 _libraries: dict[str, ctypes.CDLL] = {}
 _targets: dict[tuple[str, str], "Registration"] = {}
 _state_types: set[tuple[str, str]] = set()  # (type name, platform) registered with XLA
 _warned: set[tuple[str, str]] = set()  # (plain target, platform) a ReloadWarning has named
-_new_capsule = None  # PyCapsule_New, typed for our calls (made on first use)
+#: ``PyCapsule_New``, with a prototype of our own (``jax.ffi.pycapsule`` retypes the shared one).
+_new_capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi))
 
 
 class Registration:
     """One registered FFI target (a plain class: a warm load defines it at import)."""
 
-    __slots__ = ("target", "platform", "digest", "library", "symbol", "base", "stateful")
+    __slots__ = ("target", "platform", "digest", "library", "symbol", "base")
 
     def __init__(self, target: str, platform: str, digest: str, library: str, symbol: str,
                  base: str | None = None) -> None:
@@ -46,7 +46,6 @@ class Registration:
         self.library = library
         self.symbol = symbol
         self.base = base or target  # the plain "<prefix>.<function>" it is (a version of)
-        self.stateful = False  # the handler has an instantiate stage (BE::State<T>), found at registration
 
     def same_code(self, digest: str, symbol: str) -> bool:
         return self.digest == digest and self.symbol == symbol
@@ -78,20 +77,19 @@ def _missing_symbol(library: ctypes.CDLL, symbol: str) -> RegistrationError:
 
 
 def handler_address(library: ctypes.CDLL, symbol: str) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
-    """The handler function ``symbol`` of a loaded library, as a ctypes function."""
+    """The function ``symbol`` of a loaded library (a handler, or a state type's accessor), as a ctypes function."""
     try:
         return getattr(library, symbol)
     except AttributeError:
         raise _missing_symbol(library, symbol) from None
 
 
-def _capsule(library: ctypes.CDLL, symbol: str) -> object:
-    """A ``PyCapsule`` of ``symbol``'s address (what XLA registers), without a ctypes function object."""
+def _address(library: ctypes.CDLL, symbol: str) -> int | None:
+    """The address of ``symbol`` in a loaded library (without a ctypes function object), or ``None``."""
     try:
-        address = ctypes.addressof(ctypes.c_char.in_dll(library, symbol))
+        return ctypes.addressof(ctypes.c_char.in_dll(library, symbol))
     except ValueError:
-        raise _missing_symbol(library, symbol) from None
-    return _capsule_maker()(address, None, None)
+        return None
 
 
 def register_targets(platform: str, library_path: str | Path, digest: str, symbols: Mapping[str, str],
@@ -116,7 +114,7 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
         for target, symbol in symbols.items():
             name, previous = target, _targets.get((target, jax_platform))
             if previous is not None and not previous.same_code(digest, symbol):
-                name = versioned_name(target, digest)
+                name = versioned_name(target, {jax_platform: digest})
                 moved.append((target, name, previous))
                 previous = _targets.get((name, jax_platform))
                 if previous is not None and not previous.same_code(digest, symbol):
@@ -161,57 +159,36 @@ def _warn_moved(moved: list[tuple[str, str, Registration]], platform: str) -> No
 
 
 def _capsules(regs: list[Registration]) -> list[object]:
-    """The handler capsule of each registration (for a stateful one, its two stages')."""
+    """The handler capsule of each registration (what XLA registers; for a stateful one, its two stages')."""
     capsules: list[object] = []
     for reg in regs:
         library = load_library(reg.library)
-        execute = _capsule(library, reg.symbol)
-        instantiate = _instantiate_address(library, reg.symbol)
-        reg.stateful = instantiate is not None
+        address = _address(library, reg.symbol)
+        if address is None:
+            raise _missing_symbol(library, reg.symbol)
+        execute = _new_capsule(address, None, None)
+        instantiate = _address(library, "kernix_instantiate_" + reg.symbol.removeprefix("kernix_handler_"))
         if instantiate is not None:
             _register_state_type(library, reg)
-            capsules.append({"instantiate": _capsule_maker()(instantiate, None, None), "execute": execute})
+            capsules.append({"instantiate": _new_capsule(instantiate, None, None), "execute": execute})
         else:
             capsules.append(execute)
     return capsules
 
 
-def _instantiate_address(library: ctypes.CDLL, symbol: str) -> int | None:
-    """The address of the instantiate stage beside handler ``symbol``, or ``None`` (no state)."""
-    try:
-        return ctypes.addressof(ctypes.c_char.in_dll(library, "kernix_instantiate_" + symbol.removeprefix(
-            "kernix_handler_")))
-    except ValueError:
-        return None
-
-
 def _register_state_type(library: ctypes.CDLL, reg: Registration) -> None:
     import jax.ffi
 
-    symbol = "kernix_statetype_" + reg.symbol.removeprefix("kernix_handler_")
-    try:
-        accessor = getattr(library, symbol)
-    except AttributeError:
-        raise _missing_symbol(library, symbol) from None
+    accessor = handler_address(library, "kernix_statetype_" + reg.symbol.removeprefix("kernix_handler_"))
     accessor.restype, accessor.argtypes = ctypes.c_void_p, [ctypes.c_int]
     type_id, type_info = accessor(0), accessor(1)
     name = f"kernix.state.{type_id:x}"  # one type object per loaded library
     if (name, reg.platform) in _state_types:
         return
-    new_capsule = _capsule_maker()
     jax.ffi.register_ffi_type(
-        name, {"type_id": new_capsule(type_id, None, None), "type_info": new_capsule(type_info, None, None)},
+        name, {"type_id": _new_capsule(type_id, None, None), "type_info": _new_capsule(type_info, None, None)},
         platform=reg.platform)
     _state_types.add((name, reg.platform))
-
-
-def _capsule_maker() -> Any:
-    """``PyCapsule_New``, with a prototype of our own (``jax.ffi.pycapsule`` retypes the shared one)."""
-    global _new_capsule
-    if _new_capsule is None:
-        prototype = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
-        _new_capsule = prototype(("PyCapsule_New", ctypes.pythonapi))
-    return _new_capsule
 
 
 def _register(reg: Registration, capsule: object) -> None:
@@ -221,11 +198,9 @@ def _register(reg: Registration, capsule: object) -> None:
     _targets[(reg.target, reg.platform)] = reg
 
 
-def versioned_name(target: str, digests: str | Mapping[str, str]) -> str:
-    """The target name that also names the code: ``"<target>@<12 hex of the SHA-256>"`` for one
-    library, ``"<target>@cpu:<12 hex>,cuda:<12 hex>"`` for different libraries per platform."""
-    if isinstance(digests, str):
-        return f"{target}@{digests[:12]}"
+def versioned_name(target: str, digests: Mapping[str, str]) -> str:
+    """The target name that also names the code (``digests``: each platform's library's SHA-256):
+    ``"<target>@<12 hex>"`` for one library, ``"<target>@cpu:<12 hex>,cuda:<12 hex>"`` for different ones."""
     if len(set(digests.values())) == 1:
         return f"{target}@{next(iter(digests.values()))[:12]}"
     return f"{target}@" + ",".join(f"{p}:{d[:12]}" for p, d in sorted(digests.items()))

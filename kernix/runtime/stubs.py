@@ -8,7 +8,7 @@ from typing import Any, Iterable
 from ..language.spec import FunctionSpec, Param
 from ..language.templates import family_overloads
 
-__all__ = ["python_type", "declaration", "docstring", "input_names", "out_required", "call_signature", "stub_text"]
+__all__ = ["docstring", "input_names", "out_required", "call_signature", "stub_text"]
 
 
 def python_type(param: Param) -> str:
@@ -67,16 +67,10 @@ def docstring(spec: FunctionSpec, *, backward: str | None = None, tangent: str |
     if spec.file:
         lines += [f"Declared at {spec.file}:{spec.line}."]
     lines += [f"arg_spec: ``{' '.join(spec.arg_spec)}``"]
-    if spec.signature:
-        lines += [f"Shape signature: ``{spec.signature}``"]
-    if spec.vjp_of:
-        lines += [f"Backward kernel of ``{spec.vjp_of}``."]
-    if spec.jvp_of:
-        lines += [f"Tangent kernel of ``{spec.jvp_of}``."]
-    if backward:
-        lines += [f"Differentiable (reverse mode) through ``{backward}``."]
-    if tangent:
-        lines += [f"Differentiable (forward mode) through ``{tangent}``."]
+    facts = [("Shape signature: ``{}``", spec.signature), ("Backward kernel of ``{}``.", spec.vjp_of),
+             ("Tangent kernel of ``{}``.", spec.jvp_of), ("Differentiable (reverse mode) through ``{}``.", backward),
+             ("Differentiable (forward mode) through ``{}``.", tangent)]
+    lines += [text.format(value) for text, value in facts if value]
     lines += _context_lines(spec)
     lines += ["", "Parameters", "----------"]
     for p in spec.inputs:
@@ -154,8 +148,8 @@ _STUB_TYPES = {"bool": "bool | np.bool_", "int": "int | np.integer", "float": "f
                "Sequence[int]": "Sequence[int] | np.ndarray", "Sequence[float]": "Sequence[float] | np.ndarray"}
 
 
-def _indent(text: str, by: str = "    ") -> str:
-    return "\n".join((by + ln) if ln else ln for ln in text.split("\n"))
+def _indent(text: str) -> str:
+    return "\n".join(("    " + ln) if ln else ln for ln in text.split("\n"))
 
 
 def stub_text(specs: Iterable[FunctionSpec], *, source: str = "") -> str:

@@ -1,34 +1,12 @@
-"""Autotuning: the variant of a ``tune=`` template that timing chooses, per device, dtypes and shape bucket.
+"""Autotuning: the variant of a ``tune=`` template that timing chooses, per device, dtypes and shape bucket
+(what is timed, when and how, as users see it: :doc:`/tutorials/templates`, "What is timed, and how").
 
 A call that leaves a tuned parameter out (``mod.tile(x)`` for ``// @BE tile<T: float; BLOCK: 128, 256>
-tune=BLOCK``) runs a group of variants, the instantiations that differ only in the tuned parameters
-(:class:`~kernix.runtime.function.TunedFunction`).  Its operation hands the group's :class:`Tuner` the
-FFI call to make (:meth:`Tuner.call`), which chooses the target: at once for an eager call, timing on the
-call's own inputs; under a trace, when the program is lowered (the ``kernix_tuned`` primitive), timing on
-inputs of the call's shapes and dtypes (:func:`synthesized`).  Either way the shapes are those the kernel
-runs on: per shard under sharding, with the batch under ``jax.vmap`` (never the shapes at which JAX traces
-the body of a ``custom_vmap`` or ``custom_partitioning`` it does not run).  The program calls the chosen
-instantiation's target, and :func:`kernix.export` records it.
-
-* The key: the device (:func:`device_identity`), the input dtypes, and each input dimension rounded up
-  to a power of two (:func:`bucket`), or with ``tune=BLOCK@n,k`` those dimensions and the batch's size.
-* Timing (:func:`seconds_per_call`): each variant jitted, run once to compile and once more to warm up;
-  then repeats of back-to-back calls ended by ``block_until_ready``, the variants in turn, the median per
-  call.  On the CPU a repeat is many programs of one call (XLA's CPU runtime may run the calls of one
-  program at once); on a GPU, a loop of calls in one program, which its stream runs in order, and the
-  time per call the slope between a run of one call and a run of many: the kernels, not their launches
-  nor the program's start (JAX gives Python no CUDA events).  Integer and boolean
-  inputs made up for the timing are zeros, so a kernel that reads through index arrays stays in bounds;
-  floating ones are uniform in [-1, 1).  ``Dispatcher.tune`` times on the caller's own inputs instead.
-* Agreement: a variant that fails, or whose results disagree with the others' (beyond a tolerance of
-  the dtype's), is left out with a :class:`~kernix.errors.TuningWarning`; when no majority agrees, the
-  call is refused: kernix cannot tell which result is right.
-* The table: one per module content (the library's digest) and device, remembered through the memos
-  the module was loaded with (the cache's, under a lock that keeps every process's entries; a prebuilt
-  module's shipped tables too), so a fresh process reuses a choice without timing.
-
-``$KERNIX_TUNE=0`` turns timing off: such a call runs the first listed value.  It is read by
-:func:`enabled` at each choice: at each eager call, and as a program is lowered.
+tune=BLOCK``) runs a group of variants (:class:`~kernix.runtime.function.TunedFunction`), whose operation
+hands the group's :class:`Tuner` the FFI call to make (:meth:`Tuner.call`): an eager call chooses at once,
+timing on its own inputs; a traced one as the program is lowered (the ``kernix_tuned`` primitive), where
+the shapes are those the kernel runs on, timing on inputs of those shapes and dtypes (:func:`synthesized`).
+``$KERNIX_TUNE=0`` turns timing off (:func:`enabled`, read at each choice).
 
 Why a module of its own: timing variants, comparing their results and keeping the table is one
 concept, that neither the operation (which makes one FFI call) nor the dispatcher (which picks by
@@ -57,10 +35,9 @@ from ..errors import CallError, KernixError, TuningWarning
 from ..language.shapes import parse_signature
 from ..notes import note
 
-__all__ = ["TUNE_ENV", "enabled", "bucket", "device_identity", "synthesized", "seconds_per_call", "Tuner",
-           "TABLE_KIND", "table_key", "tables_of", "renamed"]
+__all__ = ["enabled", "bucket", "device_identity", "synthesized", "seconds_per_call", "Tuner", "TABLE_KIND",
+           "table_key", "tables_of", "renamed"]
 
-TUNE_ENV = "KERNIX_TUNE"
 #: The kind under which a table is remembered (``memos.recall(TABLE_KIND, key)``).
 TABLE_KIND = "tune"
 _FORMAT = 1
@@ -75,7 +52,7 @@ _TABLES: dict[tuple[str, str], dict[str, Any]] = {}
 
 def enabled() -> bool:
     """Whether timing chooses a tuned parameter a call leaves out: ``$KERNIX_TUNE`` is not ``0``."""
-    return os.environ.get(TUNE_ENV, "1").strip() != "0"
+    return os.environ.get("KERNIX_TUNE", "1").strip() != "0"
 
 
 def bucket(n: int) -> int:
@@ -120,9 +97,10 @@ def synthesized(shape: Sequence[int], dtype: Any, device: Any, seed: int = 0) ->
 
 def seconds_per_call(call: Callable[..., Any], inputs: Sequence[Any], *, in_one_program: bool = False) -> float:
     """The median seconds one ``call`` (of side effects: never merged with another) takes on ``inputs``, over
-    repeats of back-to-back calls lasting a few milliseconds each: many programs of one call, or with
-    ``in_one_program`` (a GPU, whose one stream runs a program's calls in order) one program of many calls,
-    which times the kernels rather than their launches."""
+    repeats of back-to-back calls lasting a few milliseconds each: many programs of one call (XLA's CPU runtime
+    may run the calls of one program at once), or with ``in_one_program`` (a GPU, whose one stream runs a
+    program's calls in order) one program of many calls, which times the kernels rather than their launches
+    (JAX gives Python no CUDA events)."""
     repeat = _repeat(call, inputs, in_one_program)
     return statistics.median(repeat() for _ in range(_REPEATS))
 
@@ -148,8 +126,7 @@ def _repeat(call: Callable[..., Any], inputs: Sequence[Any], in_one_program: boo
 def _looped(call: Callable[..., Any], inputs: Sequence[Any]) -> Callable[[], float]:
     """One program of ``1 + n`` calls, a loop whose every iteration runs ``call`` (it has side effects) with the
     trip count ``n`` an argument; a repeat's time per call is the slope between a run of one call and a run of
-    a few milliseconds, which leaves out the program's own start and end (on an H100, most of a short
-    kernel's wall time)."""
+    a few milliseconds, which leaves out the program's own start and end."""
     loop = jax.jit(lambda n, *xs: jax.lax.fori_loop(0, n, lambda i, _: call(*xs), call(*xs)))
 
     def run(n: int) -> float:
@@ -216,13 +193,13 @@ class Tuner:
         arrays; for tracers, when the program is lowered, where the shapes are final (JAX traces the body of
         ``custom_vmap`` and ``custom_partitioning`` at shapes it may never run)."""
         if not any(isinstance(x, jax.core.Tracer) for x in xs):
-            return tuple(make(self.choose(xs, lambda t: make(t, True)))(*xs))
+            return tuple(make(self.choose(xs, make))(*xs))
         first = jax.make_jaxpr(make(self.module.targets[self.variants[0]]))(*xs)
         return tuple(_tuned_p.bind(*xs, tuner=self, make=make, out_avals=tuple(first.out_avals)))
 
-    def choose(self, xs: Sequence[Any], call: Callable[[str], Callable[..., Any]]) -> str:
-        """The FFI target a call on ``xs`` (arrays or tracers) runs; ``call(target)`` makes the plain call of
-        a target (arrays in, outputs out) that timing jits."""
+    def choose(self, xs: Sequence[Any], make: Make) -> str:
+        """The FFI target a call on ``xs`` (arrays or tracers) runs; ``make(target, True)`` makes the plain call
+        of a target (arrays in, outputs out) that timing jits."""
         targets = self.module.targets
         self.last = self.variants[0]
         if not enabled():
@@ -239,16 +216,15 @@ class Tuner:
         if not self.force and isinstance(found, dict) and found.get("choice") in self.variants:
             self.last = found["choice"]
             return targets[self.last]
-        record = self._measure(xs, call, device)
+        record = self._measure(xs, make, device)
         table[entry] = record
         self.last = record["choice"]
         note(f"{self.module.name}: tuned {entry} on {identity}: {self.last} "
              f"({', '.join(f'{n} {t:.1f} us' for n, t in record['us'].items())})")
-        memos = getattr(self.module, "memos", None)
-        if memos is not None:
+        if self.module.memos is not None:
             try:
-                memos.update(TABLE_KIND, table_key(self.module.digest, identity),
-                             _record(self.module, identity, {entry: record}))
+                self.module.memos.update(TABLE_KIND, table_key(self.module.digest, identity),
+                                         _record(self.module, identity, {entry: record}))
             except (KernixError, OSError) as exc:  # (the choice stands in this process)
                 note(f"{self.module.name}: could not remember the tuning of {entry}: {exc}")
         return targets[self.last]
@@ -258,13 +234,13 @@ class Tuner:
         key = (self.module.digest, identity)
         table = _TABLES.get(key)
         if table is None:
-            memos = getattr(self.module, "memos", None)
+            memos = self.module.memos
             found = memos.recall(TABLE_KIND, table_key(*key)) if memos is not None else None
             entries = found.get("entries") if isinstance(found, dict) and found.get("format") == _FORMAT else None
             table = _TABLES[key] = dict(entries) if isinstance(entries, dict) else {}
         return table
 
-    def _measure(self, xs: Sequence[Any], call: Callable[[str], Callable[..., Any]], device: Any) -> dict[str, Any]:
+    def _measure(self, xs: Sequence[Any], make: Make, device: Any) -> dict[str, Any]:
         """Time every variant on ``xs`` (or inputs like them); the record of the fastest that agrees."""
         concrete = all(isinstance(x, (jax.Array, np.ndarray)) and not isinstance(x, jax.core.Tracer) for x in xs)
         with jax.ensure_compile_time_eval():  # (under a trace: run now, not staged into the program)
@@ -274,7 +250,7 @@ class Tuner:
             repeats: dict[str, Callable[[], float]] = {}
             start = time.perf_counter()
             for name in self.variants:
-                plain = call(self.module.targets[name])
+                plain = make(self.module.targets[name], True)
                 try:
                     outs = [np.asarray(o) for o in jax.block_until_ready(jax.jit(plain)(*inputs))]
                     repeats[name] = _repeat(plain, inputs, device.platform == "gpu")
@@ -325,16 +301,14 @@ def renamed(make: Make, names: dict[str, str]) -> Make:
     return lambda target, plain=False: make(target if plain else names.get(target, target), plain)
 
 
-# -- the kernix_tuned primitive: the call of a group, its variant chosen when it is evaluated or lowered --------
-
 _tuned_p = Primitive("kernix_tuned")
 _tuned_p.multiple_results = True
 _tuned_p.def_abstract_eval(lambda *avals, out_avals, **_: out_avals)
-_tuned_p.def_impl(lambda *xs, tuner, make, **_: tuple(make(tuner.choose(xs, lambda t: make(t, True)))(*xs)))
+_tuned_p.def_impl(lambda *xs, tuner, make, **_: tuple(make(tuner.choose(xs, make))(*xs)))
 
 
 def _lower(ctx: Any, *xs: Any, tuner: Tuner, make: Make, **_: Any) -> Any:
-    target = tuner.choose(ctx.avals_in, lambda t: make(t, True))
+    target = tuner.choose(ctx.avals_in, make)
     return mlir.lower_fun(make(target), multiple_results=True)(ctx, *xs)
 
 
