@@ -37,7 +37,7 @@ from .pch import is_under, leading, without_leading
 from .versions import merge_versions, read_versions
 
 __all__ = ["ParseOptions", "parse", "parse_flags", "prelude_text", "parsed_versions", "error_diagnostics",
-           "skipped_ranges", "dependencies", "in_file", "SPACE_ANNOTATIONS", "clang_identity",
+           "skipped_lines", "dependencies", "in_file", "SPACE_ANNOTATIONS", "clang_identity",
            "ffi_include_dir", "host_cxx_include_dirs"]
 
 
@@ -140,20 +140,20 @@ def in_file(cursor: Any, path: str) -> bool:
     return f is not None and os.path.abspath(f.name) == path
 
 
-def skipped_ranges(tu: Any, path: str) -> list[tuple[int, int]]:
-    """Line ranges of ``path`` the preprocessor skipped (inactive ``#if`` regions).
+def skipped_lines(tu: Any, path: str) -> set[int]:
+    """The lines of ``path`` the preprocessor skipped (inactive ``#if`` regions).
 
     ``tu`` must have been parsed with ``detailed=True``.
     """
     lib = _lib()
     lst = lib.clang_getAllSkippedRanges(tu)
-    out: list[tuple[int, int]] = []
+    out: set[int] = set()
     try:
         for i in range(lst.contents.count):
             rng = lst.contents.ranges[i]
             f = rng.start.file
             if f is not None and os.path.abspath(f.name) == path:
-                out.append((rng.start.line, rng.end.line))
+                out.update(range(rng.start.line, rng.end.line + 1))
     finally:
         lib.clang_disposeSourceRangeList(lst)
     return out
@@ -339,16 +339,13 @@ def clang_identity() -> str:
 
 
 def system_dirs(options: ParseOptions) -> tuple[str, ...]:
-    """Directories whose headers are not the user's (toolchain, CUDA, jaxlib)."""
-    dirs = list(host_cxx_include_dirs())
-    if options.language == "cuda":
-        dirs += cuda_dirs()
-        v = compiler_view_of(options)
-        if v is not None:
-            dirs += [*v.include_dirs, *v.system_dirs]
+    """Directories whose headers are not the user's, as the build's command line orders them: jaxlib's FFI
+    headers, the compiler's own system dirs (nvcc: cccl), the host C++ library, then CUDA's."""
     ffi = ffi_include_dir()
-    if ffi:
-        dirs.append(ffi)
+    view = compiler_view_of(options)
+    dirs = [*([ffi] if ffi else []), *(view.system_dirs if view is not None else ()), *host_cxx_include_dirs()]
+    if options.language == "cuda":
+        dirs += [*cuda_dirs(), *(view.include_dirs if view is not None else ())]
     return tuple(dirs)
 
 
@@ -383,15 +380,9 @@ def parse_flags(options: ParseOptions) -> list[str]:
     # The view has the code-generation flags' macros; clang itself sees those that change types.
     args += [f for f in options.flags if not compiler_view.changes_macros(f) or f in compiler_view.TYPE_FLAGS]
     args.append(f"-I{include_dir()}")
-    added: list[str] = []
-    if view is not None:
-        for d in view.include_dirs:
-            args.append(f"-I{d}")
-            added.append(d)
-    # As on the build's command line: jaxlib's FFI headers, then the compiler's
-    # own system dirs (nvcc: cccl), then the host C++ library and the rest.
-    ffi = ffi_include_dir()
-    for d in [*([ffi] if ffi else []), *(view.system_dirs if view is not None else ()), *system_dirs(options)]:
+    added = list(view.include_dirs) if view is not None else []
+    args += [f"-I{d}" for d in added]
+    for d in system_dirs(options):
         if d not in added:
             args += ["-isystem", d]
             added.append(d)
@@ -449,7 +440,7 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
           same_as: Any = None) -> Any:
     """The ``clang.cindex.TranslationUnit`` of the file ``path`` (absolute; its bytes ``raw`` if already
     read), parsed with ``options``, with the detailed preprocessing record if ``detailed`` (for
-    :func:`skipped_ranges`).
+    :func:`skipped_lines`).
 
     The prelude is precompiled once per toolchain, flag set and include list
     under the cache root (a stale or unreadable PCH is rebuilt once);
@@ -475,7 +466,7 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
             full = prelude + "".join(inc.line + "\n" for inc in opening)
             # The PCH holds the opening includes: the file is parsed without them (kernix.frontend.pch).
             main = [(path, without_leading(raw, opening))]
-            base = [f for f in flags if f not in ("-include", PRELUDE_PATH)]
+            base = flags[:-2]  # (without its closing `-include PRELUDE_PATH`)
             earlier = getattr(same_as, "kernix_pch", None)
             for rebuild in (False, True):
                 if earlier is not None and not rebuild and earlier.text == full:  # (checked for that parse)
@@ -486,11 +477,12 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
                 if found is None:
                     break
                 try:
-                    tu = _index().parse(path, args=pch.with_pch(flags, found.path, PRELUDE_PATH),
-                                        unsaved_files=main, options=opts)
+                    args = [*base, "-include-pch", found.path, "-Xclang", "-fallow-pch-with-compiler-errors"]
+                    tu = _index().parse(path, args=args, unsaved_files=main, options=opts)
                 except ci.TranslationUnitLoadError:  # the PCH removed or refused: build it again
                     continue
-                if not pch.pch_failed(tu):
+                if not any(d.severity >= 4 and ("precompiled" in d.spelling or "PCH" in d.spelling)
+                           for d in tu.diagnostics):  # (else clang refused the PCH)
                     tu.kernix_pch = _UsedPrelude(full, found)
                     return tu
         # The bytes read are the ones parsed (and the ones a cached result is keyed by).
