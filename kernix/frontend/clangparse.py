@@ -25,9 +25,9 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
-from ..backend.toolchain import check_host_compiler, cuda_include_dirs, host_compiler_path
+from ..backend.toolchain import check_host_compiler, cuda_include_dirs, host_compiler_path, jax_ffi_include_dir
 from ..store.files import compiler_environment, FileStat, remembered
 from ..errors import SourceError, ToolchainError
 from ..interface import running_command
@@ -163,7 +163,7 @@ def dependencies(tu: Any, path: str) -> list[str]:
     """Absolute paths of every file ``tu`` read besides ``path`` and the prelude
     (those held by its precompiled prelude included)."""
     used = getattr(tu, "kernix_pch", None)  # (see kernix.frontend.clangparse.parse)
-    seen: dict[str, None] = dict.fromkeys(v[0] for v in (used.prelude.versions if used else ()))
+    seen: dict[str, None] = dict.fromkeys(v[0] for v in (used.versions if used else ()))
     for inc in tu.get_includes():
         name = inc.include.name
         if name == PRELUDE_PATH:
@@ -314,8 +314,6 @@ def _host_cxx_include_dirs(cxx: str, _environment: tuple[tuple[str, str | None],
 def ffi_include_dir() -> str | None:
     """jaxlib's XLA FFI header directory (see :func:`kernix.backend.toolchain.jax_ffi_include_dir`)."""
     try:
-        from ..backend.toolchain import jax_ffi_include_dir
-
         return jax_ffi_include_dir()
     except Exception:  # no jaxlib: sources that include ffi.h then fail to parse, loudly
         return None
@@ -429,13 +427,6 @@ def _quote_dirs(path: str, options: ParseOptions) -> list[str]:
     return [d for d in dirs if d]
 
 
-class _UsedPrelude(NamedTuple):
-    """The precompiled prelude a parse used (``tu.kernix_pch``)."""
-
-    text: str
-    prelude: pch.Prelude
-
-
 def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: bytes | None = None,
           same_as: Any = None) -> Any:
     """The ``clang.cindex.TranslationUnit`` of the file ``path`` (absolute; its bytes ``raw`` if already
@@ -444,7 +435,7 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
 
     The prelude is precompiled once per toolchain, flag set and include list
     under the cache root (a stale or unreadable PCH is rebuilt once);
-    ``tu.kernix_pch`` holds it and its headers' versions (:func:`parsed_versions`).
+    ``tu.kernix_pch`` holds it (a :class:`~kernix.frontend.pch.Prelude`, for :func:`parsed_versions`).
     ``same_as``, an earlier parse of the file in the same inference, lends its
     precompiled prelude without its headers being checked again.
     """
@@ -470,7 +461,7 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
             earlier = getattr(same_as, "kernix_pch", None)
             for rebuild in (False, True):
                 if earlier is not None and not rebuild and earlier.text == full:  # (checked for that parse)
-                    found = earlier.prelude
+                    found = earlier
                 else:
                     found = pch.prelude_pch(_index(), cache_root(), base, full, PRELUDE_PATH, system_dirs(options),
                                             clang_identity(), rebuild=rebuild)
@@ -483,7 +474,7 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
                     continue
                 if not any(d.severity >= 4 and ("precompiled" in d.spelling or "PCH" in d.spelling)
                            for d in tu.diagnostics):  # (else clang refused the PCH)
-                    tu.kernix_pch = _UsedPrelude(full, found)
+                    tu.kernix_pch = found
                     return tu
         # The bytes read are the ones parsed (and the ones a cached result is keyed by).
         unsaved = [(PRELUDE_PATH, prelude)] if prelude is not None else []
@@ -499,4 +490,4 @@ def parsed_versions(tu: Any, path: str) -> list[list[Any]] | None:
     (:func:`kernix.frontend.versions.read_versions`); ``None`` when one of
     them changed while it was being read."""
     used = getattr(tu, "kernix_pch", None)
-    return merge_versions(used.prelude.versions if used else [], read_versions(tu, skip=(path, PRELUDE_PATH)))
+    return merge_versions(used.versions if used else [], read_versions(tu, skip=(path, PRELUDE_PATH)))

@@ -33,11 +33,12 @@ _FORMAT = 3  # of the prelude's record
 
 
 class Prelude(NamedTuple):
-    """A precompiled prelude: its PCH file ``path`` and the ``versions`` of the headers it holds, as its
-    build read them (:func:`~kernix.frontend.versions.read_versions`)."""
+    """A precompiled prelude: its PCH file ``path``, the ``versions`` of the headers it holds, as its
+    build read them (:func:`~kernix.frontend.versions.read_versions`), and its ``text``."""
 
     path: str
     versions: list[list[Any]]
+    text: str
 
 
 # This process's preludes ((root, key) -> Prelude), checked again on each use; and
@@ -53,8 +54,8 @@ def _usable(found: Prelude | None, root: Path) -> bool:
             and all(map(version_current, found.versions)))
 
 
-def _read(key: str, root: Path) -> Prelude | None:
-    """The prelude ``key``'s record names, or ``None`` (missing, damaged, untrusted)."""
+def _read(key: str, root: Path, text: str) -> Prelude | None:
+    """The prelude ``key`` (of ``text``) its record names, or ``None`` (missing, damaged, untrusted)."""
     data = recall("prelude", key, root=root)
     try:
         path, versions = prelude_file(root, key, data["pch"]), data["versions"]
@@ -62,7 +63,7 @@ def _read(key: str, root: Path) -> Prelude | None:
         return None
     if data.get("format") != _FORMAT or path is None or not isinstance(versions, list):
         return None
-    return Prelude(str(path), versions)
+    return Prelude(str(path), versions, text)
 
 
 def prelude_pch(index: Any, root: str | os.PathLike[str], flags: Sequence[str], prelude: str, virtual_path: str,
@@ -83,9 +84,9 @@ def prelude_pch(index: Any, root: str | os.PathLike[str], flags: Sequence[str], 
     if failed is not None and all(map(version_current, failed)):
         return None  # (as the last try found it: no use trying again)
     if not _usable(found, root):
-        found = None if rebuild else _read(key, root)
+        old = _read(key, root, prelude)
+        found = None if rebuild else old
         if not _usable(found, root):
-            old = _read(key, root)
             found, read = _build(index, flags, prelude, virtual_path, root, key, toolchain_dirs)
             if found is None:
                 if read is not None:
@@ -144,7 +145,7 @@ def _build(index: Any, flags: Sequence[str], prelude: str, virtual_path: str, ro
         with contextlib.suppress(OSError):
             target.unlink()
         return None, None
-    return Prelude(str(target), versions), versions
+    return Prelude(str(target), versions, prelude), versions
 
 
 def is_under(path: str, dirs: Sequence[str]) -> bool:
