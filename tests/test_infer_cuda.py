@@ -283,11 +283,11 @@ def test_cpp_sees_gcc_not_clang(tmp_path: Path) -> None:
 
 
 def test_leading_system_includes() -> None:
-    from kernix.frontend.pch import leading_includes
+    from kernix.frontend.pch import leading
 
     text = b'// c\n/* d */\n#pragma once\n#include <cub/cub.cuh>  // x\r\n#include <a.h>\n#include "k.h"\n#include <b.h>\n'
-    assert leading_includes(text, None) == ["#include <cub/cub.cuh>", "#include <a.h>"]
-    assert leading_includes(b"#define X 1\n#include <a.h>\n", None) == []
+    assert [i.line for i in leading(text, None)] == ["#include <cub/cub.cuh>", "#include <a.h>"]
+    assert [i.line for i in leading(b"#define X 1\n#include <a.h>\n", None)] == []
 
 
 def test_precompiled_headers_stay_dependencies() -> None:
@@ -338,7 +338,7 @@ def test_edited_header_in_the_precompiled_prelude_is_seen(tmp_path: Path) -> Non
 def test_quoted_leading_includes_are_precompiled_and_still_watched(tmp_path: Path) -> None:
     """A project's own common header ("...", next to the file or on -I) goes into the
     precompiled prelude by its absolute path; an edit to it is still seen."""
-    from kernix.frontend.pch import leading_includes
+    from kernix.frontend.pch import leading
 
     header = tmp_path / "local_types.h"
     header.write_text("#pragma once\nusing attr_t = float;\n")
@@ -348,7 +348,7 @@ def test_quoted_leading_includes_are_precompiled_and_still_watched(tmp_path: Pat
         '#include "not_there.h"\n'
         "// @BE f\n"
         "void f(const BE::Tensor& x, BE::Tensor& y, attr_t a) {}\n"))
-    lines = leading_includes(src.read_bytes(), [str(tmp_path), str(kernix_include_dir())])
+    lines = [i.line for i in leading(src.read_bytes(), [str(tmp_path), str(kernix_include_dir())])]
     assert lines == [f'#include "{header}"', f'#include "{kernix_include_dir() / "kernix" / "common.h"}"']
     (tmp_path / "not_there.h").write_text("// now it is\n")
     assert _infer(src).functions[0].arg_spec == ("arg", "ret", "attr.a:float32")

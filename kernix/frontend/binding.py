@@ -363,8 +363,10 @@ def annotated_targets(
     targets: list[Target] = []
     seen: dict[str, tuple[Annotation, Any]] = {}
     by_name = _by_name(cursors)
-    starts_of: list[int] | None = None  # (only an annotation bound to nothing needs them)
-    by_start: dict[tuple[int, int], list[Any]] | None = None
+    starts_of = line_starts(raw)
+    by_start: dict[tuple[int, int], list[Any]] = {}
+    for c in cursors:
+        by_start.setdefault(_start(c), []).append(c)
     for a in annotations:
         where = dict(file=path, line=a.line, column=a.column)
         if not a.name:
@@ -376,8 +378,6 @@ def annotated_targets(
             continue
         cursor = bound.get(a.line)
         if cursor is None:
-            if starts_of is None:
-                starts_of = line_starts(raw)
             instantiation = explicit_instantiation(raw, starts_of, a)
             if instantiation is not None:
                 errors.append(_instantiation_error(a, instantiation, where))
@@ -391,10 +391,6 @@ def annotated_targets(
                 function=a.name, **where))
             continue
         if cursor.spelling != a.name:
-            if by_start is None:  # (grouped once: one look-up per annotation, not one pass over the file)
-                by_start = {}
-                for c in cursors:
-                    by_start.setdefault(_start(c), []).append(c)
             together = by_start[_start(cursor)]
             if len(together) > 1:
                 found = ", ".join(repr(c.spelling) for c in together)

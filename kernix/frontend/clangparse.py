@@ -25,9 +25,9 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
-from ..backend.toolchain import check_host_compiler, cuda_include_dirs, host_compiler_path
+from ..backend.toolchain import check_host_compiler, cuda_include_dirs, host_compiler_path, jax_ffi_include_dir
 from ..store.files import compiler_environment, FileStat, remembered
 from ..errors import SourceError, ToolchainError
 from ..interface import running_command
@@ -37,7 +37,7 @@ from .pch import is_under, leading, without_leading
 from .versions import merge_versions, read_versions
 
 __all__ = ["ParseOptions", "parse", "parse_flags", "prelude_text", "parsed_versions", "error_diagnostics",
-           "skipped_ranges", "dependencies", "in_file", "SPACE_ANNOTATIONS", "clang_identity",
+           "skipped_lines", "dependencies", "in_file", "SPACE_ANNOTATIONS", "clang_identity",
            "ffi_include_dir", "host_cxx_include_dirs"]
 
 
@@ -140,20 +140,20 @@ def in_file(cursor: Any, path: str) -> bool:
     return f is not None and os.path.abspath(f.name) == path
 
 
-def skipped_ranges(tu: Any, path: str) -> list[tuple[int, int]]:
-    """Line ranges of ``path`` the preprocessor skipped (inactive ``#if`` regions).
+def skipped_lines(tu: Any, path: str) -> set[int]:
+    """The lines of ``path`` the preprocessor skipped (inactive ``#if`` regions).
 
     ``tu`` must have been parsed with ``detailed=True``.
     """
     lib = _lib()
     lst = lib.clang_getAllSkippedRanges(tu)
-    out: list[tuple[int, int]] = []
+    out: set[int] = set()
     try:
         for i in range(lst.contents.count):
             rng = lst.contents.ranges[i]
             f = rng.start.file
             if f is not None and os.path.abspath(f.name) == path:
-                out.append((rng.start.line, rng.end.line))
+                out.update(range(rng.start.line, rng.end.line + 1))
     finally:
         lib.clang_disposeSourceRangeList(lst)
     return out
@@ -163,7 +163,7 @@ def dependencies(tu: Any, path: str) -> list[str]:
     """Absolute paths of every file ``tu`` read besides ``path`` and the prelude
     (those held by its precompiled prelude included)."""
     used = getattr(tu, "kernix_pch", None)  # (see kernix.frontend.clangparse.parse)
-    seen: dict[str, None] = dict.fromkeys(v[0] for v in (used.prelude.versions if used else ()))
+    seen: dict[str, None] = dict.fromkeys(v[0] for v in (used.versions if used else ()))
     for inc in tu.get_includes():
         name = inc.include.name
         if name == PRELUDE_PATH:
@@ -314,8 +314,6 @@ def _host_cxx_include_dirs(cxx: str, _environment: tuple[tuple[str, str | None],
 def ffi_include_dir() -> str | None:
     """jaxlib's XLA FFI header directory (see :func:`kernix.backend.toolchain.jax_ffi_include_dir`)."""
     try:
-        from ..backend.toolchain import jax_ffi_include_dir
-
         return jax_ffi_include_dir()
     except Exception:  # no jaxlib: sources that include ffi.h then fail to parse, loudly
         return None
@@ -339,16 +337,13 @@ def clang_identity() -> str:
 
 
 def system_dirs(options: ParseOptions) -> tuple[str, ...]:
-    """Directories whose headers are not the user's (toolchain, CUDA, jaxlib)."""
-    dirs = list(host_cxx_include_dirs())
-    if options.language == "cuda":
-        dirs += cuda_dirs()
-        v = compiler_view_of(options)
-        if v is not None:
-            dirs += [*v.include_dirs, *v.system_dirs]
+    """Directories whose headers are not the user's, as the build's command line orders them: jaxlib's FFI
+    headers, the compiler's own system dirs (nvcc: cccl), the host C++ library, then CUDA's."""
     ffi = ffi_include_dir()
-    if ffi:
-        dirs.append(ffi)
+    view = compiler_view_of(options)
+    dirs = [*([ffi] if ffi else []), *(view.system_dirs if view is not None else ()), *host_cxx_include_dirs()]
+    if options.language == "cuda":
+        dirs += [*cuda_dirs(), *(view.include_dirs if view is not None else ())]
     return tuple(dirs)
 
 
@@ -383,15 +378,9 @@ def parse_flags(options: ParseOptions) -> list[str]:
     # The view has the code-generation flags' macros; clang itself sees those that change types.
     args += [f for f in options.flags if not compiler_view.changes_macros(f) or f in compiler_view.TYPE_FLAGS]
     args.append(f"-I{include_dir()}")
-    added: list[str] = []
-    if view is not None:
-        for d in view.include_dirs:
-            args.append(f"-I{d}")
-            added.append(d)
-    # As on the build's command line: jaxlib's FFI headers, then the compiler's
-    # own system dirs (nvcc: cccl), then the host C++ library and the rest.
-    ffi = ffi_include_dir()
-    for d in [*([ffi] if ffi else []), *(view.system_dirs if view is not None else ()), *system_dirs(options)]:
+    added = list(view.include_dirs) if view is not None else []
+    args += [f"-I{d}" for d in added]
+    for d in system_dirs(options):
         if d not in added:
             args += ["-isystem", d]
             added.append(d)
@@ -438,22 +427,15 @@ def _quote_dirs(path: str, options: ParseOptions) -> list[str]:
     return [d for d in dirs if d]
 
 
-class _UsedPrelude(NamedTuple):
-    """The precompiled prelude a parse used (``tu.kernix_pch``)."""
-
-    text: str
-    prelude: pch.Prelude
-
-
 def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: bytes | None = None,
           same_as: Any = None) -> Any:
     """The ``clang.cindex.TranslationUnit`` of the file ``path`` (absolute; its bytes ``raw`` if already
     read), parsed with ``options``, with the detailed preprocessing record if ``detailed`` (for
-    :func:`skipped_ranges`).
+    :func:`skipped_lines`).
 
     The prelude is precompiled once per toolchain, flag set and include list
     under the cache root (a stale or unreadable PCH is rebuilt once);
-    ``tu.kernix_pch`` holds it and its headers' versions (:func:`parsed_versions`).
+    ``tu.kernix_pch`` holds it (a :class:`~kernix.frontend.pch.Prelude`, for :func:`parsed_versions`).
     ``same_as``, an earlier parse of the file in the same inference, lends its
     precompiled prelude without its headers being checked again.
     """
@@ -475,23 +457,24 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
             full = prelude + "".join(inc.line + "\n" for inc in opening)
             # The PCH holds the opening includes: the file is parsed without them (kernix.frontend.pch).
             main = [(path, without_leading(raw, opening))]
-            base = [f for f in flags if f not in ("-include", PRELUDE_PATH)]
+            base = flags[:-2]  # (without its closing `-include PRELUDE_PATH`)
             earlier = getattr(same_as, "kernix_pch", None)
             for rebuild in (False, True):
                 if earlier is not None and not rebuild and earlier.text == full:  # (checked for that parse)
-                    found = earlier.prelude
+                    found = earlier
                 else:
                     found = pch.prelude_pch(_index(), cache_root(), base, full, PRELUDE_PATH, system_dirs(options),
                                             clang_identity(), rebuild=rebuild)
                 if found is None:
                     break
                 try:
-                    tu = _index().parse(path, args=pch.with_pch(flags, found.path, PRELUDE_PATH),
-                                        unsaved_files=main, options=opts)
+                    args = [*base, "-include-pch", found.path, "-Xclang", "-fallow-pch-with-compiler-errors"]
+                    tu = _index().parse(path, args=args, unsaved_files=main, options=opts)
                 except ci.TranslationUnitLoadError:  # the PCH removed or refused: build it again
                     continue
-                if not pch.pch_failed(tu):
-                    tu.kernix_pch = _UsedPrelude(full, found)
+                if not any(d.severity >= 4 and ("precompiled" in d.spelling or "PCH" in d.spelling)
+                           for d in tu.diagnostics):  # (else clang refused the PCH)
+                    tu.kernix_pch = found
                     return tu
         # The bytes read are the ones parsed (and the ones a cached result is keyed by).
         unsaved = [(PRELUDE_PATH, prelude)] if prelude is not None else []
@@ -507,4 +490,4 @@ def parsed_versions(tu: Any, path: str) -> list[list[Any]] | None:
     (:func:`kernix.frontend.versions.read_versions`); ``None`` when one of
     them changed while it was being read."""
     used = getattr(tu, "kernix_pch", None)
-    return merge_versions(used.prelude.versions if used else [], read_versions(tu, skip=(path, PRELUDE_PATH)))
+    return merge_versions(used.versions if used else [], read_versions(tu, skip=(path, PRELUDE_PATH)))

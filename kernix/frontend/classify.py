@@ -65,7 +65,7 @@ def integer_dtype(t: Any) -> str | None:
     return f"{'u' if sign == 'unsigned' else ''}int{bits}" if sign and bits in (8, 16, 32, 64) else None
 
 
-def check_attr_name(pname: str, where: str, what: str = "an attribute") -> None:
+def check_attr_name(pname: str, where: str, what: str) -> None:
     """Raise :class:`Reject` unless ``pname`` can name an attribute (the Python keyword)."""
     if not pname:
         raise Reject(f"{where}: {what} needs a name; give the parameter a name: it becomes attr.<name>")
@@ -101,13 +101,12 @@ def classify_special(c: Any, ref: str | None, is_const: bool, bare: str, pname: 
         if name == "BE::InOut":
             return Param(synth, "inout", written, bare, "tensor")
         return None  # BE::InOutOf<T>: the caller reads T as for BE::TensorOf<T>
-    if name in ("BE::Scratch", "BE::ThreadPool") or name == "BE::State":
+    if name in ("BE::Scratch", "BE::ThreadPool", "BE::State"):
         if ref == "&&":
             raise Reject(f"{where}: rvalue references are not supported; take a `{name}&`")
-        if name == "BE::Scratch":
-            return Param(synth, "scratch", written, bare, "scratch")
-        if name == "BE::ThreadPool":
-            return Param(synth, "threads", written, bare, "threads")
+        if name != "BE::State":
+            role = "scratch" if name == "BE::Scratch" else "threads"
+            return Param(synth, role, written, bare, role)
         state = _arg(c, 0)
         if state is None or state.get_canonical().kind.name != "RECORD":
             raise Reject(f"{where}: BE::State<T> takes a class or struct T, the state itself")
@@ -362,9 +361,7 @@ def _ffi_buffer(bare: str) -> tuple[str, str | None, int | None] | None:
     if m is None:
         return None
     code, rank_text = m.groups()
-    rank = int(rank_text) if rank_text is not None else None
-    if rank is not None and rank < 0:
-        rank = None
+    rank = int(rank_text) if rank_text is not None and int(rank_text) >= 0 else None
     norm = f"xla::ffi::Buffer<xla::ffi::DataType::{code}" + (f", {rank}>" if rank is not None else ">")
     return norm, dtype_by_xla_name(code), rank
 

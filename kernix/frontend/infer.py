@@ -21,7 +21,7 @@ from .binding import (
     function_cursors,
     requested_targets,
 )
-from .clangparse import ParseOptions, dependencies, error_diagnostics, parse, parsed_versions, skipped_ranges
+from .clangparse import ParseOptions, dependencies, error_diagnostics, parse, parsed_versions, skipped_lines
 from .classify import function_spec
 from ..language.annotation import SourceLines, annotate_spec
 from .speccache import look_up, store
@@ -197,7 +197,7 @@ def infer_source(
         detailed = parse(path, options, detailed=True, raw=raw, same_as=tu)
         if versions is not None:  # (both parses must have read the same headers)
             versions = merge_versions(versions, parsed_versions(detailed, path))
-        skipped = _LineRanges(skipped_ranges(detailed, path))
+        skipped = skipped_lines(detailed, path)
         unbound = [a for a in unbound if a.line not in skipped]
         active = {a.line for a in unbound} | set(bound)
         annotations = [a for a in annotations if a.line in active]
@@ -279,20 +279,3 @@ def infer_source(
     )
     return result, versions
 
-
-class _LineRanges:
-    """Inclusive line ranges (the preprocessor's skipped regions): ``line in ranges`` in log time."""
-
-    def __init__(self, ranges: Sequence[tuple[int, int]]) -> None:
-        merged: list[list[int]] = []
-        for lo, hi in sorted(ranges):
-            if merged and lo <= merged[-1][1] + 1:
-                merged[-1][1] = max(merged[-1][1], hi)
-            else:
-                merged.append([lo, hi])
-        self._starts = [lo for lo, _ in merged]
-        self._ends = [hi for _, hi in merged]
-
-    def __contains__(self, line: int) -> bool:
-        k = bisect.bisect_right(self._starts, line) - 1
-        return k >= 0 and line <= self._ends[k]

@@ -166,9 +166,7 @@ def scan(source: str, *, near_misses: bool = True) -> tuple[list[Annotation], li
     """The annotations of ``source`` (:func:`find_annotations`) and, unless
     ``near_misses`` is false, its near misses (:func:`find_near_misses`), in
     one pass."""
-    if near_misses and re.search(r"@[Bb][Ee]", source) is None:
-        return [], []
-    if not near_misses and "@BE" not in source:
+    if "@BE" not in source and (not near_misses or re.search(r"@[Bb][Ee]", source) is None):
         return [], []
     text = source.replace("\r\n", "\n").replace("\r", "\n") if "\r" in source else source
     found: list[Annotation] = []

@@ -27,18 +27,18 @@ from ..errors import CacheError
 from ..store import content_key, is_private, new_prelude_file, prelude_file, recall, remember, version_current
 from .versions import read_versions
 
-__all__ = ["Prelude", "is_under", "pch_failed", "prelude_pch", "with_pch", "LeadingInclude", "leading",
-           "leading_includes", "without_leading"]
+__all__ = ["Prelude", "is_under", "prelude_pch", "LeadingInclude", "leading", "without_leading"]
 
 _FORMAT = 3  # of the prelude's record
 
 
 class Prelude(NamedTuple):
-    """A precompiled prelude: its PCH file ``path`` and the ``versions`` of the headers it holds, as its
-    build read them (:func:`~kernix.frontend.versions.read_versions`)."""
+    """A precompiled prelude: its PCH file ``path``, the ``versions`` of the headers it holds, as its
+    build read them (:func:`~kernix.frontend.versions.read_versions`), and its ``text``."""
 
     path: str
     versions: list[list[Any]]
+    text: str
 
 
 # This process's preludes ((root, key) -> Prelude), checked again on each use; and
@@ -49,27 +49,13 @@ _failed: dict[tuple[str, str], list[list[Any]]] = {}
 _lock = threading.Lock()
 
 
-def _current(versions: list[list[Any]]) -> bool:
-    """Whether every header still has its version (:func:`kernix.store.version_current`),
-    the common case (every stat as recorded: a thousand headers for ``<cub/cub.cuh>``) cheaper."""
-    for version in versions:
-        try:
-            st = os.stat(version[0])
-        except OSError:
-            return False
-        if ((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != tuple(version[1:5])
-                and not version_current(version)):
-            return False
-    return True
-
-
 def _usable(found: Prelude | None, root: Path) -> bool:
     return (found is not None and os.path.isfile(found.path) and is_private(found.path, root)
-            and _current(found.versions))
+            and all(map(version_current, found.versions)))
 
 
-def _read(key: str, root: Path) -> Prelude | None:
-    """The prelude ``key``'s record names, or ``None`` (missing, damaged, untrusted)."""
+def _read(key: str, root: Path, text: str) -> Prelude | None:
+    """The prelude ``key`` (of ``text``) its record names, or ``None`` (missing, damaged, untrusted)."""
     data = recall("prelude", key, root=root)
     try:
         path, versions = prelude_file(root, key, data["pch"]), data["versions"]
@@ -77,7 +63,7 @@ def _read(key: str, root: Path) -> Prelude | None:
         return None
     if data.get("format") != _FORMAT or path is None or not isinstance(versions, list):
         return None
-    return Prelude(str(path), versions)
+    return Prelude(str(path), versions, text)
 
 
 def prelude_pch(index: Any, root: str | os.PathLike[str], flags: Sequence[str], prelude: str, virtual_path: str,
@@ -95,12 +81,12 @@ def prelude_pch(index: Any, root: str | os.PathLike[str], flags: Sequence[str], 
     with _lock:
         found = None if rebuild else _known.get(slot)
         failed = None if rebuild else _failed.get(slot)
-    if failed is not None and _current(failed):
+    if failed is not None and all(map(version_current, failed)):
         return None  # (as the last try found it: no use trying again)
     if not _usable(found, root):
-        found = None if rebuild else _read(key, root)
+        old = _read(key, root, prelude)
+        found = None if rebuild else old
         if not _usable(found, root):
-            old = _read(key, root)
             found, read = _build(index, flags, prelude, virtual_path, root, key, toolchain_dirs)
             if found is None:
                 if read is not None:
@@ -159,29 +145,12 @@ def _build(index: Any, flags: Sequence[str], prelude: str, virtual_path: str, ro
         with contextlib.suppress(OSError):
             target.unlink()
         return None, None
-    return Prelude(str(target), versions), versions
+    return Prelude(str(target), versions, prelude), versions
 
 
 def is_under(path: str, dirs: Sequence[str]) -> bool:
     """Whether ``path`` is one of ``dirs`` or inside one."""
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
-
-
-def with_pch(flags: list[str], pch: str, virtual_path: str) -> list[str]:
-    """``flags`` with ``-include virtual_path`` replaced by the PCH."""
-    out = []
-    it = iter(flags)
-    for f in it:
-        if f == "-include" and next(it, None) == virtual_path:
-            out += ["-include-pch", pch, "-Xclang", "-fallow-pch-with-compiler-errors"]
-        else:
-            out.append(f)
-    return out
-
-
-def pch_failed(tu: Any) -> bool:
-    """Whether clang refused the PCH ``tu`` was parsed with."""
-    return any(d.severity >= 4 and ("precompiled" in d.spelling or "PCH" in d.spelling) for d in tu.diagnostics)
 
 
 # One item of a file's opening: blank space, a comment, `#pragma once` or an `#include`.
@@ -208,11 +177,6 @@ class LeadingInclude(NamedTuple):
     end: int
 
 
-def _continued(text: bytes) -> bool:
-    """Whether a line ends in a backslash (a line splice: the next line joins it)."""
-    return text.rstrip(b" \t").endswith(b"\\")
-
-
 def leading(raw: bytes, quote_dirs: Sequence[str] | None) -> list[LeadingInclude]:
     """The ``#include`` directives ``raw`` opens with, in order. A ``"..."`` include
     is looked for in ``quote_dirs``; one found nowhere, or any when ``quote_dirs``
@@ -227,7 +191,7 @@ def leading(raw: bytes, quote_dirs: Sequence[str] | None) -> list[LeadingInclude
             return out
         # A line comment, or what follows a directive on its line: neither may splice the next line.
         rest = m.group("comment") or m.group("pragma_rest") or m.group("rest") or b""
-        if _REST.fullmatch(rest) is None or _continued(rest):
+        if _REST.fullmatch(rest) is None or rest.rstrip(b" \t").endswith(b"\\"):  # (a line splice)
             return out
         if m.group("inc"):
             if m.group("sys"):
@@ -241,12 +205,6 @@ def leading(raw: bytes, quote_dirs: Sequence[str] | None) -> list[LeadingInclude
                 line = f'#include "{os.path.abspath(found)}"'
             out.append(LeadingInclude(line, m.start(), m.end()))
         pos = m.end()
-
-
-def leading_includes(raw: bytes, quote_dirs: Sequence[str] | None) -> list[str]:
-    """The directive lines of :func:`leading` (for the precompiled prelude; with ``quote_dirs`` ``None``, the
-    ``#include <...>`` lines before any other include or code)."""
-    return [inc.line for inc in leading(raw, quote_dirs)]
 
 
 def without_leading(raw: bytes, includes: Sequence[LeadingInclude]) -> bytes:

@@ -38,16 +38,6 @@ def _lib() -> Any:
     return lib
 
 
-def _read_by_clang(tu: Any, file: Any) -> bytes | None:
-    """The bytes of ``file`` (a ``clang.cindex.File`` of ``tu``) that ``tu`` was parsed from,
-    or ``None`` when it holds none."""
-    size = ctypes.c_size_t(0)
-    data = _lib().clang_getFileContents(tu, file, ctypes.byref(size))
-    if not data:
-        return None
-    return ctypes.string_at(data, size.value)
-
-
 def read_versions(tu: Any, skip: Iterable[str] = ()) -> list[list[Any]] | None:
     """``[path, inode, size, mtime_ns, ctime_ns, sha256]`` for each file ``tu`` read
     but ``skip``, or ``None`` when one no longer holds what the parse read.
@@ -59,9 +49,11 @@ def read_versions(tu: Any, skip: Iterable[str] = ()) -> list[list[Any]] | None:
         path = os.path.abspath(file.name)
         if path in left_out or path in out:
             continue
-        content = _read_by_clang(tu, file)
-        if content is None:
+        size = ctypes.c_size_t(0)
+        data = _lib().clang_getFileContents(tu, file, ctypes.byref(size))  # (the bytes clang parsed)
+        if not data:
             return None
+        content = ctypes.string_at(data, size.value)
         try:
             before = FileStat.of(path)
             on_disk = Path(path).read_bytes() if before.size == len(content) else None
