@@ -158,3 +158,15 @@ def test_cuda_call_of_a_header_without_guards(tmp_path: Path) -> None:
     mod = kernix.load_cuda_file(src, name=unique_name("unguarded_gpu"))
     x = jnp.arange(5, dtype=jnp.float32, device=gpus()[0])
     np.testing.assert_array_equal(jax.block_until_ready(mod.twice_all(x, extra=1.0)), 2 * np.arange(5) + 1)
+
+
+@pytest.mark.parametrize("language", [pytest.param("cuda", marks=needs_nvcc), "cpp"])
+def test_a_header_forced_by_the_flags_is_seen_by_inference(tmp_path: Path, language: str) -> None:
+    """Was (.cu): ``-include unguarded.h`` in the flags left a stray argument in the precompiled
+    prelude's command line: "libclang could not parse this file"."""
+    src = _write(tmp_path, language, _source(language).replace('#include "unguarded.h"\n', ""))
+    for use_cache in (False, True):
+        result = infer_file(src, flags=["-include", str(tmp_path / "unguarded.h")], use_cache=use_cache)
+        assert result.errors == (), [str(e) for e in result.errors]
+        (spec,) = result.functions
+        assert spec.arg_spec[:3] == ("arg", "ret", "attr.extra:float32")
