@@ -51,13 +51,12 @@ def _element(shape: tuple[int, ...], flat: int) -> tuple[int, ...]:
 class Memory:
     """Runs the subject's kernel and backward kernel on exact buffers (``why`` says why it cannot, if so)."""
 
-    def __init__(self, s: Any, sanitizer: str = "address") -> None:
+    def __init__(self, s: Any) -> None:
         self.s = s
         self.cuda = s.fn.module.platform == "cuda"
-        sanitizer = "memcheck" if self.cuda else sanitizer  # CUDA: under compute-sanitizer's tools
+        sanitizer = "memcheck" if self.cuda else "address"  # CUDA: under compute-sanitizer's tools
         exe, self.why = driver_for(s.fn.module, sanitizer)
         self.driver = Driver(exe, s.fn.module.functions, sanitizer) if exe is not None else None
-        self.sanitizer = sanitizer
         #: The outputs of the last forward run (its first call), as the driver gave them.
         self.outputs: list[np.ndarray] = []
         #: The drivers that look for races and uninitialised reads, by tool, built on first use (None: cannot).

@@ -172,7 +172,8 @@ def driver_for(module: Any, sanitizer: str = "address") -> tuple[Path | None, st
         except KernixError as exc:
             return None, f"kernix.check cannot infer the sources again to build them under a sanitizer: {exc}"
         functions = [f for _, fs in units for f in fs]
-        work = Path(tempfile.mkdtemp(prefix="build-", dir=_mkdir(root)))
+        root.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="build-", dir=root))
         jobs = []
         for i, (source, fns) in enumerate(units):
             unit = f"shim_{i}.{'cu' if cuda else 'cpp'}"
@@ -200,10 +201,9 @@ def driver_for(module: Any, sanitizer: str = "address") -> tuple[Path | None, st
             ["-l:libcudart_static.a", "-ldl", "-lrt"] if home is not None else []
         link = [toolchain.host_compiler_path(), *SANITIZERS[sanitizer], *objects, "-o", "driver", *runtime,
                 "-lpthread", *config.extra_ldflags]
-        job = _compile(link, work)
-        out, _ = job.communicate()
-        if job.returncode != 0:
-            return None, f"linking the sanitizer driver failed: {out[-3000:]}"
+        failed = _finished(_compile(link, work))
+        if failed is not None:
+            return None, f"linking the sanitizer driver failed: {failed[-3000:]}"
         try:
             os.replace(work, directory)
         except OSError:  # another process built it first
@@ -224,11 +224,6 @@ def _finished(job: subprocess.Popen[str]) -> str | None:
     """``None`` when the compile succeeded, else its output."""
     out, _ = job.communicate()
     return None if job.returncode == 0 else out
-
-
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 class Driver:
@@ -275,21 +270,21 @@ class Driver:
         """Run function ``name`` once: ``inputs`` (the ``arg`` and ``inout`` tensors, in order), ``outputs``
         (shape and dtype of each ``ret``), ``attrs`` (as ``coerce_attr`` gives them), the scratch shape."""
         spec = self.specs[name]
-        message, tensors = _request(spec, self.index[name], inputs, outputs, attrs, scratch, fill)
+        message, layout = _request(spec, self.index[name], inputs, outputs, attrs, scratch, fill)
         if self._proc is None or self._proc.poll() is not None:
             self.close()
             self._start()
         start = os.fstat(self._log.fileno()).st_size
         try:
             _write_all(self._to, message)
-            ran = self._reply(spec, tensors)
-        except (_Died, BrokenPipeError):
-            return self._crash(spec, start, {p.name: (shape, dtype) for p, shape, dtype in tensors})
+            ran = self._reply(layout)
+        except (EOFError, BrokenPipeError):  # the process died
+            return self._crash(spec, start, layout)
         if self.sanitizer in CUDA_TOOLS and isinstance(ran, Ran):
             log = self._since(start)
             if re.search(rf"^========= (Program hit|{_CUDA_FINDING})", log, re.M):
                 self.close()  # the context may be unusable after an error
-                return describe_crash(log, None, spec, {p.name: (shape, dtype) for p, shape, dtype in tensors})
+                return describe_crash(log, None, spec, layout)
         return ran
 
     def _since(self, start: int) -> str:
@@ -303,26 +298,26 @@ class Driver:
             left = deadline - time.monotonic()
             ready, _, _ = select.select([self._from], [], [], max(left, 0))
             if not ready:
-                raise _Hung()
+                raise TimeoutError()
             chunk = os.read(self._from, min(n - got, 1 << 20))
             if not chunk:
-                raise _Died()
+                raise EOFError()
             chunks.append(chunk)
             got += len(chunk)
         return b"".join(chunks)
 
-    def _reply(self, spec: FunctionSpec, tensors: list[tuple[Param, tuple[int, ...], np.dtype]]) -> Ran | Crash:
+    def _reply(self, layout: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> Ran | Crash:
         deadline = time.monotonic() + TIMEOUT
         try:
             status, length = struct.unpack("<II", self._read(8, deadline))
             error = self._read(length, deadline).decode(errors="replace") if length else None
             buffers = {}
-            for p, shape, dtype in tensors:
+            for name, (shape, dtype) in layout.items():
                 (nbytes,) = struct.unpack("<Q", self._read(8, deadline))
-                raw = self._read(nbytes, deadline) if nbytes else b""
-                buffers[p.name] = np.frombuffer(raw, np.uint8).view(dtype).reshape(shape) if dtype.itemsize else \
+                raw = self._read(nbytes, deadline)
+                buffers[name] = np.frombuffer(raw, np.uint8).view(dtype).reshape(shape) if dtype.itemsize else \
                     np.frombuffer(raw, np.uint8)
-        except _Hung:
+        except TimeoutError:
             self.close()
             return Crash(f"did not return within {TIMEOUT:g} s (a hang: killed)")
         return Ran(buffers, error if status else None)
@@ -342,21 +337,13 @@ class Driver:
         return describe_crash(log, code, spec, layout)
 
 
-class _Died(Exception):
-    pass
-
-
-class _Hung(Exception):
-    pass
-
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
 
 
-def _tensor(p: Param, x: np.ndarray | None, shape: Sequence[int], dtype: Any) -> bytes:
+def _tensor(x: np.ndarray | None, shape: Sequence[int], dtype: Any) -> bytes:
     dtype = np.dtype(dtype)
     name = dtype.name.encode()
     shape = tuple(int(d) for d in shape)
@@ -367,20 +354,21 @@ def _tensor(p: Param, x: np.ndarray | None, shape: Sequence[int], dtype: Any) ->
 
 def _request(spec: FunctionSpec, index: int, inputs: Sequence[np.ndarray],
              outputs: Sequence[tuple[Sequence[int], Any]], attrs: Mapping[str, Any], scratch: tuple[int, ...],
-             fill: int) -> tuple[bytes, list[tuple[Param, tuple[int, ...], np.dtype]]]:
+             fill: int) -> tuple[bytes, dict[str, tuple[tuple[int, ...], np.dtype]]]:
+    """The request to call ``spec`` once, and each tensor parameter's shape and dtype (in the reply's order)."""
     parts = [struct.pack("<IIB", 1, index, fill)]
-    tensors = []
+    layout = {}
     given, wanted = iter(inputs), iter(outputs)
     for p in spec.params:
         if p.role in ("arg", "inout"):
             x = np.asarray(next(given))
-            parts.append(_tensor(p, x, x.shape, x.dtype))
-            tensors.append((p, x.shape, x.dtype))
+            parts.append(_tensor(x, x.shape, x.dtype))
+            layout[p.name] = (x.shape, x.dtype)
         elif p.role in ("ret", "scratch"):
             shape, dtype = next(wanted) if p.role == "ret" else (scratch, np.uint8)
             shape, dtype = tuple(int(d) for d in shape), np.dtype(dtype)
-            parts.append(_tensor(p, None, shape, dtype))
-            tensors.append((p, shape, dtype))
+            parts.append(_tensor(None, shape, dtype))
+            layout[p.name] = (shape, dtype)
         elif p.role == "attr":
             value = attrs[p.name]
             if p.kind == "string":
@@ -394,7 +382,7 @@ def _request(spec: FunctionSpec, index: int, inputs: Sequence[np.ndarray],
                 if raw.dtype == object:
                     raw = np.asarray(int(value), np.uint64)
                 parts.append(struct.pack("<Q", raw.nbytes) + raw.tobytes())
-    return b"".join(parts), tensors
+    return b"".join(parts), layout
 
 
 # ---- reading a sanitizer's report ------------------------------------------------------------
@@ -425,10 +413,8 @@ def describe_crash(log: str, code: int | None, spec: FunctionSpec,
     layout = layout or {}
     cuda = re.search(rf"^========= ((?:{_CUDA_FINDING})[^\n]*)", log, re.M)
     log = log[log.rfind("kernix-check: call "):] if "kernix-check: call " in log else log
-    buffers = []  # (name, address, size, role, dtype/shape unknown here)
-    for m in re.finditer(r"kernix-check: buffer (\d+) (0x[0-9a-f]+|\(nil\)) (\d+)", log):
-        address = 0 if m.group(2) == "(nil)" else int(m.group(2), 16)
-        buffers.append((spec.params[int(m.group(1))], address, int(m.group(3))))
+    buffers = [(spec.params[int(k)], 0 if address == "(nil)" else int(address, 16), int(n))  # (param, address, bytes)
+               for k, address, n in re.findall(r"kernix-check: buffer (\d+) (0x[0-9a-f]+|\(nil\)) (\d+)", log)]
     lines = log.splitlines()
     where = _user_frame(lines)
     at = f" at {where}" if where else ""
@@ -447,17 +433,10 @@ def describe_crash(log: str, code: int | None, spec: FunctionSpec,
             distance, side, length, first = int(region.group(1)), region.group(2), int(region.group(3)), \
                 int(region.group(4), 16)
             owner = next(((p, n) for p, a, n in buffers if a == first), None)
-            if owner is not None:
-                p, nbytes = owner
-                shape, dtype = layout.get(p.name, ((nbytes,), np.dtype(np.uint8)))
-                what = f"{_param_words(p)} {p.name!r} ({_layout(shape, dtype)}, {nbytes} bytes)"
-                item = max(dtype.itemsize, 1)
-                if "right" in side or side == "after":
-                    return Crash(f"{verb} {size} past the end of {what}: at byte {nbytes + distance}, element "
-                                 f"{(nbytes + distance) // item} of {nbytes // item}{at}", p.name)
-                if "left" in side or side == "before":
-                    return Crash(f"{verb} {size} before the start of {what}: {distance} byte(s) before its first "
-                                 f"element{at}", p.name)
+            if owner is not None and side != "inside of":
+                after = "right" in side or side == "after"
+                return _overrun(*owner, layout, f"{verb} {size}", owner[1] + distance if after else -distance,
+                                after, at)
             return Crash(f"{verb} {size} outside a {length}-byte block the kernel did not get from kernix "
                          f"({asan.group(1)}){at}")
         return Crash(f"{verb} {size} outside its buffers (AddressSanitizer: {asan.group(1)}){at}")
@@ -509,23 +488,22 @@ def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]],
     if near:
         owner = next(((p, n) for p, a, n in buffers if a == int(near.group(2), 16)), None)
         if owner is not None:
-            p, nbytes = owner
-            shape, dtype = layout.get(p.name, ((nbytes,), np.dtype(np.uint8)))
-            what = f"{_param_words(p)} {p.name!r} ({_layout(shape, dtype)}, {nbytes} bytes)"
             offset = int(access.group(1), 16) - int(near.group(2), 16) if access else None
             count = f"{size.group(1)} bytes" if size else "memory"
-            if near.group(1) == "after":
-                where = f": at byte {offset}, element {offset // max(dtype.itemsize, 1)} of " \
-                        f"{nbytes // max(dtype.itemsize, 1)}" if offset is not None else ""
-                return Crash(f"{verb} {count} past the end of {what}{where}{at}{who}", p.name)
-            before = f": {-offset} byte(s) before its first element" if offset is not None else ""
-            return Crash(f"{verb} {count} before the start of {what}{before}{at}{who}", p.name)
+            return _overrun(*owner, layout, f"{verb} {count}", offset, near.group(1) == "after", at + who)
     return Crash(f"compute-sanitizer memcheck: {kind.strip()}{at}{who}")
 
 
-def _layout(shape: Sequence[int], dtype: np.dtype) -> str:
-    return f"{np.dtype(dtype).name}[{','.join(map(str, shape))}]"
-
-
-def _param_words(p: Param) -> str:
-    return {"arg": "input", "inout": "in-place tensor", "ret": "output", "scratch": "scratch"}.get(p.role, p.role)
+def _overrun(p: Param, nbytes: int, layout: Mapping[str, tuple[tuple[int, ...], np.dtype]], access: str,
+             offset: int | None, after: bool, at: str) -> Crash:
+    """``access`` (``wrote 4 bytes``) past the end (``after``) or before the start of parameter ``p``'s buffer
+    of ``nbytes``, at byte ``offset`` from its start (``None``: not known)."""
+    shape, dtype = layout.get(p.name, ((nbytes,), np.dtype(np.uint8)))
+    words = {"arg": "input", "inout": "in-place tensor", "ret": "output", "scratch": "scratch"}.get(p.role, p.role)
+    what = f"{words} {p.name!r} ({dtype.name}[{','.join(map(str, shape))}], {nbytes} bytes)"
+    item = max(dtype.itemsize, 1)
+    if after:
+        where = f": at byte {offset}, element {offset // item} of {nbytes // item}" if offset is not None else ""
+        return Crash(f"{access} past the end of {what}{where}{at}", p.name)
+    where = f": {-offset} byte(s) before its first element" if offset is not None else ""
+    return Crash(f"{access} before the start of {what}{where}{at}", p.name)

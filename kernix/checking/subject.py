@@ -59,8 +59,7 @@ class Subject:
         self.signature: Signature | None = parse_signature(self.spec.signature) if self.spec.signature else None
         #: The example as NumPy arrays, converted as JAX converts them (float64 is float32 unless 64-bit mode is on).
         self.example = tuple(np.array(self.put(a)) for a in args)
-        backward = fn.module.backward_name(self.spec.name) if self.signature is not None else None
-        self.backward: str | None = backward
+        self.backward: str | None = fn.module.backward_name(self.spec.name) if self.signature is not None else None
         self.tangent: str | None = fn.module.tangent_name(self.spec.name) if self.signature is not None else None
         self.name = fn.target
 

@@ -18,7 +18,7 @@ import numpy as np
 from .report import CheckResult
 from .subject import Subject, describe, failure, stack, variants
 
-__all__ = ["check_eager", "check_jit", "check_vmap", "check_grad", "check_jvp", "check_sharded",
+__all__ = ["check_called", "check_vmap", "check_grad", "check_jvp", "check_sharded",
            "check_export", "count_calls", "example_cotangents"]
 
 #: How many examples a vmap check batches.
@@ -43,22 +43,18 @@ def _guarded(name: str, run: Callable[[], CheckResult]) -> CheckResult:
         return CheckResult(name, "failed", f"raised {describe(exc)}")
 
 
-def _called(name: str, s: Subject, call: Callable[..., Sequence[Any]], expected: Sequence[Any]) -> CheckResult:
-    """``call`` on the example against ``expected``; the inputs must not change."""
-    args = s.args
-    got = call(*args)
-    changed = s.changed_input(args)
-    if changed:
-        return CheckResult(name, "failed", changed, parameter=changed.split("'")[1])
-    return _compared(name, s, got, expected, "matches the reference on the example")
+def check_called(name: str, s: Subject, call: Callable[..., Sequence[Any]], expected: Sequence[Any]) -> CheckResult:
+    """The ``eager`` or ``jit`` row: ``call`` on the example against ``expected``; the inputs must not change."""
 
+    def run() -> CheckResult:
+        args = s.args
+        got = call(*args)
+        changed = s.changed_input(args)
+        if changed:
+            return CheckResult(name, "failed", changed, parameter=changed.split("'")[1])
+        return _compared(name, s, got, expected, "matches the reference on the example")
 
-def check_eager(s: Subject, expected: Sequence[Any]) -> CheckResult:
-    return _guarded("eager", lambda: _called("eager", s, s.kernel, expected))
-
-
-def check_jit(s: Subject, expected: Sequence[Any]) -> CheckResult:
-    return _guarded("jit", lambda: _called("jit", s, jax.jit(s.kernel), expected))
+    return _guarded(name, run)
 
 
 def count_calls(compiled_text: str, target: str) -> tuple[int, bool]:
