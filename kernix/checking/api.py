@@ -73,14 +73,6 @@ def _check_family(fn: Any, reference: Callable[..., Any], example_args: Sequence
     return report
 
 
-def _device(fn: Any) -> Any:
-    platform = "cpu" if fn.module.platform == "cpu" else "gpu"
-    try:
-        return jax.devices(platform)[0]
-    except RuntimeError:
-        raise CallError(f"kernix.check: {fn.target} is a CUDA kernel and JAX sees no GPU here") from None
-
-
 def _attrs(fn: Any, given: Mapping[str, Any] | None, keywords: Mapping[str, Any]) -> dict[str, Any]:
     attrs = dict(given or {})
     both = sorted(set(attrs) & set(keywords))
@@ -132,10 +124,10 @@ def _dtype_combos(s: Subject, dtypes: Sequence[Any] | None) -> list[tuple[np.dty
     return combos
 
 
-def _check_buffers(s: Subject, memory: Memory | None) -> tuple[CheckResult, bool]:
+def _check_buffers(s: Subject, memory: Memory) -> tuple[CheckResult, bool]:
     """The ``buffers`` row, and whether on the example the kernel crashes (or a sanitizer stops it)."""
-    if memory is None or memory.driver is None:
-        return CheckResult("buffers", "n/a", f"not run: {memory.why if memory else 'not asked for'}"), False
+    if memory.driver is None:
+        return CheckResult("buffers", "n/a", f"not run: {memory.why}"), False
     xs = list(s.example)
     try:
         problems = memory.run(xs, cotangents=example_cotangents(s, xs))
@@ -274,7 +266,10 @@ def check(
     drawing = drawing or Drawing(**{k: v for k, v in loose.items() if v is not None})
     if drawing.examples and "drawn" in wanted and fn.spec.signature is not None:
         require_hypothesis()
-    device = _device(fn)
+    try:
+        device = jax.devices("cpu" if fn.module.platform == "cpu" else "gpu")[0]
+    except RuntimeError:
+        raise CallError(f"kernix.check: {fn.target} is a CUDA kernel and JAX sees no GPU here") from None
     with jax.default_device(device):
         s = Subject(fn, reference, example_args, all_attrs, device, Tolerance(rtol, atol))
         check_call(fn.spec, s.args, all_attrs, "sequential", fn.module.platform, fn.module.name)  # misuse: raises

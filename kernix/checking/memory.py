@@ -18,7 +18,6 @@ import numpy as np
 
 from ..language.shapes import bind
 from ..language.sizes import evaluate
-from ..runtime.arguments import coerce_attr
 from .compare import compare, show
 from .sanitized import Crash, Driver, driver_for
 
@@ -87,18 +86,15 @@ class Memory:
             return []
         times = max(64, (1 << 20) // max(sum(x.size for x in xs), 1))  # ranges long enough to overlap in time
         big = self._larger(xs, times)
-        problems = []
         for inputs in ([xs, big] if big is not None and not self.cuda else [xs]):
             inputs = [np.asarray(x, order="C") for x in inputs]
             outputs = [(o.shape, o.dtype) for o in s.out_structs(inputs)]
-            coerced = {p.name: coerce_attr(s.spec.name, p, s.attrs[p.name]) for p in s.spec.attrs}
-            ran = driver.call(s.spec.name, inputs, outputs, coerced, self._scratch(s.spec, inputs, s.attrs))
+            ran = driver.call(s.spec.name, inputs, outputs, s.attrs, self._scratch(s.spec, inputs, s.attrs))
             if isinstance(ran, Crash):
                 under = f"compute-sanitizer {tool}" if self.cuda else "ThreadSanitizer"
-                problems.append(Problem(ran.parameter, f"under {under}, on {s.describe_inputs(inputs)}: "
-                                        f"the kernel {ran.message}", "crash"))
-                break
-        return problems
+                return [Problem(ran.parameter, f"under {under}, on {s.describe_inputs(inputs)}: the kernel "
+                                f"{ran.message}", "crash")]
+        return []
 
     def _scratch(self, spec: Any, xs: Sequence[np.ndarray], attrs: dict[str, Any]) -> tuple[int, ...]:
         if spec.scratch is None:
@@ -150,11 +146,10 @@ class Memory:
 
     def _runs(self, spec: Any, xs: list[np.ndarray], outputs: list[tuple[Any, Any]], attrs: dict[str, Any],
               who: str) -> list[Problem]:
-        coerced = {p.name: coerce_attr(spec.name, p, attrs[p.name]) for p in spec.attrs}
         scratch = self._scratch(spec, xs, attrs)
         runs = []
         for fill in FILLS:
-            ran = self.driver.call(spec.name, xs, outputs, coerced, scratch, fill)  # type: ignore[union-attr]
+            ran = self.driver.call(spec.name, xs, outputs, attrs, scratch, fill)  # type: ignore[union-attr]
             if isinstance(ran, Crash):
                 if ran.unavailable:
                     return [Problem(None, ran.message, "unavailable")]

@@ -5,6 +5,7 @@ making more examples like the given one."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -15,9 +16,8 @@ from ..language.dtypes import numpy_dtype
 from ..errors import CallError
 from ..language.shapes import Signature, bind, parse_signature
 from .compare import Mismatch, Tolerance, compare, show
-from .report import CheckResult
 
-__all__ = ["Subject", "as_outputs", "variants", "stack", "failure", "describe"]
+__all__ = ["Subject", "as_outputs", "variants", "stack", "describe"]
 
 
 def as_outputs(result: Any, count: int, who: str) -> tuple[Any, ...]:
@@ -35,10 +35,6 @@ def describe(exc: BaseException) -> str:
     if len(lines) > 6:
         text = "\n".join(lines[:6]) + " ..."
     return f"{type(exc).__name__}: {text}"
-
-
-def failure(name: str, mismatch: Mismatch, parameter: str | None = None, **extra: Any) -> CheckResult:
-    return CheckResult(name, "failed", mismatch.message, mismatch.difference, mismatch.index, parameter, **extra)
 
 
 class Subject:
@@ -132,7 +128,7 @@ class Subject:
                  names: Sequence[str] | None = None, kind: str = "output",
                  against: str = "the reference") -> tuple[Mismatch, str] | None:
         """The first output (or gradient) that differs, and its parameter's name."""
-        tolerance = self.tolerance.scaled(scale)
+        tolerance = dataclasses.replace(self.tolerance, scale=scale)
         for name, g, w in zip(names or self.output_names, got, want):
             m = compare(f"{kind} {name!r}{how}", g, w, tolerance, against)
             if m is not None:

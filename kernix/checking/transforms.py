@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .report import CheckResult
-from .subject import Subject, describe, failure, stack, variants
+from .subject import Subject, describe, stack, variants
 
 __all__ = ["check_called", "check_vmap", "check_grad", "check_jvp", "check_sharded",
            "check_export", "count_calls", "example_cotangents"]
@@ -32,7 +32,7 @@ def _compared(name: str, s: Subject, got: Sequence[Any], want: Sequence[Any], pa
               against: str = "the reference") -> CheckResult:
     found = s.mismatch(got, want, how, scale, names, kind, against)
     if found is not None:
-        return failure(name, found[0], found[1])
+        return CheckResult(name, "failed", found[0].message, found[0].difference, found[0].index, found[1])
     return CheckResult(name, "passed", passed)
 
 
@@ -196,7 +196,9 @@ def check_grad(s: Subject) -> list[CheckResult]:
         return _compared("grad", s, got, want, f"gradients of {', '.join(names)} match the reference's (through "
                          f"{s.backward})", scale=GRAD_SCALE, names=names, kind="gradient of input")
 
-    return [_guarded("grad", against_reference), _guarded("finite_differences", lambda: _finite_differences(s, names))]
+    fd = functools.partial(_finite_differences, s, "rev", "finite_differences", f"gradients of {', '.join(names)} "
+                           "agree with finite differences (jax.test_util.check_grads, JAX's tolerances)")
+    return [_guarded("grad", against_reference), _guarded("finite_differences", fd)]
 
 
 def _with_floats(s: Subject, call: Callable[..., Sequence[Any]]) -> Callable[..., tuple[Any, ...]]:
@@ -211,9 +213,9 @@ def _with_floats(s: Subject, call: Callable[..., Sequence[Any]]) -> Callable[...
     return outputs
 
 
-def _finite_differences_failure(s: Subject, mode: str) -> str | None:
-    """Why ``mode`` (``"rev"``, ``"fwd"``) derivatives of the kernel disagree with finite differences, saying
-    whether the reference's disagree too; ``None`` when they agree."""
+def _finite_differences(s: Subject, mode: str, name: str, passed: str) -> CheckResult:
+    """Row ``name``: whether ``mode`` (``"rev"``, ``"fwd"``) derivatives of the kernel agree with finite
+    differences; when not, whether the reference's disagree too."""
     from jax.test_util import check_grads
 
     floats = tuple(x for x in s.args if _floating(x))
@@ -228,21 +230,13 @@ def _finite_differences_failure(s: Subject, mode: str) -> str | None:
 
     found = fails(s.kernel)
     if found is None:
-        return None
+        return CheckResult(name, "passed", passed)
     reference = fails(s.ref)
     verdict = (f"the reference fails the same check ({reference}): finite differences are too coarse here; "
                "check in float64, or trust the comparison with the reference" if reference is not None else
                f"the reference passes it: the kernel's {'gradient' if mode == 'rev' else 'tangent'} is wrong")
-    return (f"jax.test_util.check_grads: the {'reverse' if mode == 'rev' else 'forward'}-mode derivative disagrees "
-            f"with finite differences ({found}); {verdict}")
-
-
-def _finite_differences(s: Subject, names: list[str]) -> CheckResult:
-    found = _finite_differences_failure(s, "rev")
-    if found is not None:
-        return CheckResult("finite_differences", "failed", found)
-    return CheckResult("finite_differences", "passed", f"gradients of {', '.join(names)} agree with finite "
-                       "differences (jax.test_util.check_grads, JAX's tolerances)")
+    return CheckResult(name, "failed", f"jax.test_util.check_grads: the {'reverse' if mode == 'rev' else 'forward'}"
+                       f"-mode derivative disagrees with finite differences ({found}); {verdict}")
 
 
 def check_jvp(s: Subject) -> CheckResult:
@@ -259,15 +253,12 @@ def check_jvp(s: Subject) -> CheckResult:
         def forward(call: Callable[..., Sequence[Any]]) -> Any:
             return jax.jit(lambda xs, ts: jax.jvp(_with_floats(s, call), xs, ts)[1])(floats, tangents)
 
-        found = s.mismatch(forward(s.kernel), forward(s.ref), scale=GRAD_SCALE, names=outputs,
-                           kind="forward-mode tangent of output")
-        if found is not None:
-            return failure("jvp", found[0], found[1])
-        fd = _finite_differences_failure(s, "fwd")
-        if fd is not None:
-            return CheckResult("jvp", "failed", fd)
-        return CheckResult("jvp", "passed", f"tangents of {', '.join(outputs)} match the reference's (through "
-                           f"{s.tangent}) and agree with finite differences")
+        row = _compared("jvp", s, forward(s.kernel), forward(s.ref), "", scale=GRAD_SCALE, names=outputs,
+                        kind="forward-mode tangent of output")
+        if row.failed:
+            return row
+        return _finite_differences(s, "fwd", "jvp", f"tangents of {', '.join(outputs)} match the reference's "
+                                   f"(through {s.tangent}) and agree with finite differences")
 
     return _guarded("jvp", run)
 
