@@ -1,11 +1,6 @@
 """Inputs drawn from the shape signature with `hypothesis <https://hypothesis.readthedocs.io>`_
-(``pip install "kernix[check]"``), failures shrunk to a small example.
-
-Each example binds every dimension name to a size, draws up to two ``...``
-batch dimensions (0 included), one dtype combination, and values in the range
-of the example's (a constant ``c``: between ``c/2`` and ``2c``). Outputs and
-gradients are compared with the reference's and the kernel runs on guarded
-buffers.
+(``pip install "kernix[check]"``), failures shrunk to a small example: the ``drawn`` row. What is
+drawn, and what is compared on it: docs/tutorials/testing.rst, "Drawn inputs".
 """
 
 from __future__ import annotations

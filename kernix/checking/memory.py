@@ -1,12 +1,7 @@
 """The ``buffers`` check: a kernel (and its backward kernel) run outside XLA on exact buffers, under
-sanitizers, in a child process (:class:`Memory`, over a :class:`~kernix.checking.sanitized.Driver`).
-
-Each input is run three times, the outputs filled first with ``0xff`` bytes, then ``0x00``, then
-``0xff`` again: a crash, a sanitizer's report or a hang is a :class:`Problem` of kind ``"crash"``
-(the other checks then leave that input alone: under XLA it could corrupt the process); an input
-whose bytes changed was written to; the first and third runs differ: the result is not the same
-from call to call (state kept across calls, a race); the first and second differ: an output
-element left unwritten (or read before it is written).
+sanitizers, in a child process (:class:`Memory`, over a :class:`~kernix.checking.sanitized.Driver`),
+three times on each input (:data:`FILLS`); what the runs show is a list of :class:`Problem`. What each
+tells: docs/tutorials/testing.rst, "Exact buffers, under sanitizers".
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""A kernel run outside XLA, in a child process, under real sanitizers (:class:`Driver`).
-
-kernix.check rebuilds the module's sources (the same units and flags as the module) with
-AddressSanitizer and UndefinedBehaviorSanitizer, or ThreadSanitizer, and links them with
-``kernix/detail/check_driver.cc``: an executable that calls a function's shim (the user's function
-with its exact C++ types) on buffers that are each a ``malloc`` of exactly their size, with real
-state, a real thread pool and array attributes of their exact length.  The process outlives calls
-(state is kept across them, as XLA keeps it); a call that crashes it, that a sanitizer stops, or that
-does not return within :data:`TIMEOUT` is a :class:`Crash`, described from the sanitizer's report:
-what the kernel did (read or wrote past which buffer, by how much) at which line of the user's code.
+"""A kernel run outside XLA, in a child process, under real sanitizers (:class:`Driver`): the module's
+sources built again with AddressSanitizer and UBSan, ThreadSanitizer, or for compute-sanitizer
+(:func:`driver_for`), linked with ``kernix/detail/check_driver.cc`` (which says how it calls a function);
+a call that crashes it, that a sanitizer stops, or that does not return within :data:`TIMEOUT` is a
+:class:`Crash`, told as what the kernel did (:func:`describe_crash`). Why: docs/tutorials/testing.rst,
+"Exact buffers, under sanitizers".
 """
 
 from __future__ import annotations
@@ -202,12 +198,10 @@ def driver_for(module: Any, sanitizer: str = "address") -> tuple[Path | None, st
 
 
 def _compute_sanitizer() -> str | None:
+    """compute-sanitizer on $PATH, else in the CUDA toolkit's bin/."""
     home = toolchain.find_cuda_home()
-    found = shutil.which("compute-sanitizer")
-    if found is None and home is not None:
-        candidate = home / "bin" / "compute-sanitizer"
-        found = str(candidate) if candidate.exists() else None
-    return found
+    candidate = home / "bin" / "compute-sanitizer" if home is not None else None
+    return shutil.which("compute-sanitizer") or (str(candidate) if candidate and candidate.exists() else None)
 
 
 def _finished(job: subprocess.Popen[str]) -> str | None:
@@ -382,7 +376,7 @@ _FRAME = re.compile(r"#\d+ (?:0x[0-9a-f]+ in )?(.+?) (/[^\s:]+):(\d+)")
 
 
 def _user_frame(lines: Sequence[str]) -> str:
-    """The first stack frame in the user's code: ``file:line (function)``."""
+    """The first stack frame in the user's code: `` at file:line (function)`` (empty: none)."""
     ours = str(include_dir())
     for line in lines:
         m = _FRAME.search(line)
@@ -392,7 +386,7 @@ def _user_frame(lines: Sequence[str]) -> str:
         if path.startswith(ours) or "/include/c++/" in path or path.startswith(("/usr/include", "/usr/lib")) \
                 or "/gcc/" in path or Path(path).name in ("driver.cpp",) or re.match(r"shim_\d+\.cpp", Path(path).name):
             continue
-        return f"{path}:{number} (in {function.split('(')[0]})"
+        return f" at {path}:{number} (in {function.split('(')[0]})"
     return ""
 
 
@@ -406,8 +400,7 @@ def describe_crash(log: str, code: int | None, spec: FunctionSpec,
     buffers = [(spec.params[int(k)], 0 if address == "(nil)" else int(address, 16), int(n))  # (param, address, bytes)
                for k, address, n in re.findall(r"kernix-check: buffer (\d+) (0x[0-9a-f]+|\(nil\)) (\d+)", log)]
     lines = log.splitlines()
-    where = _user_frame(lines)
-    at = f" at {where}" if where else ""
+    at = _user_frame(lines)
     asan = re.search(r"ERROR: AddressSanitizer: ([\w-]+)", log)
     ubsan = re.search(r"(/[^\s:]+:\d+:\d+): runtime error: (.*)", log)
     tsan = re.search(r"WARNING: ThreadSanitizer: ([^\n(]+)", log)
