@@ -130,8 +130,7 @@ def _check_buffers(s: Subject, memory: Memory) -> tuple[CheckResult, bool]:
         return CheckResult("buffers", "n/a", f"not run: {memory.why}"), False
     xs = list(s.example)
     try:
-        problems = memory.run(xs, cotangents=example_cotangents(s, xs))
-        problems = problems or memory.races(xs)
+        problems = memory.run(xs, cotangents=example_cotangents(s, xs)) or memory.races(xs)
     except Exception as exc:  # noqa: BLE001 - what the kernel raised is the finding
         return CheckResult("buffers", "failed", f"raised {describe(exc)}"), False
     if problems and all(p.kind == "unavailable" for p in problems):
@@ -203,7 +202,7 @@ def check(
         Draw other inputs (default: the same ones every run).
     sizes : dict, optional
         Dimension name -> a size, or the sizes to draw it from (default 1, 2,
-        3, 5, 4, 7, 8, 13, 17, 32).
+        3, 0, 5, 4, 7, 8, 13, 17, 32).
     values : dict, optional
         Input name -> ``f(shape, dtype, rng, dims)`` returning the values of
         that input for drawn examples (e.g. indices within a dimension).

@@ -33,12 +33,9 @@ PATTERNS = ("range", "zeros", "range", "equal", "range", "large")
 
 @dataclass(frozen=True)
 class Drawing:
-    """How :func:`kernix.check` draws further inputs, as one value (``drawing=kernix.Drawing(...)``).
-
-    ``examples`` inputs (0: none); ``seed`` (``None``: the same ones every run); ``sizes``: dimension
-    name -> a size or the sizes to draw from; ``values``: input name -> ``f(shape, dtype, rng, dims)``;
-    ``dtypes``: the dtype combinations (a dtype, or one per input); ``attrs``: attribute name -> the
-    values to draw it from besides the example's (default: others of its type).
+    """How :func:`kernix.check` draws further inputs, as one value (``drawing=kernix.Drawing(...)``): its
+    keywords ``examples``, ``seed``, ``sizes``, ``values`` and ``dtypes`` (see there), and ``attrs``:
+    attribute name -> the values to draw it from besides the example's (default: others of its type).
     """
 
     examples: int = 10

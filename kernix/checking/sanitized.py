@@ -157,7 +157,6 @@ def driver_for(module: Any, sanitizer: str = "address") -> tuple[Path | None, st
             units = exported_units(request)
         except KernixError as exc:
             return None, f"kernix.check cannot infer the sources again to build them under a sanitizer: {exc}"
-        functions = [f for _, fs in units for f in fs]
         root.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix="build-", dir=root))
         jobs = []
@@ -165,7 +164,7 @@ def driver_for(module: Any, sanitizer: str = "address") -> tuple[Path | None, st
             unit = f"shim_{i}.{'cu' if cuda else 'cpp'}"
             (work / unit).write_text(codegen.shim_unit(os.path.abspath(source), fns))
             jobs.append(_compile([*user, "-c", unit, "-o", f"shim_{i}.o"], work))
-        (work / "table.cpp").write_text(_table(functions))
+        (work / "table.cpp").write_text(_table([f for _, fs in units for f in fs]))
         jobs.append(_compile([*(ours if cuda else user), "-c", "table.cpp", "-o", "table.o"], work))
         if not (core / "driver.o").exists():  # the driver and kernix's messages: once per sanitizer
             core_work = Path(tempfile.mkdtemp(prefix="build-", dir=root))
@@ -177,10 +176,9 @@ def driver_for(module: Any, sanitizer: str = "address") -> tuple[Path | None, st
                 with contextlib.suppress(OSError):
                     os.replace(core_work, core)
             core = core if (core / "driver.o").exists() else core_work
-        for job in jobs:
-            failed = _finished(job)
-            if failed is not None:
-                return None, f"building the sanitizer driver failed: {failed[-3000:]}"
+        failed = next((out for out in map(_finished, jobs) if out is not None), None)
+        if failed is not None:
+            return None, f"building the sanitizer driver failed: {failed[-3000:]}"
         objects = [f"shim_{i}.o" for i in range(len(units))] + ["table.o", str(core / "messages.o"),
                                                                  str(core / "driver.o")]
         runtime = [f"-L{d}" for d in (home / "lib64", home / "lib") if d.is_dir()] + \
@@ -368,8 +366,6 @@ def _request(spec: FunctionSpec, index: int, inputs: Sequence[np.ndarray],
                 parts.append(struct.pack("<Q", raw.nbytes) + raw.tobytes())
     return b"".join(parts), layout
 
-
-# ---- reading a sanitizer's report ------------------------------------------------------------
 
 _SIGNALS = {getattr(signal, n): n for n in dir(signal) if n.startswith("SIG") and not n.startswith("SIG_")}
 _FRAME = re.compile(r"#\d+ (?:0x[0-9a-f]+ in )?(.+?) (/[^\s:]+):(\d+)")

@@ -1,9 +1,6 @@
-"""The checks under JAX's transformations: eager, ``jit``, ``vmap`` (and that
-it is one kernel call), ``grad`` and ``jvp`` against the reference and against
-finite differences, sharding over several devices, and the ``kernix.export`` round
-trip.  Each takes a :class:`~kernix.checking.subject.Subject` and returns
-:class:`~kernix.checking.report.CheckResult` rows; an exception the kernel
-raises is a failure, reported with its message."""
+"""The checks under JAX's transformations, ``eager`` to ``export`` in :data:`~kernix.checking.report.CHECKS`.
+Each takes a :class:`~kernix.checking.subject.Subject` and returns :class:`~kernix.checking.report.CheckResult`
+rows; an exception the kernel raises is a failure, reported with its message."""
 
 from __future__ import annotations
 
@@ -146,19 +143,11 @@ def example_cotangents(s: Subject, xs: Sequence[np.ndarray]) -> list[np.ndarray]
 def gradients(call: Callable[..., Sequence[Any]], args: Sequence[Any], cts: Sequence[Any]) -> list[Any]:
     """The gradient of ``sum(output * cotangent)`` over the outputs with a
     cotangent, with respect to each floating input (traceable: jit it)."""
-    which = [i for i, x in enumerate(args) if _floating(x)]
 
-    def loss(*floats: Any) -> Any:
-        full = list(args)
-        for i, v in zip(which, floats):
-            full[i] = v
-        total: Any = 0.0
-        for o, c in zip(call(*full), cts):
-            if c is not None:
-                total = total + jnp.sum(o * c)
-        return total
+    def loss(*xs: Any) -> Any:
+        return sum((jnp.sum(o * c) for o, c in zip(call(*xs), cts) if c is not None), 0.0)
 
-    return list(jax.grad(loss, argnums=tuple(range(len(which))))(*(args[i] for i in which)))
+    return list(jax.grad(loss, argnums=tuple(i for i, x in enumerate(args) if _floating(x)))(*args))
 
 
 def _derivative_na(s: Subject, kernel: str | None, word: str, transform: str) -> str | None:
