@@ -68,9 +68,7 @@ class Memory:
         racecheck (threads of a block racing on shared memory)."""
         if self.cuda:
             return self._races(xs, "initcheck") or self._races(xs, "racecheck")
-        if not any(p.role == "threads" for p in self.s.spec.params):
-            return []
-        return self._races(xs, "thread")
+        return self._races(xs, "thread") if any(p.role == "threads" for p in self.s.spec.params) else []
 
     def _races(self, xs: Sequence[np.ndarray], tool: str) -> list[Problem]:
         s = self.s

@@ -325,10 +325,8 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _tensor(x: np.ndarray | None, shape: Sequence[int], dtype: Any) -> bytes:
-    dtype = np.dtype(dtype)
+def _tensor(x: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> bytes:
     name = dtype.name.encode()
-    shape = tuple(int(d) for d in shape)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     head = struct.pack(f"<I{len(name)}sI{len(shape)}qQ", len(name), name, len(shape), *shape, nbytes)
     return head + (np.ascontiguousarray(x).tobytes() if x is not None else b"")
