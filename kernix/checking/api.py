@@ -306,7 +306,6 @@ def _checks(s: Subject, wanted: set[str], expected: Sequence[Any], drawing: Draw
         ({"sharded"}, lambda: [check_sharded(s)]),
         ({"export"}, lambda: [check_export(s, expected)]),
         ({"buffers"}, lambda: [buffers]),
-        ({"drawn"}, lambda: [check_drawn(s, drawing.examples, drawing.seed, drawing.sizes or {}, drawing.values or {},
-                                         combos, memory if guard else None, drawing.attrs)]),
+        ({"drawn"}, lambda: [check_drawn(s, drawing, combos, memory if guard else None)]),
     ]
     return [r for names, run in steps if names & wanted for r in run() if r.name in wanted]

@@ -175,14 +175,11 @@ def _describe(s: Subject, xs: Sequence[np.ndarray], dims: Mapping[str, int], bat
     return f"{inputs} ({', '.join(p for p in (bound, lead) if p) or 'no dimensions'})"
 
 
-def check_drawn(
-    s: Subject, examples: int, seed: int | None, sizes: Mapping[str, Any], values: Mapping[str, Callable[..., Any]],
-    dtype_combos: Sequence[tuple[np.dtype, ...]], memory: Any, attr_values: Mapping[str, Sequence[Any]] | None = None,
-) -> CheckResult:
-    """The ``drawn`` row: ``examples`` inputs drawn with ``sizes``, ``values`` and
-    ``dtype_combos``; ``memory`` (a :class:`~kernix.checking.memory.Memory`, or ``None``) runs each
-    on exact buffers first.
+def check_drawn(s: Subject, drawing: Drawing, dtype_combos: Sequence[tuple[np.dtype, ...]], memory: Any) -> CheckResult:
+    """The ``drawn`` row: inputs drawn as ``drawing`` says, in ``dtype_combos``; ``memory`` (a
+    :class:`~kernix.checking.memory.Memory`, or ``None``) runs each on exact buffers first.
     """
+    examples, seed, sizes, values = drawing.examples, drawing.seed, drawing.sizes or {}, drawing.values or {}
     sig = s.signature
     if sig is None:
         return CheckResult("drawn", "n/a", "no shape signature: kernix cannot tell which other shapes the kernel "
@@ -213,7 +210,7 @@ def check_drawn(
     # A typed XLA FFI buffer of fixed rank (xla::ffi::Buffer<T, R>) in a '...' group fixes the batch rank.
     ranks = {p.rank - len(g.dims) for p, g in zip(s.spec.inputs, sig.inputs) if g.batch and p.rank is not None}
     low, high = (min(ranks), min(ranks)) if ranks else (0, 2)
-    listed = dict(attr_values or {})
+    listed = dict(drawing.attrs or {})
     unknown = sorted(set(listed) - {p.name for p in s.spec.attrs})
     if unknown:
         raise CallError(f"kernix.check: attribute values are listed for {', '.join(map(repr, unknown))}, which "
@@ -228,7 +225,6 @@ def check_drawn(
         st.sampled_from(PATTERNS),
         st.fixed_dictionaries({n: st.sampled_from(v) for n, v in drawn_attrs.items()}),
     )
-    base = list(s.example)
     state: dict[str, Any] = {"run": 0, "failure": None}
     grads = s.backward is not None
 
@@ -251,7 +247,7 @@ def check_drawn(
         for i, (g, dtype) in enumerate(zip(sig.inputs, combo)):
             shape = tuple(batch if g.batch else ()) + tuple(d if isinstance(d, int) else dims[d] for d in g.dims)
             make = values.get(s.input_names[i])
-            x = make(shape, dtype, rng, dict(dims)) if make else _values(base[i], shape, dtype, rng, pattern)
+            x = make(shape, dtype, rng, dict(dims)) if make else _values(s.example[i], shape, dtype, rng, pattern)
             xs.append(np.asarray(x, dtype=dtype).reshape(shape))
         described = _describe(s, xs, dims, batch, changed_attrs, pattern)
 
@@ -280,7 +276,7 @@ def check_drawn(
                 fail(p.message, p.parameter)
         def refuses_plain_values() -> bool:
             """Whether the kernel also raises on values in the example's range, with the example's attributes."""
-            plain = [_values(base[i], x.shape, x.dtype, rng) for i, x in enumerate(xs)]
+            plain = [_values(s.example[i], x.shape, x.dtype, rng) for i, x in enumerate(xs)]
             if memory is not None:
                 return any(p.kind == "error" for p in memory.run(plain))
             try:

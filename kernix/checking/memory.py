@@ -112,9 +112,8 @@ class Memory:
         problems = self._runs(s.spec, xs, outputs, attrs, "")
         if cotangents is not None and s.backward is not None and not any(p.unsafe for p in problems):
             spec = s.fn.module.functions[s.backward]
-            battrs = {p.name: attrs[p.name] for p in spec.attrs if p.name in attrs}
             grads = [(x.shape, x.dtype) for x in xs]
-            problems += self._runs(spec, [*xs, *cotangents], grads, battrs, f"its backward kernel {spec.name}() ")
+            problems += self._runs(spec, [*xs, *cotangents], grads, attrs, f"its backward kernel {spec.name}() ")
         return problems
 
     def guard(self, xs: Sequence[np.ndarray]) -> str | None:

@@ -242,10 +242,8 @@ class Driver:
             self._proc = None
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # (at interpreter exit)
             self.close()
-        except Exception:  # noqa: BLE001 - at interpreter exit
-            pass
 
     def call(self, name: str, inputs: Sequence[np.ndarray], outputs: Sequence[tuple[Sequence[int], Any]],
              attrs: Mapping[str, Any], scratch: tuple[int, ...] = (), fill: int = 0xFF) -> Ran | Crash:
