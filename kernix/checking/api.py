@@ -18,11 +18,10 @@ from .memory import FILLS, Memory
 from .report import CHECKS, CheckReport, CheckResult
 from .subject import Subject, describe
 from .transforms import (
-    check_eager,
+    check_called,
     check_export,
     check_grad,
     check_jvp,
-    check_jit,
     check_sharded,
     check_vmap,
     example_cotangents,
@@ -32,18 +31,6 @@ __all__ = ["check", "OPTIONS"]
 
 #: kernix.check's own keyword arguments (a kernel attribute of one of these names goes in attrs=).
 OPTIONS = ("strict", "rtol", "atol", "examples", "seed", "sizes", "values", "dtypes", "checks", "attrs", "drawing")
-
-
-def _kernel_function(fn: Any) -> Any:
-    from ..runtime.function import KernelFunction
-
-    if not isinstance(fn, KernelFunction):
-        raise CallError(
-            f"kernix.check(fn, reference, *inputs, **attrs) checks a kernel function or a family (module.name, "
-            f"as a kernix.load_* call returns it), got {type(fn).__name__}: kernix reads its signature, shape "
-            "signature and backward from it. To check a function that calls kernels, check each kernel"
-        )
-    return fn
 
 
 def _check_family(fn: Any, reference: Callable[..., Any], example_args: Sequence[Any], strict: bool,
@@ -84,14 +71,6 @@ def _check_family(fn: Any, reference: Callable[..., Any], example_args: Sequence
     if strict and not report.ok:
         raise report.error()
     return report
-
-
-def _device(fn: Any) -> Any:
-    platform = "cpu" if fn.module.platform == "cpu" else "gpu"
-    try:
-        return jax.devices(platform)[0]
-    except RuntimeError:
-        raise CallError(f"kernix.check: {fn.target} is a CUDA kernel and JAX sees no GPU here") from None
 
 
 def _attrs(fn: Any, given: Mapping[str, Any] | None, keywords: Mapping[str, Any]) -> dict[str, Any]:
@@ -145,14 +124,13 @@ def _dtype_combos(s: Subject, dtypes: Sequence[Any] | None) -> list[tuple[np.dty
     return combos
 
 
-def _check_buffers(s: Subject, memory: Memory | None) -> tuple[CheckResult, bool]:
+def _check_buffers(s: Subject, memory: Memory) -> tuple[CheckResult, bool]:
     """The ``buffers`` row, and whether on the example the kernel crashes (or a sanitizer stops it)."""
-    if memory is None or memory.driver is None:
-        return CheckResult("buffers", "n/a", f"not run: {memory.why if memory else 'not asked for'}"), False
+    if memory.driver is None:
+        return CheckResult("buffers", "n/a", f"not run: {memory.why}"), False
     xs = list(s.example)
     try:
-        problems = memory.run(xs, cotangents=example_cotangents(s, xs))
-        problems = problems or memory.races(xs)
+        problems = memory.run(xs, cotangents=example_cotangents(s, xs)) or memory.races(xs)
     except Exception as exc:  # noqa: BLE001 - what the kernel raised is the finding
         return CheckResult("buffers", "failed", f"raised {describe(exc)}"), False
     if problems and all(p.kind == "unavailable" for p in problems):
@@ -224,7 +202,7 @@ def check(
         Draw other inputs (default: the same ones every run).
     sizes : dict, optional
         Dimension name -> a size, or the sizes to draw it from (default 1, 2,
-        3, 5, 4, 7, 8, 13, 17, 32).
+        3, 0, 5, 4, 7, 8, 13, 17, 32).
     values : dict, optional
         Input name -> ``f(shape, dtype, rng, dims)`` returning the values of
         that input for drawn examples (e.g. indices within a dimension).
@@ -258,13 +236,18 @@ def check(
         function are wrong.
     """
     __tracebackhide__ = True  # pytest: show the failure, not this frame
-    from ..runtime.function import Dispatcher
+    from ..runtime.function import Dispatcher, KernelFunction
 
     if isinstance(fn, Dispatcher):
         options = {"rtol": rtol, "atol": atol, "examples": examples, "seed": seed, "sizes": sizes, "values": values,
                    "dtypes": dtypes, "checks": checks, "attrs": attrs, "drawing": drawing}
         return _check_family(fn, reference, example_args, strict, options, dict(kernel_attrs))
-    fn = _kernel_function(fn)
+    if not isinstance(fn, KernelFunction):
+        raise CallError(
+            f"kernix.check(fn, reference, *inputs, **attrs) checks a kernel function or a family (module.name, "
+            f"as a kernix.load_* call returns it), got {type(fn).__name__}: kernix reads its signature, shape "
+            "signature and backward from it. To check a function that calls kernels, check each kernel"
+        )
     if not fn.module.registered:
         raise RegistrationError(f"kernix.check: module {fn.module.name!r} is not registered; call "
                                 "module.register() first (it was loaded with auto_register=False)")
@@ -282,7 +265,10 @@ def check(
     drawing = drawing or Drawing(**{k: v for k, v in loose.items() if v is not None})
     if drawing.examples and "drawn" in wanted and fn.spec.signature is not None:
         require_hypothesis()
-    device = _device(fn)
+    try:
+        device = jax.devices("cpu" if fn.module.platform == "cpu" else "gpu")[0]
+    except RuntimeError:
+        raise CallError(f"kernix.check: {fn.target} is a CUDA kernel and JAX sees no GPU here") from None
     with jax.default_device(device):
         s = Subject(fn, reference, example_args, all_attrs, device, Tolerance(rtol, atol))
         check_call(fn.spec, s.args, all_attrs, "sequential", fn.module.platform, fn.module.name)  # misuse: raises
@@ -292,26 +278,18 @@ def check(
             raise
         except Exception as exc:
             raise CallError(f"kernix.check: the reference raised on the example: {describe(exc)}") from exc
-        results = _run(s, wanted, expected, drawing, _dtype_combos(s, drawing.dtypes))
+        with contextlib.closing(Memory(s)) as memory:
+            results = _checks(s, wanted, expected, drawing, _dtype_combos(s, drawing.dtypes), memory)
     report = CheckReport(fn.target, results)
     if strict and not report.ok:
         raise report.error()
     return report
 
 
-def _run(s: Subject, wanted: set[str], expected: Sequence[Any], drawing: Drawing,
-         combos: list[tuple[np.dtype, ...]]) -> list[CheckResult]:
-    # The run on exact buffers, in a child process, comes first: a kernel that crashes there (or writes
-    # outside its buffers) would corrupt XLA's memory or take this process down, so no other check runs it.
-    memory = Memory(s)
-    try:
-        return _checks(s, wanted, expected, drawing, combos, memory)
-    finally:
-        memory.close()
-
-
 def _checks(s: Subject, wanted: set[str], expected: Sequence[Any], drawing: Drawing,
             combos: list[tuple[np.dtype, ...]], memory: Memory) -> list[CheckResult]:
+    # The run on exact buffers, in a child process, comes first: a kernel that crashes there (or writes
+    # outside its buffers) would corrupt XLA's memory or take this process down, so no other check runs it.
     buffers, unsafe = _check_buffers(s, memory)
     if unsafe:
         skipped = ("not run: on the example the kernel crashed outside XLA, or a sanitizer stopped it (see "
@@ -319,24 +297,15 @@ def _checks(s: Subject, wanted: set[str], expected: Sequence[Any], drawing: Draw
         return [buffers if name == "buffers" else CheckResult(name, "n/a", skipped)
                 for name in CHECKS if name in wanted]  # type: ignore[misc]
     guard = memory.guard if memory.driver is not None else None
-    rows: list[CheckResult] = []
-    if "eager" in wanted:
-        rows.append(check_eager(s, expected))
-    if "jit" in wanted:
-        rows.append(check_jit(s, expected))
-    if wanted & {"vmap", "vmap_one_call"}:
-        rows += [r for r in check_vmap(s, guard) if r.name in wanted]
-    if wanted & {"grad", "finite_differences"}:
-        rows += [r for r in check_grad(s) if r.name in wanted]
-    if "jvp" in wanted:
-        rows.append(check_jvp(s))
-    if "sharded" in wanted:
-        rows.append(check_sharded(s))
-    if "export" in wanted:
-        rows.append(check_export(s, expected))
-    if "buffers" in wanted:
-        rows.append(buffers)
-    if "drawn" in wanted:
-        rows.append(check_drawn(s, drawing.examples, drawing.seed, drawing.sizes or {}, drawing.values or {}, combos,
-                                memory if guard else None, drawing.attrs))
-    return rows
+    steps: list[tuple[set[str], Callable[[], list[CheckResult]]]] = [
+        ({"eager"}, lambda: [check_called("eager", s, s.kernel, expected)]),
+        ({"jit"}, lambda: [check_called("jit", s, jax.jit(s.kernel), expected)]),
+        ({"vmap", "vmap_one_call"}, lambda: check_vmap(s, guard)),
+        ({"grad", "finite_differences"}, lambda: check_grad(s)),
+        ({"jvp"}, lambda: [check_jvp(s)]),
+        ({"sharded"}, lambda: [check_sharded(s)]),
+        ({"export"}, lambda: [check_export(s, expected)]),
+        ({"buffers"}, lambda: [buffers]),
+        ({"drawn"}, lambda: [check_drawn(s, drawing, combos, memory if guard else None)]),
+    ]
+    return [r for names, run in steps if names & wanted for r in run() if r.name in wanted]

@@ -40,9 +40,6 @@ class Tolerance:
     atol: float | Mapping[str, float] | None = None
     scale: float = 1.0
 
-    def scaled(self, scale: float) -> Tolerance:
-        return Tolerance(self.rtol, self.atol, scale)
-
     def of(self, dtype: Any) -> tuple[float, float]:
         """``(rtol, atol)`` for results of ``dtype``."""
         name = np.dtype(dtype).name

@@ -1,11 +1,6 @@
 """Inputs drawn from the shape signature with `hypothesis <https://hypothesis.readthedocs.io>`_
-(``pip install "kernix[check]"``), failures shrunk to a small example.
-
-Each example binds every dimension name to a size, draws up to two ``...``
-batch dimensions (0 included), one dtype combination, and values in the range
-of the example's (a constant ``c``: between ``c/2`` and ``2c``). Outputs and
-gradients are compared with the reference's and the kernel runs on guarded
-buffers.
+(``pip install "kernix[check]"``), failures shrunk to a small example: the ``drawn`` row. What is
+drawn, and what is compared on it: docs/tutorials/testing.rst, "Drawn inputs".
 """
 
 from __future__ import annotations
@@ -18,6 +13,7 @@ import jax
 import numpy as np
 
 from ..errors import CallError, KernixError
+from .compare import Mismatch
 from .report import CheckResult
 from ..language.shapes import bind
 from .subject import Subject, describe
@@ -37,12 +33,9 @@ PATTERNS = ("range", "zeros", "range", "equal", "range", "large")
 
 @dataclass(frozen=True)
 class Drawing:
-    """How :func:`kernix.check` draws further inputs, as one value (``drawing=kernix.Drawing(...)``).
-
-    ``examples`` inputs (0: none); ``seed`` (``None``: the same ones every run); ``sizes``: dimension
-    name -> a size or the sizes to draw from; ``values``: input name -> ``f(shape, dtype, rng, dims)``;
-    ``dtypes``: the dtype combinations (a dtype, or one per input); ``attrs``: attribute name -> the
-    values to draw it from besides the example's (default: others of its type).
+    """How :func:`kernix.check` draws further inputs, as one value (``drawing=kernix.Drawing(...)``): its
+    keywords ``examples``, ``seed``, ``sizes``, ``values`` and ``dtypes`` (see there), and ``attrs``:
+    attribute name -> the values to draw it from besides the example's (default: others of its type).
     """
 
     examples: int = 10
@@ -64,16 +57,6 @@ def require_hypothesis() -> Any:
             "given example only"
         ) from None
     return hypothesis
-
-
-@dataclass
-class _Failure:
-    detail: str
-    parameter: str | None
-    difference: float | None
-    index: tuple[int, ...] | None
-    example: tuple[np.ndarray, ...]
-    described: str
 
 
 def _value_range(example: np.ndarray) -> tuple[float, float]:
@@ -182,7 +165,7 @@ def _finite(x: Any) -> bool:
 
 def _describe(s: Subject, xs: Sequence[np.ndarray], dims: Mapping[str, int], batch: Sequence[int],
               attrs: Mapping[str, Any] | None = None, pattern: str = "range") -> str:
-    inputs = ", ".join(f"{n}: {x.dtype.name}[{','.join(map(str, x.shape))}]" for n, x in zip(s.input_names, xs))
+    inputs = s.describe_inputs(xs, {})
     if pattern != "range":
         inputs += f" ({ {'zeros': 'all zero', 'equal': 'equal along the last axis', 'large': 'large values'}[pattern]})"
     if attrs:
@@ -192,14 +175,11 @@ def _describe(s: Subject, xs: Sequence[np.ndarray], dims: Mapping[str, int], bat
     return f"{inputs} ({', '.join(p for p in (bound, lead) if p) or 'no dimensions'})"
 
 
-def check_drawn(
-    s: Subject, examples: int, seed: int | None, sizes: Mapping[str, Any], values: Mapping[str, Callable[..., Any]],
-    dtype_combos: Sequence[tuple[np.dtype, ...]], memory: Any, attr_values: Mapping[str, Sequence[Any]] | None = None,
-) -> CheckResult:
-    """The ``drawn`` row: ``examples`` inputs drawn with ``sizes``, ``values`` and
-    ``dtype_combos``; ``memory`` (a :class:`~kernix.checking.memory.Memory`, or ``None``) runs each
-    on exact buffers first.
+def check_drawn(s: Subject, drawing: Drawing, dtype_combos: Sequence[tuple[np.dtype, ...]], memory: Any) -> CheckResult:
+    """The ``drawn`` row: inputs drawn as ``drawing`` says, in ``dtype_combos``; ``memory`` (a
+    :class:`~kernix.checking.memory.Memory`, or ``None``) runs each on exact buffers first.
     """
+    examples, seed, sizes, values = drawing.examples, drawing.seed, drawing.sizes or {}, drawing.values or {}
     sig = s.signature
     if sig is None:
         return CheckResult("drawn", "n/a", "no shape signature: kernix cannot tell which other shapes the kernel "
@@ -209,7 +189,7 @@ def check_drawn(
     hypothesis = require_hypothesis()
     st = hypothesis.strategies
     int_attrs = {p.name for p in s.spec.attrs if p.dtype and "int" in p.dtype}
-    fixed: dict[str, int] = {}  # (an integer attribute naming a dimension is drawn as a size, and passed)
+    # (an integer attribute naming a dimension is drawn as a size, and passed)
     names = [n for n in sig.names if any(n in g.dims for g in sig.inputs) or n in int_attrs]
     unknown = sorted(set(sizes) - set(names))
     if unknown:
@@ -227,36 +207,26 @@ def check_drawn(
         given = sizes.get(name, DEFAULT_SIZES)
         return [int(given)] if isinstance(given, (int, np.integer)) else [int(g) for g in given]
 
-    def choices(name: str) -> Any:
-        return st.sampled_from(allowed(name))
-
     # A typed XLA FFI buffer of fixed rank (xla::ffi::Buffer<T, R>) in a '...' group fixes the batch rank.
     ranks = {p.rank - len(g.dims) for p, g in zip(s.spec.inputs, sig.inputs) if g.batch and p.rank is not None}
     low, high = (min(ranks), min(ranks)) if ranks else (0, 2)
-    listed = dict(attr_values or {})
+    listed = dict(drawing.attrs or {})
     unknown = sorted(set(listed) - {p.name for p in s.spec.attrs})
     if unknown:
         raise CallError(f"kernix.check: attribute values are listed for {', '.join(map(repr, unknown))}, which "
                         f"{s.spec.name}() does not take as an attribute")
-    drawn_attrs = {p.name: _attr_choices(p, s.attrs[p.name], listed.get(p.name)) for p in s.spec.attrs
-                   if p.name not in fixed}
+    drawn_attrs = {p.name: _attr_choices(p, s.attrs[p.name], listed.get(p.name)) for p in s.spec.attrs}
     drawn_attrs = {n: v for n, v in drawn_attrs.items() if len(v) > 1}
     strategy = st.tuples(
-        st.fixed_dictionaries({n: choices(n) for n in names}),
+        st.fixed_dictionaries({n: st.sampled_from(allowed(n)) for n in names}),
         st.lists(st.sampled_from(BATCH_SIZES), min_size=low, max_size=high) if s.batch_inputs else st.just([]),
         st.sampled_from(list(dtype_combos)),
         st.integers(0, 2**32 - 1),
         st.sampled_from(PATTERNS),
         st.fixed_dictionaries({n: st.sampled_from(v) for n, v in drawn_attrs.items()}),
     )
-    base = list(s.example)
     state: dict[str, Any] = {"run": 0, "failure": None}
     grads = s.backward is not None
-
-    def fail(detail: str, xs: Sequence[np.ndarray], described: str, parameter: str | None = None,
-             difference: float | None = None, index: tuple[int, ...] | None = None) -> None:
-        state["failure"] = _Failure(detail, parameter, difference, index, tuple(xs), described)
-        raise AssertionError(detail)
 
     def evaluate(t: Subject, args: list[Any], cts: list[Any] | None) -> tuple[Any, ...]:
         """Kernel and reference (and their gradients): one compile per drawn shape, not one per operation."""
@@ -268,7 +238,6 @@ def check_drawn(
         dims, batch, combo, value_seed, pattern, changed_attrs = drawn
         changed_attrs = {k: v for k, v in {**changed_attrs, **{n: dims[n] for n in int_attrs if n in dims}}.items()
                          if not _same(v, s.attrs[k])}
-        dims = {**dims, **fixed}
         t = s.with_attrs(changed_attrs)
         # An input unlike the example (special values, an empty dimension, other attributes): the kernel may
         # refuse it, and where the reference is not finite there is nothing to compare.
@@ -278,15 +247,25 @@ def check_drawn(
         for i, (g, dtype) in enumerate(zip(sig.inputs, combo)):
             shape = tuple(batch if g.batch else ()) + tuple(d if isinstance(d, int) else dims[d] for d in g.dims)
             make = values.get(s.input_names[i])
-            x = make(shape, dtype, rng, dict(dims)) if make else _values(base[i], shape, dtype, rng, pattern)
+            x = make(shape, dtype, rng, dict(dims)) if make else _values(s.example[i], shape, dtype, rng, pattern)
             xs.append(np.asarray(x, dtype=dtype).reshape(shape))
-        described = _describe(s, xs, {k: v for k, v in dims.items() if k not in fixed}, batch, changed_attrs,
-                              pattern)
+        described = _describe(s, xs, dims, batch, changed_attrs, pattern)
+
+        def fail(detail: str, parameter: str | None = None, difference: float | None = None,
+                 index: tuple[int, ...] | None = None) -> None:
+            state["failure"] = CheckResult("drawn", "failed", f"{detail}; on drawn inputs {described}", difference,
+                                           index, parameter, tuple(xs))
+            raise AssertionError(detail)
+
+        def differs(found: tuple[Mismatch, str] | None, hint: str = "") -> None:
+            if found is not None:
+                fail(found[0].message + hint, found[1], found[0].difference, found[0].index)
+
         args = [s.put(x) for x in xs]
         try:
             jax.eval_shape(t.ref, *args)
         except Exception:  # noqa: BLE001 - any refusal: not an input the reference takes
-            hypothesis.reject()  # not an input the reference takes
+            hypothesis.reject()
         state["run"] += 1
         floating = [n for n, x in zip(s.input_names, args) if np.issubdtype(x.dtype, np.inexact)]
         cts = cotangents(s, args) if grads and floating else None
@@ -294,10 +273,10 @@ def check_drawn(
             if memory is not None else []
         for p in problems:  # first: a kernel that crashes would take this process down under XLA
             if p.unsafe:
-                fail(p.message, xs, described, p.parameter)
+                fail(p.message, p.parameter)
         def refuses_plain_values() -> bool:
             """Whether the kernel also raises on values in the example's range, with the example's attributes."""
-            plain = [_values(base[i], x.shape, x.dtype, rng) for i, x in enumerate(xs)]
+            plain = [_values(s.example[i], x.shape, x.dtype, rng) for i, x in enumerate(xs)]
             if memory is not None:
                 return any(p.kind == "error" for p in memory.run(plain))
             try:
@@ -306,18 +285,19 @@ def check_drawn(
                 return True
             return False
 
-        if unusual and any(p.kind == "error" for p in problems):
+        errors = [p.message for p in problems if p.kind == "error"]
+        if unusual and errors:
             if 0 in dims.values() or not refuses_plain_values():
                 return  # the kernel refuses an unusual input with an error: its right
-            fail(next(p.message for p in problems if p.kind == "error"), xs, described)
+            fail(errors[0])
         for p in problems:  # an unwritten output, a changed input: wrong on any input the reference takes
             if p.kind not in ("error", "unavailable"):
-                fail(p.message, xs, described, p.parameter)
+                fail(p.message, p.parameter)
         try:
             got, want, got_grads, want_grads = jax.jit(functools.partial(evaluate, t))(args, cts)
         except Exception as exc:  # noqa: BLE001 - what the kernel raised is the finding
             if not unusual or (0 not in dims.values() and refuses_plain_values()):
-                fail(f"the kernel raised {describe(exc)}, where the reference did not", xs, described)
+                fail(f"the kernel raised {describe(exc)}, where the reference did not")
             return
         if unusual and not all(_finite(w) for w in [*want, *(want_grads or [])]):
             return
@@ -326,24 +306,17 @@ def check_drawn(
         scale = 100.0 if pattern != "range" else 1.0
         changed = s.changed_input(args, xs)
         if changed:
-            fail(changed, xs, described, changed.split("'")[1])
-        found = s.mismatch(got, want, scale=scale)
-        if found:
-            fail(found[0].message, xs, described, found[1], found[0].difference, found[0].index)
+            fail(changed, changed.split("'")[1])
+        differs(s.mismatch(got, want, scale=scale))
         # Outside XLA the kernel's state lives on from every earlier drawn input (under XLA each shape gets its own).
-        found = s.mismatch(memory.outputs, want, " outside XLA, after earlier calls on other inputs", scale) \
-            if memory is not None and memory.outputs else None
-        if found:
-            fail(found[0].message + ": does the kernel keep state (a static, BE::State) across calls?", xs,
-                 described, found[1], found[0].difference, found[0].index)
+        if memory is not None and memory.outputs:
+            differs(s.mismatch(memory.outputs, want, " outside XLA, after earlier calls on other inputs", scale),
+                    ": does the kernel keep state (a static, BE::State) across calls?")
         if cts is not None:
-            found = s.mismatch(got_grads, want_grads, scale=GRAD_SCALE * scale, names=floating,
-                               kind="gradient of input")
-            if found:
-                fail(found[0].message, xs, described, found[1], found[0].difference, found[0].index)
-        problems = [p for p in problems if p.kind != "unavailable"]
-        if problems:
-            fail(problems[0].message, xs, described, problems[0].parameter)
+            differs(s.mismatch(got_grads, want_grads, scale=GRAD_SCALE * scale, names=floating,
+                               kind="gradient of input"))
+        if errors:  # on exact buffers, not under XLA
+            fail(errors[0])
 
     settings = hypothesis.settings(
         max_examples=examples, deadline=None, database=None, derandomize=seed is None,
@@ -365,12 +338,10 @@ def check_drawn(
         state["drawn"] = state["run"]
         hypothesis.settings(settings, phases=(hypothesis.Phase.explicit,))(covered)()
     except Exception as exc:  # noqa: BLE001 - what the kernel raised is the finding
-        f = state["failure"]
-        if f is None:
+        if state["failure"] is None:
             return refused if state["run"] == 0 else CheckResult("drawn", "failed",
                                                                  f"drawing inputs failed: {describe(exc)}")
-        return CheckResult("drawn", "failed", f"{f.detail}; on drawn inputs {f.described}", f.difference, f.index,
-                           f.parameter, f.example)
+        return state["failure"]
     if state["run"] == 0:
         return refused
     what = " and gradients" if grads else ""

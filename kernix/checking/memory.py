@@ -1,12 +1,7 @@
 """The ``buffers`` check: a kernel (and its backward kernel) run outside XLA on exact buffers, under
-sanitizers, in a child process (:class:`Memory`, over a :class:`~kernix.checking.sanitized.Driver`).
-
-Each input is run three times, the outputs filled first with ``0xff`` bytes, then ``0x00``, then
-``0xff`` again: a crash, a sanitizer's report or a hang is a :class:`Problem` of kind ``"crash"``
-(the other checks then leave that input alone: under XLA it could corrupt the process); an input
-whose bytes changed was written to; the first and third runs differ: the result is not the same
-from call to call (state kept across calls, a race); the first and second differ: an output
-element left unwritten (or read before it is written).
+sanitizers, in a child process (:class:`Memory`, over a :class:`~kernix.checking.sanitized.Driver`),
+three times on each input (:data:`FILLS`); what the runs show is a list of :class:`Problem`. What each
+tells: docs/tutorials/testing.rst, "Exact buffers, under sanitizers".
 """
 
 from __future__ import annotations
@@ -18,7 +13,6 @@ import numpy as np
 
 from ..language.shapes import bind
 from ..language.sizes import evaluate
-from ..runtime.arguments import coerce_attr
 from .compare import compare, show
 from .sanitized import Crash, Driver, driver_for
 
@@ -51,13 +45,12 @@ def _element(shape: tuple[int, ...], flat: int) -> tuple[int, ...]:
 class Memory:
     """Runs the subject's kernel and backward kernel on exact buffers (``why`` says why it cannot, if so)."""
 
-    def __init__(self, s: Any, sanitizer: str = "address") -> None:
+    def __init__(self, s: Any) -> None:
         self.s = s
         self.cuda = s.fn.module.platform == "cuda"
-        sanitizer = "memcheck" if self.cuda else sanitizer  # CUDA: under compute-sanitizer's tools
+        sanitizer = "memcheck" if self.cuda else "address"  # CUDA: under compute-sanitizer's tools
         exe, self.why = driver_for(s.fn.module, sanitizer)
         self.driver = Driver(exe, s.fn.module.functions, sanitizer) if exe is not None else None
-        self.sanitizer = sanitizer
         #: The outputs of the last forward run (its first call), as the driver gave them.
         self.outputs: list[np.ndarray] = []
         #: The drivers that look for races and uninitialised reads, by tool, built on first use (None: cannot).
@@ -75,9 +68,7 @@ class Memory:
         racecheck (threads of a block racing on shared memory)."""
         if self.cuda:
             return self._races(xs, "initcheck") or self._races(xs, "racecheck")
-        if not any(p.role == "threads" for p in self.s.spec.params):
-            return []
-        return self._races(xs, "thread")
+        return self._races(xs, "thread") if any(p.role == "threads" for p in self.s.spec.params) else []
 
     def _races(self, xs: Sequence[np.ndarray], tool: str) -> list[Problem]:
         s = self.s
@@ -88,18 +79,15 @@ class Memory:
             return []
         times = max(64, (1 << 20) // max(sum(x.size for x in xs), 1))  # ranges long enough to overlap in time
         big = self._larger(xs, times)
-        problems = []
         for inputs in ([xs, big] if big is not None and not self.cuda else [xs]):
             inputs = [np.asarray(x, order="C") for x in inputs]
             outputs = [(o.shape, o.dtype) for o in s.out_structs(inputs)]
-            coerced = {p.name: coerce_attr(s.spec.name, p, s.attrs[p.name]) for p in s.spec.attrs}
-            ran = driver.call(s.spec.name, inputs, outputs, coerced, self._scratch(s.spec, inputs, s.attrs))
+            ran = driver.call(s.spec.name, inputs, outputs, s.attrs, self._scratch(s.spec, inputs, s.attrs))
             if isinstance(ran, Crash):
                 under = f"compute-sanitizer {tool}" if self.cuda else "ThreadSanitizer"
-                problems.append(Problem(ran.parameter, f"under {under}, on {s.describe_inputs(inputs)}: "
-                                        f"the kernel {ran.message}", "crash"))
-                break
-        return problems
+                return [Problem(ran.parameter, f"under {under}, on {s.describe_inputs(inputs)}: the kernel "
+                                f"{ran.message}", "crash")]
+        return []
 
     def _scratch(self, spec: Any, xs: Sequence[np.ndarray], attrs: dict[str, Any]) -> tuple[int, ...]:
         if spec.scratch is None:
@@ -124,9 +112,8 @@ class Memory:
         problems = self._runs(s.spec, xs, outputs, attrs, "")
         if cotangents is not None and s.backward is not None and not any(p.unsafe for p in problems):
             spec = s.fn.module.functions[s.backward]
-            battrs = {p.name: attrs[p.name] for p in spec.attrs if p.name in attrs}
             grads = [(x.shape, x.dtype) for x in xs]
-            problems += self._runs(spec, [*xs, *cotangents], grads, battrs, f"its backward kernel {spec.name}() ")
+            problems += self._runs(spec, [*xs, *cotangents], grads, attrs, f"its backward kernel {spec.name}() ")
         return problems
 
     def guard(self, xs: Sequence[np.ndarray]) -> str | None:
@@ -151,11 +138,10 @@ class Memory:
 
     def _runs(self, spec: Any, xs: list[np.ndarray], outputs: list[tuple[Any, Any]], attrs: dict[str, Any],
               who: str) -> list[Problem]:
-        coerced = {p.name: coerce_attr(spec.name, p, attrs[p.name]) for p in spec.attrs}
         scratch = self._scratch(spec, xs, attrs)
         runs = []
         for fill in FILLS:
-            ran = self.driver.call(spec.name, xs, outputs, coerced, scratch, fill)  # type: ignore[union-attr]
+            ran = self.driver.call(spec.name, xs, outputs, attrs, scratch, fill)  # type: ignore[union-attr]
             if isinstance(ran, Crash):
                 if ran.unavailable:
                     return [Problem(None, ran.message, "unavailable")]

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Literal, Sequence
 
 from ..errors import CheckError
 
@@ -87,9 +87,6 @@ class CheckReport(Sequence[CheckResult]):
     def __len__(self) -> int:
         return len(self.results)
 
-    def __iter__(self) -> Iterator[CheckResult]:
-        return iter(self.results)
-
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
             for r in self.results:
@@ -115,10 +112,7 @@ class CheckReport(Sequence[CheckResult]):
 
     def __str__(self) -> str:
         width = max((len(r.name) for r in self.results), default=0)
-        lines = [self.summary()]
-        for r in self.results:
-            lines.append(f"  {r.status:<6}  {r.name:<{width}}  {r.detail}")
-        return "\n".join(lines)
+        return "\n".join([self.summary(), *(f"  {r.status:<6}  {r.name:<{width}}  {r.detail}" for r in self.results)])
 
     def __repr__(self) -> str:
         return f"<kernix.CheckReport {self.summary()}>"

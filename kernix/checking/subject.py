@@ -5,6 +5,7 @@ making more examples like the given one."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -15,9 +16,8 @@ from ..language.dtypes import numpy_dtype
 from ..errors import CallError
 from ..language.shapes import Signature, bind, parse_signature
 from .compare import Mismatch, Tolerance, compare, show
-from .report import CheckResult
 
-__all__ = ["Subject", "as_outputs", "variants", "stack", "failure", "describe"]
+__all__ = ["Subject", "as_outputs", "variants", "stack", "describe"]
 
 
 def as_outputs(result: Any, count: int, who: str) -> tuple[Any, ...]:
@@ -35,10 +35,6 @@ def describe(exc: BaseException) -> str:
     if len(lines) > 6:
         text = "\n".join(lines[:6]) + " ..."
     return f"{type(exc).__name__}: {text}"
-
-
-def failure(name: str, mismatch: Mismatch, parameter: str | None = None, **extra: Any) -> CheckResult:
-    return CheckResult(name, "failed", mismatch.message, mismatch.difference, mismatch.index, parameter, **extra)
 
 
 class Subject:
@@ -59,8 +55,7 @@ class Subject:
         self.signature: Signature | None = parse_signature(self.spec.signature) if self.spec.signature else None
         #: The example as NumPy arrays, converted as JAX converts them (float64 is float32 unless 64-bit mode is on).
         self.example = tuple(np.array(self.put(a)) for a in args)
-        backward = fn.module.backward_name(self.spec.name) if self.signature is not None else None
-        self.backward: str | None = backward
+        self.backward: str | None = fn.module.backward_name(self.spec.name) if self.signature is not None else None
         self.tangent: str | None = fn.module.tangent_name(self.spec.name) if self.signature is not None else None
         self.name = fn.target
 
@@ -133,7 +128,7 @@ class Subject:
                  names: Sequence[str] | None = None, kind: str = "output",
                  against: str = "the reference") -> tuple[Mismatch, str] | None:
         """The first output (or gradient) that differs, and its parameter's name."""
-        tolerance = self.tolerance.scaled(scale)
+        tolerance = dataclasses.replace(self.tolerance, scale=scale)
         for name, g, w in zip(names or self.output_names, got, want):
             m = compare(f"{kind} {name!r}{how}", g, w, tolerance, against)
             if m is not None:

@@ -1,9 +1,6 @@
-"""The checks under JAX's transformations: eager, ``jit``, ``vmap`` (and that
-it is one kernel call), ``grad`` and ``jvp`` against the reference and against
-finite differences, sharding over several devices, and the ``kernix.export`` round
-trip.  Each takes a :class:`~kernix.checking.subject.Subject` and returns
-:class:`~kernix.checking.report.CheckResult` rows; an exception the kernel
-raises is a failure, reported with its message."""
+"""The checks under JAX's transformations, ``eager`` to ``export`` in :data:`~kernix.checking.report.CHECKS`.
+Each takes a :class:`~kernix.checking.subject.Subject` and returns :class:`~kernix.checking.report.CheckResult`
+rows; an exception the kernel raises is a failure, reported with its message."""
 
 from __future__ import annotations
 
@@ -16,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .report import CheckResult
-from .subject import Subject, describe, failure, stack, variants
+from .subject import Subject, describe, stack, variants
 
-__all__ = ["check_eager", "check_jit", "check_vmap", "check_grad", "check_jvp", "check_sharded",
+__all__ = ["check_called", "check_vmap", "check_grad", "check_jvp", "check_sharded",
            "check_export", "count_calls", "example_cotangents"]
 
 #: How many examples a vmap check batches.
@@ -32,7 +29,7 @@ def _compared(name: str, s: Subject, got: Sequence[Any], want: Sequence[Any], pa
               against: str = "the reference") -> CheckResult:
     found = s.mismatch(got, want, how, scale, names, kind, against)
     if found is not None:
-        return failure(name, found[0], found[1])
+        return CheckResult(name, "failed", found[0].message, found[0].difference, found[0].index, found[1])
     return CheckResult(name, "passed", passed)
 
 
@@ -43,22 +40,18 @@ def _guarded(name: str, run: Callable[[], CheckResult]) -> CheckResult:
         return CheckResult(name, "failed", f"raised {describe(exc)}")
 
 
-def _called(name: str, s: Subject, call: Callable[..., Sequence[Any]], expected: Sequence[Any]) -> CheckResult:
-    """``call`` on the example against ``expected``; the inputs must not change."""
-    args = s.args
-    got = call(*args)
-    changed = s.changed_input(args)
-    if changed:
-        return CheckResult(name, "failed", changed, parameter=changed.split("'")[1])
-    return _compared(name, s, got, expected, "matches the reference on the example")
+def check_called(name: str, s: Subject, call: Callable[..., Sequence[Any]], expected: Sequence[Any]) -> CheckResult:
+    """The ``eager`` or ``jit`` row: ``call`` on the example against ``expected``; the inputs must not change."""
 
+    def run() -> CheckResult:
+        args = s.args
+        got = call(*args)
+        changed = s.changed_input(args)
+        if changed:
+            return CheckResult(name, "failed", changed, parameter=changed.split("'")[1])
+        return _compared(name, s, got, expected, "matches the reference on the example")
 
-def check_eager(s: Subject, expected: Sequence[Any]) -> CheckResult:
-    return _guarded("eager", lambda: _called("eager", s, s.kernel, expected))
-
-
-def check_jit(s: Subject, expected: Sequence[Any]) -> CheckResult:
-    return _guarded("jit", lambda: _called("jit", s, jax.jit(s.kernel), expected))
+    return _guarded(name, run)
 
 
 def count_calls(compiled_text: str, target: str) -> tuple[int, bool]:
@@ -98,19 +91,12 @@ def check_vmap(s: Subject, guard: Callable[[Sequence[np.ndarray]], str | None] |
         if crash is not None:
             return [CheckResult("vmap", "failed", f"not run under XLA: {crash}"),
                     CheckResult("vmap_one_call", "n/a", "not run: see 'vmap'")]
-    rows: list[CheckResult] = []
-    checked = []
-    for how, axes in _vmap_axes(s):
-        row = _guarded("vmap", functools.partial(_vmap_values, s, examples, how, axes))
-        if row.failed:
-            rows.append(row)
-            break
-        checked.append(how)
-    else:
-        rows.append(CheckResult("vmap", "passed", f"a batch of {VMAP_BATCH} examples over {' and over '.join(checked)} "
-                                "matches the reference on each"))
-    rows.append(_guarded("vmap_one_call", lambda: _one_call(s, examples)))
-    return rows
+    ways = _vmap_axes(s)
+    rows = (_guarded("vmap", functools.partial(_vmap_values, s, examples, how, axes)) for how, axes in ways)
+    vmap = next((row for row in rows if row.failed), None) or CheckResult(
+        "vmap", "passed", f"a batch of {VMAP_BATCH} examples over {' and over '.join(how for how, _ in ways)} matches "
+        "the reference on each")
+    return [vmap, _guarded("vmap_one_call", lambda: _one_call(s, examples))]
 
 
 def _one_call(s: Subject, examples: list[tuple[np.ndarray, ...]]) -> CheckResult:
@@ -157,19 +143,11 @@ def example_cotangents(s: Subject, xs: Sequence[np.ndarray]) -> list[np.ndarray]
 def gradients(call: Callable[..., Sequence[Any]], args: Sequence[Any], cts: Sequence[Any]) -> list[Any]:
     """The gradient of ``sum(output * cotangent)`` over the outputs with a
     cotangent, with respect to each floating input (traceable: jit it)."""
-    which = [i for i, x in enumerate(args) if _floating(x)]
 
-    def loss(*floats: Any) -> Any:
-        full = list(args)
-        for i, v in zip(which, floats):
-            full[i] = v
-        total: Any = 0.0
-        for o, c in zip(call(*full), cts):
-            if c is not None:
-                total = total + jnp.sum(o * c)
-        return total
+    def loss(*xs: Any) -> Any:
+        return sum((jnp.sum(o * c) for o, c in zip(call(*xs), cts) if c is not None), 0.0)
 
-    return list(jax.grad(loss, argnums=tuple(range(len(which))))(*(args[i] for i in which)))
+    return list(jax.grad(loss, argnums=tuple(i for i, x in enumerate(args) if _floating(x)))(*args))
 
 
 def _derivative_na(s: Subject, kernel: str | None, word: str, transform: str) -> str | None:
@@ -200,7 +178,9 @@ def check_grad(s: Subject) -> list[CheckResult]:
         return _compared("grad", s, got, want, f"gradients of {', '.join(names)} match the reference's (through "
                          f"{s.backward})", scale=GRAD_SCALE, names=names, kind="gradient of input")
 
-    return [_guarded("grad", against_reference), _guarded("finite_differences", lambda: _finite_differences(s, names))]
+    fd = functools.partial(_finite_differences, s, "rev", "finite_differences", f"gradients of {', '.join(names)} "
+                           "agree with finite differences (jax.test_util.check_grads, JAX's tolerances)")
+    return [_guarded("grad", against_reference), _guarded("finite_differences", fd)]
 
 
 def _with_floats(s: Subject, call: Callable[..., Sequence[Any]]) -> Callable[..., tuple[Any, ...]]:
@@ -215,9 +195,9 @@ def _with_floats(s: Subject, call: Callable[..., Sequence[Any]]) -> Callable[...
     return outputs
 
 
-def _finite_differences_failure(s: Subject, mode: str) -> str | None:
-    """Why ``mode`` (``"rev"``, ``"fwd"``) derivatives of the kernel disagree with finite differences, saying
-    whether the reference's disagree too; ``None`` when they agree."""
+def _finite_differences(s: Subject, mode: str, name: str, passed: str) -> CheckResult:
+    """Row ``name``: whether ``mode`` (``"rev"``, ``"fwd"``) derivatives of the kernel agree with finite
+    differences; when not, whether the reference's disagree too."""
     from jax.test_util import check_grads
 
     floats = tuple(x for x in s.args if _floating(x))
@@ -232,21 +212,13 @@ def _finite_differences_failure(s: Subject, mode: str) -> str | None:
 
     found = fails(s.kernel)
     if found is None:
-        return None
+        return CheckResult(name, "passed", passed)
     reference = fails(s.ref)
     verdict = (f"the reference fails the same check ({reference}): finite differences are too coarse here; "
                "check in float64, or trust the comparison with the reference" if reference is not None else
                f"the reference passes it: the kernel's {'gradient' if mode == 'rev' else 'tangent'} is wrong")
-    return (f"jax.test_util.check_grads: the {'reverse' if mode == 'rev' else 'forward'}-mode derivative disagrees "
-            f"with finite differences ({found}); {verdict}")
-
-
-def _finite_differences(s: Subject, names: list[str]) -> CheckResult:
-    found = _finite_differences_failure(s, "rev")
-    if found is not None:
-        return CheckResult("finite_differences", "failed", found)
-    return CheckResult("finite_differences", "passed", f"gradients of {', '.join(names)} agree with finite "
-                       "differences (jax.test_util.check_grads, JAX's tolerances)")
+    return CheckResult(name, "failed", f"jax.test_util.check_grads: the {'reverse' if mode == 'rev' else 'forward'}"
+                       f"-mode derivative disagrees with finite differences ({found}); {verdict}")
 
 
 def check_jvp(s: Subject) -> CheckResult:
@@ -263,15 +235,12 @@ def check_jvp(s: Subject) -> CheckResult:
         def forward(call: Callable[..., Sequence[Any]]) -> Any:
             return jax.jit(lambda xs, ts: jax.jvp(_with_floats(s, call), xs, ts)[1])(floats, tangents)
 
-        found = s.mismatch(forward(s.kernel), forward(s.ref), scale=GRAD_SCALE, names=outputs,
-                           kind="forward-mode tangent of output")
-        if found is not None:
-            return failure("jvp", found[0], found[1])
-        fd = _finite_differences_failure(s, "fwd")
-        if fd is not None:
-            return CheckResult("jvp", "failed", fd)
-        return CheckResult("jvp", "passed", f"tangents of {', '.join(outputs)} match the reference's (through "
-                           f"{s.tangent}) and agree with finite differences")
+        row = _compared("jvp", s, forward(s.kernel), forward(s.ref), "", scale=GRAD_SCALE, names=outputs,
+                        kind="forward-mode tangent of output")
+        if row.failed:
+            return row
+        return _finite_differences(s, "fwd", "jvp", f"tangents of {', '.join(outputs)} match the reference's "
+                                   f"(through {s.tangent}) and agree with finite differences")
 
     return _guarded("jvp", run)
 
