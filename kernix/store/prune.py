@@ -178,13 +178,13 @@ def candidates(found: Survey, base: str | os.PathLike[str]) -> list[Candidate]:
         module = os.path.basename(os.path.dirname(path))
         if is_module_name(module):
             out.append(Candidate("entry", module, path, size, found.used[path], printable(os.path.basename(path))))
-    for kind, directories in (("work directory", found.workdirs), ("leftovers", found.leftovers)):
-        for path, size in directories.items():
-            module = owner("build", os.path.basename(path))
-            st = lstat_or_none(path)
-            if is_module_name(module) and st is not None and (
-                    kind == "work directory" or st.st_mtime < time.time() - LEFTOVERS_AGE_S):
-                out.append(Candidate(kind, module, path, size, st.st_mtime))
+    for path, size in found.builds.items():
+        kind = "leftovers" if os.path.basename(path).startswith(".") else "work directory"
+        module = owner("build", os.path.basename(path))
+        st = lstat_or_none(path)
+        if is_module_name(module) and st is not None and (
+                kind == "work directory" or st.st_mtime < time.time() - LEFTOVERS_AGE_S):
+            out.append(Candidate(kind, module, path, size, st.st_mtime))
     out += _preludes(Path(base), found)
     out.sort(key=lambda c: (c.used, c.path))
     return out
