@@ -105,8 +105,7 @@ def record(root: str | os.PathLike[str], space: str, fingerprint: str, value: An
            what: str, verbose: bool = False) -> None:
     """Remember ``value`` for ``fingerprint`` in ``space`` (failing to is no
     error); ``files``: the :func:`file_stats` taken before it was computed."""
-    code = _identity()[1]  # as taken before code_identity() read them
-    data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": [*files, *code]}
+    data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": [*files, *_identity()[1]]}
     if write_record(_record_path(root, space, fingerprint), data):
         notes.note(f"{what}: direct record {fingerprint[:16]}", verbose=verbose)
 

@@ -121,8 +121,7 @@ def _refused_message(path: Path, root: Path, name: str, exc: OSError) -> str:
 
 
 def _take(fd: int, path: Path, root: Path, name: str, *, wait: bool, verbose: bool = False) -> bool:
-    """Take the lock on ``fd``: at once or not at all, or (``wait``) waiting
-    up to ``$KERNIX_LOCK_TIMEOUT`` seconds, naming the holder after a few."""
+    """Take the lock on ``fd`` as :func:`build_lock` says; whether it is held."""
     timeout = lock_timeout() if wait else 0.0
     start = time.monotonic()
     announced = False
@@ -150,11 +149,11 @@ def _take(fd: int, path: Path, root: Path, name: str, *, wait: bool, verbose: bo
 
 @contextlib.contextmanager
 def build_lock(root: Path, name: str, *, wait: bool = True, verbose: bool = False) -> Iterator[bool]:
-    """Hold the build lock of module ``name`` under cache root ``root``, waiting
-    up to ``$KERNIX_LOCK_TIMEOUT`` seconds for another holder (a :class:`CacheError`
-    naming it then), or, without ``wait``, only if no process holds it: yields
-    whether it is held; a :class:`CacheError` when it cannot be opened safely,
-    or the file system refuses ``flock``."""
+    """Hold the build lock of module ``name`` under cache root ``root``: waiting for
+    another holder (naming it after a few seconds) up to ``$KERNIX_LOCK_TIMEOUT``
+    seconds, then a :class:`CacheError`; without ``wait``, only if no process holds
+    it.  Yields whether it is held; a :class:`CacheError` when it cannot be opened
+    safely, or the file system refuses ``flock``."""
     path, fd = _open_in(root, name)
     try:
         yield _take(fd, path, root, name, wait=wait, verbose=verbose)

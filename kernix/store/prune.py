@@ -30,8 +30,6 @@ from .entries import entry_time
 __all__ = ["DEFAULT_MAX_SIZE", "MAX_SIZE_VARIABLE", "Candidate", "after_publish", "candidates", "format_age",
            "format_size", "max_size", "parse_age", "parse_size", "prune_cache"]
 
-_INFO = 20  # logging.INFO
-
 #: The limit when ``$KERNIX_CACHE_MAX_SIZE`` is unset: 5 GiB (see docs/cache.rst, "How big it grows").
 DEFAULT_MAX_SIZE = 5 * 1024**3
 #: The environment variable that sets the limit.
@@ -239,7 +237,7 @@ class _Pruning:
                 total -= c.size
                 self.removed.append((c, why))
                 note(f"cache: evicted {c.label} ({format_size(c.size)}, last used "
-                     f"{format_age(time.time() - c.used)} ago): {why}", level=_INFO)
+                     f"{format_age(time.time() - c.used)} ago): {why}", level=20)  # (logging.INFO)
             else:
                 self.kept.append((c, kept))
                 note(f"cache: kept {c.label} ({format_size(c.size)}): {kept}")
