@@ -95,14 +95,8 @@ def _key_files(request: LoadRequest) -> list[str]:
 
 def store_inline_source(request: LoadRequest) -> None:
     """Store the source of an inline ``request`` again if it is gone (or holds
-    other bytes); nothing for a file or directory load.
-
-    The inline loaders store it before any lock is taken, so a ``kernix cache
-    clear`` of the module may remove it before a build reads it: the build
-    stores it again before the key is computed from it, and once more once it
-    holds the build lock.  Its name is its content's hash, so storing it again
-    changes nothing another process could read.
-    """
+    other bytes), as a clear may have removed it (why and when: docs/how-it-works.rst,
+    "What is atomic"); nothing for a file or directory load."""
     if request.inline_source is None:
         return
     (path,) = request.sources

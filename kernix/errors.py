@@ -9,34 +9,6 @@ that compilers and editors understand.
 
 from __future__ import annotations
 
-__all__ = [
-    "KernixError",
-    "ArgSpecError",
-    "SignatureError",
-    "OptionError",
-    "InvalidNameError",
-    "SourceNotFoundError",
-    "CallError",
-    "KernelRuntimeError",
-    "CheckError",
-    "SourceError",
-    "InferenceError",
-    "CompilationError",
-    "ToolchainError",
-    "CacheError",
-    "RegistrationError",
-    "PrebuiltError",
-    "AnnotationWarning",
-    "ReloadWarning",
-    "TuningWarning",
-    *(
-        "BrainEventError KernelError KernelCompilationError KernelToolchainError NvccNotFoundError "
-        "HostCompilerNotFoundError HeaderNotFoundError GpuArchDetectionError UnsupportedArchError "
-        "KernelLoadError KernelRegistrationError"
-    ).split(),
-]
-
-
 class KernixError(Exception):
     """Base class of every error kernix raises on purpose."""
 
@@ -267,3 +239,6 @@ GpuArchDetectionError = ToolchainError
 UnsupportedArchError = ToolchainError
 KernelLoadError = RegistrationError
 KernelRegistrationError = RegistrationError
+
+#: Every class above and each alias is public.
+__all__ = [name for name, value in globals().items() if isinstance(value, type)]

@@ -228,9 +228,8 @@ def _load_inline(
 
 
 def _file(p: Path, language: Language) -> Path:
-    what = "CUDA" if language == "cuda" else "C++"
     if not p.exists():
-        raise SourceNotFoundError(f"{what} source file not found: {printable(p)}")
+        raise SourceNotFoundError(f"{'CUDA' if language == 'cuda' else 'C++'} source file not found: {printable(p)}")
     if p.is_dir():
         raise SourceNotFoundError(f"{printable(p)} is a directory, not a source file: load every "
                                   f"{'/'.join(_DIR_EXTENSIONS[language])} file in it with load_{language}_dir")

@@ -15,21 +15,9 @@ below, never by writing paths under the cache root.
   with files of its own (:func:`new_prelude_file`, :func:`prelude_file`), evicted with them;
 * building: :func:`build_lock`, :func:`work_directory`, :func:`write_source`.
 
-Layout under the cache root (see :func:`kernix.paths.cache_root`)::
-
-    modules/<name>/<key[:32]>/manifest.json   what was built, and from what (manifest.py)
-    modules/<name>/<key[:32]>/module-<sha>.so the library, named by its own hash
-    modules/<name>/<key[:32]>/last-use        its last use, by its mtime (entries.py)
-    build/<name>/                              ninja's working directory (workdir.py)
-    sources/<name>-<sha>.<ext>                 inline sources, written once (files.py)
-    locks/<name>.lock                          held while <name> builds (lock.py)
-    locks/.prune.lock                          held while the cache is pruned (prune.py)
-    direct/<name or .parse>/<fingerprint>.rec  the direct index (direct.py)
-    specs/<key[:2]>/<key>.rec                  inferred specs (kernix.frontend.speccache)
-    toolchain/<kind>-<key>.rec                 memos; toolchain/prelude-<key>-<hex>.* a prelude's files
-
-``.rec`` files are records (marshal'd plain data, :mod:`kernix.store.files`);
-manifests are JSON.  Every directory is private to the user, and every file
+The layout under the cache root (:func:`kernix.paths.cache_root`) and its
+formats: docs/how-it-works.rst, "Layout and formats" (each module here names
+the files it owns).  Every directory is private to the user, and every file
 read back that can reach a compiler or the loader is trust-checked first
 (:mod:`kernix.store.trust`).  What only a miss, a build or ``kernix cache``
 needs is imported when first asked for.

@@ -89,16 +89,15 @@ def directories(top: str | os.PathLike[str]) -> Iterator[tuple[str, list[str], i
 class Survey:
     """What one walk of the cache found: ``total``, the bytes of its :data:`AREAS`;
     by path, the bytes below each entry (``entries``; with a manifest:
-    ``complete``; last use: ``used``), work directory (``workdirs``) and
-    directory a build moved aside (``leftovers``); ``preludes``: the files in
+    ``complete``; last use: ``used``) and each directory of ``build/`` (``builds``: a
+    work directory, or one a build moved aside, named ``.*``); ``preludes``: the files in
     ``toolchain/``, ``(size, later of atime and mtime)`` by name."""
 
     total: int = 0
     entries: dict[str, int] = field(default_factory=dict)
     complete: set[str] = field(default_factory=set)
     used: dict[str, float] = field(default_factory=dict)
-    workdirs: dict[str, int] = field(default_factory=dict)
-    leftovers: dict[str, int] = field(default_factory=dict)
+    builds: dict[str, int] = field(default_factory=dict)
     preludes: dict[str, tuple[int, float]] = field(default_factory=dict)
 
 
@@ -127,8 +126,7 @@ def survey(base: str | os.PathLike[str]) -> Survey:
             below = _two_below(directory, build)
             if below:
                 work = os.path.join(build, below[0])
-                into = found.leftovers if below[0].startswith(".") else found.workdirs
-                into[work] = into.get(work, 0) + size
+                found.builds[work] = found.builds.get(work, 0) + size
             if directory == toolchain:
                 found.preludes = {f: (st.st_size, max(st.st_atime, st.st_mtime)) for f, st in stats.items()}
     for entry in found.entries:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .. import notes
 from .files import (
-    COMPILER_ENVIRONMENT, FileStat, UntrustedRecord, content_key, read_record, recall, remember, write_record,
+    COMPILER_ENVIRONMENT, UntrustedRecord, content_key, read_record, recall, remember, write_record,
 )
 
 __all__ = ["DIRECT_FORMAT", "TOOL_ENVIRONMENT", "file_stats", "search_dirs", "lookup", "record", "code_files",
@@ -105,8 +105,7 @@ def record(root: str | os.PathLike[str], space: str, fingerprint: str, value: An
            what: str, verbose: bool = False) -> None:
     """Remember ``value`` for ``fingerprint`` in ``space`` (failing to is no
     error); ``files``: the :func:`file_stats` taken before it was computed."""
-    code = [list(s) for s in _identity()[1]]  # as taken before code_identity() read them
-    data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": [*files, *code]}
+    data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": [*files, *_identity()[1]]}
     if write_record(_record_path(root, space, fingerprint), data):
         notes.note(f"{what}: direct record {fingerprint[:16]}", verbose=verbose)
 
@@ -126,12 +125,12 @@ def code_files() -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _identity() -> tuple[str, tuple[tuple[Any, ...], ...]]:
+def _identity() -> tuple[str, list[list[Any]]]:
     """``(SHA-256 over the files' names and content, their stats taken before
     reading them)``; the digest is remembered per stats."""
     paths = code_files()
-    stats = tuple((p, *FileStat.of(p)) for p in paths)
-    memo = content_key(list(stats))[:24]
+    stats = file_stats(paths)
+    memo = content_key(stats)[:24]
     digest = recall("kernix-code", memo)
     if isinstance(digest, str) and len(digest) == 64:
         return digest, stats

@@ -22,8 +22,10 @@ class ElfError(ValueError):
     """A file that is not a whole ELF file, or lacks an expected symbol."""
 
 
-def _sections(path: Path, data: bytes | None = None) -> tuple[bytes, list[tuple[int, ...]]]:
-    """``path``'s bytes (``data``, when read) and its section headers, checked to lie inside them."""
+def check_elf(path: Path, data: bytes | None = None) -> tuple[bytes, list[tuple[int, ...]]]:
+    """Raise :class:`ElfError` unless ``path`` (whose bytes are ``data``, when
+    read) is a whole ELF file: every table and section it names inside it;
+    its bytes and its section headers."""
     if data is None:
         try:
             data = path.read_bytes()
@@ -44,16 +46,10 @@ def _sections(path: Path, data: bytes | None = None) -> tuple[bytes, list[tuple[
     return data, sections
 
 
-def check_elf(path: Path, data: bytes | None = None) -> None:
-    """Raise :class:`ElfError` unless ``path`` (whose bytes are ``data``, when
-    read) is a whole ELF file: every table and section it names inside it."""
-    _sections(path, data)
-
-
 def check_library(path: Path, symbols: Iterable[str]) -> None:
     """Raise :class:`ElfError` unless ``path`` is a whole shared library
     that exports every name in ``symbols`` (defines it in its dynamic symbol table)."""
-    data, sections = _sections(path)
+    data, sections = check_elf(path)
     names: set[str] = set()
     for sec in sections:
         if sec[1] != _SHT_DYNSYM or sec[6] >= len(sections):

@@ -168,12 +168,7 @@ def publish(root: Path, name: str, key: str, built_so: Path, functions: "Sequenc
             handlers=dict(handlers), specs_sha256=hashlib.sha256(specs).hexdigest(),
             dependencies=tuple(tuple(d) for d in dependencies), created=time.time(),
         )
-        fd = os.open(entry / LAST_USE, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:  # the last-use file, before the manifest
-            os.fchmod(fd, 0o644)  # whatever the umask
-            os.utime(fd)
-        finally:
-            os.close(fd)
+        atomic_write(entry / LAST_USE, b"", durable=False)  # before the manifest; replacing what is there
         manifest.write()
         manifest.keep_specs()
         for old in entry.glob("module-*.so"):  # superseded libraries of this entry

@@ -7,9 +7,8 @@ alone is no change); one that changed while a build read it is *unsettled*
 (:func:`settled_versions`), never current.
 
 A *record* (``*.rec``) is :data:`RECORD_MAGIC` and one plain value in
-:mod:`marshal`'s format 4.  marshal is not meant for data others could craft:
-records are read only where no other user could have written them, and each
-reader validates what it finds (a wrong shape is a miss).
+:mod:`marshal`'s format 4 (why, and how it is kept safe: docs/how-it-works.rst,
+"Layout and formats").
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from ..errors import CacheError
 from ..notes import note
 from .trust import check_private, io_message, makedirs
 
-__all__ = ["build_lock", "try_lock", "lock_timeout", "ANNOUNCE_AFTER_S", "PRUNE_LOCK", "MEMOS_LOCK"]
+__all__ = ["build_lock", "lock_timeout", "ANNOUNCE_AFTER_S", "PRUNE_LOCK", "MEMOS_LOCK"]
 
 #: Seconds a waiter waits before saying whom it waits for.
 ANNOUNCE_AFTER_S = 3.0
@@ -121,8 +121,7 @@ def _refused_message(path: Path, root: Path, name: str, exc: OSError) -> str:
 
 
 def _take(fd: int, path: Path, root: Path, name: str, *, wait: bool, verbose: bool = False) -> bool:
-    """Take the lock on ``fd``: at once or not at all, or (``wait``) waiting
-    up to ``$KERNIX_LOCK_TIMEOUT`` seconds, naming the holder after a few."""
+    """Take the lock on ``fd`` as :func:`build_lock` says; whether it is held."""
     timeout = lock_timeout() if wait else 0.0
     start = time.monotonic()
     announced = False
@@ -149,25 +148,14 @@ def _take(fd: int, path: Path, root: Path, name: str, *, wait: bool, verbose: bo
 
 
 @contextlib.contextmanager
-def try_lock(root: Path, name: str) -> Iterator[bool]:
-    """Hold the build lock of ``name`` under ``root`` if no process holds it,
-    without waiting: yields whether it is held; a :class:`CacheError` when it
-    cannot be opened safely, or the file system refuses ``flock``."""
+def build_lock(root: Path, name: str, *, wait: bool = True, verbose: bool = False) -> Iterator[bool]:
+    """Hold the build lock of module ``name`` under cache root ``root``: waiting for
+    another holder (naming it after a few seconds) up to ``$KERNIX_LOCK_TIMEOUT``
+    seconds, then a :class:`CacheError`; without ``wait``, only if no process holds
+    it.  Yields whether it is held; a :class:`CacheError` when it cannot be opened
+    safely, or the file system refuses ``flock``."""
     path, fd = _open_in(root, name)
     try:
-        yield _take(fd, path, root, name, wait=False)
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def build_lock(root: Path, name: str, *, verbose: bool = False) -> Iterator[None]:
-    """Hold the build lock of module ``name`` under cache root ``root``; a
-    :class:`CacheError` when it cannot be opened safely, or after
-    ``$KERNIX_LOCK_TIMEOUT`` seconds of waiting (naming the holder)."""
-    path, fd = _open_in(root, name)
-    try:
-        _take(fd, path, root, name, wait=True, verbose=verbose)
-        yield
+        yield _take(fd, path, root, name, wait=wait, verbose=verbose)
     finally:
         os.close(fd)  # closing drops the flock

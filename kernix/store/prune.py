@@ -23,14 +23,12 @@ from ..paths import cache_root, printable
 from ..notes import note
 from .admin import Clearing, Survey, is_real_dir, listing, lstat_or_none, owner, read_survey, survey
 from .files import PRELUDE_FILE, source_module
-from .lock import PRUNE_LOCK, build_lock, try_lock
+from .lock import PRUNE_LOCK, build_lock
 from .manifest import Manifest
 from .entries import entry_time
 
 __all__ = ["DEFAULT_MAX_SIZE", "MAX_SIZE_VARIABLE", "Candidate", "after_publish", "candidates", "format_age",
            "format_size", "max_size", "parse_age", "parse_size", "prune_cache"]
-
-_INFO = 20  # logging.INFO
 
 #: The limit when ``$KERNIX_CACHE_MAX_SIZE`` is unset: 5 GiB (see docs/cache.rst, "How big it grows").
 DEFAULT_MAX_SIZE = 5 * 1024**3
@@ -121,32 +119,23 @@ def format_age(seconds: float) -> str:
 class Candidate:
     """Something a prune may remove: an ``"entry"``, a ``"work directory"``,
     ``"leftovers"`` or a ``"prelude"`` (``files``: its record, then its files),
-    of ``module`` (``""`` for a prelude), ``size`` bytes, last used at ``used``."""
+    of ``module`` (``""`` for a prelude), ``size`` bytes, last used at ``used``;
+    an entry's ``key`` (its directory's name) or a prelude's (from its file names)."""
 
     kind: str
     module: str
     path: str
     size: int
     used: float
+    key: str | None = None
     files: tuple[str, ...] = ()
-
-    @property
-    def key(self) -> str | None:
-        """An entry's key (its directory's name), a prelude's (from its file names); else ``None``."""
-        if self.kind == "entry":
-            return printable(os.path.basename(self.path))
-        if self.kind == "prelude":
-            return re.fullmatch(PRELUDE_FILE, os.path.basename(self.path)).group(1)  # type: ignore[union-attr]
-        return None
 
     @property
     def label(self) -> str:
         """``ops 1a2b3c4d5e6f``, ``ops (work directory)``, ``prelude 1a2b3c4d5e6f``."""
-        if self.kind == "prelude":
-            return f"prelude {self.key[:12]}"  # type: ignore[index]
-        if self.kind == "entry":
-            return f"{printable(self.module)} {self.key[:12]}"  # type: ignore[index]
-        return f"{printable(self.module)} ({self.kind})"
+        if self.key is None:
+            return f"{printable(self.module)} ({self.kind})"
+        return f"{'prelude' if self.kind == 'prelude' else printable(self.module)} {self.key[:12]}"
 
     def record(self, now: float, **more: Any) -> dict[str, Any]:
         """What :func:`prune_cache` reports of it."""
@@ -170,11 +159,11 @@ def _preludes(base: Path, found: Survey) -> list[Candidate]:
             groups.setdefault(match.group(1), []).append(name)
     out = []
     toolchain = base / "toolchain"
-    for names in groups.values():
+    for key, names in groups.items():
         names.sort(key=lambda n: not n.endswith(".rec"))  # the record first: no record names a removed file
         files = [n for n in names if not n.endswith(".rec")] or names
         out.append(Candidate("prelude", "", os.fspath(toolchain / names[0]),
-                             sum(found.preludes[n][0] for n in names), max(found.preludes[n][1] for n in files),
+                             sum(found.preludes[n][0] for n in names), max(found.preludes[n][1] for n in files), key,
                              tuple(os.fspath(toolchain / n) for n in names)))
     return out
 
@@ -186,14 +175,14 @@ def candidates(found: Survey, base: str | os.PathLike[str]) -> list[Candidate]:
     for path, size in found.entries.items():
         module = os.path.basename(os.path.dirname(path))
         if is_module_name(module):
-            out.append(Candidate("entry", module, path, size, found.used[path]))
-    for kind, directories in (("work directory", found.workdirs), ("leftovers", found.leftovers)):
-        for path, size in directories.items():
-            module = owner("build", os.path.basename(path))
-            st = lstat_or_none(path)
-            if is_module_name(module) and st is not None and (
-                    kind == "work directory" or st.st_mtime < time.time() - LEFTOVERS_AGE_S):
-                out.append(Candidate(kind, module, path, size, st.st_mtime))
+            out.append(Candidate("entry", module, path, size, found.used[path], printable(os.path.basename(path))))
+    for path, size in found.builds.items():
+        kind = "leftovers" if os.path.basename(path).startswith(".") else "work directory"
+        module = owner("build", os.path.basename(path))
+        st = lstat_or_none(path)
+        if is_module_name(module) and st is not None and (
+                kind == "work directory" or st.st_mtime < time.time() - LEFTOVERS_AGE_S):
+            out.append(Candidate(kind, module, path, size, st.st_mtime))
     out += _preludes(Path(base), found)
     out.sort(key=lambda c: (c.used, c.path))
     return out
@@ -248,7 +237,7 @@ class _Pruning:
                 total -= c.size
                 self.removed.append((c, why))
                 note(f"cache: evicted {c.label} ({format_size(c.size)}, last used "
-                     f"{format_age(time.time() - c.used)} ago): {why}", level=_INFO)
+                     f"{format_age(time.time() - c.used)} ago): {why}", level=20)  # (logging.INFO)
             else:
                 self.kept.append((c, kept))
                 note(f"cache: kept {c.label} ({format_size(c.size)}): {kept}")
@@ -261,7 +250,7 @@ class _Pruning:
         if c.module == self.held:
             return self._remove_locked(c)
         try:
-            with try_lock(self.base, c.module) as locked:
+            with build_lock(self.base, c.module, wait=False) as locked:
                 return self._remove_locked(c) if locked else "its module is being built or cleared"
         except CacheError as exc:  # (a lock file no kernix can hold: `kernix cache clear` removes it)
             return f"its build lock cannot be taken ({exc})"
@@ -402,7 +391,7 @@ def after_publish(root: Path, manifest: Manifest) -> None:
         return
     pruning = _Pruning(root, held=manifest.name, keep=os.fspath(manifest.directory))
     try:
-        with try_lock(root, PRUNE_LOCK) as ours:
+        with build_lock(root, PRUNE_LOCK, wait=False) as ours:
             if not ours:
                 note("cache: another process is pruning the cache; leaving it to that one")
                 return
