@@ -9,8 +9,9 @@ import pytest
 
 import kernix
 from kernix.errors import CallError, InferenceError, SignatureError
-from kernix.language.annotation import check_pairs, leading_comment
-from kernix.language.shapes import Group, bind, parse_signature, split_annotation
+from kernix.frontend.lexer import Annotation
+from kernix.language.annotation import annotate_spec, check_pairs, leading_comment
+from kernix.language.shapes import Group, bind, parse_signature
 from kernix.language.spec import FunctionSpec, Param
 
 from helpers import unique_name
@@ -64,10 +65,15 @@ def test_parse_errors(text, match):
         parse_signature(text)
 
 
-def test_split_annotation():
-    assert split_annotation(("arg", "ret", "(n)", "->", "(n)", "vjp=f")) == (("arg", "ret"), "(n) -> (n)", "f")
-    assert split_annotation(("vjp=g", "(n)->(n)")) == ((), "(n)->(n)", "g")
-    assert split_annotation(("arg", "ret")) == (("arg", "ret"), None, None)
+def test_an_annotation_splits_into_arg_spec_tokens_a_shape_signature_from_the_first_group_and_vjp_anywhere():
+    def split(*tokens):
+        used, annotated, errors = annotate_spec(spec("f", 1, 1), Annotation("f", tokens, 3, 1, 3), "")
+        assert errors == []
+        return used, annotated.signature, annotated.vjp_of
+
+    assert split("arg", "ret", "(n)", "->", "(n)", "vjp=g") == (("arg", "ret"), "(n)->(n)", "g")
+    assert split("vjp=g", "(n)->(n)") == ((), "(n)->(n)", "g")
+    assert split("arg", "ret") == (("arg", "ret"), None, None)
 
 
 def test_bind_shapes_and_errors():

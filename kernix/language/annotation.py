@@ -8,7 +8,7 @@ from typing import Any, Iterable, Iterator
 
 from ..errors import ArgSpecError, InferenceError, SignatureError, SourceError
 from .names import is_identifier
-from .shapes import check_against_spec, int_attr_names, parse_signature, split_annotation
+from .shapes import check_against_spec, int_attr_names, parse_signature
 from .sizes import size_names
 from .spec import parse_arg_spec
 from .dtypes import BUFFER_DTYPES
@@ -108,11 +108,12 @@ def annotate_spec(
     doc = leading_comment(source_text, line, spec.line)
     if annotation is None:
         return (), replace(spec, doc=doc), [_no_scratch_size(spec, spec.line)] if spec.has("scratch") else []
-    words = [t for t in annotation.tokens
-             if t != "has_side_effect" and not t.startswith(("scratch=", "jvp=", "tune="))]
-    sizes, jvps, tunes = ([t[len(key):] for t in annotation.tokens if t.startswith(key)]
-                          for key in ("scratch=", "jvp=", "tune="))
-    tokens, sig_text, vjp = split_annotation(words)
+    keys = ("scratch=", "jvp=", "tune=", "vjp=")
+    words = [t for t in annotation.tokens if t != "has_side_effect" and not t.startswith(keys)]
+    sizes, jvps, tunes, vjps = ([t[len(key):] for t in annotation.tokens if t.startswith(key)] for key in keys)
+    cut = next((i for i, t in enumerate(words) if t.startswith("(")), len(words))  # the shape signature's start
+    tokens, sig_text = tuple(words[:cut]), " ".join(words[cut:]) or None
+    vjp = vjps[-1] if vjps else None
     errors: list[SourceError] = []
 
     def error(msg: str) -> None:
