@@ -1,19 +1,10 @@
-"""Generate the C++ that connects XLA to the user's functions (why it is cut
-this way: "The build design" in docs/how-it-works.rst).
-
-*Shim units* (:func:`shim_unit`), one per user source file, are compiled by
-the user's compiler (nvcc for CUDA): each ``#include``\\ s the user's file by
-absolute path, so diagnostics name the user's own file and line, then defines
-one ``extern "C"`` shim per function that calls it with its exact C++ types.
-A function returning ``xla::ffi::Error`` (``FunctionSpec.returns_error``)
-has its result checked: a failure is thrown, and the handler reports it with
-the error's own code and message, prefixed with the function's name.
-
-*Handler units* (:func:`handler_unit`), compiled by the host compiler from
-the specs alone, hold one XLA FFI handler per function, each calling its
-shim: a table decoded through XLA's C API or an ``ffi.h`` binding
-(:func:`ffi_handler_unit`).  The text of every failed
-check is built once per module, by :func:`messages_unit`.
+"""Generate the C++ that connects XLA to the user's functions: per user
+source file a *shim unit* (:func:`shim_unit`, compiled by the user's
+compiler) calling each function with its exact C++ types, and *handler
+units* (:func:`handler_unit`, compiled by the host compiler from the specs
+alone) holding one XLA FFI handler per function; what each does, and why
+the code is cut this way: "The build design" in docs/how-it-works.rst.  The
+text of every failed check is built once per module, by :func:`messages_unit`.
 
 Every parameter crosses from handler to shim as one ``void*`` in an array: a
 ``kernix::TensorView*`` (a tensor, in place or not, or scratch), a pointer to
@@ -109,10 +100,6 @@ def include_line(path: str) -> str:
     )
 
 
-def _strip_const(canonical: str) -> str:
-    return re.sub(r"^const\s+|\s+const$", "", canonical.strip())
-
-
 def _local(slot: int) -> str:
     return f"kernix_t{slot}"
 
@@ -160,7 +147,7 @@ def _shim_argument(fn: ExportedFunction, param: Param, slot: int) -> str:
         return f"::kernix::detail::array_from<{_type(param)}>({p})"
     if param.kind in ("scratch", "state", "threads"):
         return _local(slot)
-    target = _strip_const(param.canonical_type)
+    target = re.sub(r"^const\s+|\s+const$", "", param.canonical_type.strip())  # the type without its const
     if param.kind == "stream":
         return f"reinterpret_cast<{target}>(*static_cast<void* const*>({p}))"
     assert param.dtype is not None
