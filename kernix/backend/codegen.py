@@ -394,11 +394,8 @@ def _param_desc(param: Param, attr_index: dict[str, int], platform: Platform) ->
     role = f"::kernix::detail::Role::{'kNoThreads' if role == 'kThreads' and platform == 'cuda' else role}"
     name = f"{_cxx_string(param.name)}, {len(param.name.encode())}"
     if param.role == "attr":
-        xla = "INVALID"  # a string's
-        if param.kind == "array":  # the element type ffi.h's Span<const T> decodes
-            xla = _ATTR_XLA[ARRAY_ATTR_DTYPES[str(param.dtype)]]
-        elif param.kind == "scalar":
-            xla = _ATTR_XLA[ATTR_DTYPES[str(param.dtype)][0]]
+        # A scalar's type, an array's element type (which ffi.h's Span<const T> decodes), INVALID for a string.
+        xla = _ATTR_XLA[ATTR_DTYPES[str(param.dtype)][0]] if param.kind in ("scalar", "array") else "INVALID"
         return f"{{{role}, -1, XLA_FFI_DataType_{xla}, {name}, {attr_index[param.name]}}}"
     # BE::Tensor buffers take any element type and rank: the kernel checks.  In place: named for messages.
     return f"{{{role}, -1, XLA_FFI_DataType_INVALID, {name if param.role == 'inout' else 'nullptr, 0'}, -1}}"
