@@ -10,11 +10,9 @@ what changed)::
     units.json                  the functions generated for (:func:`previous_units`)
     module.so                   all of the above, linked
 
-A generated file is rewritten only when its text changes (:func:`generate`),
-so editing a kernel body recompiles that file's shim unit and relinks, and the
-handler object is reused.  Commands are argument lists joined with
-:func:`shlex.join` for ninja; nothing goes through a user-controlled shell
-string.
+A generated file is rewritten only when its text changes (:func:`generate`).
+Commands are argument lists joined with :func:`shlex.join` for ninja; nothing
+goes through a user-controlled shell string.
 """
 
 from __future__ import annotations
