@@ -9,8 +9,9 @@ import pytest
 
 import kernix
 from kernix.errors import CallError, InferenceError, SignatureError
-from kernix.language.annotation import check_jvp_pairs, check_vjp_pairs, leading_comment
-from kernix.language.shapes import Group, bind, parse_signature, split_annotation
+from kernix.frontend.lexer import Annotation
+from kernix.language.annotation import annotate_spec, check_pairs, leading_comment
+from kernix.language.shapes import Group, bind, parse_signature
 from kernix.language.spec import FunctionSpec, Param
 
 from helpers import unique_name
@@ -64,10 +65,15 @@ def test_parse_errors(text, match):
         parse_signature(text)
 
 
-def test_split_annotation():
-    assert split_annotation(("arg", "ret", "(n)", "->", "(n)", "vjp=f")) == (("arg", "ret"), "(n) -> (n)", "f")
-    assert split_annotation(("vjp=g", "(n)->(n)")) == ((), "(n)->(n)", "g")
-    assert split_annotation(("arg", "ret")) == (("arg", "ret"), None, None)
+def test_an_annotation_splits_into_arg_spec_tokens_a_shape_signature_from_the_first_group_and_vjp_anywhere():
+    def split(*tokens):
+        used, annotated, errors = annotate_spec(spec("f", 1, 1), Annotation("f", tokens, 3, 1, 3), "")
+        assert errors == []
+        return used, annotated.signature, annotated.vjp_of
+
+    assert split("arg", "ret", "(n)", "->", "(n)", "vjp=g") == (("arg", "ret"), "(n)->(n)", "g")
+    assert split("vjp=g", "(n)->(n)") == ((), "(n)->(n)", "g")
+    assert split("arg", "ret") == (("arg", "ret"), None, None)
 
 
 def test_bind_shapes_and_errors():
@@ -147,7 +153,7 @@ def test_annotation_with_arg_spec_and_signature(tmp_path):
 def test_vjp_pair_checks():
     fwd = spec("f", 2, 1, attrs=[("eps", "float64")], signature="(...,d),(d)->(...,d)")
     good = spec("f_bwd", 3, 2, attrs=[("eps", "float64")], vjp_of="f")
-    assert check_vjp_pairs([fwd, good]) == []
+    assert check_pairs([fwd, good]) == []
     cases = [
         (spec("b", 2, 2, vjp_of="f"), "takes the forward's 2 input(s) then the cotangents of its 1 output(s): 3 inputs"),
         (spec("b", 3, 1, vjp_of="f"), "one cotangent per forward input (2), but it has 1"),
@@ -156,10 +162,10 @@ def test_vjp_pair_checks():
         (spec("b", 3, 2, vjp_of="nope"), "exports no function 'nope'"),
     ]
     for bwd, match in cases:
-        (err,) = check_vjp_pairs([fwd, bwd])
+        (err,) = check_pairs([fwd, bwd])
         assert match in err.message and err.function == "b" and err.line == 3
     unsigned = spec("f", 2, 1)
-    (err,) = check_vjp_pairs([unsigned, spec("f_bwd", 3, 2, vjp_of="f")])
+    (err,) = check_pairs([unsigned, spec("f_bwd", 3, 2, vjp_of="f")])
     assert "'f' has no shape signature" in err.message
 
 
@@ -169,7 +175,7 @@ def test_jvp_pair_checks():
     bwd = spec("f_bwd", 3, 2, signature="(...,d),(d),(...,d)->(...,d),(d)", vjp_of="f")
     bwd_jvp = spec("f_bwd_jvp", 6, 2, jvp_of="f_bwd")  # forward over reverse: a backward kernel's tangent kernel
     bwd_bwd = spec("f_bwd_bwd", 5, 3, vjp_of="f_bwd")  # reverse over reverse
-    assert check_jvp_pairs([fwd, good, bwd, bwd_jvp, bwd_bwd]) == check_vjp_pairs([fwd, good, bwd, bwd_bwd]) == []
+    assert check_pairs([fwd, good, bwd, bwd_jvp, bwd_bwd]) == []
     cases = [
         (spec("t", 4, 1, signature="(...,k),(k),(...,m),(k)->(...,k)", jvp_of="f"),
          "'x2' (the tangent of input 'x0'", "x2"),
@@ -181,15 +187,15 @@ def test_jvp_pair_checks():
         (spec("t", 4, 1, jvp_of="t"), "a function cannot be its own tangent kernel", None),
     ]
     for tangent, match, parameter in cases:
-        err = check_jvp_pairs([fwd, tangent])[0]
+        err = check_pairs([fwd, tangent])[0]
         assert match in err.message and err.function == "t" and err.line == 3, err.message
         assert err.parameter == parameter
     pinned = spec("f", 1, 1, signature="(n):float64->(n)")
-    (err,) = check_jvp_pairs([pinned, spec("t", 2, 1, signature="(n),(n):float32->(n)", jvp_of="f")])
+    (err,) = check_pairs([pinned, spec("t", 2, 1, signature="(n),(n):float32->(n)", jvp_of="f")])
     assert err.parameter == "x1" and "(n):float32" in err.message
-    (err,) = check_jvp_pairs([fwd, good, spec("g_jvp", 4, 1, jvp_of="f")])
+    (err,) = check_pairs([fwd, good, spec("g_jvp", 4, 1, jvp_of="f")])
     assert "'f' already has a tangent kernel, 'f_jvp'" in err.message
-    (err,) = check_jvp_pairs([spec("f", 2, 1), spec("f_jvp", 4, 1, jvp_of="f")])
+    (err,) = check_pairs([spec("f", 2, 1), spec("f_jvp", 4, 1, jvp_of="f")])
     assert "'f' has no shape signature" in err.message and "their tangents" in err.message
 
 

@@ -54,11 +54,10 @@ class Survey(tuple):
         return tuple.__new__(cls, (gpus, source, problem))
 
 
-class _Device(tuple):
+class _Device(Gpu):
     """A GPU as NVML lists it (all of them, in PCI bus order): ``(arch, name, uuid)``."""
+
     __slots__ = ()
-    arch = property(lambda self: self[0])
-    name = property(lambda self: self[1])
     uuid = property(lambda self: self[2])
 
     def __new__(cls, arch: str, name: str, uuid: str) -> _Device:

@@ -1,10 +1,5 @@
-"""How many jobs kernix runs at once (``ninja -j``, ``kernix inspect``'s parses).
-
-:func:`parallel_jobs` takes, in order: the caller's explicit count;
-``$KERNIX_JOBS`` (anything but a positive whole number is an error); the CPUs
-this process may run on (:func:`os.process_cpu_count`, else the affinity
-mask, else :func:`os.cpu_count`), capped by the cgroup's ``cpu.max`` quota.
-"""
+"""How many jobs kernix runs at once (``ninja -j``, ``kernix inspect``'s parses): :func:`parallel_jobs`; the
+user's account of the rule: ``KERNIX_JOBS`` in docs/reference/environment.rst."""
 
 from __future__ import annotations
 

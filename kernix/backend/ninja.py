@@ -10,11 +10,9 @@ what changed)::
     units.json                  the functions generated for (:func:`previous_units`)
     module.so                   all of the above, linked
 
-A generated file is rewritten only when its text changes (:func:`generate`),
-so editing a kernel body recompiles that file's shim unit and relinks, and the
-handler object is reused.  Commands are argument lists joined with
-:func:`shlex.join` for ninja; nothing goes through a user-controlled shell
-string.
+A generated file is rewritten only when its text changes (:func:`generate`).
+Commands are argument lists joined with :func:`shlex.join` for ninja; nothing
+goes through a user-controlled shell string.
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ from typing import Callable, Sequence
 from ..errors import CompilationError, KernixError, ToolchainError
 from ..interface import running_command
 from ..language.spec import FunctionSpec
+from ..platforms import split_flags
 from ..store import elf
 from ..store.files import atomic_write
 from . import codegen, toolchain
@@ -208,14 +207,8 @@ def _unescape(m: re.Match[str]) -> str:
 
 def _user_dirs(config: BuildConfig) -> tuple[str, ...]:
     """The include directories the user named, in any form (``-I``, ``-isystem`` ...)."""
-    dirs = list(config.include_dirs)
-    flags = list(config.extra_cflags)
-    for i, flag in enumerate(flags):
-        for opt in ("-isystem", "-idirafter", "-iquote", "-I"):
-            if flag == opt and i + 1 < len(flags):
-                dirs.append(flags[i + 1])
-            elif flag.startswith(opt) and flag != opt:
-                dirs.append(flag[len(opt):])
+    dirs = [*config.include_dirs, *(value for opt, value in split_flags(config.extra_cflags)
+                                     if opt in ("-isystem", "-idirafter", "-iquote", "-I"))]
     return tuple(os.path.join(os.path.normpath(os.path.abspath(d)), "") for d in dirs if d)
 
 

@@ -1,12 +1,6 @@
-"""What a build shows while ninja runs, read from ninja's own status lines.
-
-ninja runs with ``NINJA_STATUS="[%f/%t] "``; :func:`run_ninja` hands each line
-to a :class:`BuildProgress`, which shows one stderr line rewritten in place
-with ``\\r`` (no terminal escapes, so notebooks render it too), e.g.
-``kernix: building module 'ops' (cpu) [2/4] 3 s``, then a summary. It shows
-only on a terminal or notebook (:func:`progress_style`) and after
-:data:`THRESHOLD_S` seconds. ``verbose=True`` echoes ninja's lines instead.
-"""
+"""What a build shows while ninja runs (the user's account: docs/reference/compiler-options.rst), read from
+ninja's own status lines: :func:`run_ninja` hands each line to a :class:`BuildProgress`, which rewrites its
+one stderr line in place with ``\\r`` (no terminal escapes, so notebooks render it too)."""
 
 from __future__ import annotations
 

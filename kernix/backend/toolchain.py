@@ -48,10 +48,10 @@ class Compiler(NamedTuple):
     identity: str
 
 
-def _identity(path: str) -> str:
-    """``path``, its ``--version`` banner and the SHA-256 of its content,
-    remembered per (path, stat)."""
-    return _identity_cached(path, FileStat.of(path))
+def _compiler(path: str) -> Compiler:
+    """The compiler at ``path``, whose identity is ``path``, its ``--version`` banner and the SHA-256 of its
+    content, remembered per (path, stat)."""
+    return Compiler(path, _identity_cached(path, FileStat.of(path)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -125,8 +125,7 @@ def nvcc_path_or_none() -> str | None:
 def find_nvcc() -> Compiler:
     """Find nvcc: ``$KERNIX_NVCC``, ``$CUDA_HOME``/``$CUDA_PATH``, ``PATH``, then
     the pip ``nvidia-cuda-nvcc`` package."""
-    path = _nvcc_found()[1]
-    return Compiler(path, _identity(path))
+    return _compiler(_nvcc_found()[1])
 
 
 def find_cuda_home() -> Path | None:
@@ -256,8 +255,7 @@ def check_host_compiler() -> None:
 
 def find_host_compiler() -> Compiler:
     """Find the host C++ compiler: ``$CXX``, then ``g++``, ``c++``, ``clang++``."""
-    path = host_compiler_path()
-    return Compiler(path, _identity(path))
+    return _compiler(host_compiler_path())
 
 
 @functools.lru_cache(maxsize=None)

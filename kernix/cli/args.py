@@ -38,9 +38,7 @@ def source_problem(paths: Sequence[str], args: dict[str, Any], *, once: bool = F
         for path in paths:
             if os.path.splitext(path)[1].lower() not in LANGUAGES_BY_EXTENSION:
                 return unknown_extension(path, "pass --cuda or --cpp")
-    if once:
-        return repeated_source(paths)
-    return None
+    return repeated_source(paths) if once else None
 
 
 def output_file_problem(path: str, name: str, sources: Sequence[str] = ()) -> str | None:

@@ -48,8 +48,9 @@ def _table(result: dict[str, Any]) -> str:
     with_pins = any(_buffer_pins(f) != "-" for f in functions)  # likewise
     rows = []
     for f in functions:
-        attrs = [p for p in f["params"] if p["role"] == "attr"]
-        dtypes = ", ".join(f"{p['name']}: {_attr_type(p)} ({p['type']})" for p in attrs) or "-"
+        attrs = [(p, token) for p, token in zip(f["params"], f["arg_spec"]) if p["role"] == "attr"]
+        # (an attribute's token, attr.NAME:TYPE, spells its type)
+        dtypes = ", ".join(f"{p['name']}: {token.partition(':')[2]} ({p['type']})" for p, token in attrs) or "-"
         name = f["name"] if f["qualified_name"] == f["name"] else f"{f['name']} ({f['qualified_name']})"
         row = [name, str(f["line"]), " ".join(f["arg_spec"])]
         if with_shapes:
@@ -64,12 +65,6 @@ def _table(result: dict[str, Any]) -> str:
     for r in [header, *rows]:
         lines.append("  " + "  ".join(r[i].ljust(widths[i]) for i in range(n)) + "  " + r[n])
     return "\n".join(lines)
-
-
-def _attr_type(param: dict[str, Any]) -> str:
-    """An attribute's type as its token spells it (``float32``, ``int64[]``, ``str``)."""
-    kind = param.get("kind")
-    return "str" if kind == "string" else f"{param['dtype']}[]" if kind == "array" else str(param["dtype"])
 
 
 def _annotation_extras(function: dict[str, Any]) -> str:

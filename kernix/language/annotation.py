@@ -8,15 +8,15 @@ from typing import Any, Iterable, Iterator
 
 from ..errors import ArgSpecError, InferenceError, SignatureError, SourceError
 from .names import is_identifier
-from .shapes import check_against_spec, int_attr_names, parse_signature, split_annotation
+from .shapes import check_against_spec, int_attr_names, parse_signature
 from .sizes import size_names
 from .spec import parse_arg_spec
 from .dtypes import BUFFER_DTYPES
 from .templates import parse_tune, template_name
 
 __all__ = [
-    "DOC_LIMIT", "SourceLines", "leading_comment", "annotate_spec", "check_unique_names", "check_vjp_pairs",
-    "check_jvp_pairs", "check_pairs", "raise_for_pairs",
+    "DOC_LIMIT", "SourceLines", "leading_comment", "annotate_spec", "check_unique_names", "check_pairs",
+    "raise_for_pairs",
 ]
 
 
@@ -108,11 +108,12 @@ def annotate_spec(
     doc = leading_comment(source_text, line, spec.line)
     if annotation is None:
         return (), replace(spec, doc=doc), [_no_scratch_size(spec, spec.line)] if spec.has("scratch") else []
-    words = [t for t in annotation.tokens
-             if t != "has_side_effect" and not t.startswith(("scratch=", "jvp=", "tune="))]
-    sizes, jvps, tunes = ([t[len(key):] for t in annotation.tokens if t.startswith(key)]
-                          for key in ("scratch=", "jvp=", "tune="))
-    tokens, sig_text, vjp = split_annotation(words)
+    keys = ("scratch=", "jvp=", "tune=", "vjp=")
+    words = [t for t in annotation.tokens if t != "has_side_effect" and not t.startswith(keys)]
+    sizes, jvps, tunes, vjps = ([t[len(key):] for t in annotation.tokens if t.startswith(key)] for key in keys)
+    cut = next((i for i, t in enumerate(words) if t.startswith("(")), len(words))  # the shape signature's start
+    tokens, sig_text = tuple(words[:cut]), " ".join(words[cut:]) or None
+    vjp = vjps[-1] if vjps else None
     errors: list[SourceError] = []
 
     def error(msg: str) -> None:
@@ -253,77 +254,69 @@ def check_unique_names(specs: Iterable[Any]) -> list[SourceError]:
     return errors
 
 
-def check_vjp_pairs(specs: Iterable[Any]) -> list[SourceError]:
-    """Check every ``vjp=`` declaration among one module's specs against the rules of a backward kernel
-    (docs/tutorials/operation.rst, section 4); at most one backward kernel per forward."""
-    return _check_pairs(specs, "vjp")
-
-
-def check_jvp_pairs(specs: Iterable[Any]) -> list[SourceError]:
-    """Check every ``jvp=`` declaration among one module's specs against the rules of a tangent kernel
-    (docs/tutorials/operation.rst, section 5); at most one tangent kernel per function."""
-    return _check_pairs(specs, "jvp")
-
-
 def check_pairs(specs: Iterable[Any]) -> list[SourceError]:
-    """The errors of :func:`check_vjp_pairs` and :func:`check_jvp_pairs`."""
-    specs = list(specs)
-    return check_vjp_pairs(specs) + check_jvp_pairs(specs)
-
-
-def _check_pairs(specs: Iterable[Any], word: str) -> list[SourceError]:
+    """Check every ``vjp=`` and ``jvp=`` declaration among one module's specs against the rules of a backward
+    kernel and of a tangent kernel (docs/tutorials/operation.rst, sections 4 and 5): at most one of each per
+    forward function, all the ``vjp=`` errors first."""
     by_name = {s.name: s for s in specs}
-    kind = "backward kernel" if word == "vjp" else "tangent kernel"
     errors: list[SourceError] = []
-    claimed: dict[str, str] = {}
-    for der in by_name.values():
-        of = der.vjp_of if word == "vjp" else der.jvp_of
-        if of is None:
-            continue
+    for word, kind in (("vjp", "backward kernel"), ("jvp", "tangent kernel")):
+        claimed: dict[str, str] = {}
+        for der in by_name.values():
+            of = der.vjp_of if word == "vjp" else der.jvp_of
+            if of is not None:
+                errors += _pair_problems(der, of, by_name, word, kind, claimed)
+    return errors
 
-        def error(msg: str, parameter: str | None = None) -> None:
-            errors.append(SourceError(f"{der.name!r} ({word}={of}): {msg}", file=der.file,  # noqa: B023
-                                      line=der.line, function=der.name, parameter=parameter))  # noqa: B023
 
-        fwd = by_name.get(of)
-        if fwd is None:
-            error(f"the module exports no function {of!r}; it exports: {', '.join(by_name)}")
-            continue
-        if fwd.name == der.name:
-            error(f"a function cannot be its own {kind}")
-            continue
-        if of in claimed:
-            error(f"{fwd.name!r} already has a {kind}, {claimed[of]!r}")
-            continue
-        claimed[of] = der.name
-        untuned = [p for p, _, _ in der.template_args if p in fwd.tune and p not in der.tune]
-        if untuned:
-            error(f"{template_name(fwd)!r} tunes {untuned[0]} (tune={untuned[0]}), and so must its {kind}: add "
-                  f"tune={untuned[0]} to the annotation of {template_name(der)!r}, so that timing chooses its "
-                  f"{untuned[0]} on its own, for the shapes it runs on")
-        n_in, n_out = len(fwd.inputs), len(fwd.outputs)
-        if word == "vjp":
-            if len(der.inputs) != n_in + n_out:
-                error(f"a backward kernel takes the forward's {n_in} input(s) then the cotangents of its "
-                      f"{n_out} output(s): {n_in + n_out} inputs, but it takes {len(der.inputs)}")
-            if len(der.outputs) != n_in:
-                error(f"a backward kernel returns one cotangent per forward input ({n_in}), "
-                      f"but it has {len(der.outputs)} output(s)")
-        else:
-            for msg, parameter in _tangent_problems(fwd, der):
-                error(msg, parameter)
-        fattrs = {p.name: p for p in fwd.attrs}
-        for p in der.attrs:
-            if p.name not in fattrs:
-                error(f"attribute {p.name!r} is not an attribute of {fwd.name!r} "
-                      f"(it has: {', '.join(fattrs) or 'none'})", p.name)
-            elif fattrs[p.name].attr_type != p.attr_type:
-                error(f"attribute {p.name!r} is {p.attr_type} here but {fattrs[p.name].attr_type} in {fwd.name!r}",
-                      p.name)
-        if fwd.signature is None:
-            what = "cotangents" if word == "vjp" else "tangents"
-            error(f"{fwd.name!r} has no shape signature; declare one (e.g. '// @BE {fwd.name} (...,n)->(...,n)') "
-                  f"so that the shapes of its outputs, and so of their {what}, are known")
+def _pair_problems(der: Any, of: str, by_name: dict[str, Any], word: str, kind: str, claimed: dict[str, str]
+                   ) -> list[SourceError]:
+    """The errors of ``der``'s ``{word}={of}`` (a ``kind``), recording in ``claimed`` the forward it takes."""
+    errors: list[SourceError] = []
+
+    def error(msg: str, parameter: str | None = None) -> None:
+        errors.append(SourceError(f"{der.name!r} ({word}={of}): {msg}", file=der.file, line=der.line,
+                                  function=der.name, parameter=parameter))
+
+    fwd = by_name.get(of)
+    if fwd is None:
+        error(f"the module exports no function {of!r}; it exports: {', '.join(by_name)}")
+        return errors
+    if fwd.name == der.name:
+        error(f"a function cannot be its own {kind}")
+        return errors
+    if of in claimed:
+        error(f"{fwd.name!r} already has a {kind}, {claimed[of]!r}")
+        return errors
+    claimed[of] = der.name
+    untuned = [p for p, _, _ in der.template_args if p in fwd.tune and p not in der.tune]
+    if untuned:
+        error(f"{template_name(fwd)!r} tunes {untuned[0]} (tune={untuned[0]}), and so must its {kind}: add "
+              f"tune={untuned[0]} to the annotation of {template_name(der)!r}, so that timing chooses its "
+              f"{untuned[0]} on its own, for the shapes it runs on")
+    n_in, n_out = len(fwd.inputs), len(fwd.outputs)
+    if word == "vjp":
+        if len(der.inputs) != n_in + n_out:
+            error(f"a backward kernel takes the forward's {n_in} input(s) then the cotangents of its "
+                  f"{n_out} output(s): {n_in + n_out} inputs, but it takes {len(der.inputs)}")
+        if len(der.outputs) != n_in:
+            error(f"a backward kernel returns one cotangent per forward input ({n_in}), "
+                  f"but it has {len(der.outputs)} output(s)")
+    else:
+        for msg, parameter in _tangent_problems(fwd, der):
+            error(msg, parameter)
+    fattrs = {p.name: p for p in fwd.attrs}
+    for p in der.attrs:
+        if p.name not in fattrs:
+            error(f"attribute {p.name!r} is not an attribute of {fwd.name!r} "
+                  f"(it has: {', '.join(fattrs) or 'none'})", p.name)
+        elif fattrs[p.name].attr_type != p.attr_type:
+            error(f"attribute {p.name!r} is {p.attr_type} here but {fattrs[p.name].attr_type} in {fwd.name!r}",
+                  p.name)
+    if fwd.signature is None:
+        what = "cotangents" if word == "vjp" else "tangents"
+        error(f"{fwd.name!r} has no shape signature; declare one (e.g. '// @BE {fwd.name} (...,n)->(...,n)') "
+              f"so that the shapes of its outputs, and so of their {what}, are known")
     return errors
 
 

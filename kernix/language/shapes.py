@@ -12,10 +12,7 @@ from .dtypes import BUFFER_DTYPES, x64_hint
 from ..errors import CallError, SignatureError
 from .names import is_identifier
 
-__all__ = [
-    "Group", "Signature", "Binding", "parse_signature", "split_annotation", "check_against_spec", "bind",
-    "int_attr_names",
-]
+__all__ = ["Group", "Signature", "Binding", "parse_signature", "check_against_spec", "bind", "int_attr_names"]
 
 _INT_ATTR_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
@@ -116,22 +113,6 @@ def parse_signature(text: str) -> Signature:
     if not sig.outputs:
         raise SignatureError(f"bad shape signature {full!r}: it has no output group")
     return sig
-
-
-def split_annotation(tokens: Sequence[str]) -> tuple[tuple[str, ...], str | None, str | None]:
-    """``(arg_spec tokens, shape signature text or None, vjp= name or None)`` of an annotation's tokens:
-    the signature runs from the first token starting with ``(`` to the end; ``vjp=`` may come anywhere."""
-    spec: list[str] = []
-    sig: list[str] = []
-    vjp = None
-    for tok in tokens:
-        if tok.startswith("vjp="):
-            vjp = tok[4:]
-        elif sig or tok.startswith("("):
-            sig.append(tok)
-        else:
-            spec.append(tok)
-    return tuple(spec), (" ".join(sig) if sig else None), vjp
 
 
 def int_attr_names(spec: Any) -> list[str]:

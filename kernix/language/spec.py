@@ -293,12 +293,21 @@ class FunctionSpec:
         function_type = data.get("function_type", "")
         if not (isinstance(function_type, str) and is_function_type(function_type)):
             raise ValueError(f"bad function type {function_type!r}")
+        vjp_of, jvp_of, doc = data.get("vjp_of"), data.get("jvp_of"), data.get("doc", "")
+        for key, value in (("vjp_of", vjp_of), ("jvp_of", jvp_of)):
+            if value is not None and not (isinstance(value, str) and is_identifier(value)):
+                raise ValueError(f"bad {key} {value!r}")
+        if not isinstance(doc, str):
+            raise ValueError(f"bad doc {doc!r}")
         spec = cls(
             name=name,
             qualified_name=qualified,
             params=params,
             file=str(data.get("file", "")),
             line=int(data.get("line", 0)),
+            vjp_of=vjp_of,
+            doc=doc,
+            jvp_of=jvp_of,
             function_type=function_type,
             returns_error=data.get("returns_error", False) is True,  # (only JSON's true, nothing else)
             has_side_effect=data.get("has_side_effect", False) is True,
@@ -307,9 +316,16 @@ class FunctionSpec:
             tune=_names(data.get("tune", ())),
             tune_dims=_names(data.get("tune_dims", ())),
         )
-        if all(data.get(k) is None for k in ("signature", "vjp_of", "jvp_of")) and not data.get("doc"):
-            return spec  # the common case: no operation fields to check
-        return _with_operation_fields(spec, data)
+        if data.get("signature") is None:
+            return spec
+        try:
+            signature = parse_signature(data["signature"])
+        except SignatureError as exc:
+            raise ValueError(f"bad signature of {name!r}: {exc}") from None
+        problems = check_against_spec(signature, spec)
+        if problems:
+            raise ValueError(f"bad signature of {name!r}: {problems[0]}")
+        return dataclasses.replace(spec, signature=str(signature))
 
 
 def _names(data: Any) -> tuple[str, ...]:
@@ -324,26 +340,6 @@ def _is_callee(qualified: str, instance: bool) -> bool:
         return is_qualified_name(qualified)
     base, _, args = qualified.partition("<")
     return is_qualified_name(base) and args.endswith(">") and is_template_argument(args[:-1].strip())
-
-
-def _with_operation_fields(spec: FunctionSpec, data: dict[str, Any]) -> FunctionSpec:
-    signature, vjp_of, doc = data.get("signature"), data.get("vjp_of"), data.get("doc", "")
-    if signature is not None:
-        try:
-            parsed = parse_signature(signature)
-        except SignatureError as exc:
-            raise ValueError(f"bad signature of {spec.name!r}: {exc}") from None
-        problems = check_against_spec(parsed, spec)
-        if problems:
-            raise ValueError(f"bad signature of {spec.name!r}: {problems[0]}")
-        signature = str(parsed)
-    jvp_of = data.get("jvp_of")
-    for key, name in (("vjp_of", vjp_of), ("jvp_of", jvp_of)):
-        if name is not None and not (isinstance(name, str) and is_identifier(name)):
-            raise ValueError(f"bad {key} {name!r}")
-    if not isinstance(doc, str):
-        raise ValueError(f"bad doc {doc!r}")
-    return dataclasses.replace(spec, signature=signature, vjp_of=vjp_of, jvp_of=jvp_of, doc=doc)
 
 
 #: Each kind -> the roles a parameter of that kind may have.

@@ -85,14 +85,11 @@ def source_headers(sources: Sequence[Path], dependencies: Sequence[str]) -> tupl
 def _fatbin_archs(library: Path) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """``(sass, ptx)`` architectures that ``cuobjdump`` finds in ``library``, or
     ``None`` when cuobjdump is not available or fails."""
-    try:
+    try:  # (KernixError: no nvcc; OSError: no cuobjdump beside it)
         tool = Path(toolchain.find_nvcc().path).with_name("cuobjdump")
-    except KernixError:
-        return None
-    try:  # (OSError: no cuobjdump beside nvcc)
         out = subprocess.run([str(tool), "--list-elf", "--list-ptx", str(library)],
                              capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.SubprocessError):
+    except (KernixError, OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:
         return None

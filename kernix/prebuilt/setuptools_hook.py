@@ -49,7 +49,6 @@ class build_py(_build_py):
         super().run()
         if os.environ.get("KERNIX_SKIP_PREBUILT") == "1" or getattr(self, "editable_mode", False):
             return
-
         root = Path.cwd()
         for mod in read_modules(root):
             output = Path(self.build_lib) / mod["output"]
