@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+from ..errors import PrebuiltError
+from .format import MANIFEST_NAME, PREBUILT_FORMAT, PrebuiltManifest
 from .load import last_load_reason, load_or_build, load_prebuilt
 
-__all__ = ["load_prebuilt", "load_or_build", "last_load_reason"]
+__all__ = ["load_prebuilt", "load_or_build", "last_load_reason", "PrebuiltError", "PrebuiltManifest", "MANIFEST_NAME",
+           "PREBUILT_FORMAT"]
