@@ -13,7 +13,7 @@ from ..errors import CallError, KernelRuntimeError, RegistrationError
 from ..language.spec import FunctionSpec
 from ..language.templates import Member, instance_name, select, template_name
 from .arguments import check_call
-from .operation import Derivative, Operation, PlainOperation, ShapedOperation
+from .operation import Operation, PlainOperation, ShapedOperation
 from .stubs import call_signature, docstring
 from .tuning import Tuner
 
@@ -80,13 +80,11 @@ class KernelFunction:
     @functools.cached_property
     def operation(self) -> Operation:
         """What a call runs once its arguments are checked (made at the first call: the target is final)."""
-        def derivative(name: str | None) -> Derivative | None:
+        def derivative(name: str | None) -> KernelFunction | None:
             if name is None:
                 return None
-            kernel = self.module[name]
-            if kernel.spec.tune:  # a tune= derivative template: its parameters are tuned on their own
-                kernel = tuned(self.module, name, kernel.spec.tune)
-            return Derivative(name, kernel, tuple(p.name for p in kernel.spec.attrs))
+            tune = self.module.functions[name].tune  # a tune= derivative template: tuned on its own
+            return tuned(self.module, name, tune) if tune else self.module[name]
 
         # (a PlainOperation does not use the derivative kernels: pairing them needs a shape signature)
         kind = PlainOperation if self.spec.signature is None else ShapedOperation

@@ -6,7 +6,7 @@ derivative kernel gives (:func:`no_backward`, :func:`forward_mode`).
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import jax
 import numpy as np
@@ -23,16 +23,16 @@ from .layers import check_platform, in_shard_map, is_traced, output_structs
 from .stubs import input_names
 from .tuning import Tuner
 
-__all__ = ["Derivative", "Operation", "PlainOperation", "ShapedOperation"]
+__all__ = ["Operation", "PlainOperation", "ShapedOperation"]
 
 
-class Derivative(NamedTuple):
-    """A derivative kernel of an operation (its backward or tangent kernel): its name, callable, and
-    attribute names (given the forward's values)."""
+class Kernel(Protocol):
+    """A derivative kernel's callable (a :class:`~kernix.runtime.function.KernelFunction`)."""
 
-    name: str
-    call: Callable[..., Any]
-    attrs: tuple[str, ...]
+    spec: FunctionSpec
+    module: Any
+
+    def __call__(self, *inputs: Any, **kwargs: Any) -> Any: ...
 
 
 def _kernel_to_write(spec: FunctionSpec, word: str) -> str:
@@ -150,70 +150,51 @@ def _listed(spec: FunctionSpec, out: Any) -> list[Any]:
     return outs
 
 
-class Results:
-    """The result layout of one function: XLA allocates one result per ``ret``, ``inout`` and
-    ``scratch`` parameter, in declaration order; the callable returns the first two kinds; an ``inout``
-    result is aliased to its operand (so with donation XLA updates the caller's buffer in place)."""
-
-    __slots__ = ("spec", "aliases", "visible", "scratch", "_ints")
-
-    def __init__(self, spec: FunctionSpec) -> None:
-        self.spec = spec
-        results = spec.results
-        inputs = [p.name for p in spec.inputs]
-        #: operand index -> result index, for each in-place parameter.
-        self.aliases = {inputs.index(p.name): k for k, p in enumerate(results) if p.role == "inout"}
-        #: the result indices the callable returns (the outputs, in order).
-        self.visible = tuple(k for k, p in enumerate(results) if p.role != "scratch")
-        #: the scratch result's index, or None.
-        self.scratch = next((k for k, p in enumerate(results) if p.role == "scratch"), None)
-        self._ints = int_attr_names(spec)
-
-    def structs(self, outputs: Sequence[Any], inputs: Sequence[Any], attrs: Mapping[str, Any],
-                dims: Mapping[str, int] | None = None, batch: tuple[int, ...] = ()) -> list[Any]:
-        """``outputs`` with the scratch buffer's struct inserted, sized by its expression over ``dims``
-        and the integer attributes, times the ``batch`` shape."""
-        if self.scratch is None:
-            return list(outputs)
-        values = {n: int(attrs[n]) for n in self._ints if n in attrs}
-        values.update(dims or {})
-        assert self.spec.scratch is not None
-        nbytes = evaluate(self.spec.scratch, values, function=self.spec.name)
-        scratch = output_structs([((*batch, nbytes), np.uint8)], inputs)[0]
-        full = list(outputs)
-        full.insert(self.scratch, scratch)
-        return full
-
-    def outputs(self, got: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(got[k] for k in self.visible)
-
-
 class Operation:
     """The JAX operation of one FFI target (a :class:`PlainOperation` or a :class:`ShapedOperation`).
 
     ``op(inputs, attrs, raw_attrs, out, vmap_method)`` runs it on checked inputs (``attrs`` converted,
     ``raw_attrs`` as the caller gave them, for a derivative kernel) and returns the output array, or a
-    tuple of them.  ``module`` names the module that loaded it, for messages.
+    tuple of them.  ``module`` names the module that loaded it, for messages; ``backward`` and ``tangent`` are
+    the derivative kernels' callables; ``tuner``, for a group of variants, chooses the target each call runs.
+
+    XLA allocates one result per ``ret``, ``inout`` and ``scratch`` parameter, in declaration order; the
+    callable returns the first two kinds; an ``inout`` result is aliased to its operand (so with donation XLA
+    updates the caller's buffer in place).
     """
 
-    __slots__ = ("target", "spec", "backward", "tangent", "module", "results", "tuner")
-
-    def __init__(self, target: str, spec: FunctionSpec, module: str, backward: Derivative | None = None,
-                 tangent: Derivative | None = None, tuner: Tuner | None = None) -> None:
+    def __init__(self, target: str, spec: FunctionSpec, module: str, backward: Kernel | None = None,
+                 tangent: Kernel | None = None, tuner: Tuner | None = None) -> None:
         self.target = target
         self.spec = spec
         self.backward = backward
         self.tangent = tangent
         self.module = module
-        self.results = Results(spec)
-        self.tuner = tuner  #: for a group of variants, what chooses the target each call runs
+        self.tuner = tuner
+
+    def _with_scratch(self, outputs: Sequence[Any], inputs: Sequence[Any], attrs: Mapping[str, Any],
+                      dims: Mapping[str, int] | None = None, batch: tuple[int, ...] = ()) -> list[Any]:
+        """``outputs`` with the scratch buffer's struct inserted, sized by its expression over ``dims``
+        and the integer attributes, times the ``batch`` shape."""
+        full = list(outputs)
+        if self.spec.scratch is not None:
+            values = {n: int(attrs[n]) for n in int_attr_names(self.spec) if n in attrs}
+            nbytes = evaluate(self.spec.scratch, {**values, **(dims or {})}, function=self.spec.name)
+            at = [p.role for p in self.spec.results].index("scratch")
+            full.insert(at, output_structs([((*batch, nbytes), np.uint8)], inputs)[0])
+        return full
+
+    def _returned(self, results: Sequence[Any]) -> tuple[Any, ...]:
+        """Of the results of the FFI call, those the callable returns: the outputs, in order."""
+        return tuple(r for r, p in zip(results, self.spec.results) if p.role != "scratch")
 
     def _ffi(
         self, results: Callable[[Sequence[Any]], list[Any]], attrs: Mapping[str, Any], vmap_method: str | None,
     ) -> layers.Call:
         """The plain FFI call (result structs ``results(inputs)``) behind the platform check; returns the outputs
         (of the target the tuner chooses, for a group of variants)."""
-        aliases = self.results.aliases or None
+        inputs = [p.name for p in self.spec.inputs]  # (each in-place result aliases its operand)
+        aliases = {inputs.index(p.name): k for k, p in enumerate(self.spec.results) if p.role == "inout"} or None
         effect = self.spec.has_side_effect
         where = {"target": self.target, "function": self.spec.name, "module": self.module, "side_effect": effect}
 
@@ -225,7 +206,7 @@ class Operation:
                 outs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in structs] if plain else structs
                 made = jax.ffi.ffi_call(target, outs, vmap_method=vmap_method, has_side_effect=effect or plain,
                                         input_output_aliases=aliases)
-                return lambda *ys: self.results.outputs(made(*ys, **attrs))
+                return lambda *ys: self._returned(made(*ys, **attrs))
 
             checked = check_platform(xs, **where) if is_traced(xs) else xs
             return call(self.target)(*checked) if self.tuner is None else self.tuner.call(call, checked)
@@ -233,18 +214,16 @@ class Operation:
         return ffi
 
     def _refusal(self) -> CallError:
-        return no_backward(self.spec, None if self.tangent is None else self.tangent.name)
+        return no_backward(self.spec, None if self.tangent is None else self.tangent.spec.name)
 
     def _forward_mode(self) -> CallError:
-        assert self.backward is not None
-        kernel = self.backward.call
-        return forward_mode(self.spec, kernel.spec, kernel.module.tangent_name(kernel.spec.name) is not None)
+        bwd = self.backward
+        assert bwd is not None
+        return forward_mode(self.spec, bwd.spec, bwd.module.tangent_name(bwd.spec.name) is not None)
 
 
 class PlainOperation(Operation):
     """A function without a shape signature: one ``jax.ffi.ffi_call``, its outputs as ``out=`` gives them."""
-
-    __slots__ = ()
 
     def __call__(
         self, inputs: Sequence[Any], attrs: Mapping[str, Any], raw_attrs: Mapping[str, Any], out: Any,
@@ -257,7 +236,7 @@ class PlainOperation(Operation):
             given = iter(outs)
             full = [output_structs([(np.shape(inplace[p.name]), inplace[p.name].dtype)], xs)[0]
                     if p.role == "inout" else next(given) for p in self.spec.outputs]
-            return self.results.structs(full, xs, attrs)
+            return self._with_scratch(full, xs, attrs)
 
         return _unpack(layers.refusing(self._ffi(results, attrs, vmap_method), self._refusal)(*inputs))
 
@@ -281,10 +260,8 @@ class ShapedOperation(Operation):
     """A function with a shape signature: outputs from the signature, and the
     layers of :mod:`kernix.runtime.layers` around the FFI call."""
 
-    __slots__ = ("signature", "_built")
-
-    def __init__(self, target: str, spec: FunctionSpec, module: str, backward: Derivative | None = None,
-                 tangent: Derivative | None = None, tuner: Tuner | None = None) -> None:
+    def __init__(self, target: str, spec: FunctionSpec, module: str, backward: Kernel | None = None,
+                 tangent: Kernel | None = None, tuner: Tuner | None = None) -> None:
         super().__init__(target, spec, module, backward, tangent, tuner)
         assert spec.signature is not None
         self.signature = parse_signature(spec.signature)
@@ -295,7 +272,7 @@ class ShapedOperation(Operation):
         b = bind(self.signature, self.spec, [np.shape(x) for x in inputs], [np.dtype(x.dtype).name for x in inputs],
                  attrs)
         outs = output_structs([(s, numpy_dtype(d)) for s, d in zip(b.out_shapes, b.out_dtypes)], inputs)
-        return self.results.structs(outs, inputs, attrs, b.dims, b.batch_shape) if scratch else outs
+        return self._with_scratch(outs, inputs, attrs, b.dims, b.batch_shape) if scratch else outs
 
     def __call__(
         self, inputs: Sequence[Any], attrs: Mapping[str, Any], raw_attrs: Mapping[str, Any], out: Any,
@@ -326,8 +303,10 @@ class ShapedOperation(Operation):
         if self.backward is None and self.tangent is None:
             return layers.refusing(forward, self._refusal)
 
-        def bound(kernel: Derivative | None) -> Callable[..., Any] | None:
-            return None if kernel is None else functools.partial(kernel.call, **{n: raw_attrs[n] for n in kernel.attrs})
+        def bound(kernel: Kernel | None) -> Callable[..., Any] | None:
+            if kernel is None:
+                return None
+            return functools.partial(kernel, **{p.name: raw_attrs[p.name] for p in kernel.spec.attrs})
 
         outs = functools.partial(self._structs, attrs=attrs, scratch=False)
         return layers.differentiable(forward, outs, tangent=bound(self.tangent), backward=bound(self.backward),
