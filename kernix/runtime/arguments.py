@@ -42,20 +42,19 @@ def coerce_attr(fn: str, param: Param, value: Any) -> Any:
     array attribute's (a sequence or 1-D array) as a 1-D NumPy array of exactly its dtype, a string's as ``str``."""
     try:
         if isinstance(value, jax.core.Tracer):
-            raise ValueError(_TRACED)
+            raise ValueError(
+                "an attribute is a constant of the compiled call, and this value is traced (an argument of "
+                "a jax.jit or jax.vmap function, or computed from one); pass a Python or NumPy value, "
+                "e.g. by making the argument it comes from static: jax.jit(f, static_argnames=...)")
         return _array_attr(param, value) if param.kind in ("array", "string") else _scalar_attr(param, value)
     except (TypeError, ValueError, OverflowError) as exc:
-        shown = _short(value) if param.kind in ("array", "string") else repr(value)
+        shown = repr(value)
+        if param.kind in ("array", "string") and len(shown) > 80:
+            shown = shown[:77] + "..."
         raise CallError(
             f"{fn}(): attribute {param.name!r} is {param.attr_type} (C++ type '{param.type}'); "
             f"cannot use {shown}: {exc}"
         ) from None
-
-
-_TRACED = (
-    "an attribute is a constant of the compiled call, and this value is traced (an argument of "
-    "a jax.jit or jax.vmap function, or computed from one); pass a Python or NumPy value, "
-    "e.g. by making the argument it comes from static: jax.jit(f, static_argnames=...)")
 
 
 def _scalar_attr(param: Param, value: Any) -> Any:
@@ -129,11 +128,6 @@ def _real(value: Any) -> bool:
     if isinstance(value, np.ndarray) and value.dtype != object:
         return np.issubdtype(value.dtype, np.floating) or np.issubdtype(value.dtype, np.integer)
     return all(isinstance(v, (int, float, np.integer, np.floating, np.bool_)) for v in value)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _as_jax(fn: str, param: Param, x: Any) -> Any:

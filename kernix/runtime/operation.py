@@ -1,7 +1,6 @@
 """One FFI target as a JAX operation: what a call runs once its arguments are checked (a
 :class:`PlainOperation` or a :class:`ShapedOperation`), and kernix's errors for a differentiation that no
-derivative kernel gives (:func:`no_backward`, :func:`forward_mode`).
-"""
+derivative kernel gives, and for a call that gives no ``out=`` where it must."""
 
 from __future__ import annotations
 
@@ -52,12 +51,6 @@ def _kernel_to_write(spec: FunctionSpec, word: str) -> str:
     return f"`// @BE {annotation}` ({what})"
 
 
-def _needs_signature(spec: FunctionSpec) -> str:
-    return "" if spec.signature else (
-        f" For either, give {spec.name} a shape signature (`// @BE {annotated_name(spec)} (...,n)->(...,n)`, "
-        "say), which shapes the derivatives.")
-
-
 def _second_order(spec: FunctionSpec) -> str:
     """For a derivative kernel, the second derivatives that differentiate it ("" for other kernels)."""
     if spec.vjp_of:
@@ -67,41 +60,6 @@ def _second_order(spec: FunctionSpec) -> str:
         return (f" ({spec.name}() is the tangent kernel of {spec.jvp_of}: jax.jacfwd of jax.jacfwd of "
                 f"{spec.jvp_of} differentiates it in forward mode, jax.jacrev of jax.jacfwd in reverse mode.)")
     return ""
-
-
-def no_backward(spec: FunctionSpec, tangent: str | None) -> CallError:
-    """The error for reverse-mode differentiation of ``spec``'s function, which no backward kernel
-    declares; without a ``tangent`` kernel either, for any differentiation."""
-    name = spec.name
-    if tangent is not None:
-        return CallError(
-            f"{name}() cannot be differentiated in reverse mode (jax.grad, jax.vjp, jax.jacrev, jax.hessian): no "
-            f"backward kernel declares vjp={name}, and its tangent kernel {tangent}() gives forward mode only. "
-            f"Write jax.jacfwd instead of jax.jacrev or jax.grad, and jax.jvp instead of jax.vjp; or write a "
-            f"backward kernel and annotate it {_kernel_to_write(spec, 'vjp')}.{_second_order(spec)}"
-        )
-    return CallError(
-        f"{name}() cannot be differentiated: no backward kernel declares vjp={name}. For reverse mode "
-        f"(jax.grad, jax.vjp), write one and annotate it {_kernel_to_write(spec, 'vjp')}, or wrap the call in a "
-        f"jax.custom_vjp whose backward pass is written in JAX. For forward mode (jax.jvp, jax.jacfwd), write a "
-        f"tangent kernel and annotate it {_kernel_to_write(spec, 'jvp')}.{_needs_signature(spec)}"
-        f"{_second_order(spec)}"
-    )
-
-
-def forward_mode(spec: FunctionSpec, backward: FunctionSpec, backward_has_tangent: bool) -> CallError:
-    """The error for forward-mode differentiation of a function whose ``backward`` kernel gives reverse mode only
-    (and which, unless ``backward_has_tangent``, jax.hessian needs a tangent kernel of too)."""
-    name, bwd = spec.name, backward.name
-    hessian = "" if backward_has_tangent else (
-        f" jax.hessian (forward over reverse) needs one of {bwd}() too: {_kernel_to_write(backward, 'jvp')}.")
-    return CallError(
-        f"{name}() cannot be differentiated in forward mode (jax.jvp, jax.jacfwd, jax.hessian, or calling the "
-        f"function jax.linearize returns): no tangent kernel declares jvp={name}, and its backward kernel "
-        f"{bwd}() gives reverse mode only. Write jax.jacrev instead of jax.jacfwd, and jax.vjp (vector-"
-        f"Jacobian products) instead of jax.jvp; or write a tangent kernel and annotate it "
-        f"{_kernel_to_write(spec, 'jvp')}.{hessian}{_second_order(spec)}"
-    )
 
 
 _DIM_NAMES = "nmkpqrstuvwabcdefghij"
@@ -214,12 +172,42 @@ class Operation:
         return ffi
 
     def _refusal(self) -> CallError:
-        return no_backward(self.spec, None if self.tangent is None else self.tangent.spec.name)
+        """The error for reverse-mode differentiation, which no backward kernel declares; without a tangent
+        kernel either, for any differentiation."""
+        spec, name = self.spec, self.spec.name
+        if self.tangent is not None:
+            return CallError(
+                f"{name}() cannot be differentiated in reverse mode (jax.grad, jax.vjp, jax.jacrev, jax.hessian): no "
+                f"backward kernel declares vjp={name}, and its tangent kernel {self.tangent.spec.name}() gives "
+                f"forward mode only. Write jax.jacfwd instead of jax.jacrev or jax.grad, and jax.jvp instead of "
+                f"jax.vjp; or write a backward kernel and annotate it {_kernel_to_write(spec, 'vjp')}."
+                f"{_second_order(spec)}"
+            )
+        needs_signature = "" if spec.signature else (
+            f" For either, give {name} a shape signature (`// @BE {annotated_name(spec)} (...,n)->(...,n)`, "
+            "say), which shapes the derivatives.")
+        return CallError(
+            f"{name}() cannot be differentiated: no backward kernel declares vjp={name}. For reverse mode "
+            f"(jax.grad, jax.vjp), write one and annotate it {_kernel_to_write(spec, 'vjp')}, or wrap the call in a "
+            f"jax.custom_vjp whose backward pass is written in JAX. For forward mode (jax.jvp, jax.jacfwd), write a "
+            f"tangent kernel and annotate it {_kernel_to_write(spec, 'jvp')}.{needs_signature}{_second_order(spec)}"
+        )
 
     def _forward_mode(self) -> CallError:
-        bwd = self.backward
+        """The error for forward-mode differentiation, which no tangent kernel declares while the backward kernel
+        gives reverse mode only (jax.hessian needs a tangent kernel of that one too, unless it has one)."""
+        name, bwd = self.spec.name, self.backward
         assert bwd is not None
-        return forward_mode(self.spec, bwd.spec, bwd.module.tangent_name(bwd.spec.name) is not None)
+        hessian = "" if bwd.module.tangent_name(bwd.spec.name) is not None else (
+            f" jax.hessian (forward over reverse) needs one of {bwd.spec.name}() too: "
+            f"{_kernel_to_write(bwd.spec, 'jvp')}.")
+        return CallError(
+            f"{name}() cannot be differentiated in forward mode (jax.jvp, jax.jacfwd, jax.hessian, or calling the "
+            f"function jax.linearize returns): no tangent kernel declares jvp={name}, and its backward kernel "
+            f"{bwd.spec.name}() gives reverse mode only. Write jax.jacrev instead of jax.jacfwd, and jax.vjp (vector-"
+            f"Jacobian products) instead of jax.jvp; or write a tangent kernel and annotate it "
+            f"{_kernel_to_write(self.spec, 'jvp')}.{hessian}{_second_order(self.spec)}"
+        )
 
 
 class PlainOperation(Operation):
