@@ -90,11 +90,10 @@ class KernelFunction:
     def __reduce__(self) -> Any:
         raise unpicklable(f"function {self.target!r}")
 
-    def __copy__(self) -> KernelFunction:
-        return self  # bound to the loaded library: a copy would be the same function
+    def __copy__(self, memo: Any = None) -> KernelFunction:
+        return self  # bound to the loaded library: a copy, deep or not, would be the same function
 
-    def __deepcopy__(self, memo: Any) -> KernelFunction:
-        return self
+    __deepcopy__ = __copy__
 
     def __call__(self, *inputs: Any, out: Any = None, vmap_method: str = "sequential", **attrs: Any) -> Any:
         module = self.module

@@ -5,6 +5,7 @@ derivative kernel gives, and for a call that gives no ``out=`` where it must."""
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import jax
@@ -108,6 +109,7 @@ def _listed(spec: FunctionSpec, out: Any) -> list[Any]:
     return outs
 
 
+@dataclass(eq=False)
 class Operation:
     """The JAX operation of one FFI target (a :class:`PlainOperation` or a :class:`ShapedOperation`).
 
@@ -121,14 +123,12 @@ class Operation:
     updates the caller's buffer in place).
     """
 
-    def __init__(self, target: str, spec: FunctionSpec, module: str, backward: Kernel | None = None,
-                 tangent: Kernel | None = None, tuner: Tuner | None = None) -> None:
-        self.target = target
-        self.spec = spec
-        self.backward = backward
-        self.tangent = tangent
-        self.module = module
-        self.tuner = tuner
+    target: str
+    spec: FunctionSpec
+    module: str
+    backward: Kernel | None = None
+    tangent: Kernel | None = None
+    tuner: Tuner | None = None
 
     def _with_scratch(self, outputs: Sequence[Any], inputs: Sequence[Any], attrs: Mapping[str, Any],
                       dims: Mapping[str, int] | None = None, batch: tuple[int, ...] = ()) -> list[Any]:
@@ -244,15 +244,14 @@ class PlainOperation(Operation):
         return outs
 
 
+@dataclass(eq=False)
 class ShapedOperation(Operation):
     """A function with a shape signature: outputs from the signature, and the
     layers of :mod:`kernix.runtime.layers` around the FFI call."""
 
-    def __init__(self, target: str, spec: FunctionSpec, module: str, backward: Kernel | None = None,
-                 tangent: Kernel | None = None, tuner: Tuner | None = None) -> None:
-        super().__init__(target, spec, module, backward, tangent, tuner)
-        assert spec.signature is not None
-        self.signature = parse_signature(spec.signature)
+    def __post_init__(self) -> None:
+        assert self.spec.signature is not None
+        self.signature = parse_signature(self.spec.signature)
         self._built: dict[Any, layers.Call] = {}
 
     def _structs(self, inputs: Sequence[Any], attrs: Mapping[str, Any], *, scratch: bool = True) -> list[Any]:

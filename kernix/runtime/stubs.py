@@ -71,7 +71,12 @@ def docstring(spec: FunctionSpec, *, backward: str | None = None, tangent: str |
              ("Tangent kernel of ``{}``.", spec.jvp_of), ("Differentiable (reverse mode) through ``{}``.", backward),
              ("Differentiable (forward mode) through ``{}``.", tangent)]
     lines += [text.format(value) for text, value in facts if value]
-    lines += _context_lines(spec)
+    if spec.has_side_effect:
+        lines += ["Has side effects: every call runs, even when its results are unused."]
+    about = {"scratch": "Scratch memory ``{p.name}``: {spec.scratch} bytes per problem, allocated by XLA.",
+             "state": "State ``{p.type} {p.name}``: made once per compiled instance of the call.",
+             "threads": "Runs on XLA's intra-op thread pool (``{p.name}``)."}
+    lines += [about[p.role].format(p=p, spec=spec) for p in spec.params if p.role in about]
     lines += ["", "Parameters", "----------"]
     for p in spec.inputs:
         extra = f", {p.dtype}" if p.dtype else ""
@@ -96,20 +101,6 @@ def docstring(spec: FunctionSpec, *, backward: str | None = None, tangent: str |
         what = "The new value of in-place" if p.role == "inout" else "Output"
         lines += [f"{p.name} : jax.Array", f"    {what} ``{p.type}``."]
     return "\n".join(lines)
-
-
-def _context_lines(spec: FunctionSpec) -> list[str]:
-    lines = []
-    if spec.has_side_effect:
-        lines += ["Has side effects: every call runs, even when its results are unused."]
-    for p in spec.params:
-        if p.role == "scratch":
-            lines += [f"Scratch memory ``{p.name}``: {spec.scratch} bytes per problem, allocated by XLA."]
-        elif p.role == "state":
-            lines += [f"State ``{p.type} {p.name}``: made once per compiled instance of the call."]
-        elif p.role == "threads":
-            lines += [f"Runs on XLA's intra-op thread pool (``{p.name}``)."]
-    return lines
 
 
 def input_names(spec: FunctionSpec) -> list[str]:
