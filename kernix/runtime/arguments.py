@@ -163,10 +163,8 @@ def _check_platform(spec: FunctionSpec, inputs: Sequence[Any], platform: str, mo
     """Refuse concrete arrays on another platform than the module's (tracers are not checked)."""
     want, label = ("cpu", "the CPU") if platform == "cpu" else ("gpu", "CUDA GPUs")
     for p, x in zip(spec.inputs, inputs):
-        if not isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer):
-            continue
-        devices = x.devices()
-        if all(d.platform == want for d in devices):
+        devices = x.devices() if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) else set()
+        if not any(d.platform != want for d in devices):
             continue
         where = ", ".join(sorted(str(d) for d in devices))
         raise CallError(

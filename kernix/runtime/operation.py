@@ -305,10 +305,7 @@ def _unpack(result: Sequence[Any]) -> Any:
 
 
 def _hashable(v: Any) -> Any:
-    if isinstance(v, np.ndarray):  # an array attribute: its every value (a repr would elide some)
+    """A converted attribute (a NumPy scalar, a string, or an array attribute's 1-D array) as a key."""
+    if isinstance(v, np.ndarray):  # its every value
         return ("ndarray", v.dtype.str, v.shape, v.tobytes())
-    try:
-        hash(v)
-    except TypeError:
-        return repr(v)
     return (type(v).__name__, v)

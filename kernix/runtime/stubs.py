@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import keyword
 from typing import Any, Iterable
 
 from ..language.spec import FunctionSpec, Param
@@ -106,8 +107,6 @@ def docstring(spec: FunctionSpec, *, backward: str | None = None, tangent: str |
 def input_names(spec: FunctionSpec) -> list[str]:
     """The Python names of ``spec``'s (positional-only) inputs: the C++ names, with ``_`` added to a
     keyword or a name the call already uses (``out``, ``vmap_method``, ``self``, an attribute)."""
-    import keyword
-
     taken = {"out", "vmap_method", "self", *(p.name for p in spec.attrs)}
     names = []
     for p in spec.inputs:
@@ -176,6 +175,5 @@ def stub_text(specs: Iterable[FunctionSpec], *, source: str = "") -> str:
         body += [sig, _indent(f'"""{doc}\n"""'), "    ...", "", ""]
         methods += [_indent(f"def {s.name}(self, {', '.join(params)}) -> {_returns(s)}: ...")]
     more, more_methods = family_overloads(specs, signatures, {s.name: _returns(s) for s in specs})
-    body, methods = body + more, methods + more_methods
-    tail = ["class Module(Protocol):", '    """A loaded module exporting these functions."""', "", *methods, ""]
-    return "\n".join(head + ["", *body] + tail)
+    protocol = ["class Module(Protocol):", '    """A loaded module exporting these functions."""', ""]
+    return "\n".join(head + ["", *body, *more] + protocol + [*methods, *more_methods, ""])
