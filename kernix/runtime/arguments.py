@@ -42,20 +42,19 @@ def coerce_attr(fn: str, param: Param, value: Any) -> Any:
     array attribute's (a sequence or 1-D array) as a 1-D NumPy array of exactly its dtype, a string's as ``str``."""
     try:
         if isinstance(value, jax.core.Tracer):
-            raise ValueError(_TRACED)
+            raise ValueError(
+                "an attribute is a constant of the compiled call, and this value is traced (an argument of "
+                "a jax.jit or jax.vmap function, or computed from one); pass a Python or NumPy value, "
+                "e.g. by making the argument it comes from static: jax.jit(f, static_argnames=...)")
         return _array_attr(param, value) if param.kind in ("array", "string") else _scalar_attr(param, value)
     except (TypeError, ValueError, OverflowError) as exc:
-        shown = _short(value) if param.kind in ("array", "string") else repr(value)
+        shown = repr(value)
+        if param.kind in ("array", "string") and len(shown) > 80:
+            shown = shown[:77] + "..."
         raise CallError(
             f"{fn}(): attribute {param.name!r} is {param.attr_type} (C++ type '{param.type}'); "
             f"cannot use {shown}: {exc}"
         ) from None
-
-
-_TRACED = (
-    "an attribute is a constant of the compiled call, and this value is traced (an argument of "
-    "a jax.jit or jax.vmap function, or computed from one); pass a Python or NumPy value, "
-    "e.g. by making the argument it comes from static: jax.jit(f, static_argnames=...)")
 
 
 def _scalar_attr(param: Param, value: Any) -> Any:
@@ -131,11 +130,6 @@ def _real(value: Any) -> bool:
     return all(isinstance(v, (int, float, np.integer, np.floating, np.bool_)) for v in value)
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _as_jax(fn: str, param: Param, x: Any) -> Any:
     """``x`` as a JAX array, of the dtype ``jax.jit`` would give it; JAX arrays and tracers are kept."""
     if isinstance(x, jax.Array):
@@ -169,10 +163,8 @@ def _check_platform(spec: FunctionSpec, inputs: Sequence[Any], platform: str, mo
     """Refuse concrete arrays on another platform than the module's (tracers are not checked)."""
     want, label = ("cpu", "the CPU") if platform == "cpu" else ("gpu", "CUDA GPUs")
     for p, x in zip(spec.inputs, inputs):
-        if not isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer):
-            continue
-        devices = x.devices()
-        if all(d.platform == want for d in devices):
+        devices = x.devices() if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) else set()
+        if not any(d.platform != want for d in devices):
             continue
         where = ", ".join(sorted(str(d) for d in devices))
         raise CallError(

@@ -193,13 +193,12 @@ def _problem(name: str, exported_for: Sequence[str], platform: str | None) -> st
 def _call_platform(args: Any) -> str | None:
     """The platform a call with ``args`` runs on: its first array's, else JAX's default device's."""
     for x in jax.tree_util.tree_leaves(args):
-        if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
-            devices = x.devices()
-            if len(devices) >= 1:
-                platform = next(iter(devices)).platform
-                return "cuda" if platform == "gpu" else platform
-    default = jax.config.jax_default_device
-    platform = getattr(default, "platform", default) if default is not None else jax.default_backend()
+        if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) and x.devices():
+            platform = next(iter(x.devices())).platform
+            break
+    else:
+        default = jax.config.jax_default_device
+        platform = getattr(default, "platform", default) if default is not None else jax.default_backend()
     return "cuda" if platform == "gpu" else platform if isinstance(platform, str) else None
 
 

@@ -13,7 +13,7 @@ from ..errors import CallError, KernelRuntimeError, RegistrationError
 from ..language.spec import FunctionSpec
 from ..language.templates import Member, instance_name, select, template_name
 from .arguments import check_call
-from .operation import Derivative, Operation, PlainOperation, ShapedOperation
+from .operation import Operation, PlainOperation, ShapedOperation
 from .stubs import call_signature, docstring
 from .tuning import Tuner
 
@@ -34,19 +34,6 @@ def kernel_refusal(function: str, exc: Exception) -> KernelRuntimeError | None:
     XLA gives as ``exc`` (its text kept); ``None`` for any other error."""
     text = str(exc.args[0]) if exc.args else str(exc)
     return KernelRuntimeError(text) if f"kernix: {function}: " in text else None
-
-
-class _Docstring:
-    """``__doc__``: the class's text on the class, the function's (built when asked for) on an instance."""
-
-    def __init__(self, class_doc: str) -> None:
-        self.class_doc = class_doc
-
-    def __get__(self, obj: Any, owner: Any = None) -> str:
-        if obj is None:
-            return self.class_doc
-        return docstring(obj.spec, backward=obj.module.backward_name(obj.spec.name),
-                         tangent=obj.module.tangent_name(obj.spec.name))
 
 
 class KernelFunction:
@@ -71,6 +58,7 @@ class KernelFunction:
         self.module = module  # the CompiledModule that loaded it (not imported here: it imports this module)
         self.spec = spec
         self.__name__ = self.__qualname__ = spec.name
+        self.__doc__ = docstring(spec, backward=module.backward_name(spec.name), tangent=module.tangent_name(spec.name))
 
     @property
     def __signature__(self) -> Any:
@@ -80,13 +68,11 @@ class KernelFunction:
     @functools.cached_property
     def operation(self) -> Operation:
         """What a call runs once its arguments are checked (made at the first call: the target is final)."""
-        def derivative(name: str | None) -> Derivative | None:
+        def derivative(name: str | None) -> KernelFunction | None:
             if name is None:
                 return None
-            kernel = self.module[name]
-            if kernel.spec.tune:  # a tune= derivative template: its parameters are tuned on their own
-                kernel = tuned(self.module, name, kernel.spec.tune)
-            return Derivative(name, kernel, tuple(p.name for p in kernel.spec.attrs))
+            tune = self.module.functions[name].tune  # a tune= derivative template: tuned on its own
+            return tuned(self.module, name, tune) if tune else self.module[name]
 
         # (a PlainOperation does not use the derivative kernels: pairing them needs a shape signature)
         kind = PlainOperation if self.spec.signature is None else ShapedOperation
@@ -104,11 +90,10 @@ class KernelFunction:
     def __reduce__(self) -> Any:
         raise unpicklable(f"function {self.target!r}")
 
-    def __copy__(self) -> KernelFunction:
-        return self  # bound to the loaded library: a copy would be the same function
+    def __copy__(self, memo: Any = None) -> KernelFunction:
+        return self  # bound to the loaded library: a copy, deep or not, would be the same function
 
-    def __deepcopy__(self, memo: Any) -> KernelFunction:
-        return self
+    __deepcopy__ = __copy__
 
     def __call__(self, *inputs: Any, out: Any = None, vmap_method: str = "sequential", **attrs: Any) -> Any:
         module = self.module
@@ -125,9 +110,6 @@ class KernelFunction:
             if refused is None:
                 raise
             raise refused from exc
-
-
-KernelFunction.__doc__ = _Docstring(KernelFunction.__doc__ or "")  # type: ignore[assignment]
 
 
 class TunedFunction(KernelFunction):

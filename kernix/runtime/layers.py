@@ -10,6 +10,7 @@ every differentiation, however the call is reached, meets kernix's rule first (d
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -185,16 +186,12 @@ def partitioned(sig: Signature, ffi: Call) -> Call:
     shardable = all(g.batch for g in sig.outputs) and any(g.batch for g in sig.inputs)
     if not shardable or jax.device_count() < 2:
         return ffi
-    cache: dict[tuple[int, ...], Any] = {}
+    made = functools.cache(functools.partial(_custom_partitioning, sig, ffi))  # (per tuple of input ranks)
 
     def call(*xs: Any) -> tuple[Any, ...]:
         if in_shard_map(xs):  # each device already has its own shard
             return ffi(*xs)
-        ranks = tuple(len(jnp.shape(x)) for x in xs)
-        cp = cache.get(ranks)
-        if cp is None:
-            cp = cache[ranks] = _custom_partitioning(sig, ffi, ranks)
-        return cp(*xs)
+        return made(tuple(len(jnp.shape(x)) for x in xs))(*xs)
 
     return call
 

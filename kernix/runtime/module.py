@@ -199,14 +199,13 @@ class CompiledModule:
 
         raise unpicklable(f"module {self.name!r}")
 
-    def __copy__(self) -> CompiledModule:
+    def __copy__(self, memo: object = None) -> CompiledModule:
         """A shallow copy (for ``copy.deepcopy`` too: the same library)."""
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__, _callables={})
         return new
 
-    def __deepcopy__(self, memo: object) -> CompiledModule:
-        return self.__copy__()
+    __deepcopy__ = __copy__
 
     def __repr__(self) -> str:
         return f"<kernix.CompiledModule {self.name!r} ({self.platform}, {len(self)} functions) at {self.path}>"

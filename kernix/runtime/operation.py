@@ -1,12 +1,12 @@
 """One FFI target as a JAX operation: what a call runs once its arguments are checked (a
 :class:`PlainOperation` or a :class:`ShapedOperation`), and kernix's errors for a differentiation that no
-derivative kernel gives (:func:`no_backward`, :func:`forward_mode`).
-"""
+derivative kernel gives, and for a call that gives no ``out=`` where it must."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import jax
 import numpy as np
@@ -23,16 +23,16 @@ from .layers import check_platform, in_shard_map, is_traced, output_structs
 from .stubs import input_names
 from .tuning import Tuner
 
-__all__ = ["Derivative", "Operation", "PlainOperation", "ShapedOperation"]
+__all__ = ["Operation", "PlainOperation", "ShapedOperation"]
 
 
-class Derivative(NamedTuple):
-    """A derivative kernel of an operation (its backward or tangent kernel): its name, callable, and
-    attribute names (given the forward's values)."""
+class Kernel(Protocol):
+    """A derivative kernel's callable (a :class:`~kernix.runtime.function.KernelFunction`)."""
 
-    name: str
-    call: Callable[..., Any]
-    attrs: tuple[str, ...]
+    spec: FunctionSpec
+    module: Any
+
+    def __call__(self, *inputs: Any, **kwargs: Any) -> Any: ...
 
 
 def _kernel_to_write(spec: FunctionSpec, word: str) -> str:
@@ -52,12 +52,6 @@ def _kernel_to_write(spec: FunctionSpec, word: str) -> str:
     return f"`// @BE {annotation}` ({what})"
 
 
-def _needs_signature(spec: FunctionSpec) -> str:
-    return "" if spec.signature else (
-        f" For either, give {spec.name} a shape signature (`// @BE {annotated_name(spec)} (...,n)->(...,n)`, "
-        "say), which shapes the derivatives.")
-
-
 def _second_order(spec: FunctionSpec) -> str:
     """For a derivative kernel, the second derivatives that differentiate it ("" for other kernels)."""
     if spec.vjp_of:
@@ -67,41 +61,6 @@ def _second_order(spec: FunctionSpec) -> str:
         return (f" ({spec.name}() is the tangent kernel of {spec.jvp_of}: jax.jacfwd of jax.jacfwd of "
                 f"{spec.jvp_of} differentiates it in forward mode, jax.jacrev of jax.jacfwd in reverse mode.)")
     return ""
-
-
-def no_backward(spec: FunctionSpec, tangent: str | None) -> CallError:
-    """The error for reverse-mode differentiation of ``spec``'s function, which no backward kernel
-    declares; without a ``tangent`` kernel either, for any differentiation."""
-    name = spec.name
-    if tangent is not None:
-        return CallError(
-            f"{name}() cannot be differentiated in reverse mode (jax.grad, jax.vjp, jax.jacrev, jax.hessian): no "
-            f"backward kernel declares vjp={name}, and its tangent kernel {tangent}() gives forward mode only. "
-            f"Write jax.jacfwd instead of jax.jacrev or jax.grad, and jax.jvp instead of jax.vjp; or write a "
-            f"backward kernel and annotate it {_kernel_to_write(spec, 'vjp')}.{_second_order(spec)}"
-        )
-    return CallError(
-        f"{name}() cannot be differentiated: no backward kernel declares vjp={name}. For reverse mode "
-        f"(jax.grad, jax.vjp), write one and annotate it {_kernel_to_write(spec, 'vjp')}, or wrap the call in a "
-        f"jax.custom_vjp whose backward pass is written in JAX. For forward mode (jax.jvp, jax.jacfwd), write a "
-        f"tangent kernel and annotate it {_kernel_to_write(spec, 'jvp')}.{_needs_signature(spec)}"
-        f"{_second_order(spec)}"
-    )
-
-
-def forward_mode(spec: FunctionSpec, backward: FunctionSpec, backward_has_tangent: bool) -> CallError:
-    """The error for forward-mode differentiation of a function whose ``backward`` kernel gives reverse mode only
-    (and which, unless ``backward_has_tangent``, jax.hessian needs a tangent kernel of too)."""
-    name, bwd = spec.name, backward.name
-    hessian = "" if backward_has_tangent else (
-        f" jax.hessian (forward over reverse) needs one of {bwd}() too: {_kernel_to_write(backward, 'jvp')}.")
-    return CallError(
-        f"{name}() cannot be differentiated in forward mode (jax.jvp, jax.jacfwd, jax.hessian, or calling the "
-        f"function jax.linearize returns): no tangent kernel declares jvp={name}, and its backward kernel "
-        f"{bwd}() gives reverse mode only. Write jax.jacrev instead of jax.jacfwd, and jax.vjp (vector-"
-        f"Jacobian products) instead of jax.jvp; or write a tangent kernel and annotate it "
-        f"{_kernel_to_write(spec, 'jvp')}.{hessian}{_second_order(spec)}"
-    )
 
 
 _DIM_NAMES = "nmkpqrstuvwabcdefghij"
@@ -150,70 +109,50 @@ def _listed(spec: FunctionSpec, out: Any) -> list[Any]:
     return outs
 
 
-class Results:
-    """The result layout of one function: XLA allocates one result per ``ret``, ``inout`` and
-    ``scratch`` parameter, in declaration order; the callable returns the first two kinds; an ``inout``
-    result is aliased to its operand (so with donation XLA updates the caller's buffer in place)."""
-
-    __slots__ = ("spec", "aliases", "visible", "scratch", "_ints")
-
-    def __init__(self, spec: FunctionSpec) -> None:
-        self.spec = spec
-        results = spec.results
-        inputs = [p.name for p in spec.inputs]
-        #: operand index -> result index, for each in-place parameter.
-        self.aliases = {inputs.index(p.name): k for k, p in enumerate(results) if p.role == "inout"}
-        #: the result indices the callable returns (the outputs, in order).
-        self.visible = tuple(k for k, p in enumerate(results) if p.role != "scratch")
-        #: the scratch result's index, or None.
-        self.scratch = next((k for k, p in enumerate(results) if p.role == "scratch"), None)
-        self._ints = int_attr_names(spec)
-
-    def structs(self, outputs: Sequence[Any], inputs: Sequence[Any], attrs: Mapping[str, Any],
-                dims: Mapping[str, int] | None = None, batch: tuple[int, ...] = ()) -> list[Any]:
-        """``outputs`` with the scratch buffer's struct inserted, sized by its expression over ``dims``
-        and the integer attributes, times the ``batch`` shape."""
-        if self.scratch is None:
-            return list(outputs)
-        values = {n: int(attrs[n]) for n in self._ints if n in attrs}
-        values.update(dims or {})
-        assert self.spec.scratch is not None
-        nbytes = evaluate(self.spec.scratch, values, function=self.spec.name)
-        scratch = output_structs([((*batch, nbytes), np.uint8)], inputs)[0]
-        full = list(outputs)
-        full.insert(self.scratch, scratch)
-        return full
-
-    def outputs(self, got: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(got[k] for k in self.visible)
-
-
+@dataclass(eq=False)
 class Operation:
     """The JAX operation of one FFI target (a :class:`PlainOperation` or a :class:`ShapedOperation`).
 
     ``op(inputs, attrs, raw_attrs, out, vmap_method)`` runs it on checked inputs (``attrs`` converted,
     ``raw_attrs`` as the caller gave them, for a derivative kernel) and returns the output array, or a
-    tuple of them.  ``module`` names the module that loaded it, for messages.
+    tuple of them.  ``module`` names the module that loaded it, for messages; ``backward`` and ``tangent`` are
+    the derivative kernels' callables; ``tuner``, for a group of variants, chooses the target each call runs.
+
+    XLA allocates one result per ``ret``, ``inout`` and ``scratch`` parameter, in declaration order; the
+    callable returns the first two kinds; an ``inout`` result is aliased to its operand (so with donation XLA
+    updates the caller's buffer in place).
     """
 
-    __slots__ = ("target", "spec", "backward", "tangent", "module", "results", "tuner")
+    target: str
+    spec: FunctionSpec
+    module: str
+    backward: Kernel | None = None
+    tangent: Kernel | None = None
+    tuner: Tuner | None = None
 
-    def __init__(self, target: str, spec: FunctionSpec, module: str, backward: Derivative | None = None,
-                 tangent: Derivative | None = None, tuner: Tuner | None = None) -> None:
-        self.target = target
-        self.spec = spec
-        self.backward = backward
-        self.tangent = tangent
-        self.module = module
-        self.results = Results(spec)
-        self.tuner = tuner  #: for a group of variants, what chooses the target each call runs
+    def _with_scratch(self, outputs: Sequence[Any], inputs: Sequence[Any], attrs: Mapping[str, Any],
+                      dims: Mapping[str, int] | None = None, batch: tuple[int, ...] = ()) -> list[Any]:
+        """``outputs`` with the scratch buffer's struct inserted, sized by its expression over ``dims``
+        and the integer attributes, times the ``batch`` shape."""
+        full = list(outputs)
+        if self.spec.scratch is not None:
+            values = {n: int(attrs[n]) for n in int_attr_names(self.spec) if n in attrs}
+            nbytes = evaluate(self.spec.scratch, {**values, **(dims or {})}, function=self.spec.name)
+            at = [p.role for p in self.spec.results].index("scratch")
+            full.insert(at, output_structs([((*batch, nbytes), np.uint8)], inputs)[0])
+        return full
+
+    def _returned(self, results: Sequence[Any]) -> tuple[Any, ...]:
+        """Of the results of the FFI call, those the callable returns: the outputs, in order."""
+        return tuple(r for r, p in zip(results, self.spec.results) if p.role != "scratch")
 
     def _ffi(
         self, results: Callable[[Sequence[Any]], list[Any]], attrs: Mapping[str, Any], vmap_method: str | None,
     ) -> layers.Call:
         """The plain FFI call (result structs ``results(inputs)``) behind the platform check; returns the outputs
         (of the target the tuner chooses, for a group of variants)."""
-        aliases = self.results.aliases or None
+        inputs = [p.name for p in self.spec.inputs]  # (each in-place result aliases its operand)
+        aliases = {inputs.index(p.name): k for k, p in enumerate(self.spec.results) if p.role == "inout"} or None
         effect = self.spec.has_side_effect
         where = {"target": self.target, "function": self.spec.name, "module": self.module, "side_effect": effect}
 
@@ -225,7 +164,7 @@ class Operation:
                 outs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in structs] if plain else structs
                 made = jax.ffi.ffi_call(target, outs, vmap_method=vmap_method, has_side_effect=effect or plain,
                                         input_output_aliases=aliases)
-                return lambda *ys: self.results.outputs(made(*ys, **attrs))
+                return lambda *ys: self._returned(made(*ys, **attrs))
 
             checked = check_platform(xs, **where) if is_traced(xs) else xs
             return call(self.target)(*checked) if self.tuner is None else self.tuner.call(call, checked)
@@ -233,18 +172,46 @@ class Operation:
         return ffi
 
     def _refusal(self) -> CallError:
-        return no_backward(self.spec, None if self.tangent is None else self.tangent.name)
+        """The error for reverse-mode differentiation, which no backward kernel declares; without a tangent
+        kernel either, for any differentiation."""
+        spec, name = self.spec, self.spec.name
+        if self.tangent is not None:
+            return CallError(
+                f"{name}() cannot be differentiated in reverse mode (jax.grad, jax.vjp, jax.jacrev, jax.hessian): no "
+                f"backward kernel declares vjp={name}, and its tangent kernel {self.tangent.spec.name}() gives "
+                f"forward mode only. Write jax.jacfwd instead of jax.jacrev or jax.grad, and jax.jvp instead of "
+                f"jax.vjp; or write a backward kernel and annotate it {_kernel_to_write(spec, 'vjp')}."
+                f"{_second_order(spec)}"
+            )
+        needs_signature = "" if spec.signature else (
+            f" For either, give {name} a shape signature (`// @BE {annotated_name(spec)} (...,n)->(...,n)`, "
+            "say), which shapes the derivatives.")
+        return CallError(
+            f"{name}() cannot be differentiated: no backward kernel declares vjp={name}. For reverse mode "
+            f"(jax.grad, jax.vjp), write one and annotate it {_kernel_to_write(spec, 'vjp')}, or wrap the call in a "
+            f"jax.custom_vjp whose backward pass is written in JAX. For forward mode (jax.jvp, jax.jacfwd), write a "
+            f"tangent kernel and annotate it {_kernel_to_write(spec, 'jvp')}.{needs_signature}{_second_order(spec)}"
+        )
 
     def _forward_mode(self) -> CallError:
-        assert self.backward is not None
-        kernel = self.backward.call
-        return forward_mode(self.spec, kernel.spec, kernel.module.tangent_name(kernel.spec.name) is not None)
+        """The error for forward-mode differentiation, which no tangent kernel declares while the backward kernel
+        gives reverse mode only (jax.hessian needs a tangent kernel of that one too, unless it has one)."""
+        name, bwd = self.spec.name, self.backward
+        assert bwd is not None
+        hessian = "" if bwd.module.tangent_name(bwd.spec.name) is not None else (
+            f" jax.hessian (forward over reverse) needs one of {bwd.spec.name}() too: "
+            f"{_kernel_to_write(bwd.spec, 'jvp')}.")
+        return CallError(
+            f"{name}() cannot be differentiated in forward mode (jax.jvp, jax.jacfwd, jax.hessian, or calling the "
+            f"function jax.linearize returns): no tangent kernel declares jvp={name}, and its backward kernel "
+            f"{bwd.spec.name}() gives reverse mode only. Write jax.jacrev instead of jax.jacfwd, and jax.vjp (vector-"
+            f"Jacobian products) instead of jax.jvp; or write a tangent kernel and annotate it "
+            f"{_kernel_to_write(self.spec, 'jvp')}.{hessian}{_second_order(self.spec)}"
+        )
 
 
 class PlainOperation(Operation):
     """A function without a shape signature: one ``jax.ffi.ffi_call``, its outputs as ``out=`` gives them."""
-
-    __slots__ = ()
 
     def __call__(
         self, inputs: Sequence[Any], attrs: Mapping[str, Any], raw_attrs: Mapping[str, Any], out: Any,
@@ -257,7 +224,7 @@ class PlainOperation(Operation):
             given = iter(outs)
             full = [output_structs([(np.shape(inplace[p.name]), inplace[p.name].dtype)], xs)[0]
                     if p.role == "inout" else next(given) for p in self.spec.outputs]
-            return self.results.structs(full, xs, attrs)
+            return self._with_scratch(full, xs, attrs)
 
         return _unpack(layers.refusing(self._ffi(results, attrs, vmap_method), self._refusal)(*inputs))
 
@@ -277,17 +244,14 @@ class PlainOperation(Operation):
         return outs
 
 
+@dataclass(eq=False)
 class ShapedOperation(Operation):
     """A function with a shape signature: outputs from the signature, and the
     layers of :mod:`kernix.runtime.layers` around the FFI call."""
 
-    __slots__ = ("signature", "_built")
-
-    def __init__(self, target: str, spec: FunctionSpec, module: str, backward: Derivative | None = None,
-                 tangent: Derivative | None = None, tuner: Tuner | None = None) -> None:
-        super().__init__(target, spec, module, backward, tangent, tuner)
-        assert spec.signature is not None
-        self.signature = parse_signature(spec.signature)
+    def __post_init__(self) -> None:
+        assert self.spec.signature is not None
+        self.signature = parse_signature(self.spec.signature)
         self._built: dict[Any, layers.Call] = {}
 
     def _structs(self, inputs: Sequence[Any], attrs: Mapping[str, Any], *, scratch: bool = True) -> list[Any]:
@@ -295,7 +259,7 @@ class ShapedOperation(Operation):
         b = bind(self.signature, self.spec, [np.shape(x) for x in inputs], [np.dtype(x.dtype).name for x in inputs],
                  attrs)
         outs = output_structs([(s, numpy_dtype(d)) for s, d in zip(b.out_shapes, b.out_dtypes)], inputs)
-        return self.results.structs(outs, inputs, attrs, b.dims, b.batch_shape) if scratch else outs
+        return self._with_scratch(outs, inputs, attrs, b.dims, b.batch_shape) if scratch else outs
 
     def __call__(
         self, inputs: Sequence[Any], attrs: Mapping[str, Any], raw_attrs: Mapping[str, Any], out: Any,
@@ -326,8 +290,10 @@ class ShapedOperation(Operation):
         if self.backward is None and self.tangent is None:
             return layers.refusing(forward, self._refusal)
 
-        def bound(kernel: Derivative | None) -> Callable[..., Any] | None:
-            return None if kernel is None else functools.partial(kernel.call, **{n: raw_attrs[n] for n in kernel.attrs})
+        def bound(kernel: Kernel | None) -> Callable[..., Any] | None:
+            if kernel is None:
+                return None
+            return functools.partial(kernel, **{p.name: raw_attrs[p.name] for p in kernel.spec.attrs})
 
         outs = functools.partial(self._structs, attrs=attrs, scratch=False)
         return layers.differentiable(forward, outs, tangent=bound(self.tangent), backward=bound(self.backward),
@@ -339,10 +305,7 @@ def _unpack(result: Sequence[Any]) -> Any:
 
 
 def _hashable(v: Any) -> Any:
-    if isinstance(v, np.ndarray):  # an array attribute: its every value (a repr would elide some)
+    """A converted attribute (a NumPy scalar, a string, or an array attribute's 1-D array) as a key."""
+    if isinstance(v, np.ndarray):  # its every value
         return ("ndarray", v.dtype.str, v.shape, v.tobytes())
-    try:
-        hash(v)
-    except TypeError:
-        return repr(v)
     return (type(v).__name__, v)

@@ -1,10 +1,7 @@
 """Loading compiled libraries and registering their handlers with JAX.
 
 XLA keeps one handler per (target name, platform) for the life of the process, so every registration
-goes through here: the same content again is a no-op, and different content under a taken name (code
-edited and loaded again) is registered under its content-versioned name (:func:`versioned_name`),
-which the new module's callables call, with a :class:`~kernix.errors.ReloadWarning` once per target.
-"""
+goes through here (what it does with a taken name: :func:`register_targets`)."""
 
 from __future__ import annotations
 
@@ -98,8 +95,9 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
 
     ``symbols`` maps each target (``"<prefix>.<function>"``) to its handler symbol.  A target registered
     with the same digest and symbol is left as it is; one registered with other code keeps it (XLA
-    cannot replace it) and the new handler goes under its content-versioned name.  A handler with an
-    instantiate stage (``BE::State<T>``) is registered with it, and the library's state type with XLA.
+    cannot replace it) and the new handler goes under its content-versioned name (:func:`versioned_name`),
+    which the new module's callables call, with a :class:`~kernix.errors.ReloadWarning` once per target.  A
+    handler with an instantiate stage (``BE::State<T>``) is registered with it, and the library's state type with XLA.
 
     Returns each target -> the name its handler is registered under.  Raises
     :class:`~kernix.errors.RegistrationError` (nothing registered) for a missing symbol or a

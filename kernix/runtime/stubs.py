@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import keyword
 from typing import Any, Iterable
 
 from ..language.spec import FunctionSpec, Param
@@ -71,7 +72,12 @@ def docstring(spec: FunctionSpec, *, backward: str | None = None, tangent: str |
              ("Tangent kernel of ``{}``.", spec.jvp_of), ("Differentiable (reverse mode) through ``{}``.", backward),
              ("Differentiable (forward mode) through ``{}``.", tangent)]
     lines += [text.format(value) for text, value in facts if value]
-    lines += _context_lines(spec)
+    if spec.has_side_effect:
+        lines += ["Has side effects: every call runs, even when its results are unused."]
+    about = {"scratch": "Scratch memory ``{p.name}``: {spec.scratch} bytes per problem, allocated by XLA.",
+             "state": "State ``{p.type} {p.name}``: made once per compiled instance of the call.",
+             "threads": "Runs on XLA's intra-op thread pool (``{p.name}``)."}
+    lines += [about[p.role].format(p=p, spec=spec) for p in spec.params if p.role in about]
     lines += ["", "Parameters", "----------"]
     for p in spec.inputs:
         extra = f", {p.dtype}" if p.dtype else ""
@@ -98,25 +104,9 @@ def docstring(spec: FunctionSpec, *, backward: str | None = None, tangent: str |
     return "\n".join(lines)
 
 
-def _context_lines(spec: FunctionSpec) -> list[str]:
-    lines = []
-    if spec.has_side_effect:
-        lines += ["Has side effects: every call runs, even when its results are unused."]
-    for p in spec.params:
-        if p.role == "scratch":
-            lines += [f"Scratch memory ``{p.name}``: {spec.scratch} bytes per problem, allocated by XLA."]
-        elif p.role == "state":
-            lines += [f"State ``{p.type} {p.name}``: made once per compiled instance of the call."]
-        elif p.role == "threads":
-            lines += [f"Runs on XLA's intra-op thread pool (``{p.name}``)."]
-    return lines
-
-
 def input_names(spec: FunctionSpec) -> list[str]:
     """The Python names of ``spec``'s (positional-only) inputs: the C++ names, with ``_`` added to a
     keyword or a name the call already uses (``out``, ``vmap_method``, ``self``, an attribute)."""
-    import keyword
-
     taken = {"out", "vmap_method", "self", *(p.name for p in spec.attrs)}
     names = []
     for p in spec.inputs:
@@ -185,6 +175,5 @@ def stub_text(specs: Iterable[FunctionSpec], *, source: str = "") -> str:
         body += [sig, _indent(f'"""{doc}\n"""'), "    ...", "", ""]
         methods += [_indent(f"def {s.name}(self, {', '.join(params)}) -> {_returns(s)}: ...")]
     more, more_methods = family_overloads(specs, signatures, {s.name: _returns(s) for s in specs})
-    body, methods = body + more, methods + more_methods
-    tail = ["class Module(Protocol):", '    """A loaded module exporting these functions."""', "", *methods, ""]
-    return "\n".join(head + ["", *body] + tail)
+    protocol = ["class Module(Protocol):", '    """A loaded module exporting these functions."""', ""]
+    return "\n".join(head + ["", *body, *more] + protocol + [*methods, *more_methods, ""])
