@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["TOLERANCES", "Mismatch", "Tolerance", "compare", "show"]
+__all__ = ["TOLERANCES", "Mismatch", "Tolerance", "compare", "first_change", "show"]
 
 #: Default ``(rtol, atol)`` per floating dtype: a few units in the last place
 #: of the dtype, enough for a kernel that sums in another order than the
@@ -72,6 +72,14 @@ class Mismatch:
 def show(x: Any) -> str:
     """One element, as NumPy prints it in its own dtype (``0.1`` for a float32, not ``0.10000000149011612``)."""
     return np.array2string(np.asarray(x), precision=8, floatmode="maxprec_equal")
+
+
+def first_change(before: np.ndarray, after: np.ndarray) -> tuple[int, ...] | None:
+    """The index of the first element whose bytes differ in ``after`` (``None``: none do)."""
+    if after.tobytes() == before.tobytes():
+        return None
+    flat = int(np.flatnonzero(after.reshape(-1).view(np.uint8) != before.reshape(-1).view(np.uint8))[0])
+    return tuple(int(i) for i in np.unravel_index(flat // max(before.itemsize, 1), before.shape))
 
 
 def compare(what: str, got: Any, want: Any, tolerance: Tolerance, against: str = "the reference") -> Mismatch | None:

@@ -15,7 +15,8 @@ import numpy as np
 from ..language.dtypes import numpy_dtype
 from ..errors import CallError
 from ..language.shapes import Signature, bind, parse_signature
-from .compare import Mismatch, Tolerance, compare, show
+from .compare import Tolerance, compare, first_change, show
+from .report import CheckResult
 
 __all__ = ["Subject", "as_outputs", "variants", "stack", "describe"]
 
@@ -82,10 +83,7 @@ class Subject:
         """Which of ``args``, after a call, no longer holds ``example`` (default: the example), and how."""
         for name, a, e in zip(self.input_names, args, self.example if example is None else example):
             after = np.asarray(a)
-            if after.tobytes() != e.tobytes():
-                flat = int(np.flatnonzero(after.reshape(-1).view(np.uint8) != e.reshape(-1).view(np.uint8))[0])
-                i = np.unravel_index(flat // max(e.itemsize, 1), e.shape) if e.shape else ()
-                i = tuple(int(k) for k in i)
+            if (i := first_change(e, after)) is not None:
                 return (f"the kernel changed its input {name!r} (element {i}: {show(e[i])} became "
                         f"{show(after[i])}), which it does not declare as an output: the caller's array changed")
         return None
@@ -124,16 +122,16 @@ class Subject:
         out = None if self.signature is not None else self.out_structs(xs)
         return as_outputs(self.fn(*xs, out=out, **self.attrs), len(self.spec.outputs), "the kernel")
 
-    def mismatch(self, got: Sequence[Any], want: Sequence[Any], how: str = "", scale: float = 1.0,
-                 names: Sequence[str] | None = None, kind: str = "output",
-                 against: str = "the reference") -> tuple[Mismatch, str] | None:
-        """The first output (or gradient) that differs, and its parameter's name."""
+    def compared(self, row: str, got: Sequence[Any], want: Sequence[Any], passed: str, how: str = "",
+                 scale: float = 1.0, names: Sequence[str] | None = None, kind: str = "output",
+                 against: str = "the reference") -> CheckResult:
+        """Row ``row``: failed at the first output (or gradient) that differs, else passed with ``passed``."""
         tolerance = dataclasses.replace(self.tolerance, scale=scale)
         for name, g, w in zip(names or self.output_names, got, want):
             m = compare(f"{kind} {name!r}{how}", g, w, tolerance, against)
             if m is not None:
-                return m, name
-        return None
+                return CheckResult(row, "failed", m.message, m.difference, m.index, name)
+        return CheckResult(row, "passed", passed)
 
     @property
     def batch_inputs(self) -> list[int]:

@@ -24,15 +24,6 @@ VMAP_BATCH = 3
 GRAD_SCALE = 10.0
 
 
-def _compared(name: str, s: Subject, got: Sequence[Any], want: Sequence[Any], passed: str, how: str = "",
-              scale: float = 1.0, names: Sequence[str] | None = None, kind: str = "output",
-              against: str = "the reference") -> CheckResult:
-    found = s.mismatch(got, want, how, scale, names, kind, against)
-    if found is not None:
-        return CheckResult(name, "failed", found[0].message, found[0].difference, found[0].index, found[1])
-    return CheckResult(name, "passed", passed)
-
-
 def _guarded(name: str, run: Callable[[], CheckResult]) -> CheckResult:
     try:
         return run()
@@ -49,7 +40,7 @@ def check_called(name: str, s: Subject, call: Callable[..., Sequence[Any]], expe
         changed = s.changed_input(args)
         if changed:
             return CheckResult(name, "failed", changed, parameter=changed.split("'")[1])
-        return _compared(name, s, got, expected, "matches the reference on the example")
+        return s.compared(name, got, expected, "matches the reference on the example")
 
     return _guarded(name, run)
 
@@ -77,7 +68,7 @@ def _vmap_values(s: Subject, examples: list[tuple[np.ndarray, ...]], how: str, a
     ref = jax.jit(s.ref)  # one compile for the examples' common shapes
     per = [ref(*[s.put(e[i]) if a == 0 else s.args[i] for i, a in enumerate(axes)]) for e in examples]
     want = [np.stack([np.asarray(p[k]) for p in per]) for k in range(len(s.output_names))]
-    return _compared("vmap", s, got, want, "", f" under jax.vmap over {how}")
+    return s.compared("vmap", got, want, "", f" under jax.vmap over {how}")
 
 
 def check_vmap(s: Subject, guard: Callable[[Sequence[np.ndarray]], str | None] | None = None) -> list[CheckResult]:
@@ -175,7 +166,7 @@ def check_grad(s: Subject) -> list[CheckResult]:
         cts = cotangents(s, args)
         got = jax.jit(functools.partial(gradients, s.kernel))(args, cts)
         want = jax.jit(functools.partial(gradients, s.ref))(args, cts)
-        return _compared("grad", s, got, want, f"gradients of {', '.join(names)} match the reference's (through "
+        return s.compared("grad", got, want, f"gradients of {', '.join(names)} match the reference's (through "
                          f"{s.backward})", scale=GRAD_SCALE, names=names, kind="gradient of input")
 
     fd = functools.partial(_finite_differences, s, "rev", "finite_differences", f"gradients of {', '.join(names)} "
@@ -235,7 +226,7 @@ def check_jvp(s: Subject) -> CheckResult:
         def forward(call: Callable[..., Sequence[Any]]) -> Any:
             return jax.jit(lambda xs, ts: jax.jvp(_with_floats(s, call), xs, ts)[1])(floats, tangents)
 
-        row = _compared("jvp", s, forward(s.kernel), forward(s.ref), "", scale=GRAD_SCALE, names=outputs,
+        row = s.compared("jvp", forward(s.kernel), forward(s.ref), "", scale=GRAD_SCALE, names=outputs,
                         kind="forward-mode tangent of output")
         if row.failed:
             return row
@@ -270,7 +261,7 @@ def _sharded(s: Subject, devices: list[Any]) -> CheckResult:
     got = f(*sharded)
     want = s.kernel(*whole)
     how = f" with its '...' inputs sharded over {len(devices)} devices"
-    row = _compared("sharded", s, [np.asarray(g) for g in got], want, "", how, against="one device's result")
+    row = s.compared("sharded", [np.asarray(g) for g in got], want, "", how, against="one device's result")
     if row.failed:
         return row
     assert s.signature is not None
@@ -291,7 +282,7 @@ def check_export(s: Subject, expected: Sequence[Any]) -> CheckResult:
     def run() -> CheckResult:
         data = export(jax.jit(s.kernel), *s.args).serialize()
         got = deserialize(data)(*s.args)
-        return _compared("export", s, got, expected, f"kernix.export, serialised ({len(data)} bytes) and "
+        return s.compared("export", got, expected, f"kernix.export, serialised ({len(data)} bytes) and "
                          "deserialised, matches the reference")
 
     return _guarded("export", run)
