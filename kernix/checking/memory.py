@@ -23,10 +23,6 @@ __all__ = ["Memory", "FILLS"]
 FILLS = (0xFF, 0x00, 0xFF)
 
 
-def _element(shape: tuple[int, ...], flat: int) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.unravel_index(flat, shape))
-
-
 class Memory:
     """Runs the subject's kernel and backward kernel on exact buffers (``why`` says why it cannot, if so)."""
 
@@ -101,12 +97,6 @@ class Memory:
             problems += self._runs(spec, [*xs, *cotangents], grads, attrs, f"its backward kernel {spec.name}() ")
         return problems
 
-    def guard(self, xs: Sequence[np.ndarray]) -> str | None:
-        """Why running the kernel on ``xs`` under XLA could take this process down (it crashed on exact
-        buffers, or a sanitizer stopped it), or ``None``."""
-        crash = next((p for p in self.run(xs) if p.unsafe), None)
-        return None if crash is None else f"outside XLA, on {self.s.describe_inputs(xs)}, {crash.message}"
-
     def _larger(self, xs: Sequence[np.ndarray], times: int) -> list[np.ndarray] | None:
         """``xs`` ``times`` over: stacked along '...', else repeated along the first dimension the inputs
         name (values kept, so indices stay valid); ``None`` when neither can be."""
@@ -158,12 +148,12 @@ class Memory:
                 differs = first.reshape(-1).view(np.uint8).reshape(-1, item) != \
                     second.reshape(-1).view(np.uint8).reshape(-1, item)
                 flat = np.flatnonzero(differs.any(axis=1))
-                shown = ", ".join(str(_element(first.shape, int(k))) for k in flat[:4])
+                shown = [tuple(int(i) for i in np.unravel_index(k, first.shape)) for k in flat[:4]]
                 more = f" and {flat.size - 4} more" if flat.size > 4 else ""
-                i = _element(first.shape, int(flat[0]))
+                i = shown[0]
                 problems.append(Problem(
                     f"{who}leaves {flat.size} of the {first.size} elements of output {p.name!r} unwritten (or reads "
-                    f"them before writing them): {shown}{more}; element {i} is {show(first[i])} when the buffer "
+                    f"them before writing them): {', '.join(map(str, shown))}{more}; element {i} is {show(first[i])} when the buffer "
                     f"started as 0xff bytes and {show(second[i])} when it started as zeros. XLA does not clear "
                     "output buffers", p.name, "unwritten"))
         return problems

@@ -47,6 +47,8 @@ SANITIZERS = {
 CUDA_TOOLS = ("memcheck", "initcheck", "racecheck")
 #: How the first line of a compute-sanitizer finding starts.
 _CUDA_FINDING = "Invalid|Uninitialized|Out-of-range|Misaligned|Error: Race|ERROR: Race"
+#: Each tensor parameter of a call, by name: its shape and dtype (in the order the driver replies with them).
+Layout = Mapping[str, tuple[tuple[int, ...], np.dtype]]
 _ENV = {
     "ASAN_OPTIONS": "detect_leaks=0:handle_abort=1:handle_sigfpe=1:handle_segv=1:handle_sigill=1:"
                     "allocator_may_return_null=1:symbolize=1:abort_on_error=0:exitcode=86",
@@ -72,14 +74,15 @@ class Problem:
         return self.kind == "crash"
 
 
+#: The letter of a parameter's role in the driver's function table (check_driver.cc says what each means).
+_LETTERS = {"arg": "i", "ret": "o", "inout": "b", "scratch": "s", "attr": "a", "state": "S", "threads": "T",
+            "stream": "q"}
+
+
 def _letter(p: Param) -> str:
     if p.kind == "ffi":
         return "f" if p.role == "arg" else "F"
-    if p.role in ("arg", "ret", "inout", "scratch"):
-        return {"arg": "i", "ret": "o", "inout": "b", "scratch": "s"}[p.role]
-    if p.kind in ("array", "string"):
-        return "r"
-    return {"attr": "a", "state": "S", "threads": "T", "stream": "q"}[p.role]
+    return "r" if p.kind in ("array", "string") else _LETTERS[p.role]
 
 
 def _table(functions: Sequence[codegen.ExportedFunction]) -> str:
@@ -212,8 +215,7 @@ class Driver:
     def __init__(self, exe: Path, specs: Mapping[str, FunctionSpec], sanitizer: str = "address") -> None:
         """``sanitizer``: the one the driver was built with, or a compute-sanitizer tool to run it under."""
         self.exe = exe
-        self.index = {name: k for k, name in enumerate(specs)}
-        self.specs = dict(specs)
+        self.specs = dict(specs)  # (a function's position here is its index in the driver's table)
         self.sanitizer = sanitizer
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -250,7 +252,7 @@ class Driver:
         (shape and dtype of each ``ret``), ``attrs`` (its attributes, by name), the scratch shape; each tensor
         parameter's bytes after the call, or what went wrong."""
         spec = self.specs[name]
-        message, layout = _request(spec, self.index[name], inputs, outputs, attrs, scratch, fill)
+        message, layout = _request(spec, list(self.specs).index(name), inputs, outputs, attrs, scratch, fill)
         if self._proc is None or self._proc.poll() is not None:
             self.close()
             self._start()
@@ -289,8 +291,7 @@ class Driver:
             got += len(chunk)
         return b"".join(chunks)
 
-    def _reply(self, layout: Mapping[str, tuple[tuple[int, ...], np.dtype]]
-               ) -> tuple[dict[str, np.ndarray], str | None]:
+    def _reply(self, layout: Layout) -> tuple[dict[str, np.ndarray], str | None]:
         """Each tensor parameter's bytes after the call, and what the kernel threw."""
         deadline = time.monotonic() + TIMEOUT
         status, length = struct.unpack("<II", self._read(8, deadline))
@@ -303,7 +304,7 @@ class Driver:
                 np.frombuffer(raw, np.uint8)
         return buffers, error if status else None
 
-    def _crash(self, spec: FunctionSpec, start: int, layout: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> Problem:
+    def _crash(self, spec: FunctionSpec, start: int, layout: Layout) -> Problem:
         assert self._proc is not None
         try:
             code = self._proc.wait(timeout=TIMEOUT)
@@ -333,8 +334,8 @@ def _tensor(x: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> by
 
 def _request(spec: FunctionSpec, index: int, inputs: Sequence[np.ndarray],
              outputs: Sequence[tuple[Sequence[int], Any]], attrs: Mapping[str, Any], scratch: tuple[int, ...],
-             fill: int) -> tuple[bytes, dict[str, tuple[tuple[int, ...], np.dtype]]]:
-    """The request to call ``spec`` once, and each tensor parameter's shape and dtype (in the reply's order)."""
+             fill: int) -> tuple[bytes, Layout]:
+    """The request to call ``spec`` once, and its layout."""
     parts = [struct.pack("<IIB", 1, index, fill)]
     layout = {}
     given, wanted = iter(inputs), iter(outputs)
@@ -383,11 +384,8 @@ def _user_frame(lines: Sequence[str]) -> str:
     return ""
 
 
-def describe_crash(log: str, code: int | None, spec: FunctionSpec,
-                   layout: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None = None) -> Problem:
-    """What a sanitizer's report (or the exit status) says the kernel did; ``layout`` gives each tensor
-    parameter's shape and dtype."""
-    layout = layout or {}
+def describe_crash(log: str, code: int | None, spec: FunctionSpec, layout: Layout) -> Problem:
+    """What a sanitizer's report (or the exit status) says the kernel did."""
     cuda = re.search(rf"^========= ((?:{_CUDA_FINDING})[^\n]*)", log, re.M)
     log = log[log.rfind("kernix-check: call "):] if "kernix-check: call " in log else log
     buffers = [(spec.params[int(k)], 0 if address == "(nil)" else int(address, 16), int(n))  # (param, address, bytes)
@@ -441,8 +439,7 @@ def describe_crash(log: str, code: int | None, spec: FunctionSpec,
     return Problem(f"ended the process (exit status {code}){': ' + tail if tail else ''}{at}")
 
 
-def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]],
-                   layout: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> Problem:
+def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]], layout: Layout) -> Problem:
     """What compute-sanitizer's first report says the kernel did."""
     frame = re.search(r"=========\s+at (.+?)(?:\+0x[0-9a-f]+)? in (\S+?):(\d+)\s*$", log, re.M)
     at = f" at {frame.group(2)}:{frame.group(3)} (in {frame.group(1).split('(')[0]})" if frame else ""
@@ -470,8 +467,7 @@ def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]],
     return Problem(f"compute-sanitizer memcheck: {kind.strip()}{at}{who}")
 
 
-def _overrun(p: Param, nbytes: int, layout: Mapping[str, tuple[tuple[int, ...], np.dtype]], access: str,
-             offset: int | None, after: bool, at: str) -> Problem:
+def _overrun(p: Param, nbytes: int, layout: Layout, access: str, offset: int | None, after: bool, at: str) -> Problem:
     """``access`` (``wrote 4 bytes``) past the end (``after``) or before the start of parameter ``p``'s buffer
     of ``nbytes``, at byte ``offset`` from its start (``None``: not known)."""
     shape, dtype = layout.get(p.name, ((nbytes,), np.dtype(np.uint8)))
