@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from ..errors import CallError, KernixError
+from .compare import Mismatch
 from .report import CheckResult
 from ..language.shapes import bind
 from .subject import Subject, describe
@@ -253,9 +254,9 @@ def check_drawn(s: Subject, drawing: Drawing, dtype_combos: Sequence[tuple[np.dt
                                            index, parameter, tuple(xs))
             raise AssertionError(detail)
 
-        def differs(row: CheckResult, hint: str = "") -> None:
-            if row.failed:
-                fail(row.detail + hint, row.parameter, row.difference, row.index)
+        def differs(found: tuple[Mismatch, str] | None, hint: str = "") -> None:
+            if found is not None:
+                fail(found[0].message + hint, found[1], found[0].difference, found[0].index)
 
         args = [s.put(x) for x in xs]
         try:
@@ -300,13 +301,16 @@ def check_drawn(s: Subject, drawing: Drawing, dtype_combos: Sequence[tuple[np.dt
         # Special values leave the reference itself a few rounding errors off (x - mean(x) of an equal row):
         # their results are compared a hundred times more loosely (a wrong one is far off, or not finite).
         scale = 100.0 if pattern != "range" else 1.0
-        differs(s.changed_input("drawn", args, xs) or s.compared("drawn", got, want, "", scale=scale))
+        changed = s.changed_input(args, xs)
+        if changed:
+            fail(changed, changed.split("'")[1])
+        differs(s.mismatch(got, want, scale=scale))
         # Outside XLA the kernel's state lives on from every earlier drawn input (under XLA each shape gets its own).
         if memory is not None and memory.outputs:
-            differs(s.compared("drawn", memory.outputs, want, "", " outside XLA, after earlier calls on other inputs",
-                               scale), ": does the kernel keep state (a static, BE::State) across calls?")
+            differs(s.mismatch(memory.outputs, want, " outside XLA, after earlier calls on other inputs", scale),
+                    ": does the kernel keep state (a static, BE::State) across calls?")
         if cts is not None:
-            differs(s.compared("drawn", got_grads, want_grads, "", scale=GRAD_SCALE * scale, names=floating,
+            differs(s.mismatch(got_grads, want_grads, scale=GRAD_SCALE * scale, names=floating,
                                kind="gradient of input"))
         if errors:  # on exact buffers, not under XLA
             fail(errors[0])

@@ -15,8 +15,7 @@ import numpy as np
 from ..language.dtypes import numpy_dtype
 from ..errors import CallError
 from ..language.shapes import Signature, bind, parse_signature
-from .compare import Tolerance, compare, first_change, show
-from .report import CheckResult
+from .compare import Mismatch, Tolerance, compare, first_change, show
 
 __all__ = ["Subject", "as_outputs", "variants", "stack", "describe"]
 
@@ -81,16 +80,13 @@ class Subject:
         """Fresh device arrays of the example (a kernel that writes into its inputs cannot change the example)."""
         return tuple(self.put(x) for x in self.example)
 
-    def changed_input(self, row: str, args: Sequence[Any],
-                      example: Sequence[np.ndarray] | None = None) -> CheckResult | None:
-        """Row ``row`` failed at the first of ``args`` that, after a call, no longer holds ``example`` (default:
-        the example); ``None`` when none changed."""
+    def changed_input(self, args: Sequence[Any], example: Sequence[np.ndarray] | None = None) -> str | None:
+        """Which of ``args``, after a call, no longer holds ``example`` (default: the example), and how."""
         for name, a, e in zip(self.input_names, args, self.example if example is None else example):
             after = np.asarray(a)
             if (i := first_change(e, after)) is not None:
-                return CheckResult(row, "failed", f"the kernel changed its input {name!r} (element {i}: {show(e[i])} "
-                                   f"became {show(after[i])}), which it does not declare as an output: the caller's "
-                                   "array changed", parameter=name)
+                return (f"the kernel changed its input {name!r} (element {i}: {show(e[i])} became "
+                        f"{show(after[i])}), which it does not declare as an output: the caller's array changed")
         return None
 
     def describe_inputs(self, xs: Sequence[Any], attrs: Mapping[str, Any] | None = None) -> str:
@@ -119,16 +115,16 @@ class Subject:
         out = None if self.signature is not None else self.out_structs(xs)
         return as_outputs(self.fn(*xs, out=out, **self.attrs), len(self.spec.outputs), "the kernel")
 
-    def compared(self, row: str, got: Sequence[Any], want: Sequence[Any], passed: str, how: str = "",
-                 scale: float = 1.0, names: Sequence[str] | None = None, kind: str = "output",
-                 against: str = "the reference") -> CheckResult:
-        """Row ``row``: failed at the first output (or gradient) that differs, else passed with ``passed``."""
+    def mismatch(self, got: Sequence[Any], want: Sequence[Any], how: str = "", scale: float = 1.0,
+                 names: Sequence[str] | None = None, kind: str = "output",
+                 against: str = "the reference") -> tuple[Mismatch, str] | None:
+        """The first output (or gradient) that differs, and its parameter's name."""
         tolerance = dataclasses.replace(self.tolerance, scale=scale)
         for name, g, w in zip(names or self.output_names, got, want):
             m = compare(f"{kind} {name!r}{how}", g, w, tolerance, against)
             if m is not None:
-                return CheckResult(row, "failed", m.message, m.difference, m.index, name)
-        return CheckResult(row, "passed", passed)
+                return m, name
+        return None
 
 
 def _perturbed(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -24,6 +24,15 @@ VMAP_BATCH = 3
 GRAD_SCALE = 10.0
 
 
+def _compared(name: str, s: Subject, got: Sequence[Any], want: Sequence[Any], passed: str, how: str = "",
+              scale: float = 1.0, names: Sequence[str] | None = None, kind: str = "output",
+              against: str = "the reference") -> CheckResult:
+    found = s.mismatch(got, want, how, scale, names, kind, against)
+    if found is not None:
+        return CheckResult(name, "failed", found[0].message, found[0].difference, found[0].index, found[1])
+    return CheckResult(name, "passed", passed)
+
+
 def _guarded(name: str, run: Callable[[], CheckResult]) -> CheckResult:
     try:
         return run()
@@ -37,7 +46,10 @@ def check_called(name: str, s: Subject, call: Callable[..., Sequence[Any]], expe
     def run() -> CheckResult:
         args = s.args
         got = call(*args)
-        return s.changed_input(name, args) or s.compared(name, got, expected, "matches the reference on the example")
+        changed = s.changed_input(args)
+        if changed:
+            return CheckResult(name, "failed", changed, parameter=changed.split("'")[1])
+        return _compared(name, s, got, expected, "matches the reference on the example")
 
     return _guarded(name, run)
 
@@ -69,7 +81,7 @@ def _vmap_values(s: Subject, examples: list[tuple[np.ndarray, ...]], how: str, a
     ref = jax.jit(s.ref)  # one compile for the examples' common shapes
     per = [ref(*[s.put(e[i]) if a == 0 else s.args[i] for i, a in enumerate(axes)]) for e in examples]
     want = [np.stack([np.asarray(p[k]) for p in per]) for k in range(len(s.output_names))]
-    return s.compared("vmap", got, want, "", f" under jax.vmap over {how}")
+    return _compared("vmap", s, got, want, "", f" under jax.vmap over {how}")
 
 
 def check_vmap(s: Subject, memory: Any = None) -> list[CheckResult]:
@@ -164,7 +176,7 @@ def check_grad(s: Subject) -> list[CheckResult]:
         cts = cotangents(s, args)
         got = jax.jit(functools.partial(gradients, s.kernel))(args, cts)
         want = jax.jit(functools.partial(gradients, s.ref))(args, cts)
-        return s.compared("grad", got, want, f"gradients of {', '.join(names)} match the reference's (through "
+        return _compared("grad", s, got, want, f"gradients of {', '.join(names)} match the reference's (through "
                          f"{s.backward})", scale=GRAD_SCALE, names=names, kind="gradient of input")
 
     fd = functools.partial(_finite_differences, s, "rev", "finite_differences", f"gradients of {', '.join(names)} "
@@ -224,7 +236,7 @@ def check_jvp(s: Subject) -> CheckResult:
         def forward(call: Callable[..., Sequence[Any]]) -> Any:
             return jax.jit(lambda xs, ts: jax.jvp(_with_floats(s, call), xs, ts)[1])(floats, tangents)
 
-        row = s.compared("jvp", forward(s.kernel), forward(s.ref), "", scale=GRAD_SCALE, names=outputs,
+        row = _compared("jvp", s, forward(s.kernel), forward(s.ref), "", scale=GRAD_SCALE, names=outputs,
                         kind="forward-mode tangent of output")
         if row.failed:
             return row
@@ -259,7 +271,7 @@ def _sharded(s: Subject, devices: list[Any]) -> CheckResult:
     got = f(*sharded)
     want = s.kernel(*whole)
     how = f" with its '...' inputs sharded over {len(devices)} devices"
-    row = s.compared("sharded", [np.asarray(g) for g in got], want, "", how, against="one device's result")
+    row = _compared("sharded", s, [np.asarray(g) for g in got], want, "", how, against="one device's result")
     if row.failed:
         return row
     assert s.signature is not None
@@ -280,7 +292,7 @@ def check_export(s: Subject, expected: Sequence[Any]) -> CheckResult:
     def run() -> CheckResult:
         data = export(jax.jit(s.kernel), *s.args).serialize()
         got = deserialize(data)(*s.args)
-        return s.compared("export", got, expected, f"kernix.export, serialised ({len(data)} bytes) and "
+        return _compared("export", s, got, expected, f"kernix.export, serialised ({len(data)} bytes) and "
                          "deserialised, matches the reference")
 
     return _guarded("export", run)
