@@ -153,7 +153,7 @@ class Memory:
                 i = shown[0]
                 problems.append(Problem(
                     f"{who}leaves {flat.size} of the {first.size} elements of output {p.name!r} unwritten (or reads "
-                    f"them before writing them): {', '.join(map(str, shown))}{more}; element {i} is {show(first[i])} when the buffer "
-                    f"started as 0xff bytes and {show(second[i])} when it started as zeros. XLA does not clear "
-                    "output buffers", p.name, "unwritten"))
+                    f"them before writing them): {', '.join(map(str, shown))}{more}; element {i} is {show(first[i])} "
+                    f"when the buffer started as 0xff bytes and {show(second[i])} when it started as zeros. XLA does "
+                    "not clear output buffers", p.name, "unwritten"))
         return problems
