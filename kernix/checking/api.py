@@ -296,16 +296,16 @@ def _checks(s: Subject, wanted: set[str], expected: Sequence[Any], drawing: Draw
                    "'buffers'); under XLA it could corrupt memory or take this process down")
         return [buffers if name == "buffers" else CheckResult(name, "n/a", skipped)
                 for name in CHECKS if name in wanted]  # type: ignore[misc]
-    guard = memory.guard if memory.driver is not None else None
+    exact = memory if memory.driver is not None else None
     steps: list[tuple[set[str], Callable[[], list[CheckResult]]]] = [
         ({"eager"}, lambda: [check_called("eager", s, s.kernel, expected)]),
         ({"jit"}, lambda: [check_called("jit", s, jax.jit(s.kernel), expected)]),
-        ({"vmap", "vmap_one_call"}, lambda: check_vmap(s, guard)),
+        ({"vmap", "vmap_one_call"}, lambda: check_vmap(s, exact)),
         ({"grad", "finite_differences"}, lambda: check_grad(s)),
         ({"jvp"}, lambda: [check_jvp(s)]),
         ({"sharded"}, lambda: [check_sharded(s)]),
         ({"export"}, lambda: [check_export(s, expected)]),
         ({"buffers"}, lambda: [buffers]),
-        ({"drawn"}, lambda: [check_drawn(s, drawing, combos, memory if guard else None)]),
+        ({"drawn"}, lambda: [check_drawn(s, drawing, combos, exact)]),
     ]
     return [r for names, run in steps if names & wanted for r in run() if r.name in wanted]

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["TOLERANCES", "Mismatch", "Tolerance", "compare", "show"]
+__all__ = ["TOLERANCES", "Mismatch", "Tolerance", "compare", "first_change", "show"]
 
 #: Default ``(rtol, atol)`` per floating dtype: a few units in the last place
 #: of the dtype, enough for a kernel that sums in another order than the
@@ -50,11 +50,9 @@ class Tolerance:
 
 
 def _pick(override: float | Mapping[str, float] | None, name: str, default: float) -> float:
-    if override is None:
-        return default
     if isinstance(override, Mapping):
         return float(override.get(name, default))
-    return float(override)
+    return default if override is None else float(override)
 
 
 @dataclass(frozen=True)
@@ -74,6 +72,14 @@ def show(x: Any) -> str:
     return np.array2string(np.asarray(x), precision=8, floatmode="maxprec_equal")
 
 
+def first_change(before: np.ndarray, after: np.ndarray) -> tuple[int, ...] | None:
+    """The index of the first element whose bytes differ in ``after`` (``None``: none do)."""
+    if after.tobytes() == before.tobytes():
+        return None
+    flat = int(np.flatnonzero(after.reshape(-1).view(np.uint8) != before.reshape(-1).view(np.uint8))[0])
+    return tuple(int(i) for i in np.unravel_index(flat // max(before.itemsize, 1), before.shape))
+
+
 def compare(what: str, got: Any, want: Any, tolerance: Tolerance, against: str = "the reference") -> Mismatch | None:
     """``None`` when ``got`` agrees with ``want``, named ``what`` and ``against`` in messages.
 
@@ -85,8 +91,6 @@ def compare(what: str, got: Any, want: Any, tolerance: Tolerance, against: str =
         return Mismatch(f"{what} has shape {got.shape}, {against} {want.shape}")
     if got.dtype != want.dtype:
         return Mismatch(f"{what} is {got.dtype}, {against} {want.dtype}")
-    if got.size == 0:
-        return None
     rtol, atol = tolerance.of(want.dtype)
     if np.issubdtype(got.dtype, np.inexact) or got.dtype.kind == "V" or got.dtype.name in TOLERANCES:
         kind = np.complex128 if np.iscomplexobj(got) else np.float64

@@ -191,14 +191,17 @@ def check_drawn(s: Subject, drawing: Drawing, dtype_combos: Sequence[tuple[np.dt
     int_attrs = {p.name for p in s.spec.attrs if p.dtype and "int" in p.dtype}
     # (an integer attribute naming a dimension is drawn as a size, and passed)
     names = [n for n in sig.names if any(n in g.dims for g in sig.inputs) or n in int_attrs]
-    unknown = sorted(set(sizes) - set(names))
-    if unknown:
-        raise CallError(f"kernix.check: sizes= names {', '.join(map(repr, unknown))}, which the signature "
-                        f"{sig} does not draw (it draws: {', '.join(names) or 'none'})")
-    unknown = sorted(set(values) - set(s.input_names))
-    if unknown:
-        raise CallError(f"kernix.check: values= names {', '.join(map(repr, unknown))}, which {s.spec.name}() "
-                        f"does not take as an input (its inputs: {', '.join(s.input_names) or 'none'})")
+    listed = dict(drawing.attrs or {})
+    for given, known, what, which in (
+        (sizes, names, "sizes= names", f"the signature {sig} does not draw (it draws: {', '.join(names) or 'none'})"),
+        (values, s.input_names, "values= names", f"{s.spec.name}() does not take as an input (its inputs: "
+                                                 f"{', '.join(s.input_names) or 'none'})"),
+        (listed, [p.name for p in s.spec.attrs], "attribute values are listed for",
+         f"{s.spec.name}() does not take as an attribute"),
+    ):
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise CallError(f"kernix.check: {what} {', '.join(map(repr, unknown))}, which {which}")
 
     def allowed(name: str) -> list[int]:
         if name in int_attrs and name not in sizes:
@@ -210,11 +213,6 @@ def check_drawn(s: Subject, drawing: Drawing, dtype_combos: Sequence[tuple[np.dt
     # A typed XLA FFI buffer of fixed rank (xla::ffi::Buffer<T, R>) in a '...' group fixes the batch rank.
     ranks = {p.rank - len(g.dims) for p, g in zip(s.spec.inputs, sig.inputs) if g.batch and p.rank is not None}
     low, high = (min(ranks), min(ranks)) if ranks else (0, 2)
-    listed = dict(drawing.attrs or {})
-    unknown = sorted(set(listed) - {p.name for p in s.spec.attrs})
-    if unknown:
-        raise CallError(f"kernix.check: attribute values are listed for {', '.join(map(repr, unknown))}, which "
-                        f"{s.spec.name}() does not take as an attribute")
     drawn_attrs = {p.name: _attr_choices(p, s.attrs[p.name], listed.get(p.name)) for p in s.spec.attrs}
     drawn_attrs = {n: v for n, v in drawn_attrs.items() if len(v) > 1}
     strategy = st.tuples(
@@ -230,9 +228,8 @@ def check_drawn(s: Subject, drawing: Drawing, dtype_combos: Sequence[tuple[np.dt
 
     def evaluate(t: Subject, args: list[Any], cts: list[Any] | None) -> tuple[Any, ...]:
         """Kernel and reference (and their gradients): one compile per drawn shape, not one per operation."""
-        if cts is None:
-            return t.kernel(*args), t.ref(*args), None, None
-        return t.kernel(*args), t.ref(*args), gradients(t.kernel, args, cts), gradients(t.ref, args, cts)
+        grads = (gradients(t.kernel, args, cts), gradients(t.ref, args, cts)) if cts is not None else (None, None)
+        return (t.kernel(*args), t.ref(*args), *grads)
 
     def one(drawn: tuple[Any, ...]) -> None:
         dims, batch, combo, value_seed, pattern, changed_attrs = drawn

@@ -1,45 +1,26 @@
 """The ``buffers`` check: a kernel (and its backward kernel) run outside XLA on exact buffers, under
 sanitizers, in a child process (:class:`Memory`, over a :class:`~kernix.checking.sanitized.Driver`),
-three times on each input (:data:`FILLS`); what the runs show is a list of :class:`Problem`. What each
+three times on each input (:data:`FILLS`); what the runs show is a list of
+:class:`~kernix.checking.sanitized.Problem`. What each
 tells: docs/tutorials/testing.rst, "Exact buffers, under sanitizers".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..language.shapes import bind
 from ..language.sizes import evaluate
-from .compare import compare, show
-from .sanitized import Crash, Driver, driver_for
+from .compare import compare, first_change, show
+from .sanitized import Driver, Problem, driver_for
 
-__all__ = ["Problem", "Memory", "FILLS"]
+__all__ = ["Memory", "FILLS"]
 
 #: The bytes the outputs start as, one run each.
 FILLS = (0xFF, 0x00, 0xFF)
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing a run on exact buffers showed, about ``parameter`` (``None``: the call).
-    ``kind``: ``"crash"``, ``"input"``, ``"unwritten"``, ``"changing"``, ``"error"`` or ``"unavailable"`` (the
-    driver could not run the kernel: nothing is known)."""
-
-    parameter: str | None
-    message: str
-    kind: str = "crash"
-
-    @property
-    def unsafe(self) -> bool:
-        """Whether running the kernel under XLA on the same inputs could take the process down."""
-        return self.kind == "crash"
-
-
-def _element(shape: tuple[int, ...], flat: int) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.unravel_index(flat, shape)) if shape else ()
 
 
 class Memory:
@@ -83,10 +64,10 @@ class Memory:
             inputs = [np.asarray(x, order="C") for x in inputs]
             outputs = [(o.shape, o.dtype) for o in s.out_structs(inputs)]
             ran = driver.call(s.spec.name, inputs, outputs, s.attrs, self._scratch(s.spec, inputs, s.attrs))
-            if isinstance(ran, Crash):
+            if isinstance(ran, Problem) and ran.kind != "error":
                 under = f"compute-sanitizer {tool}" if self.cuda else "ThreadSanitizer"
-                return [Problem(ran.parameter, f"under {under}, on {s.describe_inputs(inputs)}: the kernel "
-                                f"{ran.message}", "crash")]
+                return [replace(ran, message=f"under {under}, on {s.describe_inputs(inputs)}: the kernel "
+                                f"{ran.message}", kind="crash")]
         return []
 
     def _scratch(self, spec: Any, xs: Sequence[np.ndarray], attrs: dict[str, Any]) -> tuple[int, ...]:
@@ -116,12 +97,6 @@ class Memory:
             problems += self._runs(spec, [*xs, *cotangents], grads, attrs, f"its backward kernel {spec.name}() ")
         return problems
 
-    def guard(self, xs: Sequence[np.ndarray]) -> str | None:
-        """Why running the kernel on ``xs`` under XLA could take this process down (it crashed on exact
-        buffers, or a sanitizer stopped it), or ``None``."""
-        crash = next((p for p in self.run(xs) if p.unsafe), None)
-        return None if crash is None else f"outside XLA, on {self.s.describe_inputs(xs)}, {crash.message}"
-
     def _larger(self, xs: Sequence[np.ndarray], times: int) -> list[np.ndarray] | None:
         """``xs`` ``times`` over: stacked along '...', else repeated along the first dimension the inputs
         name (values kept, so indices stay valid); ``None`` when neither can be."""
@@ -142,13 +117,10 @@ class Memory:
         runs = []
         for fill in FILLS:
             ran = self.driver.call(spec.name, xs, outputs, attrs, scratch, fill)  # type: ignore[union-attr]
-            if isinstance(ran, Crash):
-                if ran.unavailable:
-                    return [Problem(None, ran.message, "unavailable")]
-                return [Problem(ran.parameter, f"{who or 'the kernel '}{ran.message}", "crash")]
-            if ran.error is not None:
-                return [Problem(None, f"{who or 'the kernel '}raised on exact buffers: {ran.error}", "error")]
-            runs.append(ran.buffers)
+            if isinstance(ran, Problem):
+                who = "" if ran.kind == "unavailable" else who or "the kernel "
+                return [replace(ran, message=who + ran.message)]
+            runs.append(ran)
         if not who:
             self.outputs = [runs[0][p.name] for p in spec.outputs]  # the forward's, for drawn inputs to compare
         problems = []
@@ -156,33 +128,32 @@ class Memory:
             if p.role != "arg":
                 continue
             after = runs[0][p.name]
-            if after.tobytes() != x.tobytes():
-                bad = np.flatnonzero(after.reshape(-1).view(np.uint8) != x.reshape(-1).view(np.uint8))
-                i = _element(x.shape, int(bad[0]) // max(x.itemsize, 1))
-                problems.append(Problem(p.name, (
+            if (i := first_change(x, after)) is not None:
+                problems.append(Problem(
                     f"{who}wrote into input {p.name!r}, which it does not declare as an output: element {i} changed "
                     f"from {show(x[i])} to {show(after[i])}. XLA may share an input's buffer with other arrays, and "
-                    "they would change too: write results to an output (a non-const BE::Tensor&) instead"), "input"))
+                    "they would change too: write results to an output (a non-const BE::Tensor&) instead",
+                    p.name, "input"))
         for p in spec.outputs:
             first, second, third = (r[p.name] for r in runs)
             changed = compare(f"output {p.name!r}", first, third, self.s.tolerance)
             if changed is not None and changed.index is not None:
                 i = changed.index
-                problems.append(Problem(p.name, (
+                problems.append(Problem(
                     f"{who}gives another result when called again on the same inputs: element {i} of output "
                     f"{p.name!r} is {show(first[i])}, then {show(third[i])}. It keeps state across calls, or "
-                    "races"), "changing"))
+                    "races", p.name, "changing"))
             elif p.role == "ret" and compare(p.name, first, second, self.s.tolerance) is not None:
                 item = max(first.itemsize, 1)
                 differs = first.reshape(-1).view(np.uint8).reshape(-1, item) != \
                     second.reshape(-1).view(np.uint8).reshape(-1, item)
                 flat = np.flatnonzero(differs.any(axis=1))
-                shown = ", ".join(str(_element(first.shape, int(k))) for k in flat[:4])
+                shown = [tuple(int(i) for i in np.unravel_index(k, first.shape)) for k in flat[:4]]
                 more = f" and {flat.size - 4} more" if flat.size > 4 else ""
-                i = _element(first.shape, int(flat[0]))
-                problems.append(Problem(p.name, (
+                i = shown[0]
+                problems.append(Problem(
                     f"{who}leaves {flat.size} of the {first.size} elements of output {p.name!r} unwritten (or reads "
-                    f"them before writing them): {shown}{more}; element {i} is {show(first[i])} when the buffer "
-                    f"started as 0xff bytes and {show(second[i])} when it started as zeros. XLA does not clear "
-                    "output buffers"), "unwritten"))
+                    f"them before writing them): {', '.join(map(str, shown))}{more}; element {i} is {show(first[i])} "
+                    f"when the buffer started as 0xff bytes and {show(second[i])} when it started as zeros. XLA does "
+                    "not clear output buffers", p.name, "unwritten"))
         return problems

@@ -2,7 +2,7 @@
 sources built again with AddressSanitizer and UBSan, ThreadSanitizer, or for compute-sanitizer
 (:func:`driver_for`), linked with ``kernix/detail/check_driver.cc`` (which says how it calls a function);
 a call that crashes it, that a sanitizer stops, or that does not return within :data:`TIMEOUT` is a
-:class:`Crash`, told as what the kernel did (:func:`describe_crash`). Why: docs/tutorials/testing.rst,
+:class:`Problem`, told as what the kernel did (:func:`describe_crash`). Why: docs/tutorials/testing.rst,
 "Exact buffers, under sanitizers".
 """
 
@@ -33,7 +33,7 @@ from ..language.spec import FunctionSpec, Param
 from ..paths import include_dir
 from ..runtime.arguments import coerce_attr
 
-__all__ = ["Driver", "Crash", "Ran", "driver_for", "TIMEOUT", "SANITIZERS"]
+__all__ = ["Driver", "Problem", "driver_for", "TIMEOUT", "SANITIZERS"]
 
 #: Seconds one call may take before it counts as a hang.
 TIMEOUT = 20.0
@@ -47,6 +47,8 @@ SANITIZERS = {
 CUDA_TOOLS = ("memcheck", "initcheck", "racecheck")
 #: How the first line of a compute-sanitizer finding starts.
 _CUDA_FINDING = "Invalid|Uninitialized|Out-of-range|Misaligned|Error: Race|ERROR: Race"
+#: Each tensor parameter of a call, by name: its shape and dtype (in the order the driver replies with them).
+Layout = Mapping[str, tuple[tuple[int, ...], np.dtype]]
 _ENV = {
     "ASAN_OPTIONS": "detect_leaks=0:handle_abort=1:handle_sigfpe=1:handle_segv=1:handle_sigill=1:"
                     "allocator_may_return_null=1:symbolize=1:abort_on_error=0:exitcode=86",
@@ -55,33 +57,32 @@ _ENV = {
 }
 
 
-@dataclass
-class Ran:
-    """A call that returned: each tensor parameter's bytes after it, and what the kernel threw."""
-
-    buffers: dict[str, np.ndarray]
-    error: str | None
-
-
-@dataclass
-class Crash:
-    """A call that did not return: what happened, and the parameter concerned (if one is)."""
+@dataclass(frozen=True)
+class Problem:
+    """One thing a run showed, about ``parameter`` (``None``: the call). ``kind``: ``"crash"`` (the call did not
+    return: it crashed, a sanitizer stopped it, or it hung), ``"error"`` (the kernel threw), ``"unavailable"``
+    (the driver did not start or reach the call: nothing is known about the kernel), or what
+    :class:`~kernix.checking.memory.Memory` finds in the buffers: ``"input"``, ``"unwritten"``, ``"changing"``."""
 
     message: str
     parameter: str | None = None
-    #: The driver itself did not start or reach the call (the sanitizer's runtime refused this machine,
-    #: say): nothing is known about the kernel.
-    unavailable: bool = False
+    kind: str = "crash"
+
+    @property
+    def unsafe(self) -> bool:
+        """Whether running the kernel under XLA on the same inputs could take the process down."""
+        return self.kind == "crash"
+
+
+#: The letter of a parameter's role in the driver's function table (check_driver.cc says what each means).
+_LETTERS = {"arg": "i", "ret": "o", "inout": "b", "scratch": "s", "attr": "a", "state": "S", "threads": "T",
+            "stream": "q"}
 
 
 def _letter(p: Param) -> str:
     if p.kind == "ffi":
         return "f" if p.role == "arg" else "F"
-    if p.role in ("arg", "ret", "inout", "scratch"):
-        return {"arg": "i", "ret": "o", "inout": "b", "scratch": "s"}[p.role]
-    if p.kind in ("array", "string"):
-        return "r"
-    return {"attr": "a", "state": "S", "threads": "T", "stream": "q"}[p.role]
+    return "r" if p.kind in ("array", "string") else _LETTERS[p.role]
 
 
 def _table(functions: Sequence[codegen.ExportedFunction]) -> str:
@@ -214,8 +215,7 @@ class Driver:
     def __init__(self, exe: Path, specs: Mapping[str, FunctionSpec], sanitizer: str = "address") -> None:
         """``sanitizer``: the one the driver was built with, or a compute-sanitizer tool to run it under."""
         self.exe = exe
-        self.index = {name: k for k, name in enumerate(specs)}
-        self.specs = dict(specs)
+        self.specs = dict(specs)  # (a function's position here is its index in the driver's table)
         self.sanitizer = sanitizer
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -246,26 +246,31 @@ class Driver:
             self.close()
 
     def call(self, name: str, inputs: Sequence[np.ndarray], outputs: Sequence[tuple[Sequence[int], Any]],
-             attrs: Mapping[str, Any], scratch: tuple[int, ...] = (), fill: int = 0xFF) -> Ran | Crash:
+             attrs: Mapping[str, Any], scratch: tuple[int, ...] = (),
+             fill: int = 0xFF) -> dict[str, np.ndarray] | Problem:
         """Run function ``name`` once: ``inputs`` (the ``arg`` and ``inout`` tensors, in order), ``outputs``
-        (shape and dtype of each ``ret``), ``attrs`` (its attributes, by name), the scratch shape."""
+        (shape and dtype of each ``ret``), ``attrs`` (its attributes, by name), the scratch shape; each tensor
+        parameter's bytes after the call, or what went wrong."""
         spec = self.specs[name]
-        message, layout = _request(spec, self.index[name], inputs, outputs, attrs, scratch, fill)
+        message, layout = _request(spec, list(self.specs).index(name), inputs, outputs, attrs, scratch, fill)
         if self._proc is None or self._proc.poll() is not None:
             self.close()
             self._start()
         start = os.fstat(self._log.fileno()).st_size
         try:
             _write_all(self._to, message)
-            ran = self._reply(layout)
+            buffers, error = self._reply(layout)
         except (EOFError, BrokenPipeError):  # the process died
             return self._crash(spec, start, layout)
-        if self.sanitizer in CUDA_TOOLS and isinstance(ran, Ran):
+        except TimeoutError:
+            self.close()
+            return Problem(f"did not return within {TIMEOUT:g} s (a hang: killed)")
+        if self.sanitizer in CUDA_TOOLS:
             log = self._since(start)
             if re.search(rf"^========= (Program hit|{_CUDA_FINDING})", log, re.M):
                 self.close()  # the context may be unusable after an error
                 return describe_crash(log, None, spec, layout)
-        return ran
+        return buffers if error is None else Problem(f"raised on exact buffers: {error}", kind="error")
 
     def _since(self, start: int) -> str:
         """The log from byte ``start`` (read without moving the offset the process writes at)."""
@@ -286,23 +291,20 @@ class Driver:
             got += len(chunk)
         return b"".join(chunks)
 
-    def _reply(self, layout: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> Ran | Crash:
+    def _reply(self, layout: Layout) -> tuple[dict[str, np.ndarray], str | None]:
+        """Each tensor parameter's bytes after the call, and what the kernel threw."""
         deadline = time.monotonic() + TIMEOUT
-        try:
-            status, length = struct.unpack("<II", self._read(8, deadline))
-            error = self._read(length, deadline).decode(errors="replace") if length else None
-            buffers = {}
-            for name, (shape, dtype) in layout.items():
-                (nbytes,) = struct.unpack("<Q", self._read(8, deadline))
-                raw = self._read(nbytes, deadline)
-                buffers[name] = np.frombuffer(raw, np.uint8).view(dtype).reshape(shape) if dtype.itemsize else \
-                    np.frombuffer(raw, np.uint8)
-        except TimeoutError:
-            self.close()
-            return Crash(f"did not return within {TIMEOUT:g} s (a hang: killed)")
-        return Ran(buffers, error if status else None)
+        status, length = struct.unpack("<II", self._read(8, deadline))
+        error = self._read(length, deadline).decode(errors="replace") if length else None
+        buffers = {}
+        for name, (shape, dtype) in layout.items():
+            (nbytes,) = struct.unpack("<Q", self._read(8, deadline))
+            raw = self._read(nbytes, deadline)
+            buffers[name] = np.frombuffer(raw, np.uint8).view(dtype).reshape(shape) if dtype.itemsize else \
+                np.frombuffer(raw, np.uint8)
+        return buffers, error if status else None
 
-    def _crash(self, spec: FunctionSpec, start: int, layout: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> Crash:
+    def _crash(self, spec: FunctionSpec, start: int, layout: Layout) -> Problem:
         assert self._proc is not None
         try:
             code = self._proc.wait(timeout=TIMEOUT)
@@ -312,8 +314,8 @@ class Driver:
         self.close()
         if "kernix-check: call " not in log:
             lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
-            return Crash(f"the sanitizer driver ended before calling the kernel (exit status {code}"
-                         f"{': ' + lines[-1][:300] if lines else ''})", unavailable=True)
+            return Problem(f"the sanitizer driver ended before calling the kernel (exit status {code}"
+                         f"{': ' + lines[-1][:300] if lines else ''})", kind="unavailable")
         return describe_crash(log, code, spec, layout)
 
 
@@ -332,8 +334,8 @@ def _tensor(x: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> by
 
 def _request(spec: FunctionSpec, index: int, inputs: Sequence[np.ndarray],
              outputs: Sequence[tuple[Sequence[int], Any]], attrs: Mapping[str, Any], scratch: tuple[int, ...],
-             fill: int) -> tuple[bytes, dict[str, tuple[tuple[int, ...], np.dtype]]]:
-    """The request to call ``spec`` once, and each tensor parameter's shape and dtype (in the reply's order)."""
+             fill: int) -> tuple[bytes, Layout]:
+    """The request to call ``spec`` once, and its layout."""
     parts = [struct.pack("<IIB", 1, index, fill)]
     layout = {}
     given, wanted = iter(inputs), iter(outputs)
@@ -382,11 +384,8 @@ def _user_frame(lines: Sequence[str]) -> str:
     return ""
 
 
-def describe_crash(log: str, code: int | None, spec: FunctionSpec,
-                   layout: Mapping[str, tuple[tuple[int, ...], np.dtype]] | None = None) -> Crash:
-    """What a sanitizer's report (or the exit status) says the kernel did; ``layout`` gives each tensor
-    parameter's shape and dtype."""
-    layout = layout or {}
+def describe_crash(log: str, code: int | None, spec: FunctionSpec, layout: Layout) -> Problem:
+    """What a sanitizer's report (or the exit status) says the kernel did."""
     cuda = re.search(rf"^========= ((?:{_CUDA_FINDING})[^\n]*)", log, re.M)
     log = log[log.rfind("kernix-check: call "):] if "kernix-check: call " in log else log
     buffers = [(spec.params[int(k)], 0 if address == "(nil)" else int(address, 16), int(n))  # (param, address, bytes)
@@ -412,36 +411,35 @@ def describe_crash(log: str, code: int | None, spec: FunctionSpec,
                 after = "right" in side or side == "after"
                 return _overrun(*owner, layout, f"{verb} {size}", owner[1] + distance if after else -distance,
                                 after, at)
-            return Crash(f"{verb} {size} outside a {length}-byte block the kernel did not get from kernix "
+            return Problem(f"{verb} {size} outside a {length}-byte block the kernel did not get from kernix "
                          f"({asan.group(1)}){at}")
-        return Crash(f"{verb} {size} outside its buffers (AddressSanitizer: {asan.group(1)}){at}")
+        return Problem(f"{verb} {size} outside its buffers (AddressSanitizer: {asan.group(1)}){at}")
     if ubsan:
-        return Crash(f"undefined behaviour: {ubsan.group(2).strip()} at {ubsan.group(1)}")
+        return Problem(f"undefined behaviour: {ubsan.group(2).strip()} at {ubsan.group(1)}")
     if asan:
         kind = asan.group(1)
         cause = re.search(r"The signal is caused by a (READ|WRITE) memory access", log)
         if kind == "SEGV":
             what = {"READ": "read", "WRITE": "wrote"}.get(cause.group(1), "accessed") if cause else "accessed"
-            return Crash(f"crashed (SIGSEGV): {what} memory it does not own{at}")
+            return Problem(f"crashed (SIGSEGV): {what} memory it does not own{at}")
         if kind == "FPE":
-            return Crash(f"crashed (SIGFPE: an integer division by zero, or overflow){at}")
+            return Problem(f"crashed (SIGFPE: an integer division by zero, or overflow){at}")
         if kind == "ABRT":
             before = [ln for ln in log[:log.find("==ERROR")].splitlines() if ln and not ln.startswith("kernix-check")]
             said = f" after printing {before[-1].strip()!r}" if before else ""
-            return Crash(f"aborted (SIGABRT){said}{at}")
-        return Crash(f"AddressSanitizer: {kind}{at}")
+            return Problem(f"aborted (SIGABRT){said}{at}")
+        return Problem(f"AddressSanitizer: {kind}{at}")
     if tsan:
         access = re.search(r"(Write|Read) of size (\d+) at 0x[0-9a-f]+ by thread", log)
-        return Crash(f"a {tsan.group(1).strip()} between threads of the pool"
+        return Problem(f"a {tsan.group(1).strip()} between threads of the pool"
                      + (f" ({access.group(1).lower()} of {access.group(2)} bytes)" if access else "") + at)
     if code is not None and code < 0:
-        return Crash(f"was killed by {_SIGNALS.get(-code, f'signal {-code}')}{at}")
+        return Problem(f"was killed by {_SIGNALS.get(-code, f'signal {-code}')}{at}")
     tail = "; ".join(ln.strip() for ln in lines[-3:] if ln.strip() and not ln.startswith("kernix-check"))
-    return Crash(f"ended the process (exit status {code}){': ' + tail if tail else ''}{at}")
+    return Problem(f"ended the process (exit status {code}){': ' + tail if tail else ''}{at}")
 
 
-def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]],
-                   layout: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> Crash:
+def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]], layout: Layout) -> Problem:
     """What compute-sanitizer's first report says the kernel did."""
     frame = re.search(r"=========\s+at (.+?)(?:\+0x[0-9a-f]+)? in (\S+?):(\d+)\s*$", log, re.M)
     at = f" at {frame.group(2)}:{frame.group(3)} (in {frame.group(1).split('(')[0]})" if frame else ""
@@ -455,22 +453,21 @@ def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]],
     if race:
         other = re.search(r"and (\w+) access at .+? in (\S+?):(\d+)", log)
         pair = f" and a {other.group(1).lower()} at line {other.group(3)}" if other else ""
-        return Crash(f"raced on shared memory between the threads of a block (compute-sanitizer racecheck): a "
+        return Problem(f"raced on shared memory between the threads of a block (compute-sanitizer racecheck): a "
                      f"{race.group(1).lower()} at {race.group(3)}:{race.group(4)} (in {race.group(2).split('(')[0]})"
                      f"{pair}, with no __syncthreads() between them")
     if "Uninitialized" in kind:
-        return Crash(f"read uninitialised GPU memory (compute-sanitizer initcheck: {kind.strip()}){at}{who}")
+        return Problem(f"read uninitialised GPU memory (compute-sanitizer initcheck: {kind.strip()}){at}{who}")
     if near:
         owner = next(((p, n) for p, a, n in buffers if a == int(near.group(2), 16)), None)
         if owner is not None:
             offset = int(access.group(1), 16) - int(near.group(2), 16) if access else None
             count = f"{size.group(1)} bytes" if size else "memory"
             return _overrun(*owner, layout, f"{verb} {count}", offset, near.group(1) == "after", at + who)
-    return Crash(f"compute-sanitizer memcheck: {kind.strip()}{at}{who}")
+    return Problem(f"compute-sanitizer memcheck: {kind.strip()}{at}{who}")
 
 
-def _overrun(p: Param, nbytes: int, layout: Mapping[str, tuple[tuple[int, ...], np.dtype]], access: str,
-             offset: int | None, after: bool, at: str) -> Crash:
+def _overrun(p: Param, nbytes: int, layout: Layout, access: str, offset: int | None, after: bool, at: str) -> Problem:
     """``access`` (``wrote 4 bytes``) past the end (``after``) or before the start of parameter ``p``'s buffer
     of ``nbytes``, at byte ``offset`` from its start (``None``: not known)."""
     shape, dtype = layout.get(p.name, ((nbytes,), np.dtype(np.uint8)))
@@ -479,6 +476,6 @@ def _overrun(p: Param, nbytes: int, layout: Mapping[str, tuple[tuple[int, ...], 
     item = max(dtype.itemsize, 1)
     if after:
         where = f": at byte {offset}, element {offset // item} of {nbytes // item}" if offset is not None else ""
-        return Crash(f"{access} past the end of {what}{where}{at}", p.name)
+        return Problem(f"{access} past the end of {what}{where}{at}", p.name)
     where = f": {-offset} byte(s) before its first element" if offset is not None else ""
-    return Crash(f"{access} before the start of {what}{where}{at}", p.name)
+    return Problem(f"{access} before the start of {what}{where}{at}", p.name)

@@ -61,7 +61,7 @@ def count_calls(compiled_text: str, target: str) -> tuple[int, bool]:
 
 def _vmap_axes(s: Subject) -> list[tuple[str, list[int | None]]]:
     """The in_axes to check: over the '...' inputs (what folds into one call), and over every input."""
-    n = len(s.args)
+    n = len(s.example)
     batch = s.batch_inputs
     out = []
     if batch:
@@ -71,25 +71,32 @@ def _vmap_axes(s: Subject) -> list[tuple[str, list[int | None]]]:
     return out
 
 
+def _stacked(s: Subject, examples: list[tuple[np.ndarray, ...]], axes: list[int | None]) -> list[Any]:
+    """The arguments of ``jax.vmap(in_axes=axes)``: the examples stacked where ``axes`` has 0, else the example."""
+    return [s.put(stack(examples, i)) if a == 0 else s.args[i] for i, a in enumerate(axes)]
+
+
 def _vmap_values(s: Subject, examples: list[tuple[np.ndarray, ...]], how: str, axes: list[int | None]) -> CheckResult:
-    stacked = [s.put(stack(examples, i)) if a == 0 else s.args[i] for i, a in enumerate(axes)]
-    got = jax.vmap(s.kernel, in_axes=axes)(*stacked)
+    got = jax.vmap(s.kernel, in_axes=axes)(*_stacked(s, examples, axes))
     ref = jax.jit(s.ref)  # one compile for the examples' common shapes
     per = [ref(*[s.put(e[i]) if a == 0 else s.args[i] for i, a in enumerate(axes)]) for e in examples]
     want = [np.stack([np.asarray(p[k]) for p in per]) for k in range(len(s.output_names))]
     return _compared("vmap", s, got, want, "", f" under jax.vmap over {how}")
 
 
-def check_vmap(s: Subject, guard: Callable[[Sequence[np.ndarray]], str | None] | None = None) -> list[CheckResult]:
-    """The ``vmap`` and ``vmap_one_call`` rows; ``guard(inputs)`` says why the kernel must not run on a batch."""
+def check_vmap(s: Subject, memory: Any = None) -> list[CheckResult]:
+    """The ``vmap`` and ``vmap_one_call`` rows; ``memory`` (a :class:`~kernix.checking.memory.Memory`, or ``None``)
+    runs the batch on exact buffers first: a crash there is a failure, not run under XLA."""
     if not s.args:
         reason = "the kernel has no inputs to batch"
         return [CheckResult("vmap", "n/a", reason), CheckResult("vmap_one_call", "n/a", reason)]
     examples = variants(s.args, VMAP_BATCH, seed=1)
-    if guard is not None and s.batch_inputs:
-        crash = guard([stack(examples, i) if i in s.batch_inputs else e for i, e in enumerate(s.example)])
+    if memory is not None and s.batch_inputs:
+        batch = [stack(examples, i) if i in s.batch_inputs else e for i, e in enumerate(s.example)]
+        crash = next((p for p in memory.run(batch) if p.unsafe), None)
         if crash is not None:
-            return [CheckResult("vmap", "failed", f"not run under XLA: {crash}"),
+            return [CheckResult("vmap", "failed", f"not run under XLA: outside XLA, on {s.describe_inputs(batch)}, "
+                                f"{crash.message}"),
                     CheckResult("vmap_one_call", "n/a", "not run: see 'vmap'")]
     ways = _vmap_axes(s)
     rows = (_guarded("vmap", functools.partial(_vmap_values, s, examples, how, axes)) for how, axes in ways)
@@ -101,18 +108,13 @@ def check_vmap(s: Subject, guard: Callable[[Sequence[np.ndarray]], str | None] |
 
 def _one_call(s: Subject, examples: list[tuple[np.ndarray, ...]]) -> CheckResult:
     sig = s.signature
-    if sig is None:
-        return CheckResult("vmap_one_call", "n/a", "no shape signature: jax.vmap runs the kernel once per batch "
-                           "element (vmap_method); a signature with '...' makes it one call")
-    if not s.batch_inputs:
-        return CheckResult("vmap_one_call", "n/a", "no input has '...' batch dimensions: jax.vmap runs the kernel "
-                           "once per batch element")
-    if not all(g.batch for g in sig.outputs):
-        return CheckResult("vmap_one_call", "n/a", "an output has no '...' batch dimensions: jax.vmap runs the "
-                           "kernel once per batch element")
+    why = ("no shape signature" if sig is None else "no input has '...' batch dimensions" if not s.batch_inputs
+           else "an output has no '...' batch dimensions" if not all(g.batch for g in sig.outputs) else None)
+    if why is not None:
+        hint = " (vmap_method); a signature with '...' makes it one call" if sig is None else ""
+        return CheckResult("vmap_one_call", "n/a", f"{why}: jax.vmap runs the kernel once per batch element{hint}")
     how, axes = _vmap_axes(s)[0]
-    stacked = [s.put(stack(examples, i)) if a == 0 else s.args[i] for i, a in enumerate(axes)]
-    text = jax.jit(jax.vmap(s.kernel, in_axes=axes)).lower(*stacked).compile().as_text()
+    text = jax.jit(jax.vmap(s.kernel, in_axes=axes)).lower(*_stacked(s, examples, axes)).compile().as_text()
     calls, loop = count_calls(text, s.name)
     if calls == 1 and not loop:
         return CheckResult("vmap_one_call", "passed", f"jax.vmap over {how} compiles to one call of {s.name}, no loop")
@@ -135,9 +137,8 @@ def example_cotangents(s: Subject, xs: Sequence[np.ndarray]) -> list[np.ndarray]
     """Cotangents for every output of ``xs`` (zeros for an integer one) when the kernel has a backward kernel."""
     if s.backward is None or not any(_floating(x) for x in xs):
         return None
-    structs = s.out_structs(xs)
     return [np.asarray(c) if c is not None else np.zeros(o.shape, o.dtype)
-            for c, o in zip(cotangents(s, xs), structs)]
+            for c, o in zip(cotangents(s, xs), s.out_structs(xs))]
 
 
 def gradients(call: Callable[..., Sequence[Any]], args: Sequence[Any], cts: Sequence[Any]) -> list[Any]:
