@@ -42,17 +42,17 @@ LAYERS = {
 
 #: The most lines of Python each folder of kernix/ may hold ("loose": the modules at its top), and the package.
 LINE_BUDGETS = {
-    "language": 2_061,
-    "frontend": 3_387,
-    "backend": 2_317,
-    "store": 2_466,
-    "runtime": 2_656,
-    "checking": 2_233,
-    "prebuilt": 1_198,
-    "cli": 818,
-    "loose": 1_796,
+    "language": 1_858,
+    "frontend": 3_100,
+    "backend": 2_087,
+    "store": 2_284,
+    "runtime": 2_441,
+    "checking": 2_019,
+    "prebuilt": 1_101,
+    "cli": 759,
+    "loose": 1_630,
 }
-PACKAGE_BUDGET = 18_932
+PACKAGE_BUDGET = 17_279
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.
