@@ -49,9 +49,11 @@ CUDA_TOOLS = ("memcheck", "initcheck", "racecheck")
 _CUDA_FINDING = "Invalid|Uninitialized|Out-of-range|Misaligned|Error: Race|ERROR: Race"
 #: Each tensor parameter of a call, by name: its shape and dtype (in the order the driver replies with them).
 Layout = Mapping[str, tuple[tuple[int, ...], np.dtype]]
+# The largest redzones AddressSanitizer allows (2 KiB, against 16 bytes by default): an index a little past a
+# small buffer lands in its redzone, not unseen in another block (and then in XLA's memory, in the caller).
 _ENV = {
     "ASAN_OPTIONS": "detect_leaks=0:handle_abort=1:handle_sigfpe=1:handle_segv=1:handle_sigill=1:"
-                    "allocator_may_return_null=1:symbolize=1:abort_on_error=0:exitcode=86",
+                    "allocator_may_return_null=1:symbolize=1:abort_on_error=0:exitcode=86:redzone=2048",
     "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1:exitcode=87",
     "TSAN_OPTIONS": "halt_on_error=1:exitcode=88:report_signal_unsafe=0",
 }
