@@ -95,6 +95,20 @@ TYPED = textwrap.dedent(
                      xla::ffi::ResultBuffer<xla::ffi::DataType::F32, 1> out, float factor, int64_t shift) {
       for (size_t i = 0; i < x.element_count(); ++i) out->typed_data()[i] = factor * x.typed_data()[i] + shift;
     }
+
+    // Scratch, state and the pool beside a typed parameter: decoded by ffi.h's bindings.
+    // @BE typed_tripled (n)->(n),(2):int32 scratch=n*4
+    void typed_tripled(xla::ffi::Buffer<xla::ffi::DataType::F32, 1> x, BE::Tensor& y, BE::Tensor& info,
+                       BE::Scratch& work, BE::State<Calls>& calls, BE::ThreadPool pool) {
+      const int64_t n = static_cast<int64_t>(x.element_count());
+      float* w = work.data_ptr<float>(0, n);
+      pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) w[i] = 3 * x.typed_data()[i];
+      });
+      for (int64_t i = 0; i < n; ++i) y.data_ptr<float>()[i] = w[i];
+      info.data_ptr<int32_t>()[0] = static_cast<int32_t>(++calls->n);
+      info.data_ptr<int32_t>()[1] = static_cast<int32_t>(pool.num_threads());
+    }
     """
 )
 
@@ -306,6 +320,13 @@ def test_mixed_module_keeps_ffi_h_handlers_in_their_own_unit(mixed):
     x = jnp.arange(4, dtype=jnp.float32)
     np.testing.assert_array_equal(mod.typed_double(x), 2 * np.arange(4))
     np.testing.assert_allclose(mod.affine(x, factor=3.0, offset=0, negate=False), 3 * np.arange(4))
+    # Scratch, state and the pool reach a function ffi.h decodes as they reach a fast handler's.
+    assert "typed_tripled" in units[ffi_unit] and "typed_tripled" not in units[fast_unit]
+    tripled = jax.jit(mod.typed_tripled)
+    for calls in (1, 2):
+        y, info = tripled(jnp.arange(64, dtype=jnp.float32))
+        np.testing.assert_array_equal(y, 3 * np.arange(64))
+        assert info[0] == calls and info[1] >= 1
     s, d = mod.two_out(x, x, out=[jax.ShapeDtypeStruct((4,), jnp.float32)] * 2)
     np.testing.assert_array_equal(s, 2 * np.arange(4))
     np.testing.assert_array_equal(d, np.zeros(4))
