@@ -51,7 +51,7 @@ def _keywords_checked(loader: _Loader) -> _Loader:
 #: Extensions a directory loader picks up, per language.
 _DIR_EXTENSIONS: dict[str, tuple[str, ...]] = {
     "cuda": (".cu",),
-    "cpp": (".cc", ".cpp", ".cxx"),
+    "cpp": tuple(e for e, lang in LANGUAGES_BY_EXTENSION.items() if lang == "cpp" and e not in (".c", ".h", ".hpp")),
 }
 
 

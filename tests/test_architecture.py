@@ -43,16 +43,16 @@ LAYERS = {
 #: The most lines of Python each folder of kernix/ may hold ("loose": the modules at its top), and the package.
 LINE_BUDGETS = {
     "language": 1_858,
-    "frontend": 3_100,
+    "frontend": 3_102,
     "backend": 2_087,
     "store": 2_284,
-    "runtime": 2_441,
+    "runtime": 2_457,
     "checking": 2_021,
     "prebuilt": 1_101,
-    "cli": 759,
+    "cli": 766,
     "loose": 1_630,
 }
-PACKAGE_BUDGET = 17_281
+PACKAGE_BUDGET = 17_306
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.

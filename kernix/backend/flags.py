@@ -102,7 +102,7 @@ def compile_flags(config: BuildConfig) -> dict[str, list[str]]:
             user.append("-ffast-math")
         link_tail = []
     # The user's include directories and flags, in order, before kernix's own: one search order for build and
-    # inference alike (see :attr:`kernix.request.LoadRequest.parse_flags`).
+    # inference alike (see :func:`kernix.frontend.compiler_view.inference_flags`).
     user += [*(f"-I{os.path.abspath(d)}" for d in config.include_dirs), *config.extra_cflags, *own]
     link_tail += list(config.extra_ldflags)
     return {"user": user, "handlers": handlers, "link": link + ["@IN@"] + link_tail}

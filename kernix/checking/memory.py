@@ -64,7 +64,7 @@ class Memory:
             inputs = [np.asarray(x, order="C") for x in inputs]
             outputs = [(o.shape, o.dtype) for o in s.out_structs(inputs)]
             ran = driver.call(s.spec.name, inputs, outputs, s.attrs, self._scratch(s.spec, inputs, s.attrs))
-            if isinstance(ran, Problem) and ran.kind != "error":
+            if isinstance(ran, Problem) and ran.kind == "crash":  # (a driver that did not start: no finding)
                 under = f"compute-sanitizer {tool}" if self.cuda else "ThreadSanitizer"
                 return [replace(ran, message=f"under {under}, on {s.describe_inputs(inputs)}: the kernel "
                                 f"{ran.message}", kind="crash")]

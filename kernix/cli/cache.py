@@ -11,13 +11,14 @@ import sys
 from typing import Any
 
 from ..errors import KernixError
-from ..store import format_age, format_size, parse_age, parse_size
 
 __all__ = ["add_parser", "run"]
 
 
 def _size(text: str) -> int:
     """``--max-size``'s type: a size such as 500M or 2G."""
+    from ..store import parse_size  # (here, as the store's other names: other commands need none)
+
     try:
         value = parse_size(text, unlimited=False)
     except ValueError as exc:
@@ -28,6 +29,8 @@ def _size(text: str) -> int:
 
 def _age(text: str) -> float:
     """``--older-than``'s type: an age such as 30d or 12h."""
+    from ..store import parse_age
+
     try:
         return parse_age(text)
     except ValueError as exc:
@@ -55,6 +58,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _print_info(info: dict[str, Any]) -> None:
+    from ..store import format_age, format_size
+
     limit = "no limit" if info["limit_bytes"] is None else f"limit {format_size(info['limit_bytes'])}"
     print(f"cache: {info['root']} ({format_size(info['total_bytes'])}, {limit})")
     entries = info["modules"]
@@ -84,6 +89,8 @@ def _print_info(info: dict[str, Any]) -> None:
 
 
 def _print_prune(result: dict[str, Any]) -> None:
+    from ..store import format_age, format_size
+
     for r in result["removed"]:
         print(f"removed {r['label']} ({format_size(r['size_bytes'])}, last used {format_age(r['age_s'])} ago): "
               f"{r['reason']}")

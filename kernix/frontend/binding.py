@@ -146,8 +146,8 @@ def refusal(path: str, name: str, cursor: Any) -> SourceError | None:
             f"{name!r} is a member function of {owner!r}: member functions cannot be exported: "
             "annotate a free function that calls it", **where)
     if cursor.kind == ci.CursorKind.FUNCTION_TEMPLATE:
-        params = [c.spelling for c in cursor.get_children()
-                  if c.kind.name in ("TEMPLATE_TYPE_PARAMETER", "TEMPLATE_NON_TYPE_PARAMETER")]
+        # (a template template parameter cannot be the example's `<T: float, double>`)
+        params = [c.spelling for c in cursor.get_children() if c.kind.name in TEMPLATE_PARAMETER_KINDS[:2]]
         return SourceError(
             f"function {name!r} is a template: a template is exported for the template arguments its annotation "
             f"lists, each instantiation under its own name; write them after its name, e.g. "
@@ -363,10 +363,7 @@ def annotated_targets(
     targets: list[Target] = []
     seen: dict[str, tuple[Annotation, Any]] = {}
     by_name = _by_name(cursors)
-    starts_of = line_starts(raw)
-    by_start: dict[tuple[int, int], list[Any]] = {}
-    for c in cursors:
-        by_start.setdefault(_start(c), []).append(c)
+    by_start: dict[tuple[int, int], list[Any]] = {}  # (filled when an annotation first needs it)
     for a in annotations:
         where = dict(file=path, line=a.line, column=a.column)
         if not a.name:
@@ -378,7 +375,7 @@ def annotated_targets(
             continue
         cursor = bound.get(a.line)
         if cursor is None:
-            instantiation = explicit_instantiation(raw, starts_of, a)
+            instantiation = explicit_instantiation(raw, line_starts(raw), a)
             if instantiation is not None:
                 errors.append(_instantiation_error(a, instantiation, where))
                 continue
@@ -391,6 +388,9 @@ def annotated_targets(
                 function=a.name, **where))
             continue
         if cursor.spelling != a.name:
+            if not by_start:
+                for c in cursors:
+                    by_start.setdefault(_start(c), []).append(c)
             together = by_start[_start(cursor)]
             if len(together) > 1:
                 found = ", ".join(repr(c.spelling) for c in together)

@@ -457,7 +457,8 @@ def parse(path: str, options: ParseOptions, *, detailed: bool = False, raw: byte
             full = prelude + "".join(inc.line + "\n" for inc in opening)
             # The PCH holds the opening includes: the file is parsed without them (kernix.frontend.pch).
             main = [(path, without_leading(raw, opening))]
-            base = flags[:-2]  # (without its closing `-include PRELUDE_PATH`)
+            assert flags[-2:] == ["-include", PRELUDE_PATH], flags  # (parse_flags closes with it)
+            base = flags[:-2]
             earlier = getattr(same_as, "kernix_pch", None)
             for rebuild in (False, True):
                 if earlier is not None and not rebuild and earlier.text == full:  # (checked for that parse)

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import CacheError
-from ..store import content_key, is_private, new_prelude_file, prelude_file, recall, remember, version_current
+from ..store import content_key, is_private, new_prelude_file, prelude_file, recall, remember
+from ..store.files import versions_current
 from .versions import read_versions
 
 __all__ = ["Prelude", "is_under", "prelude_pch", "LeadingInclude", "leading", "without_leading"]
@@ -51,7 +52,7 @@ _lock = threading.Lock()
 
 def _usable(found: Prelude | None, root: Path) -> bool:
     return (found is not None and os.path.isfile(found.path) and is_private(found.path, root)
-            and all(map(version_current, found.versions)))
+            and versions_current(found.versions))
 
 
 def _read(key: str, root: Path, text: str) -> Prelude | None:
@@ -81,7 +82,7 @@ def prelude_pch(index: Any, root: str | os.PathLike[str], flags: Sequence[str], 
     with _lock:
         found = None if rebuild else _known.get(slot)
         failed = None if rebuild else _failed.get(slot)
-    if failed is not None and all(map(version_current, failed)):
+    if failed is not None and versions_current(failed):
         return None  # (as the last try found it: no use trying again)
     if not _usable(found, root):
         old = _read(key, root, prelude)

@@ -36,6 +36,20 @@ def kernel_refusal(function: str, exc: Exception) -> KernelRuntimeError | None:
     return KernelRuntimeError(text) if f"kernix: {function}: " in text else None
 
 
+class _Docstring:
+    """``__doc__``: the class's text on the class, the function's on an instance, built when asked for (each
+    function's callable is made often: by dispatch, tuning and the derivative kernels)."""
+
+    def __init__(self, class_doc: str) -> None:
+        self.class_doc = class_doc
+
+    def __get__(self, obj: Any, owner: Any = None) -> str:
+        if obj is None:
+            return self.class_doc
+        return docstring(obj.spec, backward=obj.module.backward_name(obj.spec.name),
+                         tangent=obj.module.tangent_name(obj.spec.name))
+
+
 class KernelFunction:
     """The callable of one exported function.
 
@@ -58,7 +72,6 @@ class KernelFunction:
         self.module = module  # the CompiledModule that loaded it (not imported here: it imports this module)
         self.spec = spec
         self.__name__ = self.__qualname__ = spec.name
-        self.__doc__ = docstring(spec, backward=module.backward_name(spec.name), tangent=module.tangent_name(spec.name))
 
     @property
     def __signature__(self) -> Any:
@@ -110,6 +123,9 @@ class KernelFunction:
             if refused is None:
                 raise
             raise refused from exc
+
+
+KernelFunction.__doc__ = _Docstring(KernelFunction.__doc__ or "")  # type: ignore[assignment]
 
 
 class TunedFunction(KernelFunction):
