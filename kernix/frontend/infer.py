@@ -127,7 +127,7 @@ def infer_file(
         Macro definitions, ``"NAME"`` or ``"NAME=VALUE"``.
     flags
         The build's preprocessor flags, paths absolute (see
-        :func:`kernix.frontend.compiler_view.inference_flags`), after the above.
+        ``kernix.frontend.compiler_view.inference_flags``), after the above.
     functions
         ``None``: every ``// @BE``-annotated function.  A list of names: just
         those (no annotation needed).  A dict name -> arg_spec: those, each
