@@ -49,9 +49,13 @@ def test_a_stateful_kernel_is_run_on_exact_buffers_and_passes(kinds):
     ("scratch_past", {}, "BUG-SCRATCH", r"wrote 4 bytes past the end of scratch 'tmp'"),
     ("pool_past", {}, "BUG-POOL", r"wrote 4 bytes past the end of output 'y'"),
     ("inplace_past", {}, "BUG-INPLACE", r"read 4 bytes past the end of in-place tensor 'x'"),
-    # Was: past the 16-byte redzone, the write landed unseen in another block (or was told as another's),
-    # and a drawn input with such an index then ran under XLA in this process and corrupted its heap.
-    ("far_past", {}, "BUG-FAR", r"wrote 4 bytes past the end of output 'y' \(float32\[4\], 16 bytes\): at byte 416"),
+    # Was: past the heap block's redzone, the write landed unseen in another block or was told as another
+    # block's, and a drawn input with such an index then ran under XLA in this process and corrupted its heap.
+    ("far_past", {"offset": 100}, "BUG-FAR", r"wrote .* past the end of output 'y' \(float32\[4\], 16 bytes\): "
+                                             r"at byte 416,"),
+    ("far_past", {"offset": 3000}, "BUG-FAR", r"wrote .* past the end of output 'y' .*: at byte 12016,"),
+    ("far_past", {"offset": 1 << 20}, "BUG-FAR", r"wrote .* past the end of output 'y' .*: at byte 4194320,"),
+    ("far_past", {"offset": -3004}, "BUG-FAR", r"wrote .* before the start of output 'y' .*: 12000 byte\(s\) before"),
 ])
 def test_a_memory_error_in_every_kind_of_kernel_is_reported_at_its_line(kinds, name, attrs, tag, words):
     ref = (lambda x: 2 * x) if name == "inplace_past" else copy

@@ -49,11 +49,12 @@ CUDA_TOOLS = ("memcheck", "initcheck", "racecheck")
 _CUDA_FINDING = "Invalid|Uninitialized|Out-of-range|Misaligned|Error: Race|ERROR: Race"
 #: Each tensor parameter of a call, by name: its shape and dtype (in the order the driver replies with them).
 Layout = Mapping[str, tuple[tuple[int, ...], np.dtype]]
-# The largest redzones AddressSanitizer allows (2 KiB, against 16 bytes by default): an index a little past a
-# small buffer lands in its redzone, not unseen in another block (and then in XLA's memory, in the caller).
+#: How far before and past each tensor the AddressSanitizer driver keeps memory inaccessible (check_driver.cc,
+#: ``Memory::kFar``): an access there is that tensor's.
+_FAR = 1 << 30
 _ENV = {
     "ASAN_OPTIONS": "detect_leaks=0:handle_abort=1:handle_sigfpe=1:handle_segv=1:handle_sigill=1:"
-                    "allocator_may_return_null=1:symbolize=1:abort_on_error=0:exitcode=86:redzone=2048",
+                    "allocator_may_return_null=1:symbolize=1:abort_on_error=0:exitcode=86",
     "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1:exitcode=87",
     "TSAN_OPTIONS": "halt_on_error=1:exitcode=88:report_signal_unsafe=0",
 }
@@ -399,31 +400,34 @@ def describe_crash(log: str, code: int | None, spec: FunctionSpec, layout: Layou
     tsan = re.search(r"WARNING: ThreadSanitizer: ([^\n(]+)", log)
     if cuda:
         return _describe_cuda(cuda.group(1), log, buffers, layout)
+    if asan:
+        access = re.search(r"(READ|WRITE) of size (\d+) at", log) or re.search(r"caused by a (READ|WRITE)()", log)
+        verb = {"READ": "read", "WRITE": "wrote"}[access.group(1)] if access else "accessed"
+        did = f"{verb} {access.group(2)} bytes" if access and access.group(2) else f"{verb} memory"
+        address = re.search(r"AddressSanitizer: [\w-]+ on (?:unknown )?address (0x[0-9a-f]+)", log)
+        owner = _guarded(int(address.group(1), 16), buffers) if address else None
+        if owner is not None:  # before or past a tensor, in the driver's guards
+            param, nbytes, offset = owner
+            return _overrun(param, nbytes, layout, did, offset, offset >= 0, at)
     if asan and asan.group(1) in ("heap-buffer-overflow", "heap-use-after-free", "use-after-poison"):
-        access = re.search(r"(READ|WRITE) of size (\d+) at (0x[0-9a-f]+)", log)
         region = re.search(r"is located (\d+) bytes (to the right of|to the left of|inside of|after|before) "
                            r"(\d+)-byte region \[(0x[0-9a-f]+),", log)
-        verb = {"READ": "read", "WRITE": "wrote"}[access.group(1)] if access else "accessed"
-        size = f"{access.group(2)} bytes" if access else "memory"
         if region:
             distance, side, length, first = int(region.group(1)), region.group(2), int(region.group(3)), \
                 int(region.group(4), 16)
-            owner = next(((p, n) for p, a, n in buffers if a == first), None)
-            if owner is not None and side != "inside of":
+            block = next(((p, n) for p, a, n in buffers if a == first), None)
+            if block is not None and side != "inside of":
                 after = "right" in side or side == "after"
-                return _overrun(*owner, layout, f"{verb} {size}", owner[1] + distance if after else -distance,
-                                after, at)
-            return Problem(f"{verb} {size} outside a {length}-byte block the kernel did not get from kernix "
+                return _overrun(*block, layout, did, block[1] + distance if after else -distance, after, at)
+            return Problem(f"{did} outside a {length}-byte block the kernel did not get from kernix "
                          f"({asan.group(1)}){at}")
-        return Problem(f"{verb} {size} outside its buffers (AddressSanitizer: {asan.group(1)}){at}")
+        return Problem(f"{did} outside its buffers (AddressSanitizer: {asan.group(1)}){at}")
     if ubsan:
         return Problem(f"undefined behaviour: {ubsan.group(2).strip()} at {ubsan.group(1)}")
     if asan:
         kind = asan.group(1)
-        cause = re.search(r"The signal is caused by a (READ|WRITE) memory access", log)
         if kind == "SEGV":
-            what = {"READ": "read", "WRITE": "wrote"}.get(cause.group(1), "accessed") if cause else "accessed"
-            return Problem(f"crashed (SIGSEGV): {what} memory it does not own{at}")
+            return Problem(f"crashed (SIGSEGV): {verb} memory it does not own{at}")
         if kind == "FPE":
             return Problem(f"crashed (SIGFPE: an integer division by zero, or overflow){at}")
         if kind == "ABRT":
@@ -439,6 +443,12 @@ def describe_crash(log: str, code: int | None, spec: FunctionSpec, layout: Layou
         return Problem(f"was killed by {_SIGNALS.get(-code, f'signal {-code}')}{at}")
     tail = "; ".join(ln.strip() for ln in lines[-3:] if ln.strip() and not ln.startswith("kernix-check"))
     return Problem(f"ended the process (exit status {code}){': ' + tail if tail else ''}{at}")
+
+
+def _guarded(address: int, buffers: list[tuple[Param, int, int]]) -> tuple[Param, int, int] | None:
+    """``(parameter, bytes, offset of address from its start)`` of the tensor whose guards hold ``address``."""
+    return next(((p, n, address - a) for p, a, n in buffers
+                 if a and a - _FAR <= address < a + n + _FAR and not a <= address < a + n), None)
 
 
 def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]], layout: Layout) -> Problem:

@@ -16,7 +16,8 @@
 //   reply: u32 status (0: returned, 1: threw), u32 message length, the message, then per
 //     tensor parameter u64 bytes and its bytes after the call.
 //
-// Every buffer is its own malloc of exactly its size: a sanitizer sees any access past it.  Built with
+// Every tensor is a buffer of exactly its size, alone in its own stretch of address space (Memory,
+// below): a sanitizer sees any access past it, and tells which tensor it missed.  Built with
 // KERNIX_CHECK_CUDA (for CUDA functions, run under compute-sanitizer), every tensor is its own
 // cudaMalloc of exactly its size instead, scratch is left uninitialised (for initcheck), the stream
 // is the default one and the driver waits for the device after each call (a failure there is the
@@ -33,10 +34,14 @@
 #include <utility>
 #include <vector>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #ifdef KERNIX_CHECK_CUDA
 #include <cuda_runtime.h>
+#endif
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
 #endif
 
 #include "check_driver.h"
@@ -129,13 +134,45 @@ struct Memory {
     if (kind != 's') cudaMemset(d, v, n);
   }
   static void get(std::vector<char>& h, const void* d) { cudaMemcpy(h.data(), d, h.size(), cudaMemcpyDeviceToHost); }
-  static void release(void* d) { cudaFree(d); }
+  static void release(void* d, size_t) { cudaFree(d); }
   static const char* finish() {
     const cudaError_t e = cudaDeviceSynchronize();
     return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
   }
+#elif defined(__SANITIZE_ADDRESS__)
+  // Under AddressSanitizer each tensor ends its own pages, between two stretches of kFar inaccessible
+  // bytes; it starts 64-byte aligned, as XLA's buffers do, and the bytes of its pages around it are
+  // poisoned.  An access just past either end is reported, and one up to kFar away faults, where a heap
+  // block's neighbours would take it unseen (kernix/checking/sanitized.py reads the address: _FAR).
+  static constexpr size_t kFar = size_t{1} << 30;
+  static size_t padded(size_t n) { return (n + 63) & ~size_t{63}; }
+  static size_t pages(size_t n) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    return (padded(n) + page - 1) / page * page;
+  }
+  static void* allocate(size_t n) {
+    void* base = mmap(nullptr, kFar + pages(n) + kFar, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) return nullptr;
+    char* first = static_cast<char*>(base) + kFar;
+    if (mprotect(first, pages(n), PROT_READ | PROT_WRITE) != 0) {
+      munmap(base, kFar + pages(n) + kFar);
+      return nullptr;
+    }
+    char* data = first + pages(n) - padded(n);
+    ASAN_POISON_MEMORY_REGION(first, static_cast<size_t>(data - first));
+    ASAN_POISON_MEMORY_REGION(data + n, padded(n) - n);
+    return data;
+  }
+  static void release(void* d, size_t n) {
+    char* first = static_cast<char*>(d) + padded(n) - pages(n);
+    ASAN_UNPOISON_MEMORY_REGION(first, pages(n));  // (the shadow outlives the mapping)
+    munmap(first - kFar, kFar + pages(n) + kFar);
+  }
 #else
   static void* allocate(size_t n) { return std::malloc(n); }
+  static void release(void* d, size_t) { std::free(d); }
+#endif
+#ifndef KERNIX_CHECK_CUDA
   static void put(void* d, const std::vector<char>& h) {
     if (!h.empty()) std::memcpy(d, h.data(), h.size());
   }
@@ -143,7 +180,6 @@ struct Memory {
   static void get(std::vector<char>& h, const void* d) {
     if (!h.empty()) std::memcpy(h.data(), d, h.size());
   }
-  static void release(void* d) { std::free(d); }
   static const char* finish() { return nullptr; }
 #endif
 };
@@ -237,7 +273,7 @@ int main(int argc, char** argv) {
         write_all(&bytes, sizeof bytes);
         Memory::get(s.host, s.data);
         if (bytes) write_all(s.host.data(), bytes);
-        Memory::release(s.data);
+        Memory::release(s.data, s.bytes);
       } else {
         std::free(s.data);
       }
