@@ -223,7 +223,9 @@ for workdir, cache in json.loads(sys.argv[1]):
     running[pid] = workdir
 while running:
     pid, status = os.wait()
-    Path(running.pop(pid), "exit.txt").write_text(str(os.waitstatus_to_exitcode(status)))
+    workdir = Path(running.pop(pid))  # (written whole, then named: the test reads it once it exists)
+    (workdir / "exit.tmp").write_text(str(os.waitstatus_to_exitcode(status)))
+    os.replace(workdir / "exit.tmp", workdir / "exit.txt")
 '''
 
 
