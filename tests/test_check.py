@@ -154,6 +154,28 @@ def test_a_kernel_wrong_for_size_one_is_caught_and_shrunk(kernels):
     assert x.shape == (1,) and kernels.square(x)[0] != x[0] * x[0]
 
 
+def test_a_bfloat16_backward_wrong_for_size_one_is_caught_on_drawn_inputs(kernels):
+    x = X.astype(jnp.bfloat16)
+    report = kernix.check(kernels.bf16_twice, lambda x: 2 * x, x, strict=False)
+    assert [r.name for r in report if r.failed] == ["drawn"], report  # the example (n=4) is right
+    # in bfloat16 the reference's gradient disagrees with finite differences too: they cannot judge it
+    assert report["finite_differences"].status == "n/a" and "reference fails" in report["finite_differences"].detail
+    drawn = report["drawn"]
+    assert "bfloat16[1]" in drawn.detail and drawn.parameter == "x", drawn.detail  # the gradient of x
+    (x1,) = drawn.example
+    assert x1.shape == (1,)
+
+
+def test_a_variance_that_cancels_far_from_zero_is_caught_whatever_the_seed(kernels):
+    def ref(x):
+        return (x - x.mean(-1, keepdims=True)) / jnp.sqrt(x.var(-1, keepdims=True) + 1e-5)
+
+    for seed in (None, 1):
+        report = kernix.check(kernels.naive_standardize, ref, X, strict=False, seed=seed, checks=["eager", "drawn"])
+        assert report["eager"].passed and report["drawn"].failed, report  # right near zero, as the example is
+        assert "far from zero" in report["drawn"].detail
+
+
 def test_an_output_element_left_unwritten_is_caught(kernels):
     report = kernix.check(kernels.half_copy, lambda x: x, X, strict=False)
     buffers = report["buffers"]

@@ -17,7 +17,7 @@ from .compare import Mismatch
 from .report import CheckResult
 from ..language.shapes import bind
 from .subject import Subject, describe
-from .transforms import GRAD_SCALE, cotangents, example_cotangents, gradients
+from .transforms import GRAD_SCALE, cotangents, example_cotangents, floating, gradients
 
 __all__ = ["DEFAULT_SIZES", "BATCH_SIZES", "PATTERNS", "Drawing", "require_hypothesis", "check_drawn"]
 
@@ -26,9 +26,11 @@ DEFAULT_SIZES = (1, 2, 3, 0, 5, 4, 7, 8, 13, 17, 32)
 #: The sizes of a ``...`` batch dimension.
 BATCH_SIZES = (1, 0, 2, 3, 5)
 #: How the values of floating inputs are drawn: in the example's range, all zero, equal along the last
-#: axis, or a thousand times the example's magnitude (an input where the reference is not finite is
-#: not compared).
-PATTERNS = ("range", "zeros", "range", "equal", "range", "large")
+#: axis, a thousand times the example's magnitude, or the example's range moved that far from zero (a
+#: variance or a sum of exponentials that cancels); an input where the reference is not finite is not
+#: compared.
+PATTERNS = ("range", "zeros", "range", "equal", "range", "large", "offset")
+_SAID = {"zeros": "all zero", "equal": "equal along the last axis", "large": "large values", "offset": "far from zero"}
 
 
 @dataclass(frozen=True)
@@ -93,9 +95,10 @@ def _values(example: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, rng: n
     if pattern == "equal" and shape:
         row = rng.uniform(lo, hi, shape[:-1] + (1,))
         return np.broadcast_to(row, shape).astype(dtype)
-    if pattern == "large":
+    if pattern in ("large", "offset"):
         big = min(1000.0, float(np.finfo(np.float16 if np.dtype(dtype).itemsize <= 2 else np.float32).max) ** 0.25)
-        lo, hi = lo * big, hi * big
+        shift = big * max(abs(lo), abs(hi))
+        lo, hi = (lo * big, hi * big) if pattern == "large" else (lo + shift, hi + shift)
     if np.issubdtype(dtype, np.complexfloating):
         return (rng.uniform(lo, hi, shape) + 1j * rng.uniform(lo, hi, shape)).astype(dtype)
     return rng.uniform(lo, hi, shape).astype(dtype)
@@ -160,14 +163,14 @@ def _explicit(s: Subject, names: Sequence[str], allowed: Callable[[str], list[in
 
 def _finite(x: Any) -> bool:
     x = np.asarray(x)
-    return not np.issubdtype(x.dtype, np.inexact) or bool(np.all(np.isfinite(x)))
+    return not floating(x.dtype) or bool(np.all(np.isfinite(x)))
 
 
 def _describe(s: Subject, xs: Sequence[np.ndarray], dims: Mapping[str, int], batch: Sequence[int],
               attrs: Mapping[str, Any] | None = None, pattern: str = "range") -> str:
     inputs = s.describe_inputs(xs, {})
     if pattern != "range":
-        inputs += f" ({ {'zeros': 'all zero', 'equal': 'equal along the last axis', 'large': 'large values'}[pattern]})"
+        inputs += f" ({_SAID[pattern]})"
     if attrs:
         inputs += ", " + ", ".join(f"{k}={v!r}" for k, v in attrs.items())
     bound = ", ".join(f"{k}={v}" for k, v in dims.items())
@@ -264,8 +267,8 @@ def check_drawn(s: Subject, drawing: Drawing, dtype_combos: Sequence[tuple[np.dt
         except Exception:  # noqa: BLE001 - any refusal: not an input the reference takes
             hypothesis.reject()
         state["run"] += 1
-        floating = [n for n, x in zip(s.input_names, args) if np.issubdtype(x.dtype, np.inexact)]
-        cts = cotangents(s, args) if grads and floating else None
+        floats = [n for n, x in zip(s.input_names, args) if floating(x)]
+        cts = cotangents(s, args) if grads and floats else None
         problems = memory.run(xs, t.attrs, example_cotangents(s, xs) if cts is not None else None) \
             if memory is not None else []
         for p in problems:  # first: a kernel that crashes would take this process down under XLA
@@ -310,7 +313,7 @@ def check_drawn(s: Subject, drawing: Drawing, dtype_combos: Sequence[tuple[np.dt
             differs(s.mismatch(memory.outputs, want, " outside XLA, after earlier calls on other inputs", scale),
                     ": does the kernel keep state (a static, BE::State) across calls?")
         if cts is not None:
-            differs(s.mismatch(got_grads, want_grads, scale=GRAD_SCALE * scale, names=floating,
+            differs(s.mismatch(got_grads, want_grads, scale=GRAD_SCALE * scale, names=floats,
                                kind="gradient of input"))
         if errors:  # on exact buffers, not under XLA
             fail(errors[0])
