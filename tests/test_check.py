@@ -166,6 +166,12 @@ def test_a_bfloat16_backward_wrong_for_size_one_is_caught_on_drawn_inputs(kernel
     assert x1.shape == (1,)
 
 
+def test_a_correct_kernel_passes_on_inputs_far_from_zero_whatever_the_seed(kernels):
+    for seed in (None, 1, 2, 3):
+        assert kernix.check(kernels.centered, lambda x: x - x.mean(-1, keepdims=True), X, seed=seed,
+                            checks=["drawn"]).ok
+
+
 def test_a_variance_that_cancels_far_from_zero_is_caught_whatever_the_seed(kernels):
     def ref(x):
         return (x - x.mean(-1, keepdims=True)) / jnp.sqrt(x.var(-1, keepdims=True) + 1e-5)

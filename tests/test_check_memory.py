@@ -56,6 +56,8 @@ def test_a_stateful_kernel_is_run_on_exact_buffers_and_passes(kinds):
     ("far_past", {"offset": 3000}, "BUG-FAR", r"wrote .* past the end of output 'y' .*: at byte 12016,"),
     ("far_past", {"offset": 1 << 20}, "BUG-FAR", r"wrote .* past the end of output 'y' .*: at byte 4194320,"),
     ("far_past", {"offset": -3004}, "BUG-FAR", r"wrote .* before the start of output 'y' .*: 12000 byte\(s\) before"),
+    # Was: told as a write past the attribute 'offset', whose heap block lies near the kernel's own
+    ("own_block_past", {"offset": 0}, "BUG-OWN", r"wrote 4 bytes outside a 8-byte block the kernel did not get"),
 ])
 def test_a_memory_error_in_every_kind_of_kernel_is_reported_at_its_line(kinds, name, attrs, tag, words):
     ref = (lambda x: 2 * x) if name == "inplace_past" else copy

@@ -33,12 +33,14 @@ class Tolerance:
     ``rtol`` and ``atol`` override the defaults of :data:`TOLERANCES`: a
     number for every dtype, or a mapping from dtype name to a number (the
     others keep their defaults).  ``scale`` multiplies the defaults (not the
-    overrides): gradients, a composition of two kernels, get 10.
+    overrides): gradients, a composition of two kernels, get 10.  ``floor`` is the least ``atol`` of a
+    floating dtype: inputs far from zero round every result by a few of their units in the last place.
     """
 
     rtol: float | Mapping[str, float] | None = None
     atol: float | Mapping[str, float] | None = None
     scale: float = 1.0
+    floor: float = 0.0
 
     def of(self, dtype: Any) -> tuple[float, float]:
         """``(rtol, atol)`` for results of ``dtype``."""
@@ -46,7 +48,7 @@ class Tolerance:
         if name not in TOLERANCES:
             return 0.0, 0.0  # integers, bool: exact
         rtol, atol = (t * self.scale for t in TOLERANCES[name])
-        return _pick(self.rtol, name, rtol), _pick(self.atol, name, atol)
+        return _pick(self.rtol, name, rtol), max(_pick(self.atol, name, atol), self.floor)
 
 
 def _pick(override: float | Mapping[str, float] | None, name: str, default: float) -> float:

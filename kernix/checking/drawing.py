@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..errors import CallError, KernixError
@@ -169,7 +170,7 @@ def _finite(x: Any) -> bool:
 def _describe(s: Subject, xs: Sequence[np.ndarray], dims: Mapping[str, int], batch: Sequence[int],
               attrs: Mapping[str, Any] | None = None, pattern: str = "range") -> str:
     inputs = s.describe_inputs(xs, {})
-    if pattern != "range":
+    if pattern != "range" and (pattern != "offset" or any(floating(x) for x in xs)):  # (integers stay in range)
         inputs += f" ({_SAID[pattern]})"
     if attrs:
         inputs += ", " + ", ".join(f"{k}={v!r}" for k, v in attrs.items())
@@ -304,17 +305,21 @@ def check_drawn(s: Subject, drawing: Drawing, dtype_combos: Sequence[tuple[np.dt
         # Special values leave the reference itself a few rounding errors off (x - mean(x) of an equal row):
         # their results are compared a hundred times more loosely (a wrong one is far off, or not finite).
         scale = 100.0 if pattern != "range" else 1.0
+        # Inputs far from zero leave every result a few of their units in the last place off.
+        floor = max((4 * float(jnp.finfo(x.dtype).eps) * float(np.max(np.abs(x))) for x in xs
+                     if pattern == "offset" and floating(x) and x.size), default=0.0)
         changed = s.changed_input(args, xs)
         if changed:
             fail(changed, changed.split("'")[1])
-        differs(s.mismatch(got, want, scale=scale))
+        differs(s.mismatch(got, want, scale=scale, floor=floor))
         # Outside XLA the kernel's state lives on from every earlier drawn input (under XLA each shape gets its own).
         if memory is not None and memory.outputs:
-            differs(s.mismatch(memory.outputs, want, " outside XLA, after earlier calls on other inputs", scale),
+            differs(s.mismatch(memory.outputs, want, " outside XLA, after earlier calls on other inputs", scale,
+                               floor=floor),
                     ": does the kernel keep state (a static, BE::State) across calls?")
         if cts is not None:
             differs(s.mismatch(got_grads, want_grads, scale=GRAD_SCALE * scale, names=floats,
-                               kind="gradient of input"))
+                               kind="gradient of input", floor=floor))
         if errors:  # on exact buffers, not under XLA
             fail(errors[0])
 

@@ -405,7 +405,8 @@ def describe_crash(log: str, code: int | None, spec: FunctionSpec, layout: Layou
         verb = {"READ": "read", "WRITE": "wrote"}[access.group(1)] if access else "accessed"
         did = f"{verb} {access.group(2)} bytes" if access and access.group(2) else f"{verb} memory"
         address = re.search(r"AddressSanitizer: [\w-]+ on (?:unknown )?address (0x[0-9a-f]+)", log)
-        owner = _guarded(int(address.group(1), 16), buffers) if address else None
+        tensors = [b for b in buffers if b[0].name in layout]  # (only tensors have the driver's guards)
+        owner = _guarded(int(address.group(1), 16), tensors) if address else None
         if owner is not None:  # before or past a tensor, in the driver's guards
             param, nbytes, offset = owner
             return _overrun(param, nbytes, layout, did, offset, offset >= 0, at)

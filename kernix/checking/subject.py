@@ -116,10 +116,11 @@ class Subject:
         return as_outputs(self.fn(*xs, out=out, **self.attrs), len(self.spec.outputs), "the kernel")
 
     def mismatch(self, got: Sequence[Any], want: Sequence[Any], how: str = "", scale: float = 1.0,
-                 names: Sequence[str] | None = None, kind: str = "output",
-                 against: str = "the reference") -> tuple[Mismatch, str] | None:
-        """The first output (or gradient) that differs, and its parameter's name."""
-        tolerance = dataclasses.replace(self.tolerance, scale=scale)
+                 names: Sequence[str] | None = None, kind: str = "output", against: str = "the reference",
+                 floor: float = 0.0) -> tuple[Mismatch, str] | None:
+        """The first output (or gradient) that differs, and its parameter's name (``scale``, ``floor``: as
+        :class:`~kernix.checking.compare.Tolerance` takes them)."""
+        tolerance = dataclasses.replace(self.tolerance, scale=scale, floor=floor)
         for name, g, w in zip(names or self.output_names, got, want):
             m = compare(f"{kind} {name!r}{how}", g, w, tolerance, against)
             if m is not None:

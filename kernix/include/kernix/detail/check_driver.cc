@@ -16,8 +16,9 @@
 //   reply: u32 status (0: returned, 1: threw), u32 message length, the message, then per
 //     tensor parameter u64 bytes and its bytes after the call.
 //
-// Every tensor is a buffer of exactly its size, alone in its own stretch of address space (Memory,
-// below): a sanitizer sees any access past it, and tells which tensor it missed.  Built with
+// Every tensor is a buffer of exactly its size: a sanitizer sees any access past it.  Under
+// AddressSanitizer each is alone in its own stretch of address space (Memory, below), so that even an
+// access far from it is told as that tensor's; under ThreadSanitizer it is its own malloc.  Built with
 // KERNIX_CHECK_CUDA (for CUDA functions, run under compute-sanitizer), every tensor is its own
 // cudaMalloc of exactly its size instead, scratch is left uninitialised (for initcheck), the stream
 // is the default one and the driver waits for the device after each call (a failure there is the
@@ -164,6 +165,7 @@ struct Memory {
     return data;
   }
   static void release(void* d, size_t n) {
+    if (d == nullptr) return;  // (its allocation failed)
     char* first = static_cast<char*>(d) + padded(n) - pages(n);
     ASAN_UNPOISON_MEMORY_REGION(first, pages(n));  // (the shadow outlives the mapping)
     munmap(first - kFar, kFar + pages(n) + kFar);
