@@ -167,7 +167,7 @@ def test_a_bfloat16_backward_wrong_for_size_one_is_caught_on_drawn_inputs(kernel
 
 
 def test_a_correct_kernel_passes_on_inputs_far_from_zero_whatever_the_seed(kernels):
-    for seed in (None, 1, 2, 3):
+    for seed in (None, 2):  # (2 drew a row where a tolerance without the inputs' rounding failed it)
         assert kernix.check(kernels.centered, lambda x: x - x.mean(-1, keepdims=True), X, seed=seed,
                             checks=["drawn"]).ok
 
