@@ -219,7 +219,8 @@ def _finite_differences(s: Subject, mode: str, name: str, passed: str, matched: 
         return CheckResult(name, "passed", passed)
     reference = fails(s.ref)
     if reference is not None and all(np.dtype(x.dtype).itemsize <= 2 for x in floats):
-        coarse = f"finite differences are too coarse to judge {floats[0].dtype}: the reference fails them too ({reference})"
+        coarse = (f"finite differences are too coarse to judge {floats[0].dtype}: the reference fails them too "
+                  f"({reference})")
         return CheckResult(name, "passed", f"{matched}; {coarse}") if matched else CheckResult(name, "n/a", coarse)
     verdict = (f"the reference fails the same check ({reference}): its derivative is wrong too, or finite differences "
                "are too coarse here (check in float64)" if reference is not None else
