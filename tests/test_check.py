@@ -182,6 +182,15 @@ def test_a_variance_that_cancels_far_from_zero_is_caught_whatever_the_seed(kerne
         assert "far from zero" in report["drawn"].detail
 
 
+def test_an_epsilon_written_into_the_kernel_is_caught_by_drawing_it_large(kernels):
+    def ref(x, eps):
+        return x / jnp.maximum(jnp.sqrt(jnp.sum(x * x, -1, keepdims=True)), eps)
+
+    report = kernix.check(kernels.eps_written_in, ref, X, eps=1e-6, strict=False, checks=["eager", "drawn"])
+    assert report["eager"].passed and report["drawn"].failed, report
+    assert "eps=100.0" in report["drawn"].detail
+
+
 def test_an_output_element_left_unwritten_is_caught(kernels):
     report = kernix.check(kernels.half_copy, lambda x: x, X, strict=False)
     buffers = report["buffers"]

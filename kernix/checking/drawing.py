@@ -124,6 +124,8 @@ def _attr_choices(p: Any, value: Any, listed: Sequence[Any] | None) -> list[Any]
         info = np.iinfo(p.dtype)
         return [value, *[v for v in (int(value) + 1, int(value) + 2, int(value) * 2) if info.min <= v <= info.max
                          and v != value]]
+    if 0 < value < 1e-2:  # an epsilon, say: 100 first (the case always run), where it outweighs the values
+        return [value, 100.0, value * 10, value / 10]
     return [value, *([0.5, 2.0] if value == 0 else [value * 10, value / 10])]
 
 
