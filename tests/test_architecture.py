@@ -45,14 +45,14 @@ LINE_BUDGETS = {
     "language": 1_858,
     "frontend": 3_102,
     "backend": 2_087,
-    "store": 2_284,
+    "store": 2_288,
     "runtime": 2_457,
     "checking": 2_052,
-    "prebuilt": 1_101,
+    "prebuilt": 1_102,
     "cli": 766,
     "loose": 1_630,
 }
-PACKAGE_BUDGET = 17_337
+PACKAGE_BUDGET = 17_342
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.

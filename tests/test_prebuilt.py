@@ -763,3 +763,13 @@ def test_build_module_refuses_a_fifo_or_a_directory_as_a_source_by_what_it_is(tm
             kernix.build_module([path], tmp_path / "out")
     with pytest.raises(kernix.SourceNotFoundError, match="source file not found"):
         kernix.build_module([tmp_path / "missing.cpp"], tmp_path / "out")
+
+
+def test_a_manifest_is_made_with_only_what_identifies_the_library(tmp_path: Path) -> None:
+    """The toolchain, sources, options and creation time keep their defaults (as in 0.3.0), and it writes and
+    reads back whole."""
+    spec = kernix.FunctionSpec("f", "f", ())
+    m = PrebuiltManifest(tmp_path, "ops", "cpu", "ops.so", "0" * 64, 1, (spec,), {"f": "kernix_ffi_f"},
+                         kernix.__version__, jax.__version__, (0, 1))
+    assert m.compilers == () and m.options == {} and m.created > 0
+    assert m.to_json()["name"] == "ops" and m.to_json()["created"] == m.created

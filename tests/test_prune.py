@@ -161,7 +161,8 @@ def test_preludes_and_a_builds_leftovers_are_evicted_when_unused(tmp_path: Path)
     os.utime(new_pch, (now, now - 5 * DAY))  # read now, written 5 days ago: used now
     _file(toolchain / "gcc-answers.rec", 2, now - 9 * DAY)  # a compiler's answers: not a prelude
     build = tmp_path / "build"
-    for name, age in ((".ops.stale-123-456", 2 * entries.TOUCH_INTERVAL_S), (".ops.stale-124-457", 60.0)):
+    for name, age in ((".ops.stale-123-456", 2 * entries.TOUCH_INTERVAL_S), (".ops.stale-124-457", 60.0),
+                      (".ops.stale-mine", 2 * entries.TOUCH_INTERVAL_S)):  # (the last: a name kernix never writes)
         _file(build / name / "ops.o", 100, now)
         os.utime(build / name, (now - age, now - age))
     result = kernix.prune_cache(older_than="1h", root=tmp_path)
@@ -171,6 +172,7 @@ def test_preludes_and_a_builds_leftovers_are_evicted_when_unused(tmp_path: Path)
     assert not old_rec.exists() and not old_pch.exists() and not orphan.exists()
     assert new_rec.exists() and new_pch.exists() and (toolchain / "gcc-answers.rec").exists()
     assert not (build / ".ops.stale-123-456").exists() and (build / ".ops.stale-124-457").exists()
+    assert (build / ".ops.stale-mine").exists()
 
 
 def test_what_no_eviction_removes_filling_the_limit_evicts_nothing(tmp_path: Path, monkeypatch) -> None:

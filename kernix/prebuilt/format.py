@@ -42,7 +42,8 @@ import importlib.util
 import json
 import os
 import re
-from dataclasses import dataclass, fields
+import time
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -84,13 +85,13 @@ class PrebuiltManifest:
     kernix: str
     jaxlib: str
     ffi_api: tuple[int, int]
-    compilers: tuple[str, ...]
-    sass: tuple[str, ...]
-    ptx: tuple[str, ...]
-    sources: tuple[tuple[str, str], ...]
-    headers: tuple[tuple[str, str], ...]
-    options: dict[str, Any]
-    created: float
+    compilers: tuple[str, ...] = ()
+    sass: tuple[str, ...] = ()
+    ptx: tuple[str, ...] = ()
+    sources: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    created: float = field(default_factory=time.time)
 
     @property
     def library_path(self) -> Path:

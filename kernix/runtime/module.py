@@ -72,7 +72,7 @@ class CompiledModule:
         self.target_prefix = target_prefix or name
         self.registered = False
         self.memos = memos
-        self._read_specs = functions if callable(functions) else lambda: functions  # (given: read at once, below)
+        self._read_specs = functions if callable(functions) else lambda given=tuple(functions): given  # (checked below)
         if not callable(functions) or any(n in RESERVED_NAMES for n in self.handlers):
             self._check_specs()  # (a warm load's specs are checked when first used)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -148,6 +149,8 @@ def read_survey(base: str | os.PathLike[str], command: str) -> Survey:
         ) from exc
 
 
+#: A work directory moved aside: ``.NAME.stale-PID-NS``.
+_ASIDE = re.compile(r"\.(.+)\.stale-\d+-\d+")
 #: The areas whose entries each belong to one module, found by their names.
 _MODULE_AREAS = ("modules", "build", "sources", "direct")
 #: The areas no one module owns, emptied by a clear of every module.
@@ -160,7 +163,8 @@ def owner(area: str, entry: str) -> str:
     """The module an entry of ``area`` belongs to, by its name (``build/.ops.stale-*``
     and ``sources/ops-<hash>.cpp`` are ``ops``'s); else the entry's own name."""
     if area == "build" and entry.startswith("."):
-        candidate = entry[1:].rpartition(".stale-")[0]
+        aside = _ASIDE.fullmatch(entry)  # (the one name kernix.store.workdir moves a work directory to)
+        candidate = aside.group(1) if aside else ""
     elif area == "sources":
         candidate = source_module(entry) or ""
     else:
