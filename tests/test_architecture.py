@@ -47,12 +47,12 @@ LINE_BUDGETS = {
     "backend": 2_087,
     "store": 2_288,
     "runtime": 2_457,
-    "checking": 2_052,
+    "checking": 2_055,
     "prebuilt": 1_102,
     "cli": 766,
     "loose": 1_630,
 }
-PACKAGE_BUDGET = 17_342
+PACKAGE_BUDGET = 17_345
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.

@@ -358,6 +358,12 @@ def test_cuda_kernels_are_checked_on_the_gpu(cuda_kernels):
     assert report["buffers"].failed and "bytes past the end of output 'y' (float32[5,300]" in report["buffers"].detail, \
         report
     assert "kernels_cuda.cu:" in report["buffers"].detail and report["eager"].status == "n/a"
+    # a read inlined from a CUDA header is told at the user's line, not the header's
+    report = kernix.check(cuda_kernels.copy_shifted, lambda x: x, x, strict=False, checks=["buffers"])
+    line = next(i + 1 for i, text in enumerate((FIXTURES / "checking" / "kernels_cuda.cu").read_text().splitlines())
+                if text.endswith("// BUG-LDG"))
+    assert "past the end of input 'x'" in report["buffers"].detail, report
+    assert f"kernels_cuda.cu:{line}" in report["buffers"].detail, report
     report = kernix.check(cuda_kernels.double_and_clear, lambda x: 2 * x, x, strict=False)
     assert report["buffers"].failed and "wrote into input 'x'" in report["buffers"].detail, report
     assert report["eager"].failed and report["eager"].parameter == "x", report

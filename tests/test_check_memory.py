@@ -199,11 +199,37 @@ def test_a_compute_sanitizer_report_is_told_as_the_buffer_the_kernel_overran():
         name, role = "y", "ret"
 
     crash = sanitized._describe_cuda("Invalid __global__ write of size 4 bytes", CUDA_REPORT,
-                                     [(Output, 0x7fa32a800000, 6000)], {"y": ((5, 300), np.dtype(np.float32))})
+                                     [(Output, 0x7fa32a800000, 6000)], {"y": ((5, 300), np.dtype(np.float32))},
+                                     "/src/kernels_cuda.cu")
     assert crash.parameter == "y"
     assert "past the end of output 'y' (float32[5,300], 6000 bytes)" in crash.message
     assert "element 1500 of 1500" in crash.message and "/src/kernels_cuda.cu:41" in crash.message
     assert "thread (220,0,0) of block (5,0,0)" in crash.message
+
+
+#: compute-sanitizer 2025's report of a read one element past a 148-byte input through __ldg (an H200, a
+#: brainevent kernel with its bounds check made off by one): the innermost frame is the CUDA header's.
+INLINED_REPORT = """\
+========= Invalid __global__ read of size 4 bytes
+=========     at __ldg(const float *)+0xf0 in sm_32_intrinsics.hpp:134
+=========     by thread (160,0,0) in block (4,0,0)
+=========     Access to 0x7f2c0a801e94 is out of bounds
+=========     and is 1 bytes after the nearest allocation at 0x7f2c0a801e00 of size 148 bytes
+=========         Device Frame: _transpose_kern_f32_float(const float *, const float *, float *, int, int)+0xf0 in binary_densemv.cu:110
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========         Host Frame: binary_densemv_transpose_f32_float(BE::Tensor, BE::Tensor, BE::Tensor, long) in binary_densemv.cu:181 [0xcf90] in driver
+"""
+
+
+def test_a_read_inlined_from_a_cuda_header_is_told_at_the_kernels_line():
+    class Spikes:
+        name, role = "spikes", "arg"
+
+    crash = sanitized._describe_cuda("Invalid __global__ read of size 4 bytes", INLINED_REPORT,
+                                     [(Spikes, 0x7f2c0a801e00, 148)], {"spikes": ((37,), np.dtype(np.float32))},
+                                     "/work/binary_densemv.cu")
+    assert "read 4 bytes past the end of input 'spikes'" in crash.message
+    assert "binary_densemv.cu:110 (in _transpose_kern_f32_float)" in crash.message, crash.message
 
 
 #: compute-sanitizer racecheck's report of a block reversing through shared memory with no __syncthreads().
@@ -214,6 +240,7 @@ RACE_REPORT = """\
 
 
 def test_a_racecheck_report_is_told_as_the_two_accesses_of_the_race():
-    crash = sanitized._describe_cuda(RACE_REPORT.splitlines()[0].removeprefix("========= "), RACE_REPORT, [], {})
+    crash = sanitized._describe_cuda(RACE_REPORT.splitlines()[0].removeprefix("========= "), RACE_REPORT, [], {},
+                                     "/src/race.cu")
     assert "shared memory" in crash.message and "a write at /src/race.cu:7 (in rev)" in crash.message
     assert "a read at line 8" in crash.message

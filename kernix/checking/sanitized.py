@@ -399,7 +399,7 @@ def describe_crash(log: str, code: int | None, spec: FunctionSpec, layout: Layou
     ubsan = re.search(r"(/[^\s:]+:\d+:\d+): runtime error: (.*)", log)
     tsan = re.search(r"WARNING: ThreadSanitizer: ([^\n(]+)", log)
     if cuda:
-        return _describe_cuda(cuda.group(1), log, buffers, layout)
+        return _describe_cuda(cuda.group(1), log, buffers, layout, spec.file)
     if asan:
         access = re.search(r"(READ|WRITE) of size (\d+) at", log) or re.search(r"caused by a (READ|WRITE)()", log)
         verb = {"READ": "read", "WRITE": "wrote"}[access.group(1)] if access else "accessed"
@@ -452,10 +452,13 @@ def _guarded(address: int, buffers: list[tuple[Param, int, int]]) -> tuple[Param
                  if a and a - _FAR <= address < a + n + _FAR and not a <= address < a + n), None)
 
 
-def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]], layout: Layout) -> Problem:
-    """What compute-sanitizer's first report says the kernel did."""
-    frame = re.search(r"=========\s+at (.+?)(?:\+0x[0-9a-f]+)? in (\S+?):(\d+)\s*$", log, re.M)
-    at = f" at {frame.group(2)}:{frame.group(3)} (in {frame.group(1).split('(')[0]})" if frame else ""
+def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]], layout: Layout,
+                   source: str) -> Problem:
+    """What compute-sanitizer's first report says the kernel did; its place is the first device frame in
+    ``source`` (the function's file), else the innermost (an access inlined from a CUDA header has both)."""
+    frames = re.findall(r"^=========\s+(?:at|Device Frame:) (.+?)(?:\+0x[0-9a-f]+)? in (\S+?):(\d+)\s*$", log, re.M)
+    frame = next((f for f in frames if Path(f[1]).name == Path(source).name), frames[0] if frames else None)
+    at = f" at {frame[1]}:{frame[2]} (in {frame[0].split('(')[0]})" if frame else ""
     thread = re.search(r"by thread \(([^)]*)\) in block \(([^)]*)\)", log)
     who = f", thread ({thread.group(1)}) of block ({thread.group(2)})" if thread else ""
     access = re.search(r"Access to (0x[0-9a-f]+)", log)
