@@ -12,10 +12,9 @@ import functools
 import os
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from .errors import KernixError, OptionError, SourceNotFoundError
-from .platforms import LANGUAGES_BY_EXTENSION, Language
+from .platforms import LANGUAGES_BY_EXTENSION
 from .paths import check_source, printable
 from .pipeline import load
 from .request import make_request
@@ -31,7 +30,10 @@ __all__ = [
     "load_cpp_dir",
 ]
 
-_Loader = TypeVar("_Loader", bound=Callable[..., CompiledModule])
+if TYPE_CHECKING:  # (for type checkers only, as the Literal types)
+    from .platforms import Language
+
+    _Loader = TypeVar("_Loader", bound=Callable[..., CompiledModule])
 
 
 def _keywords_checked(loader: _Loader) -> _Loader:
@@ -222,6 +224,7 @@ def _load_inline(
     if isinstance(sources, (list, tuple)) and all(isinstance(s, str) for s in sources):
         sources = "\n".join(sources)
     if not isinstance(sources, str):
+        from .errors import OptionError
         raise OptionError(f"{language}_sources must be a string or a list of strings, not {type(sources).__name__}")
     path = write_source(request.root, name, sources, "cu" if language == "cuda" else "cpp")
     return load(request.replace(sources=(path,), inline_source=sources))
@@ -229,12 +232,15 @@ def _load_inline(
 
 def _file(p: Path, language: Language) -> Path:
     if not p.exists():
+        from .errors import SourceNotFoundError
         raise SourceNotFoundError(f"{'CUDA' if language == 'cuda' else 'C++'} source file not found: {printable(p)}")
     if p.is_dir():
+        from .errors import SourceNotFoundError
         raise SourceNotFoundError(f"{printable(p)} is a directory, not a source file: load every "
                                   f"{'/'.join(_DIR_EXTENSIONS[language])} file in it with load_{language}_dir")
     check_source(p)  # a regular file (not a FIFO or a device), with a UTF-8 name
     if language == "cpp" and LANGUAGES_BY_EXTENSION.get(p.suffix.lower()) == "cuda":
+        from .errors import KernixError
         raise KernixError(f"{p} is a CUDA source: load it with load_cuda_file (load_cpp_file builds for the CPU)")
     return p
 
@@ -249,12 +255,14 @@ def default_module_name(path: Path) -> str:
 
 def _dir_sources(d: Path, language: Language) -> list[Path]:
     if not d.is_dir():
+        from .errors import SourceNotFoundError
         raise SourceNotFoundError(f"not a directory: {d}")
     exts = _DIR_EXTENSIONS[language]
     files = sorted(p for p in d.iterdir() if p.suffix in exts and not p.is_dir())
     for p in files:
         check_source(p)  # a FIFO or a device named like a source is refused, never read (nor skipped)
     if not files:
+        from .errors import KernixError
         raise KernixError(f"no {'/'.join(exts)} files in {d}")
     return files
 
@@ -269,5 +277,6 @@ def _check_options(loader: str, accepted: Collection[str], options: Mapping[str,
     unknown = [k for k in options if k not in accepted]
     if unknown:
         several = len(unknown) > 1
+        from .errors import OptionError
         raise OptionError(f"{loader}() got {'' if several else 'an '}unexpected option{'s' if several else ''} "
                           f"{', '.join(map(repr, unknown))}; it takes {', '.join(sorted(accepted))}")

@@ -13,7 +13,6 @@ import stat
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from .errors import KernixError, SourceNotFoundError, ToolchainError
 
 __all__ = ["cache_root", "absolute", "set_cache_dir", "include_dir", "jaxlib_install", "printable", "utf8_problem",
            "text_problem", "regular_file_problem", "check_source", "directory_problem", "repeated_source", "ancestors",
@@ -62,6 +61,7 @@ def include_dir() -> Path:
     candidate = here / "include"
     if (candidate / "kernix" / "common.h").is_file():
         return candidate
+    from .errors import ToolchainError
     raise ToolchainError(
         f"kernix's C++ headers are missing: {candidate / 'kernix' / 'common.h'} does not exist, so the "
         f"kernix imported from {here} is incomplete. If it is a source checkout, update it (the headers "
@@ -143,12 +143,15 @@ def check_source(path: str | os.PathLike[str], **options: Sequence[str]) -> None
         for i, value in enumerate(values):
             problem = text_problem(os.fspath(value), f"{name}[{i}]") if isinstance(value, (str, os.PathLike)) else None
             if problem is not None:
+                from .errors import KernixError
                 raise KernixError(problem)
     problem = regular_file_problem(path)
     if problem is not None:
+        from .errors import SourceNotFoundError
         raise SourceNotFoundError(problem)
     problem = utf8_problem(os.fspath(path))
     if problem is not None:
+        from .errors import KernixError
         raise KernixError(f"cannot parse {printable(path)}: {problem}")
 
 

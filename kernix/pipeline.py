@@ -19,7 +19,6 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import __version__, notes, store
-from .errors import CacheError
 from .paths import jaxlib_install
 from .request import LoadRequest
 from .runtime import registry
@@ -124,6 +123,7 @@ def _specs_of(request: LoadRequest, manifest: Manifest) -> Callable[[], tuple[Fu
             from .compilation import discard
 
             discard(request, manifest)
+            from .errors import CacheError
             raise CacheError(
                 f"the cache entry {manifest.directory} of module {request.name!r} is damaged ({exc}), so it was "
                 "removed from the cache: load the module again to rebuild it."

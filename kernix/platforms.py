@@ -5,16 +5,18 @@ them change preprocessing (and so what inference sees)."""
 from __future__ import annotations
 
 import os
-from typing import Literal, Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from .errors import KernixError
 
-#: Where a module's handlers run: ``"cuda"`` (user code built by nvcc) or ``"cpu"``.
-Platform = Literal["cuda", "cpu"]
-#: How a source file is parsed and compiled.
-Language = Literal["cuda", "cpp"]
+if TYPE_CHECKING:  # (types for type checkers only: a load builds no Literal)
+    from typing import Literal
 
-__all__ = ["Platform", "Language", "LANGUAGES_BY_EXTENSION", "language_of", "unknown_extension", "JAX_PLATFORMS",
+    #: Where a module's handlers run: ``"cuda"`` (user code built by nvcc) or ``"cpu"``.
+    Platform = Literal["cuda", "cpu"]
+    #: How a source file is parsed and compiled.
+    Language = Literal["cuda", "cpp"]
+
+__all__ = ["LANGUAGES_BY_EXTENSION", "language_of", "unknown_extension", "JAX_PLATFORMS",
            "PREPROCESSOR_FLAGS", "split_flags", "preprocessor_flags"]
 
 
@@ -39,6 +41,7 @@ def language_of(path: str) -> Language:
     try:
         return LANGUAGES_BY_EXTENSION[os.path.splitext(path)[1].lower()]
     except KeyError:
+        from .errors import KernixError
         raise KernixError(unknown_extension(path, "pass language='cuda' or language='cpp'")) from None
 
 

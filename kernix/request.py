@@ -14,13 +14,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .errors import OptionError
-from .platforms import PREPROCESSOR_FLAGS, Language, Platform, split_flags
+from .platforms import PREPROCESSOR_FLAGS, split_flags
 from .language.names import check_module_name, check_target_prefix
 from .paths import cache_root, text_problem
 
 if TYPE_CHECKING:
     from .language.selection import Requested
+    from .platforms import Language, Platform
 
 __all__ = ["LoadRequest", "make_request"]
 
@@ -136,6 +136,7 @@ def _flags(value: Any, what: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        from .errors import OptionError
         raise OptionError(f"{what} must be a list of strings, not {type(value).__name__}")
     flags = tuple(os.fspath(v) if isinstance(v, os.PathLike) else str(v) for v in value)
     for i, flag in enumerate(flags):
@@ -149,6 +150,7 @@ def _flags(value: Any, what: str) -> tuple[str, ...]:
             problem = (f"{what}[{i}] = {flag!r} has no value after it, so the compiler would take the next "
                        f"flag as its value; write it joined ({example!r}) or give the value as the next item")
         if problem:
+            from .errors import OptionError
             raise OptionError(problem)
     return flags
 
@@ -170,14 +172,17 @@ def make_request(
         check_target_prefix(prefix)
     level = options.get("optimization_level", 3)
     if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 3:
+        from .errors import OptionError
         raise OptionError(f"optimization_level must be an int from 0 to 3, not {level!r}")
     workers = options.get("ninja_workers")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        from .errors import OptionError
         raise OptionError(f"ninja_workers must be a positive int or None, not {workers!r}")
     build_directory = options.get("build_directory")
     root = Path(build_directory).expanduser().absolute() if build_directory is not None else cache_root()
     problem = text_problem(str(root), "build_directory" if build_directory is not None else "the cache root")
     if problem:
+        from .errors import OptionError
         raise OptionError(problem)
     if functions is not None:
         from .language.selection import normalize_functions  # (not at import: a warm load reads no spec)

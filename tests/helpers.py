@@ -12,6 +12,16 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The C++/CUDA sources the tests use: the one fixtures path.
 FIXTURES = ROOT / "fixtures"
 
+#: Every kernix module a warm load of a C++ module imports, and no other (tests/test_warm.py checks both
+#: ways). They import an error class only where they raise it (tests/test_architecture.py), so a warm
+#: load, which raises nothing, creates none of them.
+WARM_LOAD_MODULES = frozenset({
+    "kernix", "kernix.platforms", "kernix.paths", "kernix.notes", "kernix.language", "kernix.language.names",
+    "kernix.store", "kernix.store.trust", "kernix.store.files", "kernix.store.direct", "kernix.store.entries",
+    "kernix.store.manifest", "kernix.runtime", "kernix.runtime.registry", "kernix.runtime.module",
+    "kernix.request", "kernix.pipeline", "kernix.loaders",
+})
+
 _counter = itertools.count()
 
 

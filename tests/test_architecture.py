@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import kernix
-from helpers import FIXTURES, unique_name
+from helpers import FIXTURES, WARM_LOAD_MODULES, unique_name
 
 PACKAGE = Path(kernix.__file__).resolve().parent
 
@@ -42,17 +42,17 @@ LAYERS = {
 
 #: The most lines of Python each folder of kernix/ may hold ("loose": the modules at its top), and the package.
 LINE_BUDGETS = {
-    "language": 1_858,
+    "language": 1_861,
     "frontend": 3_102,
-    "backend": 2_087,
-    "store": 2_288,
-    "runtime": 2_457,
+    "backend": 2_089,
+    "store": 2_297,
+    "runtime": 2_465,
     "checking": 2_055,
-    "prebuilt": 1_102,
+    "prebuilt": 1_105,
     "cli": 766,
-    "loose": 1_630,
+    "loose": 1_634,
 }
-PACKAGE_BUDGET = 17_345
+PACKAGE_BUDGET = 17_374
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.
@@ -219,10 +219,18 @@ def test_the_cycle_check_finds_a_cycle() -> None:
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_error_classes_and_type_checking_come_from_the_top(path: Path) -> None:
-    """Error classes are imported at module top, never inside a function; ``TYPE_CHECKING`` is typing's."""
-    local = [mod for mod, _ in _imports(path, local=True) if mod == "kernix.errors"]
-    assert not local, f"{_module_name(path)} imports kernix.errors inside a function"
+def test_error_classes_come_from_the_top_except_on_the_warm_path(path: Path) -> None:
+    """Error classes are imported at module top, except by the modules a warm load imports: those import
+    one where they raise it (never at their top, ``if TYPE_CHECKING:`` aside), so that a warm load, which
+    raises nothing, creates none of the 20 classes.  ``TYPE_CHECKING`` is typing's."""
+    me = _module_name(path)
+    local = any(mod == "kernix.errors" for mod, _ in _imports(path, local=True))
+    tree = ast.parse(path.read_text())
+    top = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "errors" and n.level]
+    if me in WARM_LOAD_MODULES:
+        assert not top, f"{me} is on the warm path but imports kernix.errors at its top"
+    else:
+        assert not local, f"{me} imports kernix.errors inside a function"
     assert "TYPE_CHECKING = False" not in path.read_text()
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..errors import InvalidNameError
 
 __all__ = [
     "is_identifier", "check_module_name", "check_target_prefix", "check_function_name", "is_module_name",
@@ -77,6 +76,7 @@ def check_module_name(name: object) -> str:
     ``.`` or ``-``, at most 128 characters), else raise :class:`~kernix.errors.InvalidNameError`."""
     problem = _module_name_problem(name)
     if problem is not None:
+        from ..errors import InvalidNameError
         raise InvalidNameError(problem)
     return name  # type: ignore[return-value]
 
@@ -89,9 +89,11 @@ def is_module_name(name: object) -> bool:
 def check_target_prefix(prefix: object) -> str:
     """Return ``prefix`` if it is a valid FFI target prefix (dotted identifiers)."""
     if not isinstance(prefix, str):
+        from ..errors import InvalidNameError
         raise InvalidNameError(f"target_prefix must be a string, not {type(prefix).__name__}")
     parts = prefix.split(".")
     if len(prefix) > _MAX_LEN or not all(map(_is_ascii_identifier, parts)):
+        from ..errors import InvalidNameError
         raise InvalidNameError(
             f"invalid target_prefix {prefix!r}: use identifiers joined by '.' "
             "(e.g. 'my_module.my_kernels')"
@@ -108,5 +110,6 @@ def check_function_name(name: object) -> str:
             hint = (f"; a function template is exported by listing its arguments in its annotation, "
                     f"`// @BE {base}<{name.partition('<')[2].rstrip('> ')}>` right before its `template <...>`, "
                     f"which exports each instantiation under its own name ({base}_float32, ...)")
+        from ..errors import InvalidNameError
         raise InvalidNameError(f"invalid function name {name!r}: it must be a C++ identifier{hint}")
     return name

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from ..errors import RegistrationError, SourceError
 from ..language.names import check_target_prefix
 from . import registry
 
@@ -79,6 +78,7 @@ class CompiledModule:
     def _check_specs(self) -> dict[str, FunctionSpec]:
         specs = list(self._read_specs())
         if [f.name for f in specs] != list(self.handlers):
+            from ..errors import RegistrationError
             raise RegistrationError(
                 f"module {self.name!r}: its functions ({', '.join(f.name for f in specs)}) and handlers "
                 f"({', '.join(self.handlers)}) do not match"
@@ -138,6 +138,7 @@ class CompiledModule:
         if target_prefix is not None:
             check_target_prefix(target_prefix)
             if self.registered and target_prefix != self.target_prefix:
+                from ..errors import RegistrationError
                 raise RegistrationError(
                     f"module {self.name!r} is already registered under prefix {self.target_prefix!r}"
                 )
@@ -222,6 +223,7 @@ def check_function_names(functions: Iterable[FunctionSpec]) -> None:
     """Reject exported names that would hide, or be hidden by, a module attribute (SourceError)."""
     for fn in functions:
         if fn.name in RESERVED_NAMES:
+            from ..errors import SourceError
             raise SourceError(
                 f"function name {fn.name!r} is taken by CompiledModule.{fn.name}, so module.{fn.name} could "
                 f"not reach it. Export a wrapper under another name instead, e.g. `// @BE {fn.name}_op` "

@@ -8,11 +8,13 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
-from ..errors import RegistrationError, ReloadWarning
 from ..platforms import JAX_PLATFORMS
 from ..notes import warn_at
+
+if TYPE_CHECKING:
+    from ..errors import RegistrationError
 
 # jax is imported where a target is registered: a build that does not register does not import it.
 
@@ -63,10 +65,12 @@ def load_library(path: str | Path) -> ctypes.CDLL:
     try:
         return open_library(path)
     except OSError as exc:
+        from ..errors import RegistrationError
         raise RegistrationError(f"cannot load the compiled library {path}: {exc}") from exc
 
 
 def _missing_symbol(library: ctypes.CDLL, symbol: str) -> RegistrationError:
+    from ..errors import RegistrationError
     return RegistrationError(
         f"the compiled library {library._name} has no handler symbol {symbol!r}; it is damaged "
         "or was built by another kernix version: rebuild with force_rebuild=True"
@@ -129,6 +133,7 @@ def register_targets(platform: str, library_path: str | Path, digest: str, symbo
 
 
 def _taken(name: str, platform: str, previous: Registration) -> RegistrationError:
+    from ..errors import RegistrationError
     return RegistrationError(
         f"FFI target {name!r} ({platform}) is already registered in this process with different code "
         f"(from {previous.library}), and XLA cannot replace a registered handler. Load the new code under "
@@ -143,6 +148,7 @@ def _warn_moved(moved: list[tuple[str, str, Registration]], platform: str) -> No
     quoted = ", ".join(repr(target) for target, _, _ in moved)
     what = f"FFI target {quoted} ({platform}) is" if len(moved) == 1 else f"FFI targets {quoted} ({platform}) are"
     pairs = ", ".join(f"{target!r} -> {name!r}" for target, name, _ in moved)
+    from ..errors import ReloadWarning
     warn_at(
         f"kernix: {what} already registered in this process with other code (from {moved[0][2].library}), "
         f"and XLA cannot replace a registered handler. The module just loaded runs its new code under the "

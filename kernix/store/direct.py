@@ -12,9 +12,13 @@ of ``format``, ``fingerprint``, ``key`` (the answer) and ``files``
 (``[path, inode, size, mtime_ns, ctime_ns]``, inode -1 for a missing file).
 Anything off about a record is a miss, never an error.
 
-Every record also vouches for kernix's own code: the stats of :func:`code_files`,
-whose content (:func:`code_identity`) enters every cache key (docs/how-it-works.rst,
-"What the key covers").
+Every record also vouches for kernix's own Python code, which computed the answer: the
+stats of the ``.py`` files of :func:`code_files`, whose content (:func:`code_identity`)
+enters every cache key (docs/how-it-works.rst, "What the key covers").  Its headers
+are left to the entry: an entry's record of the files its build read holds each
+kernix header the build included, so an edited one is a miss there (and a header
+the build did not read cannot have changed its library); an inference set-up
+names the include directory, not what is in it.
 """
 
 from __future__ import annotations
@@ -105,7 +109,8 @@ def record(root: str | os.PathLike[str], space: str, fingerprint: str, value: An
            what: str, verbose: bool = False) -> None:
     """Remember ``value`` for ``fingerprint`` in ``space`` (failing to is no
     error); ``files``: the :func:`file_stats` taken before it was computed."""
-    data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": [*files, *_identity()[1]]}
+    code = [stat for stat in _identity()[1] if stat[0].endswith(".py")]  # (headers: see the module's docstring)
+    data = {"format": DIRECT_FORMAT, "fingerprint": fingerprint, "key": value, "files": [*files, *code]}
     if write_record(_record_path(root, space, fingerprint), data):
         notes.note(f"{what}: direct record {fingerprint[:16]}", verbose=verbose)
 

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CacheError
 from .files import UNSETTLED, FileStat, atomic_write, file_digest, stale_file
 from .manifest import SPECS_FILE, Manifest, ManifestError, entry_dir
 from .trust import check_private, io_message, makedirs
@@ -81,6 +80,7 @@ def _damaged(why: str) -> Lookup:
 def _unread(entry: Path, exc: OSError) -> None:
     """Raise when ``exc`` says this process has no file descriptor left (no damage)."""
     if exc.errno in (errno.EMFILE, errno.ENFILE):
+        from ..errors import CacheError
         raise CacheError(
             f"cannot read the cache entry {entry}: {exc.strerror} (this process holds too many open files). Close "
             "files it no longer needs, or raise its limit (`ulimit -n`, resource.setrlimit(RLIMIT_NOFILE))."
@@ -176,6 +176,7 @@ def publish(root: Path, name: str, key: str, built_so: Path, functions: "Sequenc
                 with contextlib.suppress(OSError):
                     old.unlink()
     except OSError as exc:
+        from ..errors import CacheError
         raise CacheError(io_message(entry, exc)) from exc
     check_private(entry / so_name, root)
     return manifest

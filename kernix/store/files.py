@@ -25,7 +25,6 @@ from pathlib import Path
 from operator import itemgetter
 from typing import Any, Callable, Iterable, Sequence
 
-from ..errors import CacheError, KernixError
 from ..paths import cache_root
 from .trust import check_private, io_message, is_private, makedirs
 
@@ -83,6 +82,7 @@ def encode_record(value: Any) -> bytes:
 def write_record(path: str | os.PathLike[str], value: Any) -> bool:
     """Write the record file ``path`` holding ``value``, atomically (not durably:
     a record is computed again when missing); whether it was written."""
+    from ..errors import CacheError
     try:
         makedirs(os.path.dirname(path))
         atomic_write(path, encode_record(value), durable=False)
@@ -288,6 +288,7 @@ def write_source(root: Path, name: str, text: str, ext: str) -> Path:
     try:
         data = text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError as exc:
+        from ..errors import KernixError
         raise KernixError(
             f"the inline source of module {name!r} cannot be written as UTF-8: {exc.reason} at "
             f"character {exc.start} ({text[exc.start:exc.start + 1]!r}). Remove that character."
@@ -303,6 +304,7 @@ def write_source(root: Path, name: str, text: str, ext: str) -> Path:
         except OSError as exc:
             if isinstance(exc, FileNotFoundError) and attempt < 3:
                 continue  # a `kernix cache clear` removed sources/ or the temporary file meanwhile: again
+            from ..errors import CacheError
             raise CacheError(io_message(path, exc)) from exc
     check_private(path, root)  # it is about to be compiled
     return path

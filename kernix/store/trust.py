@@ -9,7 +9,6 @@ import errno
 import os
 import stat
 
-from ..errors import CacheError
 
 __all__ = ["check_private", "makedirs", "io_message", "is_private", "foreign_writer"]
 
@@ -53,6 +52,7 @@ def check_private(path: str | os.PathLike[str], root: str | os.PathLike[str]) ->
     by others (paths that do not exist yet are skipped)."""
     why = _first_problem(root, path)
     if why is not None:
+        from ..errors import CacheError
         raise CacheError(why)
 
 
@@ -99,6 +99,7 @@ def makedirs(path: str | os.PathLike[str]) -> None:
                 if not os.path.isdir(d):
                     raise
     except OSError as exc:
+        from ..errors import CacheError
         raise CacheError(io_message(path, exc)) from exc
 
 
