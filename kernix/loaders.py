@@ -12,7 +12,7 @@ import functools
 import os
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 from .platforms import LANGUAGES_BY_EXTENSION
 from .paths import check_source, printable
@@ -30,7 +30,9 @@ __all__ = [
     "load_cpp_dir",
 ]
 
-if TYPE_CHECKING:  # (for type checkers only, as the Literal types)
+if TYPE_CHECKING:  # (types for type checkers only)
+    from typing import TypeVar
+
     from .platforms import Language
 
     _Loader = TypeVar("_Loader", bound=Callable[..., CompiledModule])

@@ -13,7 +13,6 @@ import stat
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-
 __all__ = ["cache_root", "absolute", "set_cache_dir", "include_dir", "jaxlib_install", "printable", "utf8_problem",
            "text_problem", "regular_file_problem", "check_source", "directory_problem", "repeated_source", "ancestors",
            "nearest_existing"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Sequence
 
-
 if TYPE_CHECKING:  # (types for type checkers only: a load builds no Literal)
     from typing import Literal
 
