@@ -23,10 +23,14 @@ from .platforms import language_of
 from .paths import cache_root, set_cache_dir
 
 if TYPE_CHECKING:
-    from .errors import (
-        AnnotationWarning, ArgSpecError, CacheError, CallError, CheckError, CompilationError, InferenceError,
-        InvalidNameError, KernelRuntimeError, KernixError, OptionError, PrebuiltError, RegistrationError, ReloadWarning,
-        SourceError, SourceNotFoundError, ToolchainError, TuningWarning,
+    from .errors import (  # (`X as X`: exported, for type checkers)
+        AnnotationWarning as AnnotationWarning, ArgSpecError as ArgSpecError, CacheError as CacheError,
+        CallError as CallError, CheckError as CheckError, CompilationError as CompilationError,
+        InferenceError as InferenceError, InvalidNameError as InvalidNameError,
+        KernelRuntimeError as KernelRuntimeError, KernixError as KernixError, OptionError as OptionError,
+        PrebuiltError as PrebuiltError, RegistrationError as RegistrationError, ReloadWarning as ReloadWarning,
+        SourceError as SourceError, SourceNotFoundError as SourceNotFoundError, ToolchainError as ToolchainError,
+        TuningWarning as TuningWarning,
     )
     from .runtime.module import CompiledModule
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .platforms import LANGUAGES_BY_EXTENSION
+from .platforms import LANGUAGES_BY_EXTENSION, Language
 from .paths import check_source, printable
 from .pipeline import load
 from .request import make_request
@@ -30,10 +30,8 @@ __all__ = [
     "load_cpp_dir",
 ]
 
-if TYPE_CHECKING:  # (types for type checkers only)
+if TYPE_CHECKING:  # (a type for type checkers only)
     from typing import TypeVar
-
-    from .platforms import Language
 
     _Loader = TypeVar("_Loader", bound=Callable[..., CompiledModule])
 

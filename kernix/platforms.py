@@ -7,15 +7,17 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Sequence
 
-if TYPE_CHECKING:  # (types for type checkers only: a load builds no Literal)
+if TYPE_CHECKING:
     from typing import Literal
 
     #: Where a module's handlers run: ``"cuda"`` (user code built by nvcc) or ``"cpu"``.
     Platform = Literal["cuda", "cpu"]
     #: How a source file is parsed and compiled.
     Language = Literal["cuda", "cpp"]
+else:  # (plain aliases at run time: no process that loads a module builds the Literal types)
+    Platform = Language = str
 
-__all__ = ["LANGUAGES_BY_EXTENSION", "language_of", "unknown_extension", "JAX_PLATFORMS",
+__all__ = ["Platform", "Language", "LANGUAGES_BY_EXTENSION", "language_of", "unknown_extension", "JAX_PLATFORMS",
            "PREPROCESSOR_FLAGS", "split_flags", "preprocessor_flags"]
 
 

@@ -14,13 +14,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .platforms import PREPROCESSOR_FLAGS, split_flags
+from .platforms import PREPROCESSOR_FLAGS, Language, Platform, split_flags
 from .language.names import check_module_name, check_target_prefix
 from .paths import cache_root, text_problem
 
 if TYPE_CHECKING:
     from .language.selection import Requested
-    from .platforms import Language, Platform
 
 __all__ = ["LoadRequest", "make_request"]
 

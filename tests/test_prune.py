@@ -390,6 +390,32 @@ def test_no_descriptor_left_is_an_error_saying_so_not_a_rebuild(built: Built, mo
             entries.lookup(built.root, built.name, built.key)
 
 
+def test_no_descriptor_left_on_a_warm_load_still_says_so(built: Built) -> None:
+    """Was: on a warm load, which has not imported kernix.errors, the lookup that found no descriptor left
+    could not import CacheError either (an import opens a file): the entry was called damaged and rebuilt.
+    Now the error says what is wrong and how to fix it, with whatever descriptors are left."""
+    code = f"""
+import os, resource, sys
+from pathlib import Path
+from kernix.store import entries
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+try:
+    while True:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    pass
+try:
+    entries.lookup(Path({str(built.root)!r}), {built.name!r}, {built.key!r})
+except Exception as exc:
+    for fd in held:
+        os.close(fd)
+    print(" ".join([str(exc), *getattr(exc, "__notes__", [])]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "too many open files" in out and "ulimit -n" in out
+
+
 def test_an_entry_that_cannot_be_checked_is_damaged(built: Built, monkeypatch) -> None:
     def refused(path, root, *more):
         raise PermissionError(errno.EACCES, "Permission denied", str(path))

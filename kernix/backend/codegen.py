@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from ..language.dtypes import ARRAY_ATTR_DTYPES, ATTR_DTYPES, DTYPES
 from ..errors import KernixError
+from ..platforms import Platform
 from ..paths import include_dir
 from ..language.spec import FunctionSpec, Param
-
-if TYPE_CHECKING:
-    from ..platforms import Platform
 
 __all__ = [
     "ExportedFunction",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-
 __all__ = [
     "is_identifier", "check_module_name", "check_target_prefix", "check_function_name", "is_module_name",
     "is_word", "is_handler_symbol", "handlers_problem",

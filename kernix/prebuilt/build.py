@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from .. import __version__
 from ..backend import codegen, toolchain
@@ -25,15 +25,12 @@ from ..backend.ninja import compile_library
 from ..compilation import build_config, exported_units
 from ..errors import KernixError, OptionError, PrebuiltError, SourceNotFoundError
 from ..interface import running_command
-from ..platforms import LANGUAGES_BY_EXTENSION, language_of, unknown_extension
+from ..platforms import LANGUAGES_BY_EXTENSION, Language, language_of, unknown_extension
 from ..loaders import default_module_name
 from ..paths import check_source, directory_problem, printable, repeated_source
 from ..request import make_request
 from ..store.files import file_digest
 from .format import PrebuiltManifest, ffi_api_of, headers_root
-
-if TYPE_CHECKING:
-    from ..platforms import Language
 
 __all__ = ["build_module"]
 

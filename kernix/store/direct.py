@@ -15,10 +15,11 @@ Anything off about a record is a miss, never an error.
 Every record also vouches for kernix's own Python code, which computed the answer: the
 stats of the ``.py`` files of :func:`code_files`, whose content (:func:`code_identity`)
 enters every cache key (docs/how-it-works.rst, "What the key covers").  Its headers
-are left to the entry: an entry's record of the files its build read holds each
-kernix header the build included, so an edited one is a miss there (and a header
-the build did not read cannot have changed its library); an inference set-up
-names the include directory, not what is in it.
+are left to the entry: an entry's record of the files its build read (the compilers'
+dependency files) holds each kernix header the build included, so an edited one is a
+miss there, which computes the key again (and a header the build did not read cannot
+have changed its library); an inference set-up names the include directory, not what
+is in it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from .files import (
 __all__ = ["DIRECT_FORMAT", "TOOL_ENVIRONMENT", "file_stats", "search_dirs", "lookup", "record", "code_files",
            "code_identity"]
 
-DIRECT_FORMAT = 3  # 3: records vouch for kernix's code; fingerprints cover the compilers' environment
+DIRECT_FORMAT = 3  # 3: records vouch for kernix's (Python) code; fingerprints cover the compilers' environment
 
 #: The environment variables that steer the search for compilers, CUDA and the
 #: GPU architecture, and those that change what the compilers do

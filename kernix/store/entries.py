@@ -65,6 +65,8 @@ def lookup(root: Path, name: str, key: str, *, warn: bool = True) -> Lookup:
         check_private(entry / "manifest.json", root)
         found = _read_entry(entry, key, root)
     except OSError as exc:
+        if exc.errno in _NO_DESCRIPTOR:  # (see _unread)
+            raise
         found = _damaged(f"cannot open it: {exc.strerror or exc}")
     if found.manifest is not None:
         record_use(entry)
@@ -77,14 +79,21 @@ def _damaged(why: str) -> Lookup:
     return Lookup(None, f"damaged: {why}", damaged=True)
 
 
+_NO_DESCRIPTOR = (errno.EMFILE, errno.ENFILE)
+
+
 def _unread(entry: Path, exc: OSError) -> None:
-    """Raise when ``exc`` says this process has no file descriptor left (no damage)."""
-    if exc.errno in (errno.EMFILE, errno.ENFILE):
-        from ..errors import CacheError
-        raise CacheError(
-            f"cannot read the cache entry {entry}: {exc.strerror} (this process holds too many open files). Close "
-            "files it no longer needs, or raise its limit (`ulimit -n`, resource.setrlimit(RLIMIT_NOFILE))."
-        ) from exc
+    """Raise when ``exc`` says this process has no file descriptor left (no damage): a :class:`CacheError`
+    saying so, or where kernix.errors cannot be imported for want of one either, ``exc`` with that note."""
+    if exc.errno in _NO_DESCRIPTOR:
+        advice = (f"cannot read the cache entry {entry}: {exc.strerror} (this process holds too many open files). "
+                  "Close files it no longer needs, or raise its limit (`ulimit -n`, resource.setrlimit(RLIMIT_NOFILE)).")
+        try:
+            from ..errors import CacheError
+        except OSError:
+            exc.add_note(advice)
+            raise exc from None
+        raise CacheError(advice) from exc
 
 
 def record_use(entry: Path) -> None:

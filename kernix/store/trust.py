@@ -9,7 +9,6 @@ import errno
 import os
 import stat
 
-
 __all__ = ["check_private", "makedirs", "io_message", "is_private", "foreign_writer"]
 
 
