@@ -46,14 +46,14 @@ LINE_BUDGETS = {
     "language": 1_860,
     "frontend": 3_102,
     "backend": 2_087,
-    "store": 2_306,
+    "store": 2_307,
     "runtime": 2_465,
     "checking": 2_055,
     "prebuilt": 1_102,
     "cli": 766,
     "loose": 1_637,
 }
-PACKAGE_BUDGET = 17_380
+PACKAGE_BUDGET = 17_381
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.

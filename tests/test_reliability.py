@@ -234,6 +234,21 @@ def test_processes_loading_a_new_module_at_once_compile_it_once(crowd: Crowd) ->
     assert len(list((crowd.root / "modules" / crowd.name).glob("*/manifest.json"))) == 1
 
 
+def test_a_clear_that_removes_the_clock_file_of_a_starting_build_is_no_error(tmp_path: Path, monkeypatch) -> None:
+    """Was: a build reads the file system's clock from a file it makes in ``build/``; a clear of every
+    module, which removes what no module owns there, could remove it first, and the build failed with a
+    CacheError naming the file (seen once in the storm below)."""
+    make = tempfile.mkstemp
+
+    def and_cleared(*args, **kwargs):
+        fd, path = make(*args, **kwargs)
+        os.unlink(path)
+        return fd, path
+
+    monkeypatch.setattr(tempfile, "mkstemp", and_cleared)
+    assert files.filesystem_now(tmp_path, settle_s=0.0) > 0
+
+
 def test_processes_load_while_the_cache_is_cleared_again_and_again(crowd: Crowd) -> None:
     """The crowd's processes load its module over and over for 4 s while this one clears the
     cache (the module's, then all of it) in a loop: every load is a hit, or a miss and a

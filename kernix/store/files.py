@@ -233,7 +233,8 @@ def _clock_reading(directory: str | os.PathLike[str]) -> int:
         return os.fstat(fd).st_mtime_ns
     finally:
         os.close(fd)
-        os.unlink(path)
+        with contextlib.suppress(FileNotFoundError):  # (a clear of every module removes it: no module's)
+            os.unlink(path)
 
 
 def settled_versions(paths: Iterable[str], started_ns: int, fixed: dict[str, str] | None = None) -> list[list[Any]]:
