@@ -21,6 +21,9 @@ WARM_LOAD_MODULES = frozenset({
     "kernix.store.manifest", "kernix.runtime", "kernix.runtime.registry", "kernix.runtime.module",
     "kernix.request", "kernix.pipeline", "kernix.loaders",
 })
+#: What a warm load of a CUDA module imports besides: the GPU architecture, which enters its fingerprint (given,
+#: or asked of the driver). These too import an error class only where they raise it.
+WARM_CUDA_MODULES = frozenset({"kernix.backend", "kernix.backend.arch", "kernix.backend.gpus"})
 
 _counter = itertools.count()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import kernix
-from helpers import FIXTURES, WARM_LOAD_MODULES, unique_name
+from helpers import FIXTURES, WARM_CUDA_MODULES, WARM_LOAD_MODULES, unique_name
 
 PACKAGE = Path(kernix.__file__).resolve().parent
 
@@ -45,7 +45,7 @@ LAYERS = {
 LINE_BUDGETS = {
     "language": 1_860,
     "frontend": 3_102,
-    "backend": 2_087,
+    "backend": 2_095,
     "store": 2_307,
     "runtime": 2_465,
     "checking": 2_055,
@@ -53,7 +53,7 @@ LINE_BUDGETS = {
     "cli": 766,
     "loose": 1_637,
 }
-PACKAGE_BUDGET = 17_381
+PACKAGE_BUDGET = 17_389
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.
@@ -240,7 +240,7 @@ def test_error_classes_come_from_the_top_except_on_the_warm_path(path: Path) -> 
     me = _module_name(path)
     local = any(mod == "kernix.errors" for mod, _ in _imports(path, local=True))
     top = [mod for mod, _ in _imports(path, on_import=True) if mod == "kernix.errors"]
-    if me in WARM_LOAD_MODULES:
+    if me in WARM_LOAD_MODULES | WARM_CUDA_MODULES:
         assert not top, f"{me} is on the warm path but imports kernix.errors at its top"
     else:
         assert not local, f"{me} imports kernix.errors inside a function"

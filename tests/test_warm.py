@@ -244,13 +244,13 @@ def cuda_built(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
 def test_a_warm_cuda_load_imports_no_compiler_search(cuda_built: tuple[str, Path], given: str) -> None:
     """The GPU architecture enters a CUDA request's fingerprint: finding it on a
     warm load imports no other part of the backend package (the compiler search,
-    the flags)."""
+    the flags), nor an error class."""
     name, cache = cuda_built
     source = FIXTURES / "seed_vector_add.cu"
     env = dict(os.environ, JAX_PLATFORMS="cpu", KERNIX_CUDA_ARCH="sm_90")
     env.pop("KERNIX_CUDA_ARCH_LIST", None)
     option = "compute_capability='sm_90', " if given == "argument" else ""
-    heavy = ("kernix.backend.toolchain", "kernix.backend.flags", "kernix.compilation", "clang.cindex")
+    heavy = ("kernix.backend.toolchain", "kernix.backend.flags", "kernix.compilation", "clang.cindex", "kernix.errors")
     code = (
         "import sys, json, kernix\n"
         f"kernix.load_cuda_file({str(source)!r}, name={name!r}, {option}build_directory={str(cache)!r})\n"

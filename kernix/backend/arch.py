@@ -4,9 +4,10 @@ them, and where the default comes from."""
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from ..errors import ToolchainError
+if TYPE_CHECKING:
+    from ..errors import ToolchainError
 
 __all__ = ["ARCH_ENV", "ARCH_LIST_ENV", "normalize_arch", "normalize_arch_list", "arch_key",
            "detect_compute_capability"]
@@ -41,6 +42,7 @@ def normalize_arch(value: str | int, where: str = "") -> str:
     """
     parsed = _parse(str(value).strip().lower())
     if parsed is None:
+        from ..errors import ToolchainError
         raise ToolchainError(f"bad compute capability {value!r}{f' from {where}' if where else ''}: expected a "
                              "form like 'sm_90', '90', '9.0' or 'sm_90a' (two or three digits)")
     return f"sm_{parsed[0]}{parsed[1]}"
@@ -51,6 +53,7 @@ def arch_key(arch: str) -> tuple[int, int, str]:
     ``sm_100a`` -> ``(10, 0, "a")``.  Sorting by it orders architectures oldest first."""
     parsed = _parse(arch) if arch.startswith("sm_") and "." not in arch else None
     if parsed is None:
+        from ..errors import ToolchainError
         raise ToolchainError(f"not a normalised architecture name: {arch!r} (expected 'sm_XY')")
     digits, suffix = parsed
     return int(digits[:-1]), int(digits[-1]), suffix
@@ -78,6 +81,7 @@ def normalize_arch_list(value: str | int | Sequence[str | int], where: str = "")
     else:
         items = [t for v in value for t in (_items(v) if isinstance(v, str) else [v])]
     if not items:
+        from ..errors import ToolchainError
         raise ToolchainError(f"empty architecture list {value!r}: give at least one, e.g. 'sm_80,sm_90'")
     return tuple(sorted({normalize_arch(v, where) for v in items}, key=arch_key))
 
@@ -111,8 +115,12 @@ def detect_compute_capability(explicit: str | Sequence[str] | None = None, *,
         if found.gpus:
             return ",".join(sorted({normalize_arch(g.arch, f"the driver ({found.source}) for the {g.name}")
                                     for g in found.gpus}, key=arch_key))
-    except ToolchainError as exc:
+    except Exception as exc:  # (the class is imported where it is raised: a warm load creates none)
+        from ..errors import ToolchainError
+        if not isinstance(exc, ToolchainError):
+            raise
         raise ToolchainError(f"{exc}. {_FIX}") from None
+    from ..errors import ToolchainError
     raise ToolchainError(f"could not detect the GPU's compute capability: {found.problem}. {_FIX}")
 
 
