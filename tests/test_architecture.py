@@ -247,6 +247,19 @@ def test_error_classes_come_from_the_top_except_on_the_warm_path(path: Path) -> 
     assert "TYPE_CHECKING = False" not in path.read_text()
 
 
+def test_every_error_class_is_exported_at_run_time_and_to_type_checkers() -> None:
+    """kernix/__init__.py names the error classes twice, lazily (``_LAZY``) and for type checkers (``X as X``
+    under ``TYPE_CHECKING``): the two lists agree, and name classes of kernix.errors."""
+    import kernix.errors
+
+    classes = {n for n, v in vars(kernix.errors).items() if isinstance(v, type) and v.__name__ == n}
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    typed = {a.asname for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "errors"
+             for a in n.names if a.asname == a.name}
+    lazy = {n for n, module in kernix._LAZY.items() if module == "kernix.errors"}
+    assert typed == lazy and lazy <= classes and len(lazy) >= 18
+
+
 def test_every_public_exception_is_a_kernix_error() -> None:
     errors = [getattr(kernix, n) for n in kernix.__all__ if isinstance(getattr(kernix, n), type)
               and issubclass(getattr(kernix, n), BaseException)]
