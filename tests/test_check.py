@@ -396,6 +396,17 @@ def test_listed_attribute_values_are_drawn(kernels):
     assert report["drawn"].failed and "a=-4.0" in report["drawn"].detail
 
 
+def test_a_string_attribute_not_drawn_is_named_and_listed_values_catch_the_kernel_ignoring_it(kernels):
+    def ref(x, mode):
+        return (2 if mode == "double" else 0.5) * x
+
+    report = kernix.check(kernels.scale_by_mode, ref, X, mode="double", strict=False)
+    assert report["drawn"].passed and "'mode'" in report["drawn"].detail and "Drawing(attrs=" in report["drawn"].detail
+    listed = kernix.check(kernels.scale_by_mode, ref, X, mode="double", strict=False, checks=["drawn"],
+                          drawing=kernix.Drawing(attrs={"mode": ["half"]}))
+    assert listed["drawn"].failed and "mode='half'" in listed["drawn"].detail
+
+
 def test_large_values_find_an_overflow_the_example_does_not_show(kernels):
     x = np.random.default_rng(0).uniform(-1, 1, (2, 5)).astype(np.float32)
     report = kernix.check(kernels.softmax_naive, lambda x: jax.nn.softmax(x, axis=-1), x, strict=False,

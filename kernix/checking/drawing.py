@@ -221,6 +221,7 @@ def check_drawn(s: Subject, drawing: Drawing, dtype_combos: Sequence[tuple[np.dt
     low, high = (min(ranks), min(ranks)) if ranks else (0, 2)
     drawn_attrs = {p.name: _attr_choices(p, s.attrs[p.name], listed.get(p.name)) for p in s.spec.attrs}
     drawn_attrs = {n: v for n, v in drawn_attrs.items() if len(v) > 1}
+    kept = [p.name for p in s.spec.attrs if p.name not in drawn_attrs]  # (a string, say: none other is known)
     strategy = st.tuples(
         st.fixed_dictionaries({n: st.sampled_from(allowed(n)) for n in names}),
         st.lists(st.sampled_from(BATCH_SIZES), min_size=low, max_size=high) if s.batch_inputs else st.just([]),
@@ -355,6 +356,8 @@ def check_drawn(s: Subject, drawing: Drawing, dtype_combos: Sequence[tuple[np.dt
     guarded = ", and on exact buffers under sanitizers" if memory is not None else ""
     batches = ", empty batches included" if s.batch_inputs else ""
     always = state["run"] - state["drawn"]
+    unvaried = (f"; attribute {', '.join(map(repr, kept))} kept the example's value (kernix knows no other valid "
+                f"one): to check others, list them, drawing=kernix.Drawing(attrs={{{kept[0]!r}: [...]}})") if kept else ""
     return CheckResult("drawn", "passed", f"{state['drawn']} examples drawn from the signature{batches}, and {always} "
                        f"more (special values, other attributes, dtypes, sizes): outputs{what} match the "
-                       f"reference{guarded}")
+                       f"reference{guarded}{unvaried}")
