@@ -390,7 +390,6 @@ def test_a_body_edit_is_compiled_while_inference_runs(wrapper: Wrapper, root: Pa
     seen: list[int] = []
 
     def inference_that_waits_for_the_compile(request):  # held until the compile has started
-        (wrapper.dir / "pause").touch()
         try:
             seen.extend(wrapper.wait_started(timeout=30))
         finally:
@@ -399,6 +398,9 @@ def test_a_body_edit_is_compiled_while_inference_runs(wrapper: Wrapper, root: Pa
 
     monkeypatch.setattr(compilation, "exported_units", inference_that_waits_for_the_compile)
     _edited(source, "in[i] + 1.0f", "in[i] + 2.0f")
+    # Paused from before the load: a compile that began before inference does could pass the wrapper's check
+    # of the file first, and never be seen.
+    (wrapper.dir / "pause").touch()
     mod = kernix.load_cpp_file(source, name=name)
     assert len(seen) == 1
     assert wrapper.calls("compile") - compiles == 1 and wrapper.calls("link") == 2  # the user's unit only
