@@ -356,8 +356,9 @@ def check_drawn(s: Subject, drawing: Drawing, dtype_combos: Sequence[tuple[np.dt
     guarded = ", and on exact buffers under sanitizers" if memory is not None else ""
     batches = ", empty batches included" if s.batch_inputs else ""
     always = state["run"] - state["drawn"]
-    unvaried = (f"; attribute {', '.join(map(repr, kept))} kept the example's value (kernix knows no other valid "
-                f"one): to check others, list them, drawing=kernix.Drawing(attrs={{{kept[0]!r}: [...]}})") if kept else ""
+    unvaried = (f"; {'attributes' if len(kept) > 1 else 'attribute'} {', '.join(map(repr, kept))} kept the example's "
+                f"value (kernix cannot tell which others are valid): to check others, list them, "
+                f"drawing=kernix.Drawing(attrs={{{kept[0]!r}: [...]}})") if kept else ""
     return CheckResult("drawn", "passed", f"{state['drawn']} examples drawn from the signature{batches}, and {always} "
                        f"more (special values, other attributes, dtypes, sizes): outputs{what} match the "
                        f"reference{guarded}{unvaried}")
