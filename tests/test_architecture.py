@@ -48,12 +48,12 @@ LINE_BUDGETS = {
     "backend": 2_095,
     "store": 2_307,
     "runtime": 2_465,
-    "checking": 2_059,
+    "checking": 2_080,
     "prebuilt": 1_102,
     "cli": 766,
     "loose": 1_637,
 }
-PACKAGE_BUDGET = 17_393
+PACKAGE_BUDGET = 17_414
 #: The most modules at the top of kernix/ (``__init__`` and ``__main__`` included).
 LOOSE_MODULES = 12
 #: The most lines of one module: a module is split by concept, never only to fit.

@@ -375,6 +375,21 @@ def test_cuda_kernels_are_checked_on_the_gpu(cuda_kernels):
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not gpus(), reason="needs an NVIDIA GPU")
+def test_a_cuda_write_before_an_output_names_the_output_also_where_another_buffer_is_nearer(cuda_kernels):
+    """cudaMalloc put x's 16 bytes 512 bytes below y's (an H200): compute-sanitizer names the nearest allocation,
+    x, for a write far enough before y (y[-100]), or beyond x (y[-200]); the output is named beside it."""
+    x = np.random.default_rng(0).uniform(-1, 1, (4,)).astype(np.float32)
+    for back in (1, 20, 100, 200):
+        report = kernix.check(cuda_kernels.copy_then_before, lambda x, back: x, x, back=back, strict=False,
+                              checks=["buffers"])
+        detail = report["buffers"].detail
+        assert report["buffers"].failed and "before the start of output 'y'" in detail, report
+        assert f"{4 * back} byte(s) before" in detail and "kernels_cuda.cu:" in detail, report
+        assert back > 1 or "input 'x'" not in detail, report  # one element before y: no doubt
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(len(gpus()) < 2, reason="needs 2 GPUs")
 def test_cuda_kernel_sharded_over_two_gpus(cuda_kernels):
     x = np.random.default_rng(0).uniform(-1, 1, (4, 8)).astype(np.float32)

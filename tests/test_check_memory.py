@@ -207,6 +207,31 @@ def test_a_compute_sanitizer_report_is_told_as_the_buffer_the_kernel_overran():
     assert "thread (220,0,0) of block (5,0,0)" in crash.message
 
 
+def test_a_cuda_access_between_two_buffers_names_both_where_they_are_about_as_near():
+    class Input:
+        name, role = "x", "arg"
+
+    class Output:
+        name, role = "y", "ret"
+
+    base, layout = 0x7fa32a800000, {"x": ((4,), np.dtype(np.float32)), "y": ((4,), np.dtype(np.float32))}
+    buffers = [(Input, base, 16), (Output, base + 512, 16)]  # (cudaMalloc's small buffers: 512 bytes apart)
+
+    def told(address: int) -> sanitized.Problem:
+        after = address - (base + 16) + 1  # (as compute-sanitizer counts: 1 for the first byte past the end)
+        report = CUDA_REPORT.replace("0x7fa32a801770", hex(address)).replace("1 bytes after", f"{after} bytes after")
+        return sanitized._describe_cuda("Invalid __global__ write of size 4 bytes",
+                                        report.replace("6,000", "16"), buffers, layout, "/src/kernels_cuda.cu")
+
+    one_past = told(base + 16)
+    assert one_past.parameter == "x" and "past the end of input 'x'" in one_past.message
+    assert "output 'y'" not in one_past.message  # (496 bytes from y: no doubt)
+    between = told(base + 200)  # 185 bytes past x, 312 before y: y[-78] as likely as x[50]
+    assert between.parameter == "x" and "past the end of input 'x'" in between.message
+    assert "312 byte(s) before the start of output 'y' (float32[4], 16 bytes)" in between.message
+    assert between.message.index("output 'y'") < between.message.index("/src/kernels_cuda.cu:41")
+
+
 #: compute-sanitizer 2025's report of a read one element past a 148-byte input through __ldg (an H200, a
 #: brainevent kernel with its bounds check made off by one): the innermost frame is the CUDA header's.
 INLINED_REPORT = """\

@@ -475,20 +475,41 @@ def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]], l
     if "Uninitialized" in kind:
         return Problem(f"read uninitialised GPU memory (compute-sanitizer initcheck: {kind.strip()}){at}{who}")
     if near:
-        owner = next(((p, n) for p, a, n in buffers if a == int(near.group(2), 16)), None)
+        owner = next(((p, a, n) for p, a, n in buffers if a == int(near.group(2), 16)), None)
         if owner is not None:
-            offset = int(access.group(1), 16) - int(near.group(2), 16) if access else None
+            p, start, nbytes = owner
+            after, address = near.group(1) == "after", int(access.group(1), 16) if access else None
             count = f"{size.group(1)} bytes" if size else "memory"
-            return _overrun(*owner, layout, f"{verb} {count}", offset, near.group(1) == "after", at + who)
+            offset, also = (None, "") if address is None else (address - start, _also_near(
+                address, address - start - nbytes + 1 if after else start - address, start, buffers, layout))
+            return _overrun(p, nbytes, layout, f"{verb} {count}", offset, after, also + at + who)
     return Problem(f"compute-sanitizer memcheck: {kind.strip()}{at}{who}")
+
+
+def _also_near(address: int, gap: int, owner: int, buffers: list[tuple[Param, int, int]], layout: Layout) -> str:
+    """Another buffer about as near an access ``gap`` bytes outside the one at ``owner`` that compute-sanitizer
+    names: cudaMalloc'd buffers have no guards of kernix's, and the nearest may not be the one the kernel meant."""
+    others = [(a - address if address < a else address - a - n + 1, address < a, p, n) for p, a, n in buffers
+              if a and a != owner and not a <= address < a + n]
+    distance, before, p, n = min(others, key=lambda o: o[0], default=(None, False, None, 0))
+    if distance is None or distance > 8 * max(gap, 1):
+        return ""
+    side = "before the start of" if before else "past the end of"
+    return (f"; or, about as near, {distance} byte(s) {side} {_named(p, n, layout)[0]} (which one the kernel "
+            "meant, the report cannot tell)")
+
+
+def _named(p: Param, nbytes: int, layout: Layout) -> tuple[str, np.dtype]:
+    """``input 'x' (float32[4], 16 bytes)``, and the buffer's dtype."""
+    shape, dtype = layout.get(p.name, ((nbytes,), np.dtype(np.uint8)))
+    words = {"arg": "input", "inout": "in-place tensor", "ret": "output", "scratch": "scratch"}.get(p.role, p.role)
+    return f"{words} {p.name!r} ({dtype.name}[{','.join(map(str, shape))}], {nbytes} bytes)", dtype
 
 
 def _overrun(p: Param, nbytes: int, layout: Layout, access: str, offset: int | None, after: bool, at: str) -> Problem:
     """``access`` (``wrote 4 bytes``) past the end (``after``) or before the start of parameter ``p``'s buffer
     of ``nbytes``, at byte ``offset`` from its start (``None``: not known)."""
-    shape, dtype = layout.get(p.name, ((nbytes,), np.dtype(np.uint8)))
-    words = {"arg": "input", "inout": "in-place tensor", "ret": "output", "scratch": "scratch"}.get(p.role, p.role)
-    what = f"{words} {p.name!r} ({dtype.name}[{','.join(map(str, shape))}], {nbytes} bytes)"
+    what, dtype = _named(p, nbytes, layout)
     item = max(dtype.itemsize, 1)
     if after:
         where = f": at byte {offset}, element {offset // item} of {nbytes // item}" if offset is not None else ""
