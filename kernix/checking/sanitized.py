@@ -462,7 +462,7 @@ def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]], l
     thread = re.search(r"by thread \(([^)]*)\) in block \(([^)]*)\)", log)
     who = f", thread ({thread.group(1)}) of block ({thread.group(2)})" if thread else ""
     access = re.search(r"Access to (0x[0-9a-f]+)", log)
-    near = re.search(r"bytes (after|before) the nearest allocation at (0x[0-9a-f]+) of size ([\d,]+) bytes", log)
+    near = re.search(r"([\d,]+) bytes (after|before) the nearest allocation at (0x[0-9a-f]+) of size [\d,]+ bytes", log)
     size = re.search(r"of size (\d+) bytes?", kind)
     verb = "wrote" if "write" in kind else "read"
     race = re.search(r"Race reported between (\w+) access at (.+?)(?:\+0x[0-9a-f]+)? in (\S+?):(\d+)", kind)
@@ -475,14 +475,14 @@ def _describe_cuda(kind: str, log: str, buffers: list[tuple[Param, int, int]], l
     if "Uninitialized" in kind:
         return Problem(f"read uninitialised GPU memory (compute-sanitizer initcheck: {kind.strip()}){at}{who}")
     if near:
-        owner = next(((p, a, n) for p, a, n in buffers if a == int(near.group(2), 16)), None)
+        owner = next(((p, a, n) for p, a, n in buffers if a == int(near.group(3), 16)), None)
         if owner is not None:
             p, start, nbytes = owner
-            after, address = near.group(1) == "after", int(access.group(1), 16) if access else None
+            address, gap = (int(access.group(1), 16) if access else None), int(near.group(1).replace(",", ""))
+            also = "" if address is None else _also_near(address, gap, start, buffers, layout)
             count = f"{size.group(1)} bytes" if size else "memory"
-            offset, also = (None, "") if address is None else (address - start, _also_near(
-                address, address - start - nbytes + 1 if after else start - address, start, buffers, layout))
-            return _overrun(p, nbytes, layout, f"{verb} {count}", offset, after, also + at + who)
+            return _overrun(p, nbytes, layout, f"{verb} {count}", None if address is None else address - start,
+                            near.group(2) == "after", also + at + who)
     return Problem(f"compute-sanitizer memcheck: {kind.strip()}{at}{who}")
 
 
